@@ -1,0 +1,173 @@
+/* executor/executor.c — the single-place executor.
+ *
+ * Prepares one op context per op of the block (tensor pointers resolved
+ * from the scopes once) and caches them while (program, block, scope) stay
+ * the same, so a steady-state run is: copy feeds in, for each op
+ * infer -> (re)size outputs (no allocation once sizes are stable) -> kernel,
+ * copy fetches out. Temporaries live in a local child scope; persistables are
+ * created in the caller's scope before the first run so that startup
+ * programs and optimizers write where later runs read.
+ */
+#include "pe/executor.h"
+#include "ops/op.h"
+#include "runtime/internal.h"
+
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct pe_executor {
+    pe_place place;
+    int num_threads;
+    /* cache of the prepared block */
+    const pe_program *prog;
+    int block_idx;
+    pe_scope *scope;
+    pe_scope *local;
+    pe_op_ctx *ctxs;
+    int n_ctxs;
+};
+
+pe_executor *pe_executor_new(pe_place place) {
+    char pb[32];
+    if (place.kind != PE_PLACE_CPU) {
+#ifndef PE_WITH_CUDA
+        pe_error(PE_ERR_UNSUPPORTED, "cannot create an executor on %s: PE was built without CUDA",
+                 pe_place_str(place, pb, sizeof pb));
+        return NULL;
+#else
+        if (place.id < 0 || place.id >= pe_cuda_device_count()) {
+            pe_error(PE_ERR_INVALID, "cannot create an executor on %s: %d CUDA device(s) visible",
+                     pe_place_str(place, pb, sizeof pb), pe_cuda_device_count());
+            return NULL;
+        }
+#endif
+    }
+    pe_executor *ex = calloc(1, sizeof *ex);
+    if (!ex) {
+        pe_error(PE_ERR_NOMEM, "out of memory creating an executor");
+        return NULL;
+    }
+    ex->place = place;
+    ex->num_threads = omp_get_max_threads();
+    return ex;
+}
+
+static void drop_prepared(pe_executor *ex) {
+    for (int i = 0; i < ex->n_ctxs; i++) pe_op_ctx_release(&ex->ctxs[i]);
+    free(ex->ctxs);
+    ex->ctxs = NULL;
+    ex->n_ctxs = 0;
+    ex->prog = NULL;
+}
+
+void pe_executor_drop_local_scope(pe_executor *ex) {
+    if (!ex) return;
+    drop_prepared(ex);
+    pe_scope_free(ex->local);
+    ex->local = NULL;
+    ex->scope = NULL;
+}
+
+void pe_executor_free(pe_executor *ex) {
+    if (!ex) return;
+    pe_executor_drop_local_scope(ex);
+    free(ex);
+}
+
+void pe_executor_set_num_threads(pe_executor *ex, int n) {
+    ex->num_threads = n > 0 ? n : 1;
+    for (int i = 0; i < ex->n_ctxs; i++) ex->ctxs[i].num_threads = ex->num_threads;
+}
+
+static pe_status prepare(pe_executor *ex, const pe_program *prog, int block_idx, pe_scope *scope) {
+    if (ex->prog == prog && ex->block_idx == block_idx && ex->scope == scope) return PE_OK;
+    pe_executor_drop_local_scope(ex);
+    const pe_block *b = &prog->blocks[block_idx];
+    /* Persistables belong to the caller's scope. */
+    for (int i = 0; i < b->n_vars; i++)
+        if (b->vars[i].persistable && !pe_scope_find_var(scope, b->vars[i].name) &&
+            !pe_scope_var(scope, b->vars[i].name))
+            return pe_error(PE_ERR_NOMEM, "out of memory creating var '%s'", b->vars[i].name);
+    ex->local = pe_scope_new(scope);
+    ex->ctxs = calloc((size_t)(b->n_ops ? b->n_ops : 1), sizeof *ex->ctxs);
+    if (!ex->local || !ex->ctxs) {
+        pe_executor_drop_local_scope(ex);
+        return pe_error(PE_ERR_NOMEM, "out of memory preparing block %d", block_idx);
+    }
+    /* Feed targets must exist before contexts resolve inputs: create every
+     * non-persistable var of the block in the local scope. */
+    for (int i = 0; i < b->n_vars; i++)
+        if (!b->vars[i].persistable && !pe_scope_find_var(scope, b->vars[i].name) &&
+            !pe_scope_var(ex->local, b->vars[i].name)) {
+            pe_executor_drop_local_scope(ex);
+            return pe_error(PE_ERR_NOMEM, "out of memory creating var '%s'", b->vars[i].name);
+        }
+    for (int i = 0; i < b->n_ops; i++) {
+        pe_status st = pe_op_ctx_init(&ex->ctxs[i], &b->ops[i], ex->local, ex->place);
+        if (st != PE_OK) {
+            pe_executor_drop_local_scope(ex);
+            return pe_error_wrap(st, "block %d op %d", block_idx, i);
+        }
+        ex->ctxs[i].num_threads = ex->num_threads;
+        ex->n_ctxs = i + 1;
+    }
+    ex->prog = prog;
+    ex->block_idx = block_idx;
+    ex->scope = scope;
+    return PE_OK;
+}
+
+static pe_status check_feed(const pe_program *prog, int block_idx, const pe_feed *f) {
+    char want[128], got[128];
+    const pe_var *v = pe_program_find_var(prog, block_idx, f->name);
+    if (!v) return pe_error(PE_ERR_NOT_FOUND, "feed '%s' is not a variable of the program", f->name);
+    const pe_tensor *t = f->tensor;
+    if (!t || (!t->buf && pe_tensor_numel(t) != 0))
+        return pe_error(PE_ERR_INVALID, "feed '%s' has no data", f->name);
+    if (t->dtype != v->dtype)
+        return pe_error(PE_ERR_INVALID, "feed '%s' has dtype %s, the program declares %s", f->name,
+                        pe_dtype_name(t->dtype), pe_dtype_name(v->dtype));
+    bool ok = t->ndim == v->ndim;
+    for (int i = 0; ok && i < v->ndim; i++) ok = v->dims[i] < 0 || v->dims[i] == t->dims[i];
+    if (!ok)
+        return pe_error(PE_ERR_INVALID, "feed '%s' has shape %s, the program declares %s (-1 = any)",
+                        f->name, pe_dims_str(t->ndim, t->dims, got, sizeof got),
+                        pe_dims_str(v->ndim, v->dims, want, sizeof want));
+    return PE_OK;
+}
+
+pe_status pe_executor_run(pe_executor *ex, const pe_program *prog, int block_idx, pe_scope *scope,
+                          const pe_feed *feeds, int n_feeds, const char *const *fetch, int n_fetch,
+                          pe_tensor **fetch_out) {
+    if (!ex || !prog || !scope) return pe_error(PE_ERR_INVALID, "pe_executor_run: NULL executor, program or scope");
+    if (block_idx < 0 || block_idx >= prog->n_blocks)
+        return pe_error(PE_ERR_INVALID, "block %d does not exist (the program has %d)", block_idx, prog->n_blocks);
+    for (int i = 0; i < n_feeds; i++) PE_CHECK(check_feed(prog, block_idx, &feeds[i]));
+    for (int i = 0; i < n_fetch; i++)
+        if (!pe_program_find_var(prog, block_idx, fetch[i]))
+            return pe_error(PE_ERR_NOT_FOUND,
+                            "fetch '%s' is not a variable of the program (check the name; a var "
+                            "removed by a pass or only in another block cannot be fetched)",
+                            fetch[i]);
+    PE_CHECK(prepare(ex, prog, block_idx, scope));
+    for (int i = 0; i < n_feeds; i++) {
+        pe_tensor *dst = pe_scope_find_var(ex->local, feeds[i].name);
+        if (!dst) dst = pe_scope_var(ex->local, feeds[i].name);
+        if (!dst) return pe_error(PE_ERR_NOMEM, "out of memory feeding '%s'", feeds[i].name);
+        pe_status st = pe_tensor_copy(dst, feeds[i].tensor, ex->place);
+        if (st != PE_OK) return pe_error_wrap(st, "feeding '%s'", feeds[i].name);
+    }
+    for (int i = 0; i < ex->n_ctxs; i++) {
+        pe_status st = pe_op_run(&ex->ctxs[i]);
+        if (st != PE_OK) return pe_error_wrap(st, "block %d op %d", block_idx, i);
+    }
+    for (int i = 0; i < n_fetch; i++) {
+        const pe_tensor *src = pe_scope_find_var(ex->local, fetch[i]);
+        if (!src || (!src->buf && pe_tensor_numel(src) != 0))
+            return pe_error(PE_ERR_NOT_FOUND, "fetch '%s' has no value after the run (no op computes it and it was not fed)", fetch[i]);
+        PE_CHECK(pe_tensor_copy(fetch_out[i], src, pe_place_cpu(0)));
+    }
+    return PE_OK;
+}

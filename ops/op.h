@@ -1,0 +1,169 @@
+/* ops/op.h — the op registry and the kernel contract (internal to PE).
+ *
+ * ops/ops.def is the single list of op types (an X-macro). From it this
+ * header generates the declarations of every infer/kernel function, the
+ * registry table and the dispatch: a new op is one line in ops.def plus its
+ * functions, never a second hand-kept list.
+ *
+ * Kernel contract:
+ *
+ *     // x: [N, D] -> out: [N, D]
+ *     pe_status pe_cpu_relu(const pe_op_ctx *ctx) {
+ *         const pe_tensor *x = pe_ctx_in(ctx, "X");
+ *         pe_tensor *out = pe_ctx_out(ctx, "Out");      // already sized by infer
+ *         ...
+ *     }
+ *
+ * `infer` runs first and sets every output's dtype and dims
+ * (pe_tensor_set_meta) from the inputs and attrs, failing with a message that
+ * names the op and the var when shapes do not fit. The executor then
+ * allocates the outputs on ctx->place and calls the kernel for that place
+ * kind. Kernels may use ctx->num_threads OpenMP threads and must not allocate
+ * from the system allocator in the steady state.
+ *
+ * Slot spec strings (ops.def): space-separated slot names, with a suffix
+ * "?" = dispensable (0 or 1 arg), "*" = duplicable (1 or more), "*?" = any.
+ * Attr spec strings: space-separated `name:type=default` (type one of int
+ * float string bool long ints floats strings bools longs block; list
+ * defaults are comma-separated, possibly empty); `name:type` without "="
+ * is a required attr.
+ */
+#ifndef PE_OPS_OP_H
+#define PE_OPS_OP_H
+
+#include "pe/program.h"
+#include "pe/scope.h"
+#include "pe/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PE_MAX_SLOTS 8
+#define PE_MAX_ATTRS 24
+
+typedef struct pe_op_info pe_op_info;
+typedef struct pe_op_ctx pe_op_ctx;
+struct pe_grad_ctx; /* defined by passes/backward (autodiff) */
+
+typedef pe_status (*pe_infer_fn)(pe_op_ctx *ctx);
+typedef pe_status (*pe_kernel_fn)(const pe_op_ctx *ctx);
+typedef pe_status (*pe_grad_fn)(struct pe_grad_ctx *g);
+
+enum { PE_ARITY_ONE = 0, PE_ARITY_OPTIONAL, PE_ARITY_MANY, PE_ARITY_ANY };
+
+typedef struct pe_slot_info {
+    const char *name;
+    int arity;
+} pe_slot_info;
+
+typedef struct pe_attr_info {
+    const char *name;
+    pe_attr_type type;
+    bool required;
+    pe_attr def;          /* default value (when !required) */
+} pe_attr_info;
+
+struct pe_op_info {
+    int id;                           /* index in the registry (PE_OP_<name>) */
+    const char *name;
+    int n_inputs;  pe_slot_info inputs[PE_MAX_SLOTS];
+    int n_outputs; pe_slot_info outputs[PE_MAX_SLOTS];
+    int n_attrs;   pe_attr_info attrs[PE_MAX_ATTRS];
+    int n_inplace; int inplace[PE_MAX_SLOTS][2]; /* (input slot, output slot) */
+    pe_infer_fn infer;
+    pe_grad_fn grad;                  /* NULL: not differentiable */
+    pe_kernel_fn kernels[PE_PLACE_KIND_COUNT];
+};
+
+/* ---- generated declarations and op ids -------------------------------- */
+
+#define PE_CUDA(fn) fn
+#define PE_NO_CUDA pe_cuda_none
+#define PE_GRAD(fn) fn
+#define PE_NO_GRAD pe_grad_none
+#define PE_OP(name, ins, outs, attrs, infer, grad, inplace, cpu, cuda) \
+    pe_status infer(pe_op_ctx *ctx);                                    \
+    pe_status cpu(const pe_op_ctx *ctx);                                \
+    pe_status cuda(const pe_op_ctx *ctx);                               \
+    pe_status grad(struct pe_grad_ctx *g);
+#include "ops/ops.def"
+#undef PE_OP
+#undef PE_CUDA
+#undef PE_NO_CUDA
+#undef PE_GRAD
+#undef PE_NO_GRAD
+
+typedef enum pe_op_id {
+#define PE_OP(name, ...) PE_OP_##name,
+#include "ops/ops.def"
+#undef PE_OP
+    PE_OP_COUNT
+} pe_op_id;
+
+/* ---- registry ---------------------------------------------------------- */
+
+/* Parses ops.def specs once (thread-safe). Borrowed; NULL when unknown. */
+const pe_op_info *pe_op_info_find(const char *type);
+const pe_op_info *pe_op_info_get(int id);
+int pe_op_info_count(void);
+int pe_op_info_input_index(const pe_op_info *info, const char *slot);
+int pe_op_info_output_index(const pe_op_info *info, const char *slot);
+const pe_attr_info *pe_op_info_attr(const pe_op_info *info, const char *name);
+/* Attrs every op may carry (op_role, op_role_var, op_namescope, ...). */
+const pe_attr_info *pe_common_attr(const char *name);
+
+/* ---- op context -------------------------------------------------------- */
+
+struct pe_op_ctx {
+    const pe_op *op;
+    const pe_op_info *info;
+    pe_place place;
+    int num_threads;                        /* OpenMP threads the kernel may use */
+    int n_in[PE_MAX_SLOTS];                 /* per info->inputs[i] */
+    pe_tensor **in[PE_MAX_SLOTS];
+    const char **in_names[PE_MAX_SLOTS];
+    int n_out[PE_MAX_SLOTS];
+    pe_tensor **out[PE_MAX_SLOTS];
+    const char **out_names[PE_MAX_SLOTS];
+    const pe_attr *attrs[PE_MAX_ATTRS];     /* per info->attrs[i]: op's or default */
+    void *storage;                          /* owned arrays behind in/out */
+};
+
+/* Resolves op's inputs (found in scope or its parents) and outputs (created
+ * in `scope` when not found in it or a parent). Fails naming the op and var
+ * when an input is missing. `ctx` owns internal arrays: pe_op_ctx_release. */
+pe_status pe_op_ctx_init(pe_op_ctx *ctx, const pe_op *op, pe_scope *scope, pe_place place);
+void pe_op_ctx_release(pe_op_ctx *ctx);
+/* infer -> allocate outputs on ctx->place -> kernel. Errors name op and place. */
+pe_status pe_op_run(pe_op_ctx *ctx);
+
+/* Accessors (slot names must exist in the registry spec; PE_ASSERT otherwise). */
+pe_tensor *pe_ctx_in(const pe_op_ctx *ctx, const char *slot);       /* first arg or NULL */
+pe_tensor *pe_ctx_in_at(const pe_op_ctx *ctx, const char *slot, int k);
+int pe_ctx_n_in(const pe_op_ctx *ctx, const char *slot);
+pe_tensor *pe_ctx_out(const pe_op_ctx *ctx, const char *slot);      /* first arg or NULL */
+pe_tensor *pe_ctx_out_at(const pe_op_ctx *ctx, const char *slot, int k);
+int pe_ctx_n_out(const pe_op_ctx *ctx, const char *slot);
+const char *pe_ctx_in_name(const pe_op_ctx *ctx, const char *slot, int k);
+const char *pe_ctx_out_name(const pe_op_ctx *ctx, const char *slot, int k);
+
+int64_t pe_ctx_int(const pe_op_ctx *ctx, const char *name);    /* INT, LONG, BOOL */
+double pe_ctx_float(const pe_op_ctx *ctx, const char *name);
+bool pe_ctx_bool(const pe_op_ctx *ctx, const char *name);
+const char *pe_ctx_string(const pe_op_ctx *ctx, const char *name);
+/* List attrs: returns element pointer and count in *n. */
+const int64_t *pe_ctx_ints(const pe_op_ctx *ctx, const char *name, int *n);
+const double *pe_ctx_floats(const pe_op_ctx *ctx, const char *name, int *n);
+
+/* Error helper for infer/kernels: "op <type> (out <var>) on <place>: <msg>". */
+pe_status pe_ctx_error(const pe_op_ctx *ctx, pe_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Common infer: every output in `out_slot` gets the meta of input `in_slot`. */
+pe_status pe_infer_same(pe_op_ctx *ctx, const char *in_slot, const char *out_slot);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,425 @@
+/* ops/registry.c — the op registry built from ops/ops.def, op contexts, and
+ * the infer -> allocate -> kernel sequence every executor uses.
+ *
+ * The slot and attr specs of ops.def are strings parsed once at first use
+ * (pthread_once) into pe_op_info tables; a bad spec is a PE bug and asserts.
+ * Attr accessors resolve to the op's own attr or the registry default, so
+ * kernels never handle a missing attr. The program checker has already
+ * verified attr types, so accessors only assert.
+ */
+#include "ops/op.h"
+#include "runtime/internal.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const char *name, *ins, *outs, *attrs, *inplace;
+    pe_infer_fn infer;
+    pe_grad_fn grad;
+    pe_kernel_fn cpu, cuda;
+} op_spec;
+
+#define PE_GRAD(fn) fn
+#define PE_NO_GRAD NULL
+#ifdef PE_WITH_CUDA
+#define PE_CUDA(fn) fn
+#else
+#define PE_CUDA(fn) NULL
+#endif
+#define PE_NO_CUDA NULL
+static const op_spec k_specs[] = {
+#define PE_OP(name, ins, outs, attrs, infer, grad, inplace, cpu, cuda) \
+    {#name, ins, outs, attrs, inplace, infer, grad, cpu, cuda},
+#include "ops/ops.def"
+#undef PE_OP
+};
+#undef PE_CUDA
+#undef PE_NO_CUDA
+#undef PE_GRAD
+#undef PE_NO_GRAD
+
+static pe_op_info g_infos[PE_OP_COUNT];
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+/* Attrs any op may carry, as in Paddle's OpProtoAndCheckerMaker. */
+static pe_attr_info g_common[6];
+static int g_n_common;
+
+/* Parsed spec storage: strings are duplicated once and live for the process. */
+static char *dup_range(const char *b, const char *e) {
+    char *s = malloc((size_t)(e - b) + 1);
+    PE_ASSERT(s);
+    memcpy(s, b, (size_t)(e - b));
+    s[e - b] = '\0';
+    return s;
+}
+
+static int parse_slots(const char *spec, pe_slot_info *out) {
+    int n = 0;
+    const char *p = spec;
+    while (*p) {
+        while (*p == ' ') p++;
+        if (!*p) break;
+        const char *b = p;
+        while (*p && *p != ' ') p++;
+        const char *e = p;
+        int arity = PE_ARITY_ONE;
+        if (e - b >= 2 && e[-2] == '*' && e[-1] == '?') { arity = PE_ARITY_ANY; e -= 2; }
+        else if (e[-1] == '*') { arity = PE_ARITY_MANY; e--; }
+        else if (e[-1] == '?') { arity = PE_ARITY_OPTIONAL; e--; }
+        PE_ASSERT(n < PE_MAX_SLOTS);
+        out[n].name = dup_range(b, e);
+        out[n].arity = arity;
+        n++;
+    }
+    return n;
+}
+
+static bool parse_attr_type(const char *s, size_t len, pe_attr_type *t) {
+    for (int i = 0; i < PE_ATTR_TYPE_COUNT; i++) {
+        const char *n = pe_attr_type_name((pe_attr_type)i);
+        if (strlen(n) == len && !strncmp(n, s, len)) { *t = (pe_attr_type)i; return true; }
+    }
+    return false;
+}
+
+/* Parses a default value string into a. */
+static void parse_default(pe_attr *a, const char *v) {
+    switch (a->type) {
+    case PE_ATTR_INT: case PE_ATTR_LONG: case PE_ATTR_BLOCK:
+        a->i = strtoll(v, NULL, 10); break;
+    case PE_ATTR_BOOL:
+        a->i = !strcmp(v, "true") || !strcmp(v, "1"); break;
+    case PE_ATTR_FLOAT:
+        a->f = strtod(v, NULL); break;
+    case PE_ATTR_STRING:
+        a->s = strdup(v); PE_ASSERT(a->s); break;
+    case PE_ATTR_INTS: case PE_ATTR_LONGS: case PE_ATTR_BOOLS: case PE_ATTR_FLOATS: case PE_ATTR_STRINGS: {
+        int n = 0;
+        if (*v) { n = 1; for (const char *c = v; *c; c++) n += *c == ','; }
+        a->n = n;
+        if (a->type == PE_ATTR_FLOATS) a->floats = calloc((size_t)n + 1, sizeof(double));
+        else if (a->type == PE_ATTR_STRINGS) a->strings = calloc((size_t)n + 1, sizeof(char *));
+        else a->ints = calloc((size_t)n + 1, sizeof(int64_t));
+        const char *c = v;
+        for (int k = 0; k < n; k++) {
+            const char *e = strchr(c, ',');
+            if (!e) e = c + strlen(c);
+            char *item = dup_range(c, e);
+            if (a->type == PE_ATTR_FLOATS) a->floats[k] = strtod(item, NULL);
+            else if (a->type == PE_ATTR_STRINGS) a->strings[k] = strdup(item);
+            else if (a->type == PE_ATTR_BOOLS) a->ints[k] = !strcmp(item, "true") || !strcmp(item, "1");
+            else a->ints[k] = strtoll(item, NULL, 10);
+            free(item);
+            c = *e ? e + 1 : e;
+        }
+        break;
+    }
+    default: break;
+    }
+}
+
+static int parse_attrs(const char *spec, pe_attr_info *out, int max) {
+    int n = 0;
+    const char *p = spec;
+    while (*p) {
+        while (*p == ' ') p++;
+        if (!*p) break;
+        const char *b = p;
+        while (*p && *p != ' ') p++;
+        const char *colon = memchr(b, ':', (size_t)(p - b));
+        PE_ASSERT(colon);
+        const char *eq = memchr(colon, '=', (size_t)(p - colon));
+        PE_ASSERT(n < max);
+        pe_attr_info *ai = &out[n++];
+        memset(ai, 0, sizeof *ai);
+        ai->name = dup_range(b, colon);
+        const char *te = eq ? eq : p;
+        PE_ASSERT(parse_attr_type(colon + 1, (size_t)(te - colon - 1), &ai->type));
+        ai->def.name = (char *)ai->name;
+        ai->def.type = ai->type;
+        ai->required = eq == NULL;
+        char *v = eq ? dup_range(eq + 1, p) : strdup("");
+        parse_default(&ai->def, v);
+        free(v);
+    }
+    return n;
+}
+
+static void init_registry(void) {
+    g_n_common = parse_attrs("op_role:int=0 op_role_var:strings= op_namescope:string= "
+                             "op_callstack:strings= op_device:string= with_quant_attr:bool=false",
+                             g_common, 6);
+    for (int i = 0; i < PE_OP_COUNT; i++) {
+        const op_spec *s = &k_specs[i];
+        pe_op_info *info = &g_infos[i];
+        info->id = i;
+        info->name = s->name;
+        info->n_inputs = parse_slots(s->ins, info->inputs);
+        info->n_outputs = parse_slots(s->outs, info->outputs);
+        info->n_attrs = parse_attrs(s->attrs, info->attrs, PE_MAX_ATTRS);
+        info->infer = s->infer;
+        info->grad = s->grad;
+        info->kernels[PE_PLACE_CPU] = s->cpu;
+        info->kernels[PE_PLACE_CUDA] = s->cuda;
+        /* inplace pairs "X>Out Y>Out2" */
+        const char *p = s->inplace;
+        while (*p) {
+            while (*p == ' ') p++;
+            if (!*p) break;
+            const char *b = p;
+            while (*p && *p != ' ') p++;
+            const char *gt = memchr(b, '>', (size_t)(p - b));
+            PE_ASSERT(gt);
+            char *in = dup_range(b, gt), *out = dup_range(gt + 1, p);
+            int ii = pe_op_info_input_index(info, in), oi = pe_op_info_output_index(info, out);
+            PE_ASSERT(ii >= 0 && oi >= 0 && info->n_inplace < PE_MAX_SLOTS);
+            info->inplace[info->n_inplace][0] = ii;
+            info->inplace[info->n_inplace][1] = oi;
+            info->n_inplace++;
+            free(in);
+            free(out);
+        }
+    }
+}
+
+static void ensure_init(void) { pthread_once(&g_once, init_registry); }
+
+const pe_op_info *pe_op_info_find(const char *type) {
+    ensure_init();
+    if (!type) return NULL;
+    for (int i = 0; i < PE_OP_COUNT; i++)
+        if (!strcmp(g_infos[i].name, type)) return &g_infos[i];
+    return NULL;
+}
+
+const pe_op_info *pe_op_info_get(int id) {
+    ensure_init();
+    return id >= 0 && id < PE_OP_COUNT ? &g_infos[id] : NULL;
+}
+
+int pe_op_info_count(void) { return PE_OP_COUNT; }
+
+int pe_op_info_input_index(const pe_op_info *info, const char *slot) {
+    for (int i = 0; i < info->n_inputs; i++)
+        if (!strcmp(info->inputs[i].name, slot)) return i;
+    return -1;
+}
+
+int pe_op_info_output_index(const pe_op_info *info, const char *slot) {
+    for (int i = 0; i < info->n_outputs; i++)
+        if (!strcmp(info->outputs[i].name, slot)) return i;
+    return -1;
+}
+
+const pe_attr_info *pe_op_info_attr(const pe_op_info *info, const char *name) {
+    for (int i = 0; i < info->n_attrs; i++)
+        if (!strcmp(info->attrs[i].name, name)) return &info->attrs[i];
+    return NULL;
+}
+
+const pe_attr_info *pe_common_attr(const char *name) {
+    ensure_init();
+    for (int i = 0; i < g_n_common; i++)
+        if (!strcmp(g_common[i].name, name)) return &g_common[i];
+    return NULL;
+}
+
+/* ---- op context ------------------------------------------------------- */
+
+static const pe_slot *find_slot(const pe_slot *slots, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(slots[i].name, name)) return &slots[i];
+    return NULL;
+}
+
+pe_status pe_op_ctx_init(pe_op_ctx *ctx, const pe_op *op, pe_scope *scope, pe_place place) {
+    memset(ctx, 0, sizeof *ctx);
+    const pe_op_info *info = pe_op_info_find(op->type);
+    if (!info) return pe_error(PE_ERR_NOT_FOUND, "unknown op type '%s'", op->type);
+    ctx->op = op;
+    ctx->info = info;
+    ctx->place = place;
+    ctx->num_threads = 1;
+    /* One allocation for all tensor pointer arrays. */
+    int total = 0;
+    for (int i = 0; i < op->n_inputs; i++) total += op->inputs[i].n_args;
+    for (int i = 0; i < op->n_outputs; i++) total += op->outputs[i].n_args;
+    size_t bytes = (size_t)(total ? total : 1) * (sizeof(pe_tensor *) + sizeof(char *));
+    char *mem = calloc(1, bytes);
+    if (!mem) return pe_error(PE_ERR_NOMEM, "op %s: out of memory", op->type);
+    ctx->storage = mem;
+    pe_tensor **tp = (pe_tensor **)mem;
+    const char **np = (const char **)(mem + (size_t)(total ? total : 1) * sizeof(pe_tensor *));
+    char pb[32];
+    for (int i = 0; i < info->n_inputs; i++) {
+        const pe_slot *s = find_slot(op->inputs, op->n_inputs, info->inputs[i].name);
+        if (!s) continue;
+        ctx->in[i] = tp;
+        ctx->in_names[i] = np;
+        ctx->n_in[i] = s->n_args;
+        for (int k = 0; k < s->n_args; k++) {
+            pe_tensor *t = pe_scope_find_var(scope, s->args[k]);
+            if (!t) {
+                pe_op_ctx_release(ctx);
+                return pe_error(PE_ERR_NOT_FOUND,
+                                "op %s on %s: input %s '%s' is not in the scope (not fed, not "
+                                "initialized by the startup program, and not produced by an "
+                                "earlier op)",
+                                op->type, pe_place_str(place, pb, sizeof pb), info->inputs[i].name,
+                                s->args[k]);
+            }
+            *tp++ = t;
+            *np++ = s->args[k];
+        }
+    }
+    for (int i = 0; i < info->n_outputs; i++) {
+        const pe_slot *s = find_slot(op->outputs, op->n_outputs, info->outputs[i].name);
+        if (!s) continue;
+        ctx->out[i] = tp;
+        ctx->out_names[i] = np;
+        ctx->n_out[i] = s->n_args;
+        for (int k = 0; k < s->n_args; k++) {
+            pe_tensor *t = pe_scope_find_var(scope, s->args[k]);
+            if (!t) t = pe_scope_var(scope, s->args[k]);
+            if (!t) {
+                pe_op_ctx_release(ctx);
+                return pe_error(PE_ERR_NOMEM, "op %s: out of memory creating output '%s'", op->type, s->args[k]);
+            }
+            *tp++ = t;
+            *np++ = s->args[k];
+        }
+    }
+    for (int i = 0; i < info->n_attrs; i++) {
+        const pe_attr *a = NULL;
+        for (int k = 0; k < op->n_attrs; k++)
+            if (!strcmp(op->attrs[k].name, info->attrs[i].name)) { a = &op->attrs[k]; break; }
+        if (!a && info->attrs[i].required) {
+            pe_op_ctx_release(ctx);
+            return pe_error(PE_ERR_INVALID, "op %s: required attr '%s' is missing", op->type, info->attrs[i].name);
+        }
+        ctx->attrs[i] = a ? a : &info->attrs[i].def;
+    }
+    return PE_OK;
+}
+
+void pe_op_ctx_release(pe_op_ctx *ctx) {
+    free(ctx->storage);
+    ctx->storage = NULL;
+}
+
+pe_status pe_op_run(pe_op_ctx *ctx) {
+    const pe_op_info *info = ctx->info;
+    char pb[32];
+    pe_kernel_fn k = info->kernels[ctx->place.kind];
+    if (!k)
+        return pe_error(PE_ERR_UNSUPPORTED, "op %s has no kernel for %s", info->name,
+                        pe_place_str(ctx->place, pb, sizeof pb));
+    for (int i = 0; i < info->n_inputs; i++)
+        for (int j = 0; j < ctx->n_in[i]; j++) {
+            const pe_tensor *t = ctx->in[i][j];
+            if (!t->buf && pe_tensor_numel(t) != 0)
+                return pe_error(PE_ERR_INVALID,
+                                "op %s on %s: input %s '%s' has no value (it was declared but never "
+                                "fed or computed)",
+                                info->name, pe_place_str(ctx->place, pb, sizeof pb), info->inputs[i].name,
+                                ctx->in_names[i][j]);
+        }
+    PE_CHECK(info->infer(ctx));
+    for (int i = 0; i < info->n_outputs; i++)
+        for (int j = 0; j < ctx->n_out[i]; j++) {
+            pe_tensor *t = ctx->out[i][j];
+            pe_status st = pe_tensor_resize(t, t->dtype, t->ndim, t->dims, ctx->place);
+            if (st != PE_OK)
+                return pe_error_wrap(st, "op %s on %s: output %s '%s'", info->name,
+                                     pe_place_str(ctx->place, pb, sizeof pb), info->outputs[i].name,
+                                     ctx->out_names[i][j]);
+        }
+    return k(ctx);
+}
+
+/* ---- accessors -------------------------------------------------------- */
+
+static int in_idx(const pe_op_ctx *ctx, const char *slot) {
+    int i = pe_op_info_input_index(ctx->info, slot);
+    PE_ASSERT(i >= 0);
+    return i;
+}
+
+static int out_idx(const pe_op_ctx *ctx, const char *slot) {
+    int i = pe_op_info_output_index(ctx->info, slot);
+    PE_ASSERT(i >= 0);
+    return i;
+}
+
+pe_tensor *pe_ctx_in_at(const pe_op_ctx *ctx, const char *slot, int k) {
+    int i = in_idx(ctx, slot);
+    return k < ctx->n_in[i] ? ctx->in[i][k] : NULL;
+}
+pe_tensor *pe_ctx_in(const pe_op_ctx *ctx, const char *slot) { return pe_ctx_in_at(ctx, slot, 0); }
+int pe_ctx_n_in(const pe_op_ctx *ctx, const char *slot) { return ctx->n_in[in_idx(ctx, slot)]; }
+pe_tensor *pe_ctx_out_at(const pe_op_ctx *ctx, const char *slot, int k) {
+    int i = out_idx(ctx, slot);
+    return k < ctx->n_out[i] ? ctx->out[i][k] : NULL;
+}
+pe_tensor *pe_ctx_out(const pe_op_ctx *ctx, const char *slot) { return pe_ctx_out_at(ctx, slot, 0); }
+int pe_ctx_n_out(const pe_op_ctx *ctx, const char *slot) { return ctx->n_out[out_idx(ctx, slot)]; }
+const char *pe_ctx_in_name(const pe_op_ctx *ctx, const char *slot, int k) {
+    int i = in_idx(ctx, slot);
+    return k < ctx->n_in[i] ? ctx->in_names[i][k] : "";
+}
+const char *pe_ctx_out_name(const pe_op_ctx *ctx, const char *slot, int k) {
+    int i = out_idx(ctx, slot);
+    return k < ctx->n_out[i] ? ctx->out_names[i][k] : "";
+}
+
+static const pe_attr *ctx_attr(const pe_op_ctx *ctx, const char *name) {
+    for (int i = 0; i < ctx->info->n_attrs; i++)
+        if (!strcmp(ctx->info->attrs[i].name, name)) return ctx->attrs[i];
+    PE_ASSERT(!"attr not in the op's registry spec");
+    return NULL;
+}
+
+int64_t pe_ctx_int(const pe_op_ctx *ctx, const char *name) { return ctx_attr(ctx, name)->i; }
+double pe_ctx_float(const pe_op_ctx *ctx, const char *name) { return ctx_attr(ctx, name)->f; }
+bool pe_ctx_bool(const pe_op_ctx *ctx, const char *name) { return ctx_attr(ctx, name)->i != 0; }
+const char *pe_ctx_string(const pe_op_ctx *ctx, const char *name) {
+    const char *s = ctx_attr(ctx, name)->s;
+    return s ? s : "";
+}
+const int64_t *pe_ctx_ints(const pe_op_ctx *ctx, const char *name, int *n) {
+    const pe_attr *a = ctx_attr(ctx, name);
+    *n = a->n;
+    return a->ints;
+}
+const double *pe_ctx_floats(const pe_op_ctx *ctx, const char *name, int *n) {
+    const pe_attr *a = ctx_attr(ctx, name);
+    *n = a->n;
+    return a->floats;
+}
+
+pe_status pe_ctx_error(const pe_op_ctx *ctx, pe_status st, const char *fmt, ...) {
+    char msg[1024], pb[32];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    const char *out = "";
+    for (int i = 0; i < ctx->info->n_outputs && !*out; i++)
+        if (ctx->n_out[i]) out = ctx->out_names[i][0];
+    return pe_error(st, "op %s (output '%s') on %s: %s", ctx->info->name, out,
+                    pe_place_str(ctx->place, pb, sizeof pb), msg);
+}
+
+pe_status pe_infer_same(pe_op_ctx *ctx, const char *in_slot, const char *out_slot) {
+    const pe_tensor *x = pe_ctx_in(ctx, in_slot);
+    for (int k = 0; k < pe_ctx_n_out(ctx, out_slot); k++) {
+        pe_status st = pe_tensor_set_meta(pe_ctx_out_at(ctx, out_slot, k), x->dtype, x->ndim, x->dims);
+        if (st != PE_OK) return pe_ctx_error(ctx, st, "%s", pe_last_error());
+    }
+    return PE_OK;
+}

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# scripts/test.sh — the test command (README, .ci/run).
+#
+# Installs what is missing (scripts/setup.sh), builds build/ with
+# -Wall -Wextra -Werror (CUDA sources included when nvcc exists), runs ctest
+# and pytest, then the ASan/UBSan build of the test suite and a short
+# libFuzzer run of every parser. Exits non-zero on any failure.
+#
+#   PE_TEST_QUICK=1   skip the sanitizer build and the fuzz run (developer loop)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+jobs=$(nproc)
+PY=/usr/bin/python3
+
+step() { printf '\n==== %s ====\n' "$*"; }
+
+step "setup"
+scripts/setup.sh
+
+step "build (build/)"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPE_WERROR=ON >/dev/null
+cmake --build build -j"$jobs"
+
+step "ctest (build/)"
+# Kernels get one thread each while tests run two at a time.
+(cd build && OMP_NUM_THREADS=1 ctest --output-on-failure -j"$jobs" --timeout 600)
+
+step "pytest"
+if ls tests/python/test_*.py tests/ops/test_*.py >/dev/null 2>&1; then
+  PE_BIN_DIR="$root/build/bin" PYTHONPATH="$root/build/python:${PYTHONPATH:-}" \
+    OMP_NUM_THREADS=1 $PY -m pytest -q -p no:cacheprovider tests/python tests/ops
+else
+  echo "no Python tests yet"
+fi
+
+if [ "${PE_TEST_QUICK:-0}" = 1 ]; then
+  echo "PE_TEST_QUICK=1: skipping the sanitizer build and the fuzz run"
+  exit 0
+fi
+
+step "ASan/UBSan build (build-asan/) and ctest"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DPE_SANITIZE=address -DPE_WITH_CUDA=OFF \
+  -DPE_BUILD_PYTHON=OFF >/dev/null
+cmake --build build-asan -j"$jobs"
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 OMP_NUM_THREADS=1 \
+  ctest --output-on-failure -j"$jobs" --timeout 900)
+
+if [ -x tests/fuzz/run_short.sh ]; then
+  step "short fuzz run"
+  tests/fuzz/run_short.sh
+fi
+
+step "all tests passed"
