@@ -111,6 +111,7 @@ static pe_status prepare(pe_executor *ex, const pe_program *prog, int block_idx,
             return pe_error_wrap(st, "block %d op %d", block_idx, i);
         }
         ex->ctxs[i].num_threads = ex->num_threads;
+        ex->ctxs[i].program_seed = (uint64_t)prog->random_seed;
         ex->n_ctxs = i + 1;
     }
     ex->prog = prog;

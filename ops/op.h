@@ -120,6 +120,7 @@ struct pe_op_ctx {
     const pe_op_info *info;
     pe_place place;
     int num_threads;                        /* OpenMP threads the kernel may use */
+    uint64_t program_seed;                  /* Program.random_seed, for random ops */
     int n_in[PE_MAX_SLOTS];                 /* per info->inputs[i] */
     pe_tensor **in[PE_MAX_SLOTS];
     const char **in_names[PE_MAX_SLOTS];

@@ -29,6 +29,7 @@
 #include "pe/npy.h"
 #include "pe/program.h"
 #include "pe/executor.h"
+#include "pe/checkpoint.h"
 
 #define PE_VERSION_STRING "0.1.0"
 

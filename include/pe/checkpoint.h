@@ -1,0 +1,41 @@
+/* pe/checkpoint.h — checkpoints of persistables in the safetensors format.
+ *
+ *     if (pe_checkpoint_save("ckpt.safetensors", main, scope) != PE_OK) ...
+ *     if (pe_checkpoint_load("ckpt.safetensors", main, scope) != PE_OK)
+ *         fprintf(stderr, "%s\n", pe_last_error());   // names file, var, mismatch
+ *
+ * The file is plain safetensors (8-byte little-endian header length, JSON
+ * header {"name": {"dtype": "F32", "shape": [..], "data_offsets": [b, e]}},
+ * "__metadata__" allowed, then the raw little-endian data), so PyTorch and
+ * numpy users read it with their own tools. Saving is atomic (temporary
+ * file, fsync, rename): a crash while saving leaves the previous file intact.
+ * Loading checks the header (JSON, offsets in bounds, non-overlapping, sizes
+ * = numel * dtype size), and the dtype and shape of every persistable var of
+ * block 0 of the program against the file, naming any mismatch.
+ */
+#ifndef PE_CHECKPOINT_H
+#define PE_CHECKPOINT_H
+
+#include "pe/program.h"
+#include "pe/scope.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Saves every persistable var of prog's block 0 found in scope (borrowed). */
+pe_status pe_checkpoint_save(const char *path, const pe_program *prog, const pe_scope *scope);
+/* Loads every persistable var of prog's block 0 from path into scope (vars
+ * created in scope when absent). A var missing from the file, an extra
+ * tensor, or a dtype/shape mismatch is an error naming the var. */
+pe_status pe_checkpoint_load(const char *path, const pe_program *prog, pe_scope *scope);
+
+/* Lower level: read every tensor of a safetensors file into scope, and
+ * write named tensors of a scope. */
+pe_status pe_safetensors_read(const char *path, pe_scope *scope);
+pe_status pe_safetensors_write(const char *path, const pe_scope *scope, const char *const *names, int n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
