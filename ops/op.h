@@ -139,7 +139,8 @@ void pe_op_ctx_release(pe_op_ctx *ctx);
 /* infer -> allocate outputs on ctx->place -> kernel. Errors name op and place. */
 pe_status pe_op_run(pe_op_ctx *ctx);
 
-/* Accessors (slot names must exist in the registry spec; PE_ASSERT otherwise). */
+/* Accessors (slot names must exist in the registry spec; PE_ASSERT otherwise).
+ * An arg named PE_EMPTY_VAR (or a missing optional slot) gives NULL. */
 pe_tensor *pe_ctx_in(const pe_op_ctx *ctx, const char *slot);       /* first arg or NULL */
 pe_tensor *pe_ctx_in_at(const pe_op_ctx *ctx, const char *slot, int k);
 int pe_ctx_n_in(const pe_op_ctx *ctx, const char *slot);

@@ -263,6 +263,11 @@ pe_status pe_op_ctx_init(pe_op_ctx *ctx, const pe_op *op, pe_scope *scope, pe_pl
         ctx->in_names[i] = np;
         ctx->n_in[i] = s->n_args;
         for (int k = 0; k < s->n_args; k++) {
+            if (!strcmp(s->args[k], PE_EMPTY_VAR)) { /* absent arg of a duplicable slot */
+                *tp++ = NULL;
+                *np++ = s->args[k];
+                continue;
+            }
             pe_tensor *t = pe_scope_find_var(scope, s->args[k]);
             if (!t) {
                 pe_op_ctx_release(ctx);
@@ -284,6 +289,11 @@ pe_status pe_op_ctx_init(pe_op_ctx *ctx, const pe_op *op, pe_scope *scope, pe_pl
         ctx->out_names[i] = np;
         ctx->n_out[i] = s->n_args;
         for (int k = 0; k < s->n_args; k++) {
+            if (!strcmp(s->args[k], PE_EMPTY_VAR)) { /* gradient not needed */
+                *tp++ = NULL;
+                *np++ = s->args[k];
+                continue;
+            }
             pe_tensor *t = pe_scope_find_var(scope, s->args[k]);
             if (!t) t = pe_scope_var(scope, s->args[k]);
             if (!t) {
@@ -322,6 +332,7 @@ pe_status pe_op_run(pe_op_ctx *ctx) {
     for (int i = 0; i < info->n_inputs; i++)
         for (int j = 0; j < ctx->n_in[i]; j++) {
             const pe_tensor *t = ctx->in[i][j];
+            if (!t) continue;
             if (!t->buf && pe_tensor_numel(t) != 0)
                 return pe_error(PE_ERR_INVALID,
                                 "op %s on %s: input %s '%s' has no value (it was declared but never "
@@ -333,6 +344,7 @@ pe_status pe_op_run(pe_op_ctx *ctx) {
     for (int i = 0; i < info->n_outputs; i++)
         for (int j = 0; j < ctx->n_out[i]; j++) {
             pe_tensor *t = ctx->out[i][j];
+            if (!t) continue;
             pe_status st = pe_tensor_resize(t, t->dtype, t->ndim, t->dims, ctx->place);
             if (st != PE_OK)
                 return pe_error_wrap(st, "op %s on %s: output %s '%s'", info->name,

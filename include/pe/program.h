@@ -56,6 +56,12 @@ typedef struct pe_slot {
     char **args;        /* var names */
 } pe_slot;
 
+/* Placeholder arg of a duplicable slot meaning "no var here" (e.g. a
+ * gradient that is not needed). Kernels see a NULL tensor for it. */
+#define PE_EMPTY_VAR "@EMPTY@"
+/* Suffix of gradient var names: the gradient of "w" is "w@GRAD". */
+#define PE_GRAD_SUFFIX "@GRAD"
+
 /* op_role values, as Paddle's OpRole. */
 enum { PE_ROLE_FORWARD = 0, PE_ROLE_BACKWARD = 1, PE_ROLE_OPTIMIZE = 2,
        PE_ROLE_LOSS = 256 };
