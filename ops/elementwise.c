@@ -1,6 +1,231 @@
-/* ops/elementwise.c — shape inference of the elementwise family. (PLACEHOLDER: being written) */
+/* ops/elementwise.c — shape inference of the elementwise family and the
+ * broadcast plan shared by its CPU and CUDA kernels (ops/elementwise.h).
+ *
+ * elementwise_{add,sub,mul,div}: Out gets the broadcast shape of X and Y
+ * (Paddle's `axis` alignment, then numpy's per-dim rule); X and Y must have
+ * the same dtype, one of fp32/fp64/int32/int64. The plan is computed by one
+ * pure function so that inference, the CPU loops and the CUDA launches can
+ * never disagree about the shape.
+ *
+ * relu/sigmoid/tanh/scale: Out has X's meta; the dtype is checked here so a
+ * kernel never sees a type it has no loop for. cast: Out has X's dims and the
+ * out_dtype attr (pe_dtype values 0..5). cast's in_dtype attr is ignored (the
+ * input tensor's own dtype is authoritative, as in Paddle's kernel).
+ */
+#include "ops/elementwise.h"
 #include "ops/op.h"
 
-pe_status pe_infer_elementwise(pe_op_ctx *ctx) { return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "not implemented yet"); }
-pe_status pe_infer_unary(pe_op_ctx *ctx) { return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "not implemented yet"); }
-pe_status pe_infer_cast(pe_op_ctx *ctx) { return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "not implemented yet"); }
+#include <stdio.h>
+#include <string.h>
+
+/* ---- broadcast plan ----------------------------------------------------- */
+
+const char *pe_bcast_kind_name(pe_bcast_kind kind) {
+    static const char *const names[PE_BCAST_KIND_COUNT] = {"same", "scalar_y", "row", "mid", "general"};
+    return kind >= 0 && kind < PE_BCAST_KIND_COUNT ? names[kind] : "invalid";
+}
+
+/* Aligns the lower-rank operand `lo` (rank lo_n) into `hi_n` dims starting at
+ * `axis` (-1 = trailing), dropping trailing 1s of lo that would run past the
+ * end (Paddle's trim_trailing_singular_dims). Writes the padded dims to out. */
+static pe_status align_dims(int hi_n, int lo_n, const int64_t *lo, int axis, const char *lo_name,
+                            int64_t *out) {
+    if (axis == -1) axis = hi_n - lo_n;
+    if (axis < 0 || axis > hi_n)
+        return pe_error(PE_ERR_INVALID, "axis %d is out of range for aligning %s (rank %d) inside rank %d "
+                        "(expected -1 or 0..%d)", axis, lo_name, lo_n, hi_n, hi_n - lo_n);
+    while (lo_n > 0 && axis + lo_n > hi_n && lo[lo_n - 1] == 1) lo_n--; /* trailing 1s */
+    if (axis + lo_n > hi_n)
+        return pe_error(PE_ERR_INVALID, "axis %d places %s (rank %d) past the last dim of rank %d "
+                        "(expected axis <= %d)", axis, lo_name, lo_n, hi_n, hi_n - lo_n);
+    for (int i = 0; i < hi_n; i++) out[i] = 1;
+    for (int i = 0; i < lo_n; i++) out[axis + i] = lo[i];
+    return PE_OK;
+}
+
+static void fill_contig_strides(int n, const int64_t *dims, int64_t *strides) {
+    int64_t s = 1;
+    for (int i = n - 1; i >= 0; i--) {
+        strides[i] = s;
+        s *= dims[i];
+    }
+}
+
+pe_status pe_bcast_plan_make(int x_ndim, const int64_t *x_dims, int y_ndim, const int64_t *y_dims,
+                             int axis, pe_bcast_plan *pl) {
+    char xs[160], ys[160];
+    memset(pl, 0, sizeof *pl);
+    if (x_ndim < 0 || x_ndim > PE_MAX_DIMS || y_ndim < 0 || y_ndim > PE_MAX_DIMS)
+        return pe_error(PE_ERR_INVALID, "ranks %d and %d must be in 0..%d", x_ndim, y_ndim, PE_MAX_DIMS);
+    bool same = x_ndim == y_ndim && !memcmp(x_dims, y_dims, sizeof(int64_t) * (size_t)x_ndim);
+    int r = x_ndim > y_ndim ? x_ndim : y_ndim;
+    int64_t xd[PE_MAX_DIMS], yd[PE_MAX_DIMS];
+    if (same || x_ndim == y_ndim) {
+        if (!same && axis != -1 && axis != 0)
+            return pe_error(PE_ERR_INVALID, "X %s and Y %s have the same rank but different dims; axis must "
+                            "be -1 or 0 (got %d)", pe_dims_str(x_ndim, x_dims, xs, sizeof xs),
+                            pe_dims_str(y_ndim, y_dims, ys, sizeof ys), axis);
+        memcpy(xd, x_dims, sizeof(int64_t) * (size_t)r);
+        memcpy(yd, y_dims, sizeof(int64_t) * (size_t)r);
+    } else if (x_ndim > y_ndim) {
+        memcpy(xd, x_dims, sizeof(int64_t) * (size_t)r);
+        if (align_dims(r, y_ndim, y_dims, axis, "Y", yd) != PE_OK)
+            return pe_error_wrap(PE_ERR_INVALID, "X %s, Y %s", pe_dims_str(x_ndim, x_dims, xs, sizeof xs),
+                                 pe_dims_str(y_ndim, y_dims, ys, sizeof ys));
+    } else { /* X has the lower rank: Paddle aligns X inside Y the same way */
+        memcpy(yd, y_dims, sizeof(int64_t) * (size_t)r);
+        if (align_dims(r, x_ndim, x_dims, axis, "X", xd) != PE_OK)
+            return pe_error_wrap(PE_ERR_INVALID, "X %s, Y %s", pe_dims_str(x_ndim, x_dims, xs, sizeof xs),
+                                 pe_dims_str(y_ndim, y_dims, ys, sizeof ys));
+    }
+
+    /* numpy's rule per aligned dim. */
+    int64_t od[PE_MAX_DIMS];
+    for (int i = 0; i < r; i++) {
+        if (xd[i] < 0 || yd[i] < 0)
+            return pe_error(PE_ERR_INVALID, "negative dim in X %s or Y %s", pe_dims_str(x_ndim, x_dims, xs, sizeof xs),
+                            pe_dims_str(y_ndim, y_dims, ys, sizeof ys));
+        if (xd[i] == yd[i] || yd[i] == 1) od[i] = xd[i];
+        else if (xd[i] == 1) od[i] = yd[i];
+        else
+            return pe_error(PE_ERR_INVALID, "X %s and Y %s do not broadcast with axis %d: aligned dim %d is "
+                            "%lld in X and %lld in Y (they must be equal or one of them 1)",
+                            pe_dims_str(x_ndim, x_dims, xs, sizeof xs), pe_dims_str(y_ndim, y_dims, ys, sizeof ys),
+                            axis, i, (long long)xd[i], (long long)yd[i]);
+    }
+    pl->out_ndim = r;
+    memcpy(pl->out_dims, od, sizeof(int64_t) * (size_t)r);
+    pl->numel = pe_dims_prod(od, 0, r);
+
+    /* Iteration space: drop size-1 output dims, then merge neighbours whose
+     * broadcast status (full or broadcast) is the same in both operands. */
+    int n = 0;
+    int64_t d[PE_MAX_DIMS];
+    bool xb[PE_MAX_DIMS], yb[PE_MAX_DIMS]; /* true = broadcast along this dim */
+    for (int i = 0; i < r; i++) {
+        if (od[i] == 1) continue;
+        bool bx = xd[i] != od[i], by = yd[i] != od[i];
+        if (n > 0 && xb[n - 1] == bx && yb[n - 1] == by) {
+            d[n - 1] *= od[i];
+        } else {
+            d[n] = od[i];
+            xb[n] = bx;
+            yb[n] = by;
+            n++;
+        }
+    }
+    pl->ndim = n;
+    memcpy(pl->dims, d, sizeof(int64_t) * (size_t)n);
+    int64_t xs_full[PE_MAX_DIMS], ys_full[PE_MAX_DIMS], xdm[PE_MAX_DIMS], ydm[PE_MAX_DIMS];
+    for (int i = 0; i < n; i++) {
+        xdm[i] = xb[i] ? 1 : d[i];
+        ydm[i] = yb[i] ? 1 : d[i];
+    }
+    fill_contig_strides(n, xdm, xs_full);
+    fill_contig_strides(n, ydm, ys_full);
+    for (int i = 0; i < n; i++) {
+        pl->x_strides[i] = xb[i] ? 0 : xs_full[i];
+        pl->y_strides[i] = yb[i] ? 0 : ys_full[i];
+    }
+
+    /* Fast-path classification (x must be full: out and x share indices). */
+    bool x_full = true, y_full = true, y_none = true;
+    for (int i = 0; i < n; i++) {
+        x_full = x_full && !xb[i];
+        y_full = y_full && !yb[i];
+        y_none = y_none && yb[i];
+    }
+    pl->pre = pl->numel;
+    pl->n = 1;
+    pl->post = 1;
+    if (pl->numel == 0 || n == 0 || (x_full && y_full)) {
+        pl->kind = PE_BCAST_SAME;
+    } else if (x_full && y_none) {
+        pl->kind = PE_BCAST_SCALAR_Y;
+    } else if (x_full && n == 2 && yb[0] && !yb[1]) {
+        pl->kind = PE_BCAST_ROW;
+        pl->pre = d[0];
+        pl->n = d[1];
+    } else if (x_full && n == 2 && !yb[0] && yb[1]) {
+        pl->kind = PE_BCAST_MID;
+        pl->pre = 1;
+        pl->n = d[0];
+        pl->post = d[1];
+    } else if (x_full && n == 3 && yb[0] && !yb[1] && yb[2]) {
+        pl->kind = PE_BCAST_MID;
+        pl->pre = d[0];
+        pl->n = d[1];
+        pl->post = d[2];
+    } else {
+        pl->kind = PE_BCAST_GENERAL;
+    }
+    return PE_OK;
+}
+
+/* ---- infer ---------------------------------------------------------------- */
+
+/* Required single input of `slot`, or an error naming it. */
+static pe_status need_in(pe_op_ctx *ctx, const char *slot, pe_tensor **t) {
+    *t = pe_ctx_in(ctx, slot);
+    if (!*t) return pe_ctx_error(ctx, PE_ERR_INVALID, "input %s is required but absent", slot);
+    return PE_OK;
+}
+
+static pe_status set_out(pe_op_ctx *ctx, const char *slot, pe_dtype dt, int ndim, const int64_t *dims) {
+    for (int k = 0; k < pe_ctx_n_out(ctx, slot); k++) {
+        pe_tensor *o = pe_ctx_out_at(ctx, slot, k);
+        if (!o) continue;
+        if (pe_tensor_set_meta(o, dt, ndim, dims) != PE_OK)
+            return pe_ctx_error(ctx, PE_ERR_INVALID, "output %s '%s': %s", slot, pe_ctx_out_name(ctx, slot, k),
+                                pe_last_error());
+    }
+    return PE_OK;
+}
+
+static bool is_float(pe_dtype dt) { return dt == PE_DTYPE_FP32 || dt == PE_DTYPE_FP64; }
+static bool is_num(pe_dtype dt) { return is_float(dt) || dt == PE_DTYPE_INT32 || dt == PE_DTYPE_INT64; }
+
+/* X [..], Y [..] -> Out: broadcast shape (ops/elementwise.h). */
+pe_status pe_infer_elementwise(pe_op_ctx *ctx) {
+    pe_tensor *x, *y;
+    PE_CHECK(need_in(ctx, "X", &x));
+    PE_CHECK(need_in(ctx, "Y", &y));
+    const char *xn = pe_ctx_in_name(ctx, "X", 0), *yn = pe_ctx_in_name(ctx, "Y", 0);
+    if (x->dtype != y->dtype)
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "X '%s' is %s but Y '%s' is %s (they must match)", xn,
+                            pe_dtype_name(x->dtype), yn, pe_dtype_name(y->dtype));
+    if (!is_num(x->dtype))
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "X '%s' has dtype %s (expected float32, float64, int32 or int64)",
+                            xn, pe_dtype_name(x->dtype));
+    pe_bcast_plan pl;
+    int axis = (int)pe_ctx_int(ctx, "axis");
+    if (pe_bcast_plan_make(x->ndim, x->dims, y->ndim, y->dims, axis, &pl) != PE_OK)
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "X '%s' and Y '%s': %s", xn, yn, pe_last_error());
+    return set_out(ctx, "Out", x->dtype, pl.out_ndim, pl.out_dims);
+}
+
+/* X [..] -> Out [..] (relu, sigmoid, tanh: float; scale: float or int). */
+pe_status pe_infer_unary(pe_op_ctx *ctx) {
+    pe_tensor *x;
+    PE_CHECK(need_in(ctx, "X", &x));
+    bool ok = ctx->info->id == PE_OP_scale ? is_num(x->dtype) : is_float(x->dtype);
+    if (!ok)
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "X '%s' has dtype %s (expected %s)", pe_ctx_in_name(ctx, "X", 0),
+                            pe_dtype_name(x->dtype),
+                            ctx->info->id == PE_OP_scale ? "float32, float64, int32 or int64" : "float32 or float64");
+    return set_out(ctx, "Out", x->dtype, x->ndim, x->dims);
+}
+
+/* X [..] of any of the six dtypes -> Out [..] of dtype out_dtype. */
+pe_status pe_infer_cast(pe_op_ctx *ctx) {
+    pe_tensor *x;
+    PE_CHECK(need_in(ctx, "X", &x));
+    if (x->dtype > PE_DTYPE_BOOL)
+        return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "X '%s' has dtype %s (cast supports float32, float64, int32, "
+                            "int64, uint8, bool)", pe_ctx_in_name(ctx, "X", 0), pe_dtype_name(x->dtype));
+    int64_t od = pe_ctx_int(ctx, "out_dtype");
+    if (od < PE_DTYPE_FP32 || od > PE_DTYPE_BOOL)
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "attr out_dtype = %lld is not a supported dtype (expected 0 float32, "
+                            "1 float64, 2 int32, 3 int64, 4 uint8, 5 bool)", (long long)od);
+    return set_out(ctx, "Out", (pe_dtype)od, x->ndim, x->dims);
+}
