@@ -30,6 +30,7 @@
 #include "pe/program.h"
 #include "pe/executor.h"
 #include "pe/checkpoint.h"
+#include "pe/passes.h"
 
 #define PE_VERSION_STRING "0.1.0"
 

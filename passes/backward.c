@@ -1,0 +1,478 @@
+/* passes/backward.c — autodiff: append_backward and gradients.
+ *
+ * How: (1) forward sweep — a var "requires grad" when it is a chosen
+ * parameter/input or a float output of an op with such an input (minus
+ * stop_gradient and the no-grad set); (2) backward sweep from the targets —
+ * an op is differentiated when one of its outputs reaches a target and one
+ * of its inputs requires grad; (3) reverse walk over those ops calling each
+ * op's grad maker (ops/ops.def PE_GRAD) through the helpers of ops/grad.h.
+ *
+ * Gradient accumulation: every contribution to d/dv gets its own var
+ * (v@GRAD, v@GRAD@RENAME@1, ...). Because ops are visited in reverse, all
+ * contributions to v exist when v's producer is reached; there, before the
+ * producer's grad op consumes v@GRAD, a `sum` op folds the contributions
+ * into v@GRAD (leaves — parameters, feeds — are folded at the end). This is
+ * Paddle's scheme, and it keeps each grad var written exactly once.
+ *
+ * Vars are few (hundreds), so the bookkeeping uses flat arrays and linear
+ * search rather than a hash map.
+ */
+#include "pe/passes.h"
+#include "ops/grad.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GRAD_ROLE_LOSS (PE_ROLE_BACKWARD | PE_ROLE_LOSS)
+
+typedef struct {
+    char *var;
+    int n;            /* contributions so far */
+    bool folded;      /* v@GRAD final (summed or single) */
+} contrib_t;
+
+struct pe_grad_ctx {
+    pe_program *p;
+    int fwd_idx;      /* index of the forward op in block 0 */
+    int cur_idx;      /* index of the current grad op, -1 = none */
+    char **req;       /* vars requiring grad */
+    int n_req;
+    char **nograd;
+    int n_nograd;
+    contrib_t *c;
+    int n_c, cap_c;
+};
+
+static pe_block *blk(const pe_grad_ctx *g) { return &g->p->blocks[0]; }
+
+static bool in_list(char *const *list, int n, const char *s) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(list[i], s)) return true;
+    return false;
+}
+
+static pe_status list_add(char ***list, int *n, const char *s) {
+    if (in_list(*list, *n, s)) return PE_OK;
+    char **nl = realloc(*list, sizeof *nl * (size_t)(*n + 1));
+    if (!nl) return pe_error(PE_ERR_NOMEM, "append_backward: out of memory");
+    *list = nl;
+    nl[*n] = strdup(s);
+    if (!nl[*n]) return pe_error(PE_ERR_NOMEM, "append_backward: out of memory");
+    (*n)++;
+    return PE_OK;
+}
+
+static void list_free(char **list, int n) {
+    for (int i = 0; i < n; i++) free(list[i]);
+    free(list);
+}
+
+static bool is_float(pe_dtype dt) {
+    return dt == PE_DTYPE_FP32 || dt == PE_DTYPE_FP64 || dt == PE_DTYPE_FP16 || dt == PE_DTYPE_BF16;
+}
+
+static contrib_t *contrib(pe_grad_ctx *g, const char *var, bool create) {
+    for (int i = 0; i < g->n_c; i++)
+        if (!strcmp(g->c[i].var, var)) return &g->c[i];
+    if (!create) return NULL;
+    if (g->n_c == g->cap_c) {
+        int cap = g->cap_c ? g->cap_c * 2 : 32;
+        contrib_t *nc = realloc(g->c, sizeof *nc * (size_t)cap);
+        if (!nc) return NULL;
+        g->c = nc;
+        g->cap_c = cap;
+    }
+    contrib_t *c = &g->c[g->n_c];
+    c->var = strdup(var);
+    if (!c->var) return NULL;
+    c->n = 0;
+    c->folded = false;
+    g->n_c++;
+    return c;
+}
+
+/* Var names are bounded by the program checker; a name that does not fit
+ * is truncated consistently (and then fails as an undeclared var). */
+static void grad_name(const char *var, int k, char *buf, size_t n) {
+    int r = k == 0 ? snprintf(buf, n, "%s" PE_GRAD_SUFFIX, var)
+                   : snprintf(buf, n, "%s" PE_GRAD_SUFFIX "@RENAME@%d", var, k);
+    if (r < 0 || (size_t)r >= n) buf[n - 1] = '\0';
+}
+
+/* Declares `name` like var `like` (dtype, dims), not persistable. */
+static pe_status declare_like(pe_grad_ctx *g, const char *name, const char *like) {
+    pe_block *b = blk(g);
+    if (pe_block_find_var(b, name)) return PE_OK;
+    const pe_var *v = pe_program_find_var(g->p, 0, like);
+    if (!v) return pe_error(PE_ERR_NOT_FOUND, "append_backward: var '%s' is not declared", like);
+    pe_dtype dt = v->dtype;
+    int ndim = v->ndim;
+    int64_t dims[8];
+    memcpy(dims, v->dims, sizeof dims);
+    pe_var *nv = pe_block_add_var(b, name, dt, ndim, dims);
+    if (!nv) return pe_error(PE_ERR_NOMEM, "append_backward: out of memory declaring '%s'", name);
+    nv->stop_gradient = true;
+    return PE_OK;
+}
+
+static pe_status set_role(pe_op *op, int role) { return pe_op_set_int(op, "op_role", role); }
+
+/* Emits `sum` of v's contributions into v@GRAD at position pos (or appends
+ * when pos < 0); a single contribution is already v@GRAD. */
+static pe_status fold(pe_grad_ctx *g, contrib_t *c, int pos) {
+    if (c->folded) return PE_OK;
+    c->folded = true;
+    if (c->n <= 1) return PE_OK;
+    pe_block *b = blk(g);
+    pe_op *op = pos < 0 ? pe_block_add_op(b, "sum") : pe_block_insert_op(b, pos, "sum");
+    if (!op) return pe_error(PE_ERR_NOMEM, "append_backward: out of memory");
+    char name[512];
+    for (int k = 0; k < c->n; k++) {
+        grad_name(c->var, k, name, sizeof name);
+        PE_CHECK(pe_op_add_input(op, "X", name));
+    }
+    grad_name(c->var, 0, name, sizeof name);
+    PE_CHECK(pe_op_add_output(op, "Out", name));
+    return set_role(op, PE_ROLE_BACKWARD);
+}
+
+/* ---- helpers of ops/grad.h -------------------------------------------- */
+
+const pe_op *pe_grad_fwd(const pe_grad_ctx *g) { return &blk(g)->ops[g->fwd_idx]; }
+
+pe_op *pe_grad_cur_op(pe_grad_ctx *g) { return g->cur_idx >= 0 ? &blk(g)->ops[g->cur_idx] : NULL; }
+
+pe_status pe_grad_new_op(pe_grad_ctx *g, const char *type) {
+    pe_block *b = blk(g);
+    pe_op *op = pe_block_add_op(b, type);
+    if (!op) return pe_error(PE_ERR_NOMEM, "append_backward: out of memory adding %s", type);
+    g->cur_idx = b->n_ops - 1;
+    const pe_op *f = pe_grad_fwd(g);
+    op = pe_grad_cur_op(g);
+    for (int i = 0; i < f->n_attrs; i++) {
+        const char *n = f->attrs[i].name;
+        if (!strcmp(n, "op_role") || !strcmp(n, "op_role_var")) continue;
+        PE_CHECK(pe_op_set_attr(op, &f->attrs[i]));
+    }
+    return set_role(op, PE_ROLE_BACKWARD);
+}
+
+static const pe_slot *fwd_in(const pe_grad_ctx *g, const char *fslot) { return pe_op_input(pe_grad_fwd(g), fslot); }
+static const pe_slot *fwd_out(const pe_grad_ctx *g, const char *fslot) { return pe_op_output(pe_grad_fwd(g), fslot); }
+
+static pe_status add_args(pe_grad_ctx *g, bool as_input, const char *gslot, const pe_slot *s) {
+    if (!s) return PE_OK;
+    for (int k = 0; k < s->n_args; k++) {
+        pe_op *op = pe_grad_cur_op(g);
+        PE_CHECK(as_input ? pe_op_add_input(op, gslot, s->args[k]) : pe_op_add_output(op, gslot, s->args[k]));
+    }
+    return PE_OK;
+}
+
+pe_status pe_grad_fwd_input(pe_grad_ctx *g, const char *fslot, const char *gslot) {
+    return add_args(g, true, gslot, fwd_in(g, fslot));
+}
+
+pe_status pe_grad_fwd_output(pe_grad_ctx *g, const char *fslot, const char *gslot) {
+    return add_args(g, true, gslot, fwd_out(g, fslot));
+}
+
+pe_status pe_grad_out_grad(pe_grad_ctx *g, const char *fslot, const char *gslot) {
+    const pe_slot *s = fwd_out(g, fslot);
+    if (!s) return PE_OK;
+    char name[512];
+    for (int k = 0; k < s->n_args; k++) {
+        /* copy: inserting ops may move the forward op */
+        char var[512];
+        snprintf(var, sizeof var, "%s", fwd_out(g, fslot)->args[k]);
+        const pe_var *v = pe_program_find_var(g->p, 0, var);
+        if (!v || !is_float(v->dtype)) {
+            PE_CHECK(pe_op_add_input(pe_grad_cur_op(g), gslot, PE_EMPTY_VAR));
+            continue;
+        }
+        contrib_t *c = contrib(g, var, true);
+        if (!c) return pe_error(PE_ERR_NOMEM, "append_backward: out of memory");
+        grad_name(var, 0, name, sizeof name);
+        if (c->n == 0) {
+            /* No gradient reaches this output: zeros, inserted before the grad op. */
+            PE_CHECK(declare_like(g, name, var));
+            pe_op *z = pe_block_insert_op(blk(g), g->cur_idx, "fill_any_like");
+            if (!z) return pe_error(PE_ERR_NOMEM, "append_backward: out of memory");
+            PE_CHECK(pe_op_add_input(z, "X", var));
+            PE_CHECK(pe_op_add_output(z, "Out", name));
+            PE_CHECK(pe_op_set_float(z, "value", 0.0));
+            PE_CHECK(set_role(z, PE_ROLE_BACKWARD));
+            g->cur_idx++;
+            c = contrib(g, var, false);
+            c->n = 1;
+            c->folded = true;
+        }
+        PE_CHECK(pe_op_add_input(pe_grad_cur_op(g), gslot, name));
+    }
+    return PE_OK;
+}
+
+bool pe_grad_needs(const pe_grad_ctx *g, const char *fslot, int k) {
+    const pe_slot *s = fwd_in(g, fslot);
+    if (!s || k >= s->n_args) return false;
+    const char *v = s->args[k];
+    return in_list(g->req, g->n_req, v) && !in_list(g->nograd, g->n_nograd, v);
+}
+
+pe_status pe_grad_in_grad(pe_grad_ctx *g, const char *fslot, const char *gslot) {
+    const pe_slot *s = fwd_in(g, fslot);
+    if (!s) return PE_OK;
+    int any = 0;
+    for (int k = 0; k < s->n_args; k++) any += pe_grad_needs(g, fslot, k);
+    if (!any) return PE_OK;
+    char name[512], var[512];
+    for (int k = 0; k < fwd_in(g, fslot)->n_args; k++) {
+        if (!pe_grad_needs(g, fslot, k)) {
+            PE_CHECK(pe_op_add_output(pe_grad_cur_op(g), gslot, PE_EMPTY_VAR));
+            continue;
+        }
+        snprintf(var, sizeof var, "%s", fwd_in(g, fslot)->args[k]);
+        contrib_t *c = contrib(g, var, true);
+        if (!c) return pe_error(PE_ERR_NOMEM, "append_backward: out of memory");
+        grad_name(var, c->n, name, sizeof name);
+        c->n++;
+        PE_CHECK(declare_like(g, name, var));
+        PE_CHECK(pe_op_add_output(pe_grad_cur_op(g), gslot, name));
+    }
+    return PE_OK;
+}
+
+/* ---- the pass ------------------------------------------------------------ */
+
+static bool op_reads(const pe_op *op, char *const *set, int n) {
+    for (int i = 0; i < op->n_inputs; i++)
+        for (int k = 0; k < op->inputs[i].n_args; k++)
+            if (in_list(set, n, op->inputs[i].args[k])) return true;
+    return false;
+}
+
+static bool op_writes(const pe_op *op, char *const *set, int n) {
+    for (int i = 0; i < op->n_outputs; i++)
+        for (int k = 0; k < op->outputs[i].n_args; k++)
+            if (in_list(set, n, op->outputs[i].args[k])) return true;
+    return false;
+}
+
+static void ctx_free(pe_grad_ctx *g) {
+    list_free(g->req, g->n_req);
+    list_free(g->nograd, g->n_nograd);
+    for (int i = 0; i < g->n_c; i++) free(g->c[i].var);
+    free(g->c);
+}
+
+/* The shared core: seeds = targets (gradient = ones), sources = vars whose
+ * gradients are wanted. */
+static pe_status run_backward(pe_grad_ctx *g, const char *const *targets, int n_targets,
+                              const char *const *sources, int n_sources, const char *const *no_grad,
+                              int n_no_grad) {
+    pe_program *p = g->p;
+    pe_block *b = blk(g);
+    int n_fwd = b->n_ops;
+    for (int i = 0; i < n_targets; i++) {
+        const pe_var *v = pe_program_find_var(p, 0, targets[i]);
+        if (!v) return pe_error(PE_ERR_NOT_FOUND, "append_backward: target '%s' is not a variable of block 0", targets[i]);
+        if (!is_float(v->dtype))
+            return pe_error(PE_ERR_INVALID, "append_backward: target '%s' has dtype %s; gradients need a float target",
+                            targets[i], pe_dtype_name(v->dtype));
+    }
+    for (int i = 0; i < n_no_grad; i++) PE_CHECK(list_add(&g->nograd, &g->n_nograd, no_grad[i]));
+    for (int i = 0; i < b->n_vars; i++)
+        if (b->vars[i].stop_gradient && !in_list((char *const *)sources, n_sources, b->vars[i].name))
+            PE_CHECK(list_add(&g->nograd, &g->n_nograd, b->vars[i].name));
+    /* (1) forward sweep */
+    for (int i = 0; i < n_sources; i++)
+        if (!in_list(g->nograd, g->n_nograd, sources[i])) PE_CHECK(list_add(&g->req, &g->n_req, sources[i]));
+    for (int i = 0; i < n_fwd; i++) {
+        const pe_op *op = &b->ops[i];
+        if (!op_reads(op, g->req, g->n_req)) continue;
+        for (int s = 0; s < op->n_outputs; s++)
+            for (int k = 0; k < op->outputs[s].n_args; k++) {
+                const char *o = op->outputs[s].args[k];
+                const pe_var *v = pe_program_find_var(p, 0, o);
+                if (v && is_float(v->dtype) && !in_list(g->nograd, g->n_nograd, o))
+                    PE_CHECK(list_add(&g->req, &g->n_req, o));
+            }
+    }
+    /* (2) backward sweep: vars that reach a target */
+    char **reach = NULL;
+    int n_reach = 0;
+    pe_status st = PE_OK;
+    for (int i = 0; i < n_targets && st == PE_OK; i++) st = list_add(&reach, &n_reach, targets[i]);
+    bool *active = calloc((size_t)(n_fwd ? n_fwd : 1), sizeof *active);
+    if (!active) st = pe_error(PE_ERR_NOMEM, "append_backward: out of memory");
+    for (int i = n_fwd - 1; i >= 0 && st == PE_OK; i--) {
+        const pe_op *op = &b->ops[i];
+        if (!op_writes(op, reach, n_reach) || !op_reads(op, g->req, g->n_req)) continue;
+        active[i] = true;
+        for (int s = 0; s < op->n_inputs && st == PE_OK; s++)
+            for (int k = 0; k < op->inputs[s].n_args && st == PE_OK; k++)
+                st = list_add(&reach, &n_reach, op->inputs[s].args[k]);
+    }
+    list_free(reach, n_reach);
+    /* seeds: target@GRAD = ones_like(target) */
+    for (int i = 0; i < n_targets && st == PE_OK; i++) {
+        char name[512];
+        grad_name(targets[i], 0, name, sizeof name);
+        if ((st = declare_like(g, name, targets[i])) != PE_OK) break;
+        pe_op *op = pe_block_add_op(b, "fill_any_like");
+        if (!op) { st = pe_error(PE_ERR_NOMEM, "append_backward: out of memory"); break; }
+        if ((st = pe_op_add_input(op, "X", targets[i])) || (st = pe_op_add_output(op, "Out", name)) ||
+            (st = pe_op_set_float(op, "value", 1.0)) || (st = set_role(op, GRAD_ROLE_LOSS)))
+            break;
+        contrib_t *c = contrib(g, targets[i], true);
+        if (!c) { st = pe_error(PE_ERR_NOMEM, "append_backward: out of memory"); break; }
+        c->n = 1;
+        c->folded = true;
+    }
+    /* (3) reverse walk */
+    for (int i = n_fwd - 1; i >= 0 && st == PE_OK; i--) {
+        if (!active[i]) continue;
+        const pe_op *op = &b->ops[i];
+        bool has_grad = false;
+        for (int s = 0; s < op->n_outputs && st == PE_OK; s++)
+            for (int k = 0; k < op->outputs[s].n_args && st == PE_OK; k++) {
+                contrib_t *c = contrib(g, b->ops[i].outputs[s].args[k], false);
+                if (c && c->n) {
+                    has_grad = true;
+                    st = fold(g, c, -1);
+                }
+            }
+        if (st != PE_OK || !has_grad) continue;
+        const pe_op_info *info = pe_op_info_find(b->ops[i].type);
+        if (!info) { st = pe_error(PE_ERR_NOT_FOUND, "append_backward: unknown op type '%s'", b->ops[i].type); break; }
+        if (!info->grad) {
+            st = pe_error(PE_ERR_UNSUPPORTED,
+                          "append_backward: block 0 op %d (%s) has no gradient, but the target depends "
+                          "on its output '%s' and its input needs a gradient; put that input in "
+                          "no_grad_set or set stop_gradient on it",
+                          i, info->name, b->ops[i].n_outputs && b->ops[i].outputs[0].n_args ? b->ops[i].outputs[0].args[0] : "");
+            break;
+        }
+        g->fwd_idx = i;
+        g->cur_idx = -1;
+        st = info->grad(g);
+        if (st != PE_OK) st = pe_error_wrap(st, "append_backward: gradient of block 0 op %d (%s)", i, info->name);
+    }
+    free(active);
+    /* leaves: fold at the end */
+    for (int i = 0; i < g->n_c && st == PE_OK; i++)
+        if (g->c[i].n > 1 && !g->c[i].folded) st = fold(g, &g->c[i], -1);
+    return st;
+}
+
+/* Marks op_role_var on the op writing each parameter's final gradient. */
+static pe_status mark_role_var(pe_grad_ctx *g, const char *param, const char *grad) {
+    pe_block *b = blk(g);
+    for (int i = b->n_ops - 1; i >= 0; i--) {
+        pe_op *op = &b->ops[i];
+        for (int s = 0; s < op->n_outputs; s++)
+            for (int k = 0; k < op->outputs[s].n_args; k++) {
+                if (strcmp(op->outputs[s].args[k], grad)) continue;
+                const pe_attr *a = pe_op_attr(op, "op_role_var");
+                int n = a && a->type == PE_ATTR_STRINGS ? a->n : 0;
+                const char **vals = malloc(sizeof *vals * (size_t)(n + 2));
+                if (!vals) return pe_error(PE_ERR_NOMEM, "append_backward: out of memory");
+                for (int j = 0; j < n; j++) vals[j] = a->strings[j];
+                vals[n] = param;
+                vals[n + 1] = grad;
+                /* copy strings first: set_strings replaces the attr being read */
+                char **copy = calloc((size_t)n + 2, sizeof *copy);
+                pe_status st = PE_OK;
+                for (int j = 0; j < n + 2 && copy; j++)
+                    if (!(copy[j] = strdup(vals[j]))) st = PE_ERR_NOMEM;
+                if (!copy || st != PE_OK) st = pe_error(PE_ERR_NOMEM, "append_backward: out of memory");
+                else st = pe_op_set_strings(op, "op_role_var", (const char *const *)copy, n + 2);
+                for (int j = 0; copy && j < n + 2; j++) free(copy[j]);
+                free(copy);
+                free(vals);
+                return st;
+            }
+    }
+    return PE_OK;
+}
+
+pe_status pe_append_backward(pe_program *p, const char *loss, const char *const *params, int n_params,
+                             const char *const *no_grad, int n_no_grad, pe_param_grad **out, int *n_out) {
+    if (out) *out = NULL;
+    if (n_out) *n_out = 0;
+    if (!p || !loss) return pe_error(PE_ERR_INVALID, "append_backward: NULL program or loss");
+    pe_block *b = &p->blocks[0];
+    char **plist = NULL;
+    int np = 0;
+    pe_status st = PE_OK;
+    if (n_params > 0) {
+        for (int i = 0; i < n_params && st == PE_OK; i++) {
+            if (!pe_block_find_var(b, params[i]))
+                st = pe_error(PE_ERR_NOT_FOUND, "append_backward: parameter '%s' is not a variable of block 0", params[i]);
+            else st = list_add(&plist, &np, params[i]);
+        }
+    } else {
+        for (int i = 0; i < b->n_vars && st == PE_OK; i++)
+            if (b->vars[i].is_parameter && !b->vars[i].stop_gradient) st = list_add(&plist, &np, b->vars[i].name);
+    }
+    pe_grad_ctx g = {.p = p, .cur_idx = -1};
+    if (st == PE_OK) st = run_backward(&g, &loss, 1, (const char *const *)plist, np, no_grad, n_no_grad);
+    pe_param_grad *res = NULL;
+    int nres = 0;
+    if (st == PE_OK) res = calloc((size_t)(np ? np : 1), sizeof *res);
+    if (st == PE_OK && !res) st = pe_error(PE_ERR_NOMEM, "append_backward: out of memory");
+    for (int i = 0; i < np && st == PE_OK; i++) {
+        contrib_t *c = contrib(&g, plist[i], false);
+        if (!c || !c->n) continue;
+        char name[512];
+        grad_name(plist[i], 0, name, sizeof name);
+        st = mark_role_var(&g, plist[i], name);
+        res[nres].param = strdup(plist[i]);
+        res[nres].grad = strdup(name);
+        nres++;
+        if (!res[nres - 1].param || !res[nres - 1].grad) st = pe_error(PE_ERR_NOMEM, "append_backward: out of memory");
+    }
+    ctx_free(&g);
+    list_free(plist, np);
+    if (st != PE_OK || !out) {
+        pe_param_grads_free(res, nres);
+        return st;
+    }
+    *out = res;
+    *n_out = nres;
+    return PE_OK;
+}
+
+void pe_param_grads_free(pe_param_grad *pg, int n) {
+    if (!pg) return;
+    for (int i = 0; i < n; i++) {
+        free(pg[i].param);
+        free(pg[i].grad);
+    }
+    free(pg);
+}
+
+pe_status pe_gradients(pe_program *p, const char *const *targets, int n_targets, const char *const *inputs,
+                       int n_inputs, char **grad_names) {
+    if (!p || n_targets <= 0) return pe_error(PE_ERR_INVALID, "gradients: no targets");
+    for (int i = 0; i < n_inputs; i++) {
+        grad_names[i] = NULL;
+        if (!pe_program_find_var(p, 0, inputs[i]))
+            return pe_error(PE_ERR_NOT_FOUND, "gradients: input '%s' is not a variable of block 0", inputs[i]);
+    }
+    pe_grad_ctx g = {.p = p, .cur_idx = -1};
+    pe_status st = run_backward(&g, targets, n_targets, inputs, n_inputs, NULL, 0);
+    for (int i = 0; i < n_inputs && st == PE_OK; i++) {
+        contrib_t *c = contrib(&g, inputs[i], false);
+        if (!c || !c->n) continue;
+        char name[512];
+        grad_name(inputs[i], 0, name, sizeof name);
+        grad_names[i] = strdup(name);
+        if (!grad_names[i]) st = pe_error(PE_ERR_NOMEM, "gradients: out of memory");
+    }
+    ctx_free(&g);
+    if (st != PE_OK)
+        for (int i = 0; i < n_inputs; i++) { free(grad_names[i]); grad_names[i] = NULL; }
+    return st;
+}
