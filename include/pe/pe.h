@@ -31,6 +31,7 @@
 #include "pe/executor.h"
 #include "pe/checkpoint.h"
 #include "pe/passes.h"
+#include "pe/parallel_executor.h"
 
 #define PE_VERSION_STRING "0.1.0"
 

@@ -1,0 +1,524 @@
+/* executor/parallel_executor.c — the ParallelExecutor (DESIGN.md §4).
+ *
+ * Construction: the multi-device pass turns the program into an SSA graph
+ * over N places; each place gets a scope (place 0: the caller's scope,
+ * which holds the persistables; place i > 0: a child scope holding replicas
+ * broadcast from place 0) and a local execution scope for temporaries
+ * (child of the place scope; dropped every num_iteration_per_drop_scope runs
+ * or on demand). With share_vars_from, the place scopes are children of the
+ * source's place scopes instead, so the new executor reads the source's
+ * parameters by name without copying.
+ *
+ * A run: split the feeds along axis 0 (contiguous, earlier places take the
+ * extra rows), set each place's loss-gradient scale, run the graph on the
+ * scheduler's thread pool (op handles call the kernels with cores/places
+ * OpenMP threads each; collective handles call runtime/comm), then
+ * concatenate fetches along axis 0 in place order.
+ */
+#include "pe/parallel_executor.h"
+#include "executor/scheduler.h"
+#include "ops/op.h"
+#include "passes/multi_device.h"
+#include "runtime/comm/comm.h"
+#include "runtime/internal.h"
+
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+struct pe_parallel_executor {
+    int n;
+    pe_place places[PE_MAX_PLACES];
+    const pe_program *prog;
+    pe_pe_options opt;
+    pe_scope *global;
+    pe_scope *place_scope[PE_MAX_PLACES];
+    bool owns_place_scope[PE_MAX_PLACES];
+    pe_scope *local[PE_MAX_PLACES];
+    pe_ssa_graph *g;
+    pe_op_ctx *ctxs;        /* per handle; valid while prepared */
+    bool prepared;
+    pe_sched *sched;
+    pe_comm *comm;
+    int kernel_threads;
+    int64_t iter;
+    int64_t rows[PE_MAX_PLACES];
+    bool built;
+};
+
+void pe_pe_options_default(pe_pe_options *o) {
+    memset(o, 0, sizeof *o);
+    o->exec_strategy.num_iteration_per_drop_scope = 100;
+    o->exec_strategy.num_iteration_per_run = 1;
+    o->build_strategy.reduce_strategy = PE_REDUCE_ALL_REDUCE;
+    o->build_strategy.gradient_scale_strategy = PE_GRAD_SCALE_BATCH_SHARE;
+    o->num_trainers = 1;
+}
+
+int pe_cpu_place_count(void) {
+    const char *e = getenv("CPU_NUM");
+    if (!e || !*e) {
+        static int warned;
+        if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED) && omp_get_num_procs() > 1)
+            pe_log(PE_LOG_WARN, "CPU_NUM is not set: using 1 CPU place on a machine with %d cores; "
+                   "set CPU_NUM=%d to train data-parallel on all of them", omp_get_num_procs(), omp_get_num_procs());
+        return 1;
+    }
+    char *end;
+    long v = strtol(e, &end, 10);
+    if (*end || v < 1 || v > PE_MAX_PLACES) {
+        pe_error(PE_ERR_INVALID, "CPU_NUM='%s' is not a place count (an integer from 1 to %d)", e, PE_MAX_PLACES);
+        return -1;
+    }
+    return (int)v;
+}
+
+static const char *place_name(pe_place p, char *buf) { return pe_place_str(p, buf, 32); }
+
+/* ---- scopes -------------------------------------------------------------- */
+
+static void release_ctxs(pe_parallel_executor *pe) {
+    if (pe->ctxs)
+        for (int h = 0; h < pe->g->n_h; h++) pe_op_ctx_release(&pe->ctxs[h]);
+    pe->prepared = false;
+}
+
+void pe_drop_local_exe_scopes(pe_parallel_executor *pe) {
+    if (!pe) return;
+    release_ctxs(pe);
+    for (int p = 0; p < pe->n; p++) {
+        pe_scope_free(pe->local[p]);
+        pe->local[p] = NULL;
+    }
+}
+
+size_t pe_local_exe_scopes_bytes(const pe_parallel_executor *pe) {
+    size_t total = 0;
+    for (int p = 0; p < pe->n; p++)
+        if (pe->local[p]) total += pe_scope_bytes(pe->local[p]);
+    return total;
+}
+
+int pe_device_count(const pe_parallel_executor *pe) { return pe->n; }
+
+pe_scope *pe_place_scope(const pe_parallel_executor *pe, int i) {
+    return i >= 0 && i < pe->n ? pe->place_scope[i] : NULL;
+}
+
+/* Local scopes with every non-persistable var of the program pre-created
+ * (so op contexts can resolve feeds before the first feed arrives). */
+static pe_status ensure_local(pe_parallel_executor *pe) {
+    for (int p = 0; p < pe->n; p++) {
+        if (pe->local[p]) continue;
+        pe->local[p] = pe_scope_new(pe->place_scope[p]);
+        if (!pe->local[p]) return pe_error(PE_ERR_NOMEM, "out of memory creating the local scope of place %d", p);
+        const pe_block *b = &pe->g->progs[p]->blocks[0];
+        for (int i = 0; i < b->n_vars; i++) {
+            const pe_var *v = &b->vars[i];
+            pe_scope *s = v->persistable ? pe->place_scope[p] : pe->local[p];
+            if (v->persistable && pe_scope_find_var(s, v->name)) continue;
+            if (!pe_scope_var(s, v->name)) return pe_error(PE_ERR_NOMEM, "out of memory creating var '%s'", v->name);
+        }
+    }
+    return PE_OK;
+}
+
+static pe_status ensure_prepared(pe_parallel_executor *pe) {
+    if (pe->prepared) return PE_OK;
+    char pb[32];
+    for (int h = 0; h < pe->g->n_h; h++) {
+        const pe_handle *hd = &pe->g->h[h];
+        if (hd->kind != PE_HANDLE_OP) continue;
+        int p = hd->place;
+        const pe_op *op = &pe->g->progs[p]->blocks[0].ops[hd->op_idx];
+        pe_status st = pe_op_ctx_init(&pe->ctxs[h], op, pe->local[p], pe->places[p]);
+        if (st != PE_OK) {
+            release_ctxs(pe);
+            return pe_error_wrap(st, "preparing op %d (%s) on %s", hd->op_idx, op->type,
+                                 place_name(pe->places[p], pb));
+        }
+        pe->ctxs[h].num_threads = pe->kernel_threads;
+        pe->ctxs[h].program_seed = (uint64_t)pe->prog->random_seed;
+    }
+    pe->prepared = true;
+    return PE_OK;
+}
+
+/* ---- handle execution -------------------------------------------------- */
+
+static pe_status run_collective(pe_parallel_executor *pe, const pe_handle *hd) {
+    void *bufs[PE_MAX_PLACES];
+    const pe_tensor *t0 = NULL;
+    char pb[32];
+    for (int p = 0; p < pe->n; p++) {
+        const pe_tensor *t = pe_scope_find_var(pe->local[p], hd->var);
+        if (!t || (!t->buf && pe_tensor_numel(t) > 0))
+            return pe_error(PE_ERR_NOT_FOUND, "%s of '%s': the var has no value on %s",
+                            hd->kind == PE_HANDLE_BCAST ? "broadcast" : "allreduce", hd->var,
+                            place_name(pe->places[p], pb));
+        if (!t0) t0 = t;
+        if (t->dtype != t0->dtype || pe_tensor_numel(t) != pe_tensor_numel(t0))
+            return pe_error(PE_ERR_INVALID, "allreduce of '%s': %s has %lld elements of %s, place 0 has %lld of %s",
+                            hd->var, place_name(pe->places[p], pb), (long long)pe_tensor_numel(t),
+                            pe_dtype_name(t->dtype), (long long)pe_tensor_numel(t0), pe_dtype_name(t0->dtype));
+        bufs[p] = pe_tensor_data(t);
+    }
+    int64_t numel = pe_tensor_numel(t0);
+    pe_status st;
+    switch (hd->kind) {
+    case PE_HANDLE_ALLREDUCE: st = pe_comm_allreduce(pe->comm, bufs, numel, t0->dtype); break;
+    case PE_HANDLE_REDUCE: st = pe_comm_reduce(pe->comm, bufs, numel, t0->dtype, hd->root); break;
+    default: st = pe_comm_broadcast(pe->comm, bufs, numel, t0->dtype, hd->root); break;
+    }
+    return st == PE_OK ? PE_OK : pe_error_wrap(st, "collective on '%s'", hd->var);
+}
+
+static pe_status run_handle(void *user, int h) {
+    pe_parallel_executor *pe = user;
+    const pe_handle *hd = &pe->g->h[h];
+    if (hd->kind != PE_HANDLE_OP) return run_collective(pe, hd);
+    pe_status st = pe_op_run(&pe->ctxs[h]);
+    if (st != PE_OK) {
+        char pb[32];
+        const char *msg = pe_last_error();
+        /* kernel messages already name the op and place; add the op index */
+        if (!strstr(msg, place_name(pe->places[hd->place], pb)))
+            return pe_error_wrap(st, "op %d (%s) on %s", hd->op_idx, pe->ctxs[h].info->name, pb);
+        return pe_error_wrap(st, "op %d", hd->op_idx);
+    }
+    return PE_OK;
+}
+
+/* ---- construction ------------------------------------------------------ */
+
+void pe_parallel_executor_free(pe_parallel_executor *pe) {
+    if (!pe) return;
+    pe_sched_free(pe->sched);
+    pe_drop_local_exe_scopes(pe);
+    free(pe->ctxs);
+    for (int p = 0; p < pe->n; p++)
+        if (pe->owns_place_scope[p]) pe_scope_free(pe->place_scope[p]);
+    pe_comm_free(pe->comm);
+    pe_ssa_graph_free(pe->g);
+    free(pe);
+}
+
+static void warn_unimplemented(const pe_build_strategy *bs) {
+    if (bs->fuse_elewise_add_act_ops) pe_log(PE_LOG_WARN, "BuildStrategy.fuse_elewise_add_act_ops is not implemented yet: ignored");
+    if (bs->fuse_all_optimizer_ops) pe_log(PE_LOG_WARN, "BuildStrategy.fuse_all_optimizer_ops is not implemented yet: ignored");
+    if (bs->fuse_all_reduce_ops) pe_log(PE_LOG_WARN, "BuildStrategy.fuse_all_reduce_ops is not implemented yet: ignored");
+    if (bs->enable_inplace) pe_log(PE_LOG_WARN, "BuildStrategy.enable_inplace is not implemented yet: ignored");
+    if (bs->memory_optimize) pe_log(PE_LOG_WARN, "BuildStrategy.memory_optimize is not implemented yet: ignored");
+}
+
+pe_status pe_parallel_executor_new(const pe_place *places, int n_places, const pe_program *main_program,
+                                   pe_scope *scope, const pe_pe_options *opt, pe_parallel_executor **out) {
+    *out = NULL;
+    char pb[32];
+    if (!places || !main_program || !scope)
+        return pe_error(PE_ERR_INVALID, "ParallelExecutor: places, main_program and scope are required");
+    if (n_places < 1 || n_places > PE_MAX_PLACES)
+        return pe_error(PE_ERR_INVALID, "ParallelExecutor: %d places (1 to %d supported)", n_places, PE_MAX_PLACES);
+    pe_pe_options o;
+    if (opt) o = *opt;
+    else pe_pe_options_default(&o);
+    if (o.num_trainers > 1)
+        return pe_error(PE_ERR_UNSUPPORTED, "ParallelExecutor: num_trainers=%d needs the multi-process (MPI/NCCL) "
+                        "backend, which this build does not have yet; use num_trainers=1", o.num_trainers);
+    for (int i = 0; i < n_places; i++) {
+        if (places[i].kind != places[0].kind)
+            return pe_error(PE_ERR_INVALID, "ParallelExecutor: places mix CPU and CUDA (%s and %s)",
+                            place_name(places[0], pb), place_name(places[i], pb + 16));
+        if (places[i].kind == PE_PLACE_CUDA) {
+#ifdef PE_WITH_CUDA
+            if (places[i].id < 0 || places[i].id >= pe_cuda_device_count())
+                return pe_error(PE_ERR_INVALID, "ParallelExecutor: %s does not exist (%d CUDA devices visible)",
+                                place_name(places[i], pb), pe_cuda_device_count());
+#else
+            return pe_error(PE_ERR_UNSUPPORTED, "ParallelExecutor: %s requested but PE was built without CUDA",
+                            place_name(places[i], pb));
+#endif
+        }
+    }
+    const pe_parallel_executor *src = o.share_vars_from;
+    if (src && (!src->built || src->n != n_places))
+        return pe_error(PE_ERR_INVALID,
+                        src->built ? "ParallelExecutor: share_vars_from has %d places, this executor %d: they must match"
+                                   : "ParallelExecutor: share_vars_from executor was never built (%d/%d places): "
+                                     "construct and run it first",
+                        src->n, n_places);
+    if (o.loss_name && !pe_program_find_var(main_program, 0, o.loss_name))
+        return pe_error(PE_ERR_NOT_FOUND, "ParallelExecutor: loss_name '%s' is not a variable of the main program",
+                        o.loss_name);
+    pe_parallel_executor *pe = calloc(1, sizeof *pe);
+    if (!pe) return pe_error(PE_ERR_NOMEM, "out of memory creating a ParallelExecutor");
+    pe->n = n_places;
+    memcpy(pe->places, places, sizeof *places * (size_t)n_places);
+    pe->prog = main_program;
+    pe->opt = o;
+    pe->global = scope;
+    warn_unimplemented(&o.build_strategy);
+    pe_status st = pe_multi_device_build(main_program, n_places, o.loss_name, &o.build_strategy, &pe->g);
+    if (st != PE_OK) goto fail;
+    if (o.build_strategy.debug_graphviz_path &&
+        (st = pe_ssa_graph_write_dot(pe->g, o.build_strategy.debug_graphviz_path)) != PE_OK)
+        goto fail;
+    if (pe->g->loss_grad_op >= 0)
+        for (int p = 0; p < n_places; p++) {
+            pe_op *op = &pe->g->progs[p]->blocks[0].ops[pe->g->loss_grad_op];
+            if (!pe_op_attr(op, "value") && (st = pe_op_set_float(op, "value", 1.0)) != PE_OK) goto fail;
+        }
+    pe->ctxs = calloc((size_t)(pe->g->n_h ? pe->g->n_h : 1), sizeof *pe->ctxs);
+    if (!pe->ctxs) { st = pe_error(PE_ERR_NOMEM, "out of memory"); goto fail; }
+    /* scopes and the broadcast of persistables from place 0 */
+    for (int p = 0; p < n_places; p++) {
+        if (src) pe->place_scope[p] = pe_scope_new(src->place_scope[p]);
+        else pe->place_scope[p] = p == 0 ? scope : pe_scope_new(scope);
+        pe->owns_place_scope[p] = src || p > 0;
+        if (!pe->place_scope[p]) { st = pe_error(PE_ERR_NOMEM, "out of memory creating the scope of place %d", p); goto fail; }
+    }
+    if (!src) {
+        const pe_block *b = &main_program->blocks[0];
+        for (int i = 0; i < b->n_vars; i++) {
+            const pe_var *v = &b->vars[i];
+            if (!v->persistable) continue;
+            const pe_tensor *t = pe_scope_find_var(scope, v->name);
+            if (!t || !t->buf) continue; /* created by the program itself */
+            for (int p = 0; p < n_places; p++) {
+                if (p == 0 && pe_place_eq(t->place, places[0])) continue;
+                pe_tensor *d = pe_scope_var(pe->place_scope[p], v->name);
+                if (!d) { st = pe_error(PE_ERR_NOMEM, "out of memory"); goto fail; }
+                if ((st = pe_tensor_copy(d, t, places[p])) != PE_OK) {
+                    st = pe_error_wrap(st, "broadcasting '%s' to %s", v->name, place_name(places[p], pb));
+                    goto fail;
+                }
+            }
+        }
+    }
+    int cores = omp_get_num_procs();
+    pe->kernel_threads = cores / n_places > 0 ? cores / n_places : 1;
+    int nt = o.exec_strategy.num_threads;
+    if (nt <= 0) nt = n_places * (places[0].kind == PE_PLACE_CUDA ? 4 : 2);
+    if (!o.build_strategy.enable_sequential_execution && !(pe->sched = pe_sched_new(nt))) { st = PE_ERR_NOMEM; goto fail; }
+    if (!(pe->comm = pe_comm_inproc_new(n_places, n_places < cores ? n_places : cores))) { st = PE_ERR_NOMEM; goto fail; }
+    pe->built = true;
+    *out = pe;
+    return PE_OK;
+fail:
+    pe_parallel_executor_free(pe);
+    return st;
+}
+
+/* ---- feeds ------------------------------------------------------------- */
+
+static pe_status check_feed_decl(const pe_parallel_executor *pe, const pe_feed *f, const pe_var **out) {
+    const pe_var *v = pe_program_find_var(pe->prog, 0, f->name);
+    if (!v) return pe_error(PE_ERR_NOT_FOUND, "feed '%s' is not a variable of the program", f->name);
+    if (!f->tensor || (!f->tensor->buf && pe_tensor_numel(f->tensor) != 0))
+        return pe_error(PE_ERR_INVALID, "feed '%s' has no data", f->name);
+    if (f->tensor->dtype != v->dtype)
+        return pe_error(PE_ERR_INVALID, "feed '%s' has dtype %s, the program declares %s", f->name,
+                        pe_dtype_name(f->tensor->dtype), pe_dtype_name(v->dtype));
+    *out = v;
+    return PE_OK;
+}
+
+/* Checks a per-place piece against the declaration (rank and fixed dims). */
+static pe_status check_piece(const pe_var *v, const char *name, int ndim, const int64_t *dims, int place) {
+    bool ok = ndim == v->ndim;
+    for (int i = 0; ok && i < v->ndim; i++) ok = v->dims[i] < 0 || v->dims[i] == dims[i];
+    if (ok) return PE_OK;
+    char a[128], b[128];
+    return pe_error(PE_ERR_INVALID, "feed '%s' on place %d has shape %s, the program declares %s (-1 = any)", name,
+                    place, pe_dims_str(ndim, dims, a, sizeof a), pe_dims_str(v->ndim, v->dims, b, sizeof b));
+}
+
+static pe_status feed_to(pe_parallel_executor *pe, int p, const char *name, const pe_tensor *src, int64_t row0,
+                         int64_t rows, bool persistable) {
+    pe_tensor *d = persistable ? pe_scope_var(pe->place_scope[p], name) : pe_scope_var(pe->local[p], name);
+    if (!d) return pe_error(PE_ERR_NOMEM, "out of memory feeding '%s'", name);
+    if (rows < 0) return pe_tensor_copy(d, src, pe->places[p]);
+    int64_t dims[PE_MAX_DIMS];
+    memcpy(dims, src->dims, sizeof dims);
+    dims[0] = rows;
+    if (d->buf && d->buf->refcount > 1) pe_tensor_clear(d);
+    PE_CHECK(pe_tensor_resize(d, src->dtype, src->ndim, dims, pe->places[p]));
+    size_t row_bytes = (size_t)pe_dims_prod(src->dims, 1, src->ndim) * pe_dtype_size(src->dtype);
+    return pe_memcpy_places(pe_tensor_data(d), pe->places[p], (const char *)pe_tensor_data(src) + (size_t)row0 * row_bytes,
+                            src->place, (size_t)rows * row_bytes);
+}
+
+static pe_status feed_dict(pe_parallel_executor *pe, const pe_feed *feed, int n_feed) {
+    bool rows_set = false;
+    for (int p = 0; p < pe->n; p++) pe->rows[p] = 1;
+    for (int i = 0; i < n_feed; i++) {
+        const pe_var *v;
+        PE_CHECK(check_feed_decl(pe, &feed[i], &v));
+        const pe_tensor *t = feed[i].tensor;
+        if (v->persistable) {
+            for (int p = 0; p < pe->n; p++) PE_CHECK(feed_to(pe, p, feed[i].name, t, 0, -1, true));
+            continue;
+        }
+        if (t->ndim < 1)
+            return pe_error(PE_ERR_INVALID, "feed '%s' is a scalar and cannot be split along axis 0 across %d places",
+                            feed[i].name, pe->n);
+        int64_t rows = t->dims[0];
+        if (rows < pe->n) {
+            if (pe->places[0].kind == PE_PLACE_CPU)
+                return pe_error(PE_ERR_INVALID,
+                                "feed '%s' has %lld rows, fewer than the %d places (CPU_NUM=%d): each place needs at "
+                                "least one row; feed a larger batch or lower CPU_NUM",
+                                feed[i].name, (long long)rows, pe->n, pe->n);
+            return pe_error(PE_ERR_INVALID, "feed '%s' has %lld rows, fewer than the %d places: each place needs at least one row",
+                            feed[i].name, (long long)rows, pe->n);
+        }
+        int64_t base = rows / pe->n, extra = rows % pe->n, row0 = 0;
+        for (int p = 0; p < pe->n; p++) {
+            int64_t r = base + (p < extra);
+            int64_t dims[PE_MAX_DIMS];
+            memcpy(dims, t->dims, sizeof dims);
+            dims[0] = r;
+            PE_CHECK(check_piece(v, feed[i].name, t->ndim, dims, p));
+            PE_CHECK(feed_to(pe, p, feed[i].name, t, row0, r, false));
+            if (!rows_set) pe->rows[p] = r;
+            row0 += r;
+        }
+        rows_set = true;
+    }
+    return PE_OK;
+}
+
+/* ---- fetches ----------------------------------------------------------- */
+
+static pe_status check_fetch_names(const pe_parallel_executor *pe, const char *const *fetch, int n_fetch) {
+    for (int i = 0; i < n_fetch; i++)
+        if (!pe_program_find_var(pe->prog, 0, fetch[i]))
+            return pe_error(PE_ERR_NOT_FOUND,
+                            "fetch '%s' is not a variable of the program. Likely reasons: the name is misspelled; it "
+                            "belongs to another program (the startup program, or the training program when running "
+                            "a test clone); or it is a gradient of a var that gets none (stop_gradient, no path to "
+                            "the loss)",
+                            fetch[i]);
+    return PE_OK;
+}
+
+static pe_status fetch_one(pe_parallel_executor *pe, const char *name, bool merged, pe_tensor **out) {
+    const pe_var *v = pe_program_find_var(pe->prog, 0, name);
+    const pe_tensor *t[PE_MAX_PLACES] = {0};
+    char pb[32];
+    for (int p = 0; p < pe->n; p++) {
+        t[p] = pe_scope_find_var(pe->local[p], name);
+        if (!t[p] || (!t[p]->buf && pe_tensor_numel(t[p]) != 0))
+            return pe_error(PE_ERR_NOT_FOUND, "fetch '%s' has no value on %s after the run (no op computes it and it "
+                            "was not fed)", name, place_name(pe->places[p], pb));
+    }
+    if (!merged) {
+        for (int p = 0; p < pe->n; p++) PE_CHECK(pe_tensor_copy(out[p], t[p], pe_place_cpu(0)));
+        return PE_OK;
+    }
+    if ((v && v->persistable) || pe->n == 1) return pe_tensor_copy(out[0], t[0], pe_place_cpu(0));
+    int64_t rows = 0;
+    int ndim = t[0]->ndim ? t[0]->ndim : 1;
+    for (int p = 0; p < pe->n; p++) {
+        bool ok = t[p]->dtype == t[0]->dtype && (t[p]->ndim ? t[p]->ndim : 1) == ndim;
+        for (int d = 1; ok && d < t[p]->ndim; d++) ok = t[p]->dims[d] == t[0]->dims[d];
+        if (!ok) {
+            char a[128], b[128];
+            return pe_error(PE_ERR_INVALID, "fetch '%s': cannot concatenate along axis 0: place 0 has %s %s, place %d "
+                            "has %s %s (use return_merged=false)", name, pe_dtype_name(t[0]->dtype),
+                            pe_dims_str(t[0]->ndim, t[0]->dims, a, sizeof a), p, pe_dtype_name(t[p]->dtype),
+                            pe_dims_str(t[p]->ndim, t[p]->dims, b, sizeof b));
+        }
+        rows += t[p]->ndim ? t[p]->dims[0] : 1;
+    }
+    int64_t dims[PE_MAX_DIMS];
+    memcpy(dims, t[0]->dims, sizeof dims);
+    dims[0] = rows;
+    pe_tensor *o = out[0];
+    if (o->buf && o->buf->refcount > 1) pe_tensor_clear(o);
+    PE_CHECK(pe_tensor_resize(o, t[0]->dtype, ndim, dims, pe_place_cpu(0)));
+    size_t off = 0;
+    for (int p = 0; p < pe->n; p++) {
+        size_t bytes = pe_tensor_nbytes(t[p]);
+        PE_CHECK(pe_memcpy_places((char *)pe_tensor_data(o) + off, pe_place_cpu(0), pe_tensor_data(t[p]), t[p]->place, bytes));
+        off += bytes;
+    }
+    return PE_OK;
+}
+
+/* ---- run ------------------------------------------------------------- */
+
+static void set_loss_scale(pe_parallel_executor *pe) {
+    if (pe->g->loss_grad_op < 0) return;
+    int64_t total = 0;
+    for (int p = 0; p < pe->n; p++) total += pe->rows[p];
+    for (int p = 0; p < pe->n; p++) {
+        double s;
+        switch (pe->opt.build_strategy.gradient_scale_strategy) {
+        case PE_GRAD_SCALE_COEFF_NUM_DEVICE: s = 1.0 / pe->n; break;
+        case PE_GRAD_SCALE_ONE: s = 1.0; break;
+        default: s = total > 0 ? (double)pe->rows[p] / (double)total : 1.0 / pe->n; break;
+        }
+        /* the attr exists (ensured at construction): update in place so the
+         * prepared op contexts, which point at it, see the new value */
+        pe_attr *a = (pe_attr *)pe_op_attr(&pe->g->progs[p]->blocks[0].ops[pe->g->loss_grad_op], "value");
+        a->f = s;
+    }
+}
+
+static pe_status run_graph(pe_parallel_executor *pe) {
+    PE_CHECK(ensure_prepared(pe));
+    set_loss_scale(pe);
+    int reps = pe->opt.exec_strategy.num_iteration_per_run > 0 ? pe->opt.exec_strategy.num_iteration_per_run : 1;
+    for (int r = 0; r < reps; r++) {
+        if (pe->sched) {
+            PE_CHECK(pe_sched_run(pe->sched, pe->g, run_handle, pe));
+        } else {
+            for (int h = 0; h < pe->g->n_h; h++) PE_CHECK(run_handle(pe, h));
+        }
+    }
+    return PE_OK;
+}
+
+static pe_status finish(pe_parallel_executor *pe, const char *const *fetch, int n_fetch, bool merged, pe_tensor **out) {
+    for (int i = 0; i < n_fetch; i++) PE_CHECK(fetch_one(pe, fetch[i], merged, merged ? &out[i] : &out[i * pe->n]));
+    pe->iter++;
+    int k = pe->opt.exec_strategy.num_iteration_per_drop_scope;
+    if (k > 0 && pe->iter % k == 0) pe_drop_local_exe_scopes(pe);
+    return PE_OK;
+}
+
+pe_status pe_run(pe_parallel_executor *pe, const pe_feed *feed, int n_feed, const char *const *fetch, int n_fetch,
+                 bool return_merged, pe_tensor **fetch_out) {
+    if (!pe) return pe_error(PE_ERR_INVALID, "pe_run: NULL executor");
+    PE_CHECK(check_fetch_names(pe, fetch, n_fetch));
+    PE_CHECK(ensure_local(pe));
+    PE_CHECK(feed_dict(pe, feed, n_feed));
+    PE_CHECK(run_graph(pe));
+    return finish(pe, fetch, n_fetch, return_merged, fetch_out);
+}
+
+pe_status pe_run_list(pe_parallel_executor *pe, const pe_feed *const *feeds, const int *n_feeds, int n_lists,
+                      const char *const *fetch, int n_fetch, bool return_merged, pe_tensor **fetch_out) {
+    if (!pe) return pe_error(PE_ERR_INVALID, "pe_run: NULL executor");
+    if (n_lists != pe->n)
+        return pe_error(PE_ERR_INVALID, "list feed has %d entries but the executor has %d places: give one dict per place",
+                        n_lists, pe->n);
+    PE_CHECK(check_fetch_names(pe, fetch, n_fetch));
+    PE_CHECK(ensure_local(pe));
+    for (int p = 0; p < pe->n; p++) {
+        pe->rows[p] = 1;
+        for (int i = 0; i < n_feeds[p]; i++) {
+            const pe_feed *f = &feeds[p][i];
+            const pe_var *v;
+            PE_CHECK(check_feed_decl(pe, f, &v));
+            if (!v->persistable) PE_CHECK(check_piece(v, f->name, f->tensor->ndim, f->tensor->dims, p));
+            PE_CHECK(feed_to(pe, p, f->name, f->tensor, 0, -1, v->persistable));
+            if (i == 0 && f->tensor->ndim > 0) pe->rows[p] = f->tensor->dims[0];
+        }
+    }
+    PE_CHECK(run_graph(pe));
+    return finish(pe, fetch, n_fetch, return_merged, fetch_out);
+}

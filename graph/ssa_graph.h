@@ -1,0 +1,64 @@
+/* graph/ssa_graph.h — the multi-device SSA graph the ParallelExecutor runs.
+ *
+ * One op handle per (op, place), plus collective handles spanning places
+ * (allreduce of a gradient; reduce to an owner place and broadcast back
+ * for the `reduce` strategy). Vars are versioned per place: every write
+ * creates a new version whose producer is the writing handle, so the
+ * dependencies are exact: read-after-write, and write-after-read/write on
+ * the previous version. Built by passes/multi_device.c; scheduled by
+ * executor/scheduler.c; printed by pe_ssa_graph_dot.
+ */
+#ifndef PE_GRAPH_SSA_GRAPH_H
+#define PE_GRAPH_SSA_GRAPH_H
+
+#include "pe/program.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum pe_handle_kind {
+    PE_HANDLE_OP = 0,
+    PE_HANDLE_ALLREDUCE, /* var on every place = sum over places */
+    PE_HANDLE_REDUCE,    /* var on root = sum over places */
+    PE_HANDLE_BCAST,     /* var on every place = var on root */
+    PE_HANDLE_KIND_COUNT
+} pe_handle_kind;
+
+typedef struct pe_ssa_var {
+    const char *name;  /* borrowed from the place's program */
+    int place;
+    int version;
+    int producer;      /* handle id, -1 = initial value (feed, parameter) */
+} pe_ssa_var;
+
+typedef struct pe_handle {
+    pe_handle_kind kind;
+    int place;         /* OP: place index; collectives: -1 */
+    int op_idx;        /* OP: op index in block 0 of progs[place] */
+    const char *var;   /* collectives: the var (borrowed) */
+    int root;          /* REDUCE / BCAST: owner place */
+    int *succ;         /* handles that depend on this one */
+    int n_succ, cap_succ;
+    int n_deps;        /* number of predecessors */
+} pe_handle;
+
+typedef struct pe_ssa_graph {
+    int n_places;
+    pe_program **progs;      /* per place, owned: the program as that place runs it */
+    pe_handle *h;
+    int n_h, cap_h;
+    pe_ssa_var *vars;
+    int n_vars, cap_vars;
+    int loss_grad_op;        /* op index of the loss-gradient seed in each prog, -1 = none */
+    int n_param_grads;       /* gradients exchanged between places */
+} pe_ssa_graph;
+
+void pe_ssa_graph_free(pe_ssa_graph *g); /* accepts NULL */
+/* Writes the graph as Graphviz DOT (atomic). */
+pe_status pe_ssa_graph_write_dot(const pe_ssa_graph *g, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

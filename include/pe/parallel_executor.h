@@ -1,0 +1,113 @@
+/* pe/parallel_executor.h — data-parallel execution on several places.
+ *
+ *     // startup already run into `scope` with a single-place pe_executor
+ *     int n = pe_cpu_place_count();                       // CPU_NUM, default 1
+ *     pe_place places[8];
+ *     for (int i = 0; i < n; i++) places[i] = pe_place_cpu(i);
+ *     pe_pe_options opt;
+ *     pe_pe_options_default(&opt);
+ *     opt.loss_name = "loss";
+ *     pe_parallel_executor *train;
+ *     if (pe_parallel_executor_new(places, n, main_prog, scope, &opt, &train) != PE_OK) ...
+ *     pe_feed feed[2] = {{"x", x}, {"label", y}};        // split along axis 0
+ *     const char *fetch[] = {"loss"};
+ *     pe_tensor *loss = pe_tensor_new();                  // shape [n]: one per place
+ *     pe_run(train, feed, 2, fetch, 1, true, &loss);
+ *
+ *     opt.share_vars_from = train;                        // eval reads train's params
+ *     pe_parallel_executor *eval;
+ *     pe_parallel_executor_new(places, n, test_prog, scope, &opt, &eval);
+ *     ...
+ *     pe_drop_local_exe_scopes(train);
+ *     pe_parallel_executor_free(eval); pe_parallel_executor_free(train);
+ *
+ * Semantics (DESIGN.md §4): persistables of `scope` are broadcast from place
+ * 0 at construction; dict feeds are split along axis 0 into contiguous
+ * pieces (earlier places take the extra rows: 5 rows on 4 places -> 2,1,1,1);
+ * gradients are summed across places (fixed order: bitwise reproducible);
+ * fetches are concatenated along axis 0 in place order (persistables come
+ * back once, from place 0). The first error on any place stops the run on
+ * every place and is returned with the op, place and var names.
+ */
+#ifndef PE_PARALLEL_EXECUTOR_H
+#define PE_PARALLEL_EXECUTOR_H
+
+#include "pe/executor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum pe_reduce_strategy { PE_REDUCE_ALL_REDUCE = 0, PE_REDUCE_REDUCE } pe_reduce_strategy;
+
+typedef enum pe_grad_scale {
+    PE_GRAD_SCALE_BATCH_SHARE = 0,  /* place i: rows_i / total_rows (default) */
+    PE_GRAD_SCALE_COEFF_NUM_DEVICE, /* 1 / places (Paddle's default) */
+    PE_GRAD_SCALE_ONE,              /* 1 */
+    PE_GRAD_SCALE_CUSTOMIZED        /* the user feeds loss@GRAD */
+} pe_grad_scale;
+
+typedef struct pe_exec_strategy {
+    int num_threads;                  /* scheduler pool; 0 = places*2 (CPU), places*4 (CUDA) */
+    int num_iteration_per_drop_scope; /* default 100 */
+    int num_iteration_per_run;        /* default 1 */
+} pe_exec_strategy;
+
+typedef struct pe_build_strategy {
+    pe_reduce_strategy reduce_strategy;
+    pe_grad_scale gradient_scale_strategy;
+    bool fuse_elewise_add_act_ops;
+    bool fuse_all_optimizer_ops;
+    bool fuse_all_reduce_ops;
+    bool enable_inplace;
+    bool memory_optimize;
+    bool enable_sequential_execution;
+    const char *debug_graphviz_path;  /* borrowed; NULL = none */
+} pe_build_strategy;
+
+typedef struct pe_parallel_executor pe_parallel_executor;
+
+typedef struct pe_pe_options {
+    const char *loss_name;                        /* NULL: inference only */
+    const pe_parallel_executor *share_vars_from;  /* borrowed; must outlive the new one */
+    pe_exec_strategy exec_strategy;
+    pe_build_strategy build_strategy;
+    int num_trainers;                             /* processes (1 = this one) */
+    int trainer_id;
+} pe_pe_options;
+
+void pe_pe_options_default(pe_pe_options *o);
+
+/* CPU_NUM from the environment (default 1, with a warning when unset on a
+ * multi-core machine). Invalid values are an error (returns -1 + message). */
+int pe_cpu_place_count(void);
+
+/* places: n_places places of one kind (copied). main_program and scope are
+ * borrowed and must outlive the executor. *out owned by the caller. */
+pe_status pe_parallel_executor_new(const pe_place *places, int n_places, const pe_program *main_program,
+                                   pe_scope *scope, const pe_pe_options *opt, pe_parallel_executor **out);
+void pe_parallel_executor_free(pe_parallel_executor *pe); /* accepts NULL */
+
+/* Dict feed: each tensor split along axis 0 across places (a persistable var
+ * is copied to every place). fetch_out: n_fetch caller-owned tensors when
+ * return_merged, else n_fetch * n_places ([fetch][place]). */
+pe_status pe_run(pe_parallel_executor *pe, const pe_feed *feed, int n_feed, const char *const *fetch, int n_fetch,
+                 bool return_merged, pe_tensor **fetch_out);
+/* List feed: feeds[i] (n_feeds[i] entries) used as given on place i;
+ * n_lists must equal the place count. */
+pe_status pe_run_list(pe_parallel_executor *pe, const pe_feed *const *feeds, const int *n_feeds, int n_lists,
+                      const char *const *fetch, int n_fetch, bool return_merged, pe_tensor **fetch_out);
+
+/* Frees every local execution scope (temporaries); the next run recreates them. */
+void pe_drop_local_exe_scopes(pe_parallel_executor *pe);
+int pe_device_count(const pe_parallel_executor *pe);
+/* Bytes held by the local execution scopes of all places. */
+size_t pe_local_exe_scopes_bytes(const pe_parallel_executor *pe);
+/* The scope of place i (place 0: the scope given at construction, unless
+ * share_vars_from). Borrowed. */
+pe_scope *pe_place_scope(const pe_parallel_executor *pe, int i);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,345 @@
+/* passes/multi_device.c — the multi-device pass: one program becomes an
+ * SSA graph over N places.
+ *
+ * Each place gets its own copy of the program (so per-place attrs such as
+ * the loss-gradient scale can differ) and one op handle per op. After the
+ * op that produces a parameter's final gradient (found through its
+ * op_role_var attr, set by the autodiff pass — never by guessing from
+ * names) a collective handle is inserted: an allreduce across places, or,
+ * for the `reduce` strategy, a reduce to the parameter's owner place
+ * (chosen greedily to balance bytes), whose optimizer ops then run only
+ * there, followed by a broadcast of the updated parameter.
+ *
+ * Dependencies come from versioned vars per place: a read depends on the
+ * producer of the current version; a write depends on that producer and on
+ * every reader of the current version, then starts a new version. Handles
+ * are created op by op (all places of op i, then its collectives), which is
+ * also a valid sequential order.
+ */
+#include "passes/multi_device.h"
+#include "graph/strmap.h"
+#include "runtime/internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int ssa;          /* current version (index into g->vars) */
+    int *readers;     /* handles reading the current version */
+    int n_readers, cap_readers;
+} vstate;
+
+typedef struct {
+    pe_strmap map;    /* name -> index into st */
+    vstate *st;
+    int n, cap;
+} place_state;
+
+#define OOM() pe_error(PE_ERR_NOMEM, "multi_device pass: out of memory")
+
+void pe_ssa_graph_free(pe_ssa_graph *g) {
+    if (!g) return;
+    for (int i = 0; i < g->n_h; i++) free(g->h[i].succ);
+    free(g->h);
+    free(g->vars);
+    if (g->progs)
+        for (int p = 0; p < g->n_places; p++) pe_program_free(g->progs[p]);
+    free(g->progs);
+    free(g);
+}
+
+static int add_handle(pe_ssa_graph *g, pe_handle_kind kind, int place, int op_idx, const char *var, int root) {
+    if (g->n_h == g->cap_h) {
+        int cap = g->cap_h ? g->cap_h * 2 : 256;
+        pe_handle *nh = realloc(g->h, sizeof *nh * (size_t)cap);
+        if (!nh) return -1;
+        g->h = nh;
+        g->cap_h = cap;
+    }
+    pe_handle *h = &g->h[g->n_h];
+    memset(h, 0, sizeof *h);
+    h->kind = kind;
+    h->place = place;
+    h->op_idx = op_idx;
+    h->var = var;
+    h->root = root;
+    return g->n_h++;
+}
+
+static int add_edge(pe_ssa_graph *g, int from, int to) {
+    if (from < 0 || from == to) return 0;
+    pe_handle *f = &g->h[from];
+    for (int i = f->n_succ - 1; i >= 0; i--)
+        if (f->succ[i] == to) return 0;
+    if (f->n_succ == f->cap_succ) {
+        int cap = f->cap_succ ? f->cap_succ * 2 : 4;
+        int *ns = realloc(f->succ, sizeof *ns * (size_t)cap);
+        if (!ns) return -1;
+        f->succ = ns;
+        f->cap_succ = cap;
+    }
+    f->succ[f->n_succ++] = to;
+    g->h[to].n_deps++;
+    return 0;
+}
+
+static int new_version(pe_ssa_graph *g, const char *name, int place, int version, int producer) {
+    if (g->n_vars == g->cap_vars) {
+        int cap = g->cap_vars ? g->cap_vars * 2 : 256;
+        pe_ssa_var *nv = realloc(g->vars, sizeof *nv * (size_t)cap);
+        if (!nv) return -1;
+        g->vars = nv;
+        g->cap_vars = cap;
+    }
+    g->vars[g->n_vars] = (pe_ssa_var){name, place, version, producer};
+    return g->n_vars++;
+}
+
+static vstate *state_of(pe_ssa_graph *g, place_state *ps, const char *name, int place) {
+    int i = pe_strmap_get(&ps->map, name);
+    if (i >= 0) return &ps->st[i];
+    if (ps->n == ps->cap) {
+        int cap = ps->cap ? ps->cap * 2 : 128;
+        vstate *ns = realloc(ps->st, sizeof *ns * (size_t)cap);
+        if (!ns) return NULL;
+        ps->st = ns;
+        ps->cap = cap;
+    }
+    vstate *s = &ps->st[ps->n];
+    memset(s, 0, sizeof *s);
+    s->ssa = new_version(g, name, place, 0, -1);
+    if (s->ssa < 0 || pe_strmap_put(&ps->map, name, ps->n) != 0) return NULL;
+    ps->n++;
+    return s;
+}
+
+static int read_var(pe_ssa_graph *g, place_state *ps, const char *name, int place, int h) {
+    vstate *s = state_of(g, ps, name, place);
+    if (!s || add_edge(g, g->vars[s->ssa].producer, h) != 0) return -1;
+    if (s->n_readers == s->cap_readers) {
+        int cap = s->cap_readers ? s->cap_readers * 2 : 4;
+        int *nr = realloc(s->readers, sizeof *nr * (size_t)cap);
+        if (!nr) return -1;
+        s->readers = nr;
+        s->cap_readers = cap;
+    }
+    s->readers[s->n_readers++] = h;
+    return 0;
+}
+
+static int write_var(pe_ssa_graph *g, place_state *ps, const char *name, int place, int h) {
+    vstate *s = state_of(g, ps, name, place);
+    if (!s) return -1;
+    for (int i = 0; i < s->n_readers; i++)
+        if (add_edge(g, s->readers[i], h) != 0) return -1;
+    if (add_edge(g, g->vars[s->ssa].producer, h) != 0) return -1;
+    int v = new_version(g, name, place, g->vars[s->ssa].version + 1, h);
+    if (v < 0) return -1;
+    s->ssa = v;
+    s->n_readers = 0;
+    return 0;
+}
+
+static int op_role(const pe_op *op) {
+    const pe_attr *a = pe_op_attr(op, "op_role");
+    return a ? (int)a->i : PE_ROLE_FORWARD;
+}
+
+/* op_role_var pairs of a backward op (param, grad, ...), or NULL. */
+static const pe_attr *role_vars(const pe_op *op) {
+    const pe_attr *a = pe_op_attr(op, "op_role_var");
+    return a && a->type == PE_ATTR_STRINGS && a->n >= 2 ? a : NULL;
+}
+
+static int64_t var_bytes(const pe_program *p, const char *name) {
+    const pe_var *v = pe_program_find_var(p, 0, name);
+    if (!v) return 0;
+    int64_t n = 1;
+    for (int i = 0; i < v->ndim; i++) n *= v->dims[i] > 0 ? v->dims[i] : 1;
+    return n * (int64_t)pe_dtype_size(v->dtype);
+}
+
+static pe_status add_op_handles(pe_ssa_graph *g, place_state *ps, int op_idx, const bool *skip) {
+    for (int p = 0; p < g->n_places; p++) {
+        if (skip && skip[p]) continue;
+        const pe_op *op = &g->progs[p]->blocks[0].ops[op_idx];
+        int h = add_handle(g, PE_HANDLE_OP, p, op_idx, NULL, -1);
+        if (h < 0) return OOM();
+        for (int s = 0; s < op->n_inputs; s++)
+            for (int k = 0; k < op->inputs[s].n_args; k++)
+                if (strcmp(op->inputs[s].args[k], PE_EMPTY_VAR) && read_var(g, &ps[p], op->inputs[s].args[k], p, h))
+                    return OOM();
+        for (int s = 0; s < op->n_outputs; s++)
+            for (int k = 0; k < op->outputs[s].n_args; k++)
+                if (strcmp(op->outputs[s].args[k], PE_EMPTY_VAR) && write_var(g, &ps[p], op->outputs[s].args[k], p, h))
+                    return OOM();
+    }
+    return PE_OK;
+}
+
+static pe_status add_collective(pe_ssa_graph *g, place_state *ps, pe_handle_kind kind, const char *var, int root) {
+    int h = add_handle(g, kind, -1, -1, var, root);
+    if (h < 0) return OOM();
+    for (int p = 0; p < g->n_places; p++)
+        if (kind != PE_HANDLE_BCAST || p == root)
+            if (read_var(g, &ps[p], var, p, h)) return OOM();
+    for (int p = 0; p < g->n_places; p++)
+        if ((kind == PE_HANDLE_REDUCE && p == root) || (kind == PE_HANDLE_BCAST && p != root) ||
+            kind == PE_HANDLE_ALLREDUCE)
+            if (write_var(g, &ps[p], var, p, h)) return OOM();
+    return PE_OK;
+}
+
+pe_status pe_multi_device_build(const pe_program *prog, int n_places, const char *loss_name,
+                                const pe_build_strategy *bs, pe_ssa_graph **out) {
+    *out = NULL;
+    if (n_places < 1) return pe_error(PE_ERR_INVALID, "multi_device pass: %d places", n_places);
+    pe_ssa_graph *g = calloc(1, sizeof *g);
+    place_state *ps = calloc((size_t)n_places, sizeof *ps);
+    bool *skip = calloc((size_t)n_places, sizeof *skip);
+    char **owned_params = NULL;
+    int *owner = NULL, n_params = 0;
+    pe_status st = PE_OK;
+    if (!g || !ps || !skip) { st = OOM(); goto done; }
+    g->n_places = n_places;
+    g->loss_grad_op = -1;
+    g->progs = calloc((size_t)n_places, sizeof *g->progs);
+    if (!g->progs) { st = OOM(); goto done; }
+    for (int p = 0; p < n_places; p++)
+        if (!(g->progs[p] = pe_program_clone(prog))) { st = OOM(); goto done; }
+
+    /* The loss-gradient seed: scaled per place at run time, or removed when
+     * the user feeds loss@GRAD (customized). */
+    if (loss_name) {
+        char lg[512];
+        snprintf(lg, sizeof lg, "%s" PE_GRAD_SUFFIX, loss_name);
+        const pe_block *b = &g->progs[0]->blocks[0];
+        for (int i = 0; i < b->n_ops; i++) {
+            const char *o = pe_op_output1(&b->ops[i], "Out");
+            if (op_role(&b->ops[i]) == (PE_ROLE_BACKWARD | PE_ROLE_LOSS) && o && !strcmp(o, lg)) {
+                g->loss_grad_op = i;
+                break;
+            }
+        }
+        if (g->loss_grad_op >= 0 && bs->gradient_scale_strategy == PE_GRAD_SCALE_CUSTOMIZED) {
+            for (int p = 0; p < n_places; p++) pe_block_remove_op(&g->progs[p]->blocks[0], g->loss_grad_op);
+            g->loss_grad_op = -1;
+        }
+    }
+
+    const pe_block *b0 = &g->progs[0]->blocks[0];
+    bool reduce = bs->reduce_strategy == PE_REDUCE_REDUCE && n_places > 1;
+    if (reduce) {
+        /* owners: greedy byte balance over parameters in gradient order */
+        int64_t *load = calloc((size_t)n_places, sizeof *load);
+        if (!load) { st = OOM(); goto done; }
+        for (int i = 0; i < b0->n_ops && st == PE_OK; i++) {
+            const pe_attr *rv = role_vars(&b0->ops[i]);
+            if (!rv || !(op_role(&b0->ops[i]) & PE_ROLE_BACKWARD)) continue;
+            for (int k = 0; k + 1 < rv->n; k += 2) {
+                char **np = realloc(owned_params, sizeof *np * (size_t)(n_params + 1));
+                int *no = realloc(owner, sizeof *no * (size_t)(n_params + 1));
+                if (np) owned_params = np;
+                if (no) owner = no;
+                if (!np || !no) { st = OOM(); break; }
+                int best = 0;
+                for (int p = 1; p < n_places; p++)
+                    if (load[p] < load[best]) best = p;
+                load[best] += var_bytes(prog, rv->strings[k]);
+                owned_params[n_params] = rv->strings[k];
+                owner[n_params] = best;
+                n_params++;
+            }
+        }
+        free(load);
+        if (st != PE_OK) goto done;
+    }
+
+    for (int i = 0; i < b0->n_ops; i++) {
+        const pe_op *op = &b0->ops[i];
+        int role = op_role(op);
+        const pe_attr *rv = role_vars(op);
+        memset(skip, 0, sizeof *skip * (size_t)n_places);
+        if (reduce && (role & PE_ROLE_OPTIMIZE) && rv) {
+            /* optimizer of one parameter: only on its owner */
+            for (int j = 0; j < n_params; j++)
+                if (!strcmp(owned_params[j], rv->strings[0]))
+                    for (int p = 0; p < n_places; p++) skip[p] = p != owner[j];
+        }
+        if ((st = add_op_handles(g, ps, i, skip)) != PE_OK) goto done;
+        if (!rv || !(role & PE_ROLE_BACKWARD) || (role & PE_ROLE_OPTIMIZE) || n_places == 1) continue;
+        for (int k = 0; k + 1 < rv->n; k += 2) {
+            /* borrow the name from place 0's program (outlives the graph's use) */
+            const char *grad = rv->strings[k + 1];
+            if (!reduce) {
+                st = add_collective(g, ps, PE_HANDLE_ALLREDUCE, grad, 0);
+            } else {
+                int root = 0;
+                for (int j = 0; j < n_params; j++)
+                    if (!strcmp(owned_params[j], rv->strings[k])) root = owner[j];
+                st = add_collective(g, ps, PE_HANDLE_REDUCE, grad, root);
+            }
+            if (st != PE_OK) goto done;
+            g->n_param_grads++;
+        }
+    }
+    if (reduce)
+        for (int j = 0; j < n_params && st == PE_OK; j++)
+            st = add_collective(g, ps, PE_HANDLE_BCAST, owned_params[j], owner[j]);
+
+done:
+    if (ps)
+        for (int p = 0; p < n_places; p++) {
+            for (int i = 0; i < ps[p].n; i++) free(ps[p].st[i].readers);
+            free(ps[p].st);
+            pe_strmap_free(&ps[p].map);
+        }
+    free(ps);
+    free(skip);
+    free(owned_params);
+    free(owner);
+    if (st != PE_OK) {
+        pe_ssa_graph_free(g);
+        return st;
+    }
+    *out = g;
+    return PE_OK;
+}
+
+/* ---- DOT export ---------------------------------------------------------- */
+
+pe_status pe_ssa_graph_write_dot(const pe_ssa_graph *g, const char *path) {
+    static const char *const kind_names[] = {"op", "allreduce", "reduce", "broadcast"};
+    size_t cap = 4096 + (size_t)g->n_h * 96, n = 0;
+    char *buf = malloc(cap);
+    if (!buf) return OOM();
+#define EMIT(...)                                                                    \
+    do {                                                                             \
+        int r_ = snprintf(buf + n, cap - n, __VA_ARGS__);                            \
+        if (r_ < 0) break;                                                           \
+        if (n + (size_t)r_ >= cap) {                                                 \
+            cap = (cap + (size_t)r_) * 2;                                            \
+            char *nb_ = realloc(buf, cap);                                           \
+            if (!nb_) { free(buf); return OOM(); }                                   \
+            buf = nb_;                                                               \
+            r_ = snprintf(buf + n, cap - n, __VA_ARGS__);                            \
+        }                                                                            \
+        n += (size_t)r_;                                                             \
+    } while (0)
+    EMIT("digraph pe_ssa {\n  rankdir=TB;\n  node [shape=box, fontsize=10];\n");
+    for (int i = 0; i < g->n_h; i++) {
+        const pe_handle *h = &g->h[i];
+        if (h->kind == PE_HANDLE_OP)
+            EMIT("  h%d [label=\"%s\\nplace %d\"];\n", i, g->progs[h->place]->blocks[0].ops[h->op_idx].type, h->place);
+        else
+            EMIT("  h%d [label=\"%s\\n%s\", style=filled, fillcolor=lightblue];\n", i, kind_names[h->kind], h->var);
+    }
+    for (int i = 0; i < g->n_h; i++)
+        for (int k = 0; k < g->h[i].n_succ; k++) EMIT("  h%d -> h%d;\n", i, g->h[i].succ[k]);
+    EMIT("}\n");
+#undef EMIT
+    pe_status st = pe_write_file_atomic(path, buf, n);
+    free(buf);
+    return st;
+}

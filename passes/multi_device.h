@@ -1,0 +1,14 @@
+/* passes/multi_device.h — builds the multi-device SSA graph (internal). */
+#ifndef PE_PASSES_MULTI_DEVICE_H
+#define PE_PASSES_MULTI_DEVICE_H
+
+#include "graph/ssa_graph.h"
+#include "pe/parallel_executor.h"
+
+/* Replicates block 0 of prog on n_places, inserts the gradient collectives
+ * found through op_role_var, and records the loss-gradient seed op.
+ * *out owned by the caller (pe_ssa_graph_free). */
+pe_status pe_multi_device_build(const pe_program *prog, int n_places, const char *loss_name,
+                                const pe_build_strategy *bs, pe_ssa_graph **out);
+
+#endif
