@@ -5,7 +5,7 @@
 set -euo pipefail
 
 PKGS=(
-  build-essential cmake pkg-config clang libclang-rt-14-dev
+  build-essential cmake pkg-config clang libclang-rt-14-dev libomp-14-dev
   libflatbuffers-dev flatbuffers-compiler
   libopenblas-openmp-dev libdnnl-dev libcjson-dev libcmocka-dev
   libopenmpi-dev openmpi-bin

@@ -1,0 +1,560 @@
+/* runtime/safetensors.c — safetensors files and checkpoints of persistables.
+ *
+ * What: reads and writes the safetensors format (8-byte little-endian header
+ * length N, N bytes of UTF-8 JSON {"name": {"dtype", "shape",
+ * "data_offsets"}, "__metadata__": {..}}, then the raw little-endian data),
+ * and on top of it pe_checkpoint_save/load, which tie a file to the
+ * persistable vars of a program's block 0.
+ *
+ * How: the whole image is validated before any scope is touched — header
+ * length within the file and below 100 MB, UTF-8, one JSON object (cJSON),
+ * each entry's dtype, shape and offsets; sorted by offset, the tensors must
+ * tile the data buffer exactly (start at 0, no gap, no overlap, each
+ * end - begin = numel * dtype size, the last ending at the end of the file),
+ * as the reference Rust implementation requires. Saving builds the image in
+ * memory and hands it to pe_write_file_atomic (temporary file, fsync,
+ * rename), so a crash mid-save leaves the previous checkpoint intact.
+ *
+ * Why this format: PyTorch and numpy users read and write it with their own
+ * tools; it holds raw data with no code execution on load (unlike pickle).
+ */
+#include "pe/checkpoint.h"
+#include "runtime/internal.h"
+#include "runtime/safetensors_internal.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ST_MAX_HEADER 100000000u /* the Rust implementation's limit */
+#define ST_MAX_INT 9007199254740992.0 /* 2^53: integers exact in a JSON double */
+
+static const struct { const char *name; pe_dtype dt; } k_st_dtypes[] = {
+    {"F32", PE_DTYPE_FP32}, {"F64", PE_DTYPE_FP64}, {"I32", PE_DTYPE_INT32},
+    {"I64", PE_DTYPE_INT64}, {"U8", PE_DTYPE_UINT8}, {"BOOL", PE_DTYPE_BOOL},
+    {"F16", PE_DTYPE_FP16}, {"BF16", PE_DTYPE_BF16},
+};
+#define ST_N_DTYPES (int)(sizeof k_st_dtypes / sizeof k_st_dtypes[0])
+
+static const char *st_dtype_name(pe_dtype dt) {
+    for (int i = 0; i < ST_N_DTYPES; i++)
+        if (k_st_dtypes[i].dt == dt) return k_st_dtypes[i].name;
+    return NULL;
+}
+
+/* Strict UTF-8 check (no overlongs, no surrogates, <= U+10FFFF). */
+static bool st_utf8_valid(const unsigned char *s, size_t n, size_t *bad) {
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i];
+        size_t len;
+        unsigned min;
+        if (c < 0x80) { i++; continue; }
+        else if ((c & 0xE0) == 0xC0) { len = 2; min = 0x80; c &= 0x1F; }
+        else if ((c & 0xF0) == 0xE0) { len = 3; min = 0x800; c &= 0x0F; }
+        else if ((c & 0xF8) == 0xF0) { len = 4; min = 0x10000; c &= 0x07; }
+        else { *bad = i; return false; }
+        if (n - i < len) { *bad = i; return false; }
+        for (size_t k = 1; k < len; k++) {
+            if ((s[i + k] & 0xC0) != 0x80) { *bad = i; return false; }
+            c = c << 6 | (s[i + k] & 0x3F);
+        }
+        if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) { *bad = i; return false; }
+        i += len;
+    }
+    return true;
+}
+
+/* ---- parsing ------------------------------------------------------------ */
+
+typedef struct {
+    const char *name;      /* borrowed from the cJSON tree */
+    pe_dtype dt;
+    int ndim;
+    int64_t dims[PE_MAX_DIMS];
+    uint64_t begin, end;   /* offsets into the data buffer */
+} st_entry;
+
+typedef struct {
+    cJSON *root;
+    st_entry *e;           /* sorted by offset after parsing */
+    int n;
+    const unsigned char *data; /* the data buffer (borrowed) */
+    uint64_t data_size;
+} st_file;
+
+static void st_file_free(st_file *f) {
+    cJSON_Delete(f->root);
+    free(f->e);
+    memset(f, 0, sizeof *f);
+}
+
+/* A JSON number that is an integer in [0, 2^53]. */
+static bool st_uint(const cJSON *j, uint64_t *out) {
+    if (!cJSON_IsNumber(j)) return false;
+    double d = j->valuedouble;
+    if (!(d >= 0 && d <= ST_MAX_INT) || d != (double)(uint64_t)d) return false;
+    *out = (uint64_t)d;
+    return true;
+}
+
+static pe_status st_parse_entry(const cJSON *j, const char *what, st_entry *e) {
+    const char *nm = j->string;
+    if (!cJSON_IsObject(j))
+        return pe_error(PE_ERR_FORMAT, "%s: tensor '%s': entry is not a JSON object", what, nm);
+    const cJSON *dtype = NULL, *shape = NULL, *offs = NULL;
+    for (const cJSON *k = j->child; k; k = k->next) {
+        const cJSON **slot = !strcmp(k->string, "dtype") ? &dtype : !strcmp(k->string, "shape") ? &shape
+                           : !strcmp(k->string, "data_offsets") ? &offs : NULL;
+        if (!slot)
+            return pe_error(PE_ERR_FORMAT, "%s: tensor '%s': unexpected key '%s' (expected dtype, shape, "
+                            "data_offsets)", what, nm, k->string);
+        if (*slot) return pe_error(PE_ERR_FORMAT, "%s: tensor '%s': key '%s' appears twice", what, nm, k->string);
+        *slot = k;
+    }
+    const char *missing = !dtype ? "dtype" : !shape ? "shape" : !offs ? "data_offsets" : NULL;
+    if (missing) return pe_error(PE_ERR_FORMAT, "%s: tensor '%s': missing '%s'", what, nm, missing);
+
+    if (!cJSON_IsString(dtype))
+        return pe_error(PE_ERR_FORMAT, "%s: tensor '%s': dtype is not a string", what, nm);
+    int di = 0;
+    while (di < ST_N_DTYPES && strcmp(dtype->valuestring, k_st_dtypes[di].name)) di++;
+    if (di == ST_N_DTYPES)
+        return pe_error(PE_ERR_FORMAT, "%s: tensor '%s': unsupported dtype '%.32s' (PE reads F32 F64 I32 "
+                        "I64 U8 BOOL F16 BF16)", what, nm, dtype->valuestring);
+    e->dt = k_st_dtypes[di].dt;
+
+    if (!cJSON_IsArray(shape))
+        return pe_error(PE_ERR_FORMAT, "%s: tensor '%s': shape is not a list", what, nm);
+    int nd = 0;
+    for (const cJSON *d = shape->child; d; d = d->next, nd++) {
+        uint64_t v;
+        if (nd >= PE_MAX_DIMS)
+            return pe_error(PE_ERR_FORMAT, "%s: tensor '%s': shape has more than %d dimensions", what, nm,
+                            PE_MAX_DIMS);
+        if (!st_uint(d, &v))
+            return pe_error(PE_ERR_FORMAT, "%s: tensor '%s': shape[%d] is not a non-negative integer", what,
+                            nm, nd);
+        e->dims[nd] = (int64_t)v;
+    }
+    e->ndim = nd;
+    pe_tensor meta;
+    memset(&meta, 0, sizeof meta);
+    if (pe_tensor_set_meta(&meta, e->dt, e->ndim, e->dims) != PE_OK) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", pe_last_error());
+        return pe_error(PE_ERR_FORMAT, "%s: tensor '%s': invalid shape: %s", what, nm, why);
+    }
+
+    if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 || !st_uint(offs->child, &e->begin) ||
+        !st_uint(offs->child->next, &e->end))
+        return pe_error(PE_ERR_FORMAT, "%s: tensor '%s': data_offsets is not a pair of non-negative "
+                        "integers [begin, end]", what, nm);
+    if (e->end < e->begin)
+        return pe_error(PE_ERR_FORMAT, "%s: tensor '%s': data_offsets [%llu, %llu] end before they begin",
+                        what, nm, (unsigned long long)e->begin, (unsigned long long)e->end);
+    e->name = nm;
+    return PE_OK;
+}
+
+static int st_cmp_offset(const void *a, const void *b) {
+    const st_entry *x = a, *y = b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    return 0;
+}
+
+static int st_cmp_name_ptr(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static pe_status st_check_metadata(const cJSON *m, const char *what) {
+    if (!cJSON_IsObject(m))
+        return pe_error(PE_ERR_FORMAT, "%s: \"__metadata__\" is not a JSON object", what);
+    for (const cJSON *k = m->child; k; k = k->next)
+        if (!cJSON_IsString(k))
+            return pe_error(PE_ERR_FORMAT, "%s: \"__metadata__\" value of '%s' is not a string", what, k->string);
+    return PE_OK;
+}
+
+/* Validates the whole image; on success f owns the cJSON tree and entries. */
+static pe_status st_parse(const unsigned char *b, size_t size, const char *what, st_file *f) {
+    memset(f, 0, sizeof *f);
+    if (size < 8)
+        return pe_error(PE_ERR_FORMAT, "%s: truncated safetensors file (%zu bytes, shorter than the 8-byte "
+                        "header length)", what, size);
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--) n = n << 8 | b[i];
+    if (n > ST_MAX_HEADER)
+        return pe_error(PE_ERR_FORMAT, "%s: safetensors header length %llu is above the %u-byte limit", what,
+                        (unsigned long long)n, ST_MAX_HEADER);
+    if (n > size - 8)
+        return pe_error(PE_ERR_FORMAT, "%s: safetensors header length %llu runs past the end of the file "
+                        "(%zu bytes after the length field)", what, (unsigned long long)n, size - 8);
+    if (n < 2 || b[8] != '{')
+        return pe_error(PE_ERR_FORMAT, "%s: safetensors header is not a JSON object (it must start with "
+                        "'{')", what);
+    size_t bad;
+    if (!st_utf8_valid(b + 8, (size_t)n, &bad))
+        return pe_error(PE_ERR_FORMAT, "%s: safetensors header is not valid UTF-8 (at header byte %zu)",
+                        what, bad);
+    /* cJSON gets a NUL-terminated copy: no read can pass the header. */
+    char *text = malloc((size_t)n + 1);
+    if (!text) return pe_error(PE_ERR_NOMEM, "%s: out of memory for a %llu-byte header", what,
+                               (unsigned long long)n);
+    memcpy(text, b + 8, (size_t)n);
+    text[n] = '\0';
+    const char *end = NULL;
+    f->root = cJSON_ParseWithLengthOpts(text, (size_t)n, &end, 0);
+    size_t at = end ? (size_t)(end - text) : 0;
+    if (!f->root) {
+        free(text);
+        return pe_error(PE_ERR_FORMAT, "%s: safetensors header is not valid JSON (error near header byte %zu)",
+                        what, at);
+    }
+    while (at < n && (text[at] == ' ' || text[at] == '\t' || text[at] == '\n' || text[at] == '\r')) at++;
+    free(text);
+    pe_status st = PE_OK;
+    if (at != n) {
+        st = pe_error(PE_ERR_FORMAT, "%s: safetensors header has bytes after the JSON object (header byte "
+                      "%zu)", what, at);
+        goto fail;
+    }
+    if (!cJSON_IsObject(f->root)) {
+        st = pe_error(PE_ERR_FORMAT, "%s: safetensors header is not a JSON object", what);
+        goto fail;
+    }
+    int count = cJSON_GetArraySize(f->root);
+    f->e = calloc(count ? (size_t)count : 1, sizeof *f->e);
+    const char **names = calloc(count ? (size_t)count : 1, sizeof *names);
+    if (!f->e || !names) {
+        free(names);
+        st = pe_error(PE_ERR_NOMEM, "%s: out of memory for %d header entries", what, count);
+        goto fail;
+    }
+    int nn = 0;
+    for (const cJSON *j = f->root->child; j; j = j->next) {
+        names[nn++] = j->string;
+        if (!strcmp(j->string, "__metadata__")) {
+            st = st_check_metadata(j, what);
+        } else if (!j->string[0]) {
+            st = pe_error(PE_ERR_FORMAT, "%s: a tensor has an empty name", what);
+        } else {
+            st = st_parse_entry(j, what, &f->e[f->n]);
+            if (st == PE_OK) f->n++;
+        }
+        if (st != PE_OK) break;
+    }
+    if (st == PE_OK) {
+        qsort(names, (size_t)nn, sizeof *names, st_cmp_name_ptr);
+        for (int i = 1; i < nn && st == PE_OK; i++)
+            if (!strcmp(names[i - 1], names[i]))
+                st = pe_error(PE_ERR_FORMAT, "%s: safetensors header names '%s' twice", what, names[i]);
+    }
+    free(names);
+    if (st != PE_OK) goto fail;
+
+    f->data = b + 8 + n;
+    f->data_size = size - 8 - n;
+    qsort(f->e, (size_t)f->n, sizeof *f->e, st_cmp_offset);
+    uint64_t pos = 0;
+    char sb[200];
+    for (int i = 0; i < f->n; i++) {
+        st_entry *e = &f->e[i];
+        if (e->end > f->data_size) {
+            st = pe_error(PE_ERR_FORMAT, "%s: tensor '%s': data_offsets [%llu, %llu] run past the end of the "
+                          "data (%llu bytes)", what, e->name, (unsigned long long)e->begin,
+                          (unsigned long long)e->end, (unsigned long long)f->data_size);
+            goto fail;
+        }
+        if (e->begin != pos) {
+            st = pe_error(PE_ERR_FORMAT, "%s: tensor '%s': data_offsets [%llu, %llu] %s the previous tensor's "
+                          "data (ending at %llu): tensors must be contiguous and non-overlapping", what, e->name,
+                          (unsigned long long)e->begin, (unsigned long long)e->end,
+                          e->begin < pos ? "overlap" : "leave a gap after", (unsigned long long)pos);
+            goto fail;
+        }
+        uint64_t need = (uint64_t)pe_dims_prod(e->dims, 0, e->ndim) * pe_dtype_size(e->dt);
+        if (e->end - e->begin != need) {
+            st = pe_error(PE_ERR_FORMAT, "%s: tensor '%s': data_offsets [%llu, %llu] hold %llu bytes but shape "
+                          "%s of %s needs %llu", what, e->name, (unsigned long long)e->begin,
+                          (unsigned long long)e->end, (unsigned long long)(e->end - e->begin),
+                          pe_dims_str(e->ndim, e->dims, sb, sizeof sb), st_dtype_name(e->dt),
+                          (unsigned long long)need);
+            goto fail;
+        }
+        if (e->dt == PE_DTYPE_BOOL) {
+            for (uint64_t k = e->begin; k < e->end; k++)
+                if (f->data[k] > 1) {
+                    st = pe_error(PE_ERR_FORMAT, "%s: tensor '%s': BOOL element %llu has byte value %u "
+                                  "(expected 0 or 1)", what, e->name, (unsigned long long)(k - e->begin),
+                                  f->data[k]);
+                    goto fail;
+                }
+        }
+        pos = e->end;
+    }
+    if (pos != f->data_size) {
+        st = pe_error(PE_ERR_FORMAT, "%s: the data buffer has %llu bytes but the tensors cover %llu (%llu "
+                      "trailing bytes)", what, (unsigned long long)f->data_size, (unsigned long long)pos,
+                      (unsigned long long)(f->data_size - pos));
+        goto fail;
+    }
+    return PE_OK;
+fail:
+    st_file_free(f);
+    return st;
+}
+
+static const st_entry *st_find(const st_file *f, const char *name) {
+    for (int i = 0; i < f->n; i++)
+        if (!strcmp(f->e[i].name, name)) return &f->e[i];
+    return NULL;
+}
+
+/* Copies an entry into t, keeping t's place when it already has storage. */
+static pe_status st_load_entry(const st_file *f, const st_entry *e, pe_tensor *t, const char *what) {
+    pe_place place = t->buf ? t->place : pe_place_cpu(0);
+    pe_status st = pe_tensor_resize(t, e->dt, e->ndim, e->dims, place);
+    if (st == PE_OK && e->end > e->begin)
+        st = pe_memcpy_places(pe_tensor_data(t), place, f->data + e->begin, pe_place_cpu(0),
+                              (size_t)(e->end - e->begin));
+    if (st != PE_OK) return pe_error_wrap(st, "%s: loading tensor '%s'", what, e->name);
+    return PE_OK;
+}
+
+pe_status pe_safetensors_read_buffer(const void *data, size_t size, const char *what, pe_scope *scope) {
+    if (!what) what = "<buffer>";
+    if ((!data && size) || !scope)
+        return pe_error(PE_ERR_INVALID, "%s: pe_safetensors_read_buffer: NULL argument", what);
+    st_file f;
+    PE_CHECK(st_parse(data, size, what, &f));
+    pe_status st = PE_OK;
+    for (int i = 0; i < f.n && st == PE_OK; i++) {
+        pe_tensor *t = pe_scope_var(scope, f.e[i].name);
+        st = t ? st_load_entry(&f, &f.e[i], t, what)
+               : pe_error(PE_ERR_NOMEM, "%s: out of memory creating var '%s'", what, f.e[i].name);
+    }
+    st_file_free(&f);
+    return st;
+}
+
+pe_status pe_safetensors_read(const char *path, pe_scope *scope) {
+    if (!path || !scope) return pe_error(PE_ERR_INVALID, "pe_safetensors_read: NULL argument");
+    void *data;
+    size_t size;
+    PE_CHECK(pe_read_file(path, &data, &size));
+    pe_status st = pe_safetensors_read_buffer(data, size, path, scope);
+    free(data);
+    return st;
+}
+
+/* ---- writing ------------------------------------------------------------ */
+
+typedef struct {
+    char *s;
+    size_t n, cap;
+    bool oom;
+} st_buf;
+
+static void st_put(st_buf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *p = realloc(b->s, cap);
+        if (!p) { b->oom = true; return; }
+        b->s = p;
+        b->cap = cap;
+    }
+    memcpy(b->s + b->n, s, n);
+    b->n += n;
+    b->s[b->n] = '\0';
+}
+
+static void st_puts(st_buf *b, const char *s) { st_put(b, s, strlen(s)); }
+
+/* A JSON string literal (s is valid UTF-8, checked by the caller). */
+static void st_put_json_string(st_buf *b, const char *s) {
+    st_put(b, "\"", 1);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        char esc[8];
+        if (c == '"' || c == '\\') { esc[0] = '\\'; esc[1] = (char)c; st_put(b, esc, 2); }
+        else if (c < 0x20) { snprintf(esc, sizeof esc, "\\u%04x", c); st_put(b, esc, 6); }
+        else st_put(b, (const char *)&c, 1);
+    }
+    st_put(b, "\"", 1);
+}
+
+pe_status pe_safetensors_write(const char *path, const pe_scope *scope, const char *const *names, int n) {
+    if (!path || !scope || (n && !names) || n < 0)
+        return pe_error(PE_ERR_INVALID, "pe_safetensors_write: bad argument");
+    const pe_tensor **ts = calloc(n ? (size_t)n : 1, sizeof *ts);
+    if (!ts) return pe_error(PE_ERR_NOMEM, "cannot save '%s': out of memory", path);
+    pe_status st = PE_OK;
+    st_buf h = {0};
+    unsigned char *img = NULL;
+    uint64_t off = 0;
+    char num[96];
+
+    st_puts(&h, "{\"__metadata__\":{\"producer\":\"pe\"}");
+    for (int i = 0; i < n; i++) {
+        const char *nm = names[i];
+        size_t bad;
+        if (!nm || !nm[0] || !strcmp(nm, "__metadata__") || !st_utf8_valid((const unsigned char *)nm, strlen(nm), &bad)) {
+            st = pe_error(PE_ERR_INVALID, "cannot save '%s': '%s' is not a valid tensor name", path, nm ? nm : "(null)");
+            goto done;
+        }
+        for (int k = 0; k < i; k++)
+            if (!strcmp(names[k], nm)) {
+                st = pe_error(PE_ERR_INVALID, "cannot save '%s': tensor '%s' is listed twice", path, nm);
+                goto done;
+            }
+        const pe_tensor *t = pe_scope_find_var(scope, nm);
+        if (!t) {
+            st = pe_error(PE_ERR_NOT_FOUND, "cannot save '%s': var '%s' is not in the scope", path, nm);
+            goto done;
+        }
+        const char *dname = st_dtype_name(t->dtype);
+        size_t nb = pe_tensor_nbytes(t);
+        if (!dname || t->ndim < 0 || t->ndim > PE_MAX_DIMS) {
+            st = pe_error(PE_ERR_INVALID, "cannot save '%s': var '%s' has an invalid dtype or rank", path, nm);
+            goto done;
+        }
+        if (nb && !pe_tensor_has_data(t)) {
+            st = pe_error(PE_ERR_INVALID, "cannot save '%s': var '%s' has no data (not initialized?)", path, nm);
+            goto done;
+        }
+        ts[i] = t;
+        st_puts(&h, ",");
+        st_put_json_string(&h, nm);
+        st_puts(&h, ":{\"dtype\":\"");
+        st_puts(&h, dname);
+        st_puts(&h, "\",\"shape\":[");
+        for (int d = 0; d < t->ndim; d++) {
+            snprintf(num, sizeof num, "%s%lld", d ? "," : "", (long long)t->dims[d]);
+            st_puts(&h, num);
+        }
+        snprintf(num, sizeof num, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
+                 (unsigned long long)(off + nb));
+        st_puts(&h, num);
+        off += nb;
+    }
+    st_puts(&h, "}");
+    /* Pad with spaces so the data starts 8-byte aligned, as the reference writer does. */
+    while (!h.oom && h.n % 8) st_puts(&h, " ");
+    if (h.oom) {
+        st = pe_error(PE_ERR_NOMEM, "cannot save '%s': out of memory building the header", path);
+        goto done;
+    }
+    size_t total = 8 + h.n + (size_t)off;
+    img = malloc(total);
+    if (!img) {
+        st = pe_error(PE_ERR_NOMEM, "cannot save '%s': out of memory (%zu bytes)", path, total);
+        goto done;
+    }
+    for (int i = 0; i < 8; i++) img[i] = (unsigned char)((uint64_t)h.n >> (8 * i));
+    memcpy(img + 8, h.s, h.n);
+    size_t at = 8 + h.n;
+    for (int i = 0; i < n && st == PE_OK; i++) {
+        size_t nb = pe_tensor_nbytes(ts[i]);
+        if (nb) st = pe_memcpy_places(img + at, pe_place_cpu(0), pe_tensor_data(ts[i]), ts[i]->place, nb);
+        if (st != PE_OK) pe_error_wrap(st, "cannot save '%s': var '%s'", path, names[i]);
+        at += nb;
+    }
+    if (st == PE_OK) st = pe_write_file_atomic(path, img, total);
+done:
+    free(img);
+    free(h.s);
+    free(ts);
+    return st;
+}
+
+/* ---- checkpoints ---------------------------------------------------------- */
+
+/* Shape of a tensor against a program var: same rank, equal dims where the
+ * program's is not -1. */
+static bool st_shape_fits(const pe_var *v, int ndim, const int64_t *dims) {
+    if (v->ndim != ndim) return false;
+    for (int i = 0; i < ndim; i++)
+        if (v->dims[i] != -1 && v->dims[i] != dims[i]) return false;
+    return true;
+}
+
+pe_status pe_checkpoint_save(const char *path, const pe_program *prog, const pe_scope *scope) {
+    if (!path || !prog || !scope || prog->n_blocks < 1)
+        return pe_error(PE_ERR_INVALID, "pe_checkpoint_save: bad argument");
+    const pe_block *b = &prog->blocks[0];
+    const char **names = calloc(b->n_vars ? (size_t)b->n_vars : 1, sizeof *names);
+    if (!names) return pe_error(PE_ERR_NOMEM, "cannot save '%s': out of memory", path);
+    int n = 0;
+    char s1[200], s2[200];
+    for (int i = 0; i < b->n_vars; i++) {
+        const pe_var *v = &b->vars[i];
+        if (!v->persistable) continue;
+        const pe_tensor *t = pe_scope_find_var(scope, v->name);
+        if (!t) continue;
+        /* A file the same program could not load back is refused now. */
+        if (t->dtype != v->dtype || !st_shape_fits(v, t->ndim, t->dims)) {
+            pe_status st = pe_error(PE_ERR_INVALID, "cannot save '%s': var '%s' holds %s %s but the program "
+                                    "declares %s %s", path, v->name, pe_dtype_name(t->dtype),
+                                    pe_dims_str(t->ndim, t->dims, s1, sizeof s1), pe_dtype_name(v->dtype),
+                                    pe_dims_str(v->ndim, v->dims, s2, sizeof s2));
+            free(names);
+            return st;
+        }
+        names[n++] = v->name;
+    }
+    pe_status st = pe_safetensors_write(path, scope, names, n);
+    free(names);
+    return st;
+}
+
+pe_status pe_checkpoint_load(const char *path, const pe_program *prog, pe_scope *scope) {
+    if (!path || !prog || !scope || prog->n_blocks < 1)
+        return pe_error(PE_ERR_INVALID, "pe_checkpoint_load: bad argument");
+    void *data;
+    size_t size;
+    PE_CHECK(pe_read_file(path, &data, &size));
+    st_file f;
+    pe_status st = st_parse(data, size, path, &f);
+    if (st != PE_OK) {
+        free(data);
+        return st;
+    }
+    const pe_block *b = &prog->blocks[0];
+    char s1[200], s2[200];
+    /* Every persistable var is in the file with the declared dtype and shape ... */
+    for (int i = 0; i < b->n_vars && st == PE_OK; i++) {
+        const pe_var *v = &b->vars[i];
+        if (!v->persistable) continue;
+        const st_entry *e = st_find(&f, v->name);
+        if (!e)
+            st = pe_error(PE_ERR_NOT_FOUND, "%s: persistable var '%s' of the program is missing from the "
+                          "checkpoint", path, v->name);
+        else if (e->dt != v->dtype)
+            st = pe_error(PE_ERR_INVALID, "%s: var '%s': the checkpoint holds %s, the program declares %s",
+                          path, v->name, pe_dtype_name(e->dt), pe_dtype_name(v->dtype));
+        else if (!st_shape_fits(v, e->ndim, e->dims))
+            st = pe_error(PE_ERR_INVALID, "%s: var '%s': the checkpoint holds shape %s, the program declares %s",
+                          path, v->name, pe_dims_str(e->ndim, e->dims, s1, sizeof s1),
+                          pe_dims_str(v->ndim, v->dims, s2, sizeof s2));
+    }
+    /* ... and every tensor of the file is one of them. */
+    for (int i = 0; i < f.n && st == PE_OK; i++) {
+        const pe_var *v = pe_block_find_var(b, f.e[i].name);
+        if (!v || !v->persistable)
+            st = pe_error(PE_ERR_INVALID, "%s: tensor '%s' of the checkpoint is not a persistable var of the "
+                          "program%s", path, f.e[i].name, v ? " (the program declares it non-persistable)" : "");
+    }
+    for (int i = 0; i < f.n && st == PE_OK; i++) {
+        pe_tensor *t = pe_scope_var(scope, f.e[i].name);
+        st = t ? st_load_entry(&f, &f.e[i], t, path)
+               : pe_error(PE_ERR_NOMEM, "%s: out of memory creating var '%s'", path, f.e[i].name);
+    }
+    st_file_free(&f);
+    free(data);
+    return st;
+}
