@@ -79,12 +79,20 @@ static void run_chain(pe_sched *s, int h) {
                 }
             }
         }
-        pthread_mutex_lock(&s->mu);
-        for (int k = 0; k < n_ready; k++) s->queue[s->tail++] = ready[k];
-        if (n_ready == 1) pthread_cond_signal(&s->cv_work);
-        else if (n_ready > 1) pthread_cond_broadcast(&s->cv_work);
-        if (atomic_fetch_add(&s->completed, 1) + 1 == g->n_h) pthread_cond_broadcast(&s->cv_done);
-        pthread_mutex_unlock(&s->mu);
+        if (n_ready) {
+            pthread_mutex_lock(&s->mu);
+            for (int k = 0; k < n_ready; k++) s->queue[s->tail++] = ready[k];
+            if (n_ready == 1) pthread_cond_signal(&s->cv_work);
+            else pthread_cond_broadcast(&s->cv_work);
+            pthread_mutex_unlock(&s->mu);
+        }
+        if (atomic_fetch_add_explicit(&s->completed, 1, memory_order_acq_rel) + 1 == g->n_h) {
+            /* the last handle: wake the caller (under the lock, so the wake
+             * cannot fall between its check and its wait) */
+            pthread_mutex_lock(&s->mu);
+            pthread_cond_broadcast(&s->cv_done);
+            pthread_mutex_unlock(&s->mu);
+        }
         h = next;
     }
 }

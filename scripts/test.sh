@@ -3,8 +3,8 @@
 #
 # Installs what is missing (scripts/setup.sh), builds build/ with
 # -Wall -Wextra -Werror (CUDA sources included when nvcc exists), runs ctest
-# and pytest, then the ASan/UBSan build of the test suite and a short
-# libFuzzer run of every parser. Exits non-zero on any failure.
+# and pytest, then the ASan/UBSan build of the test suite, the TSan build of
+# the scheduler tests and a short libFuzzer run of every parser. Exits non-zero on any failure.
 #
 #   PE_TEST_QUICK=1   skip the sanitizer build and the fuzz run (developer loop)
 set -euo pipefail
@@ -46,6 +46,13 @@ cmake --build build-asan -j"$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 OMP_NUM_THREADS=1 \
   ctest --output-on-failure -j"$jobs" --timeout 900)
+
+step "TSan build (build-tsan/): the scheduler and ParallelExecutor tests"
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DPE_SANITIZE=thread -DPE_WITH_CUDA=OFF \
+  -DPE_BUILD_PYTHON=OFF >/dev/null
+cmake --build build-tsan -j"$jobs" --target test_parallel_executor
+(cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 OMP_NUM_THREADS=1 \
+  ctest --output-on-failure --timeout 900 -R 'parallel_executor|scheduler')
 
 if [ -x tests/fuzz/run_short.sh ]; then
   step "short fuzz run"

@@ -3,8 +3,8 @@
  * All places live in one address space, so an allreduce is a
  * reduce-scatter + all-gather over chunks: the buffer is cut into chunks of
  * 64 KiB, each chunk is owned by one thread, which sums the chunk over the
- * places in place order 0..N-1 (into place 0's buffer) and then copies the
- * sum to every other place. Every element is summed in the same order
+ * places in place order 0..N-1 (8 KiB tiles through an L1-resident
+ * accumulator) and writes the sum back to every place. Every element is summed in the same order
  * whatever the thread count, so results are bitwise reproducible, and each
  * byte is read N times and written N times: memcpy-bound.
  * A reduce to a root other than 0 sums into a per-thread scratch chunk (kept
@@ -18,6 +18,8 @@
 #include <string.h>
 
 #define CHUNK_BYTES (64 * 1024)
+#define TILE_BYTES (8 * 1024)
+#define TILE_ELEMS(es) (TILE_BYTES / (es))
 
 typedef struct {
     pe_comm base;
@@ -56,11 +58,20 @@ static pe_status run(inproc_comm *c, void *const *bufs, int64_t numel, pe_dtype 
     for (int64_t k = 0; k < n_chunks; k++) {
         int64_t b = k * chunk, m = (b + chunk < numel ? b + chunk : numel) - b;
         size_t off = (size_t)(b * es), len = (size_t)(m * es);
-        if (mode == 0 || root == 0) {
-            /* reduce-scatter: this thread's chunk summed into place 0 */
+        if (mode == 0) {
+            /* reduce-scatter + all-gather of this thread's chunk, tile by
+             * tile through an L1-resident accumulator: each buffer is read
+             * once and written once (the minimum traffic). */
+            char *acc = c->scratch + (size_t)omp_get_thread_num() * CHUNK_BYTES;
+            for (int64_t t0 = 0; t0 < m; t0 += TILE_ELEMS(es)) {
+                int64_t tm = m - t0 < TILE_ELEMS(es) ? m - t0 : TILE_ELEMS(es);
+                size_t toff = off + (size_t)(t0 * es), tlen = (size_t)(tm * es);
+                memcpy(acc, (char *)bufs[0] + toff, tlen);
+                for (int p = 1; p < n; p++) add_n(acc, (char *)bufs[p] + toff, tm, dt);
+                for (int p = 0; p < n; p++) memcpy((char *)bufs[p] + toff, acc, tlen);
+            }
+        } else if (root == 0) {
             for (int p = 1; p < n; p++) add_n((char *)bufs[0] + off, (char *)bufs[p] + off, m, dt);
-            if (mode == 0) /* all-gather */
-                for (int p = 1; p < n; p++) memcpy((char *)bufs[p] + off, (char *)bufs[0] + off, len);
         } else {
             char *acc = c->scratch + (size_t)omp_get_thread_num() * CHUNK_BYTES;
             memcpy(acc, (char *)bufs[0] + off, len);
