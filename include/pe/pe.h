@@ -32,6 +32,7 @@
 #include "pe/checkpoint.h"
 #include "pe/passes.h"
 #include "pe/parallel_executor.h"
+#include "pe/optimizer.h"
 
 #define PE_VERSION_STRING "0.1.0"
 

@@ -1,0 +1,84 @@
+/* pe/optimizer.h — optimizers and initializers as program transformations.
+ *
+ *     pe_optimizer opt;
+ *     pe_optimizer_default(&opt, PE_OPT_MOMENTUM, 0.1);
+ *     opt.momentum = 0.9;
+ *     opt.weight_decay = 1e-4;                      // L2
+ *     opt.clip_global_norm = 5.0;                   // 0 = no clipping
+ *     pe_param_grad *pg; int n;
+ *     if (pe_optimizer_minimize(&opt, main, startup, "loss", NULL, 0, NULL, 0, NULL, 0, &pg, &n) != PE_OK)
+ *         fprintf(stderr, "%s\n", pe_last_error());
+ *
+ *     pe_initializer init = {.kind = PE_INIT_XAVIER_UNIFORM};
+ *     pe_startup_init_var(startup, pe_program_find_var(main, 0, "fc_0.w_0"), &init);
+ *
+ * minimize = Paddle's Optimizer.minimize: append_backward (pe/passes.h),
+ * then weight decay and gradient clipping ops, then one optimizer op per
+ * parameter (sgd / momentum / adam, learning rate as a persistable
+ * variable). Accumulators (velocity, moments, beta powers) and the learning
+ * rate are declared persistable in `main` and initialized by ops appended to
+ * `startup`. Every op added has op_role optimize and op_role_var
+ * [param, grad], which the multi-device pass relies on.
+ */
+#ifndef PE_OPTIMIZER_H
+#define PE_OPTIMIZER_H
+
+#include "pe/passes.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum pe_optimizer_kind { PE_OPT_SGD = 0, PE_OPT_MOMENTUM, PE_OPT_ADAM, PE_OPT_KIND_COUNT } pe_optimizer_kind;
+
+typedef struct pe_optimizer {
+    pe_optimizer_kind kind;
+    double learning_rate;     /* initial value of the learning-rate var */
+    const char *lr_var;       /* existing persistable [1] var to use; NULL = create one */
+    double momentum;          /* MOMENTUM (default 0.9) */
+    bool use_nesterov;
+    double beta1, beta2, epsilon;  /* ADAM (0.9, 0.999, 1e-8) */
+    double weight_decay;      /* L2 coefficient; 0 = none */
+    double clip_global_norm;  /* clip gradients by global norm; 0 = none */
+} pe_optimizer;
+
+/* Per-parameter settings (Paddle's ParamAttr): learning-rate multiplier and
+ * L2 coefficient (< 0 = the optimizer's weight_decay). */
+typedef struct pe_param_config {
+    const char *name;
+    double lr_mult;
+    double l2;
+} pe_param_config;
+
+void pe_optimizer_default(pe_optimizer *o, pe_optimizer_kind kind, double learning_rate);
+
+/* params/no_grad as pe_append_backward. out (may be NULL) owned by caller. */
+pe_status pe_optimizer_minimize(const pe_optimizer *o, pe_program *main, pe_program *startup, const char *loss,
+                                const char *const *params, int n_params, const char *const *no_grad, int n_no_grad,
+                                const pe_param_config *cfg, int n_cfg, pe_param_grad **out, int *n_out);
+
+typedef enum pe_init_kind {
+    PE_INIT_CONSTANT = 0, PE_INIT_UNIFORM, PE_INIT_NORMAL, PE_INIT_TRUNCATED_NORMAL,
+    PE_INIT_XAVIER_UNIFORM, PE_INIT_XAVIER_NORMAL, PE_INIT_KAIMING_UNIFORM, PE_INIT_KAIMING_NORMAL,
+    PE_INIT_ASSIGN, PE_INIT_KIND_COUNT
+} pe_init_kind;
+
+typedef struct pe_initializer {
+    pe_init_kind kind;
+    double value;             /* CONSTANT */
+    double low, high;         /* UNIFORM */
+    double mean, std;         /* NORMAL, TRUNCATED_NORMAL */
+    int64_t fan_in, fan_out;  /* XAVIER/KAIMING; 0 = from the var's shape as Paddle does */
+    const double *values;     /* ASSIGN: numel values (borrowed) */
+    int64_t n_values;
+    int seed;                 /* 0 = derived from the program seed and the var name */
+} pe_initializer;
+
+/* Declares `var` (persistable, same dtype/shape) in startup if needed and
+ * appends the op that initializes it. */
+pe_status pe_startup_init_var(pe_program *startup, const pe_var *var, const pe_initializer *init);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
