@@ -1,5 +1,165 @@
-/* ops/math.c — shape inference of the math family. (PLACEHOLDER: being written) */
-#include "ops/op.h"
+/* ops/math.c — shape inference of the math family: mul, matmul, matmul_v2.
+ *
+ * mul follows Paddle's flatten-to-2-D rule; matmul and matmul_v2 follow
+ * numpy's matmul (1-D operands promoted and the added dim removed, batch
+ * dims broadcast) through one plan (ops/math.h) that the kernels reuse, so
+ * the rules live in one place. Both operands must be fp32 or fp64 and of the
+ * same dtype, since the GEMM is OpenBLAS's sgemm/dgemm.
+ */
+#include "ops/math.h"
 
-pe_status pe_infer_mul(pe_op_ctx *ctx) { return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "not implemented yet"); }
-pe_status pe_infer_matmul(pe_op_ctx *ctx) { return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "not implemented yet"); }
+#include <stdio.h>
+#include <string.h>
+
+static pe_status check_float_pair(const pe_op_ctx *ctx, const pe_tensor *x, const pe_tensor *y) {
+    if (x->dtype != PE_DTYPE_FP32 && x->dtype != PE_DTYPE_FP64)
+        return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "X '%s' has dtype %s; float32 or float64 expected",
+                            pe_ctx_in_name(ctx, "X", 0), pe_dtype_name(x->dtype));
+    if (y->dtype != x->dtype)
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "Y '%s' has dtype %s but X '%s' has %s; they must match",
+                            pe_ctx_in_name(ctx, "Y", 0), pe_dtype_name(y->dtype),
+                            pe_ctx_in_name(ctx, "X", 0), pe_dtype_name(x->dtype));
+    return PE_OK;
+}
+
+/* ---- mul ----------------------------------------------------------------
+ * x: [d0..d(xn-1) | d(xn)..]  -> [M, K];  y: [e0..e(yn-1) | e(yn)..] -> [K, N]
+ * out: x.dims[:xn] + y.dims[yn:]                                            */
+pe_status pe_infer_mul(pe_op_ctx *ctx) {
+    const pe_tensor *x = pe_ctx_in(ctx, "X"), *y = pe_ctx_in(ctx, "Y");
+    pe_tensor *out = pe_ctx_out(ctx, "Out");
+    if (!x || !y || !out) return pe_ctx_error(ctx, PE_ERR_INVALID, "X, Y and Out must all be given");
+    PE_CHECK(check_float_pair(ctx, x, y));
+    int64_t xn = pe_ctx_int(ctx, "x_num_col_dims"), yn = pe_ctx_int(ctx, "y_num_col_dims");
+    char xs[128], ys[128];
+    pe_dims_str(x->ndim, x->dims, xs, sizeof xs);
+    pe_dims_str(y->ndim, y->dims, ys, sizeof ys);
+    if (xn < 1 || xn >= x->ndim)
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "x_num_col_dims = %lld must be in [1, rank(X) - 1] for X '%s' %s",
+                            (long long)xn, pe_ctx_in_name(ctx, "X", 0), xs);
+    if (yn < 1 || yn >= y->ndim)
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "y_num_col_dims = %lld must be in [1, rank(Y) - 1] for Y '%s' %s",
+                            (long long)yn, pe_ctx_in_name(ctx, "Y", 0), ys);
+    int64_t kx = pe_dims_prod(x->dims, (int)xn, x->ndim);
+    int64_t ky = pe_dims_prod(y->dims, 0, (int)yn);
+    if (kx != ky)
+        return pe_ctx_error(ctx, PE_ERR_INVALID,
+                            "X '%s' %s flattens to [%lld, %lld] (x_num_col_dims %lld) and Y '%s' %s to "
+                            "[%lld, %lld] (y_num_col_dims %lld): inner sizes %lld and %lld differ",
+                            pe_ctx_in_name(ctx, "X", 0), xs, (long long)pe_dims_prod(x->dims, 0, (int)xn),
+                            (long long)kx, (long long)xn, pe_ctx_in_name(ctx, "Y", 0), ys, (long long)ky,
+                            (long long)pe_dims_prod(y->dims, (int)yn, y->ndim), (long long)yn,
+                            (long long)kx, (long long)ky);
+    int64_t od[PE_MAX_DIMS];
+    int on = 0;
+    for (int i = 0; i < xn; i++) od[on++] = x->dims[i];
+    for (int i = (int)yn; i < y->ndim; i++) {
+        if (on == PE_MAX_DIMS)
+            return pe_ctx_error(ctx, PE_ERR_INVALID, "output rank exceeds %d (X %s, Y %s)", PE_MAX_DIMS, xs, ys);
+        od[on++] = y->dims[i];
+    }
+    pe_status st = pe_tensor_set_meta(out, x->dtype, on, od);
+    return st == PE_OK ? PE_OK : pe_ctx_error(ctx, st, "%s", pe_last_error());
+}
+
+/* ---- matmul / matmul_v2 ------------------------------------------------- */
+
+pe_status pe_matmul_plan_make(const pe_op_ctx *ctx, const pe_tensor *x, const pe_tensor *y,
+                              pe_matmul_plan *p) {
+    memset(p, 0, sizeof *p);
+    bool v2 = ctx->info->id == PE_OP_matmul_v2;
+    p->trans_x = pe_ctx_bool(ctx, v2 ? "trans_x" : "transpose_X");
+    p->trans_y = pe_ctx_bool(ctx, v2 ? "trans_y" : "transpose_Y");
+    p->alpha = v2 ? 1.0 : pe_ctx_float(ctx, "alpha");
+    char xs[128], ys[128];
+    pe_dims_str(x->ndim, x->dims, xs, sizeof xs);
+    pe_dims_str(y->ndim, y->dims, ys, sizeof ys);
+    const char *xname = pe_ctx_in_name(ctx, "X", 0), *yname = pe_ctx_in_name(ctx, "Y", 0);
+    if (x->ndim < 1 || y->ndim < 1)
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "X '%s' %s and Y '%s' %s must have rank >= 1",
+                            xname, xs, yname, ys);
+    /* Stored matrix shapes after numpy's 1-D promotion: x [K] -> [1, K],
+     * y [K] -> [K, 1]. A vector has no transpose: its flag is ignored. */
+    bool x1 = x->ndim == 1, y1 = y->ndim == 1;
+    int64_t xr = x1 ? 1 : x->dims[x->ndim - 2], xc = x->dims[x->ndim - 1];
+    int64_t yr = y->dims[y1 ? 0 : y->ndim - 2], yc = y1 ? 1 : y->dims[y->ndim - 1];
+    if (x1) p->trans_x = false;
+    if (y1) p->trans_y = false;
+    p->m = p->trans_x ? xc : xr;
+    int64_t kx = p->trans_x ? xr : xc;
+    int64_t ky = p->trans_y ? yc : yr;
+    p->n = p->trans_y ? yr : yc;
+    if (kx != ky)
+        return pe_ctx_error(ctx, PE_ERR_INVALID,
+                            "X '%s' %s%s and Y '%s' %s%s: contraction sizes %lld and %lld differ",
+                            xname, xs, p->trans_x ? " (transposed)" : "", yname, ys,
+                            p->trans_y ? " (transposed)" : "", (long long)kx, (long long)ky);
+    p->k = kx;
+    /* Batch dims, broadcast right-aligned. */
+    int xb = x->ndim > 2 ? x->ndim - 2 : 0, yb = y->ndim > 2 ? y->ndim - 2 : 0;
+    int nb = xb > yb ? xb : yb;
+    p->batch_ndim = nb;
+    for (int a = 0; a < nb; a++) {
+        int ix = a - (nb - xb), iy = a - (nb - yb);
+        int64_t dx = ix >= 0 ? x->dims[ix] : 1, dy = iy >= 0 ? y->dims[iy] : 1;
+        if (dx != dy && dx != 1 && dy != 1)
+            return pe_ctx_error(ctx, PE_ERR_INVALID,
+                                "batch dims of X '%s' %s and Y '%s' %s do not broadcast (%lld vs %lld)",
+                                xname, xs, yname, ys, (long long)dx, (long long)dy);
+        p->batch_dims[a] = dx == 1 ? dy : dx;
+    }
+    /* Matrix strides per batch axis (row-major over each operand's own batch
+     * dims); a broadcast axis (size 1 or absent) has stride 0. */
+    int64_t sx = 1, sy = 1;
+    for (int a = nb - 1; a >= 0; a--) {
+        int ix = a - (nb - xb), iy = a - (nb - yb);
+        int64_t dx = ix >= 0 ? x->dims[ix] : 1, dy = iy >= 0 ? y->dims[iy] : 1;
+        p->x_bstride[a] = dx == 1 ? 0 : sx;
+        p->y_bstride[a] = dy == 1 ? 0 : sy;
+        sx *= dx;
+        sy *= dy;
+    }
+    p->n_batch = pe_dims_prod(p->batch_dims, 0, nb);
+    p->x_full = sx == p->n_batch;
+    p->y_full = sy == p->n_batch;
+    /* out: batch + [m] (unless x was 1-D) + [n] (unless y was 1-D); two
+     * vectors give [1], as Paddle (PE has no 0-D results from matmul). */
+    p->out_ndim = 0;
+    for (int a = 0; a < nb; a++) p->out_dims[p->out_ndim++] = p->batch_dims[a];
+    if (!x1) p->out_dims[p->out_ndim++] = p->m;
+    if (!y1) p->out_dims[p->out_ndim++] = p->n;
+    if (x1 && y1) p->out_dims[p->out_ndim++] = 1;
+    return PE_OK;
+}
+
+int64_t pe_matmul_x_batch(const pe_matmul_plan *p, int64_t b) {
+    if (p->x_full) return b;
+    int64_t idx = 0;
+    for (int a = p->batch_ndim - 1; a >= 0; a--) {
+        idx += (b % p->batch_dims[a]) * p->x_bstride[a];
+        b /= p->batch_dims[a];
+    }
+    return idx;
+}
+
+int64_t pe_matmul_y_batch(const pe_matmul_plan *p, int64_t b) {
+    if (p->y_full) return b;
+    int64_t idx = 0;
+    for (int a = p->batch_ndim - 1; a >= 0; a--) {
+        idx += (b % p->batch_dims[a]) * p->y_bstride[a];
+        b /= p->batch_dims[a];
+    }
+    return idx;
+}
+
+/* x: [..., M, K] (or [K], or transposed), y: [..., K, N] -> out: [bcast..., M, N] */
+pe_status pe_infer_matmul(pe_op_ctx *ctx) {
+    const pe_tensor *x = pe_ctx_in(ctx, "X"), *y = pe_ctx_in(ctx, "Y");
+    pe_tensor *out = pe_ctx_out(ctx, "Out");
+    if (!x || !y || !out) return pe_ctx_error(ctx, PE_ERR_INVALID, "X, Y and Out must all be given");
+    PE_CHECK(check_float_pair(ctx, x, y));
+    pe_matmul_plan p;
+    PE_CHECK(pe_matmul_plan_make(ctx, x, y, &p));
+    pe_status st = pe_tensor_set_meta(out, x->dtype, p.out_ndim, p.out_dims);
+    return st == PE_OK ? PE_OK : pe_ctx_error(ctx, st, "%s", pe_last_error());
+}
