@@ -1,0 +1,328 @@
+/* ops/cpu/dnnl_util.c — one oneDNN CPU engine and a cache of ready-to-run
+ * primitives (see dnnl_util.h for the contract).
+ *
+ * How: entries live on a doubly linked LRU list under one mutex. Lookup is a
+ * linear scan comparing (key, thread count) of free entries — the list is
+ * short (one entry per distinct op shape per concurrent user) and the scan is
+ * cheap next to any convolution. A miss returns a fresh, unlinked entry that
+ * the kernel fills (primitive descriptor, primitive, argument bindings);
+ * release links it in. Beyond PE_DNNL_CACHE_CAP entries the least recently
+ * used free entry is destroyed.
+ *
+ * Why this way: building a oneDNN primitive costs 10 µs to milliseconds (JIT
+ * code generation), and the kernel contract forbids allocation in the steady
+ * state; keeping the primitive, its memory objects, scratchpad and reorder
+ * buffers together per entry gives both. Primitives run with a user-mode
+ * scratchpad owned by the entry, so an entry in use by one thread shares
+ * nothing mutable with another.
+ */
+#include "ops/cpu/dnnl_util.h"
+
+#include <omp.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <oneapi/dnnl/dnnl_debug.h>
+
+#define PE_DNNL_CACHE_CAP 512
+
+typedef struct pe_dnnl_binding {
+    int arg, dir;
+    dnnl_memory_t user;        /* plain layout; data handle = the tensor's data per run */
+    dnnl_memory_t inner;       /* the primitive's layout, entry-owned (NULL: same as user) */
+    dnnl_primitive_t reorder;  /* user -> inner (inputs) or inner -> user (outputs) */
+} pe_dnnl_binding;
+
+struct pe_dnnl_entry {
+    pe_dnnl_key key;
+    int n_threads;
+    int ready, linked, busy;
+    int unsupported;           /* negative entry: oneDNN cannot run this key */
+    dnnl_primitive_desc_t pd;
+    dnnl_primitive_t prim;
+    dnnl_stream_t stream;
+    dnnl_memory_t scratch;
+    int n_bind;
+    pe_dnnl_binding bind[PE_DNNL_MAX_BIND];
+    int n_args;
+    dnnl_exec_arg_t args[PE_DNNL_MAX_BIND + 1];
+    void *buf;
+    size_t buf_bytes;
+    pe_dnnl_entry *prev, *next;
+};
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static pe_dnnl_entry *g_head, *g_tail; /* head = most recently used */
+static int g_count;
+static int64_t g_created;
+
+static pthread_once_t g_engine_once = PTHREAD_ONCE_INIT;
+static dnnl_engine_t g_engine;
+static dnnl_status_t g_engine_st;
+
+static void engine_init(void) { g_engine_st = dnnl_engine_create(&g_engine, dnnl_cpu, 0); }
+
+const char *pe_dnnl_status_str(dnnl_status_t s) { return dnnl_status2str(s); }
+
+dnnl_engine_t pe_dnnl_engine(void) {
+    pthread_once(&g_engine_once, engine_init);
+    if (g_engine_st != dnnl_success) {
+        pe_error(PE_ERR_DEVICE, "oneDNN: cannot create the CPU engine (%s)", dnnl_status2str(g_engine_st));
+        return NULL;
+    }
+    return g_engine;
+}
+
+void pe_dnnl_key_init(pe_dnnl_key *k, int kind) {
+    k->n = 0;
+    pe_dnnl_key_add(k, kind);
+}
+
+void pe_dnnl_key_add(pe_dnnl_key *k, int64_t v) {
+    PE_ASSERT(k->n < PE_DNNL_KEY_MAX);
+    k->v[k->n++] = v;
+}
+
+static int key_eq(const pe_dnnl_key *a, const pe_dnnl_key *b) {
+    return a->n == b->n && memcmp(a->v, b->v, (size_t)a->n * sizeof a->v[0]) == 0;
+}
+
+/* ---- list (g_mu held) --------------------------------------------------- */
+
+static void list_unlink(pe_dnnl_entry *e) {
+    if (e->prev) e->prev->next = e->next; else g_head = e->next;
+    if (e->next) e->next->prev = e->prev; else g_tail = e->prev;
+    e->prev = e->next = NULL;
+}
+
+static void list_push_front(pe_dnnl_entry *e) {
+    e->prev = NULL;
+    e->next = g_head;
+    if (g_head) g_head->prev = e; else g_tail = e;
+    g_head = e;
+}
+
+static void entry_destroy(pe_dnnl_entry *e) {
+    if (!e) return;
+    for (int i = 0; i < e->n_bind; i++) {
+        pe_dnnl_binding *b = &e->bind[i];
+        if (b->reorder) dnnl_primitive_destroy(b->reorder);
+        if (b->inner) dnnl_memory_destroy(b->inner);
+        if (b->user) dnnl_memory_destroy(b->user);
+    }
+    if (e->scratch) dnnl_memory_destroy(e->scratch);
+    if (e->prim) dnnl_primitive_destroy(e->prim);
+    if (e->pd) dnnl_primitive_desc_destroy(e->pd);
+    if (e->stream) dnnl_stream_destroy(e->stream);
+    free(e->buf);
+    free(e);
+}
+
+/* ---- checkout ----------------------------------------------------------- */
+
+pe_status pe_dnnl_acquire(const pe_dnnl_key *key, int n_threads, pe_dnnl_entry **out) {
+    *out = NULL;
+    pthread_mutex_lock(&g_mu);
+    for (pe_dnnl_entry *e = g_head; e; e = e->next) {
+        if (e->busy || e->n_threads != n_threads || !key_eq(&e->key, key)) continue;
+        e->busy = 1;
+        list_unlink(e);
+        list_push_front(e);
+        pthread_mutex_unlock(&g_mu);
+        *out = e;
+        return PE_OK;
+    }
+    pthread_mutex_unlock(&g_mu);
+
+    dnnl_engine_t eng = pe_dnnl_engine();
+    if (!eng) return PE_ERR_DEVICE;
+    pe_dnnl_entry *e = calloc(1, sizeof *e);
+    if (!e) return pe_error(PE_ERR_NOMEM, "oneDNN cache: out of memory");
+    e->key = *key;
+    e->n_threads = n_threads;
+    e->busy = 1;
+    dnnl_status_t s = dnnl_stream_create(&e->stream, eng, dnnl_stream_default_flags);
+    if (s != dnnl_success) {
+        free(e);
+        return pe_error(PE_ERR_DEVICE, "oneDNN: cannot create a stream (%s)", dnnl_status2str(s));
+    }
+    *out = e;
+    return PE_OK;
+}
+
+int pe_dnnl_entry_ready(const pe_dnnl_entry *e) { return e->ready; }
+int pe_dnnl_entry_unsupported(const pe_dnnl_entry *e) { return e->unsupported; }
+
+pe_status pe_dnnl_entry_set_unsupported(pe_dnnl_entry *e) {
+    e->unsupported = 1;
+    e->ready = 1;
+    return pe_error(PE_ERR_UNSUPPORTED, "oneDNN has no implementation for this configuration");
+}
+
+void pe_dnnl_release(pe_dnnl_entry *e) {
+    if (!e) return;
+    if (!e->ready) {
+        pe_dnnl_discard(e);
+        return;
+    }
+    pe_dnnl_entry *evicted = NULL;
+    pthread_mutex_lock(&g_mu);
+    e->busy = 0;
+    if (!e->linked) {
+        e->linked = 1;
+        list_push_front(e);
+        g_count++;
+    }
+    for (pe_dnnl_entry *v = g_tail; v && g_count > PE_DNNL_CACHE_CAP;) {
+        pe_dnnl_entry *prev = v->prev;
+        if (!v->busy) {
+            list_unlink(v);
+            g_count--;
+            v->next = evicted; /* reuse the link for the free list */
+            evicted = v;
+        }
+        v = prev;
+    }
+    pthread_mutex_unlock(&g_mu);
+    while (evicted) {
+        pe_dnnl_entry *next = evicted->next;
+        entry_destroy(evicted);
+        evicted = next;
+    }
+}
+
+void pe_dnnl_discard(pe_dnnl_entry *e) {
+    if (!e) return;
+    PE_ASSERT(!e->linked);
+    entry_destroy(e);
+}
+
+void pe_dnnl_cache_clear(void) {
+    pe_dnnl_entry *dead = NULL;
+    pthread_mutex_lock(&g_mu);
+    for (pe_dnnl_entry *v = g_head; v;) {
+        pe_dnnl_entry *next = v->next;
+        if (!v->busy) {
+            list_unlink(v);
+            g_count--;
+            v->next = dead;
+            dead = v;
+        }
+        v = next;
+    }
+    pthread_mutex_unlock(&g_mu);
+    while (dead) {
+        pe_dnnl_entry *next = dead->next;
+        entry_destroy(dead);
+        dead = next;
+    }
+}
+
+void pe_dnnl_cache_stats(int *n_entries, int64_t *n_created) {
+    pthread_mutex_lock(&g_mu);
+    if (n_entries) *n_entries = g_count;
+    if (n_created) *n_created = g_created;
+    pthread_mutex_unlock(&g_mu);
+}
+
+/* ---- building ----------------------------------------------------------- */
+
+pe_status pe_dnnl_entry_init(pe_dnnl_entry *e, const void *op_desc, int n_threads) {
+    PE_ASSERT(e && !e->pd);
+    dnnl_engine_t eng = pe_dnnl_engine();
+    if (!eng) return PE_ERR_DEVICE;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_status_t s = dnnl_primitive_attr_create(&attr);
+    if (s == dnnl_success) s = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+    if (s != dnnl_success) {
+        dnnl_primitive_attr_destroy(attr);
+        return pe_error(PE_ERR_DEVICE, "oneDNN: cannot create primitive attributes (%s)", dnnl_status2str(s));
+    }
+    /* oneDNN reads omp_get_max_threads() when it plans the work split. */
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(n_threads);
+    s = dnnl_primitive_desc_create(&e->pd, op_desc, attr, eng, NULL);
+    dnnl_primitive_attr_destroy(attr);
+    if (s == dnnl_success) s = dnnl_primitive_create(&e->prim, e->pd);
+    omp_set_num_threads(saved);
+    if (s == dnnl_unimplemented) return pe_dnnl_entry_set_unsupported(e);
+    if (s != dnnl_success) return pe_error(PE_ERR_DEVICE, "oneDNN: cannot create the primitive (%s)", dnnl_status2str(s));
+    __atomic_add_fetch(&g_created, 1, __ATOMIC_RELAXED);
+
+    const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(e->pd, dnnl_query_scratchpad_md, 0);
+    if (smd && dnnl_memory_desc_get_size(smd) > 0) {
+        s = dnnl_memory_create(&e->scratch, smd, eng, DNNL_MEMORY_ALLOCATE);
+        if (s != dnnl_success)
+            return pe_error(PE_ERR_NOMEM, "oneDNN: cannot allocate a scratchpad of %zu bytes (%s)",
+                            dnnl_memory_desc_get_size(smd), dnnl_status2str(s));
+        e->args[e->n_args++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, e->scratch};
+    }
+    return PE_OK;
+}
+
+pe_status pe_dnnl_entry_bind(pe_dnnl_entry *e, int arg, const dnnl_memory_desc_t *user_md, int dir) {
+    PE_ASSERT(e && e->prim && e->n_bind < PE_DNNL_MAX_BIND);
+    dnnl_engine_t eng = pe_dnnl_engine();
+    if (!eng) return PE_ERR_DEVICE;
+    const dnnl_memory_desc_t *pmd = dnnl_primitive_desc_query_md(e->pd, dnnl_query_exec_arg_md, arg);
+    if (!pmd || pmd->ndims == 0)
+        return pe_error(PE_ERR_INTERNAL, "oneDNN primitive has no argument %d", arg);
+    pe_dnnl_binding *b = &e->bind[e->n_bind++];
+    b->arg = arg;
+    b->dir = dir;
+    dnnl_status_t s = dnnl_memory_create(&b->user, user_md, eng, DNNL_MEMORY_NONE);
+    if (s == dnnl_success && !dnnl_memory_desc_equal(user_md, pmd)) {
+        s = dnnl_memory_create(&b->inner, pmd, eng, DNNL_MEMORY_ALLOCATE);
+        dnnl_primitive_desc_t rpd = NULL;
+        if (s == dnnl_success)
+            s = dir == PE_DNNL_IN ? dnnl_reorder_primitive_desc_create(&rpd, user_md, eng, pmd, eng, NULL)
+                                  : dnnl_reorder_primitive_desc_create(&rpd, pmd, eng, user_md, eng, NULL);
+        if (s == dnnl_success) s = dnnl_primitive_create(&b->reorder, rpd);
+        if (rpd) dnnl_primitive_desc_destroy(rpd);
+    }
+    if (s != dnnl_success)
+        return pe_error(PE_ERR_DEVICE, "oneDNN: cannot bind argument %d (%s)", arg, dnnl_status2str(s));
+    e->args[e->n_args++] = (dnnl_exec_arg_t){arg, b->inner ? b->inner : b->user};
+    e->ready = 1;
+    return PE_OK;
+}
+
+void *pe_dnnl_entry_buffer(pe_dnnl_entry *e, size_t bytes) {
+    if (e->buf_bytes < bytes) {
+        free(e->buf);
+        e->buf = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        e->buf_bytes = e->buf ? bytes : 0;
+    }
+    return e->buf;
+}
+
+/* ---- running ------------------------------------------------------------ */
+
+static dnnl_status_t run_reorder(pe_dnnl_entry *e, const pe_dnnl_binding *b) {
+    dnnl_memory_t from = b->dir == PE_DNNL_IN ? b->user : b->inner;
+    dnnl_memory_t to = b->dir == PE_DNNL_IN ? b->inner : b->user;
+    dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+    return dnnl_primitive_execute(b->reorder, e->stream, 2, a);
+}
+
+pe_status pe_dnnl_entry_run(pe_dnnl_entry *e, void *const *handles, int n_threads) {
+    PE_ASSERT(e && e->ready && !e->unsupported);
+    /* oneDNN here is the OpenMP build: its parallel regions use the calling
+     * thread's OpenMP thread count, so the kernel's budget (ctx->num_threads)
+     * is set on this thread for the run and restored afterwards. */
+    int saved = omp_get_max_threads();
+    if (saved != n_threads) omp_set_num_threads(n_threads);
+    dnnl_status_t s = dnnl_success;
+    for (int i = 0; i < e->n_bind && s == dnnl_success; i++)
+        s = dnnl_memory_set_data_handle(e->bind[i].user, handles[i]);
+    for (int i = 0; i < e->n_bind && s == dnnl_success; i++)
+        if (e->bind[i].reorder && e->bind[i].dir == PE_DNNL_IN) s = run_reorder(e, &e->bind[i]);
+    if (s == dnnl_success) s = dnnl_primitive_execute(e->prim, e->stream, e->n_args, e->args);
+    for (int i = 0; i < e->n_bind && s == dnnl_success; i++)
+        if (e->bind[i].reorder && e->bind[i].dir == PE_DNNL_OUT) s = run_reorder(e, &e->bind[i]);
+    if (s == dnnl_success) s = dnnl_stream_wait(e->stream);
+    if (saved != n_threads) omp_set_num_threads(saved);
+    if (s != dnnl_success) return pe_error(PE_ERR_DEVICE, "oneDNN: execution failed (%s)", dnnl_status2str(s));
+    return PE_OK;
+}

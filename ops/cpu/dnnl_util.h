@@ -1,0 +1,98 @@
+/* ops/cpu/dnnl_util.h — the oneDNN glue shared by the CPU kernels (internal).
+ *
+ *     pe_dnnl_key key;
+ *     pe_dnnl_key_init(&key, PE_DNNL_CONV);
+ *     pe_dnnl_key_add(&key, n); ...                    // every shape/attr that matters
+ *     pe_dnnl_entry *e;
+ *     PE_CHECK(pe_dnnl_acquire(&key, ctx->num_threads, &e));
+ *     if (!pe_dnnl_entry_ready(e)) {                    // first use of this key
+ *         st = pe_dnnl_entry_init(e, &conv_desc, ctx->num_threads);
+ *         st = pe_dnnl_entry_bind(e, DNNL_ARG_SRC, &src_md, PE_DNNL_IN);   // handle 0
+ *         st = pe_dnnl_entry_bind(e, DNNL_ARG_DST, &dst_md, PE_DNNL_OUT);  // handle 1
+ *         if (st != PE_OK && !pe_dnnl_entry_unsupported(e)) { pe_dnnl_discard(e); return ...; }
+ *     }
+ *     if (pe_dnnl_entry_unsupported(e)) { pe_dnnl_release(e); ...own loops...; }
+ *     else { st = pe_dnnl_entry_run(e, (void *[]){x, y}, ctx->num_threads); pe_dnnl_release(e); }
+ *
+ * One CPU engine for the process. A *cache entry* owns everything needed to
+ * run one primitive without allocating: the primitive, a stream, a memory
+ * object per bound argument (its data handle is set to the tensor's data on
+ * every run), a user-mode scratchpad buffer, and — when oneDNN prefers a
+ * blocked layout for an argument — an internal buffer plus the reorder
+ * between it and the plain NCHW tensor. Entries are checked out while a
+ * kernel runs, so two threads running ops with the same key (two places, or
+ * two independent ops of one place) get two entries; in the steady state
+ * every key has as many entries as ever ran at once, and no run creates a
+ * primitive or allocates. The cache is a mutex-protected LRU list, bounded.
+ */
+#ifndef PE_OPS_CPU_DNNL_UTIL_H
+#define PE_OPS_CPU_DNNL_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <oneapi/dnnl/dnnl.h>
+
+#include "pe/status.h"
+
+#define PE_DNNL_KEY_MAX 40
+#define PE_DNNL_MAX_BIND 8
+
+enum { PE_DNNL_CONV = 1, PE_DNNL_POOL, PE_DNNL_BNORM };
+enum { PE_DNNL_IN = 0, PE_DNNL_OUT = 1 };
+
+typedef struct pe_dnnl_key {
+    int n;
+    int64_t v[PE_DNNL_KEY_MAX];
+} pe_dnnl_key;
+
+typedef struct pe_dnnl_entry pe_dnnl_entry;
+
+void pe_dnnl_key_init(pe_dnnl_key *k, int kind);
+/* Appends a value; PE_ASSERT on overflow (keys are fixed-size by design). */
+void pe_dnnl_key_add(pe_dnnl_key *k, int64_t v);
+
+/* The process-wide CPU engine (created once). NULL + error message on failure. */
+dnnl_engine_t pe_dnnl_engine(void);
+
+/* Checks out a free entry for (key, n_threads), creating an empty one when
+ * none is free. The entry is exclusively the caller's until release/discard. */
+pe_status pe_dnnl_acquire(const pe_dnnl_key *key, int n_threads, pe_dnnl_entry **out);
+/* True once pe_dnnl_entry_init and the binds succeeded earlier (a cache hit). */
+int pe_dnnl_entry_ready(const pe_dnnl_entry *e);
+/* Creates the primitive descriptor (user-mode scratchpad) and the primitive
+ * from an op descriptor (dnnl_convolution_desc_t, ...) with n_threads OpenMP
+ * threads (oneDNN sizes its work split at creation). When oneDNN has no
+ * implementation the entry is marked unsupported (see below) and
+ * PE_ERR_UNSUPPORTED returned; PE_ERR_DEVICE on other oneDNN failures. */
+pe_status pe_dnnl_entry_init(pe_dnnl_entry *e, const void *op_desc, int n_threads);
+/* Binds primitive argument `arg` to the next run handle. user_md describes
+ * the tensor as stored (plain); when the primitive wants another layout the
+ * entry gets an internal buffer and a reorder (before the run for inputs,
+ * after it for outputs). Marks the entry ready. */
+pe_status pe_dnnl_entry_bind(pe_dnnl_entry *e, int arg, const dnnl_memory_desc_t *user_md, int dir);
+/* An "unsupported" entry is a cached negative answer: oneDNN cannot run this
+ * key, the kernel uses its own loops. Release it like any other entry.
+ * set_unsupported marks the entry and returns PE_ERR_UNSUPPORTED. */
+int pe_dnnl_entry_unsupported(const pe_dnnl_entry *e);
+pe_status pe_dnnl_entry_set_unsupported(pe_dnnl_entry *e);
+/* An entry-owned buffer of `bytes` (allocated on first request, kept). */
+void *pe_dnnl_entry_buffer(pe_dnnl_entry *e, size_t bytes);
+/* Runs: handles[i] is the data of the i-th bound argument. Sets the calling
+ * thread's OpenMP thread count to n_threads for the run (oneDNN is the
+ * OpenMP build, its parallel regions follow the caller's setting), restores it. */
+pe_status pe_dnnl_entry_run(pe_dnnl_entry *e, void *const *handles, int n_threads);
+/* Returns the entry to the cache (inserting a new one). */
+void pe_dnnl_release(pe_dnnl_entry *e);
+/* Destroys an entry whose initialisation failed (never cached). */
+void pe_dnnl_discard(pe_dnnl_entry *e);
+
+/* Frees every entry not checked out (tests; memory pressure). */
+void pe_dnnl_cache_clear(void);
+/* Cached entries and the number of primitives created since start. */
+void pe_dnnl_cache_stats(int *n_entries, int64_t *n_created);
+
+/* "dnnl_unimplemented" etc. */
+const char *pe_dnnl_status_str(dnnl_status_t s);
+
+#endif
