@@ -7,10 +7,11 @@
  * pure function so that inference, the CPU loops and the CUDA launches can
  * never disagree about the shape.
  *
- * relu/sigmoid/tanh/scale: Out has X's meta; the dtype is checked here so a
- * kernel never sees a type it has no loop for. cast: Out has X's dims and the
- * out_dtype attr (pe_dtype values 0..5). cast's in_dtype attr is ignored (the
- * input tensor's own dtype is authoritative, as in Paddle's kernel).
+ * relu/sigmoid/tanh/scale/softmax (ops.def routes all to pe_infer_unary):
+ * Out has X's meta; the dtype (and softmax's axis) is checked here so a
+ * kernel never sees a type it has no loop for. cast: Out has X's dims and
+ * the out_dtype attr (pe_dtype values 0..5). cast's in_dtype attr is ignored
+ * (the input tensor's own dtype is authoritative, as in Paddle's kernel).
  */
 #include "ops/elementwise.h"
 #include "ops/op.h"
@@ -60,14 +61,10 @@ pe_status pe_bcast_plan_make(int x_ndim, const int64_t *x_dims, int y_ndim, cons
     bool same = x_ndim == y_ndim && !memcmp(x_dims, y_dims, sizeof(int64_t) * (size_t)x_ndim);
     int r = x_ndim > y_ndim ? x_ndim : y_ndim;
     int64_t xd[PE_MAX_DIMS], yd[PE_MAX_DIMS];
-    if (same || x_ndim == y_ndim) {
-        if (!same && axis != -1 && axis != 0)
-            return pe_error(PE_ERR_INVALID, "X %s and Y %s have the same rank but different dims; axis must "
-                            "be -1 or 0 (got %d)", pe_dims_str(x_ndim, x_dims, xs, sizeof xs),
-                            pe_dims_str(y_ndim, y_dims, ys, sizeof ys), axis);
+    if (same || (x_ndim == y_ndim && axis == -1)) {
         memcpy(xd, x_dims, sizeof(int64_t) * (size_t)r);
         memcpy(yd, y_dims, sizeof(int64_t) * (size_t)r);
-    } else if (x_ndim > y_ndim) {
+    } else if (x_ndim >= y_ndim) { /* equal ranks with an explicit axis: Y is aligned too */
         memcpy(xd, x_dims, sizeof(int64_t) * (size_t)r);
         if (align_dims(r, y_ndim, y_dims, axis, "Y", yd) != PE_OK)
             return pe_error_wrap(PE_ERR_INVALID, "X %s, Y %s", pe_dims_str(x_ndim, x_dims, xs, sizeof xs),
@@ -204,10 +201,21 @@ pe_status pe_infer_elementwise(pe_op_ctx *ctx) {
     return set_out(ctx, "Out", x->dtype, pl.out_ndim, pl.out_dims);
 }
 
-/* X [..] -> Out [..] (relu, sigmoid, tanh: float; scale: float or int). */
+/* X [..] -> Out [..] (relu, sigmoid, tanh, softmax: float; scale: float or
+ * int). ops.def also routes softmax here; its axis is checked here too. */
 pe_status pe_infer_unary(pe_op_ctx *ctx) {
     pe_tensor *x;
     PE_CHECK(need_in(ctx, "X", &x));
+    if (ctx->info->id == PE_OP_softmax) {
+        int64_t axis = pe_ctx_int(ctx, "axis");
+        int r = x->ndim;
+        if (r == 0 || axis < -r || axis >= r) {
+            char xs[160];
+            return pe_ctx_error(ctx, PE_ERR_INVALID, "attr axis = %lld is out of range for X '%s' of shape %s "
+                                "(expected %d..%d)", (long long)axis, pe_ctx_in_name(ctx, "X", 0),
+                                pe_dims_str(x->ndim, x->dims, xs, sizeof xs), -r, r - 1);
+        }
+    }
     bool ok = ctx->info->id == PE_OP_scale ? is_num(x->dtype) : is_float(x->dtype);
     if (!ok)
         return pe_ctx_error(ctx, PE_ERR_INVALID, "X '%s' has dtype %s (expected %s)", pe_ctx_in_name(ctx, "X", 0),

@@ -18,14 +18,14 @@
  *
  * Semantics (Paddle's elementwise broadcasting, a superset of numpy's):
  *  - same dims: no broadcast, `axis` ignored;
- *  - ranks differ: the lower-rank operand (usually Y) is aligned with the
- *    higher-rank one starting at dim `axis`; axis = -1 means trailing
- *    alignment (axis = |x.ndim - y.ndim|). Trailing size-1 dims of the
- *    lower-rank operand that would run past the end are dropped, as Paddle
- *    does (X [2,3], Y [3,1], axis=1 == Y [3]). Missing dims count as 1;
+ *  - ranks differ, or equal ranks with an explicit axis: the lower-rank
+ *    operand (Y when ranks are equal) is aligned with the other starting at
+ *    dim `axis`; axis = -1 means trailing alignment (axis = |x.ndim -
+ *    y.ndim|). Trailing size-1 dims of the aligned operand that would run
+ *    past the end are dropped, as Paddle does (X [2,3], Y [3,1], axis=1 is
+ *    Y [3]). Missing dims count as 1. axis < -1 is an error;
  *  - then numpy's rule per dim: equal, or one of the two is 1 (broadcast);
- *    both operands may broadcast (X [N,1] + Y [1,D] -> [N,D]);
- *  - equal ranks with different dims need axis -1 or 0.
+ *    both operands may broadcast (X [N,1] + Y [1,D] -> [N,D]).
  *
  * Every kind also fills the GENERAL fields (ndim, dims, x_strides,
  * y_strides), so a consumer that only implements the general loop is still

@@ -1,8 +1,179 @@
-/* ops/reduce.c — shape inference of the reduce family. (PLACEHOLDER: being written) */
+/* ops/reduce.c — shape inference of the reductions: mean, sum, arg_max,
+ * top_k, accuracy (softmax keeps X's shape and is checked by pe_infer_unary
+ * in ops/elementwise.c, where ops.def routes it).
+ *
+ * Shapes follow Paddle before 0-D tensors existed: a full reduction gives
+ * shape [1], never rank 0, so per-place results concatenate along axis 0.
+ * Each function checks dtypes, ranks and attrs up front so the kernels in
+ * ops/cpu/reduce.c only ever see inputs they have a loop for.
+ */
 #include "ops/op.h"
 
-pe_status pe_infer_mean(pe_op_ctx *ctx) { return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "not implemented yet"); }
-pe_status pe_infer_sum(pe_op_ctx *ctx) { return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "not implemented yet"); }
-pe_status pe_infer_arg_max(pe_op_ctx *ctx) { return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "not implemented yet"); }
-pe_status pe_infer_top_k(pe_op_ctx *ctx) { return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "not implemented yet"); }
-pe_status pe_infer_accuracy(pe_op_ctx *ctx) { return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "not implemented yet"); }
+#include <stdint.h>
+#include <stdio.h>
+
+static pe_status need_in(pe_op_ctx *ctx, const char *slot, pe_tensor **t) {
+    *t = pe_ctx_in(ctx, slot);
+    if (!*t) return pe_ctx_error(ctx, PE_ERR_INVALID, "input %s is required but absent", slot);
+    return PE_OK;
+}
+
+/* Sets the meta of every (present) arg of output slot `slot`. */
+static pe_status set_out(pe_op_ctx *ctx, const char *slot, pe_dtype dt, int ndim, const int64_t *dims) {
+    for (int k = 0; k < pe_ctx_n_out(ctx, slot); k++) {
+        pe_tensor *o = pe_ctx_out_at(ctx, slot, k);
+        if (!o) continue;
+        if (pe_tensor_set_meta(o, dt, ndim, dims) != PE_OK)
+            return pe_ctx_error(ctx, PE_ERR_INVALID, "output %s '%s': %s", slot, pe_ctx_out_name(ctx, slot, k),
+                                pe_last_error());
+    }
+    return PE_OK;
+}
+
+static bool is_float(pe_dtype dt) { return dt == PE_DTYPE_FP32 || dt == PE_DTYPE_FP64; }
+static bool is_num(pe_dtype dt) { return is_float(dt) || dt == PE_DTYPE_INT32 || dt == PE_DTYPE_INT64; }
+
+static pe_status bad_dtype(pe_op_ctx *ctx, const char *slot, const pe_tensor *t, const char *want) {
+    return pe_ctx_error(ctx, PE_ERR_INVALID, "input %s '%s' has dtype %s (expected %s)", slot,
+                        pe_ctx_in_name(ctx, slot, 0), pe_dtype_name(t->dtype), want);
+}
+
+/* X [..] -> Out [1] */
+pe_status pe_infer_mean(pe_op_ctx *ctx) {
+    pe_tensor *x;
+    PE_CHECK(need_in(ctx, "X", &x));
+    if (!is_float(x->dtype)) return bad_dtype(ctx, "X", x, "float32 or float64");
+    const int64_t one = 1;
+    return set_out(ctx, "Out", x->dtype, 1, &one);
+}
+
+/* X_0 [..], ..., X_{n-1} [..] (same dims and dtype) -> Out [..]. Absent
+ * (@EMPTY@) args are skipped; at least one must be present. */
+pe_status pe_infer_sum(pe_op_ctx *ctx) {
+    const pe_tensor *first = NULL;
+    int first_k = -1;
+    char a[160], b[160];
+    for (int k = 0; k < pe_ctx_n_in(ctx, "X"); k++) {
+        const pe_tensor *t = pe_ctx_in_at(ctx, "X", k);
+        if (!t) continue;
+        if (!first) {
+            first = t;
+            first_k = k;
+            if (!is_num(t->dtype))
+                return pe_ctx_error(ctx, PE_ERR_INVALID, "input X[%d] '%s' has dtype %s (expected float32, "
+                                    "float64, int32 or int64)", k, pe_ctx_in_name(ctx, "X", k), pe_dtype_name(t->dtype));
+            continue;
+        }
+        if (t->dtype != first->dtype)
+            return pe_ctx_error(ctx, PE_ERR_INVALID, "input X[%d] '%s' is %s but X[%d] '%s' is %s (all inputs must "
+                                "have the same dtype)", k, pe_ctx_in_name(ctx, "X", k), pe_dtype_name(t->dtype),
+                                first_k, pe_ctx_in_name(ctx, "X", first_k), pe_dtype_name(first->dtype));
+        bool same = t->ndim == first->ndim;
+        for (int i = 0; same && i < t->ndim; i++) same = t->dims[i] == first->dims[i];
+        if (!same)
+            return pe_ctx_error(ctx, PE_ERR_INVALID, "input X[%d] '%s' has shape %s but X[%d] '%s' has shape %s (all "
+                                "inputs must have the same shape)", k, pe_ctx_in_name(ctx, "X", k),
+                                pe_dims_str(t->ndim, t->dims, a, sizeof a), first_k,
+                                pe_ctx_in_name(ctx, "X", first_k), pe_dims_str(first->ndim, first->dims, b, sizeof b));
+    }
+    if (!first) return pe_ctx_error(ctx, PE_ERR_INVALID, "needs at least one input X (all are absent)");
+    return set_out(ctx, "Out", first->dtype, first->ndim, first->dims);
+}
+
+/* X [d_0, .., d_{r-1}] -> Out: X's dims without `axis` (kept as 1 with
+ * keepdims); flatten: [1] (all-ones of rank r with keepdims). A rank-0
+ * result becomes [1]. Out dtype: attr dtype, 2 int32 or 3 int64 (-1 = int64). */
+pe_status pe_infer_arg_max(pe_op_ctx *ctx) {
+    pe_tensor *x;
+    PE_CHECK(need_in(ctx, "X", &x));
+    if (!is_num(x->dtype)) return bad_dtype(ctx, "X", x, "float32, float64, int32 or int64");
+    const int64_t dt = pe_ctx_int(ctx, "dtype");
+    if (dt != PE_DTYPE_INT32 && dt != PE_DTYPE_INT64 && dt != -1)
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "attr dtype = %lld is not an index type (expected 2 int32 or 3 int64)",
+                            (long long)dt);
+    const pe_dtype odt = dt == PE_DTYPE_INT32 ? PE_DTYPE_INT32 : PE_DTYPE_INT64;
+    const bool keep = pe_ctx_bool(ctx, "keepdims"), flat = pe_ctx_bool(ctx, "flatten");
+    const int r = x->ndim;
+    char xs[160];
+    int64_t od[PE_MAX_DIMS];
+    int on = 0;
+    int64_t d; /* length of the reduced axis */
+    if (flat) {
+        d = pe_tensor_numel(x);
+        if (keep) for (on = 0; on < r; on++) od[on] = 1;
+    } else {
+        int64_t axis = pe_ctx_int(ctx, "axis");
+        if (r == 0 || axis < -r || axis >= r)
+            return pe_ctx_error(ctx, PE_ERR_INVALID, "attr axis = %lld is out of range for X '%s' of shape %s "
+                                "(expected %d..%d)", (long long)axis, pe_ctx_in_name(ctx, "X", 0),
+                                pe_dims_str(r, x->dims, xs, sizeof xs), -r, r - 1);
+        if (axis < 0) axis += r;
+        d = x->dims[axis];
+        for (int i = 0; i < r; i++) {
+            if (i != axis) od[on++] = x->dims[i];
+            else if (keep) od[on++] = 1;
+        }
+    }
+    if (d == 0 && (flat || pe_dims_prod(od, 0, on) > 0))
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "X '%s' of shape %s is empty along the reduced axis (arg_max of "
+                            "nothing)", pe_ctx_in_name(ctx, "X", 0), pe_dims_str(r, x->dims, xs, sizeof xs));
+    if (odt == PE_DTYPE_INT32 && d > INT32_MAX)
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "axis length %lld does not fit the int32 output (use dtype 3, int64)",
+                            (long long)d);
+    if (on == 0) od[on++] = 1;
+    return set_out(ctx, "Out", odt, on, od);
+}
+
+/* X [.., D] -> Out [.., k] (X's dtype), Indices [.., k] int64. */
+pe_status pe_infer_top_k(pe_op_ctx *ctx) {
+    pe_tensor *x;
+    PE_CHECK(need_in(ctx, "X", &x));
+    if (!is_num(x->dtype)) return bad_dtype(ctx, "X", x, "float32, float64, int32 or int64");
+    char xs[160];
+    if (x->ndim == 0)
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "X '%s' is rank 0 (top_k needs a last axis)", pe_ctx_in_name(ctx, "X", 0));
+    const int64_t k = pe_ctx_int(ctx, "k"), d = x->dims[x->ndim - 1];
+    if (k < 1 || k > d)
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "attr k = %lld is out of range for X '%s' of shape %s (expected 1..%lld, "
+                            "the last dim)", (long long)k, pe_ctx_in_name(ctx, "X", 0),
+                            pe_dims_str(x->ndim, x->dims, xs, sizeof xs), (long long)d);
+    int64_t od[PE_MAX_DIMS];
+    for (int i = 0; i < x->ndim; i++) od[i] = x->dims[i];
+    od[x->ndim - 1] = k;
+    PE_CHECK(set_out(ctx, "Out", x->dtype, x->ndim, od));
+    return set_out(ctx, "Indices", PE_DTYPE_INT64, x->ndim, od);
+}
+
+/* Out [N, k], Indices [N, k] int32/int64, Label [N, 1] or [N] int32/int64 ->
+ * Accuracy [1] fp32, Correct [1] int32, Total [1] int32. */
+pe_status pe_infer_accuracy(pe_op_ctx *ctx) {
+    pe_tensor *out, *idx, *lab;
+    PE_CHECK(need_in(ctx, "Out", &out));
+    PE_CHECK(need_in(ctx, "Indices", &idx));
+    PE_CHECK(need_in(ctx, "Label", &lab));
+    char a[160], b[160];
+    if (idx->dtype != PE_DTYPE_INT64 && idx->dtype != PE_DTYPE_INT32)
+        return bad_dtype(ctx, "Indices", idx, "int64 or int32");
+    if (lab->dtype != PE_DTYPE_INT64 && lab->dtype != PE_DTYPE_INT32)
+        return bad_dtype(ctx, "Label", lab, "int64 or int32");
+    if (idx->ndim != 2)
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "Indices '%s' has shape %s (expected rank 2: [N, k])",
+                            pe_ctx_in_name(ctx, "Indices", 0), pe_dims_str(idx->ndim, idx->dims, a, sizeof a));
+    bool same = out->ndim == 2 && out->dims[0] == idx->dims[0] && out->dims[1] == idx->dims[1];
+    if (!same)
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "Out '%s' has shape %s but Indices '%s' has shape %s (they must match)",
+                            pe_ctx_in_name(ctx, "Out", 0), pe_dims_str(out->ndim, out->dims, a, sizeof a),
+                            pe_ctx_in_name(ctx, "Indices", 0), pe_dims_str(idx->ndim, idx->dims, b, sizeof b));
+    bool lab_ok = (lab->ndim == 2 && lab->dims[1] == 1) || lab->ndim == 1;
+    if (!lab_ok || lab->dims[0] != idx->dims[0])
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "Label '%s' has shape %s (expected [%lld, 1] to match Indices '%s' %s)",
+                            pe_ctx_in_name(ctx, "Label", 0), pe_dims_str(lab->ndim, lab->dims, a, sizeof a),
+                            (long long)idx->dims[0], pe_ctx_in_name(ctx, "Indices", 0),
+                            pe_dims_str(idx->ndim, idx->dims, b, sizeof b));
+    if (idx->dims[0] > INT32_MAX)
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "%lld rows do not fit the int32 Total", (long long)idx->dims[0]);
+    const int64_t one = 1;
+    PE_CHECK(set_out(ctx, "Accuracy", PE_DTYPE_FP32, 1, &one));
+    PE_CHECK(set_out(ctx, "Correct", PE_DTYPE_INT32, 1, &one));
+    return set_out(ctx, "Total", PE_DTYPE_INT32, 1, &one);
+}

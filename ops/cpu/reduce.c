@@ -1,9 +1,375 @@
-/* ops/cpu/reduce.c — CPU kernels of the reduce family. (PLACEHOLDER: being written) */
+/* ops/cpu/reduce.c — CPU kernels of the reductions: mean, sum, softmax,
+ * arg_max, top_k, accuracy.
+ *
+ * How: every op views its input as [pre, D, post] around the reduced axis.
+ * Reductions over the whole tensor (mean) use a fixed block size that
+ * depends only on the element count, never on the thread count, so the
+ * result is bitwise identical for any ctx->num_threads (DESIGN.md §4,
+ * determinism); fp32 is accumulated in double. Axis reductions with post > 1
+ * walk `post` in tiles of PE_RED_TILE columns held in stack arrays, so the
+ * inner loops stay contiguous without any heap workspace. top_k keeps a
+ * k-element heap inside the output row itself (no allocation) and heap-sorts
+ * it at the end.
+ *
+ * Orders: arg_max returns the first index of the maximum and treats NaN as
+ * the largest value (numpy); top_k ranks NaN above everything, then larger
+ * values, then lower indices (descending, ties -> lower index first, like
+ * torch.topk on CPU for distinct values). sum adds its inputs in input order.
+ * mean of an empty tensor is NaN (numpy, torch); accuracy with N == 0 is 0.
+ */
 #include "ops/op.h"
 
-pe_status pe_cpu_mean(const pe_op_ctx *ctx) { return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "not implemented yet"); }
-pe_status pe_cpu_sum(const pe_op_ctx *ctx) { return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "not implemented yet"); }
-pe_status pe_cpu_softmax(const pe_op_ctx *ctx) { return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "not implemented yet"); }
-pe_status pe_cpu_arg_max(const pe_op_ctx *ctx) { return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "not implemented yet"); }
-pe_status pe_cpu_top_k(const pe_op_ctx *ctx) { return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "not implemented yet"); }
-pe_status pe_cpu_accuracy(const pe_op_ctx *ctx) { return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "not implemented yet"); }
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define PE_RED_PAR_MIN 32768   /* elements below which loops stay single-threaded */
+#define PE_RED_MAX_BLOCKS 256  /* mean: at most this many partial sums */
+#define PE_RED_MIN_BLOCK 4096  /* mean: at least this many elements per partial */
+#define PE_RED_TILE 256        /* columns of `post` handled together (stack arrays) */
+#define PE_SUM_CHUNK 2048      /* sum: elements accumulated on the stack at once */
+
+static pe_status internal_mismatch(const pe_op_ctx *ctx) {
+    return pe_ctx_error(ctx, PE_ERR_INTERNAL, "kernel called with tensors shape inference did not produce");
+}
+
+/* ---- mean: x [numel] -> out [1] ------------------------------------------------ */
+
+#define MEAN_SUM(NAME, T)                                                              \
+    static double NAME(const T *x, int64_t n, int nt) {                                \
+        int64_t bs = (n + PE_RED_MAX_BLOCKS - 1) / PE_RED_MAX_BLOCKS;                  \
+        if (bs < PE_RED_MIN_BLOCK) bs = PE_RED_MIN_BLOCK;                              \
+        const int64_t nb = (n + bs - 1) / bs;                                          \
+        double part[PE_RED_MAX_BLOCKS];                                                \
+        _Pragma("omp parallel for num_threads(nt) if(nb > 1) schedule(static)")        \
+        for (int64_t b = 0; b < nb; b++) {                                             \
+            const int64_t e = (b + 1) * bs < n ? (b + 1) * bs : n;                     \
+            double s = 0;                                                              \
+            for (int64_t i = b * bs; i < e; i++) s += (double)x[i];                    \
+            part[b] = s;                                                               \
+        }                                                                              \
+        double s = 0;                                                                  \
+        for (int64_t b = 0; b < nb; b++) s += part[b];                                 \
+        return s;                                                                      \
+    }
+MEAN_SUM(sum_f32, float)
+MEAN_SUM(sum_f64, double)
+
+pe_status pe_cpu_mean(const pe_op_ctx *ctx) {
+    const pe_tensor *x = pe_ctx_in(ctx, "X");
+    pe_tensor *out = pe_ctx_out(ctx, "Out");
+    if (out->dtype != x->dtype || pe_tensor_numel(out) != 1) return internal_mismatch(ctx);
+    const int64_t n = pe_tensor_numel(x);
+    if (x->dtype == PE_DTYPE_FP32) {
+        double s = n ? sum_f32(pe_tensor_data(x), n, ctx->num_threads) : 0.0;
+        *(float *)pe_tensor_data(out) = n ? (float)(s / (double)n) : NAN;
+    } else if (x->dtype == PE_DTYPE_FP64) {
+        double s = n ? sum_f64(pe_tensor_data(x), n, ctx->num_threads) : 0.0;
+        *(double *)pe_tensor_data(out) = n ? s / (double)n : NAN;
+    } else {
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "dtype %s is not supported", pe_dtype_name(x->dtype));
+    }
+    return PE_OK;
+}
+
+/* ---- sum: x_0..x_{m-1} [numel] -> out [numel], added in input order --------------- */
+
+#define SADD_F(a, b) ((a) + (b))
+#define SADD_I32(a, b) ((int32_t)((uint32_t)(a) + (uint32_t)(b)))
+#define SADD_I64(a, b) ((int64_t)((uint64_t)(a) + (uint64_t)(b)))
+
+/* Accumulates a chunk on the stack before writing it, so Out may alias any input. */
+#define SUM_LOOP(NAME, T, ADD)                                                          \
+    static void NAME(const void *const *xs, int m, void *ov, int64_t n, int nt) {       \
+        T *out = ov;                                                                    \
+        const int64_t nc = (n + PE_SUM_CHUNK - 1) / PE_SUM_CHUNK;                       \
+        const int par = n > PE_RED_PAR_MIN;                                             \
+        _Pragma("omp parallel for num_threads(nt) if(par) schedule(static)")            \
+        for (int64_t c = 0; c < nc; c++) {                                              \
+            const int64_t b = c * PE_SUM_CHUNK;                                         \
+            const int64_t len = n - b < PE_SUM_CHUNK ? n - b : PE_SUM_CHUNK;            \
+            T acc[PE_SUM_CHUNK];                                                        \
+            const T *x0 = (const T *)xs[0] + b;                                         \
+            for (int64_t i = 0; i < len; i++) acc[i] = x0[i];                           \
+            for (int k = 1; k < m; k++) {                                               \
+                const T *xk = (const T *)xs[k] + b;                                     \
+                for (int64_t i = 0; i < len; i++) acc[i] = ADD(acc[i], xk[i]);          \
+            }                                                                           \
+            memcpy(out + b, acc, (size_t)len * sizeof(T));                              \
+        }                                                                               \
+    }
+SUM_LOOP(sum_loop_f32, float, SADD_F)
+SUM_LOOP(sum_loop_f64, double, SADD_F)
+SUM_LOOP(sum_loop_i32, int32_t, SADD_I32)
+SUM_LOOP(sum_loop_i64, int64_t, SADD_I64)
+
+#define PE_SUM_MAX_INPUTS 1024
+
+pe_status pe_cpu_sum(const pe_op_ctx *ctx) {
+    pe_tensor *out = pe_ctx_out(ctx, "Out");
+    const void *xs[PE_SUM_MAX_INPUTS];
+    int m = 0;
+    for (int k = 0; k < pe_ctx_n_in(ctx, "X"); k++) {
+        const pe_tensor *t = pe_ctx_in_at(ctx, "X", k);
+        if (!t) continue;
+        if (t->dtype != out->dtype || pe_tensor_numel(t) != pe_tensor_numel(out)) return internal_mismatch(ctx);
+        if (m == PE_SUM_MAX_INPUTS)
+            return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "more than %d inputs", PE_SUM_MAX_INPUTS);
+        xs[m++] = pe_tensor_data(t);
+    }
+    const int64_t n = pe_tensor_numel(out);
+    if (m == 0) return internal_mismatch(ctx);
+    if (n == 0) return PE_OK;
+    void *od = pe_tensor_data(out);
+    switch (out->dtype) {
+    case PE_DTYPE_FP32: sum_loop_f32(xs, m, od, n, ctx->num_threads); break;
+    case PE_DTYPE_FP64: sum_loop_f64(xs, m, od, n, ctx->num_threads); break;
+    case PE_DTYPE_INT32: sum_loop_i32(xs, m, od, n, ctx->num_threads); break;
+    case PE_DTYPE_INT64: sum_loop_i64(xs, m, od, n, ctx->num_threads); break;
+    default: return pe_ctx_error(ctx, PE_ERR_INVALID, "dtype %s is not supported", pe_dtype_name(out->dtype));
+    }
+    return PE_OK;
+}
+
+/* ---- softmax along axis: x, out [pre, D, post] ------------------------------------ */
+
+/* Splits dims around axis a: pre = prod(dims[0..a)), d = dims[a], post = rest. */
+static void split_axis(const pe_tensor *t, int a, int64_t *pre, int64_t *d, int64_t *post) {
+    *pre = pe_dims_prod(t->dims, 0, a);
+    *d = t->dims[a];
+    *post = pe_dims_prod(t->dims, a + 1, t->ndim);
+}
+
+#define SOFTMAX_LOOP(NAME, T, EXP)                                                              \
+    static void NAME(const T *x, T *out, int64_t pre, int64_t D, int64_t post, int nt) {         \
+        const int par = pre * D * post > PE_RED_PAR_MIN;                                         \
+        if (post == 1) { /* rows: x [pre, D] */                                                  \
+            _Pragma("omp parallel for num_threads(nt) if(par) schedule(static)")                 \
+            for (int64_t p = 0; p < pre; p++) {                                                  \
+                const T *xr = x + p * D;                                                         \
+                T *orow = out + p * D;                                                           \
+                T m = xr[0];                                                                     \
+                for (int64_t j = 1; j < D; j++) m = xr[j] > m ? xr[j] : m;                       \
+                double s = 0;                                                                    \
+                for (int64_t j = 0; j < D; j++) {                                                \
+                    orow[j] = EXP(xr[j] - m);                                                    \
+                    s += orow[j];                                                                \
+                }                                                                                \
+                const T inv = (T)(1.0 / s);                                                      \
+                for (int64_t j = 0; j < D; j++) orow[j] *= inv;                                  \
+            }                                                                                    \
+            return;                                                                              \
+        }                                                                                        \
+        /* x [pre, D, post]: tiles of PE_RED_TILE columns of post, reduced over D. */            \
+        const int64_t nt_cols = (post + PE_RED_TILE - 1) / PE_RED_TILE;                          \
+        _Pragma("omp parallel for num_threads(nt) if(par) schedule(static)")                     \
+        for (int64_t pt = 0; pt < pre * nt_cols; pt++) {                                         \
+            const int64_t p = pt / nt_cols, q0 = (pt % nt_cols) * PE_RED_TILE;                   \
+            const int64_t w = post - q0 < PE_RED_TILE ? post - q0 : PE_RED_TILE;                 \
+            const T *xb = x + p * D * post + q0;                                                 \
+            T *ob = out + p * D * post + q0;                                                     \
+            T m[PE_RED_TILE];                                                                    \
+            double s[PE_RED_TILE];                                                               \
+            for (int64_t q = 0; q < w; q++) { m[q] = xb[q]; s[q] = 0; }                          \
+            for (int64_t j = 1; j < D; j++)                                                      \
+                for (int64_t q = 0; q < w; q++) {                                                \
+                    const T v = xb[j * post + q];                                                \
+                    m[q] = v > m[q] ? v : m[q];                                                  \
+                }                                                                                \
+            for (int64_t j = 0; j < D; j++)                                                      \
+                for (int64_t q = 0; q < w; q++) {                                                \
+                    const T e = EXP(xb[j * post + q] - m[q]);                                    \
+                    ob[j * post + q] = e;                                                        \
+                    s[q] += e;                                                                   \
+                }                                                                                \
+            for (int64_t q = 0; q < w; q++) s[q] = 1.0 / s[q];                                   \
+            for (int64_t j = 0; j < D; j++)                                                      \
+                for (int64_t q = 0; q < w; q++) ob[j * post + q] *= (T)s[q];                     \
+        }                                                                                        \
+    }
+SOFTMAX_LOOP(softmax_f32, float, expf)
+SOFTMAX_LOOP(softmax_f64, double, exp)
+
+pe_status pe_cpu_softmax(const pe_op_ctx *ctx) {
+    const pe_tensor *x = pe_ctx_in(ctx, "X");
+    pe_tensor *out = pe_ctx_out(ctx, "Out");
+    if (out->dtype != x->dtype || pe_tensor_numel(out) != pe_tensor_numel(x)) return internal_mismatch(ctx);
+    int64_t axis = pe_ctx_int(ctx, "axis");
+    if (axis < 0) axis += x->ndim;
+    if (axis < 0 || axis >= x->ndim) return pe_ctx_error(ctx, PE_ERR_INVALID, "attr axis is out of range");
+    int64_t pre, d, post;
+    split_axis(x, (int)axis, &pre, &d, &post);
+    if (pe_tensor_numel(x) == 0) return PE_OK;
+    if (x->dtype == PE_DTYPE_FP32)
+        softmax_f32(pe_tensor_data(x), pe_tensor_data(out), pre, d, post, ctx->num_threads);
+    else if (x->dtype == PE_DTYPE_FP64)
+        softmax_f64(pe_tensor_data(x), pe_tensor_data(out), pre, d, post, ctx->num_threads);
+    else
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "dtype %s is not supported", pe_dtype_name(x->dtype));
+    return PE_OK;
+}
+
+/* ---- arg_max: x [pre, D, post] -> out [pre, post] (int32 or int64) -------------- */
+
+#define ISNAN_F(v) isnan(v)
+#define ISNAN_I(v) 0
+/* v beats the current best b: larger, or the first NaN. Ties keep the first. */
+#define BEATS(v, b, ISNAN) (!ISNAN(b) && ((v) > (b) || ISNAN(v)))
+
+#define ARGMAX_LOOP(NAME, T, ISNAN)                                                         \
+    static void NAME(const T *x, void *ov, int odt64, int64_t pre, int64_t D, int64_t post,  \
+                     int nt) {                                                               \
+        const int par = pre * D * post > PE_RED_PAR_MIN;                                     \
+        const int64_t nt_cols = (post + PE_RED_TILE - 1) / PE_RED_TILE;                      \
+        _Pragma("omp parallel for num_threads(nt) if(par) schedule(static)")                 \
+        for (int64_t pt = 0; pt < pre * nt_cols; pt++) {                                     \
+            const int64_t p = pt / nt_cols, q0 = (pt % nt_cols) * PE_RED_TILE;               \
+            const int64_t w = post - q0 < PE_RED_TILE ? post - q0 : PE_RED_TILE;             \
+            const T *xb = x + p * D * post + q0;                                             \
+            T best[PE_RED_TILE];                                                             \
+            int64_t bi[PE_RED_TILE];                                                         \
+            for (int64_t q = 0; q < w; q++) { best[q] = xb[q]; bi[q] = 0; }                  \
+            for (int64_t j = 1; j < D; j++)                                                  \
+                for (int64_t q = 0; q < w; q++) {                                            \
+                    const T v = xb[j * post + q];                                            \
+                    if (BEATS(v, best[q], ISNAN)) { best[q] = v; bi[q] = j; }                \
+                }                                                                            \
+            const int64_t o = p * post + q0;                                                 \
+            if (odt64) for (int64_t q = 0; q < w; q++) ((int64_t *)ov)[o + q] = bi[q];       \
+            else for (int64_t q = 0; q < w; q++) ((int32_t *)ov)[o + q] = (int32_t)bi[q];    \
+        }                                                                                    \
+    }
+ARGMAX_LOOP(argmax_f32, float, ISNAN_F)
+ARGMAX_LOOP(argmax_f64, double, ISNAN_F)
+ARGMAX_LOOP(argmax_i32, int32_t, ISNAN_I)
+ARGMAX_LOOP(argmax_i64, int64_t, ISNAN_I)
+
+pe_status pe_cpu_arg_max(const pe_op_ctx *ctx) {
+    const pe_tensor *x = pe_ctx_in(ctx, "X");
+    pe_tensor *out = pe_ctx_out(ctx, "Out");
+    int64_t pre, d, post;
+    if (pe_ctx_bool(ctx, "flatten") || x->ndim == 0) {
+        pre = 1;
+        d = pe_tensor_numel(x);
+        post = 1;
+    } else {
+        int64_t axis = pe_ctx_int(ctx, "axis");
+        if (axis < 0) axis += x->ndim;
+        if (axis < 0 || axis >= x->ndim) return pe_ctx_error(ctx, PE_ERR_INVALID, "attr axis is out of range");
+        split_axis(x, (int)axis, &pre, &d, &post);
+    }
+    if (out->dtype != PE_DTYPE_INT32 && out->dtype != PE_DTYPE_INT64) return internal_mismatch(ctx);
+    if (pe_tensor_numel(out) != pre * post) return internal_mismatch(ctx);
+    if (pre * post == 0) return PE_OK;
+    if (d == 0) return pe_ctx_error(ctx, PE_ERR_INVALID, "arg_max over an empty axis");
+    const int o64 = out->dtype == PE_DTYPE_INT64, nt = ctx->num_threads;
+    const void *xd = pe_tensor_data(x);
+    void *od = pe_tensor_data(out);
+    switch (x->dtype) {
+    case PE_DTYPE_FP32: argmax_f32(xd, od, o64, pre, d, post, nt); break;
+    case PE_DTYPE_FP64: argmax_f64(xd, od, o64, pre, d, post, nt); break;
+    case PE_DTYPE_INT32: argmax_i32(xd, od, o64, pre, d, post, nt); break;
+    case PE_DTYPE_INT64: argmax_i64(xd, od, o64, pre, d, post, nt); break;
+    default: return pe_ctx_error(ctx, PE_ERR_INVALID, "dtype %s is not supported", pe_dtype_name(x->dtype));
+    }
+    return PE_OK;
+}
+
+/* ---- top_k: x [rows, D] -> values, indices [rows, k] ------------------------------ */
+
+/* (va, ia) ranks above (vb, ib): NaN first, then larger value, then lower index. */
+#define RANKS_ABOVE(va, ia, vb, ib, ISNAN)                                                   \
+    (ISNAN(va) ? (!ISNAN(vb) || (ia) < (ib))                                                 \
+               : (!ISNAN(vb) && ((va) > (vb) || ((va) == (vb) && (ia) < (ib)))))
+
+/* Min-heap on rank (root = lowest-ranked) over v[0..n), idx[0..n). */
+#define TOPK_LOOP(NAME, T, ISNAN)                                                           \
+    static void NAME##_sift(T *v, int64_t *ix, int64_t n, int64_t i) {                       \
+        for (;;) {                                                                           \
+            int64_t l = 2 * i + 1, r = l + 1, w = i;                                         \
+            if (l < n && RANKS_ABOVE(v[w], ix[w], v[l], ix[l], ISNAN)) w = l;                \
+            if (r < n && RANKS_ABOVE(v[w], ix[w], v[r], ix[r], ISNAN)) w = r;                \
+            if (w == i) return;                                                              \
+            T tv = v[i]; v[i] = v[w]; v[w] = tv;                                             \
+            int64_t ti = ix[i]; ix[i] = ix[w]; ix[w] = ti;                                   \
+            i = w;                                                                           \
+        }                                                                                    \
+    }                                                                                        \
+    static void NAME(const T *x, T *vals, int64_t *idx, int64_t rows, int64_t D, int64_t k,  \
+                     int nt) {                                                               \
+        const int par = rows * D > PE_RED_PAR_MIN;                                           \
+        _Pragma("omp parallel for num_threads(nt) if(par) schedule(static)")                 \
+        for (int64_t r = 0; r < rows; r++) {                                                 \
+            const T *xr = x + r * D;                                                         \
+            T *v = vals + r * k;                                                             \
+            int64_t *ix = idx + r * k;                                                       \
+            for (int64_t j = 0; j < k; j++) { v[j] = xr[j]; ix[j] = j; }                     \
+            for (int64_t i = k / 2 - 1; i >= 0; i--) NAME##_sift(v, ix, k, i);               \
+            for (int64_t j = k; j < D; j++)                                                  \
+                if (RANKS_ABOVE(xr[j], j, v[0], ix[0], ISNAN)) {                             \
+                    v[0] = xr[j];                                                            \
+                    ix[0] = j;                                                               \
+                    NAME##_sift(v, ix, k, 0);                                                \
+                }                                                                            \
+            /* heap-sort: the lowest-ranked goes last -> descending rank order */           \
+            for (int64_t n = k - 1; n > 0; n--) {                                            \
+                T tv = v[0]; v[0] = v[n]; v[n] = tv;                                         \
+                int64_t ti = ix[0]; ix[0] = ix[n]; ix[n] = ti;                               \
+                NAME##_sift(v, ix, n, 0);                                                    \
+            }                                                                                \
+        }                                                                                    \
+    }
+TOPK_LOOP(topk_f32, float, ISNAN_F)
+TOPK_LOOP(topk_f64, double, ISNAN_F)
+TOPK_LOOP(topk_i32, int32_t, ISNAN_I)
+TOPK_LOOP(topk_i64, int64_t, ISNAN_I)
+
+pe_status pe_cpu_top_k(const pe_op_ctx *ctx) {
+    const pe_tensor *x = pe_ctx_in(ctx, "X");
+    pe_tensor *vals = pe_ctx_out(ctx, "Out"), *idx = pe_ctx_out(ctx, "Indices");
+    if (x->ndim == 0) return internal_mismatch(ctx);
+    const int64_t D = x->dims[x->ndim - 1], k = pe_ctx_int(ctx, "k");
+    const int64_t rows = D ? pe_tensor_numel(x) / D : 0;
+    if (k < 1 || k > D || vals->dtype != x->dtype || idx->dtype != PE_DTYPE_INT64 ||
+        pe_tensor_numel(vals) != rows * k || pe_tensor_numel(idx) != rows * k)
+        return internal_mismatch(ctx);
+    if (rows == 0) return PE_OK;
+    const void *xd = pe_tensor_data(x);
+    void *vd = pe_tensor_data(vals);
+    int64_t *id = pe_tensor_data(idx);
+    const int nt = ctx->num_threads;
+    switch (x->dtype) {
+    case PE_DTYPE_FP32: topk_f32(xd, vd, id, rows, D, k, nt); break;
+    case PE_DTYPE_FP64: topk_f64(xd, vd, id, rows, D, k, nt); break;
+    case PE_DTYPE_INT32: topk_i32(xd, vd, id, rows, D, k, nt); break;
+    case PE_DTYPE_INT64: topk_i64(xd, vd, id, rows, D, k, nt); break;
+    default: return pe_ctx_error(ctx, PE_ERR_INVALID, "dtype %s is not supported", pe_dtype_name(x->dtype));
+    }
+    return PE_OK;
+}
+
+/* ---- accuracy: indices [N, k], label [N, 1] -> accuracy [1], correct [1], total [1] */
+
+static int64_t load_index(const void *p, pe_dtype dt, int64_t i) {
+    return dt == PE_DTYPE_INT64 ? ((const int64_t *)p)[i] : ((const int32_t *)p)[i];
+}
+
+pe_status pe_cpu_accuracy(const pe_op_ctx *ctx) {
+    const pe_tensor *idx = pe_ctx_in(ctx, "Indices"), *lab = pe_ctx_in(ctx, "Label");
+    pe_tensor *acc = pe_ctx_out(ctx, "Accuracy");
+    pe_tensor *cor = pe_ctx_out(ctx, "Correct"), *tot = pe_ctx_out(ctx, "Total");
+    if (idx->ndim != 2 || acc->dtype != PE_DTYPE_FP32) return internal_mismatch(ctx);
+    const int64_t n = idx->dims[0], k = idx->dims[1];
+    if (pe_tensor_numel(lab) != n) return internal_mismatch(ctx);
+    const void *id = pe_tensor_data(idx), *ld = pe_tensor_data(lab);
+    int64_t correct = 0;
+    for (int64_t r = 0; r < n; r++) {
+        const int64_t want = load_index(ld, lab->dtype, r);
+        for (int64_t j = 0; j < k; j++)
+            if (load_index(id, idx->dtype, r * k + j) == want) { correct++; break; }
+    }
+    *(float *)pe_tensor_data(acc) = n ? (float)((double)correct / (double)n) : 0.0f;
+    if (cor) *(int32_t *)pe_tensor_data(cor) = (int32_t)correct;
+    if (tot) *(int32_t *)pe_tensor_data(tot) = (int32_t)n;
+    return PE_OK;
+}
