@@ -322,6 +322,13 @@ void pe_op_ctx_release(pe_op_ctx *ctx) {
     ctx->storage = NULL;
 }
 
+static bool is_input(const pe_op_ctx *ctx, const pe_tensor *t) {
+    for (int i = 0; i < ctx->info->n_inputs; i++)
+        for (int j = 0; j < ctx->n_in[i]; j++)
+            if (ctx->in[i][j] == t) return true;
+    return false;
+}
+
 pe_status pe_op_run(pe_op_ctx *ctx) {
     const pe_op_info *info = ctx->info;
     char pb[32];
@@ -345,6 +352,12 @@ pe_status pe_op_run(pe_op_ctx *ctx) {
         for (int j = 0; j < ctx->n_out[i]; j++) {
             pe_tensor *t = ctx->out[i][j];
             if (!t) continue;
+            /* An output that is also an input (ParamOut = Param, MeanOut =
+             * Mean) keeps its buffer even when shared: detaching it would
+             * hand the kernel uninitialised memory as its input. */
+            if (t->buf && t->offset + pe_tensor_nbytes(t) <= t->buf->bytes && pe_place_eq(t->buf->place, ctx->place) &&
+                is_input(ctx, t))
+                continue;
             pe_status st = pe_tensor_resize(t, t->dtype, t->ndim, t->dims, ctx->place);
             if (st != PE_OK)
                 return pe_error_wrap(st, "op %s on %s: output %s '%s'", info->name,
