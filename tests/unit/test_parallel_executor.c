@@ -1,0 +1,336 @@
+/* tests/unit/test_parallel_executor.c — ParallelExecutor semantics on CPU
+ * places (DESIGN.md §4): feed split, list feeds, fetch merge, persistables
+ * fetched once, allreduce across places, error propagation without hangs,
+ * dropped local scopes, share_vars_from, num_threads independence. */
+#include "tests/unit/op_test_util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static pe_place g_places[8];
+
+static void setup_places(void) {
+    for (int i = 0; i < 8; i++) g_places[i] = pe_place_cpu(i);
+}
+
+static pe_var *decl(pe_program *p, const char *name, int ndim, const int64_t *dims) {
+    pe_var *v = pe_block_add_var(&p->blocks[0], name, PE_DTYPE_FP32, ndim, dims);
+    assert_non_null(v);
+    return v;
+}
+
+/* y = scale(x, 2); s = mean(x) marked as the gradient of w (op_role_var), so
+ * it is allreduced across places; w persistable [2]. */
+static pe_program *make_prog(void) {
+    pe_program *p = pe_program_new();
+    decl(p, "x", 2, (int64_t[]){-1, 3});
+    decl(p, "y", 2, (int64_t[]){-1, 3});
+    decl(p, "loss", 1, (int64_t[]){1});
+    decl(p, "w@GRAD", 1, (int64_t[]){1});
+    pe_var *w = decl(p, "w", 1, (int64_t[]){2});
+    w->persistable = true;
+    w->is_parameter = true;
+    pe_op *op = pe_block_add_op(&p->blocks[0], "scale");
+    pe_op_add_input(op, "X", "x");
+    pe_op_add_output(op, "Out", "y");
+    pe_op_set_float(op, "scale", 2.0);
+    op = pe_block_add_op(&p->blocks[0], "mean");
+    pe_op_add_input(op, "X", "x");
+    pe_op_add_output(op, "Out", "loss");
+    op = pe_block_add_op(&p->blocks[0], "mean");
+    pe_op_add_input(op, "X", "y");
+    pe_op_add_output(op, "Out", "w@GRAD");
+    pe_op_set_int(op, "op_role", PE_ROLE_BACKWARD);
+    const char *rv[] = {"w", "w@GRAD"};
+    pe_op_set_strings(op, "op_role_var", rv, 2);
+    return p;
+}
+
+static pe_tensor *rows_tensor(int64_t rows) {
+    double v[64 * 3];
+    for (int i = 0; i < rows * 3; i++) v[i] = i + 1;
+    return tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){rows, 3}, v);
+}
+
+static pe_parallel_executor *make_pe(pe_program *p, pe_scope *scope, int n, int threads) {
+    pe_pe_options o;
+    pe_pe_options_default(&o);
+    o.exec_strategy.num_threads = threads;
+    pe_parallel_executor *pe = NULL;
+    pe_status st = pe_parallel_executor_new(g_places, n, p, scope, &o, &pe);
+    if (st != PE_OK) fail_msg("%s", pe_last_error());
+    return pe;
+}
+
+static pe_scope *scope_with_w(void) {
+    pe_scope *s = pe_scope_new(NULL);
+    pe_tensor *w = pe_scope_var(s, "w");
+    pe_tensor *src = tu_tensor(PE_DTYPE_FP32, 1, (int64_t[]){2}, (double[]){7, 8});
+    pe_tensor_copy(w, src, pe_place_cpu(0));
+    pe_tensor_free(src);
+    return s;
+}
+
+static void test_feed_split_and_merge(void **state) {
+    (void)state;
+    pe_program *p = make_prog();
+    pe_scope *scope = scope_with_w();
+    pe_parallel_executor *pe = make_pe(p, scope, 4, 0);
+    assert_int_equal(pe_device_count(pe), 4);
+    pe_tensor *x = rows_tensor(5);
+    pe_feed feed = {"x", x};
+    const char *fetch[] = {"y", "loss", "w"};
+    pe_tensor *out[3] = {pe_tensor_new(), pe_tensor_new(), pe_tensor_new()};
+    assert_int_equal(pe_run(pe, &feed, 1, fetch, 3, true, out), PE_OK);
+    /* per-sample var: the whole batch, in order */
+    tu_assert_dims(out[0], 2, (int64_t[]){5, 3});
+    for (int i = 0; i < 15; i++) assert_float_equal(tu_get(out[0], i), 2.0 * (i + 1), 0);
+    /* per-place loss [1] -> [4]: rows split 2,1,1,1 */
+    tu_assert_dims(out[1], 1, (int64_t[]){4});
+    tu_assert_close(out[1], (double[]){3.5, 8, 11, 14}, 4, 1e-6);
+    /* a persistable comes back once */
+    tu_assert_dims(out[2], 1, (int64_t[]){2});
+    tu_assert_close(out[2], (double[]){7, 8}, 2, 0);
+    /* unmerged: one per place */
+    pe_tensor *per[4];
+    for (int i = 0; i < 4; i++) per[i] = pe_tensor_new();
+    assert_int_equal(pe_run(pe, &feed, 1, fetch, 1, false, per), PE_OK);
+    int64_t want_rows[4] = {2, 1, 1, 1};
+    for (int i = 0; i < 4; i++) assert_int_equal(per[i]->dims[0], want_rows[i]);
+    for (int i = 0; i < 4; i++) pe_tensor_free(per[i]);
+    for (int i = 0; i < 3; i++) pe_tensor_free(out[i]);
+    pe_tensor_free(x);
+    pe_parallel_executor_free(pe);
+    pe_scope_free(scope);
+    pe_program_free(p);
+}
+
+static void test_too_few_rows_and_bad_fetch(void **state) {
+    (void)state;
+    pe_program *p = make_prog();
+    pe_scope *scope = scope_with_w();
+    pe_parallel_executor *pe = make_pe(p, scope, 4, 0);
+    pe_tensor *x = rows_tensor(3);
+    pe_feed feed = {"x", x};
+    const char *fetch[] = {"y"};
+    pe_tensor *out = pe_tensor_new();
+    assert_int_equal(pe_run(pe, &feed, 1, fetch, 1, true, &out), PE_ERR_INVALID);
+    const char *m = pe_last_error();
+    assert_non_null(strstr(m, "'x'"));
+    assert_non_null(strstr(m, "3 rows"));
+    assert_non_null(strstr(m, "4 places"));
+    assert_non_null(strstr(m, "CPU_NUM"));
+    const char *bad[] = {"no_such_var"};
+    pe_tensor_free(x);
+    x = rows_tensor(8);
+    feed.tensor = x;
+    assert_int_equal(pe_run(pe, &feed, 1, bad, 1, true, &out), PE_ERR_NOT_FOUND);
+    assert_non_null(strstr(pe_last_error(), "no_such_var"));
+    assert_non_null(strstr(pe_last_error(), "Likely reasons"));
+    /* wrong dtype */
+    pe_tensor *xi = tu_tensor(PE_DTYPE_INT64, 2, (int64_t[]){8, 3}, NULL);
+    pe_feed fi = {"x", xi};
+    assert_int_equal(pe_run(pe, &fi, 1, fetch, 1, true, &out), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "int64"));
+    /* still usable */
+    assert_int_equal(pe_run(pe, &feed, 1, fetch, 1, true, &out), PE_OK);
+    tu_assert_dims(out, 2, (int64_t[]){8, 3});
+    pe_tensor_free(xi);
+    pe_tensor_free(out);
+    pe_tensor_free(x);
+    pe_parallel_executor_free(pe);
+    pe_scope_free(scope);
+    pe_program_free(p);
+}
+
+static void test_list_feed(void **state) {
+    (void)state;
+    pe_program *p = make_prog();
+    pe_scope *scope = scope_with_w();
+    pe_parallel_executor *pe = make_pe(p, scope, 2, 0);
+    pe_tensor *a = rows_tensor(1), *b = rows_tensor(3);
+    pe_feed fa = {"x", a}, fb = {"x", b};
+    const pe_feed *lists[2] = {&fa, &fb};
+    int counts[2] = {1, 1};
+    const char *fetch[] = {"y"};
+    pe_tensor *out = pe_tensor_new();
+    assert_int_equal(pe_run_list(pe, lists, counts, 2, fetch, 1, true, &out), PE_OK);
+    tu_assert_dims(out, 2, (int64_t[]){4, 3});
+    assert_float_equal(tu_get(out, 3), 2.0, 0); /* first row of place 1 = b[0] */
+    assert_int_equal(pe_run_list(pe, lists, counts, 1, fetch, 1, true, &out), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "2 places"));
+    pe_tensor_free(a);
+    pe_tensor_free(b);
+    pe_tensor_free(out);
+    pe_parallel_executor_free(pe);
+    pe_scope_free(scope);
+    pe_program_free(p);
+}
+
+/* The allreduced gradient is the same on every place: the sum of the
+ * per-place means, summed in place order. */
+static void test_allreduce_and_threads(void **state) {
+    (void)state;
+    pe_program *p = make_prog();
+    pe_tensor *x = rows_tensor(10);
+    pe_feed feed = {"x", x};
+    const char *fetch[] = {"w@GRAD"};
+    float first[4] = {0};
+    int threads[3] = {1, 2, 8};
+    for (int ti = 0; ti < 3; ti++) {
+        pe_scope *scope = scope_with_w();
+        pe_parallel_executor *pe = make_pe(p, scope, 4, threads[ti]);
+        pe_tensor *per[4];
+        for (int i = 0; i < 4; i++) per[i] = pe_tensor_new();
+        assert_int_equal(pe_run(pe, &feed, 1, fetch, 1, false, per), PE_OK);
+        /* rows 3,3,2,2: means of y = 2*x over each piece */
+        double m0 = 2 * (1 + 9) / 2.0, m1 = 2 * (10 + 18) / 2.0, m2 = 2 * (19 + 24) / 2.0, m3 = 2 * (25 + 30) / 2.0;
+        for (int i = 0; i < 4; i++) {
+            tu_assert_close(per[i], (double[]){m0 + m1 + m2 + m3}, 1, 1e-6);
+            float v = *(float *)pe_tensor_data(per[i]);
+            if (ti == 0) first[i] = v;
+            else assert_memory_equal(&first[i], &v, sizeof v); /* bitwise across num_threads */
+            pe_tensor_free(per[i]);
+        }
+        pe_parallel_executor_free(pe);
+        pe_scope_free(scope);
+    }
+    pe_tensor_free(x);
+    pe_program_free(p);
+}
+
+/* reshape2 to a fixed [2, 3] fails on the places that get one row. */
+static void test_error_on_one_place(void **state) {
+    (void)state;
+    pe_program *p = make_prog();
+    decl(p, "r", 2, (int64_t[]){2, 3});
+    pe_op *op = pe_block_add_op(&p->blocks[0], "reshape2");
+    pe_op_add_input(op, "X", "y");
+    pe_op_add_output(op, "Out", "r");
+    pe_op_set_ints(op, "shape", (int64_t[]){2, 3}, 2);
+    int threads[3] = {1, 2, 8};
+    for (int ti = 0; ti < 3; ti++) {
+        pe_scope *scope = scope_with_w();
+        pe_parallel_executor *pe = make_pe(p, scope, 4, threads[ti]);
+        pe_tensor *x = rows_tensor(5), *ok = rows_tensor(8);
+        pe_feed feed = {"x", x};
+        const char *fetch[] = {"r"};
+        pe_tensor *out = pe_tensor_new();
+        for (int rep = 0; rep < 3; rep++) {
+            assert_int_not_equal(pe_run(pe, &feed, 1, fetch, 1, true, &out), PE_OK);
+            assert_non_null(strstr(pe_last_error(), "reshape2"));
+            assert_non_null(strstr(pe_last_error(), "cpu:"));
+            feed.tensor = ok;
+            assert_int_equal(pe_run(pe, &feed, 1, fetch, 1, true, &out), PE_OK);
+            tu_assert_dims(out, 2, (int64_t[]){8, 3});
+            feed.tensor = x;
+        }
+        pe_tensor_free(out);
+        pe_tensor_free(x);
+        pe_tensor_free(ok);
+        pe_parallel_executor_free(pe);
+        pe_scope_free(scope);
+    }
+    pe_program_free(p);
+}
+
+static void test_drop_scopes_and_flat_memory(void **state) {
+    (void)state;
+    pe_program *p = make_prog();
+    pe_scope *scope = scope_with_w();
+    pe_parallel_executor *pe = make_pe(p, scope, 2, 0);
+    pe_tensor *x = rows_tensor(6);
+    pe_feed feed = {"x", x};
+    const char *fetch[] = {"y"};
+    pe_tensor *a = pe_tensor_new(), *b = pe_tensor_new();
+    assert_int_equal(pe_run(pe, &feed, 1, fetch, 1, true, &a), PE_OK);
+    assert_true(pe_local_exe_scopes_bytes(pe) > 0);
+    pe_drop_local_exe_scopes(pe);
+    assert_int_equal(pe_local_exe_scopes_bytes(pe), 0);
+    assert_int_equal(pe_run(pe, &feed, 1, fetch, 1, true, &b), PE_OK);
+    assert_memory_equal(pe_tensor_data(a), pe_tensor_data(b), pe_tensor_nbytes(a));
+    /* 10,000 runs: bytes in use stay flat */
+    int64_t base = pe_alloc_get_stats(pe_place_cpu(0)).bytes_in_use + pe_alloc_get_stats(pe_place_cpu(1)).bytes_in_use;
+    for (int i = 0; i < 10000; i++) assert_int_equal(pe_run(pe, &feed, 1, fetch, 1, true, &b), PE_OK);
+    int64_t now = pe_alloc_get_stats(pe_place_cpu(0)).bytes_in_use + pe_alloc_get_stats(pe_place_cpu(1)).bytes_in_use;
+    assert_true(now <= base);
+    pe_tensor_free(a);
+    pe_tensor_free(b);
+    pe_tensor_free(x);
+    pe_parallel_executor_free(pe);
+    pe_scope_free(scope);
+    pe_program_free(p);
+}
+
+static void test_share_vars_from(void **state) {
+    (void)state;
+    pe_program *train = make_prog();
+    pe_program *eval = pe_program_new();
+    decl(eval, "x", 2, (int64_t[]){-1, 2});
+    decl(eval, "z", 2, (int64_t[]){-1, 2});
+    pe_var *w = decl(eval, "w", 1, (int64_t[]){2});
+    w->persistable = true;
+    pe_op *op = pe_block_add_op(&eval->blocks[0], "elementwise_add");
+    pe_op_add_input(op, "X", "x");
+    pe_op_add_input(op, "Y", "w");
+    pe_op_add_output(op, "Out", "z");
+    pe_scope *scope = scope_with_w();
+    pe_parallel_executor *tr = make_pe(train, scope, 2, 0);
+    pe_pe_options o;
+    pe_pe_options_default(&o);
+    o.share_vars_from = tr;
+    pe_parallel_executor *ev = NULL;
+    assert_int_equal(pe_parallel_executor_new(g_places, 2, eval, scope, &o, &ev), PE_OK);
+    pe_tensor *x = tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){2, 2}, (double[]){0, 0, 1, 1});
+    pe_feed feed = {"x", x};
+    const char *fetch[] = {"z"};
+    pe_tensor *out = pe_tensor_new();
+    assert_int_equal(pe_run(ev, &feed, 1, fetch, 1, true, &out), PE_OK);
+    tu_assert_close(out, (double[]){7, 8, 8, 9}, 4, 0);
+    /* "training" updates each place's parameter; eval sees it, no copy */
+    for (int pl = 0; pl < 2; pl++) {
+        float *wd = pe_tensor_data(pe_scope_find_var(pe_place_scope(tr, pl), "w"));
+        wd[0] = 100;
+        wd[1] = 200;
+    }
+    assert_int_equal(pe_run(ev, &feed, 1, fetch, 1, true, &out), PE_OK);
+    tu_assert_close(out, (double[]){100, 200, 101, 201}, 4, 0);
+    assert_null(pe_scope_find_local_var(pe_place_scope(ev, 1), "w"));
+    /* a source with another place count */
+    pe_parallel_executor *bad = NULL;
+    assert_int_equal(pe_parallel_executor_new(g_places, 3, eval, scope, &o, &bad), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "share_vars_from"));
+    pe_tensor_free(out);
+    pe_tensor_free(x);
+    pe_parallel_executor_free(ev);
+    pe_parallel_executor_free(tr);
+    pe_scope_free(scope);
+    pe_program_free(eval);
+    pe_program_free(train);
+}
+
+static void test_cpu_num(void **state) {
+    (void)state;
+    setenv("CPU_NUM", "3", 1);
+    assert_int_equal(pe_cpu_place_count(), 3);
+    setenv("CPU_NUM", "zero", 1);
+    assert_int_equal(pe_cpu_place_count(), -1);
+    assert_non_null(strstr(pe_last_error(), "CPU_NUM"));
+    unsetenv("CPU_NUM");
+    assert_int_equal(pe_cpu_place_count(), 1);
+}
+
+int main(void) {
+    setup_places();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_feed_split_and_merge),
+        cmocka_unit_test(test_too_few_rows_and_bad_fetch),
+        cmocka_unit_test(test_list_feed),
+        cmocka_unit_test(test_allreduce_and_threads),
+        cmocka_unit_test(test_error_on_one_place),
+        cmocka_unit_test(test_drop_scopes_and_flat_memory),
+        cmocka_unit_test(test_share_vars_from),
+        cmocka_unit_test(test_cpu_num),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
