@@ -1,0 +1,879 @@
+"""tests/ops/test_forward_ops.py — every forward op of ops/ops.def against PyTorch.
+
+One row per case: op type, inputs (shape, dtype, value range), attrs, and a
+PyTorch reference. Each row becomes a one-op JSON program (vars declared
+with their exact shapes), its inputs are written as .npy, `pe run` runs it
+(one subprocess per row) and every bound output is compared with the
+reference: same dims, same dtype, values within tolerance.
+
+References run in float64 on the same (float32) inputs, so they are the
+exact answer up to fp64 rounding; a float32 output must be within
+rtol 1e-5 / atol 1e-5 of it, a float64 output within 1e-10 (the fp64 rows
+exist to catch kernels that compute fp64 through fp32). Integer and bool
+outputs must match exactly. Rows that need a looser bound say why.
+
+Semantics are Paddle's where they differ from PyTorch's (the reference
+helpers below spell them out): elementwise `axis` alignment, 2- and 4-value
+paddings, SAME/VALID, pool2d's exclusive/ceil_mode divisor, batch_norm's
+biased running variance and SavedVariance = 1/sqrt(var + eps).
+
+Random ops (uniform_random, gaussian_random, truncated_gaussian_random)
+cannot match PyTorch bit for bit; their rows check range, determinism per
+seed and a two-sample Kolmogorov-Smirnov distance to samples from PyTorch.
+
+test_every_op_has_a_row fails when ops.def gains a forward op with no row.
+
+    PE_BIN_DIR=build/bin /usr/bin/python3 -m pytest -q tests/ops
+"""
+import os
+import sys
+import zlib
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from pe_json import DTYPES, PeError, Program, ops_def, pe_bin, run_pe  # noqa: E402
+
+torch.set_num_threads(1)
+
+FP32_TOL = (1e-5, 1e-5)   # rtol, atol
+FP64_TOL = (1e-10, 1e-10)
+
+
+# ---- input specs --------------------------------------------------------------
+
+class R:
+    """A random input: shape, dtype, and a range (uniform) or N(0,1) (default
+    for floats). `nonzero` keeps |v| >= 0.5 (divisors). `values` draws from a
+    list (labels, ints with ties avoided)."""
+
+    def __init__(self, shape, dtype="float32", lo=None, hi=None, nonzero=False, fn=None):
+        self.shape, self.dtype, self.lo, self.hi = list(shape), dtype, lo, hi
+        self.nonzero, self.fn = nonzero, fn
+
+    def make(self, rng):
+        if self.fn is not None:
+            return np.ascontiguousarray(self.fn(rng)).astype(self.dtype)
+        dt = np.dtype(self.dtype)
+        if dt.kind == "f":
+            if self.lo is None:
+                a = rng.standard_normal(self.shape)
+            else:
+                a = rng.uniform(self.lo, self.hi, self.shape)
+            if self.nonzero:
+                a = np.sign(a + (a == 0)) * (0.5 + np.abs(a))
+            return a.astype(dt)
+        if dt.kind == "b":
+            return rng.integers(0, 2, self.shape).astype(bool)
+        lo = -20 if self.lo is None else self.lo
+        hi = 20 if self.hi is None else self.hi
+        return rng.integers(lo, hi, self.shape).astype(dt)
+
+
+def f32(*shape, **kw):
+    return R(shape, "float32", **kw)
+
+
+def f64(*shape, **kw):
+    return R(shape, "float64", **kw)
+
+
+def i32(*shape, **kw):
+    return R(shape, "int32", **kw)
+
+
+def i64(*shape, **kw):
+    return R(shape, "int64", **kw)
+
+
+class Case:
+    """One conformance row.
+
+    inputs: {slot: R | [R, ...] (duplicable)}; attrs: {name: value};
+    ref(t, attrs) -> {out slot: torch tensor}, where t maps each input slot
+    to a torch tensor (floats upcast to float64 unless upcast=False) or a
+    list of them. Every slot ref returns is bound and compared; `dtypes`
+    overrides an output's expected dtype (default: a float result takes the
+    first float input's dtype, else float32; other results keep theirs).
+    `flat` names outputs whose dims may differ from the reference while the
+    element count and values agree (Paddle changed them across versions:
+    mean's [1] vs [], arg_max flatten's [1] vs []). `xfail` (a reason) marks
+    a known gap: the row must fail with a clean `pe` error (PeError), and
+    starts failing the suite once the gap closes (strict), so it gets
+    un-marked then. `threads` rows (large inputs, where the kernels split
+    work across OpenMP threads) also run in test_thread_count_invariance
+    with 1 and with 2 threads: both must match the reference and each other
+    bit for bit (DESIGN.md §4: results do not depend on the thread count)."""
+
+    def __init__(self, op, name, inputs, attrs, ref, dtypes=None, tol=None, upcast=True,
+                 flat=(), xfail=None, threads=False, why=None):
+        self.op, self.name, self.inputs, self.attrs, self.ref = op, name, inputs, attrs, ref
+        self.dtypes, self.tol, self.upcast, self.flat, self.xfail = dtypes or {}, tol, upcast, flat, xfail
+        self.threads, self.why = threads, why  # why: the reason for a non-default tol
+
+    @property
+    def id(self):
+        return "%s-%s" % (self.op, self.name)
+
+
+CASES = []
+
+
+def case(*a, **kw):
+    CASES.append(Case(*a, **kw))
+
+
+# ---- Paddle-semantics helpers for the references -------------------------------
+
+def pd_align(x, y, axis):
+    """Paddle's elementwise alignment: the lower-rank operand is placed at
+    `axis` of the higher-rank one (axis -1: trailing), then numpy rules."""
+    if x.dim() == y.dim():
+        return x, y
+    swap = x.dim() < y.dim()
+    big, small = (y, x) if swap else (x, y)
+    dims = list(small.shape)
+    if axis == -1:
+        axis = big.dim() - small.dim()
+    while len(dims) + axis > big.dim() and dims and dims[-1] == 1:
+        dims.pop()  # trailing 1s past the end are dropped, as Paddle does
+    small = small.reshape([1] * axis + dims + [1] * (big.dim() - axis - len(dims)))
+    return (small, big) if swap else (big, small)
+
+
+def pd_pads(paddings, algo, in_hw, k_hw, strides, dilations):
+    """Paddle's UpdatePaddingAndDilation: -> (top, bottom, left, right), dilations."""
+    p = list(paddings)
+    if len(p) == 2:
+        p = [p[0], p[0], p[1], p[1]]
+    dil = list(dilations)
+    if algo == "VALID":
+        p = [0, 0, 0, 0]
+    elif algo == "SAME":
+        for i in range(2):
+            out = (in_hw[i] + strides[i] - 1) // strides[i]
+            s = max((out - 1) * strides[i] + k_hw[i] - in_hw[i], 0)
+            p[2 * i], p[2 * i + 1] = s // 2, s - s // 2
+            dil[i] = 1  # Paddle resets dilation to 1 under SAME
+    return p, dil
+
+
+def ref_conv2d(t, a):
+    x, w = t["Input"], t["Filter"]
+    nhwc = a.get("data_format", "NCHW") == "NHWC"
+    if nhwc:
+        x = x.permute(0, 3, 1, 2)
+    strides = a.get("strides", [1, 1])
+    p, dil = pd_pads(a.get("paddings", [0, 0]), a.get("padding_algorithm", "EXPLICIT"),
+                     x.shape[2:], w.shape[2:], strides, a.get("dilations", [1, 1]))
+    x = F.pad(x, (p[2], p[3], p[0], p[1]))
+    y = F.conv2d(x, w, t.get("Bias"), stride=strides, dilation=dil, groups=a.get("groups", 1))
+    return {"Output": y.permute(0, 2, 3, 1) if nhwc else y}
+
+
+def ref_pool2d(t, a):
+    x = t["X"]
+    nhwc = a.get("data_format", "NCHW") == "NHWC"
+    if nhwc:
+        x = x.permute(0, 3, 1, 2)
+    typ = a.get("pooling_type", "max")
+    H, W = x.shape[2], x.shape[3]
+    k = list(a["ksize"])
+    strides = list(a.get("strides", [1, 1]))
+    if a.get("global_pooling"):
+        k, pads = [H, W], [0, 0, 0, 0]
+    elif a.get("adaptive"):
+        y = (F.adaptive_max_pool2d if typ == "max" else F.adaptive_avg_pool2d)(x, k)
+        return {"Out": y.permute(0, 2, 3, 1) if nhwc else y}
+    else:
+        pads, _ = pd_pads(a.get("paddings", [0, 0]), a.get("padding_algorithm", "EXPLICIT"),
+                          (H, W), k, strides, [1, 1])
+    # Output size (Paddle): floor or ceil of (in + pads - k) / s, + 1. The
+    # ceil overhang is extra bottom/right padding that no element reaches.
+    extra = [0, 0]
+    for i, n in enumerate((H, W)):
+        span = n + pads[2 * i] + pads[2 * i + 1] - k[i]
+        out = (span + strides[i] - 1) // strides[i] + 1 if a.get("ceil_mode") else span // strides[i] + 1
+        extra[i] = max((out - 1) * strides[i] + k[i] - (n + pads[2 * i] + pads[2 * i + 1]), 0)
+    padspec = (pads[2], pads[3] + extra[1], pads[0], pads[1] + extra[0])
+    if typ == "max":
+        y = F.max_pool2d(F.pad(x, padspec, value=float("-inf")), k, strides)
+    else:
+        s = F.avg_pool2d(F.pad(x, padspec), k, strides, divisor_override=1)
+        if a.get("exclusive", True):
+            cnt = F.avg_pool2d(F.pad(torch.ones_like(x), padspec), k, strides, divisor_override=1)
+            y = s / cnt          # valid elements only
+        else:
+            y = s / (k[0] * k[1])  # Paddle: always kh*kw when not exclusive
+    return {"Out": y.permute(0, 2, 3, 1) if nhwc else y}
+
+
+def ref_batch_norm(t, a):
+    x = t["X"]
+    layout = a.get("data_layout", "NCHW")
+    c_axis = x.dim() - 1 if layout == "NHWC" else 1
+    red = [d for d in range(x.dim()) if d != c_axis]
+    bshape = [1] * x.dim()
+    bshape[c_axis] = x.shape[c_axis]
+    eps, mom = a.get("epsilon", 1e-5), a.get("momentum", 0.9)
+    train = not a.get("is_test", False) and not a.get("use_global_stats", False)
+    if train:
+        m, v = x.mean(red), x.var(red, unbiased=False)
+    else:
+        m, v = t["Mean"], t["Variance"]
+    y = (x - m.reshape(bshape)) / torch.sqrt(v.reshape(bshape) + eps) * t["Scale"].reshape(bshape) \
+        + t["Bias"].reshape(bshape)
+    out = {"Y": y}
+    if train:
+        out["MeanOut"] = t["Mean"] * mom + m * (1 - mom)
+        out["VarianceOut"] = t["Variance"] * mom + v * (1 - mom)  # biased batch variance
+        out["SavedMean"] = m
+        out["SavedVariance"] = 1 / torch.sqrt(v + eps)             # inverse std
+    return out
+
+
+def pd_reshape(shape, target):
+    res = [shape[i] if d == 0 else d for i, d in enumerate(target)]
+    if -1 in res:
+        known = int(np.prod([d for d in res if d != -1]))
+        res[res.index(-1)] = int(np.prod(shape)) // known
+    return res
+
+
+# ---- the table ----------------------------------------------------------------------
+
+# elementwise_*: same shape, Paddle axis alignment, 1-sized dims, both sides broadcasting.
+EW = {"elementwise_add": torch.add, "elementwise_sub": torch.sub,
+      "elementwise_mul": torch.mul, "elementwise_div": torch.div}
+EW_SHAPES = [
+    ("same_7x5", f32(7, 5), f32(7, 5), -1),
+    ("row_bias", f32(6, 5), f32(5), -1),
+    ("nchw_channel_axis1", f32(2, 3, 4, 5), f32(3), 1),
+    ("trailing_2d", f32(2, 3, 4, 5), f32(4, 5), -1),
+    ("leading_axis0", f32(2, 3, 4, 5), f32(2, 3), 0),
+    ("mid_axis1_3d", f32(2, 3, 4), f32(3, 4), 1),
+    ("scalar_y", f32(7, 5), f32(1), -1),
+    ("y_trailing_ones_axis1", f32(2, 3, 4, 5), f32(3, 1), 1),
+    ("y_ones_same_rank", f32(2, 3, 4, 5), f32(1, 3, 1, 1), -1),
+    ("both_broadcast", f32(4, 1, 5), f32(3, 1), -1),
+    ("x_lower_rank", f32(3, 5), f32(2, 3, 5), -1),
+    ("one_sized", f32(1, 1), f32(1, 1), -1),
+    ("fp64_3d", f64(3, 1, 5), f64(3, 4, 5), -1),
+]
+for op, fn in EW.items():
+    for name, xs, ys, axis in EW_SHAPES:
+        if op == "elementwise_div":
+            ys = R(ys.shape, ys.dtype, nonzero=True)
+        case(op, name, {"X": xs, "Y": ys}, {"axis": axis},
+             lambda t, a, fn=fn: {"Out": fn(*pd_align(t["X"], t["Y"], a["axis"]))})
+case("elementwise_add", "int32", {"X": i32(7, 5), "Y": i32(5)}, {"axis": -1},
+     lambda t, a: {"Out": torch.add(t["X"], t["Y"])})
+case("elementwise_sub", "int64_axis0", {"X": i64(3, 4), "Y": i64(3)}, {"axis": 0},
+     lambda t, a: {"Out": t["X"] - t["Y"].reshape(3, 1)})
+case("elementwise_mul", "int64", {"X": i64(2, 3, 4), "Y": i64(3, 4)}, {"axis": -1},
+     lambda t, a: {"Out": t["X"] * t["Y"]})
+
+for op, fn in (("relu", torch.relu), ("sigmoid", torch.sigmoid), ("tanh", torch.tanh)):
+    for name, xs in (("7x5", f32(7, 5)), ("4d", f32(2, 3, 4, 5, lo=-6, hi=6)),
+                     ("1x1", f32(1, 1)), ("1d_13", f32(13)), ("fp64", f64(7, 5, lo=-8, hi=8))):
+        case(op, name, {"X": xs}, {}, lambda t, a, fn=fn: {"Out": fn(t["X"])})
+
+
+def ref_scale(t, a):
+    s, b = a.get("scale", 1.0), a.get("bias", 0.0)
+    x = t["X"]
+    return {"Out": s * x + b if a.get("bias_after_scale", True) else s * (x + b)}
+
+
+case("scale", "after", {"X": f32(7, 5)}, {"scale": 2.5, "bias": 0.5}, ref_scale)
+case("scale", "before", {"X": f32(2, 3, 4)}, {"scale": -1.5, "bias": 0.25, "bias_after_scale": False}, ref_scale)
+case("scale", "defaults", {"X": f32(3, 1)}, {}, ref_scale)
+case("scale", "fp64", {"X": f64(5, 7)}, {"scale": 0.3, "bias": -2.0}, ref_scale)
+
+# cast: (name, input spec, out dtype). Float -> int truncates toward zero.
+TD = {"float32": torch.float32, "float64": torch.float64, "int32": torch.int32,
+      "int64": torch.int64, "uint8": torch.uint8, "bool": torch.bool}
+for name, xs, to in (
+        ("f32_f64", f32(7, 5), "float64"), ("f64_f32", f64(7, 5), "float32"),
+        ("f32_i32", f32(7, 5, lo=-50, hi=50), "int32"), ("f32_i64", f32(3, 4, lo=-50, hi=50), "int64"),
+        ("i32_f32", i32(7, 5), "float32"), ("i64_f32", i64(7, 5), "float32"),
+        ("i64_i32", i64(2, 3, 4), "int32"), ("i32_i64", i32(6), "int64"),
+        ("f32_bool", R([4, 5], "float32", fn=lambda r: r.integers(-1, 2, (4, 5))), "bool"),
+        ("bool_f32", R([4, 5], "bool"), "float32"), ("bool_i64", R([3, 3], "bool"), "int64"),
+        ("u8_f32", R([4, 5], "uint8", lo=0, hi=256), "float32"),
+        ("f32_u8", f32(4, 5, lo=0, hi=255), "uint8"),
+        ("i32_u8", R([4, 5], "int32", lo=0, hi=256), "uint8"),
+        ("f64_i64", f64(7, lo=-1e6, hi=1e6), "int64")):
+    case("cast", name, {"X": xs},
+         {"in_dtype": DTYPES[xs.dtype][1], "out_dtype": DTYPES[to][1]},
+         lambda t, a, to=to: {"Out": t["X"].to(TD[to])}, dtypes={"Out": to}, upcast=False)
+
+
+def ref_mul(t, a):
+    x, y = t["X"], t["Y"]
+    xn, yn = a.get("x_num_col_dims", 1), a.get("y_num_col_dims", 1)
+    x2 = x.reshape(int(np.prod(x.shape[:xn])), -1)
+    y2 = y.reshape(int(np.prod(y.shape[:yn])), -1)
+    return {"Out": (x2 @ y2).reshape(list(x.shape[:xn]) + list(y.shape[yn:]))}
+
+
+case("mul", "7x5_5x3", {"X": f32(7, 5), "Y": f32(5, 3)}, {}, ref_mul)
+case("mul", "x_num_col_dims2", {"X": f32(2, 3, 4), "Y": f32(4, 6)}, {"x_num_col_dims": 2}, ref_mul)
+case("mul", "flatten_4d", {"X": f32(2, 3, 4, 5), "Y": f32(60, 7)}, {}, ref_mul)
+case("mul", "y_num_col_dims2", {"X": f32(6, 4), "Y": f32(2, 2, 3)}, {"y_num_col_dims": 2}, ref_mul)
+case("mul", "both_col_dims", {"X": f32(2, 3, 2, 2), "Y": f32(2, 2, 3, 2)},
+     {"x_num_col_dims": 2, "y_num_col_dims": 2}, ref_mul)
+case("mul", "one_row", {"X": f32(1, 9), "Y": f32(9, 1)}, {}, ref_mul)
+case("mul", "fc_784", {"X": f32(3, 784, lo=0, hi=1), "Y": f32(784, 16, lo=-0.08, hi=0.08)}, {}, ref_mul)
+case("mul", "fp64", {"X": f64(7, 5), "Y": f64(5, 3)}, {}, ref_mul)
+
+
+def ref_matmul(t, a, v2=False):
+    x, y = t["X"], t["Y"]
+    tx = a.get("trans_x" if v2 else "transpose_X", False)
+    ty = a.get("trans_y" if v2 else "transpose_Y", False)
+    if tx and x.dim() >= 2:
+        x = x.transpose(-1, -2)
+    if ty and y.dim() >= 2:
+        y = y.transpose(-1, -2)
+    return {"Out": torch.matmul(x, y) * (1.0 if v2 else a.get("alpha", 1.0))}
+
+
+for name, xs, ys, at in (
+        ("7x5_5x3", f32(7, 5), f32(5, 3), {}),
+        ("transpose_X", f32(5, 7), f32(5, 3), {"transpose_X": True}),
+        ("transpose_Y", f32(7, 5), f32(3, 5), {"transpose_Y": True}),
+        ("transpose_both", f32(5, 7), f32(3, 5), {"transpose_X": True, "transpose_Y": True}),
+        ("alpha", f32(4, 6), f32(6, 2), {"alpha": 0.5}),
+        ("batched", f32(3, 4, 5), f32(3, 5, 2), {}),
+        ("batched_trans", f32(3, 5, 4), f32(3, 2, 5), {"transpose_X": True, "transpose_Y": True}),
+        ("batch_bcast_y2d", f32(3, 4, 5), f32(5, 2), {}),
+        ("batch_bcast_x2d", f32(4, 5), f32(2, 5, 3), {}),
+        ("4d", f32(2, 3, 4, 5), f32(2, 3, 5, 6), {"alpha": 2.0}),
+        ("vec_x", f32(5), f32(5, 3), {}),
+        ("vec_y", f32(7, 5), f32(5), {}),
+        ("fp64", f64(3, 4, 5), f64(5, 2), {"transpose_Y": False, "alpha": 1.5})):
+    case("matmul", name, {"X": xs, "Y": ys}, at, ref_matmul)
+for name, xs, ys, at in (
+        ("7x5_5x3", f32(7, 5), f32(5, 3), {}),
+        ("trans_x_y", f32(5, 7), f32(3, 5), {"trans_x": True, "trans_y": True}),
+        ("bcast_batch", f32(2, 1, 4, 5), f32(3, 5, 6), {}),
+        ("bcast_batch_trans", f32(3, 1, 5, 4), f32(1, 2, 6, 5), {"trans_x": True, "trans_y": True}),
+        ("vec_x_batched", f32(5), f32(2, 5, 3), {}),
+        ("fp64", f64(2, 4, 5), f64(2, 5, 3), {})):
+    case("matmul_v2", name, {"X": xs, "Y": ys}, at, lambda t, a: ref_matmul(t, a, v2=True))
+
+for name, xs in (("7x5", f32(7, 5)), ("4d", f32(2, 3, 4, 5)), ("one", f32(1)),
+                 ("big_4096", f32(4096, lo=0, hi=1)), ("fp64", f64(3, 7))):
+    case("mean", name, {"X": xs}, {}, lambda t, a: {"Out": t["X"].mean().reshape(1)}, flat=("Out",))
+
+for name, xs in (("one_input", [f32(7, 5)]), ("three_inputs", [f32(7, 5), f32(7, 5), f32(7, 5)]),
+                 ("4d_two", [f32(2, 3, 4, 5), f32(2, 3, 4, 5)]), ("fp64", [f64(3, 4), f64(3, 4)]),
+                 ("int64", [i64(4, 3), i64(4, 3)])):
+    case("sum", name, {"X": xs}, {}, lambda t, a: {"Out": sum(t["X"][1:], t["X"][0])})
+
+for name, xs, axis in (("last", f32(7, 5), -1), ("axis0", f32(7, 5), 0), ("3d_axis1", f32(2, 3, 4), 1),
+                       ("4d_last", f32(2, 3, 4, 5), -1), ("large_logits", f32(4, 10, lo=-80, hi=80), -1),
+                       ("one_class", f32(6, 1), -1), ("fp64", f64(3, 4, 5), 1)):
+    case("softmax", name, {"X": xs}, {"axis": axis},
+         lambda t, a: {"Out": torch.softmax(t["X"], a["axis"])})
+
+
+def ref_arg_max(t, a):
+    x = t["X"]
+    dt = TD[{v[1]: k for k, v in DTYPES.items()}[a.get("dtype", 3)]]
+    if a.get("flatten"):
+        r = torch.argmax(x.reshape(-1)).reshape([1] * x.dim() if a.get("keepdims") else [1])
+    else:
+        r = torch.argmax(x, dim=a.get("axis", -1), keepdim=a.get("keepdims", False))
+    return {"Out": r.to(dt)}
+
+
+for name, xs, at in (("last", f32(7, 5), {"axis": -1}), ("axis0", f32(7, 5), {"axis": 0}),
+                     ("3d_axis1_keepdims", f32(2, 3, 4), {"axis": 1, "keepdims": True}),
+                     ("flatten", f32(3, 4), {"flatten": True}),
+                     ("int32_out", f32(6, 10), {"axis": 1, "dtype": 2}),
+                     ("fp64", f64(4, 9), {"axis": -1}),
+                     ("int64_in", R([5, 6], "int64", fn=lambda r: r.permutation(30).reshape(5, 6)),
+                      {"axis": 1})):
+    case("arg_max", name, {"X": xs}, at, ref_arg_max, upcast=False,
+         flat=("Out",) if at.get("flatten") else ())
+
+
+def ref_top_k(t, a):
+    v, i = torch.topk(t["X"], a.get("k", 1), dim=-1, largest=True, sorted=True)
+    return {"Out": v, "Indices": i}
+
+
+for name, xs, k in (("k1", f32(7, 5), 1), ("k3", f32(7, 5), 3), ("3d_k2", f32(2, 3, 6), 2),
+                    ("k_eq_n", f32(4, 4), 4), ("fp64", f64(5, 8), 3)):
+    case("top_k", name, {"X": xs}, {"k": k}, ref_top_k)
+
+
+def acc_inputs(n, k, classes=10):
+    """Out/Indices from a real top-k of random logits; half the labels hit."""
+    def make(rng):
+        logits = rng.standard_normal((n, classes)).astype(np.float32)
+        idx = np.argsort(-logits, axis=1)[:, :k]
+        vals = np.take_along_axis(logits, idx, 1)
+        label = rng.integers(0, classes, (n, 1))
+        hit = rng.random(n) < 0.5
+        label[hit, 0] = idx[hit, rng.integers(0, k, hit.sum())]
+        return vals, idx.astype(np.int64), label.astype(np.int64)
+    cache = {}
+
+    def part(j):
+        def get(rng):
+            if cache.get("rng") is not rng:  # the three slots share one draw per run
+                cache["rng"], cache["data"] = rng, make(rng)
+            return cache["data"][j]
+        return get
+    return {"Out": R([n, k], "float32", fn=part(0)), "Indices": R([n, k], "int64", fn=part(1)),
+            "Label": R([n, 1], "int64", fn=part(2))}
+
+
+def ref_accuracy(t, a):
+    hit = (t["Indices"] == t["Label"]).any(dim=1)
+    n = t["Indices"].shape[0]
+    c = int(hit.sum())
+    return {"Accuracy": torch.tensor([c / n], dtype=torch.float64),
+            "Correct": torch.tensor([c], dtype=torch.int32), "Total": torch.tensor([n], dtype=torch.int32)}
+
+
+case("accuracy", "k1_n16", acc_inputs(16, 1), {}, ref_accuracy)
+case("accuracy", "k3_n7", acc_inputs(7, 3), {}, ref_accuracy)
+case("accuracy", "k1_n1", acc_inputs(1, 1), {}, ref_accuracy)
+case("accuracy", "accuracy_only", acc_inputs(9, 2), {},
+     lambda t, a: {"Accuracy": ref_accuracy(t, a)["Accuracy"]})
+
+for name, xs, shape in (("to_2d", f32(2, 3, 4), [6, 4]), ("zero_copy_dim", f32(2, 3, 4), [0, -1]),
+                        ("flatten", f32(2, 3, 4), [-1]), ("zero_mid", f32(2, 3, 4), [4, 0, -1]),
+                        ("add_ones", f32(7, 5), [1, 7, 1, 5]), ("fp64", f64(4, 6), [3, 8]),
+                        ("int64", i64(4, 6), [2, -1, 3]), ("cnn_flatten", f32(2, 16, 7, 7), [-1, 784])):
+    case("reshape2", name, {"X": xs}, {"shape": shape},
+         lambda t, a: {"Out": t["X"].reshape(pd_reshape(list(t["X"].shape), a["shape"]))})
+
+for name, xs, perm in (("2d", f32(7, 5), [1, 0]), ("3d", f32(2, 3, 4), [2, 0, 1]),
+                       ("4d_nhwc", f32(2, 3, 4, 5), [0, 2, 3, 1]), ("identity", f32(3, 4), [0, 1]),
+                       ("ones", f32(1, 5, 1), [2, 1, 0]), ("fp64", f64(3, 4, 5), [1, 2, 0]),
+                       ("int64", i64(2, 3, 4), [2, 1, 0])):
+    case("transpose2", name, {"X": xs}, {"axis": perm},
+         lambda t, a: {"Out": t["X"].permute(a["axis"])})
+
+for name, xs, axis in (("axis0", [f32(2, 5), f32(3, 5)], 0), ("axis1_three", [f32(4, 1), f32(4, 3), f32(4, 2)], 1),
+                       ("neg_axis", [f32(2, 3, 4), f32(2, 3, 1)], -1), ("4d_channels", [f32(2, 3, 4, 4), f32(2, 5, 4, 4)], 1),
+                       ("single", [f32(3, 4)], 0), ("fp64", [f64(2, 3), f64(2, 4)], 1),
+                       ("int64", [i64(3, 2), i64(1, 2)], 0)):
+    case("concat", name, {"X": xs}, {"axis": axis}, lambda t, a: {"Out": torch.cat(t["X"], a["axis"])})
+
+
+def ref_fill(t, a):
+    dt = {v[1]: k for k, v in DTYPES.items()}[a.get("dtype", 0)]
+    v = float(a["str_value"]) if a.get("str_value") else a.get("value", 0.0)
+    return {"Out": torch.full(a["shape"], v, dtype=torch.float64).to(TD[dt])}
+
+
+for name, at, dt in (("fp32", {"shape": [2, 3], "value": 1.5}, "float32"),
+                     ("fp64", {"shape": [4], "dtype": 1, "value": -2.25}, "float64"),
+                     ("int32", {"shape": [3, 1], "dtype": 2, "value": 7}, "int32"),
+                     ("int64", {"shape": [1], "dtype": 3, "value": -3}, "int64"),
+                     ("bool", {"shape": [2, 2], "dtype": 5, "value": 1}, "bool"),
+                     ("uint8", {"shape": [5], "dtype": 4, "value": 200}, "uint8"),
+                     ("str_value", {"shape": [3], "value": 9.0, "str_value": "0.1"}, "float32"),
+                     ("4d_zero", {"shape": [2, 3, 1, 2]}, "float32")):
+    case("fill_constant", name, {}, at, ref_fill, dtypes={"Out": dt}, upcast=False)
+
+
+def ref_assign_value(t, a):
+    dt = {v[1]: k for k, v in DTYPES.items()}[a.get("dtype", 0)]
+    vals = a.get("fp32_values") or a.get("int32_values") or a.get("int64_values")
+    return {"Out": torch.tensor(vals, dtype=torch.float64).to(TD[dt]).reshape(a["shape"])}
+
+
+for name, at, dt in (("fp32", {"shape": [2, 3], "fp32_values": [0.5, -1.25, 3.0, 1e-3, 7.0, -0.0]}, "float32"),
+                     ("int32", {"shape": [4], "dtype": 2, "int32_values": [1, -2, 3, 2147483647]}, "int32"),
+                     ("int64", {"shape": [1, 3], "dtype": 3, "int64_values": [5, -(2 ** 40), 0]}, "int64")):
+    case("assign_value", name, {}, at, ref_assign_value, dtypes={"Out": dt}, upcast=False)
+
+for name, xs, at in (("ones_like", f32(7, 5), {"value": 1.0}), ("zeros_like_4d", f32(2, 3, 4, 5), {}),
+                     ("fp64", f64(3, 2), {"value": -0.5}), ("to_int64", f32(4), {"value": 3.0, "dtype": 3})):
+    case("fill_any_like", name, {"X": xs}, at,
+         lambda t, a: {"Out": torch.full(t["X"].shape, a.get("value", 0.0), dtype=torch.float64).to(
+             TD[{v[1]: k for k, v in DTYPES.items()}[a["dtype"]]] if a.get("dtype", -1) >= 0 else t["X"].dtype)},
+         dtypes={"Out": "int64"} if at.get("dtype") == 3 else None, upcast=False)
+
+CONV = [
+    ("basic", f32(2, 3, 9, 9), f32(4, 3, 3, 3), {}),
+    ("stride2_pad1", f32(2, 3, 9, 9), f32(4, 3, 3, 3), {"strides": [2, 2], "paddings": [1, 1]}),
+    ("pad4_asym", f32(2, 3, 8, 7), f32(4, 3, 3, 3), {"paddings": [1, 0, 2, 1]}),
+    ("dilation2", f32(1, 3, 11, 11), f32(2, 3, 3, 3), {"dilations": [2, 2], "paddings": [2, 2]}),
+    ("dilation_rect", f32(1, 2, 10, 9), f32(3, 2, 3, 2), {"dilations": [2, 3], "strides": [1, 2]}),
+    ("groups3", f32(2, 6, 8, 8), f32(6, 2, 3, 3), {"groups": 3, "paddings": [1, 1]}),
+    ("depthwise_mult2", f32(2, 4, 7, 7), f32(8, 1, 3, 3), {"groups": 4, "paddings": [1, 1]}),
+    ("same_stride2_odd", f32(2, 3, 9, 9), f32(4, 3, 4, 4), {"strides": [2, 2], "padding_algorithm": "SAME"}),
+    ("same_stride1", f32(1, 2, 6, 5), f32(3, 2, 3, 2), {"padding_algorithm": "SAME"}),
+    ("same_resets_dilation", f32(1, 2, 7, 7), f32(2, 2, 3, 3),
+     {"padding_algorithm": "SAME", "dilations": [2, 2]}),
+    ("valid_ignores_pads", f32(2, 3, 9, 9), f32(4, 3, 3, 3), {"padding_algorithm": "VALID", "paddings": [3, 3]}),
+    ("rect_kernel_stride", f32(1, 3, 10, 7), f32(4, 3, 3, 2), {"strides": [2, 1], "paddings": [1, 0]}),
+    ("1x1", f32(2, 5, 4, 4), f32(3, 5, 1, 1), {}),
+    ("single_pixel_out", f32(1, 2, 3, 3), f32(2, 2, 3, 3), {}),
+    ("mnist_5x5_pad2", f32(2, 1, 28, 28), f32(8, 1, 5, 5), {"paddings": [2, 2]}),
+    ("nhwc", f32(2, 9, 9, 3), f32(4, 3, 3, 3), {"data_format": "NHWC", "paddings": [1, 1], "strides": [2, 2]}),
+]
+NHWC_GAP = "NHWC layout not supported yet: ops/nn.c rejects it with a clear error"
+for name, xs, ws, at in CONV:
+    case("conv2d", name, {"Input": xs, "Filter": ws}, at, ref_conv2d,
+         xfail=NHWC_GAP if at.get("data_format") == "NHWC" else None)
+case("conv2d", "bias", {"Input": f32(2, 3, 6, 6), "Filter": f32(4, 3, 3, 3), "Bias": f32(4)},
+     {"paddings": [1, 1]}, ref_conv2d)
+
+POOL = [
+    ("max_k2s2", f32(2, 3, 8, 8), {"ksize": [2, 2], "strides": [2, 2]}),
+    ("avg_k2s2", f32(2, 3, 8, 8), {"pooling_type": "avg", "ksize": [2, 2], "strides": [2, 2]}),
+    ("max_k3s1_pad1", f32(2, 3, 7, 7), {"ksize": [3, 3], "paddings": [1, 1]}),
+    ("avg_pad1_exclusive", f32(2, 3, 7, 7), {"pooling_type": "avg", "ksize": [3, 3], "strides": [2, 2], "paddings": [1, 1]}),
+    ("avg_pad1_inclusive", f32(2, 3, 7, 7),
+     {"pooling_type": "avg", "ksize": [3, 3], "strides": [2, 2], "paddings": [1, 1], "exclusive": False}),
+    ("max_pad4", f32(1, 2, 7, 6), {"ksize": [3, 3], "strides": [2, 2], "paddings": [1, 0, 0, 1]}),
+    ("avg_pad4", f32(1, 2, 7, 6), {"pooling_type": "avg", "ksize": [3, 3], "strides": [2, 2], "paddings": [0, 1, 1, 0]}),
+    ("global_max", f32(2, 3, 5, 7), {"ksize": [1, 1], "global_pooling": True}),
+    ("global_avg", f32(2, 3, 5, 7), {"pooling_type": "avg", "ksize": [1, 1], "global_pooling": True}),
+    ("max_ceil", f32(2, 3, 7, 7), {"ksize": [2, 2], "strides": [2, 2], "ceil_mode": True}),
+    ("avg_ceil_exclusive", f32(2, 3, 8, 8), {"pooling_type": "avg", "ksize": [3, 3], "strides": [2, 2], "ceil_mode": True}),
+    ("avg_ceil_inclusive", f32(2, 3, 8, 8),
+     {"pooling_type": "avg", "ksize": [3, 3], "strides": [2, 2], "ceil_mode": True, "exclusive": False}),
+    ("adaptive_avg", f32(2, 3, 7, 7), {"pooling_type": "avg", "ksize": [3, 3], "adaptive": True}),
+    ("adaptive_max_rect", f32(2, 3, 8, 9), {"ksize": [2, 4], "adaptive": True}),
+    ("same_max", f32(1, 2, 7, 7), {"ksize": [3, 3], "strides": [2, 2], "padding_algorithm": "SAME"}),
+    ("same_avg", f32(1, 2, 6, 7), {"pooling_type": "avg", "ksize": [2, 2], "strides": [2, 2], "padding_algorithm": "SAME"}),
+    ("valid_max", f32(1, 2, 7, 7), {"ksize": [3, 3], "strides": [2, 2], "paddings": [1, 1], "padding_algorithm": "VALID"}),
+    ("rect_kernel", f32(2, 2, 9, 8), {"ksize": [3, 2], "strides": [2, 1]}),
+    ("nhwc_max", f32(2, 8, 8, 3), {"ksize": [2, 2], "strides": [2, 2], "data_format": "NHWC"}),
+    ("cnn_28_to_14", f32(2, 8, 28, 28), {"ksize": [2, 2], "strides": [2, 2]}),
+]
+for name, xs, at in POOL:
+    case("pool2d", name, {"X": xs}, at, ref_pool2d,
+         xfail=NHWC_GAP if at.get("data_format") == "NHWC" else None)
+
+
+def bn_inputs(x, c):
+    return {"X": x, "Scale": f32(c, lo=0.5, hi=1.5), "Bias": f32(c), "Mean": f32(c),
+            "Variance": f32(c, lo=0.5, hi=2.0)}
+
+
+for name, x, c, at in (
+        ("infer_nchw", f32(4, 3, 5, 5), 3, {"is_test": True}),
+        ("infer_2d", f32(8, 5), 5, {"is_test": True, "epsilon": 1e-3}),
+        ("infer_nhwc", f32(2, 4, 4, 3), 3, {"is_test": True, "data_layout": "NHWC"}),
+        ("train_nchw", f32(4, 3, 5, 5, lo=-2, hi=3), 3, {}),
+        ("train_2d", f32(16, 6), 6, {"momentum": 0.8, "epsilon": 1e-3}),
+        ("train_nhwc", f32(2, 4, 4, 3), 3, {"data_layout": "NHWC"}),
+        ("use_global_stats", f32(4, 3, 5, 5), 3, {"use_global_stats": True})):
+    case("batch_norm", name, bn_inputs(x, c), at, ref_batch_norm,
+         xfail=NHWC_GAP if at.get("data_layout") == "NHWC" else None)
+
+
+# Optimizer ops: one step of torch.optim from the same state. Paddle's
+# formulas (ops/cpu/optimizer.c) equal torch's SGD (dampening 0) and Adam
+# (amsgrad off) when torch's state holds the same velocity / moments / step.
+
+def _param(t):
+    return torch.nn.Parameter(t["Param"].clone()), t["Grad"].clone()
+
+
+def ref_sgd(t, a):
+    p, g = _param(t)
+    p.grad = g
+    torch.optim.SGD([p], lr=float(t["LearningRate"])).step()
+    return {"ParamOut": p.detach()}
+
+
+def ref_momentum(t, a):
+    p, g = _param(t)
+    p.grad = g
+    mu, nesterov = a.get("mu", 0.9), a.get("use_nesterov", False)
+    opt = torch.optim.SGD([p], lr=float(t["LearningRate"]), momentum=mu, nesterov=nesterov)
+    opt.state[p]["momentum_buffer"] = t["Velocity"].clone()
+    opt.step()
+    return {"ParamOut": p.detach(), "VelocityOut": opt.state[p]["momentum_buffer"]}
+
+
+def ref_adam(t, a):
+    p, g = _param(t)
+    p.grad = g
+    b1, b2, eps = a.get("beta1", 0.9), a.get("beta2", 0.999), a.get("epsilon", 1e-8)
+    b1pow = float(t["Beta1Pow"])
+    step = int(round(np.log(b1pow) / np.log(b1)))  # Beta1Pow = beta1^step for this step
+    opt = torch.optim.Adam([p], lr=float(t["LearningRate"]), betas=(b1, b2), eps=eps)
+    opt.state[p].update({"step": torch.tensor(float(step - 1)), "exp_avg": t["Moment1"].clone(),
+                         "exp_avg_sq": t["Moment2"].clone()})
+    opt.step()
+    st = opt.state[p]
+    return {"ParamOut": p.detach(), "Moment1Out": st["exp_avg"], "Moment2Out": st["exp_avg_sq"],
+            "Beta1PowOut": t["Beta1Pow"] * b1, "Beta2PowOut": t["Beta2Pow"] * b2}
+
+
+def ref_clip_by_global_norm(t, a):
+    # Paddle: x * M / max(norm, M). (torch's clip_grad_norm_ divides by norm + 1e-6.)
+    xs, m = t["X"], a["max_global_norm"]
+    norm = torch.sqrt(sum((x * x).sum() for x in xs))
+    return {"Out": [x * m / torch.maximum(norm, torch.tensor(m, dtype=norm.dtype)) for x in xs]}
+
+
+def lr(v):
+    return R([1], "float32", fn=lambda r: [v])
+
+
+for name, dt, shape in (("7x5", "float32", (7, 5)), ("4d", "float32", (2, 3, 4, 5)), ("fp64", "float64", (6,))):
+    case("sgd", name, {"Param": R(shape, dt), "Grad": R(shape, dt), "LearningRate": lr(0.1)}, {}, ref_sgd)
+for name, dt, shape, at in (("plain", "float32", (7, 5), {"mu": 0.9}),
+                            ("nesterov", "float32", (3, 4, 5), {"mu": 0.8, "use_nesterov": True}),
+                            ("fp64", "float64", (10,), {"mu": 0.5})):
+    case("momentum", name, {"Param": R(shape, dt), "Grad": R(shape, dt), "Velocity": R(shape, dt),
+                            "LearningRate": lr(0.05)}, at, ref_momentum)
+
+
+def adam_inputs(shape, dt, step, b1=0.9, b2=0.999):
+    return {"Param": R(shape, dt), "Grad": R(shape, dt), "LearningRate": lr(0.01),
+            "Moment1": R(shape, dt, lo=-0.1, hi=0.1), "Moment2": R(shape, dt, lo=0.0, hi=0.05),
+            "Beta1Pow": R([1], "float32", fn=lambda r: [b1 ** step]),
+            "Beta2Pow": R([1], "float32", fn=lambda r: [b2 ** step])}
+
+
+case("adam", "step1", adam_inputs((7, 5), "float32", 1), {}, ref_adam)
+case("adam", "step10_betas", adam_inputs((2, 3, 4), "float32", 10, 0.8, 0.99),
+     {"beta1": 0.8, "beta2": 0.99, "epsilon": 1e-6}, ref_adam)
+case("adam", "fp64_step3", adam_inputs((9,), "float64", 3), {}, ref_adam,
+     tol=(1e-7, 1e-9), why="Beta1Pow/Beta2Pow are float32 inputs, so the bias corrections carry fp32 rounding")
+for name, xs, m in (("clipped", [f32(7, 5), f32(3), f32(2, 2, 2)], 1.0),
+                    ("not_clipped", [f32(4, 3, lo=-0.1, hi=0.1), f32(5, lo=-0.1, hi=0.1)], 5.0),
+                    ("single_fp64", [f64(6, 4)], 0.5)):
+    case("clip_by_global_norm", name, {"X": xs}, {"max_global_norm": m}, ref_clip_by_global_norm)
+
+
+# Large inputs, run with 1 and 2 OpenMP threads (see Case.threads).
+for op, name, inputs, at, ref in (
+        ("elementwise_add", "big_row_bias", {"X": f32(300, 1000), "Y": f32(1000)}, {"axis": -1},
+         lambda t, a: {"Out": t["X"] + t["Y"]}),
+        ("elementwise_mul", "big_channel", {"X": f32(16, 32, 24, 24), "Y": f32(32)}, {"axis": 1},
+         lambda t, a: {"Out": t["X"] * t["Y"].reshape(1, 32, 1, 1)}),
+        ("elementwise_div", "big_both_bcast", {"X": f32(32, 1, 400), "Y": f32(200, 1, nonzero=True)}, {"axis": -1},
+         lambda t, a: {"Out": t["X"] / t["Y"]}),
+        ("relu", "big", {"X": f32(1000, 1000)}, {}, lambda t, a: {"Out": torch.relu(t["X"])}),
+        ("sigmoid", "big", {"X": f32(1000, 1000, lo=-10, hi=10)}, {}, lambda t, a: {"Out": torch.sigmoid(t["X"])}),
+        ("tanh", "big", {"X": f32(1000, 1000, lo=-5, hi=5)}, {}, lambda t, a: {"Out": torch.tanh(t["X"])}),
+        ("scale", "big", {"X": f32(1000, 1000)}, {"scale": 3.0, "bias": -1.0}, ref_scale),
+        ("softmax", "big", {"X": f32(2000, 100, lo=-10, hi=10)}, {"axis": -1},
+         lambda t, a: {"Out": torch.softmax(t["X"], -1)}),
+        ("mul", "big_fc", {"X": f32(64, 784, lo=0, hi=1), "Y": f32(784, 512, lo=-0.08, hi=0.08)}, {}, ref_mul),
+        ("matmul", "big_batched", {"X": f32(16, 64, 64), "Y": f32(16, 64, 64)}, {"transpose_Y": True}, ref_matmul),
+        ("mean", "big", {"X": f32(512, 512, lo=0, hi=1)}, {}, lambda t, a: {"Out": t["X"].mean().reshape(1)}),
+        ("sum", "big", {"X": [f32(1000, 1000), f32(1000, 1000), f32(1000, 1000)]}, {},
+         lambda t, a: {"Out": t["X"][0] + t["X"][1] + t["X"][2]}),
+        ("arg_max", "big", {"X": f32(1000, 1000)}, {"axis": -1}, ref_arg_max),
+        ("top_k", "big", {"X": f32(500, 1000)}, {"k": 5}, ref_top_k),
+        ("transpose2", "big_nchw_nhwc", {"X": f32(64, 32, 28, 28)}, {"axis": [0, 2, 3, 1]},
+         lambda t, a: {"Out": t["X"].permute(a["axis"])}),
+        ("concat", "big", {"X": [f32(64, 32, 28, 28), f32(64, 16, 28, 28)]}, {"axis": 1},
+         lambda t, a: {"Out": torch.cat(t["X"], 1)}),
+        ("cast", "big_f32_f64", {"X": f32(1000, 1000)}, {"in_dtype": 0, "out_dtype": 1},
+         lambda t, a: {"Out": t["X"].double()}),
+        ("conv2d", "big", {"Input": f32(8, 16, 28, 28), "Filter": f32(32, 16, 3, 3, lo=-0.1, hi=0.1)},
+         {"paddings": [1, 1]}, ref_conv2d),
+        ("pool2d", "big_max", {"X": f32(8, 32, 28, 28)}, {"ksize": [3, 3], "strides": [2, 2], "paddings": [1, 1]},
+         ref_pool2d),
+        ("pool2d", "big_avg", {"X": f32(8, 32, 28, 28)},
+         {"pooling_type": "avg", "ksize": [2, 2], "strides": [2, 2]}, ref_pool2d),
+        ("batch_norm", "big_train", bn_inputs(f32(8, 16, 28, 28, lo=-1, hi=3), 16), {}, ref_batch_norm),
+        ("batch_norm", "big_infer", bn_inputs(f32(8, 16, 28, 28), 16), {"is_test": True}, ref_batch_norm)):
+    case(op, name, inputs, at, ref, threads=True,
+         dtypes={"Out": "float64"} if op == "cast" else None, upcast=op not in ("cast", "arg_max"))
+
+
+# ---- running a row ----------------------------------------------------------------------
+
+def _check(case, name, got, want, want_dtype):
+    """name: the output's slot label; `flat` is looked up by slot."""
+    assert got.dtype == np.dtype(want_dtype), \
+        "%s: output %s dtype %s, expected %s" % (case.id, name, got.dtype, want_dtype)
+    if name.split("[")[0] in case.flat:
+        assert got.size == want.size, "%s: %s has %d elements, expected %d (dims %s vs %s)" % (
+            case.id, name, got.size, want.size, list(got.shape), list(want.shape))
+        got = got.reshape(want.shape)
+    assert list(got.shape) == list(want.shape), "%s: output %s dims %s, expected %s" % (
+        case.id, name, list(got.shape), list(want.shape))
+    if np.dtype(want_dtype).kind != "f":
+        bad = got != want.astype(want_dtype)
+        assert not bad.any(), "%s: output %s differs at %d of %d elements, first at %s: %s vs %s" % (
+            case.id, name, bad.sum(), bad.size, np.argwhere(bad)[0].tolist(),
+            got[bad].ravel()[0], want.astype(want_dtype)[bad].ravel()[0])
+        return
+    rtol, atol = case.tol or (FP64_TOL if np.dtype(want_dtype) == np.float64 else FP32_TOL)
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    err = np.abs(g - w)
+    bad = ~(err <= atol + rtol * np.abs(w))
+    bad |= np.isnan(g) != np.isnan(w)
+    if bad.any():
+        i = np.unravel_index(np.argmax(np.where(bad, err, -1)), g.shape) if g.ndim else ()
+        pytest.fail("%s: output %s: %d of %d elements outside rtol %g atol %g; max error %.3g at %s "
+                    "(pe %r, torch %r)" % (case.id, name, bad.sum(), bad.size, rtol, atol,
+                                           np.nanmax(err), list(i), g[i], w[i]))
+
+
+def _to_torch(a, upcast):
+    t = torch.from_numpy(np.array(a))
+    if upcast and t.is_floating_point():
+        t = t.double()
+    return t
+
+
+def run_case(case, tmp_path, threads=(1,)):
+    rng = np.random.default_rng(zlib.crc32(case.id.encode()))
+    arrays = {}
+    for slot, spec in case.inputs.items():
+        arrays[slot] = [s.make(rng) for s in spec] if isinstance(spec, list) else spec.make(rng)
+    t = {slot: [_to_torch(a, case.upcast) for a in v] if isinstance(v, list) else _to_torch(v, case.upcast)
+         for slot, v in arrays.items()}
+    ref = case.ref(t, case.attrs)
+
+    firsts = [a for v in arrays.values() for a in (v if isinstance(v, list) else [v])]
+    floats = [a.dtype for a in firsts if a.dtype.kind == "f"]
+    base = floats[0] if floats else np.dtype("float32")
+    # outputs: (label, var name, expected array, expected dtype); a list = duplicable slot
+    outputs, slots = [], {}
+    for k, v in ref.items():
+        vs = v if isinstance(v, list) else [v]
+        slots[k] = []
+        for j, w in enumerate(vs):
+            w = w.detach().numpy()
+            label = "%s[%d]" % (k, j) if isinstance(v, list) else k
+            nm = "out_%s_%d" % (k.lower(), j) if isinstance(v, list) else "out_%s" % k.lower()
+            outputs.append((label, nm, w, np.dtype(case.dtypes.get(k) or (base if w.dtype.kind == "f" else w.dtype))))
+            slots[k].append(nm)
+
+    p = Program()
+    feeds, ins = {}, {}
+    for slot, v in arrays.items():
+        names = []
+        for j, a in enumerate(v if isinstance(v, list) else [v]):
+            nm = "%s_%d" % (slot.lower(), j)
+            p.var(nm, a.dtype, a.shape)
+            feeds[nm] = a
+            names.append(nm)
+        ins[slot] = names
+    for label, nm, w, dt in outputs:
+        p.var(nm, dt, w.shape)
+    p.op(case.op, ins, slots, case.attrs)
+    prog = str(tmp_path / "prog.json")
+    p.save(prog)
+    fetch = [o[1] for o in outputs]
+    results = []
+    for nt in threads:
+        got = run_pe(prog, feeds, fetch, workdir=str(tmp_path), env={"OMP_NUM_THREADS": str(nt)})
+        for label, nm, w, dt in outputs:
+            _check(case, label, got[nm], w, dt)
+        results.append(got)
+    for nt, got in zip(threads[1:], results[1:]):
+        for label, nm, w, dt in outputs:
+            a, b = results[0][nm], got[nm]
+            if not np.array_equal(a, b, equal_nan=True):
+                d = a != b
+                pytest.fail("%s: output %s differs between %d and %d threads at %d of %d elements "
+                            "(max difference %.3g)" % (case.id, label, threads[0], nt, d.sum(), d.size,
+                                                       np.abs(a.astype(np.float64) - b)[d].max()))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _need_pe():
+    if not os.path.exists(pe_bin()):
+        pytest.fail("pe binary not found at %s (set PE_BIN_DIR or build into build/)" % pe_bin())
+
+
+@pytest.mark.parametrize("case", [
+    pytest.param(c, marks=pytest.mark.xfail(strict=True, raises=PeError, reason=c.xfail)) if c.xfail else c
+    for c in CASES], ids=[c.id for c in CASES])
+def test_op(case, tmp_path):
+    run_case(case, tmp_path)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.threads], ids=[c.id for c in CASES if c.threads])
+def test_thread_count_invariance(case, tmp_path):
+    """DESIGN.md §4: the same inputs give bitwise-identical results for any thread count."""
+    run_case(case, tmp_path, threads=(1, 2))
+
+
+# ---- random ops: range, determinism, and distance to PyTorch's samples -------------------
+
+def _ks(a, b):
+    """Two-sample Kolmogorov-Smirnov statistic."""
+    a, b = np.sort(a.ravel()), np.sort(b.ravel())
+    allv = np.concatenate([a, b])
+    return np.max(np.abs(np.searchsorted(a, allv, "right") / a.size - np.searchsorted(b, allv, "right") / b.size))
+
+
+def _torch_sample(op, attrs, n):
+    g = torch.Generator().manual_seed(1234)
+    if op == "uniform_random":
+        lo, hi = attrs.get("min", -1.0), attrs.get("max", 1.0)
+        return (torch.rand(n, generator=g, dtype=torch.float64) * (hi - lo) + lo).numpy()
+    mean, std = attrs.get("mean", 0.0), attrs.get("std", 1.0)
+    if op == "gaussian_random":
+        return (torch.randn(n, generator=g, dtype=torch.float64) * std + mean).numpy()
+    t = torch.empty(n, dtype=torch.float64)
+    torch.manual_seed(1234)
+    torch.nn.init.trunc_normal_(t, mean=mean, std=std, a=mean - 2 * std, b=mean + 2 * std)
+    return t.numpy()
+
+
+RANDOM_CASES = [
+    ("uniform_random", "default_range", {"shape": [200, 100], "seed": 7}, "float32"),
+    ("uniform_random", "range_fp64", {"shape": [20000], "seed": 3, "min": -0.5, "max": 2.0, "dtype": 1}, "float64"),
+    ("gaussian_random", "standard", {"shape": [100, 200], "seed": 11}, "float32"),
+    ("gaussian_random", "mean_std_fp64", {"shape": [20000], "seed": 5, "mean": 1.5, "std": 0.25, "dtype": 1}, "float64"),
+    ("truncated_gaussian_random", "standard", {"shape": [20000], "seed": 13}, "float32"),
+    ("truncated_gaussian_random", "mean_std", {"shape": [40, 500], "seed": 17, "mean": -1.0, "std": 2.0}, "float32"),
+]
+
+
+def _run_random(op, attrs, dtype, tmp_path, tag):
+    p = Program()
+    p.var("out", dtype, attrs["shape"])
+    p.op(op, {}, {"Out": ["out"]}, attrs)
+    d = tmp_path / tag
+    d.mkdir()
+    p.save(str(d / "prog.json"))
+    return run_pe(str(d / "prog.json"), {}, ["out"], workdir=str(d))["out"]
+
+
+@pytest.mark.parametrize("op,name,attrs,dtype", RANDOM_CASES, ids=["%s-%s" % (r[0], r[1]) for r in RANDOM_CASES])
+def test_random_op(op, name, attrs, dtype, tmp_path):
+    a = _run_random(op, attrs, dtype, tmp_path, "a")
+    assert a.dtype == np.dtype(dtype) and list(a.shape) == attrs["shape"]
+    b = _run_random(op, attrs, dtype, tmp_path, "b")
+    assert np.array_equal(a, b), "%s: same seed gave different values in two runs" % op
+    c = _run_random(op, dict(attrs, seed=attrs["seed"] + 1), dtype, tmp_path, "c")
+    assert not np.array_equal(a, c), "%s: seeds %d and %d gave the same values" % (op, attrs["seed"], attrs["seed"] + 1)
+    if op == "uniform_random":
+        lo, hi = attrs.get("min", -1.0), attrs.get("max", 1.0)
+        assert a.min() >= lo and a.max() < hi, "values outside [%g, %g): %g..%g" % (lo, hi, a.min(), a.max())
+    if op == "truncated_gaussian_random":
+        m, s = attrs.get("mean", 0.0), attrs.get("std", 1.0)
+        assert a.min() >= m - 2 * s - 1e-6 and a.max() <= m + 2 * s + 1e-6, "values outside mean +- 2 std"
+    # n = m = 20000: the KS critical value at alpha 0.001 is 1.95 * sqrt(2/n) ~ 0.0195.
+    ks = _ks(a.astype(np.float64), _torch_sample(op, attrs, a.size))
+    assert ks < 0.0195 * np.sqrt(20000.0 / a.size), "%s: KS distance %.4f to PyTorch's samples" % (op, ks)
+
+
+# ---- coverage: every forward op in ops.def has rows --------------------------------------
+
+def test_every_op_has_a_row():
+    have = {c.op for c in CASES} | {r[0] for r in RANDOM_CASES}
+    forward = {op for op in ops_def() if not op.endswith("_grad")}
+    missing = sorted(forward - have)
+    assert not missing, "ops in ops/ops.def without a conformance row: %s" % ", ".join(missing)
+    unknown = sorted(have - set(ops_def()))
+    assert not unknown, "rows for ops not in ops/ops.def: %s" % ", ".join(unknown)
