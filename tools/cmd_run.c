@@ -1,0 +1,452 @@
+/* tools/cmd_run.c — `pe run`: run block 0 of a program with .npy feeds.
+ *
+ *     pe run mlp.pe --startup mlp_startup.pe --feed x=x.npy --fetch prob --out out/
+ *
+ * Steps, each failing with one "pe: error:" line that names the file, var
+ * or op: parse the command line (usage errors first, before any file is
+ * touched) -> load PROGRAM and the startup program -> run the startup
+ * program into a fresh scope -> load --params -> check the persistables
+ * against PROGRAM's declarations -> load every feed -> check
+ * that every program input is fed -> run block 0 on cpu:0 -> print a summary
+ * of each fetch and write it to DIR/<file name>.npy -> --save.
+ *
+ * The "program input not fed" check walks block 0 once: a var that an op
+ * reads before any op writes it must come from a feed (or, when persistable,
+ * from --startup / --params). The executor would also fail (naming the op),
+ * but this message tells a CLI user which flag is missing before anything
+ * runs.
+ */
+#include "tools/tool.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+enum { SUMMARY_VALUES = 10 };
+
+typedef struct feed_arg {
+    char *name;         /* owned copy of NAME from NAME=FILE */
+    const char *path;   /* points into argv */
+    pe_tensor *t;
+} feed_arg;
+
+typedef struct run_args {
+    const char *program, *startup, *params, *save, *out_dir;
+    int n_feeds, n_fetch;
+    feed_arg *feeds;     /* [argc] */
+    const char **fetch;  /* [argc], deduplicated */
+} run_args;
+
+/* ---- command line ------------------------------------------------------- */
+
+/* Accepts "cpu", "cpu:0" (the place cpu:0) and "cpu:1" (one CPU place). */
+static int check_places(const char *v) {
+    if (!strcmp(v, "cpu") || !strcmp(v, "cpu:0") || !strcmp(v, "cpu:1")) return PE_EXIT_OK;
+    if (!strncmp(v, "cpu:", 4)) {
+        char *end;
+        errno = 0;
+        long n = strtol(v + 4, &end, 10);
+        if (v[4] && !*end && !errno && n > 1)
+            return pe_tool_usage_error("run", "--places %s: running on %ld CPU places needs the ParallelExecutor, "
+                                              "which is not available yet (use --places cpu:1)", v, n);
+    }
+    if (!strncmp(v, "cuda", 4) || !strncmp(v, "gpu", 3))
+        return pe_tool_usage_error("run", "--places %s: CUDA places are not supported by 'pe run' yet (use --places cpu:1)", v);
+    return pe_tool_usage_error("run", "--places '%s' is not a place list: use cpu, cpu:0 or cpu:1", v);
+}
+
+static int parse_args(int argc, char **argv, run_args *a) {
+    bool only_pos = false;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i], *v = NULL;
+        int r;
+        if (!only_pos && !strcmp(arg, "--")) {
+            only_pos = true;
+            continue;
+        }
+        if (only_pos || !pe_tool_is_flag(arg)) {
+            if (a->program) return pe_tool_usage_error("run", "unexpected argument '%s' (one PROGRAM only)", arg);
+            a->program = arg;
+            continue;
+        }
+#define SINGLE_FLAG(flag, field)                                                                          \
+        if ((r = pe_tool_flag(argc, argv, &i, flag, &v)) != 0) {                                           \
+            if (r < 0) return pe_tool_usage_error("run", "%s needs a value", flag);                        \
+            if (!*v) return pe_tool_usage_error("run", "%s needs a non-empty value", flag);                \
+            if (a->field) return pe_tool_usage_error("run", "%s given twice", flag);                       \
+            a->field = v;                                                                                  \
+            continue;                                                                                      \
+        }
+        SINGLE_FLAG("--startup", startup)
+        SINGLE_FLAG("--params", params)
+        SINGLE_FLAG("--save", save)
+        SINGLE_FLAG("--out", out_dir)
+#undef SINGLE_FLAG
+        if ((r = pe_tool_flag(argc, argv, &i, "--places", &v)) != 0) {
+            if (r < 0) return pe_tool_usage_error("run", "--places needs a value");
+            int rc = check_places(v);
+            if (rc != PE_EXIT_OK) return rc;
+            continue;
+        }
+        if ((r = pe_tool_flag(argc, argv, &i, "--feed", &v)) != 0) {
+            if (r < 0) return pe_tool_usage_error("run", "--feed needs a value NAME=FILE.npy");
+            const char *eq = strchr(v, '=');
+            if (!eq) return pe_tool_usage_error("run", "--feed '%s' is not NAME=FILE.npy", v);
+            if (eq == v) return pe_tool_usage_error("run", "--feed '%s' has an empty NAME", v);
+            if (!eq[1]) return pe_tool_usage_error("run", "--feed '%s' has an empty FILE", v);
+            char *name = strndup(v, (size_t)(eq - v));
+            if (!name) return pe_tool_fail("out of memory parsing --feed");
+            for (int k = 0; k < a->n_feeds; k++)
+                if (!strcmp(a->feeds[k].name, name)) {
+                    int rc = pe_tool_usage_error("run", "--feed '%s' given twice", name);
+                    free(name);
+                    return rc;
+                }
+            a->feeds[a->n_feeds].name = name;
+            a->feeds[a->n_feeds].path = eq + 1;
+            a->n_feeds++;
+            continue;
+        }
+        if ((r = pe_tool_flag(argc, argv, &i, "--fetch", &v)) != 0) {
+            if (r < 0) return pe_tool_usage_error("run", "--fetch needs a var NAME");
+            if (!*v) return pe_tool_usage_error("run", "--fetch needs a non-empty NAME");
+            bool dup = false;
+            for (int k = 0; k < a->n_fetch; k++) dup = dup || !strcmp(a->fetch[k], v);
+            if (!dup) a->fetch[a->n_fetch++] = v;
+            continue;
+        }
+        return pe_tool_usage_error("run", "unknown option '%s'", arg);
+    }
+    if (!a->program) return pe_tool_usage_error("run", "missing PROGRAM");
+    if (!a->out_dir) a->out_dir = ".";
+    return PE_EXIT_OK;
+}
+
+/* ---- fetch output file names -------------------------------------------- */
+
+/* Var name -> file name: keep [A-Za-z0-9._-@], everything else becomes '_',
+ * and a leading '.' becomes '_' (no hidden files, no "." or ".."). */
+static void sanitize_name(const char *name, char *out, size_t n) {
+    size_t k = 0;
+    for (const char *p = name; *p && k + 1 < n; p++) {
+        char c = *p;
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                  c == '_' || c == '-' || c == '@';
+        out[k] = ok && !(k == 0 && c == '.') ? c : '_';
+        k++;
+    }
+    out[k] = '\0';
+}
+
+static int fetch_path(const run_args *a, int i, char *buf, size_t n) {
+    char file[256];
+    sanitize_name(a->fetch[i], file, sizeof file);
+    int len = snprintf(buf, n, "%s%s%s.npy", a->out_dir,
+                       a->out_dir[strlen(a->out_dir) - 1] == '/' ? "" : "/", file);
+    return len < 0 || (size_t)len >= n ? -1 : 0;
+}
+
+/* Two fetch names that map to one file would overwrite each other. */
+static int check_fetch_paths(const run_args *a) {
+    char p1[4096], p2[4096];
+    for (int i = 0; i < a->n_fetch; i++) {
+        if (fetch_path(a, i, p1, sizeof p1) != 0)
+            return pe_tool_fail("fetch '%s': output path under '%s' is too long", a->fetch[i], a->out_dir);
+        for (int j = 0; j < i; j++) {
+            if (fetch_path(a, j, p2, sizeof p2) == 0 && !strcmp(p1, p2))
+                return pe_tool_fail("fetches '%s' and '%s' would both be written to '%s' (names are "
+                                    "sanitized for files); fetch them in separate runs",
+                                    a->fetch[j], a->fetch[i], p1);
+        }
+    }
+    return PE_EXIT_OK;
+}
+
+/* mkdir -p */
+static int make_dirs(const char *dir) {
+    char path[4096];
+    size_t n = strlen(dir);
+    if (n >= sizeof path) return pe_tool_fail("--out '%s': path too long", dir);
+    memcpy(path, dir, n + 1);
+    for (size_t k = 1; k <= n; k++) {
+        if (path[k] != '/' && path[k] != '\0') continue;
+        char saved = path[k];
+        path[k] = '\0';
+        if (mkdir(path, 0777) != 0 && errno != EEXIST)
+            return pe_tool_fail("--out '%s': cannot create directory '%s': %s", dir, path, strerror(errno));
+        path[k] = saved;
+    }
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return pe_tool_fail("--out '%s' is not a directory", dir);
+    return PE_EXIT_OK;
+}
+
+/* ---- fetch summary ------------------------------------------------------ */
+
+static float half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, mant = h & 0x3ff, u;
+    if (exp == 0x1f) {
+        u = sign | 0x7f800000u | (mant << 13);
+    } else if (exp == 0) {
+        float f = ldexpf((float)mant, -24);
+        return sign ? -f : f;
+    } else {
+        u = sign | ((exp + 112) << 23) | (mant << 13);
+    }
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static double value_at(const pe_tensor *t, int64_t i) {
+    const char *d = pe_tensor_data(t);
+    switch (t->dtype) {
+    case PE_DTYPE_FP32: return ((const float *)d)[i];
+    case PE_DTYPE_FP64: return ((const double *)d)[i];
+    case PE_DTYPE_INT32: return ((const int32_t *)d)[i];
+    case PE_DTYPE_INT64: return (double)((const int64_t *)d)[i];
+    case PE_DTYPE_UINT8: return ((const uint8_t *)d)[i];
+    case PE_DTYPE_BOOL: return ((const uint8_t *)d)[i] != 0;
+    case PE_DTYPE_FP16: return half_to_float(((const uint16_t *)d)[i]);
+    case PE_DTYPE_BF16: {
+        uint32_t u = (uint32_t)((const uint16_t *)d)[i] << 16;
+        float f;
+        memcpy(&f, &u, sizeof f);
+        return f;
+    }
+    default: return NAN;
+    }
+}
+
+static void print_value(const pe_tensor *t, int64_t i) {
+    if (t->dtype == PE_DTYPE_INT64)
+        printf("%" PRId64, ((const int64_t *)pe_tensor_data(t))[i]);
+    else if (t->dtype == PE_DTYPE_BOOL)
+        printf("%s", value_at(t, i) != 0 ? "true" : "false");
+    else
+        printf("%.6g", value_at(t, i));
+}
+
+static void print_summary(const char *name, const pe_tensor *t, const char *path) {
+    char shape[160];
+    int64_t n = pe_tensor_numel(t);
+    printf("%s: %s %s -> %s\n", name, pe_dtype_name(t->dtype), pe_dims_str(t->ndim, t->dims, shape, sizeof shape),
+           path);
+    if (n <= 0 || !pe_tensor_has_data(t)) return;
+    printf("  [");
+    int64_t shown = n < SUMMARY_VALUES ? n : SUMMARY_VALUES;
+    for (int64_t i = 0; i < shown; i++) {
+        if (i) printf(", ");
+        print_value(t, i);
+    }
+    printf("%s]\n", shown < n ? ", ..." : "");
+    if (shown == n) return;
+    double lo = INFINITY, hi = -INFINITY, sum = 0;
+    int64_t nonfinite = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double v = value_at(t, i);
+        if (!isfinite(v)) {
+            nonfinite++;
+            continue;
+        }
+        lo = v < lo ? v : lo;
+        hi = v > hi ? v : hi;
+        sum += v;
+    }
+    if (nonfinite < n)
+        printf("  %" PRId64 " values: min %.6g, max %.6g, mean %.6g", n, lo, hi, sum / (double)(n - nonfinite));
+    else
+        printf("  %" PRId64 " values", n);
+    if (nonfinite) printf(", %" PRId64 " not finite", nonfinite);
+    printf("\n");
+}
+
+/* ---- the run ------------------------------------------------------------ */
+
+static bool is_fed(const run_args *a, const char *name) {
+    for (int k = 0; k < a->n_feeds; k++)
+        if (!strcmp(a->feeds[k].name, name)) return true;
+    return false;
+}
+
+/* Every var read before it is written must be fed, or be persistable and
+ * already hold a value in scope (from the startup program or --params). */
+static int check_inputs_fed(const run_args *a, const pe_program *prog, const pe_scope *scope) {
+    const pe_block *b = &prog->blocks[0];
+    char *written = calloc((size_t)(b->n_vars ? b->n_vars : 1), 1);
+    if (!written) return pe_tool_fail("out of memory checking the feeds of '%s'", a->program);
+    int rc = PE_EXIT_OK;
+    for (int i = 0; i < b->n_ops && rc == PE_EXIT_OK; i++) {
+        const pe_op *op = &b->ops[i];
+        for (int s = 0; s < op->n_inputs && rc == PE_EXIT_OK; s++)
+            for (int k = 0; k < op->inputs[s].n_args && rc == PE_EXIT_OK; k++) {
+                const char *name = op->inputs[s].args[k];
+                const pe_var *v = pe_block_find_var(b, name);
+                if (!v || written[v - b->vars] || is_fed(a, name)) continue;
+                const pe_tensor *t = pe_scope_find_var(scope, name);
+                if (t && (pe_tensor_has_data(t) || pe_tensor_numel(t) == 0)) continue;
+                if (v->persistable)
+                    rc = pe_tool_fail("%s: persistable var '%s' (input %s of op %d %s) has no value: "
+                                      "initialize it with --startup PROGRAM or --params CKPT%s",
+                                      a->program, name, op->inputs[s].name, i, op->type,
+                                      a->startup || a->params ? " (the ones given do not set it)" : "");
+                else
+                    rc = pe_tool_fail("%s: var '%s' (input %s of op %d %s) is never fed or computed: "
+                                      "add --feed %s=FILE.npy",
+                                      a->program, name, op->inputs[s].name, i, op->type, name);
+            }
+        for (int s = 0; s < op->n_outputs; s++)
+            for (int k = 0; k < op->outputs[s].n_args; k++) {
+                const pe_var *v = pe_block_find_var(b, op->outputs[s].args[k]);
+                if (v) written[v - b->vars] = 1;
+            }
+    }
+    free(written);
+    return rc;
+}
+
+/* The values the startup program (or --params) put in scope must have the
+ * dtype and shape PROGRAM declares for them (-1 matching any size): a
+ * startup program written for another model would otherwise surface as a
+ * confusing kernel error, or not at all. */
+static int check_persistables(const run_args *a, const pe_program *prog, const pe_scope *scope) {
+    const pe_block *b = &prog->blocks[0];
+    for (int i = 0; i < b->n_vars; i++) {
+        const pe_var *v = &b->vars[i];
+        const pe_tensor *t = v->persistable ? pe_scope_find_var(scope, v->name) : NULL;
+        if (!t || !pe_tensor_has_data(t)) continue;
+        bool ok = t->dtype == v->dtype && t->ndim == v->ndim;
+        for (int d = 0; ok && d < v->ndim; d++) ok = v->dims[d] < 0 || v->dims[d] == t->dims[d];
+        if (ok) continue;
+        char got[160], want[160];
+        return pe_tool_fail("%s: persistable var '%s' holds %s %s after %s, the program declares %s %s", a->program,
+                            v->name, pe_dtype_name(t->dtype), pe_dims_str(t->ndim, t->dims, got, sizeof got),
+                            a->startup && a->params ? "--startup and --params" : a->startup ? "--startup" : "--params",
+                            pe_dtype_name(v->dtype), pe_dims_str(v->ndim, v->dims, want, sizeof want));
+    }
+    return PE_EXIT_OK;
+}
+
+static int run(const run_args *a) {
+    int rc = PE_EXIT_FAIL;
+    pe_status st;
+    pe_program *prog = NULL, *startup = NULL;
+    pe_scope *scope = NULL;
+    pe_executor *ex = NULL;
+    pe_feed *feeds = NULL;
+    pe_tensor **out = NULL;
+
+    if ((rc = check_fetch_paths(a)) != PE_EXIT_OK) return rc;
+    rc = PE_EXIT_FAIL;
+    if ((st = pe_program_load_file(a->program, &prog)) != PE_OK) {
+        rc = pe_tool_fail_file(st, a->program);
+        goto done;
+    }
+    if (prog->n_blocks < 1) {
+        rc = pe_tool_fail("%s: the program has no blocks", a->program);
+        goto done;
+    }
+    if (a->startup && (st = pe_program_load_file(a->startup, &startup)) != PE_OK) {
+        rc = pe_tool_fail_file(st, a->startup);
+        goto done;
+    }
+    if (startup && startup->n_blocks < 1) {
+        rc = pe_tool_fail("%s: the startup program has no blocks", a->startup);
+        goto done;
+    }
+    scope = pe_scope_new(NULL);
+    ex = scope ? pe_executor_new(pe_place_cpu(0)) : NULL;
+    feeds = calloc((size_t)a->n_feeds + 1, sizeof *feeds);
+    out = calloc((size_t)a->n_fetch + 1, sizeof *out);
+    if (!scope || !ex || !feeds || !out) {
+        rc = pe_tool_fail_status(PE_ERR_NOMEM, "setting up the run");
+        goto done;
+    }
+    if (startup && (st = pe_executor_run(ex, startup, 0, scope, NULL, 0, NULL, 0, NULL)) != PE_OK) {
+        rc = pe_tool_fail_status(st, "startup program %s", a->startup);
+        goto done;
+    }
+    if (a->params && (st = pe_checkpoint_load(a->params, prog, scope)) != PE_OK) {
+        rc = pe_tool_fail_file(st, a->params);
+        goto done;
+    }
+    if ((a->startup || a->params) && (rc = check_persistables(a, prog, scope)) != PE_EXIT_OK) goto done;
+    rc = PE_EXIT_FAIL;
+    for (int i = 0; i < a->n_feeds; i++) {
+        feed_arg *f = &a->feeds[i];
+        if (!(f->t = pe_tensor_new())) {
+            rc = pe_tool_fail_status(PE_ERR_NOMEM, "feed '%s'", f->name);
+            goto done;
+        }
+        if ((st = pe_npy_load(f->path, f->t)) != PE_OK) {
+            rc = strstr(pe_last_error(), f->path) ? pe_tool_fail_status(st, "feed '%s'", f->name)
+                                                  : pe_tool_fail_status(st, "feed '%s' (%s)", f->name, f->path);
+            goto done;
+        }
+        feeds[i].name = f->name;
+        feeds[i].tensor = f->t;
+    }
+    if ((rc = check_inputs_fed(a, prog, scope)) != PE_EXIT_OK) goto done;
+    rc = PE_EXIT_FAIL;
+    for (int i = 0; i < a->n_fetch; i++)
+        if (!(out[i] = pe_tensor_new())) {
+            rc = pe_tool_fail_status(PE_ERR_NOMEM, "fetch '%s'", a->fetch[i]);
+            goto done;
+        }
+    st = pe_executor_run(ex, prog, 0, scope, feeds, a->n_feeds, a->fetch, a->n_fetch, out);
+    if (st != PE_OK) {
+        rc = pe_tool_fail_status(st, "%s", a->program);
+        goto done;
+    }
+    if (a->n_fetch && (rc = make_dirs(a->out_dir)) != PE_EXIT_OK) goto done;
+    rc = PE_EXIT_FAIL;
+    for (int i = 0; i < a->n_fetch; i++) {
+        char path[4096];
+        fetch_path(a, i, path, sizeof path); /* length checked by check_fetch_paths */
+        if ((st = pe_npy_save(path, out[i])) != PE_OK) {
+            rc = pe_tool_fail_status(st, "fetch '%s'", a->fetch[i]);
+            goto done;
+        }
+        print_summary(a->fetch[i], out[i], path);
+    }
+    if (!a->n_fetch) printf("ran %s (no --fetch given)\n", a->program);
+    if (a->save) {
+        if ((st = pe_checkpoint_save(a->save, prog, scope)) != PE_OK) {
+            rc = pe_tool_fail_file(st, a->save);
+            goto done;
+        }
+        printf("saved persistables to %s\n", a->save);
+    }
+    rc = PE_EXIT_OK;
+done:
+    for (int i = 0; out && i < a->n_fetch; i++) pe_tensor_free(out[i]);
+    free(out);
+    free(feeds);
+    pe_executor_free(ex);
+    pe_scope_free(scope);
+    pe_program_free(startup);
+    pe_program_free(prog);
+    return rc;
+}
+
+int pe_cmd_run(int argc, char **argv) {
+    run_args a = {0};
+    a.feeds = calloc((size_t)argc, sizeof *a.feeds);
+    a.fetch = calloc((size_t)argc, sizeof *a.fetch);
+    int rc;
+    if (!a.feeds || !a.fetch)
+        rc = pe_tool_fail("out of memory parsing the command line");
+    else if ((rc = parse_args(argc, argv, &a)) == PE_EXIT_OK)
+        rc = run(&a);
+    for (int i = 0; a.feeds && i < a.n_feeds; i++) {
+        pe_tensor_free(a.feeds[i].t);
+        free(a.feeds[i].name);
+    }
+    free(a.feeds);
+    free(a.fetch);
+    return rc;
+}

@@ -1,0 +1,203 @@
+/* tools/pe.c — the `pe` command-line tool: dispatch, help, error output.
+ *
+ *     pe run examples/mlp_infer.pe --startup examples/mlp_startup.pe \
+ *            --feed x=x.npy --fetch prob --out results
+ *     pe inspect examples/mlp_infer.json
+ *     pe convert examples/mlp_infer.json /tmp/mlp_infer.pe
+ *
+ * Commands live in tools/cmd_<name>.c; this file holds the command table,
+ * the help texts and the helpers that keep the exit-code contract of
+ * tools/tool.h (one "pe: error:" line for a failure, never a signal): the
+ * library's messages are flattened to a single line here, because a message
+ * built from a hostile file may carry newlines or control characters.
+ */
+#include "tools/tool.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RUN_USAGE                                                                              \
+    "pe run PROGRAM [--startup S.pe] [--params CKPT] [--save CKPT] [--feed NAME=FILE.npy]... " \
+    "[--fetch NAME]... [--out DIR] [--places cpu:1]"
+
+static const pe_tool_cmd k_cmds[] = {
+    {"run", RUN_USAGE, "run block 0 of a program with .npy feeds, write fetches as .npy",
+     "Loads PROGRAM (.pe or .json), creates a scope, runs the startup program if\n"
+     "given, loads parameters from a checkpoint if given, runs block 0 of PROGRAM\n"
+     "on cpu:0 with the feeds, prints a summary of every fetch on stdout and\n"
+     "writes each one to DIR/NAME.npy.\n"
+     "\n"
+     "  --startup S.pe        startup program, run once first (initializes parameters)\n"
+     "  --params CKPT         load persistables from a safetensors checkpoint\n"
+     "                        (after the startup program)\n"
+     "  --save CKPT           save persistables to a safetensors checkpoint after the run\n"
+     "  --feed NAME=FILE.npy  feed var NAME from a .npy file (repeatable)\n"
+     "  --fetch NAME          fetch var NAME after the run (repeatable)\n"
+     "  --out DIR             directory for the fetched .npy files (default: .),\n"
+     "                        created when missing. A fetch name is turned into a\n"
+     "                        file name by replacing every character other than\n"
+     "                        A-Z a-z 0-9 . _ - @ with '_' (\"fc_0/out\" ->\n"
+     "                        \"fc_0_out.npy\"); a leading '.' also becomes '_'.\n"
+     "  --places P            where to run: cpu, cpu:0 or cpu:1 (one CPU place).\n"
+     "                        Several places (cpu:N, N > 1) come with the\n"
+     "                        ParallelExecutor and are not available yet.\n"
+     "Flags take their value as the next argument or after '=' (--out=DIR).",
+     pe_cmd_run},
+    {"inspect", "pe inspect PROGRAM", "print blocks, ops, vars and the parameter count of a program",
+     "Prints every block of PROGRAM (.pe or .json): its ops in order (index, type,\n"
+     "inputs and outputs by slot, attrs), its vars (dtype, shape with -1 for an\n"
+     "unknown dim, persistable / parameter flags), and the number of parameters\n"
+     "(sum of the sizes of the parameter vars whose dims are all known) with the\n"
+     "bytes they take.",
+     pe_cmd_inspect},
+    {"convert", "pe convert IN OUT", "convert a program between .json and .pe",
+     "Loads IN (.pe or .json, decided by content), checks it, and saves it to OUT\n"
+     "in the format given by OUT's extension: .json for the JSON text form, .pe for\n"
+     "the binary flatbuffer. The output is written atomically.",
+     pe_cmd_convert},
+};
+static const int k_n_cmds = (int)(sizeof k_cmds / sizeof k_cmds[0]);
+
+const pe_tool_cmd *pe_tool_find_cmd(const char *name) {
+    for (int i = 0; i < k_n_cmds; i++)
+        if (!strcmp(k_cmds[i].name, name)) return &k_cmds[i];
+    return NULL;
+}
+
+void pe_tool_print_cmd_help(FILE *f, const pe_tool_cmd *c) {
+    fprintf(f, "usage: %s\n\n%s\n\nExit codes: 0 success, 1 bad input or failed run "
+               "(one 'pe: error:' line on stderr), 2 usage error.\n",
+            c->usage, c->help);
+}
+
+static void print_main_help(FILE *f) {
+    fprintf(f, "usage: pe COMMAND [ARGS]\n\n"
+               "PE %s: run static-graph programs (.pe / .json) on the CPU.\n\nCommands:\n",
+            PE_VERSION_STRING);
+    for (int i = 0; i < k_n_cmds; i++) fprintf(f, "  %-9s %s\n", k_cmds[i].name, k_cmds[i].summary);
+    fprintf(f, "\n"
+               "  pe help COMMAND    help of one command (also: pe COMMAND --help)\n"
+               "  pe --version       print the version\n"
+               "\n"
+               "Exit codes: 0 success, 1 bad input or failed run (one 'pe: error:' line on\n"
+               "stderr), 2 usage error. Environment: PE_LOG_LEVEL=error|warn|info|debug.\n");
+}
+
+/* ---- error output ------------------------------------------------------- */
+
+/* Writes "pe: error: " + msg as one line: control characters (newlines,
+ * tabs, escape sequences from a hostile file) become spaces. */
+static void print_error_line(const char *msg) {
+    char line[4096];
+    size_t n = 0;
+    for (const unsigned char *p = (const unsigned char *)msg; *p && n + 1 < sizeof line; p++)
+        line[n++] = (*p < 0x20 || *p == 0x7f) ? ' ' : (char)*p;
+    while (n > 0 && line[n - 1] == ' ') n--;
+    line[n] = '\0';
+    fprintf(stderr, "pe: error: %s\n", n ? line : "unknown failure");
+}
+
+int pe_tool_fail(const char *fmt, ...) {
+    char msg[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    print_error_line(msg);
+    return PE_EXIT_FAIL;
+}
+
+int pe_tool_fail_status(pe_status st, const char *ctx_fmt, ...) {
+    char ctx[1024] = "", msg[4096];
+    if (ctx_fmt) {
+        va_list ap;
+        va_start(ap, ctx_fmt);
+        vsnprintf(ctx, sizeof ctx, ctx_fmt, ap);
+        va_end(ap);
+    }
+    const char *last = pe_last_error();
+    if (!last[0]) last = pe_status_name(st);
+    snprintf(msg, sizeof msg, "%s%s%s", ctx, ctx[0] ? ": " : "", last);
+    print_error_line(msg);
+    return PE_EXIT_FAIL;
+}
+
+int pe_tool_fail_file(pe_status st, const char *path) {
+    if (strstr(pe_last_error(), path)) return pe_tool_fail_status(st, NULL);
+    return pe_tool_fail_status(st, "%s", path);
+}
+
+int pe_tool_usage_error(const char *cmd, const char *fmt, ...) {
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    print_error_line(msg);
+    const pe_tool_cmd *c = cmd ? pe_tool_find_cmd(cmd) : NULL;
+    if (c)
+        fprintf(stderr, "usage: %s\n(see 'pe help %s')\n", c->usage, c->name);
+    else
+        fprintf(stderr, "usage: pe COMMAND [ARGS]   (commands: run, inspect, convert; see 'pe --help')\n");
+    return PE_EXIT_USAGE;
+}
+
+/* ---- flag parsing ------------------------------------------------------- */
+
+bool pe_tool_is_help(const char *arg) { return !strcmp(arg, "-h") || !strcmp(arg, "--help"); }
+
+bool pe_tool_is_flag(const char *arg) { return arg[0] == '-' && arg[1] != '\0'; }
+
+int pe_tool_flag(int argc, char **argv, int *i, const char *name, const char **val) {
+    const char *a = argv[*i];
+    size_t n = strlen(name);
+    if (strncmp(a, name, n) != 0) return 0;
+    if (a[n] == '=') {
+        *val = a + n + 1;
+        return 1;
+    }
+    if (a[n] != '\0') return 0;
+    if (*i + 1 >= argc || pe_tool_is_flag(argv[*i + 1])) return -1;
+    *val = argv[++*i];
+    return 1;
+}
+
+/* ---- main --------------------------------------------------------------- */
+
+int main(int argc, char **argv) {
+    if (argc < 2) return pe_tool_usage_error(NULL, "no command given");
+    const char *cmd = argv[1];
+    if (pe_tool_is_help(cmd)) {
+        print_main_help(stdout);
+        return PE_EXIT_OK;
+    }
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
+        printf("pe %s\n", PE_VERSION_STRING);
+        return PE_EXIT_OK;
+    }
+    if (!strcmp(cmd, "help")) {
+        if (argc == 2) {
+            print_main_help(stdout);
+            return PE_EXIT_OK;
+        }
+        if (argc > 3) return pe_tool_usage_error(NULL, "'pe help' takes one command name");
+        const pe_tool_cmd *c = pe_tool_find_cmd(argv[2]);
+        if (!c) return pe_tool_usage_error(NULL, "unknown command '%s'", argv[2]);
+        pe_tool_print_cmd_help(stdout, c);
+        return PE_EXIT_OK;
+    }
+    const pe_tool_cmd *c = pe_tool_find_cmd(cmd);
+    if (!c) {
+        if (pe_tool_is_flag(cmd)) return pe_tool_usage_error(NULL, "unknown option '%s'", cmd);
+        return pe_tool_usage_error(NULL, "unknown command '%s'", cmd);
+    }
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--")) break;
+        if (pe_tool_is_help(argv[i])) {
+            pe_tool_print_cmd_help(stdout, c);
+            return PE_EXIT_OK;
+        }
+    }
+    return c->fn(argc - 1, argv + 1);
+}

@@ -1,0 +1,64 @@
+/* tools/tool.h — shared pieces of the `pe` command-line tool.
+ *
+ * Every command is a function `int cmd(int argc, char **argv)` (argv[0] is
+ * the command name) returning the process exit code:
+ *
+ *     PE_EXIT_OK     0  success
+ *     PE_EXIT_FAIL   1  bad input or failed run: exactly one stderr line
+ *                       "pe: error: <what and where>" (pe_tool_fail*)
+ *     PE_EXIT_USAGE  2  bad command line: "pe: error: ..." plus a usage line
+ *                       (pe_tool_usage_error)
+ *
+ * Flags take their value as the next argument or after '=' (`--out DIR`,
+ * `--out=DIR`); pe_tool_flag does that parsing for all commands.
+ */
+#ifndef PE_TOOLS_TOOL_H
+#define PE_TOOLS_TOOL_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "pe/pe.h"
+
+enum { PE_EXIT_OK = 0, PE_EXIT_FAIL = 1, PE_EXIT_USAGE = 2 };
+
+typedef struct pe_tool_cmd {
+    const char *name;
+    const char *usage;    /* one line: "pe run PROGRAM [...]" */
+    const char *summary;  /* one line for `pe --help` */
+    const char *help;     /* the body of `pe help CMD` */
+    int (*fn)(int argc, char **argv);
+} pe_tool_cmd;
+
+int pe_cmd_run(int argc, char **argv);
+int pe_cmd_inspect(int argc, char **argv);
+int pe_cmd_convert(int argc, char **argv);
+
+/* The command table entry for name, or NULL. */
+const pe_tool_cmd *pe_tool_find_cmd(const char *name);
+/* Prints the full help of a command to f. */
+void pe_tool_print_cmd_help(FILE *f, const pe_tool_cmd *c);
+
+/* Prints "pe: error: <fmt...>" as one line on stderr; returns PE_EXIT_FAIL. */
+int pe_tool_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Same with pe_last_error() appended: "pe: error: <ctx>: <last error>"
+ * (ctx may be NULL); st names the failure when the message is empty. */
+int pe_tool_fail_status(pe_status st, const char *ctx_fmt, ...) __attribute__((format(printf, 2, 3)));
+/* For a failure about a file: like pe_tool_fail_status, prefixed with
+ * "<path>: " unless the library's message already names the path. */
+int pe_tool_fail_file(pe_status st, const char *path);
+/* Prints "pe: error: <fmt...>" and the command's usage line on stderr;
+ * returns PE_EXIT_USAGE. cmd may be NULL (top-level usage). */
+int pe_tool_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Flag parsing. Returns 1 when argv[*i] is flag `name` with a value
+ * (`name VALUE` advances *i past VALUE; `name=VALUE`), 0 when argv[*i] is
+ * not that flag, -1 when the value is missing (end of argv, or the next
+ * argument is itself a flag). */
+int pe_tool_flag(int argc, char **argv, int *i, const char *name, const char **val);
+/* True for "-h" and "--help". */
+bool pe_tool_is_help(const char *arg);
+/* True when arg looks like a flag ("-x", "--x"), i.e. not a positional. */
+bool pe_tool_is_flag(const char *arg);
+
+#endif
