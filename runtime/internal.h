@@ -16,7 +16,7 @@ void *pe_cuda_malloc(int device, size_t bytes);          /* NULL + message on fa
 void pe_cuda_free(int device, void *ptr);
 pe_status pe_cuda_memcpy(void *dst, pe_place dst_place, const void *src, pe_place src_place, size_t bytes);
 int pe_cuda_device_count(void);                           /* 0 when no GPU/driver */
-void *pe_cuda_stream(int device);                         /* cudaStream_t of the place */
+void *pe_cuda_stream(int device);   /* cudaStream_t of the place (non-blocking); NULL + message when unusable */
 pe_status pe_cuda_sync(int device);
 #endif
 

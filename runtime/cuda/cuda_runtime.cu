@@ -1,0 +1,197 @@
+/* runtime/cuda/cuda_runtime.cu — the CUDA place: device memory, one stream per
+ * device, copies between places, device count.
+ *
+ * How: thin wrappers over the CUDA runtime API. Every call that needs a device
+ * makes it current for the duration of the call only (a guard saves and
+ * restores the thread's current device), so PE never leaves a thread on a
+ * device the caller did not choose. Each device gets one non-blocking stream,
+ * created on first use under a mutex; all PE kernels and copies of a place go
+ * to that stream, so they run in program order without touching the legacy
+ * default stream. Copies are issued on the stream of the device side and then
+ * synchronized, so when pe_cuda_memcpy returns the destination is complete and
+ * the (possibly pageable, possibly freed right after) host buffer is no longer
+ * read.
+ *
+ * Why: runtime/alloc.c and runtime/tensor.c stay plain C and call these
+ * functions through runtime/internal.h; a machine without a driver or GPU
+ * sees 0 devices (not an error), so a CUDA build still runs everything on CPU.
+ * Byte accounting stays in runtime/alloc.c (one place for CPU and CUDA).
+ */
+#include "runtime/cuda/cuda_internal.h"
+
+#include <cstring>
+#include <mutex>
+
+namespace {
+
+std::once_flag g_count_once;
+int g_device_count = 0;
+
+std::mutex g_stream_mu;
+cudaStream_t g_streams[PE_MAX_PLACES];
+
+/* PE_OK when `device` is a visible CUDA device; otherwise a message naming
+ * the place, what was being done and how many devices there are. */
+pe_status check_device(int device, const char *what) {
+    int n = pe_cuda_device_count();
+    if (device < 0 || device >= n || device >= PE_MAX_PLACES)
+        return pe_error(PE_ERR_INVALID, "cannot %s cuda:%d: %d CUDA device(s) visible%s", what, device, n,
+                        n == 0 ? " (no GPU or no CUDA driver on this machine)" : "");
+    return PE_OK;
+}
+
+pe_status get_stream(int device, cudaStream_t *out) {
+    *out = nullptr;
+    PE_CHECK(check_device(device, "use a stream on"));
+    std::lock_guard<std::mutex> lock(g_stream_mu);
+    if (!g_streams[device]) {
+        pe_cuda_device_scope g(device);
+        if (!g.ok()) return PE_ERR_DEVICE;
+        cudaStream_t s = nullptr;
+        cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            return pe_error(PE_ERR_DEVICE, "cannot create a stream on cuda:%d: %s", device,
+                            cudaGetErrorString(e));
+        }
+        g_streams[device] = s;
+    }
+    *out = g_streams[device];
+    return PE_OK;
+}
+
+const char *kind_name(cudaMemcpyKind k) {
+    switch (k) {
+    case cudaMemcpyHostToDevice: return "host-to-device";
+    case cudaMemcpyDeviceToHost: return "device-to-host";
+    case cudaMemcpyDeviceToDevice: return "device-to-device";
+    default: return "host-to-host";
+    }
+}
+
+} // namespace
+
+extern "C" {
+
+int pe_cuda_device_count(void) {
+    std::call_once(g_count_once, [] {
+        int n = 0;
+        /* No driver, driver too old, or no GPU: the runtime reports an error;
+         * for PE that simply means there are no CUDA places. */
+        if (cudaGetDeviceCount(&n) != cudaSuccess) {
+            (void)cudaGetLastError();
+            n = 0;
+        }
+        g_device_count = n < 0 ? 0 : n;
+    });
+    return g_device_count;
+}
+
+void *pe_cuda_malloc(int device, size_t bytes) {
+    if (check_device(device, "allocate on") != PE_OK) return nullptr;
+    pe_cuda_device_scope g(device);
+    if (!g.ok()) return nullptr;
+    void *p = nullptr;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        pe_error(e == cudaErrorMemoryAllocation ? PE_ERR_NOMEM : PE_ERR_DEVICE,
+                 "cannot allocate %zu bytes on cuda:%d: %s", bytes, device, cudaGetErrorString(e));
+        return nullptr;
+    }
+    return p;
+}
+
+void pe_cuda_free(int device, void *ptr) {
+    if (!ptr) return;
+    if (check_device(device, "free memory on") != PE_OK) {
+        pe_log(PE_LOG_ERROR, "%s", pe_last_error());
+        return;
+    }
+    pe_cuda_device_scope g(device);
+    /* Kernels queued on the place's stream may still use ptr: drain it
+     * (cudaFree also synchronizes, but PE should not rely on it). */
+    cudaStream_t s = nullptr;
+    {
+        std::lock_guard<std::mutex> lock(g_stream_mu);
+        s = g_streams[device];
+    }
+    cudaError_t e = s ? cudaStreamSynchronize(s) : cudaSuccess;
+    if (e != cudaSuccess && e != cudaErrorCudartUnloading) {
+        (void)cudaGetLastError();
+        pe_log(PE_LOG_ERROR, "cuda:%d: pending work failed before a free: %s", device, cudaGetErrorString(e));
+    }
+    e = cudaFree(ptr);
+    /* At process exit the runtime may be torn down before the last tensor
+     * is freed; the memory goes with the context, nothing to report. */
+    if (e != cudaSuccess && e != cudaErrorCudartUnloading) {
+        (void)cudaGetLastError();
+        pe_log(PE_LOG_ERROR, "cudaFree on cuda:%d failed: %s", device, cudaGetErrorString(e));
+    }
+}
+
+void *pe_cuda_stream(int device) {
+    cudaStream_t s = nullptr;
+    if (get_stream(device, &s) != PE_OK) return nullptr;
+    return (void *)s;
+}
+
+pe_status pe_cuda_sync(int device) {
+    cudaStream_t s = nullptr;
+    PE_CHECK(get_stream(device, &s));
+    pe_cuda_device_scope g(device);
+    if (!g.ok()) return PE_ERR_DEVICE;
+    cudaError_t e = cudaStreamSynchronize(s);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return pe_error(PE_ERR_DEVICE, "cuda:%d: a kernel or copy on the stream failed: %s", device,
+                        cudaGetErrorString(e));
+    }
+    return PE_OK;
+}
+
+pe_status pe_cuda_memcpy(void *dst, pe_place dst_place, const void *src, pe_place src_place, size_t bytes) {
+    char db[32], sb[32];
+    if (!bytes) return PE_OK;
+    bool dst_dev = dst_place.kind == PE_PLACE_CUDA, src_dev = src_place.kind == PE_PLACE_CUDA;
+    pe_place_str(dst_place, db, sizeof db);
+    pe_place_str(src_place, sb, sizeof sb);
+    if (!dst || !src)
+        return pe_error(PE_ERR_INVALID, "copying %zu bytes from %s to %s: NULL %s pointer", bytes, sb, db,
+                        dst ? "source" : "destination");
+    cudaMemcpyKind kind = dst_dev ? (src_dev ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
+                                  : (src_dev ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
+    if (kind == cudaMemcpyHostToHost) {
+        memcpy(dst, src, bytes);
+        return PE_OK;
+    }
+    /* The copy runs on the stream of the device side (the destination for
+     * device-to-device), after everything already queued there. */
+    int dev = dst_dev ? dst_place.id : src_place.id;
+    cudaStream_t s = nullptr;
+    pe_status st = get_stream(dev, &s);
+    if (st != PE_OK) return pe_error_wrap(st, "copying %zu bytes from %s to %s", bytes, sb, db);
+    cudaError_t e = cudaSuccess;
+    if (kind == cudaMemcpyDeviceToDevice && dst_place.id != src_place.id) {
+        /* Another device's stream may still be writing src: drain it first. */
+        st = pe_cuda_sync(src_place.id);
+        if (st != PE_OK) return pe_error_wrap(st, "copying %zu bytes from %s to %s", bytes, sb, db);
+        pe_cuda_device_scope g(dev);
+        if (!g.ok()) return pe_error_wrap(PE_ERR_DEVICE, "copying %zu bytes from %s to %s", bytes, sb, db);
+        e = cudaMemcpyPeerAsync(dst, dst_place.id, src, src_place.id, bytes, s);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+    } else {
+        pe_cuda_device_scope g(dev);
+        if (!g.ok()) return pe_error_wrap(PE_ERR_DEVICE, "copying %zu bytes from %s to %s", bytes, sb, db);
+        e = cudaMemcpyAsync(dst, src, bytes, kind, s);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+    }
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return pe_error(PE_ERR_DEVICE, "%s copy of %zu bytes from %s to %s failed: %s", kind_name(kind), bytes,
+                        sb, db, cudaGetErrorString(e));
+    }
+    return PE_OK;
+}
+
+} // extern "C"
