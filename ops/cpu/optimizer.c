@@ -1,0 +1,238 @@
+/* ops/cpu/optimizer.c — CPU kernels of the optimizer ops: sgd, momentum,
+ * adam, clip_by_global_norm (shape inference in ops/optimizer.c).
+ *
+ * Math (Paddle's kernels; lr is the LearningRate input, read as a double):
+ *   sgd       p -= lr * g
+ *   momentum  v = mu * v + g;  p -= lr * (g + mu * v) (nesterov) or lr * v
+ *             (= torch.optim.SGD(momentum=mu, nesterov=..., dampening=0))
+ *   adam      lr_t = lr * sqrt(1 - b2pow) / (1 - b1pow)
+ *             m1 = b1 * m1 + (1 - b1) * g;  m2 = b2 * m2 + (1 - b2) * g * g
+ *             p -= lr_t * m1 / (sqrt(m2) + eps * sqrt(1 - b2pow))
+ *             b1pow *= b1;  b2pow *= b2   (= torch.optim.Adam, amsgrad off)
+ *   clip_by_global_norm
+ *             norm = sqrt(sum_k sum_i x_k[i]^2);  out_k = x_k * M / max(norm, M)
+ *
+ * How: the per-step scalars (lr_t, the epsilon term, 1 - beta) are computed
+ * once in double and rounded to the param dtype; the element loops run in
+ * the param dtype (fp32 or fp64) so they vectorize. Outputs alias inputs
+ * (ParamOut = Param, ...): each loop reads every input of element i before
+ * writing element i, and the scalar accumulators are read before any write.
+ * Loops go to ctx->num_threads OpenMP threads only when large — the branch
+ * is in C, because entering an omp region (even `if(0)`) costs ~1 us on a
+ * non-main thread, which would dominate the many small per-param updates.
+ * The global norm is summed in double over chunks whose bounds depend only
+ * on the element count, then in chunk and input order, so it is the same
+ * for any thread count.
+ */
+#include "ops/op.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Below this many elements a loop stays on the calling thread. */
+#define OPT_PAR_MIN 32768
+/* The squared-sum of a tensor this large is split into this many chunks. */
+#define NORM_CHUNKS 64
+
+static int nthreads(const pe_op_ctx *ctx) { return ctx->num_threads > 0 ? ctx->num_threads : 1; }
+
+/* for i in [0, n): BODY — on nt OpenMP threads when n is large. */
+#define FOR_ELEMS(n, nt, ...)                                                  \
+    do {                                                                       \
+        const int64_t n_ = (n);                                                \
+        const int nt_ = (nt);                                                  \
+        if (n_ >= OPT_PAR_MIN && nt_ > 1) {                                    \
+            _Pragma("omp parallel for num_threads(nt_) schedule(static)")     \
+            for (int64_t i = 0; i < n_; i++) { __VA_ARGS__ }                   \
+        } else {                                                               \
+            for (int64_t i = 0; i < n_; i++) { __VA_ARGS__ }                   \
+        }                                                                      \
+    } while (0)
+
+/* t: [1] fp32|fp64 (checked by infer) */
+static double get_scalar(const pe_tensor *t) {
+    const void *d = pe_tensor_data(t);
+    return t->dtype == PE_DTYPE_FP32 ? (double)*(const float *)d : *(const double *)d;
+}
+
+static void set_scalar(pe_tensor *t, double v) {
+    void *d = pe_tensor_data(t);
+    if (t->dtype == PE_DTYPE_FP32) *(float *)d = (float)v;
+    else *(double *)d = v;
+}
+
+/* ---- sgd: param, grad: [n]; lr: [1] -> param_out: [n] -------------------- */
+
+#define SGD_LOOP(NAME, T)                                                          \
+    static void NAME(T *po, const T *p, const T *g, double lr_d, int64_t n, int nt) { \
+        const T lr = (T)lr_d;                                                      \
+        FOR_ELEMS(n, nt, po[i] = p[i] - lr * g[i];);                               \
+    }
+SGD_LOOP(sgd_f32, float)
+SGD_LOOP(sgd_f64, double)
+
+pe_status pe_cpu_sgd(const pe_op_ctx *ctx) {
+    const pe_tensor *p = pe_ctx_in(ctx, "Param"), *g = pe_ctx_in(ctx, "Grad");
+    pe_tensor *po = pe_ctx_out(ctx, "ParamOut");
+    double lr = get_scalar(pe_ctx_in(ctx, "LearningRate"));
+    int64_t n = pe_tensor_numel(p);
+    if (p->dtype == PE_DTYPE_FP32)
+        sgd_f32(pe_tensor_data(po), pe_tensor_data(p), pe_tensor_data(g), lr, n, nthreads(ctx));
+    else
+        sgd_f64(pe_tensor_data(po), pe_tensor_data(p), pe_tensor_data(g), lr, n, nthreads(ctx));
+    return PE_OK;
+}
+
+/* ---- momentum: param, grad, velocity: [n]; lr: [1] -> param_out, velocity_out: [n] */
+
+#define MOMENTUM_LOOP(NAME, T)                                                                  \
+    static void NAME(T *po, T *vo, const T *p, const T *g, const T *v, double lr_d, double mu_d, \
+                     bool nesterov, int64_t n, int nt) {                                        \
+        const T lr = (T)lr_d, mu = (T)mu_d;                                                     \
+        if (nesterov) {                                                                         \
+            FOR_ELEMS(n, nt, const T gi = g[i]; const T pi = p[i]; const T vi = v[i] * mu + gi; \
+                      vo[i] = vi; po[i] = pi - (gi + vi * mu) * lr;);                           \
+        } else {                                                                                \
+            FOR_ELEMS(n, nt, const T gi = g[i]; const T pi = p[i]; const T vi = v[i] * mu + gi; \
+                      vo[i] = vi; po[i] = pi - lr * vi;);                                       \
+        }                                                                                       \
+    }
+MOMENTUM_LOOP(momentum_f32, float)
+MOMENTUM_LOOP(momentum_f64, double)
+
+pe_status pe_cpu_momentum(const pe_op_ctx *ctx) {
+    const pe_tensor *p = pe_ctx_in(ctx, "Param"), *g = pe_ctx_in(ctx, "Grad"), *v = pe_ctx_in(ctx, "Velocity");
+    pe_tensor *po = pe_ctx_out(ctx, "ParamOut"), *vo = pe_ctx_out(ctx, "VelocityOut");
+    double lr = get_scalar(pe_ctx_in(ctx, "LearningRate"));
+    double mu = pe_ctx_float(ctx, "mu");
+    bool nesterov = pe_ctx_bool(ctx, "use_nesterov");
+    int64_t n = pe_tensor_numel(p);
+    if (p->dtype == PE_DTYPE_FP32)
+        momentum_f32(pe_tensor_data(po), pe_tensor_data(vo), pe_tensor_data(p), pe_tensor_data(g), pe_tensor_data(v),
+                     lr, mu, nesterov, n, nthreads(ctx));
+    else
+        momentum_f64(pe_tensor_data(po), pe_tensor_data(vo), pe_tensor_data(p), pe_tensor_data(g), pe_tensor_data(v),
+                     lr, mu, nesterov, n, nthreads(ctx));
+    return PE_OK;
+}
+
+/* ---- adam: param, grad, moment1, moment2: [n]; lr, beta1_pow, beta2_pow: [1]
+ *      -> param_out, moment1_out, moment2_out: [n]; beta1_pow_out, beta2_pow_out: [1] */
+
+typedef struct {
+    double lr_t, eps_t, b1, b2;
+} adam_coef;
+
+#define ADAM_LOOP(NAME, T, SQRT)                                                                    \
+    static void NAME(T *po, T *m1o, T *m2o, const T *p, const T *g, const T *m1, const T *m2,        \
+                     const adam_coef *c, int64_t n, int nt) {                                        \
+        const T lr_t = (T)c->lr_t, eps_t = (T)c->eps_t;                                             \
+        const T b1 = (T)c->b1, b2 = (T)c->b2, c1 = (T)(1.0 - c->b1), c2 = (T)(1.0 - c->b2);          \
+        FOR_ELEMS(n, nt, const T gi = g[i]; const T pi = p[i];                                      \
+                  const T a = b1 * m1[i] + c1 * gi; const T b = b2 * m2[i] + c2 * gi * gi;          \
+                  m1o[i] = a; m2o[i] = b; po[i] = pi - lr_t * (a / (SQRT(b) + eps_t)););            \
+    }
+ADAM_LOOP(adam_f32, float, sqrtf)
+ADAM_LOOP(adam_f64, double, sqrt)
+
+pe_status pe_cpu_adam(const pe_op_ctx *ctx) {
+    const pe_tensor *p = pe_ctx_in(ctx, "Param"), *g = pe_ctx_in(ctx, "Grad");
+    const pe_tensor *m1 = pe_ctx_in(ctx, "Moment1"), *m2 = pe_ctx_in(ctx, "Moment2");
+    pe_tensor *po = pe_ctx_out(ctx, "ParamOut"), *m1o = pe_ctx_out(ctx, "Moment1Out"), *m2o = pe_ctx_out(ctx, "Moment2Out");
+    pe_tensor *b1po = pe_ctx_out(ctx, "Beta1PowOut"), *b2po = pe_ctx_out(ctx, "Beta2PowOut");
+    /* read every scalar before anything is written (the Out scalars alias them) */
+    double lr = get_scalar(pe_ctx_in(ctx, "LearningRate"));
+    double b1p = get_scalar(pe_ctx_in(ctx, "Beta1Pow")), b2p = get_scalar(pe_ctx_in(ctx, "Beta2Pow"));
+    double b1 = pe_ctx_float(ctx, "beta1"), b2 = pe_ctx_float(ctx, "beta2"), eps = pe_ctx_float(ctx, "epsilon");
+    if (!(b1p < 1.0) || !(b2p < 1.0) || !(b1p >= 0.0) || !(b2p >= 0.0))
+        return pe_ctx_error(ctx, PE_ERR_INVALID,
+                            "Beta1Pow '%s' = %g, Beta2Pow '%s' = %g; they must be in [0, 1) (the startup program "
+                            "initializes them to beta1 and beta2)",
+                            pe_ctx_in_name(ctx, "Beta1Pow", 0), b1p, pe_ctx_in_name(ctx, "Beta2Pow", 0), b2p);
+    adam_coef c = {.lr_t = lr * sqrt(1.0 - b2p) / (1.0 - b1p), .eps_t = eps * sqrt(1.0 - b2p), .b1 = b1, .b2 = b2};
+    int64_t n = pe_tensor_numel(p);
+    if (p->dtype == PE_DTYPE_FP32)
+        adam_f32(pe_tensor_data(po), pe_tensor_data(m1o), pe_tensor_data(m2o), pe_tensor_data(p), pe_tensor_data(g),
+                 pe_tensor_data(m1), pe_tensor_data(m2), &c, n, nthreads(ctx));
+    else
+        adam_f64(pe_tensor_data(po), pe_tensor_data(m1o), pe_tensor_data(m2o), pe_tensor_data(p), pe_tensor_data(g),
+                 pe_tensor_data(m1), pe_tensor_data(m2), &c, n, nthreads(ctx));
+    if (b1po) set_scalar(b1po, b1p * b1);
+    if (b2po) set_scalar(b2po, b2p * b2);
+    return PE_OK;
+}
+
+/* ---- clip_by_global_norm: x_k: [n_k] -> out_k: [n_k] -------------------------
+ * One op for what Paddle's GradientClipByGlobalNorm emits as a chain of
+ * small ops (square, reduce_sum per grad, sum, sqrt, elementwise_max,
+ * elementwise_div, elementwise_mul per grad): the same math, one pass over
+ * the gradients to sum and one to scale, and no temporaries. */
+
+/* sum of x[i]^2 over [b, e) in double, 8 lanes combined in a fixed order */
+#define SUMSQ_RANGE(NAME, T)                                               \
+    static double NAME(const T *x, int64_t b, int64_t e) {                 \
+        double acc[8] = {0};                                               \
+        int64_t i = b;                                                     \
+        for (; i + 8 <= e; i += 8)                                         \
+            for (int j = 0; j < 8; j++) acc[j] += (double)x[i + j] * (double)x[i + j]; \
+        double s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])); \
+        for (; i < e; i++) s += (double)x[i] * (double)x[i];               \
+        return s;                                                          \
+    }
+SUMSQ_RANGE(sumsq_f32, float)
+SUMSQ_RANGE(sumsq_f64, double)
+
+static double sumsq(const pe_tensor *x, int nt) {
+    const int64_t n = pe_tensor_numel(x);
+    const void *d = pe_tensor_data(x);
+    const bool f32 = x->dtype == PE_DTYPE_FP32;
+    if (n < OPT_PAR_MIN) return f32 ? sumsq_f32(d, 0, n) : sumsq_f64(d, 0, n);
+    /* chunk c covers [c*n/C, (c+1)*n/C): bounds depend on n only */
+    double part[NORM_CHUNKS];
+    if (nt > 1) {
+        #pragma omp parallel for num_threads(nt) schedule(static)
+        for (int c = 0; c < NORM_CHUNKS; c++) {
+            int64_t b = n * c / NORM_CHUNKS, e = n * (c + 1) / NORM_CHUNKS;
+            part[c] = f32 ? sumsq_f32(d, b, e) : sumsq_f64(d, b, e);
+        }
+    } else {
+        for (int c = 0; c < NORM_CHUNKS; c++) {
+            int64_t b = n * c / NORM_CHUNKS, e = n * (c + 1) / NORM_CHUNKS;
+            part[c] = f32 ? sumsq_f32(d, b, e) : sumsq_f64(d, b, e);
+        }
+    }
+    double s = 0;
+    for (int c = 0; c < NORM_CHUNKS; c++) s += part[c];
+    return s;
+}
+
+#define SCALE_LOOP(NAME, T)                                                  \
+    static void NAME(T *o, const T *x, double s_d, int64_t n, int nt) {      \
+        const T s = (T)s_d;                                                  \
+        FOR_ELEMS(n, nt, o[i] = x[i] * s;);                                  \
+    }
+SCALE_LOOP(scale_f32, float)
+SCALE_LOOP(scale_f64, double)
+
+pe_status pe_cpu_clip_by_global_norm(const pe_op_ctx *ctx) {
+    const int n = pe_ctx_n_in(ctx, "X"), nt = nthreads(ctx);
+    const double max_norm = pe_ctx_float(ctx, "max_global_norm");
+    double total = 0;
+    for (int k = 0; k < n; k++) total += sumsq(pe_ctx_in_at(ctx, "X", k), nt);
+    const double norm = sqrt(total);
+    /* Paddle: max_norm / elementwise_max(norm, max_norm); a NaN norm compares false -> scale 1 */
+    const double scale = max_norm / (norm > max_norm ? norm : max_norm);
+    for (int k = 0; k < n; k++) {
+        const pe_tensor *x = pe_ctx_in_at(ctx, "X", k);
+        pe_tensor *o = pe_ctx_out_at(ctx, "Out", k);
+        const void *xd = pe_tensor_data(x);
+        void *od = pe_tensor_data(o);
+        if (scale == 1.0) {
+            if (od != xd && pe_tensor_nbytes(x)) memcpy(od, xd, pe_tensor_nbytes(x));
+            continue;
+        }
+        if (x->dtype == PE_DTYPE_FP32) scale_f32(od, xd, scale, pe_tensor_numel(x), nt);
+        else scale_f64(od, xd, scale, pe_tensor_numel(x), nt);
+    }
+    return PE_OK;
+}

@@ -1,0 +1,360 @@
+/* passes/optimizer.c — pe_optimizer_minimize: Paddle's Optimizer.minimize
+ * as a program transformation (API in include/pe/optimizer.h).
+ *
+ * What it appends to block 0 of `main`, after pe_append_backward's
+ * gradient ops, in Paddle's order (apply_gradients: clip, then
+ * regularization, then the optimization pass):
+ *   1. clip_by_global_norm over every parameter gradient, in place
+ *      (when clip_global_norm > 0) — the grads are read after the
+ *      multi-device pass's allreduce, so the norm is the global one;
+ *   2. per parameter with an L2 coefficient c (its pe_param_config l2, or
+ *      the optimizer's weight_decay): scale(param, c) -> <param>_l2_decay_k
+ *      and sum(grad, that) -> <grad>@DECAYED_k, which the optimizer reads
+ *      (Paddle's L2DecayRegularizer; torch's weight_decay: g + c * p,
+ *      applied after gradient clipping as torch users do);
+ *   3. per parameter with lr_mult != 1: scale(lr, lr_mult) -> <param>_lr_k;
+ *   4. one sgd / momentum / adam op per parameter, its outputs aliasing its
+ *      inputs (ParamOut = Param, ...).
+ * Every added op has op_role = optimize; the per-parameter ones (2-4) also
+ * carry op_role_var = [param, grad] (grad = the name append_backward gave),
+ * which the multi-device pass uses to run a parameter's optimizer only on
+ * its owner place under the `reduce` strategy. The clip op has no
+ * op_role_var: it spans all parameters and runs on every place.
+ *
+ * State: the learning rate is a persistable fp32 [1] var learning_rate_k
+ * (or the caller's lr_var); accumulators are persistable vars named as
+ * Paddle's unique_name does (<param>_velocity_0, <param>_moment1_0,
+ * <param>_moment2_0, <param>_beta1_pow_acc_0, <param>_beta2_pow_acc_0; the
+ * suffix grows when a name is taken in main or startup), with the param's
+ * dtype ([1] for the beta powers). Each is declared in both programs and
+ * initialized in `startup` by fill_constant (lr; zeros; beta1 / beta2).
+ *
+ * The pass works on copies of both programs and swaps them in only on
+ * success, so a failure leaves main and startup unchanged.
+ */
+#include "pe/optimizer.h"
+#include "pe/tensor.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NAME_MAX_LEN 512
+
+void pe_optimizer_default(pe_optimizer *o, pe_optimizer_kind kind, double learning_rate) {
+    memset(o, 0, sizeof *o);
+    o->kind = kind;
+    o->learning_rate = learning_rate;
+    o->momentum = 0.9;
+    o->beta1 = 0.9;
+    o->beta2 = 0.999;
+    o->epsilon = 1e-8;
+}
+
+typedef struct {
+    pe_program *main, *startup;
+    const pe_optimizer *o;
+} mctx;
+
+static pe_block *mblk(const mctx *m) { return &m->main->blocks[0]; }
+static pe_block *sblk(const mctx *m) { return &m->startup->blocks[0]; }
+
+/* base_k with the smallest k free in both programs (Paddle's unique_name). */
+static pe_status unique_name(const mctx *m, const char *base, char *out) {
+    for (int k = 0; k < 1000000; k++) {
+        int r = snprintf(out, NAME_MAX_LEN, "%s_%d", base, k);
+        if (r < 0 || r >= NAME_MAX_LEN)
+            return pe_error(PE_ERR_INVALID, "minimize: var name '%s_%d' is too long", base, k);
+        if (!pe_block_find_var(mblk(m), out) && !pe_block_find_var(sblk(m), out)) return PE_OK;
+    }
+    return pe_error(PE_ERR_INTERNAL, "minimize: no free name for '%s'", base);
+}
+
+/* Declares `name` in block b; persistable state also gets stop_gradient. */
+static pe_status declare(pe_block *b, const char *name, pe_dtype dt, int ndim, const int64_t *dims, bool persistable) {
+    pe_var *v = pe_block_add_var(b, name, dt, ndim, dims);
+    if (!v) return pe_error(PE_ERR_NOMEM, "minimize: out of memory declaring '%s'", name);
+    v->persistable = persistable;
+    v->stop_gradient = true;
+    return PE_OK;
+}
+
+/* A persistable var in main and startup, set to `value` by startup. */
+static pe_status add_state(const mctx *m, const char *name, pe_dtype dt, int ndim, const int64_t *dims, double value) {
+    PE_CHECK(declare(mblk(m), name, dt, ndim, dims, true));
+    PE_CHECK(declare(sblk(m), name, dt, ndim, dims, true));
+    pe_op *op = pe_block_add_op(sblk(m), "fill_constant");
+    if (!op) return pe_error(PE_ERR_NOMEM, "minimize: out of memory");
+    PE_CHECK(pe_op_add_output(op, "Out", name));
+    PE_CHECK(pe_op_set_longs(op, "shape", dims, ndim));
+    PE_CHECK(pe_op_set_int(op, "dtype", dt));
+    return pe_op_set_float(op, "value", value);
+}
+
+/* Appends an op of `type` to main with op_role optimize and, when param is
+ * given, op_role_var [param, grad]. Borrowed; valid until the next add. */
+static pe_status add_op(const mctx *m, const char *type, const char *param, const char *grad, pe_op **out) {
+    pe_op *op = pe_block_add_op(mblk(m), type);
+    if (!op) return pe_error(PE_ERR_NOMEM, "minimize: out of memory adding %s", type);
+    PE_CHECK(pe_op_set_int(op, "op_role", PE_ROLE_OPTIMIZE));
+    if (param) {
+        const char *rv[2] = {param, grad};
+        PE_CHECK(pe_op_set_strings(op, "op_role_var", rv, 2));
+    }
+    *out = op;
+    return PE_OK;
+}
+
+static pe_status check_optimizer(const pe_optimizer *o) {
+    if ((int)o->kind < 0 || o->kind >= PE_OPT_KIND_COUNT)
+        return pe_error(PE_ERR_INVALID, "minimize: unknown optimizer kind %d (expected 0 sgd, 1 momentum, 2 adam)", (int)o->kind);
+    if (!o->lr_var && !isfinite(o->learning_rate))
+        return pe_error(PE_ERR_INVALID, "minimize: learning_rate = %g; it must be finite", o->learning_rate);
+    if (o->kind == PE_OPT_MOMENTUM && !isfinite(o->momentum))
+        return pe_error(PE_ERR_INVALID, "minimize: momentum = %g; it must be finite", o->momentum);
+    if (o->kind == PE_OPT_ADAM) {
+        if (!(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1))
+            return pe_error(PE_ERR_INVALID, "minimize: adam beta1 = %g, beta2 = %g; each must be in [0, 1)", o->beta1, o->beta2);
+        if (!(o->epsilon >= 0) || !isfinite(o->epsilon))
+            return pe_error(PE_ERR_INVALID, "minimize: adam epsilon = %g; it must be finite and >= 0", o->epsilon);
+    }
+    if (!(o->weight_decay >= 0) || !isfinite(o->weight_decay))
+        return pe_error(PE_ERR_INVALID, "minimize: weight_decay = %g; it must be finite and >= 0", o->weight_decay);
+    if (!(o->clip_global_norm >= 0) || !isfinite(o->clip_global_norm))
+        return pe_error(PE_ERR_INVALID, "minimize: clip_global_norm = %g; it must be finite and >= 0 (0 = no clipping)",
+                        o->clip_global_norm);
+    return PE_OK;
+}
+
+static pe_status check_configs(const pe_program *main, const pe_param_config *cfg, int n_cfg) {
+    if (n_cfg > 0 && !cfg) return pe_error(PE_ERR_INVALID, "minimize: n_cfg = %d but cfg is NULL", n_cfg);
+    for (int i = 0; i < n_cfg; i++) {
+        const char *n = cfg[i].name;
+        if (!n || !pe_block_find_var(&main->blocks[0], n))
+            return pe_error(PE_ERR_NOT_FOUND, "minimize: param config %d names '%s', which is not a variable of block 0", i,
+                            n ? n : "(null)");
+        for (int j = 0; j < i; j++)
+            if (!strcmp(cfg[j].name, n))
+                return pe_error(PE_ERR_INVALID, "minimize: param configs %d and %d both name '%s'", j, i, n);
+        if (!(cfg[i].lr_mult >= 0) || !isfinite(cfg[i].lr_mult))
+            return pe_error(PE_ERR_INVALID, "minimize: param config '%s': lr_mult = %g; it must be finite and >= 0", n,
+                            cfg[i].lr_mult);
+        if (!isfinite(cfg[i].l2))
+            return pe_error(PE_ERR_INVALID, "minimize: param config '%s': l2 = %g; it must be finite (< 0 = the optimizer's "
+                            "weight_decay)", n, cfg[i].l2);
+    }
+    return PE_OK;
+}
+
+/* The caller's lr_var: a float var of block 0 with one element. */
+static pe_status check_lr_var(const pe_program *main, const char *name) {
+    const pe_var *v = pe_program_find_var(main, 0, name);
+    if (!v) return pe_error(PE_ERR_NOT_FOUND, "minimize: lr_var '%s' is not a variable of block 0", name);
+    int64_t n = 1;
+    for (int i = 0; i < v->ndim; i++) n *= v->dims[i];
+    if ((v->dtype != PE_DTYPE_FP32 && v->dtype != PE_DTYPE_FP64) || n != 1) {
+        char db[96];
+        return pe_error(PE_ERR_INVALID, "minimize: lr_var '%s' is %s %s; it must be float32/float64 with 1 element", name,
+                        pe_dtype_name(v->dtype), pe_dims_str(v->ndim, v->dims, db, sizeof db));
+    }
+    return PE_OK;
+}
+
+/* The learning-rate var: the caller's (checked up front) or a new persistable one. */
+static pe_status learning_rate_var(const mctx *m, char *lr) {
+    const pe_optimizer *o = m->o;
+    if (o->lr_var) {
+        snprintf(lr, NAME_MAX_LEN, "%s", o->lr_var);
+        return PE_OK;
+    }
+    PE_CHECK(unique_name(m, "learning_rate", lr));
+    return add_state(m, lr, PE_DTYPE_FP32, 1, (const int64_t[]){1}, o->learning_rate);
+}
+
+/* lr_mult and l2 coefficient of `param`. */
+static void param_settings(const mctx *m, const pe_param_config *cfg, int n_cfg, const char *param, double *lr_mult,
+                           double *l2) {
+    *lr_mult = 1.0;
+    *l2 = m->o->weight_decay;
+    for (int i = 0; i < n_cfg; i++)
+        if (!strcmp(cfg[i].name, param)) {
+            *lr_mult = cfg[i].lr_mult;
+            if (cfg[i].l2 >= 0) *l2 = cfg[i].l2;
+        }
+}
+
+/* The optimizer op of one parameter, with its accumulators. */
+static pe_status add_update(const mctx *m, const pe_var *pv, const char *grad, const char *final_grad, const char *lr) {
+    const pe_optimizer *o = m->o;
+    char param[NAME_MAX_LEN], base[NAME_MAX_LEN + 32];
+    char acc[4][NAME_MAX_LEN];
+    snprintf(param, sizeof param, "%s", pv->name); /* pv moves when vars are added */
+    pe_dtype dt = pv->dtype;
+    int ndim = pv->ndim;
+    int64_t dims[8];
+    memcpy(dims, pv->dims, sizeof dims);
+    const int64_t one[1] = {1};
+    pe_op *op = NULL;
+    switch (o->kind) {
+    case PE_OPT_SGD:
+        PE_CHECK(add_op(m, "sgd", param, grad, &op));
+        break;
+    case PE_OPT_MOMENTUM:
+        snprintf(base, sizeof base, "%s_velocity", param);
+        PE_CHECK(unique_name(m, base, acc[0]));
+        PE_CHECK(add_state(m, acc[0], dt, ndim, dims, 0.0));
+        PE_CHECK(add_op(m, "momentum", param, grad, &op));
+        PE_CHECK(pe_op_add_input(op, "Velocity", acc[0]));
+        PE_CHECK(pe_op_add_output(op, "VelocityOut", acc[0]));
+        PE_CHECK(pe_op_set_float(op, "mu", o->momentum));
+        PE_CHECK(pe_op_set_bool(op, "use_nesterov", o->use_nesterov));
+        break;
+    default: { /* ADAM */
+        static const char *const suffix[4] = {"_moment1", "_moment2", "_beta1_pow_acc", "_beta2_pow_acc"};
+        static const char *const in_slot[4] = {"Moment1", "Moment2", "Beta1Pow", "Beta2Pow"};
+        static const char *const out_slot[4] = {"Moment1Out", "Moment2Out", "Beta1PowOut", "Beta2PowOut"};
+        for (int i = 0; i < 4; i++) {
+            snprintf(base, sizeof base, "%s%s", param, suffix[i]);
+            PE_CHECK(unique_name(m, base, acc[i]));
+            if (i < 2) PE_CHECK(add_state(m, acc[i], dt, ndim, dims, 0.0));
+            else PE_CHECK(add_state(m, acc[i], dt, 1, one, i == 2 ? o->beta1 : o->beta2));
+        }
+        PE_CHECK(add_op(m, "adam", param, grad, &op));
+        for (int i = 0; i < 4; i++) {
+            PE_CHECK(pe_op_add_input(op, in_slot[i], acc[i]));
+            PE_CHECK(pe_op_add_output(op, out_slot[i], acc[i]));
+        }
+        PE_CHECK(pe_op_set_float(op, "beta1", o->beta1));
+        PE_CHECK(pe_op_set_float(op, "beta2", o->beta2));
+        PE_CHECK(pe_op_set_float(op, "epsilon", o->epsilon));
+    }
+    }
+    PE_CHECK(pe_op_add_input(op, "Param", param));
+    PE_CHECK(pe_op_add_input(op, "Grad", final_grad));
+    PE_CHECK(pe_op_add_input(op, "LearningRate", lr));
+    return pe_op_add_output(op, "ParamOut", param);
+}
+
+/* Everything after append_backward, on the working copies. */
+static pe_status build(const mctx *m, const pe_param_grad *pg, int n, const pe_param_config *cfg, int n_cfg) {
+    const pe_optimizer *o = m->o;
+    char lr[NAME_MAX_LEN];
+    /* params first: accumulators need fully known float dims */
+    for (int i = 0; i < n; i++) {
+        const pe_var *pv = pe_block_find_var(mblk(m), pg[i].param);
+        if (!pv) return pe_error(PE_ERR_NOT_FOUND, "minimize: parameter '%s' is not a variable of block 0", pg[i].param);
+        if (pv->dtype != PE_DTYPE_FP32 && pv->dtype != PE_DTYPE_FP64)
+            return pe_error(PE_ERR_INVALID, "minimize: parameter '%s' has dtype %s; optimizers update float32/float64 params",
+                            pg[i].param, pe_dtype_name(pv->dtype));
+        for (int d = 0; d < pv->ndim; d++)
+            if (pv->dims[d] < 0) {
+                char db[96];
+                return pe_error(PE_ERR_INVALID, "minimize: parameter '%s' has dims %s; parameters need fully known dims",
+                                pg[i].param, pe_dims_str(pv->ndim, pv->dims, db, sizeof db));
+            }
+    }
+    PE_CHECK(learning_rate_var(m, lr));
+    pe_dtype lr_dt = pe_program_find_var(m->main, 0, lr)->dtype;
+
+    if (o->clip_global_norm > 0) {
+        pe_op *op = NULL;
+        PE_CHECK(add_op(m, "clip_by_global_norm", NULL, NULL, &op));
+        for (int i = 0; i < n; i++) {
+            PE_CHECK(pe_op_add_input(op, "X", pg[i].grad));
+            PE_CHECK(pe_op_add_output(op, "Out", pg[i].grad));
+        }
+        PE_CHECK(pe_op_set_float(op, "max_global_norm", o->clip_global_norm));
+    }
+
+    for (int i = 0; i < n; i++) {
+        const char *param = pg[i].param, *grad = pg[i].grad;
+        const pe_var *pv = pe_block_find_var(mblk(m), param);
+        double lr_mult, l2;
+        param_settings(m, cfg, n_cfg, param, &lr_mult, &l2);
+        char final_grad[NAME_MAX_LEN], plr[NAME_MAX_LEN], base[NAME_MAX_LEN + 32];
+        snprintf(final_grad, sizeof final_grad, "%s", grad);
+        snprintf(plr, sizeof plr, "%s", lr);
+        pe_op *op = NULL;
+        if (l2 > 0) {
+            char term[NAME_MAX_LEN];
+            snprintf(base, sizeof base, "%s_l2_decay", param);
+            PE_CHECK(unique_name(m, base, term));
+            snprintf(base, sizeof base, "%s@DECAYED", grad);
+            PE_CHECK(unique_name(m, base, final_grad));
+            pe_dtype dt = pv->dtype;
+            int ndim = pv->ndim;
+            int64_t dims[8];
+            memcpy(dims, pv->dims, sizeof dims);
+            PE_CHECK(declare(mblk(m), term, dt, ndim, dims, false));
+            PE_CHECK(declare(mblk(m), final_grad, dt, ndim, dims, false));
+            PE_CHECK(add_op(m, "scale", param, grad, &op));
+            PE_CHECK(pe_op_add_input(op, "X", param));
+            PE_CHECK(pe_op_add_output(op, "Out", term));
+            PE_CHECK(pe_op_set_float(op, "scale", l2));
+            PE_CHECK(add_op(m, "sum", param, grad, &op));
+            PE_CHECK(pe_op_add_input(op, "X", grad));
+            PE_CHECK(pe_op_add_input(op, "X", term));
+            PE_CHECK(pe_op_add_output(op, "Out", final_grad));
+            pv = pe_block_find_var(mblk(m), param);
+        }
+        if (lr_mult != 1.0) {
+            snprintf(base, sizeof base, "%s_lr", param);
+            PE_CHECK(unique_name(m, base, plr));
+            PE_CHECK(declare(mblk(m), plr, lr_dt, 1, (const int64_t[]){1}, false));
+            PE_CHECK(add_op(m, "scale", param, grad, &op));
+            PE_CHECK(pe_op_add_input(op, "X", lr));
+            PE_CHECK(pe_op_add_output(op, "Out", plr));
+            PE_CHECK(pe_op_set_float(op, "scale", lr_mult));
+            pv = pe_block_find_var(mblk(m), param);
+        }
+        PE_CHECK(add_update(m, pv, grad, final_grad, plr));
+    }
+    return PE_OK;
+}
+
+static void swap_programs(pe_program *a, pe_program *b) {
+    pe_program t = *a;
+    *a = *b;
+    *b = t;
+}
+
+pe_status pe_optimizer_minimize(const pe_optimizer *o, pe_program *main, pe_program *startup, const char *loss,
+                                const char *const *params, int n_params, const char *const *no_grad, int n_no_grad,
+                                const pe_param_config *cfg, int n_cfg, pe_param_grad **out, int *n_out) {
+    if (out) *out = NULL;
+    if (n_out) *n_out = 0;
+    if (!o || !main || !startup || !loss)
+        return pe_error(PE_ERR_INVALID, "minimize: NULL %s",
+                        !o ? "optimizer" : !main ? "main program" : !startup ? "startup program" : "loss");
+    PE_CHECK(check_optimizer(o));
+    PE_CHECK(check_configs(main, cfg, n_cfg));
+    if (o->lr_var) PE_CHECK(check_lr_var(main, o->lr_var));
+    pe_program *wm = pe_program_clone(main), *ws = pe_program_clone(startup);
+    if (!wm || !ws) {
+        pe_program_free(wm);
+        pe_program_free(ws);
+        return pe_error(PE_ERR_NOMEM, "minimize: out of memory copying the programs");
+    }
+    mctx m = {.main = wm, .startup = ws, .o = o};
+    pe_param_grad *pg = NULL;
+    int n = 0;
+    pe_status st = pe_append_backward(wm, loss, params, n_params, no_grad, n_no_grad, &pg, &n);
+    if (st == PE_OK && n == 0)
+        st = pe_error(PE_ERR_INVALID, "minimize: loss '%s' depends on no trainable parameter (none is_parameter without "
+                      "stop_gradient, or all in no_grad)", loss);
+    if (st == PE_OK) st = build(&m, pg, n, cfg, n_cfg);
+    if (st == PE_OK) {
+        swap_programs(main, wm);
+        swap_programs(startup, ws);
+    }
+    pe_program_free(wm);
+    pe_program_free(ws);
+    if (st != PE_OK || !out) {
+        pe_param_grads_free(pg, n);
+        return st;
+    }
+    *out = pg;
+    *n_out = n;
+    return PE_OK;
+}
