@@ -409,7 +409,8 @@ def ref_top_k(t, a):
 
 
 for name, xs, k in (("k1", f32(7, 5), 1), ("k3", f32(7, 5), 3), ("3d_k2", f32(2, 3, 6), 2),
-                    ("k_eq_n", f32(4, 4), 4), ("fp64", f64(5, 8), 3)):
+                    ("k_eq_n", f32(4, 4), 4), ("fp64", f64(5, 8), 3),
+                    ("int64", R([4, 7], "int64", fn=lambda r: r.permutation(28).reshape(4, 7)), 2)):
     case("top_k", name, {"X": xs}, {"k": k}, ref_top_k)
 
 
@@ -523,6 +524,9 @@ CONV = [
     ("single_pixel_out", f32(1, 2, 3, 3), f32(2, 2, 3, 3), {}),
     ("mnist_5x5_pad2", f32(2, 1, 28, 28), f32(8, 1, 5, 5), {"paddings": [2, 2]}),
     ("nhwc", f32(2, 9, 9, 3), f32(4, 3, 3, 3), {"data_format": "NHWC", "paddings": [1, 1], "strides": [2, 2]}),
+    ("fp64_stride2_pad1", f64(2, 3, 9, 9), f64(4, 3, 3, 3), {"strides": [2, 2], "paddings": [1, 1]}),
+    ("fp64_groups_dilation", f64(1, 4, 9, 9), f64(6, 2, 3, 3), {"groups": 2, "dilations": [2, 1], "paddings": [1, 0, 2, 1]}),
+    ("fp64_same", f64(1, 2, 8, 7), f64(3, 2, 3, 4), {"strides": [2, 2], "padding_algorithm": "SAME"}),
 ]
 NHWC_GAP = "NHWC layout not supported yet: ops/nn.c rejects it with a clear error"
 for name, xs, ws, at in CONV:
@@ -554,6 +558,13 @@ POOL = [
     ("rect_kernel", f32(2, 2, 9, 8), {"ksize": [3, 2], "strides": [2, 1]}),
     ("nhwc_max", f32(2, 8, 8, 3), {"ksize": [2, 2], "strides": [2, 2], "data_format": "NHWC"}),
     ("cnn_28_to_14", f32(2, 8, 28, 28), {"ksize": [2, 2], "strides": [2, 2]}),
+    ("fp64_max_pad", f64(2, 3, 7, 7), {"ksize": [3, 3], "strides": [2, 2], "paddings": [1, 1]}),
+    ("fp64_avg_ceil_exclusive", f64(2, 3, 8, 8), {"pooling_type": "avg", "ksize": [3, 3], "strides": [2, 2],
+                                                  "paddings": [1, 0, 0, 1], "ceil_mode": True}),
+    ("fp64_avg_inclusive", f64(1, 2, 7, 7), {"pooling_type": "avg", "ksize": [3, 3], "strides": [2, 2],
+                                             "paddings": [1, 1], "exclusive": False}),
+    ("fp64_adaptive_avg", f64(2, 3, 7, 5), {"pooling_type": "avg", "ksize": [3, 2], "adaptive": True}),
+    ("fp64_global_max", f64(2, 3, 4, 6), {"ksize": [2, 2], "global_pooling": True}),
 ]
 for name, xs, at in POOL:
     case("pool2d", name, {"X": xs}, at, ref_pool2d,
@@ -561,8 +572,9 @@ for name, xs, at in POOL:
 
 
 def bn_inputs(x, c):
-    return {"X": x, "Scale": f32(c, lo=0.5, hi=1.5), "Bias": f32(c), "Mean": f32(c),
-            "Variance": f32(c, lo=0.5, hi=2.0)}
+    dt = x.dtype  # Paddle's batch_norm keeps Scale/Bias/Mean/Variance in X's dtype
+    return {"X": x, "Scale": R([c], dt, lo=0.5, hi=1.5), "Bias": R([c], dt), "Mean": R([c], dt),
+            "Variance": R([c], dt, lo=0.5, hi=2.0)}
 
 
 for name, x, c, at in (
@@ -572,9 +584,122 @@ for name, x, c, at in (
         ("train_nchw", f32(4, 3, 5, 5, lo=-2, hi=3), 3, {}),
         ("train_2d", f32(16, 6), 6, {"momentum": 0.8, "epsilon": 1e-3}),
         ("train_nhwc", f32(2, 4, 4, 3), 3, {"data_layout": "NHWC"}),
-        ("use_global_stats", f32(4, 3, 5, 5), 3, {"use_global_stats": True})):
+        ("use_global_stats", f32(4, 3, 5, 5), 3, {"use_global_stats": True}),
+        ("fp64_infer", f64(4, 3, 5, 5), 3, {"is_test": True}),
+        ("fp64_train", f64(6, 4, 3, 3), 4, {"momentum": 0.7}),
+        ("fp64_train_2d", f64(16, 6), 6, {})):
     case("batch_norm", name, bn_inputs(x, c), at, ref_batch_norm,
          xfail=NHWC_GAP if at.get("data_layout") == "NHWC" else None)
+
+
+# reduce_sum / reduce_mean: `dim` (negative allowed), keep_dim, reduce_all;
+# everything reduced gives [1] (Paddle 2.x before 0-d tensors).
+def ref_reduce(t, a, fn):
+    x = t["X"]
+    dims = a.get("dim", [0])
+    if a.get("reduce_all") or not dims:
+        dims = list(range(x.dim()))
+    dims = sorted(d % x.dim() for d in dims)
+    out = fn(x, dim=dims, keepdim=a.get("keep_dim", False))
+    return {"Out": out.reshape(1) if out.dim() == 0 else out}
+
+
+for op, fn in (("reduce_sum", torch.sum), ("reduce_mean", torch.mean)):
+    for name, xs, at in (("dim0_default", f32(7, 5), {}), ("last", f32(2, 3, 4), {"dim": [-1]}),
+                         ("two_dims_keep", f32(2, 3, 4, 5), {"dim": [1, 3], "keep_dim": True}),
+                         ("hw_of_nchw", f32(2, 3, 4, 5), {"dim": [2, 3]}),
+                         ("reduce_all", f32(3, 4, 5), {"reduce_all": True}),
+                         ("all_dims_keep", f32(3, 4), {"dim": [0, 1], "keep_dim": True}),
+                         ("one_sized", f32(1, 5, 1), {"dim": [0, 2]}),
+                         ("fp64", f64(4, 6, 3), {"dim": [1]})):
+        case(op, name, {"X": xs}, at, lambda t, a, fn=fn: ref_reduce(t, a, fn),
+             flat=("Out",) if at.get("reduce_all") else ())
+case("reduce_sum", "int64", {"X": i64(3, 4, 5)}, {"dim": [0, 2]}, lambda t, a: ref_reduce(t, a, torch.sum))
+
+for name, xs, at in (("default_alpha", f32(7, 5), {}), ("alpha_0.2_4d", f32(2, 3, 4, 5), {"alpha": 0.2}),
+                     ("fp64", f64(6, 4), {"alpha": 0.01})):
+    case("leaky_relu", name, {"X": xs}, at, lambda t, a: {"Out": F.leaky_relu(t["X"], a.get("alpha", 0.02))})
+for name, xs, at in (("erf", f32(7, 5, lo=-4, hi=4), {}), ("tanh_approx", f32(2, 3, 4, lo=-4, hi=4), {"approximate": True}),
+                     ("fp64", f64(6, 4, lo=-5, hi=5), {})):
+    case("gelu", name, {"X": xs}, at,
+         lambda t, a: {"Out": F.gelu(t["X"], approximate="tanh" if a.get("approximate") else "none")})
+for name, xs, axis in (("last", f32(7, 5), -1), ("axis1_3d", f32(2, 3, 4), 1), ("large_logits", f32(4, 10, lo=-80, hi=80), -1),
+                       ("fp64", f64(3, 6), 0)):
+    case("log_softmax", name, {"X": xs}, {"axis": axis}, lambda t, a: {"Out": F.log_softmax(t["X"], a["axis"])})
+
+# dropout at inference is deterministic: downgrade_in_infer scales by 1 - p,
+# upscale_in_train passes X through. (Training masks: test_dropout_train.)
+for name, xs, at in (("infer_downgrade", f32(7, 5), {"dropout_prob": 0.3, "is_test": True}),
+                     ("infer_upscale", f32(2, 3, 4), {"dropout_prob": 0.3, "is_test": True,
+                                                      "dropout_implementation": "upscale_in_train"}),
+                     ("infer_fp64", f64(5, 5), {"dropout_prob": 0.5, "is_test": True})):
+    case("dropout", name, {"X": xs}, at,
+         lambda t, a: {"Out": t["X"] * (1.0 if a.get("dropout_implementation") == "upscale_in_train"
+                                        else 1.0 - a["dropout_prob"])})
+
+
+def labels(shape, classes, dtype="int64", ignore=None):
+    def make(rng):
+        lab = rng.integers(0, classes, shape)
+        if ignore is not None:
+            lab.reshape(-1)[::3] = ignore  # every third row ignored
+        return lab
+    return R(shape, dtype, fn=make)
+
+
+def soft_labels(n, d):
+    return R([n, d], "float32", fn=lambda r: (lambda e: e / e.sum(1, keepdims=True))(r.random((n, d)) + 0.1))
+
+
+def ref_swce(t, a):
+    x, lab = t["Logits"], t["Label"]
+    axis = a.get("axis", -1) % x.dim()
+    logp = F.log_softmax(x, axis)
+    if a.get("soft_label"):
+        loss = -(lab * logp).sum(axis, keepdim=True)
+    else:
+        li = lab.long()
+        if li.dim() < x.dim():
+            li = li.unsqueeze(axis)
+        ign = li == a.get("ignore_index", -100)
+        loss = -torch.gather(logp, axis, torch.where(ign, torch.zeros_like(li), li))
+        loss = torch.where(ign, torch.zeros_like(loss), loss)
+    return {"Softmax": torch.softmax(x, axis), "Loss": loss}
+
+
+for name, ins, at in (
+        ("hard", {"Logits": f32(8, 10), "Label": labels([8, 1], 10)}, {}),
+        ("hard_int32", {"Logits": f32(5, 4), "Label": labels([5, 1], 4, "int32")}, {}),
+        ("soft", {"Logits": f32(6, 7), "Label": soft_labels(6, 7)}, {"soft_label": True}),
+        ("ignore_index", {"Logits": f32(9, 5), "Label": labels([9, 1], 5, ignore=-1)}, {"ignore_index": -1}),
+        ("axis1_3d", {"Logits": f32(2, 5, 3), "Label": labels([2, 1, 3], 5)}, {"axis": 1}),
+        ("large_logits", {"Logits": f32(4, 10, lo=-60, hi=60), "Label": labels([4, 1], 10)}, {}),
+        ("fp64", {"Logits": f64(6, 8), "Label": labels([6, 1], 8)}, {})):
+    case("softmax_with_cross_entropy", name, ins, at, ref_swce)
+
+
+def ref_ce(t, a):
+    x, lab = t["X"], t["Label"]
+    if a.get("soft_label"):
+        return {"Y": -(lab * torch.log(x)).sum(-1, keepdim=True)}
+    li = lab.long().reshape(x.shape[:-1] + (1,))
+    ign = li == a.get("ignore_index", -100)
+    y = -torch.log(torch.gather(x, -1, torch.where(ign, torch.zeros_like(li), li)))
+    return {"Y": torch.where(ign, torch.zeros_like(y), y)}
+
+
+def probs(*shape):
+    return R(shape, "float32", fn=lambda r: (lambda e: e / e.sum(-1, keepdims=True))(r.random(shape) + 0.05))
+
+
+for name, ins, at in (("hard", {"X": probs(8, 10), "Label": labels([8, 1], 10)}, {}),
+                      ("soft", {"X": probs(5, 6), "Label": soft_labels(5, 6)}, {"soft_label": True}),
+                      ("ignore_index", {"X": probs(9, 4), "Label": labels([9, 1], 4, ignore=-100)}, {}),
+                      ("3d", {"X": probs(2, 3, 5), "Label": labels([2, 3, 1], 5)}, {})):
+    case("cross_entropy", name, ins, at, ref_ce)
+
+for name, xs, ys in (("7x5", f32(7, 5), f32(7, 5)), ("col", f32(8, 1), f32(8, 1)), ("fp64", f64(3, 4, 2), f64(3, 4, 2))):
+    case("square_error_cost", name, {"X": xs, "Y": ys}, {}, lambda t, a: {"Out": (t["X"] - t["Y"]) ** 2})
 
 
 # Optimizer ops: one step of torch.optim from the same state. Paddle's
@@ -640,15 +765,14 @@ for name, dt, shape, at in (("plain", "float32", (7, 5), {"mu": 0.9}),
 def adam_inputs(shape, dt, step, b1=0.9, b2=0.999):
     return {"Param": R(shape, dt), "Grad": R(shape, dt), "LearningRate": lr(0.01),
             "Moment1": R(shape, dt, lo=-0.1, hi=0.1), "Moment2": R(shape, dt, lo=0.0, hi=0.05),
-            "Beta1Pow": R([1], "float32", fn=lambda r: [b1 ** step]),
-            "Beta2Pow": R([1], "float32", fn=lambda r: [b2 ** step])}
+            "Beta1Pow": R([1], dt, fn=lambda r: [b1 ** step]),   # Paddle: the param's dtype
+            "Beta2Pow": R([1], dt, fn=lambda r: [b2 ** step])}
 
 
 case("adam", "step1", adam_inputs((7, 5), "float32", 1), {}, ref_adam)
 case("adam", "step10_betas", adam_inputs((2, 3, 4), "float32", 10, 0.8, 0.99),
      {"beta1": 0.8, "beta2": 0.99, "epsilon": 1e-6}, ref_adam)
-case("adam", "fp64_step3", adam_inputs((9,), "float64", 3), {}, ref_adam,
-     tol=(1e-7, 1e-9), why="Beta1Pow/Beta2Pow are float32 inputs, so the bias corrections carry fp32 rounding")
+case("adam", "fp64_step3", adam_inputs((9,), "float64", 3), {}, ref_adam)
 for name, xs, m in (("clipped", [f32(7, 5), f32(3), f32(2, 2, 2)], 1.0),
                     ("not_clipped", [f32(4, 3, lo=-0.1, hi=0.1), f32(5, lo=-0.1, hi=0.1)], 5.0),
                     ("single_fp64", [f64(6, 4)], 0.5)):
@@ -866,6 +990,37 @@ def test_random_op(op, name, attrs, dtype, tmp_path):
     # n = m = 20000: the KS critical value at alpha 0.001 is 1.95 * sqrt(2/n) ~ 0.0195.
     ks = _ks(a.astype(np.float64), _torch_sample(op, attrs, a.size))
     assert ks < 0.0195 * np.sqrt(20000.0 / a.size), "%s: KS distance %.4f to PyTorch's samples" % (op, ks)
+
+
+@pytest.mark.parametrize("impl", ["downgrade_in_infer", "upscale_in_train"])
+def test_dropout_train(impl, tmp_path):
+    """Training dropout: Out = X * Mask (/ (1 - p) for upscale_in_train),
+    Mask uint8 0/1 with about 1 - p ones, the same mask for the same seed,
+    a different one for another seed."""
+    p_drop, shape = 0.3, [200, 100]
+    x = np.random.default_rng(5).standard_normal(shape).astype(np.float32) + 3.0  # no zeros
+    masks = []
+    for seed in (7, 7, 8):
+        prog = Program()
+        for nm in ("x", "out"):
+            prog.var(nm, "float32", shape)
+        prog.var("mask", "uint8", shape)
+        prog.op("dropout", {"X": ["x"]}, {"Out": ["out"], "Mask": ["mask"]},
+                {"dropout_prob": p_drop, "is_test": False, "fix_seed": True, "seed": seed,
+                 "dropout_implementation": impl})
+        d = tmp_path / ("s%d_%d" % (seed, len(masks)))
+        d.mkdir()
+        prog.save(str(d / "p.json"))
+        got = run_pe(str(d / "p.json"), {"x": x}, ["out", "mask"], workdir=str(d))
+        m, out = got["mask"], got["out"]
+        assert m.dtype == np.uint8 and set(np.unique(m)) <= {0, 1}, "Mask must be uint8 0/1"
+        scale = 1.0 / (1.0 - p_drop) if impl == "upscale_in_train" else 1.0
+        np.testing.assert_allclose(out, x * m * np.float32(scale), rtol=1e-6, atol=0)
+        # 20000 Bernoulli(0.7) draws: sd of the mean 0.0032; 5 sd bound.
+        assert abs(m.mean() - (1 - p_drop)) < 0.016, "kept fraction %.4f, expected %.2f" % (m.mean(), 1 - p_drop)
+        masks.append(m)
+    assert np.array_equal(masks[0], masks[1]), "same seed, different masks"
+    assert not np.array_equal(masks[0], masks[2]), "seeds 7 and 8 gave the same mask"
 
 
 # ---- coverage: every forward op in ops.def has rows --------------------------------------
