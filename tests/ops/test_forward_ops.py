@@ -779,6 +779,13 @@ for name, xs, m in (("clipped", [f32(7, 5), f32(3), f32(2, 2, 2)], 1.0),
     case("clip_by_global_norm", name, {"X": xs}, {"max_global_norm": m}, ref_clip_by_global_norm)
 
 
+# A large GEMM is checked against the reference only: OpenBLAS 0.3.21's sgemm
+# partitions K differently for 1 and 2 OpenMP threads when K > ~320, so its
+# last bits depend on the kernel thread count. PE's determinism promise
+# (DESIGN.md §4) is across runs and scheduler num_threads, with the kernel
+# thread count fixed (cores / places), which test_parallel_executor checks.
+case("mul", "big_fc", {"X": f32(64, 784, lo=0, hi=1), "Y": f32(784, 512, lo=-0.08, hi=0.08)}, {}, ref_mul)
+
 # Large inputs, run with 1 and 2 OpenMP threads (see Case.threads).
 for op, name, inputs, at, ref in (
         ("elementwise_add", "big_row_bias", {"X": f32(300, 1000), "Y": f32(1000)}, {"axis": -1},
@@ -793,7 +800,6 @@ for op, name, inputs, at, ref in (
         ("scale", "big", {"X": f32(1000, 1000)}, {"scale": 3.0, "bias": -1.0}, ref_scale),
         ("softmax", "big", {"X": f32(2000, 100, lo=-10, hi=10)}, {"axis": -1},
          lambda t, a: {"Out": torch.softmax(t["X"], -1)}),
-        ("mul", "big_fc", {"X": f32(64, 784, lo=0, hi=1), "Y": f32(784, 512, lo=-0.08, hi=0.08)}, {}, ref_mul),
         ("matmul", "big_batched", {"X": f32(16, 64, 64), "Y": f32(16, 64, 64)}, {"transpose_Y": True}, ref_matmul),
         ("mean", "big", {"X": f32(512, 512, lo=0, hi=1)}, {}, lambda t, a: {"Out": t["X"].mean().reshape(1)}),
         ("sum", "big", {"X": [f32(1000, 1000), f32(1000, 1000), f32(1000, 1000)]}, {},
