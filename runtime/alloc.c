@@ -8,6 +8,7 @@
 #include "runtime/internal.h"
 
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,15 @@ void *pe_place_alloc(pe_place place, size_t bytes) {
     size_t n = bytes ? bytes : 1;
     void *p = NULL;
     if (place.kind == PE_PLACE_CPU) {
+        /* A request beyond the machine's memory (a hostile program's shape)
+         * is refused here, before the C allocator (or a sanitizer's) sees it. */
+        static size_t phys;
+        if (!phys) phys = (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE);
+        if (bytes > phys || bytes > SIZE_MAX - 64) {
+            pe_error(PE_ERR_NOMEM, "cannot allocate %zu bytes on %s: more than the machine's memory (%zu bytes)",
+                     bytes, pe_place_str(place, pb, sizeof pb), phys);
+            return NULL;
+        }
         n = (n + 63) & ~(size_t)63;
         p = aligned_alloc(64, n);
         if (!p) {
