@@ -47,8 +47,12 @@ void *pe_place_alloc(pe_place place, size_t bytes) {
     if (place.kind == PE_PLACE_CPU) {
         /* A request beyond the machine's memory (a hostile program's shape)
          * is refused here, before the C allocator (or a sanitizer's) sees it. */
-        static size_t phys;
-        if (!phys) phys = (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE);
+        static size_t g_phys;
+        size_t phys = __atomic_load_n(&g_phys, __ATOMIC_RELAXED);
+        if (!phys) {
+            phys = (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE);
+            __atomic_store_n(&g_phys, phys, __ATOMIC_RELAXED);
+        }
         if (bytes > phys || bytes > SIZE_MAX - 64) {
             pe_error(PE_ERR_NOMEM, "cannot allocate %zu bytes on %s: more than the machine's memory (%zu bytes)",
                      bytes, pe_place_str(place, pb, sizeof pb), phys);
