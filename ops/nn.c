@@ -1,4 +1,5 @@
-/* ops/nn.c — shape inference of the nn family: conv2d, pool2d, batch_norm.
+/* ops/nn.c — shape inference of the nn family (conv2d, pool2d, batch_norm)
+ * and of their gradient ops, and the grad makers (ops/grad.h).
  *
  * How: pe_conv_geom_get / pe_pool_geom_get turn the op's inputs and attrs
  * into one validated geometry struct (ops/nn.h) using Paddle's rules:
@@ -11,10 +12,16 @@
  *     the whole plane (ksize = [H, W], paddings 0); adaptive: out = ksize.
  * The kernels call the same functions, so infer and kernel never disagree.
  *
+ * The gradient ops (conv2d_grad, pool2d_grad, batch_norm_grad) carry the
+ * forward op's inputs under the same slot names and its attrs, so their
+ * inference re-derives the same geometry and checks the incoming gradient
+ * against it; each requested gradient gets the meta of its forward input.
+ *
  * Why: every shape error is caught here, before allocation, with a message
  * naming the op, the vars and their shapes.
  */
 #include "ops/nn.h"
+#include "ops/grad.h"
 
 #include <string.h>
 
@@ -265,4 +272,152 @@ pe_status pe_infer_batch_norm(pe_op_ctx *ctx) {
     }
     if (st != PE_OK) return pe_ctx_error(ctx, st, "%s", pe_last_error());
     return PE_OK;
+}
+
+/* ---- gradient ops: shape inference ------------------------------------- */
+
+/* The gradient `gslot` (dims must be `dims`, dtype `dt`) of a forward output. */
+static pe_status check_out_grad(pe_op_ctx *ctx, const char *gslot, pe_dtype dt, int nd, const int64_t *dims) {
+    const pe_tensor *d = pe_ctx_in(ctx, gslot);
+    char ds[128], ws[128];
+    if (!d) return pe_ctx_error(ctx, PE_ERR_INVALID, "input %s is missing", gslot);
+    bool ok = d->dtype == dt && d->ndim == nd;
+    for (int i = 0; ok && i < nd; i++) ok = d->dims[i] == dims[i];
+    if (!ok)
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "%s '%s' is %s %s; the forward output is %s %s", gslot,
+                            pe_ctx_in_name(ctx, gslot, 0), pe_dtype_name(d->dtype), DIMS(d, ds), pe_dtype_name(dt),
+                            pe_dims_str(nd, dims, ws, sizeof ws));
+    return PE_OK;
+}
+
+/* Output gslot (when requested) gets the meta of input `like`. */
+static pe_status grad_like(pe_op_ctx *ctx, const char *gslot, const char *like) {
+    pe_tensor *o = pe_ctx_out(ctx, gslot);
+    if (!o) return PE_OK;
+    const pe_tensor *t = pe_ctx_in(ctx, like);
+    if (!t)
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "output %s '%s' is requested but input %s is absent", gslot,
+                            pe_ctx_out_name(ctx, gslot, 0), like);
+    pe_status st = pe_tensor_set_meta(o, t->dtype, t->ndim, t->dims);
+    if (st != PE_OK) return pe_ctx_error(ctx, st, "%s", pe_last_error());
+    return PE_OK;
+}
+
+/* Input, Filter, Bias?, Output@GRAD: [N, M, oh, ow] ->
+ * Input@GRAD?, Filter@GRAD?, Bias@GRAD? like Input, Filter, Bias. */
+pe_status pe_infer_conv2d_grad(pe_op_ctx *ctx) {
+    pe_conv_geom g;
+    PE_CHECK(pe_conv_geom_get(ctx, &g));
+    const int64_t dims[4] = {g.n, g.m, g.oh, g.ow};
+    PE_CHECK(check_out_grad(ctx, "Output@GRAD", pe_ctx_in(ctx, "Input")->dtype, 4, dims));
+    PE_CHECK(grad_like(ctx, "Input@GRAD", "Input"));
+    PE_CHECK(grad_like(ctx, "Filter@GRAD", "Filter"));
+    return grad_like(ctx, "Bias@GRAD", "Bias");
+}
+
+/* X, Out, Out@GRAD: [N, C, oh, ow] -> X@GRAD like X. */
+pe_status pe_infer_pool2d_grad(pe_op_ctx *ctx) {
+    pe_pool_geom g;
+    PE_CHECK(pe_pool_geom_get(ctx, &g));
+    const int64_t dims[4] = {g.n, g.c, g.oh, g.ow};
+    const pe_dtype dt = pe_ctx_in(ctx, "X")->dtype;
+    PE_CHECK(check_out_grad(ctx, "Out", dt, 4, dims));
+    PE_CHECK(check_out_grad(ctx, "Out@GRAD", dt, 4, dims));
+    return grad_like(ctx, "X@GRAD", "X");
+}
+
+/* X: [N, C, ...], Scale, Bias: [C], SavedMean/SavedVariance (training) or
+ * Mean/Variance (is_test / use_global_stats): [C], Y@GRAD like X ->
+ * X@GRAD?, Scale@GRAD?, Bias@GRAD? like X, Scale, Bias. */
+pe_status pe_infer_batch_norm_grad(pe_op_ctx *ctx) {
+    const pe_tensor *x = pe_ctx_in(ctx, "X");
+    const char *xn = pe_ctx_in_name(ctx, "X", 0);
+    char xs[128], ps[128];
+    const char *layout = pe_ctx_string(ctx, "data_layout");
+    if (!layout_is_nchw(layout))
+        return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "data_layout '%s' is not supported yet (only NCHW)", layout);
+    if (x->ndim < 2 || x->ndim > 5)
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "X '%s' must have rank 2 to 5 ([N, C, ...]), got %s", xn, DIMS(x, xs));
+    if (!dtype_is_float(x->dtype))
+        return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "X '%s' has dtype %s; batch_norm supports float32 and float64",
+                            xn, pe_dtype_name(x->dtype));
+    const bool global = pe_ctx_bool(ctx, "is_test") || pe_ctx_bool(ctx, "use_global_stats");
+    const char *stats[2] = {global ? "Mean" : "SavedMean", global ? "Variance" : "SavedVariance"};
+    const char *params[4] = {"Scale", "Bias", stats[0], stats[1]};
+    const int64_t c = x->dims[1];
+    for (int i = 0; i < 4; i++) {
+        const pe_tensor *t = pe_ctx_in(ctx, params[i]);
+        if (!t)
+            return pe_ctx_error(ctx, PE_ERR_INVALID, "input %s is missing (needed %s)", params[i],
+                                global ? "with is_test / use_global_stats" : "in training mode");
+        if (t->ndim != 1 || t->dims[0] != c || t->dtype != x->dtype)
+            return pe_ctx_error(ctx, PE_ERR_INVALID,
+                                "%s '%s' is %s %s; X '%s' %s needs a 1-D [%lld] tensor of dtype %s (one per channel)",
+                                params[i], pe_ctx_in_name(ctx, params[i], 0), pe_dtype_name(t->dtype), DIMS(t, ps), xn,
+                                DIMS(x, xs), (long long)c, pe_dtype_name(x->dtype));
+    }
+    PE_CHECK(check_out_grad(ctx, "Y@GRAD", x->dtype, x->ndim, x->dims));
+    PE_CHECK(grad_like(ctx, "X@GRAD", "X"));
+    PE_CHECK(grad_like(ctx, "Scale@GRAD", "Scale"));
+    return grad_like(ctx, "Bias@GRAD", "Bias");
+}
+
+/* ---- grad makers --------------------------------------------------------- */
+
+/* conv2d: Output = conv(Input, Filter) + Bias ->
+ * conv2d_grad(Input, Filter, Bias?, Output@GRAD) -> Input@GRAD, Filter@GRAD, Bias@GRAD */
+pe_status pe_grad_conv2d(pe_grad_ctx *g) {
+    PE_CHECK(pe_grad_new_op(g, "conv2d_grad"));
+    PE_CHECK(pe_grad_fwd_input(g, "Input", "Input"));
+    PE_CHECK(pe_grad_fwd_input(g, "Filter", "Filter"));
+    PE_CHECK(pe_grad_fwd_input(g, "Bias", "Bias"));
+    PE_CHECK(pe_grad_out_grad(g, "Output", "Output@GRAD"));
+    PE_CHECK(pe_grad_in_grad(g, "Input", "Input@GRAD"));
+    PE_CHECK(pe_grad_in_grad(g, "Filter", "Filter@GRAD"));
+    return pe_grad_in_grad(g, "Bias", "Bias@GRAD");
+}
+
+/* pool2d: Out = pool(X) -> pool2d_grad(X, Out, Out@GRAD) -> X@GRAD */
+pe_status pe_grad_pool2d(pe_grad_ctx *g) {
+    PE_CHECK(pe_grad_new_op(g, "pool2d_grad"));
+    PE_CHECK(pe_grad_fwd_input(g, "X", "X"));
+    PE_CHECK(pe_grad_fwd_output(g, "Out", "Out"));
+    PE_CHECK(pe_grad_out_grad(g, "Out", "Out@GRAD"));
+    return pe_grad_in_grad(g, "X", "X@GRAD");
+}
+
+static bool fwd_bool(const pe_op *op, const char *name) {
+    const pe_attr *a = pe_op_attr(op, name);
+    return a && (a->type == PE_ATTR_BOOL || a->type == PE_ATTR_INT || a->type == PE_ATTR_LONG) && a->i != 0;
+}
+
+/* batch_norm: Y = Scale * (X - mean) / sqrt(var + eps) + Bias ->
+ * batch_norm_grad(X, Scale, Bias, SavedMean, SavedVariance | Mean, Variance, Y@GRAD)
+ *   -> X@GRAD, Scale@GRAD, Bias@GRAD.
+ * Training uses the batch statistics the forward saved; is_test /
+ * use_global_stats uses the running Mean/Variance (constants: no gradient).
+ * MeanOut/VarianceOut/Saved* carry no gradient. */
+pe_status pe_grad_batch_norm(pe_grad_ctx *g) {
+    const pe_op *f = pe_grad_fwd(g);
+    const bool global = fwd_bool(f, "is_test") || fwd_bool(f, "use_global_stats");
+    if (!global && (!pe_op_output1(f, "SavedMean") || !pe_op_output1(f, "SavedVariance")))
+        return pe_error(PE_ERR_INVALID,
+                        "batch_norm (Y '%s') in training mode needs its SavedMean and SavedVariance outputs for the "
+                        "gradient; add them to the op",
+                        pe_op_output1(f, "Y") ? pe_op_output1(f, "Y") : "?");
+    PE_CHECK(pe_grad_new_op(g, "batch_norm_grad"));
+    PE_CHECK(pe_grad_fwd_input(g, "X", "X"));
+    PE_CHECK(pe_grad_fwd_input(g, "Scale", "Scale"));
+    PE_CHECK(pe_grad_fwd_input(g, "Bias", "Bias"));
+    if (global) {
+        PE_CHECK(pe_grad_fwd_input(g, "Mean", "Mean"));
+        PE_CHECK(pe_grad_fwd_input(g, "Variance", "Variance"));
+    } else {
+        PE_CHECK(pe_grad_fwd_output(g, "SavedMean", "SavedMean"));
+        PE_CHECK(pe_grad_fwd_output(g, "SavedVariance", "SavedVariance"));
+    }
+    PE_CHECK(pe_grad_out_grad(g, "Y", "Y@GRAD"));
+    PE_CHECK(pe_grad_in_grad(g, "X", "X@GRAD"));
+    PE_CHECK(pe_grad_in_grad(g, "Scale", "Scale@GRAD"));
+    return pe_grad_in_grad(g, "Bias", "Bias@GRAD");
 }

@@ -40,6 +40,7 @@ struct pe_dnnl_entry {
     int ready, linked, busy;
     int unsupported;           /* negative entry: oneDNN cannot run this key */
     dnnl_primitive_desc_t pd;
+    dnnl_primitive_desc_t hint; /* forward pd of a backward primitive, or NULL */
     dnnl_primitive_t prim;
     dnnl_stream_t stream;
     dnnl_memory_t scratch;
@@ -114,6 +115,7 @@ static void entry_destroy(pe_dnnl_entry *e) {
     if (e->scratch) dnnl_memory_destroy(e->scratch);
     if (e->prim) dnnl_primitive_destroy(e->prim);
     if (e->pd) dnnl_primitive_desc_destroy(e->pd);
+    if (e->hint) dnnl_primitive_desc_destroy(e->hint);
     if (e->stream) dnnl_stream_destroy(e->stream);
     free(e->buf);
     free(e);
@@ -228,8 +230,8 @@ void pe_dnnl_cache_stats(int *n_entries, int64_t *n_created) {
 
 /* ---- building ----------------------------------------------------------- */
 
-pe_status pe_dnnl_entry_init(pe_dnnl_entry *e, const void *op_desc, int n_threads) {
-    PE_ASSERT(e && !e->pd);
+static pe_status entry_init(pe_dnnl_entry *e, const void *op_desc, const void *fwd_desc, int n_threads) {
+    PE_ASSERT(e && !e->pd && !e->hint);
     dnnl_engine_t eng = pe_dnnl_engine();
     if (!eng) return PE_ERR_DEVICE;
     dnnl_primitive_attr_t attr = NULL;
@@ -242,7 +244,8 @@ pe_status pe_dnnl_entry_init(pe_dnnl_entry *e, const void *op_desc, int n_thread
     /* oneDNN reads omp_get_max_threads() when it plans the work split. */
     int saved = omp_get_max_threads();
     omp_set_num_threads(n_threads);
-    s = dnnl_primitive_desc_create(&e->pd, op_desc, attr, eng, NULL);
+    if (fwd_desc) s = dnnl_primitive_desc_create(&e->hint, fwd_desc, NULL, eng, NULL);
+    if (s == dnnl_success) s = dnnl_primitive_desc_create(&e->pd, op_desc, attr, eng, e->hint);
     dnnl_primitive_attr_destroy(attr);
     if (s == dnnl_success) s = dnnl_primitive_create(&e->prim, e->pd);
     omp_set_num_threads(saved);
@@ -258,6 +261,22 @@ pe_status pe_dnnl_entry_init(pe_dnnl_entry *e, const void *op_desc, int n_thread
                             dnnl_memory_desc_get_size(smd), dnnl_status2str(s));
         e->args[e->n_args++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, e->scratch};
     }
+    return PE_OK;
+}
+
+pe_status pe_dnnl_entry_init(pe_dnnl_entry *e, const void *op_desc, int n_threads) {
+    return entry_init(e, op_desc, NULL, n_threads);
+}
+
+pe_status pe_dnnl_entry_init_bwd(pe_dnnl_entry *e, const void *op_desc, const void *fwd_desc, int n_threads) {
+    return entry_init(e, op_desc, fwd_desc, n_threads);
+}
+
+pe_status pe_dnnl_md_plain(dnnl_memory_desc_t *md, int nd, const int64_t *dims, dnnl_format_tag_t tag) {
+    dnnl_dims_t d;
+    for (int i = 0; i < nd; i++) d[i] = dims[i];
+    dnnl_status_t s = dnnl_memory_desc_init_by_tag(md, nd, d, dnnl_f32, tag);
+    if (s != dnnl_success) return pe_error(PE_ERR_DEVICE, "oneDNN: bad memory descriptor (%s)", dnnl_status2str(s));
     return PE_OK;
 }
 
@@ -325,4 +344,26 @@ pe_status pe_dnnl_entry_run(pe_dnnl_entry *e, void *const *handles, int n_thread
     if (saved != n_threads) omp_set_num_threads(saved);
     if (s != dnnl_success) return pe_error(PE_ERR_DEVICE, "oneDNN: execution failed (%s)", dnnl_status2str(s));
     return PE_OK;
+}
+
+pe_status pe_dnnl_run_cached(const pe_dnnl_key *key, int n_threads, pe_dnnl_build_fn build, const void *geom,
+                             void *const *handles, bool *fallback) {
+    pe_dnnl_entry *e = NULL;
+    *fallback = false;
+    PE_CHECK(pe_dnnl_acquire(key, n_threads, &e));
+    if (!pe_dnnl_entry_ready(e)) {
+        pe_status st = build(e, geom, n_threads);
+        if (st != PE_OK && !pe_dnnl_entry_unsupported(e)) {
+            pe_dnnl_discard(e);
+            return st;
+        }
+    }
+    if (pe_dnnl_entry_unsupported(e)) {
+        pe_dnnl_release(e);
+        *fallback = true;
+        return PE_OK;
+    }
+    pe_status st = pe_dnnl_entry_run(e, handles, n_threads);
+    pe_dnnl_release(e);
+    return st;
 }

@@ -28,6 +28,7 @@
 #ifndef PE_OPS_CPU_DNNL_UTIL_H
 #define PE_OPS_CPU_DNNL_UTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -36,9 +37,10 @@
 #include "pe/status.h"
 
 #define PE_DNNL_KEY_MAX 40
-#define PE_DNNL_MAX_BIND 8
+#define PE_DNNL_MAX_BIND 10
 
-enum { PE_DNNL_CONV = 1, PE_DNNL_POOL, PE_DNNL_BNORM };
+enum { PE_DNNL_CONV = 1, PE_DNNL_POOL, PE_DNNL_BNORM,
+       PE_DNNL_CONV_BWD_DATA, PE_DNNL_CONV_BWD_WEIGHTS, PE_DNNL_POOL_BWD, PE_DNNL_BNORM_BWD };
 enum { PE_DNNL_IN = 0, PE_DNNL_OUT = 1 };
 
 typedef struct pe_dnnl_key {
@@ -66,6 +68,11 @@ int pe_dnnl_entry_ready(const pe_dnnl_entry *e);
  * implementation the entry is marked unsupported (see below) and
  * PE_ERR_UNSUPPORTED returned; PE_ERR_DEVICE on other oneDNN failures. */
 pe_status pe_dnnl_entry_init(pe_dnnl_entry *e, const void *op_desc, int n_threads);
+/* The same for a backward primitive: fwd_desc is the matching forward
+ * (training) op descriptor; its primitive descriptor is the hint oneDNN
+ * wants for backward primitives (layouts, workspace) and lives as long as
+ * the entry. */
+pe_status pe_dnnl_entry_init_bwd(pe_dnnl_entry *e, const void *op_desc, const void *fwd_desc, int n_threads);
 /* Binds primitive argument `arg` to the next run handle. user_md describes
  * the tensor as stored (plain); when the primitive wants another layout the
  * entry gets an internal buffer and a reorder (before the run for inputs,
@@ -86,6 +93,20 @@ pe_status pe_dnnl_entry_run(pe_dnnl_entry *e, void *const *handles, int n_thread
 void pe_dnnl_release(pe_dnnl_entry *e);
 /* Destroys an entry whose initialisation failed (never cached). */
 void pe_dnnl_discard(pe_dnnl_entry *e);
+
+/* A plain f32 memory descriptor (tag: dnnl_nchw, dnnl_x, ...; or
+ * dnnl_format_tag_any to let a primitive choose). */
+pe_status pe_dnnl_md_plain(dnnl_memory_desc_t *md, int nd, const int64_t *dims, dnnl_format_tag_t tag);
+
+/* The whole acquire / build-on-miss / run / release sequence of the usage
+ * example above: `build` fills a new entry (init + binds) from `geom`;
+ * handles[i] is the data of the i-th bound argument. *fallback is set (and
+ * nothing run) when oneDNN has no implementation for the key — an answer
+ * remembered in the cache — so the caller runs its own loops. Errors carry
+ * a message (pe_last_error) for the caller to wrap. */
+typedef pe_status (*pe_dnnl_build_fn)(pe_dnnl_entry *e, const void *geom, int n_threads);
+pe_status pe_dnnl_run_cached(const pe_dnnl_key *key, int n_threads, pe_dnnl_build_fn build, const void *geom,
+                             void *const *handles, bool *fallback);
 
 /* Frees every entry not checked out (tests; memory pressure). */
 void pe_dnnl_cache_clear(void);

@@ -32,6 +32,8 @@
  * every update is per channel, read-then-write, and copies are skipped when
  * source and destination coincide.
  *
+ * The gradient kernels are in ops/cpu/nn_grad.c.
+ *
  * Threads: oneDNN is the OpenMP build; pe_dnnl_entry_run sets the calling
  * thread's OpenMP thread count to ctx->num_threads for the run. The loops
  * use num_threads(ctx->num_threads) and give each output to one thread, so
@@ -168,39 +170,11 @@ PE_NN_LOOPS(double, f64, -DBL_MAX)
 
 /* ---- oneDNN helpers ----------------------------------------------------- */
 
-static pe_status md_plain(dnnl_memory_desc_t *md, int nd, const int64_t *dims, dnnl_format_tag_t tag) {
-    dnnl_dims_t d;
-    for (int i = 0; i < nd; i++) d[i] = dims[i];
-    dnnl_status_t s = dnnl_memory_desc_init_by_tag(md, nd, d, dnnl_f32, tag);
-    if (s != dnnl_success) return pe_error(PE_ERR_DEVICE, "oneDNN: bad memory descriptor (%s)", pe_dnnl_status_str(s));
-    return PE_OK;
-}
-
-/* Acquire an entry for key; build it with `build` when new. *fallback is set
- * when oneDNN has no implementation for this key (remembered in the cache). */
-typedef pe_status (*entry_build_fn)(pe_dnnl_entry *e, const void *geom, int nt);
-
-static pe_status dnnl_run(const pe_op_ctx *ctx, const pe_dnnl_key *key, entry_build_fn build, const void *geom,
+/* Runs key's cached primitive (built by `build` when new); *fallback when
+ * oneDNN has no implementation for it (remembered in the cache). */
+static pe_status dnnl_run(const pe_op_ctx *ctx, const pe_dnnl_key *key, pe_dnnl_build_fn build, const void *geom,
                           void *const *handles, bool *fallback) {
-    const int nt = kernel_threads(ctx);
-    pe_dnnl_entry *e = NULL;
-    *fallback = false;
-    pe_status st = pe_dnnl_acquire(key, nt, &e);
-    if (st != PE_OK) return pe_ctx_error(ctx, st, "%s", pe_last_error());
-    if (!pe_dnnl_entry_ready(e)) {
-        st = build(e, geom, nt);
-        if (st != PE_OK && !pe_dnnl_entry_unsupported(e)) {
-            pe_dnnl_discard(e);
-            return pe_ctx_error(ctx, st, "%s", pe_last_error());
-        }
-    }
-    if (pe_dnnl_entry_unsupported(e)) {
-        pe_dnnl_release(e);
-        *fallback = true;
-        return PE_OK;
-    }
-    st = pe_dnnl_entry_run(e, handles, nt);
-    pe_dnnl_release(e);
+    pe_status st = pe_dnnl_run_cached(key, kernel_threads(ctx), build, geom, handles, fallback);
     if (st != PE_OK) return pe_ctx_error(ctx, st, "%s", pe_last_error());
     return PE_OK;
 }
@@ -214,13 +188,13 @@ static pe_status conv_build(pe_dnnl_entry *e, const void *geom, int nt) {
     const int64_t wdg[5] = {g->groups, g->m / g->groups, g->c / g->groups, g->kh, g->kw};
     const bool grouped = g->groups > 1;
     dnnl_memory_desc_t src, wei, dst, bia, src_any, wei_any, dst_any;
-    PE_CHECK(md_plain(&src, 4, sd, dnnl_nchw));
-    PE_CHECK(md_plain(&dst, 4, dd, dnnl_nchw));
-    PE_CHECK(md_plain(&bia, 1, bd, dnnl_x));
-    PE_CHECK(grouped ? md_plain(&wei, 5, wdg, dnnl_goihw) : md_plain(&wei, 4, wd1, dnnl_oihw));
-    PE_CHECK(md_plain(&src_any, 4, sd, dnnl_format_tag_any));
-    PE_CHECK(md_plain(&dst_any, 4, dd, dnnl_format_tag_any));
-    PE_CHECK(grouped ? md_plain(&wei_any, 5, wdg, dnnl_format_tag_any) : md_plain(&wei_any, 4, wd1, dnnl_format_tag_any));
+    PE_CHECK(pe_dnnl_md_plain(&src, 4, sd, dnnl_nchw));
+    PE_CHECK(pe_dnnl_md_plain(&dst, 4, dd, dnnl_nchw));
+    PE_CHECK(pe_dnnl_md_plain(&bia, 1, bd, dnnl_x));
+    PE_CHECK(grouped ? pe_dnnl_md_plain(&wei, 5, wdg, dnnl_goihw) : pe_dnnl_md_plain(&wei, 4, wd1, dnnl_oihw));
+    PE_CHECK(pe_dnnl_md_plain(&src_any, 4, sd, dnnl_format_tag_any));
+    PE_CHECK(pe_dnnl_md_plain(&dst_any, 4, dd, dnnl_format_tag_any));
+    PE_CHECK(grouped ? pe_dnnl_md_plain(&wei_any, 5, wdg, dnnl_format_tag_any) : pe_dnnl_md_plain(&wei_any, 4, wd1, dnnl_format_tag_any));
     dnnl_dims_t strides = {g->sh, g->sw}, dil = {g->dh - 1, g->dw - 1};
     dnnl_dims_t pad_l = {g->pt, g->pl}, pad_r = {g->pb, g->pr};
     dnnl_convolution_desc_t cd;
@@ -274,8 +248,8 @@ static pe_status pool_build(pe_dnnl_entry *e, const void *geom, int nt) {
     const pe_pool_geom *g = pg->g;
     const int64_t sd[4] = {g->n, g->c, g->h, g->w}, dd[4] = {g->n, g->c, g->oh, g->ow};
     dnnl_memory_desc_t src, dst;
-    PE_CHECK(md_plain(&src, 4, sd, dnnl_nchw));
-    PE_CHECK(md_plain(&dst, 4, dd, dnnl_nchw));
+    PE_CHECK(pe_dnnl_md_plain(&src, 4, sd, dnnl_nchw));
+    PE_CHECK(pe_dnnl_md_plain(&dst, 4, dd, dnnl_nchw));
     dnnl_alg_kind_t alg = g->is_max ? dnnl_pooling_max
                           : g->exclusive ? dnnl_pooling_avg_exclude_padding
                                          : dnnl_pooling_avg_include_padding;
@@ -343,8 +317,8 @@ static pe_status bn_build(pe_dnnl_entry *e, const void *geom, int nt) {
                                               dnnl_nchw, dnnl_ncdhw};
     const int64_t cd[1] = {b->dims[1]};
     dnnl_memory_desc_t data, chan;
-    PE_CHECK(md_plain(&data, b->ndim, b->dims, tags[b->ndim]));
-    PE_CHECK(md_plain(&chan, 1, cd, dnnl_x));
+    PE_CHECK(pe_dnnl_md_plain(&data, b->ndim, b->dims, tags[b->ndim]));
+    PE_CHECK(pe_dnnl_md_plain(&chan, 1, cd, dnnl_x));
     unsigned flags = dnnl_use_scale | dnnl_use_shift | (b->global ? dnnl_use_global_stats : 0);
     dnnl_batch_normalization_desc_t bd;
     dnnl_status_t s = dnnl_batch_normalization_forward_desc_init(

@@ -1,0 +1,541 @@
+/* ops/cpu/nn_grad.c — CPU kernels of the nn gradient ops: conv2d_grad,
+ * pool2d_grad, batch_norm_grad.
+ *
+ * How: float32 goes through oneDNN backward primitives, cached like the
+ * forward ones (dnnl_util.c; each backward primitive keeps the forward
+ * primitive descriptor oneDNN takes as its hint):
+ *   - conv2d_grad: convolution_backward_data for Input@GRAD and
+ *     convolution_backward_weights (with the bias gradient when requested)
+ *     for Filter@GRAD, each with oneDNN's preferred layouts and reorders;
+ *   - pool2d_grad avg: pooling_backward on the plain layout, with the same
+ *     bottom/right padding adjustment as the forward kernel;
+ *   - batch_norm_grad: batch_normalization_backward with scale and shift.
+ * float64 (gradient checks), max pooling, adaptive pooling, windows lying
+ * wholly in the padding, a batch_norm_grad without X@GRAD and anything
+ * oneDNN reports as unimplemented run direct OpenMP loops written once as a
+ * macro template for float and double (PE_NN_GRAD_LOOPS), each the exact
+ * adjoint of the forward loops in nn.c.
+ *
+ * Max pooling backward recomputes each window's argmax from X (first
+ * maximum in row-major order wins ties, as Paddle and PyTorch do) instead
+ * of keeping a oneDNN workspace from the forward: no state between the ops,
+ * and the tie rule is ours rather than the primitive's. Out is an input of
+ * pool2d_grad for Paddle compatibility and shape checking only.
+ *
+ * batch_norm_grad, training: with xhat = (x - mean) * inv (mean and inv =
+ * 1/sqrt(var + eps) from SavedMean/SavedVariance, the batch statistics),
+ * M = N*spatial, per channel:
+ *   Bias@GRAD = sum dy,  Scale@GRAD = sum dy * xhat,
+ *   X@GRAD = scale * inv * (dy - sum(dy)/M - xhat * sum(dy*xhat)/M).
+ * is_test / use_global_stats: mean, var are the running Mean/Variance
+ * (constants), X@GRAD = scale * inv * dy. oneDNN takes the variance, so the
+ * saved inverse std is turned back into var = 1/inv^2 - eps per channel.
+ * When the forward had nothing to normalise over (training with M == 1:
+ * Y = X), X@GRAD = Y@GRAD and the parameter gradients are 0.
+ *
+ * Outputs whose arg is @EMPTY@ (NULL tensors) are not computed. Loops give
+ * every output element to one thread (gather form), so they are
+ * deterministic for any thread count.
+ */
+#include "ops/nn.h"
+#include "ops/cpu/dnnl_util.h"
+
+#include <math.h>
+#include <string.h>
+
+static int kernel_threads(const pe_op_ctx *ctx) { return ctx->num_threads > 0 ? ctx->num_threads : 1; }
+
+static int64_t i64_min(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t i64_max(int64_t a, int64_t b) { return a > b ? a : b; }
+
+static void *data_or_null(const pe_tensor *t) { return t ? pe_tensor_data(t) : NULL; }
+
+static void zero_if(pe_tensor *t) {
+    if (t) memset(pe_tensor_data(t), 0, pe_tensor_nbytes(t));
+}
+
+/* The input rows [*a0, *a1) of output row o (cols: pass the w fields) —
+ * exactly the forward loops' window (ops/cpu/nn.c). */
+static void pool_window(bool adaptive, int64_t o, int64_t in, int64_t out, int64_t s,
+                        int64_t k, int64_t p, int64_t *a0, int64_t *a1) {
+    if (adaptive) {
+        *a0 = o * in / out;
+        *a1 = ((o + 1) * in + out - 1) / out;
+        return;
+    }
+    int64_t lo = o * s - p, hi = i64_min(lo + k, in);
+    lo = i64_max(lo, 0);
+    *a0 = lo;
+    *a1 = i64_max(hi, lo);
+}
+
+/* ---- direct loops (float and double) ------------------------------------ */
+
+#define PE_NN_GRAD_LOOPS(T, SUF)                                                                           \
+    /* dy: [N, M, oh, ow], w: [M, C/groups, kh, kw] -> dx: [N, C, H, W] */                                \
+    static void conv_bwd_data_##SUF(const pe_conv_geom *g, const T *dy, const T *w, T *dx, int nt) {       \
+        const int64_t cg = g->c / g->groups, mg = g->m / g->groups, khw = g->kh * g->kw;                  \
+        _Pragma("omp parallel for collapse(2) schedule(static) num_threads(nt)")                          \
+        for (int64_t n = 0; n < g->n; n++)                                                                 \
+            for (int64_t c = 0; c < g->c; c++) {                                                           \
+                const int64_t m0 = (c / cg) * mg, ci = c % cg;                                             \
+                T *dxp = dx + (n * g->c + c) * g->h * g->w;                                                \
+                for (int64_t iy = 0; iy < g->h; iy++)                                                      \
+                    for (int64_t ix = 0; ix < g->w; ix++) {                                                \
+                        double acc = 0;                                                                    \
+                        for (int64_t m = m0; m < m0 + mg; m++) {                                           \
+                            const T *dyp = dy + (n * g->m + m) * g->oh * g->ow;                            \
+                            const T *wp = w + (m * cg + ci) * khw;                                         \
+                            for (int64_t ky = 0; ky < g->kh; ky++) {                                       \
+                                const int64_t ty = iy + g->pt - ky * g->dh;                                \
+                                if (ty < 0 || ty % g->sh) continue;                                        \
+                                const int64_t oy = ty / g->sh;                                             \
+                                if (oy >= g->oh) continue;                                                 \
+                                for (int64_t kx = 0; kx < g->kw; kx++) {                                   \
+                                    const int64_t tx = ix + g->pl - kx * g->dw;                            \
+                                    if (tx < 0 || tx % g->sw) continue;                                    \
+                                    const int64_t ox = tx / g->sw;                                         \
+                                    if (ox >= g->ow) continue;                                             \
+                                    acc += (double)dyp[oy * g->ow + ox] * wp[ky * g->kw + kx];             \
+                                }                                                                          \
+                            }                                                                              \
+                        }                                                                                  \
+                        dxp[iy * g->w + ix] = (T)acc;                                                      \
+                    }                                                                                      \
+            }                                                                                              \
+    }                                                                                                      \
+                                                                                                           \
+    /* x: [N, C, H, W], dy: [N, M, oh, ow] -> dw: [M, C/groups, kh, kw] (NULL: skip), db: [M] (NULL:     \
+     * skip) */                                                                                            \
+    static void conv_bwd_weights_##SUF(const pe_conv_geom *g, const T *x, const T *dy, T *dw, T *db,       \
+                                       int nt) {                                                           \
+        const int64_t cg = g->c / g->groups, mg = g->m / g->groups, khw = g->kh * g->kw;                  \
+        const int64_t plane = g->oh * g->ow;                                                               \
+        if (dw) {                                                                                          \
+            _Pragma("omp parallel for schedule(static) num_threads(nt)")                                  \
+            for (int64_t e = 0; e < g->m * cg * khw; e++) {                                                \
+                const int64_t m = e / (cg * khw), ci = e / khw % cg, ky = e % khw / g->kw, kx = e % g->kw; \
+                const int64_t c = (m / mg) * cg + ci;                                                      \
+                double acc = 0;                                                                            \
+                for (int64_t n = 0; n < g->n; n++) {                                                       \
+                    const T *xp = x + (n * g->c + c) * g->h * g->w;                                        \
+                    const T *dyp = dy + (n * g->m + m) * plane;                                            \
+                    for (int64_t oy = 0; oy < g->oh; oy++) {                                               \
+                        const int64_t iy = oy * g->sh - g->pt + ky * g->dh;                                \
+                        if (iy < 0 || iy >= g->h) continue;                                                \
+                        for (int64_t ox = 0; ox < g->ow; ox++) {                                           \
+                            const int64_t ix = ox * g->sw - g->pl + kx * g->dw;                            \
+                            if (ix < 0 || ix >= g->w) continue;                                            \
+                            acc += (double)dyp[oy * g->ow + ox] * xp[iy * g->w + ix];                      \
+                        }                                                                                  \
+                    }                                                                                      \
+                }                                                                                          \
+                dw[e] = (T)acc;                                                                            \
+            }                                                                                              \
+        }                                                                                                  \
+        if (db) {                                                                                          \
+            _Pragma("omp parallel for schedule(static) num_threads(nt)")                                  \
+            for (int64_t m = 0; m < g->m; m++) {                                                           \
+                double acc = 0;                                                                            \
+                for (int64_t n = 0; n < g->n; n++) {                                                       \
+                    const T *dyp = dy + (n * g->m + m) * plane;                                            \
+                    for (int64_t i = 0; i < plane; i++) acc += dyp[i];                                     \
+                }                                                                                          \
+                db[m] = (T)acc;                                                                            \
+            }                                                                                              \
+        }                                                                                                  \
+    }                                                                                                      \
+                                                                                                           \
+    /* x: [N, C, H, W], dy: [N, C, oh, ow] -> dx: [N, C, H, W]. Max: each window's gradient goes to    \
+     * its first maximum; avg: spread over the window's cells with the forward divisor. */               \
+    static void pool_bwd_##SUF(const pe_pool_geom *g, const T *x, const T *dy, T *dx, int nt) {           \
+        _Pragma("omp parallel for schedule(static) num_threads(nt)")                                      \
+        for (int64_t nc = 0; nc < g->n * g->c; nc++) {                                                     \
+            const T *xp = x + nc * g->h * g->w;                                                            \
+            const T *dyp = dy + nc * g->oh * g->ow;                                                        \
+            T *dxp = dx + nc * g->h * g->w;                                                                \
+            memset(dxp, 0, (size_t)(g->h * g->w) * sizeof(T));                                             \
+            for (int64_t oy = 0; oy < g->oh; oy++) {                                                       \
+                int64_t h0, h1;                                                                            \
+                pool_window(g->adaptive, oy, g->h, g->oh, g->sh, g->kh, g->pt, &h0, &h1);               \
+                for (int64_t ox = 0; ox < g->ow; ox++) {                                                   \
+                    int64_t w0, w1;                                                                        \
+                    pool_window(g->adaptive, ox, g->w, g->ow, g->sw, g->kw, g->pl, &w0, &w1);           \
+                    if (h1 <= h0 || w1 <= w0) continue; /* window wholly in the padding */                 \
+                    const T d = dyp[oy * g->ow + ox];                                                      \
+                    if (g->is_max) {                                                                       \
+                        int64_t arg = h0 * g->w + w0;                                                      \
+                        T best = xp[arg];                                                                  \
+                        for (int64_t iy = h0; iy < h1; iy++)                                               \
+                            for (int64_t ix = w0; ix < w1; ix++)                                           \
+                                if (xp[iy * g->w + ix] > best) {                                           \
+                                    best = xp[iy * g->w + ix];                                             \
+                                    arg = iy * g->w + ix;                                                  \
+                                }                                                                          \
+                        dxp[arg] += d;                                                                     \
+                    } else {                                                                               \
+                        const int64_t cnt = (g->exclusive || g->adaptive) ? (h1 - h0) * (w1 - w0)          \
+                                                                          : g->kh * g->kw;                 \
+                        const T share = d / (T)cnt;                                                        \
+                        for (int64_t iy = h0; iy < h1; iy++)                                               \
+                            for (int64_t ix = w0; ix < w1; ix++) dxp[iy * g->w + ix] += share;             \
+                    }                                                                                      \
+                }                                                                                          \
+            }                                                                                              \
+        }                                                                                                  \
+    }                                                                                                      \
+                                                                                                           \
+    /* x, dy: [N, C, S]; scale, mean: [C]; stat: [C] = inverse std (training) or running variance        \
+     * (global) -> dx: like x, dscale, dbias: [C] (each NULL: skip). See the file comment. */            \
+    static void bn_bwd_##SUF(const T *x, const T *dy, int64_t N, int64_t C, int64_t S, const T *scale,     \
+                             const T *mean, const T *stat, bool global, double eps, T *dx, T *dscale,      \
+                             T *dbias, int nt) {                                                           \
+        const double M = (double)(N * S);                                                                  \
+        _Pragma("omp parallel for schedule(static) num_threads(nt)")                                      \
+        for (int64_t c = 0; c < C; c++) {                                                                  \
+            const double mu = mean[c], inv = global ? 1.0 / sqrt((double)stat[c] + eps) : (double)stat[c]; \
+            double sdy = 0, sdyx = 0;                                                                      \
+            for (int64_t n = 0; n < N; n++)                                                                \
+                for (int64_t s = 0; s < S; s++) {                                                          \
+                    const int64_t i = (n * C + c) * S + s;                                                 \
+                    sdy += dy[i];                                                                          \
+                    sdyx += (double)dy[i] * (x[i] - mu);                                                   \
+                }                                                                                          \
+            sdyx *= inv; /* sum dy * xhat */                                                               \
+            if (dbias) dbias[c] = (T)sdy;                                                                  \
+            if (dscale) dscale[c] = (T)sdyx;                                                               \
+            if (!dx) continue;                                                                             \
+            const double a = scale[c] * inv, mdy = global ? 0 : sdy / M, mdyx = global ? 0 : sdyx / M;     \
+            for (int64_t n = 0; n < N; n++)                                                                \
+                for (int64_t s = 0; s < S; s++) {                                                          \
+                    const int64_t i = (n * C + c) * S + s;                                                 \
+                    dx[i] = (T)(a * (dy[i] - mdy - (x[i] - mu) * inv * mdyx));                             \
+                }                                                                                          \
+        }                                                                                                  \
+    }
+
+PE_NN_GRAD_LOOPS(float, f32)
+PE_NN_GRAD_LOOPS(double, f64)
+
+/* ---- conv2d_grad -------------------------------------------------------- */
+
+typedef struct conv_bwd_geom {
+    const pe_conv_geom *g;
+    bool with_bias;            /* backward weights: also the bias gradient */
+} conv_bwd_geom;
+
+/* The descriptors both conv backward primitives share: plain user layouts,
+ * "any" layouts for the primitive, and the forward (training) hint. */
+typedef struct conv_mds {
+    dnnl_memory_desc_t src, wei, dst, bia, src_any, wei_any, dst_any;
+    dnnl_dims_t strides, dil, pad_l, pad_r;
+    dnnl_convolution_desc_t fwd;
+} conv_mds;
+
+static pe_status conv_mds_init(conv_mds *d, const pe_conv_geom *g, bool with_bias) {
+    const int64_t sd[4] = {g->n, g->c, g->h, g->w}, dd[4] = {g->n, g->m, g->oh, g->ow}, bd[1] = {g->m};
+    const int64_t wd1[4] = {g->m, g->c, g->kh, g->kw};
+    const int64_t wdg[5] = {g->groups, g->m / g->groups, g->c / g->groups, g->kh, g->kw};
+    const bool grouped = g->groups > 1;
+    PE_CHECK(pe_dnnl_md_plain(&d->src, 4, sd, dnnl_nchw));
+    PE_CHECK(pe_dnnl_md_plain(&d->dst, 4, dd, dnnl_nchw));
+    PE_CHECK(pe_dnnl_md_plain(&d->bia, 1, bd, dnnl_x));
+    PE_CHECK(grouped ? pe_dnnl_md_plain(&d->wei, 5, wdg, dnnl_goihw) : pe_dnnl_md_plain(&d->wei, 4, wd1, dnnl_oihw));
+    PE_CHECK(pe_dnnl_md_plain(&d->src_any, 4, sd, dnnl_format_tag_any));
+    PE_CHECK(pe_dnnl_md_plain(&d->dst_any, 4, dd, dnnl_format_tag_any));
+    PE_CHECK(grouped ? pe_dnnl_md_plain(&d->wei_any, 5, wdg, dnnl_format_tag_any)
+                     : pe_dnnl_md_plain(&d->wei_any, 4, wd1, dnnl_format_tag_any));
+    d->strides[0] = g->sh; d->strides[1] = g->sw;
+    d->dil[0] = g->dh - 1; d->dil[1] = g->dw - 1;
+    d->pad_l[0] = g->pt; d->pad_l[1] = g->pl;
+    d->pad_r[0] = g->pb; d->pad_r[1] = g->pr;
+    dnnl_status_t s = dnnl_dilated_convolution_forward_desc_init(
+        &d->fwd, dnnl_forward_training, dnnl_convolution_direct, &d->src_any, &d->wei_any, with_bias ? &d->bia : NULL,
+        &d->dst_any, d->strides, d->dil, d->pad_l, d->pad_r);
+    if (s != dnnl_success)
+        return pe_error(PE_ERR_DEVICE, "oneDNN: convolution descriptor rejected (%s)", pe_dnnl_status_str(s));
+    return PE_OK;
+}
+
+/* handles: Output@GRAD, Filter -> Input@GRAD */
+static pe_status conv_bwd_data_build(pe_dnnl_entry *e, const void *geom, int nt) {
+    const conv_bwd_geom *cg = geom;
+    conv_mds d;
+    PE_CHECK(conv_mds_init(&d, cg->g, false));
+    dnnl_convolution_desc_t bd;
+    dnnl_status_t s = dnnl_dilated_convolution_backward_data_desc_init(
+        &bd, dnnl_convolution_direct, &d.src_any, &d.wei_any, &d.dst_any, d.strides, d.dil, d.pad_l, d.pad_r);
+    if (s != dnnl_success)
+        return pe_error(PE_ERR_DEVICE, "oneDNN: convolution backward-data descriptor rejected (%s)",
+                        pe_dnnl_status_str(s));
+    PE_CHECK(pe_dnnl_entry_init_bwd(e, &bd, &d.fwd, nt));
+    PE_CHECK(pe_dnnl_entry_bind(e, DNNL_ARG_DIFF_DST, &d.dst, PE_DNNL_IN));
+    PE_CHECK(pe_dnnl_entry_bind(e, DNNL_ARG_WEIGHTS, &d.wei, PE_DNNL_IN));
+    PE_CHECK(pe_dnnl_entry_bind(e, DNNL_ARG_DIFF_SRC, &d.src, PE_DNNL_OUT));
+    return PE_OK;
+}
+
+/* handles: Input, Output@GRAD -> Filter@GRAD [, Bias@GRAD] */
+static pe_status conv_bwd_weights_build(pe_dnnl_entry *e, const void *geom, int nt) {
+    const conv_bwd_geom *cg = geom;
+    conv_mds d;
+    PE_CHECK(conv_mds_init(&d, cg->g, cg->with_bias));
+    dnnl_convolution_desc_t bd;
+    dnnl_status_t s = dnnl_dilated_convolution_backward_weights_desc_init(
+        &bd, dnnl_convolution_direct, &d.src_any, &d.wei_any, cg->with_bias ? &d.bia : NULL, &d.dst_any, d.strides,
+        d.dil, d.pad_l, d.pad_r);
+    if (s != dnnl_success)
+        return pe_error(PE_ERR_DEVICE, "oneDNN: convolution backward-weights descriptor rejected (%s)",
+                        pe_dnnl_status_str(s));
+    PE_CHECK(pe_dnnl_entry_init_bwd(e, &bd, &d.fwd, nt));
+    PE_CHECK(pe_dnnl_entry_bind(e, DNNL_ARG_SRC, &d.src, PE_DNNL_IN));
+    PE_CHECK(pe_dnnl_entry_bind(e, DNNL_ARG_DIFF_DST, &d.dst, PE_DNNL_IN));
+    PE_CHECK(pe_dnnl_entry_bind(e, DNNL_ARG_DIFF_WEIGHTS, &d.wei, PE_DNNL_OUT));
+    if (cg->with_bias) PE_CHECK(pe_dnnl_entry_bind(e, DNNL_ARG_DIFF_BIAS, &d.bia, PE_DNNL_OUT));
+    return PE_OK;
+}
+
+static void conv_key(pe_dnnl_key *key, int kind, const pe_conv_geom *g, bool with_bias) {
+    pe_dnnl_key_init(key, kind);
+    const int64_t kv[] = {g->n, g->c, g->h, g->w, g->m, g->kh, g->kw, g->groups, g->sh, g->sw,
+                          g->dh, g->dw, g->pt, g->pb, g->pl, g->pr, with_bias};
+    for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) pe_dnnl_key_add(key, kv[i]);
+}
+
+/* Input: [N, C, H, W], Filter: [M, C/groups, kh, kw], Bias?: [M], Output@GRAD: [N, M, oh, ow] ->
+ * Input@GRAD?: [N, C, H, W], Filter@GRAD?: [M, C/groups, kh, kw], Bias@GRAD?: [M] */
+pe_status pe_cpu_conv2d_grad(const pe_op_ctx *ctx) {
+    pe_conv_geom g;
+    PE_CHECK(pe_conv_geom_get(ctx, &g));
+    const pe_tensor *x = pe_ctx_in(ctx, "Input"), *f = pe_ctx_in(ctx, "Filter"), *dy = pe_ctx_in(ctx, "Output@GRAD");
+    pe_tensor *dx = pe_ctx_out(ctx, "Input@GRAD"), *df = pe_ctx_out(ctx, "Filter@GRAD");
+    pe_tensor *db = pe_ctx_out(ctx, "Bias@GRAD");
+    const int nt = kernel_threads(ctx);
+    if (pe_tensor_numel(dy) == 0) { /* empty batch: nothing flows back */
+        zero_if(dx);
+        zero_if(df);
+        zero_if(db);
+        return PE_OK;
+    }
+    if (x->dtype == PE_DTYPE_FP64) {
+        if (dx) conv_bwd_data_f64(&g, pe_tensor_data(dy), pe_tensor_data(f), pe_tensor_data(dx), nt);
+        if (df || db)
+            conv_bwd_weights_f64(&g, pe_tensor_data(x), pe_tensor_data(dy), data_or_null(df), data_or_null(db), nt);
+        return PE_OK;
+    }
+    pe_dnnl_key key;
+    bool fallback;
+    pe_status st = PE_OK;
+    if (dx) {
+        conv_bwd_geom cg = {&g, false};
+        conv_key(&key, PE_DNNL_CONV_BWD_DATA, &g, false);
+        void *const h[3] = {pe_tensor_data(dy), pe_tensor_data(f), pe_tensor_data(dx)};
+        st = pe_dnnl_run_cached(&key, nt, conv_bwd_data_build, &cg, h, &fallback);
+        if (st != PE_OK) return pe_ctx_error(ctx, st, "%s", pe_last_error());
+        if (fallback) conv_bwd_data_f32(&g, pe_tensor_data(dy), pe_tensor_data(f), pe_tensor_data(dx), nt);
+    }
+    if (df) {
+        /* The bias gradient rides along with the weights when both are wanted. */
+        conv_bwd_geom cg = {&g, db != NULL};
+        conv_key(&key, PE_DNNL_CONV_BWD_WEIGHTS, &g, db != NULL);
+        void *const h[4] = {pe_tensor_data(x), pe_tensor_data(dy), pe_tensor_data(df), data_or_null(db)};
+        st = pe_dnnl_run_cached(&key, nt, conv_bwd_weights_build, &cg, h, &fallback);
+        if (st != PE_OK) return pe_ctx_error(ctx, st, "%s", pe_last_error());
+        if (fallback)
+            conv_bwd_weights_f32(&g, pe_tensor_data(x), pe_tensor_data(dy), pe_tensor_data(df), data_or_null(db), nt);
+    } else if (db) {
+        conv_bwd_weights_f32(&g, pe_tensor_data(x), pe_tensor_data(dy), NULL, pe_tensor_data(db), nt);
+    }
+    return PE_OK;
+}
+
+/* ---- pool2d_grad -------------------------------------------------------- */
+
+typedef struct pool_bwd_geom {
+    const pe_pool_geom *g;
+    int64_t pb, pr;            /* bottom/right padding as oneDNN needs it (see pe_cpu_pool2d) */
+} pool_bwd_geom;
+
+/* handles: Out@GRAD -> X@GRAD (average pooling only: max needs no workspace here) */
+static pe_status pool_bwd_build(pe_dnnl_entry *e, const void *geom, int nt) {
+    const pool_bwd_geom *pg = geom;
+    const pe_pool_geom *g = pg->g;
+    const int64_t sd[4] = {g->n, g->c, g->h, g->w}, dd[4] = {g->n, g->c, g->oh, g->ow};
+    dnnl_memory_desc_t src, dst;
+    PE_CHECK(pe_dnnl_md_plain(&src, 4, sd, dnnl_nchw));
+    PE_CHECK(pe_dnnl_md_plain(&dst, 4, dd, dnnl_nchw));
+    const dnnl_alg_kind_t alg = g->exclusive ? dnnl_pooling_avg_exclude_padding : dnnl_pooling_avg_include_padding;
+    dnnl_dims_t strides = {g->sh, g->sw}, kernel = {g->kh, g->kw}, dil = {0, 0};
+    dnnl_dims_t pad_l = {g->pt, g->pl}, pad_r = {pg->pb, pg->pr};
+    dnnl_pooling_v2_desc_t fd, bd;
+    dnnl_status_t s = dnnl_pooling_v2_forward_desc_init(&fd, dnnl_forward_training, alg, &src, &dst, strides, kernel,
+                                                        dil, pad_l, pad_r);
+    if (s == dnnl_success)
+        s = dnnl_pooling_v2_backward_desc_init(&bd, alg, &src, &dst, strides, kernel, dil, pad_l, pad_r);
+    if (s == dnnl_unimplemented || s == dnnl_invalid_arguments) return pe_dnnl_entry_set_unsupported(e);
+    if (s != dnnl_success)
+        return pe_error(PE_ERR_DEVICE, "oneDNN: pooling backward descriptor rejected (%s)", pe_dnnl_status_str(s));
+    PE_CHECK(pe_dnnl_entry_init_bwd(e, &bd, &fd, nt));
+    PE_CHECK(pe_dnnl_entry_bind(e, DNNL_ARG_DIFF_DST, &dst, PE_DNNL_IN));
+    PE_CHECK(pe_dnnl_entry_bind(e, DNNL_ARG_DIFF_SRC, &src, PE_DNNL_OUT));
+    return PE_OK;
+}
+
+/* X: [N, C, H, W], Out, Out@GRAD: [N, C, oh, ow] -> X@GRAD: [N, C, H, W] */
+pe_status pe_cpu_pool2d_grad(const pe_op_ctx *ctx) {
+    pe_pool_geom g;
+    PE_CHECK(pe_pool_geom_get(ctx, &g));
+    const pe_tensor *x = pe_ctx_in(ctx, "X"), *dy = pe_ctx_in(ctx, "Out@GRAD");
+    pe_tensor *dx = pe_ctx_out(ctx, "X@GRAD");
+    if (!dx) return PE_OK;
+    if (pe_tensor_numel(dy) == 0) {
+        zero_if(dx);
+        return PE_OK;
+    }
+    const int nt = kernel_threads(ctx);
+    /* Same routing as the forward kernel, plus max pooling on the loops. */
+    const bool empty_window = !g.adaptive && (g.pt >= g.kh || g.pl >= g.kw || (g.oh - 1) * g.sh - g.pt >= g.h ||
+                                              (g.ow - 1) * g.sw - g.pl >= g.w);
+    if (x->dtype == PE_DTYPE_FP64) {
+        pool_bwd_f64(&g, pe_tensor_data(x), pe_tensor_data(dy), pe_tensor_data(dx), nt);
+        return PE_OK;
+    }
+    if (g.is_max || g.adaptive || empty_window) {
+        pool_bwd_f32(&g, pe_tensor_data(x), pe_tensor_data(dy), pe_tensor_data(dx), nt);
+        return PE_OK;
+    }
+    pool_bwd_geom pg = {&g, i64_max(0, (g.oh - 1) * g.sh + g.kh - g.h - g.pt),
+                        i64_max(0, (g.ow - 1) * g.sw + g.kw - g.w - g.pl)};
+    pe_dnnl_key key;
+    pe_dnnl_key_init(&key, PE_DNNL_POOL_BWD);
+    const int64_t kv[] = {g.n, g.c, g.h, g.w, g.kh, g.kw, g.sh, g.sw, g.pt, pg.pb, g.pl, pg.pr, g.exclusive};
+    for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) pe_dnnl_key_add(&key, kv[i]);
+    void *const h[2] = {pe_tensor_data(dy), pe_tensor_data(dx)};
+    bool fallback;
+    pe_status st = pe_dnnl_run_cached(&key, nt, pool_bwd_build, &pg, h, &fallback);
+    if (st != PE_OK) return pe_ctx_error(ctx, st, "%s", pe_last_error());
+    if (fallback) pool_bwd_f32(&g, pe_tensor_data(x), pe_tensor_data(dy), pe_tensor_data(dx), nt);
+    return PE_OK;
+}
+
+/* ---- batch_norm_grad ---------------------------------------------------- */
+
+typedef struct bn_bwd_geom {
+    int ndim;
+    int64_t dims[5];
+    bool global;
+    float eps;
+} bn_bwd_geom;
+
+/* handles: X, mean, variance, Y@GRAD, Scale, Bias -> X@GRAD, Scale@GRAD, Bias@GRAD
+ * (oneDNN wants the shift as an input too, though the gradients do not use it) */
+static pe_status bn_bwd_build(pe_dnnl_entry *e, const void *geom, int nt) {
+    const bn_bwd_geom *b = geom;
+    static const dnnl_format_tag_t tags[6] = {dnnl_format_tag_undef, dnnl_format_tag_undef, dnnl_nc, dnnl_ncw,
+                                              dnnl_nchw, dnnl_ncdhw};
+    const int64_t cd[1] = {b->dims[1]};
+    dnnl_memory_desc_t data, chan;
+    PE_CHECK(pe_dnnl_md_plain(&data, b->ndim, b->dims, tags[b->ndim]));
+    PE_CHECK(pe_dnnl_md_plain(&chan, 1, cd, dnnl_x));
+    const unsigned flags = dnnl_use_scale | dnnl_use_shift | (b->global ? dnnl_use_global_stats : 0);
+    dnnl_batch_normalization_desc_t fd, bd;
+    dnnl_status_t s = dnnl_batch_normalization_forward_desc_init(&fd, dnnl_forward_training, &data, b->eps, flags);
+    if (s == dnnl_success) s = dnnl_batch_normalization_backward_desc_init(&bd, dnnl_backward, &data, &data, b->eps, flags);
+    if (s != dnnl_success)
+        return pe_error(PE_ERR_DEVICE, "oneDNN: batch normalization backward descriptor rejected (%s)",
+                        pe_dnnl_status_str(s));
+    PE_CHECK(pe_dnnl_entry_init_bwd(e, &bd, &fd, nt));
+    PE_CHECK(pe_dnnl_entry_bind(e, DNNL_ARG_SRC, &data, PE_DNNL_IN));
+    PE_CHECK(pe_dnnl_entry_bind(e, DNNL_ARG_MEAN, &chan, PE_DNNL_IN));
+    PE_CHECK(pe_dnnl_entry_bind(e, DNNL_ARG_VARIANCE, &chan, PE_DNNL_IN));
+    PE_CHECK(pe_dnnl_entry_bind(e, DNNL_ARG_DIFF_DST, &data, PE_DNNL_IN));
+    PE_CHECK(pe_dnnl_entry_bind(e, DNNL_ARG_SCALE, &chan, PE_DNNL_IN));
+    PE_CHECK(pe_dnnl_entry_bind(e, DNNL_ARG_SHIFT, &chan, PE_DNNL_IN));
+    PE_CHECK(pe_dnnl_entry_bind(e, DNNL_ARG_DIFF_SRC, &data, PE_DNNL_OUT));
+    PE_CHECK(pe_dnnl_entry_bind(e, DNNL_ARG_DIFF_SCALE, &chan, PE_DNNL_OUT));
+    PE_CHECK(pe_dnnl_entry_bind(e, DNNL_ARG_DIFF_SHIFT, &chan, PE_DNNL_OUT));
+    /* variance (training), and the parameter gradients nobody asked for */
+    if (!pe_dnnl_entry_buffer(e, 3 * (size_t)b->dims[1] * sizeof(float)))
+        return pe_error(PE_ERR_NOMEM, "oneDNN batch_norm_grad: out of memory for %lld channel values",
+                        (long long)b->dims[1]);
+    return PE_OK;
+}
+
+/* X: [N, C, ...], Scale, Bias: [C], SavedMean/SavedVariance (training) or
+ * Mean/Variance (global): [C], Y@GRAD: like X ->
+ * X@GRAD?: like X, Scale@GRAD?, Bias@GRAD?: [C] (see the file comment). */
+pe_status pe_cpu_batch_norm_grad(const pe_op_ctx *ctx) {
+    const pe_tensor *x = pe_ctx_in(ctx, "X"), *scale = pe_ctx_in(ctx, "Scale"), *dy = pe_ctx_in(ctx, "Y@GRAD");
+    const pe_tensor *bias = pe_ctx_in(ctx, "Bias");
+    const bool global = pe_ctx_bool(ctx, "is_test") || pe_ctx_bool(ctx, "use_global_stats");
+    const pe_tensor *mean = pe_ctx_in(ctx, global ? "Mean" : "SavedMean");
+    const pe_tensor *stat = pe_ctx_in(ctx, global ? "Variance" : "SavedVariance");
+    pe_tensor *dx = pe_ctx_out(ctx, "X@GRAD"), *dscale = pe_ctx_out(ctx, "Scale@GRAD");
+    pe_tensor *dbias = pe_ctx_out(ctx, "Bias@GRAD");
+    const double eps = pe_ctx_float(ctx, "epsilon");
+    const int nt = kernel_threads(ctx);
+    const int64_t N = x->dims[0], C = x->dims[1];
+    const int64_t S = (N * C) != 0 ? pe_tensor_numel(x) / (N * C) : 0;
+
+    if (pe_tensor_numel(x) == 0 || (!global && N * S == 1)) {
+        /* The forward was Y = X (nothing to normalise over). */
+        if (dx && pe_tensor_numel(x)) memcpy(pe_tensor_data(dx), pe_tensor_data(dy), pe_tensor_nbytes(dy));
+        zero_if(dscale);
+        zero_if(dbias);
+        return PE_OK;
+    }
+    if (x->dtype == PE_DTYPE_FP64 || !dx) {
+        if (x->dtype == PE_DTYPE_FP64)
+            bn_bwd_f64(pe_tensor_data(x), pe_tensor_data(dy), N, C, S, pe_tensor_data(scale), pe_tensor_data(mean),
+                       pe_tensor_data(stat), global, eps, data_or_null(dx), data_or_null(dscale), data_or_null(dbias),
+                       nt);
+        else
+            bn_bwd_f32(pe_tensor_data(x), pe_tensor_data(dy), N, C, S, pe_tensor_data(scale), pe_tensor_data(mean),
+                       pe_tensor_data(stat), global, eps, NULL, data_or_null(dscale), data_or_null(dbias), nt);
+        return PE_OK;
+    }
+
+    bn_bwd_geom bg = {.ndim = x->ndim, .global = global, .eps = (float)eps};
+    memcpy(bg.dims, x->dims, (size_t)x->ndim * sizeof bg.dims[0]);
+    pe_dnnl_key key;
+    pe_dnnl_key_init(&key, PE_DNNL_BNORM_BWD);
+    pe_dnnl_key_add(&key, bg.ndim);
+    for (int i = 0; i < bg.ndim; i++) pe_dnnl_key_add(&key, bg.dims[i]);
+    uint32_t eps_bits;
+    memcpy(&eps_bits, &bg.eps, sizeof eps_bits);
+    pe_dnnl_key_add(&key, global);
+    pe_dnnl_key_add(&key, eps_bits);
+
+    pe_dnnl_entry *e = NULL;
+    pe_status st = pe_dnnl_acquire(&key, nt, &e);
+    if (st != PE_OK) return pe_ctx_error(ctx, st, "%s", pe_last_error());
+    if (!pe_dnnl_entry_ready(e)) {
+        st = bn_bwd_build(e, &bg, nt);
+        if (st != PE_OK && !pe_dnnl_entry_unsupported(e)) {
+            pe_dnnl_discard(e);
+            return pe_ctx_error(ctx, st, "%s", pe_last_error());
+        }
+    }
+    if (pe_dnnl_entry_unsupported(e)) {
+        pe_dnnl_release(e);
+        bn_bwd_f32(pe_tensor_data(x), pe_tensor_data(dy), N, C, S, pe_tensor_data(scale), pe_tensor_data(mean),
+                   pe_tensor_data(stat), global, eps, pe_tensor_data(dx), data_or_null(dscale), data_or_null(dbias),
+                   nt);
+        return PE_OK;
+    }
+    /* The buffer is the entry's: it stays checked out until the run is done. */
+    float *buf = pe_dnnl_entry_buffer(e, 3 * (size_t)C * sizeof(float));
+    const float *var = pe_tensor_data(stat);
+    if (!global) {
+        const float *inv = var;
+        for (int64_t c = 0; c < C; c++) buf[c] = (float)(1.0 / ((double)inv[c] * inv[c]) - eps);
+        var = buf;
+    }
+    void *const h[9] = {pe_tensor_data(x), pe_tensor_data(mean), (void *)var, pe_tensor_data(dy),
+                        pe_tensor_data(scale), pe_tensor_data(bias), pe_tensor_data(dx), dscale ? pe_tensor_data(dscale) : buf + C,
+                        dbias ? pe_tensor_data(dbias) : buf + 2 * C};
+    st = pe_dnnl_entry_run(e, h, nt);
+    pe_dnnl_release(e);
+    if (st != PE_OK) return pe_ctx_error(ctx, st, "%s", pe_last_error());
+    return PE_OK;
+}
