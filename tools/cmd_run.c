@@ -7,7 +7,9 @@
  * touched) -> load PROGRAM and the startup program -> run the startup
  * program into a fresh scope -> load --params -> check the persistables
  * against PROGRAM's declarations -> load every feed -> check
- * that every program input is fed -> run block 0 on cpu:0 -> print a summary
+ * that every program input is fed -> (--backward LOSS: append the gradient
+ * ops of LOSS) -> run block 0 on cpu:0, or on N CPU places through the
+ * ParallelExecutor with --places cpu:N -> print a summary
  * of each fetch and write it to DIR/<file name>.npy -> --save.
  *
  * The "program input not fed" check walks block 0 once: a var that an op
@@ -34,7 +36,8 @@ typedef struct feed_arg {
 } feed_arg;
 
 typedef struct run_args {
-    const char *program, *startup, *params, *save, *out_dir;
+    const char *program, *startup, *params, *save, *out_dir, *backward;
+    int n_places;        /* 1 = the single-place executor */
     int n_feeds, n_fetch;
     feed_arg *feeds;     /* [argc] */
     const char **fetch;  /* [argc], deduplicated */
@@ -42,20 +45,25 @@ typedef struct run_args {
 
 /* ---- command line ------------------------------------------------------- */
 
-/* Accepts "cpu", "cpu:0" (the place cpu:0) and "cpu:1" (one CPU place). */
-static int check_places(const char *v) {
-    if (!strcmp(v, "cpu") || !strcmp(v, "cpu:0") || !strcmp(v, "cpu:1")) return PE_EXIT_OK;
+/* "cpu", "cpu:0", "cpu:1" = one place; "cpu:N" = N CPU places run by the
+ * ParallelExecutor (feeds split along axis 0, fetches concatenated). */
+static int parse_places(const char *v, int *n_places) {
+    if (!strcmp(v, "cpu") || !strcmp(v, "cpu:0") || !strcmp(v, "cpu:1")) {
+        *n_places = 1;
+        return PE_EXIT_OK;
+    }
     if (!strncmp(v, "cpu:", 4)) {
         char *end;
         errno = 0;
         long n = strtol(v + 4, &end, 10);
-        if (v[4] && !*end && !errno && n > 1)
-            return pe_tool_usage_error("run", "--places %s: running on %ld CPU places needs the ParallelExecutor, "
-                                              "which is not available yet (use --places cpu:1)", v, n);
+        if (v[4] && !*end && !errno && n > 1 && n <= 64) {
+            *n_places = (int)n;
+            return PE_EXIT_OK;
+        }
     }
     if (!strncmp(v, "cuda", 4) || !strncmp(v, "gpu", 3))
-        return pe_tool_usage_error("run", "--places %s: CUDA places are not supported by 'pe run' yet (use --places cpu:1)", v);
-    return pe_tool_usage_error("run", "--places '%s' is not a place list: use cpu, cpu:0 or cpu:1", v);
+        return pe_tool_usage_error("run", "--places %s: CUDA places are not supported by 'pe run' yet (use cpu:N)", v);
+    return pe_tool_usage_error("run", "--places '%s' is not a place list: use cpu, cpu:0, or cpu:N with N from 1 to 64", v);
 }
 
 static int parse_args(int argc, char **argv, run_args *a) {
@@ -84,10 +92,11 @@ static int parse_args(int argc, char **argv, run_args *a) {
         SINGLE_FLAG("--params", params)
         SINGLE_FLAG("--save", save)
         SINGLE_FLAG("--out", out_dir)
+        SINGLE_FLAG("--backward", backward)
 #undef SINGLE_FLAG
         if ((r = pe_tool_flag(argc, argv, &i, "--places", &v)) != 0) {
             if (r < 0) return pe_tool_usage_error("run", "--places needs a value");
-            int rc = check_places(v);
+            int rc = parse_places(v, &a->n_places);
             if (rc != PE_EXIT_OK) return rc;
             continue;
         }
@@ -122,6 +131,7 @@ static int parse_args(int argc, char **argv, run_args *a) {
     }
     if (!a->program) return pe_tool_usage_error("run", "missing PROGRAM");
     if (!a->out_dir) a->out_dir = ".";
+    if (a->n_places < 1) a->n_places = 1;
     return PE_EXIT_OK;
 }
 
@@ -331,6 +341,32 @@ static int check_persistables(const run_args *a, const pe_program *prog, const p
     return PE_EXIT_OK;
 }
 
+/* --backward LOSS: gradients of LOSS for every fed float var and every
+ * parameter (fetch them as NAME@GRAD). */
+static int append_backward(const run_args *a, pe_program *prog) {
+    const pe_block *b = &prog->blocks[0];
+    const char **inputs = calloc((size_t)b->n_vars + 1, sizeof *inputs);
+    char **grads = calloc((size_t)b->n_vars + 1, sizeof *grads);
+    int n = 0, rc = PE_EXIT_OK;
+    if (!inputs || !grads) {
+        free(inputs);
+        free(grads);
+        return pe_tool_fail_status(PE_ERR_NOMEM, "--backward");
+    }
+    for (int i = 0; i < b->n_vars; i++) {
+        const pe_var *v = &b->vars[i];
+        bool fl = v->dtype == PE_DTYPE_FP32 || v->dtype == PE_DTYPE_FP64;
+        if (fl && !v->stop_gradient && (v->is_parameter || is_fed(a, v->name))) inputs[n++] = v->name;
+    }
+    const char *targets[] = {a->backward};
+    pe_status st = pe_gradients(prog, targets, 1, inputs, n, grads);
+    if (st != PE_OK) rc = pe_tool_fail_status(st, "--backward %s", a->backward);
+    for (int i = 0; i < n; i++) free(grads[i]);
+    free(grads);
+    free(inputs);
+    return rc;
+}
+
 static int run(const run_args *a) {
     int rc = PE_EXIT_FAIL;
     pe_status st;
@@ -390,6 +426,7 @@ static int run(const run_args *a) {
         feeds[i].name = f->name;
         feeds[i].tensor = f->t;
     }
+    if (a->backward && (rc = append_backward(a, prog)) != PE_EXIT_OK) goto done;
     if ((rc = check_inputs_fed(a, prog, scope)) != PE_EXIT_OK) goto done;
     rc = PE_EXIT_FAIL;
     for (int i = 0; i < a->n_fetch; i++)
@@ -397,7 +434,19 @@ static int run(const run_args *a) {
             rc = pe_tool_fail_status(PE_ERR_NOMEM, "fetch '%s'", a->fetch[i]);
             goto done;
         }
-    st = pe_executor_run(ex, prog, 0, scope, feeds, a->n_feeds, a->fetch, a->n_fetch, out);
+    if (a->n_places > 1) {
+        pe_place places[64];
+        for (int i = 0; i < a->n_places; i++) places[i] = pe_place_cpu(i);
+        pe_pe_options o;
+        pe_pe_options_default(&o);
+        o.loss_name = a->backward;
+        pe_parallel_executor *pe = NULL;
+        st = pe_parallel_executor_new(places, a->n_places, prog, scope, &o, &pe);
+        if (st == PE_OK) st = pe_run(pe, feeds, a->n_feeds, a->fetch, a->n_fetch, true, out);
+        pe_parallel_executor_free(pe);
+    } else {
+        st = pe_executor_run(ex, prog, 0, scope, feeds, a->n_feeds, a->fetch, a->n_fetch, out);
+    }
     if (st != PE_OK) {
         rc = pe_tool_fail_status(st, "%s", a->program);
         goto done;

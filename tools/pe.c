@@ -19,7 +19,7 @@
 
 #define RUN_USAGE                                                                              \
     "pe run PROGRAM [--startup S.pe] [--params CKPT] [--save CKPT] [--feed NAME=FILE.npy]... " \
-    "[--fetch NAME]... [--out DIR] [--places cpu:1]"
+    "[--fetch NAME]... [--out DIR] [--places cpu:N] [--backward LOSS]"
 
 static const pe_tool_cmd k_cmds[] = {
     {"run", RUN_USAGE, "run block 0 of a program with .npy feeds, write fetches as .npy",
@@ -39,9 +39,11 @@ static const pe_tool_cmd k_cmds[] = {
      "                        file name by replacing every character other than\n"
      "                        A-Z a-z 0-9 . _ - @ with '_' (\"fc_0/out\" ->\n"
      "                        \"fc_0_out.npy\"); a leading '.' also becomes '_'.\n"
-     "  --places P            where to run: cpu, cpu:0 or cpu:1 (one CPU place).\n"
-     "                        Several places (cpu:N, N > 1) come with the\n"
-     "                        ParallelExecutor and are not available yet.\n"
+     "  --places P            where to run: cpu, cpu:0 or cpu:1 (one CPU place), or\n"
+     "                        cpu:N: N CPU places through the ParallelExecutor (feeds\n"
+     "                        split along axis 0, fetches concatenated in place order)\n"
+     "  --backward LOSS       append the gradient ops of LOSS first; every fed float var\n"
+     "                        and every parameter gets NAME@GRAD, which can be fetched\n"
      "Flags take their value as the next argument or after '=' (--out=DIR).",
      pe_cmd_run},
     {"inspect", "pe inspect PROGRAM", "print blocks, ops, vars and the parameter count of a program",

@@ -231,7 +231,8 @@ expect_usage "run: --fetch missing value" run main.json --fetch
 expect_usage "run: --fetch followed by a flag" run main.json --fetch --out d
 expect_usage "run: --out given twice" run main.json --out a --out b
 expect_usage "run: same feed twice" run main.json --feed x=x.npy --feed x=x.npy
-expect_usage "run: --places cpu:4 (multi-place not yet)" run main.json --places cpu:4
+expect_usage "run: --places cpu:65 (more than 64 places)" run main.json --places cpu:65
+expect_usage "run: --places cpu:-2" run main.json --places cpu:-2
 expect_usage "run: --places cuda:0" run main.json --places cuda:0
 expect_usage "run: --places garbage" run main.json --places banana
 expect_usage "inspect: missing PROGRAM" inspect
@@ -288,6 +289,20 @@ fi
 if expect_ok "run main.pe (--flag=value forms)" run main.pe --feed=x=x.npy --feed=y=y.npy --fetch=relu/out --out=res2 --places=cpu:1; then
     check_out "run main.pe: same values" res2/relu_out.npy
 fi
+# Several CPU places through the ParallelExecutor: the example MLP on 5 rows
+# (split 3,2 and 2,2,1) gives what one place gives, concatenated in order.
+EX="$PE_SOURCE_DIR/examples"
+"$PY" -c "import numpy as np; np.save('x5.npy', np.random.RandomState(3).rand(5, 784).astype('float32'))"
+expect_ok "run the MLP example on one place" run "$EX/mlp_infer.pe" --startup "$EX/mlp_startup.pe" --feed x=x5.npy --fetch prob --out mp1
+for n in 2 3; do
+    if expect_ok "run the MLP example with --places cpu:$n" run "$EX/mlp_infer.pe" --startup "$EX/mlp_startup.pe" --feed x=x5.npy --fetch prob --out "mp$n" --places "cpu:$n"; then
+        if "$PY" -c "import sys, numpy as np; a, b = np.load('mp1/prob.npy'), np.load('mp$n/prob.npy'); sys.exit(0 if a.shape == b.shape == (5, 10) and np.allclose(a, b, rtol=1e-5, atol=1e-7) else 1)"; then
+            pass "--places cpu:$n: same [5, 10] result as one place"
+        else fail "--places cpu:$n" "result differs from one place"; fi
+    fi
+done
+expect_error "run --places cpu:8 with 5 rows" "'x'.*5 rows.*8 places.*CPU_NUM" run "$EX/mlp_infer.pe" --startup "$EX/mlp_startup.pe" --feed x=x5.npy --fetch prob --places cpu:8
+expect_error "run --places cpu:2: a broadcast feed is split too" "feed 'y' on place 0 has shape \\[2\\]" run main.json --feed x=x.npy --feed y=y.npy --fetch relu/out --places cpu:2
 if expect_ok "run: default --out is the current dir" run main.json --feed x=x.npy --feed y=y.npy --fetch relu/out; then
     check_out "run: ./relu_out.npy" relu_out.npy
 fi
