@@ -12,8 +12,16 @@
  * kernel never sees a type it has no loop for. cast: Out has X's dims and
  * the out_dtype attr (pe_dtype values 0..5). cast's in_dtype attr is ignored
  * (the input tensor's own dtype is authoritative, as in Paddle's kernel).
+ *
+ * Also the grad makers of the family (ops/grad.h) and the shape inference
+ * of their grad ops: elementwise_*_grad (X, Y, Out@GRAD -> X@GRAD?, Y@GRAD?
+ * of X's and Y's shapes), relu/sigmoid/tanh_grad (from Out), scale (its
+ * gradient is a `scale` op by the same factor without bias) and cast_grad
+ * (Out@GRAD cast back to X's dtype; X is an input so the dtype comes from
+ * the tensor, not from an in_dtype attr that may be left at its default).
  */
 #include "ops/elementwise.h"
+#include "ops/grad.h"
 #include "ops/op.h"
 
 #include <stdio.h>
@@ -236,4 +244,112 @@ pe_status pe_infer_cast(pe_op_ctx *ctx) {
         return pe_ctx_error(ctx, PE_ERR_INVALID, "attr out_dtype = %lld is not a supported dtype (expected 0 float32, "
                             "1 float64, 2 int32, 3 int64, 4 uint8, 5 bool)", (long long)od);
     return set_out(ctx, "Out", (pe_dtype)od, x->ndim, x->dims);
+}
+
+/* ---- grad ops: shape inference --------------------------------------------- */
+
+/* Output `slot` (when present) gets the meta of tensor `like`. */
+static pe_status set_like(pe_op_ctx *ctx, const char *slot, const pe_tensor *like) {
+    return set_out(ctx, slot, like->dtype, like->ndim, like->dims);
+}
+
+static pe_status grad_mismatch(pe_op_ctx *ctx, const char *slot, const pe_tensor *t, const char *want_slot,
+                               pe_dtype want_dt, int want_nd, const int64_t *want_dims) {
+    char a[160], b[160];
+    return pe_ctx_error(ctx, PE_ERR_INVALID, "%s '%s' is %s %s, expected %s %s (the %s it is the gradient of)", slot,
+                        pe_ctx_in_name(ctx, slot, 0), pe_dtype_name(t->dtype), pe_dims_str(t->ndim, t->dims, a, sizeof a),
+                        pe_dtype_name(want_dt), pe_dims_str(want_nd, want_dims, b, sizeof b), want_slot);
+}
+
+static bool same_dims(const pe_tensor *t, int nd, const int64_t *dims) {
+    if (t->ndim != nd) return false;
+    for (int i = 0; i < nd; i++)
+        if (t->dims[i] != dims[i]) return false;
+    return true;
+}
+
+/* X [..], Y [..], Out@GRAD [broadcast of X, Y] -> X@GRAD [X], Y@GRAD [Y] */
+pe_status pe_infer_elementwise_grad(pe_op_ctx *ctx) {
+    pe_tensor *x, *y, *g;
+    PE_CHECK(need_in(ctx, "X", &x));
+    PE_CHECK(need_in(ctx, "Y", &y));
+    PE_CHECK(need_in(ctx, "Out@GRAD", &g));
+    if (x->dtype != y->dtype || !is_float(x->dtype))
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "X '%s' is %s and Y '%s' is %s (expected the same float dtype)",
+                            pe_ctx_in_name(ctx, "X", 0), pe_dtype_name(x->dtype), pe_ctx_in_name(ctx, "Y", 0),
+                            pe_dtype_name(y->dtype));
+    pe_bcast_plan pl;
+    if (pe_bcast_plan_make(x->ndim, x->dims, y->ndim, y->dims, (int)pe_ctx_int(ctx, "axis"), &pl) != PE_OK)
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "X '%s' and Y '%s': %s", pe_ctx_in_name(ctx, "X", 0),
+                            pe_ctx_in_name(ctx, "Y", 0), pe_last_error());
+    if (g->dtype != x->dtype || !same_dims(g, pl.out_ndim, pl.out_dims))
+        return grad_mismatch(ctx, "Out@GRAD", g, "Out", x->dtype, pl.out_ndim, pl.out_dims);
+    PE_CHECK(set_like(ctx, "X@GRAD", x));
+    return set_like(ctx, "Y@GRAD", y);
+}
+
+/* Out [..], Out@GRAD [..] -> X@GRAD [..] (relu_grad, sigmoid_grad, tanh_grad) */
+pe_status pe_infer_act_grad(pe_op_ctx *ctx) {
+    pe_tensor *o, *g;
+    PE_CHECK(need_in(ctx, "Out", &o));
+    PE_CHECK(need_in(ctx, "Out@GRAD", &g));
+    if (!is_float(o->dtype))
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "Out '%s' has dtype %s (expected float32 or float64)",
+                            pe_ctx_in_name(ctx, "Out", 0), pe_dtype_name(o->dtype));
+    if (g->dtype != o->dtype || !same_dims(g, o->ndim, o->dims))
+        return grad_mismatch(ctx, "Out@GRAD", g, "Out", o->dtype, o->ndim, o->dims);
+    return set_like(ctx, "X@GRAD", o);
+}
+
+/* X [..] (any dtype), Out@GRAD [..] (float) -> X@GRAD [..] of X's dtype */
+pe_status pe_infer_cast_grad(pe_op_ctx *ctx) {
+    pe_tensor *x, *g;
+    PE_CHECK(need_in(ctx, "X", &x));
+    PE_CHECK(need_in(ctx, "Out@GRAD", &g));
+    if (!same_dims(g, x->ndim, x->dims) || g->dtype > PE_DTYPE_BOOL || x->dtype > PE_DTYPE_BOOL)
+        return grad_mismatch(ctx, "Out@GRAD", g, "Out", g->dtype, x->ndim, x->dims);
+    return set_like(ctx, "X@GRAD", x);
+}
+
+/* ---- grad makers -------------------------------------------------------------- */
+
+/* elementwise_*: <type>(X, Y, Out@GRAD) -> X@GRAD, Y@GRAD */
+static pe_status grad_binary(pe_grad_ctx *g, const char *type) {
+    PE_CHECK(pe_grad_new_op(g, type));
+    PE_CHECK(pe_grad_fwd_input(g, "X", "X"));
+    PE_CHECK(pe_grad_fwd_input(g, "Y", "Y"));
+    PE_CHECK(pe_grad_out_grad(g, "Out", "Out@GRAD"));
+    PE_CHECK(pe_grad_in_grad(g, "X", "X@GRAD"));
+    return pe_grad_in_grad(g, "Y", "Y@GRAD");
+}
+pe_status pe_grad_elementwise_add(pe_grad_ctx *g) { return grad_binary(g, "elementwise_add_grad"); }
+pe_status pe_grad_elementwise_sub(pe_grad_ctx *g) { return grad_binary(g, "elementwise_sub_grad"); }
+pe_status pe_grad_elementwise_mul(pe_grad_ctx *g) { return grad_binary(g, "elementwise_mul_grad"); }
+pe_status pe_grad_elementwise_div(pe_grad_ctx *g) { return grad_binary(g, "elementwise_div_grad"); }
+
+/* relu, sigmoid, tanh: <type>(Out, Out@GRAD) -> X@GRAD */
+static pe_status grad_from_out(pe_grad_ctx *g, const char *type) {
+    PE_CHECK(pe_grad_new_op(g, type));
+    PE_CHECK(pe_grad_fwd_output(g, "Out", "Out"));
+    PE_CHECK(pe_grad_out_grad(g, "Out", "Out@GRAD"));
+    return pe_grad_in_grad(g, "X", "X@GRAD");
+}
+pe_status pe_grad_relu(pe_grad_ctx *g) { return grad_from_out(g, "relu_grad"); }
+pe_status pe_grad_sigmoid(pe_grad_ctx *g) { return grad_from_out(g, "sigmoid_grad"); }
+pe_status pe_grad_tanh(pe_grad_ctx *g) { return grad_from_out(g, "tanh_grad"); }
+
+/* scale: X@GRAD = scale(Out@GRAD, scale, bias 0) — the bias does not reach X. */
+pe_status pe_grad_scale_op(pe_grad_ctx *g) {
+    PE_CHECK(pe_grad_new_op(g, "scale"));
+    PE_CHECK(pe_op_set_float(pe_grad_cur_op(g), "bias", 0.0));
+    PE_CHECK(pe_grad_out_grad(g, "Out", "X"));
+    return pe_grad_in_grad(g, "X", "Out");
+}
+
+/* cast: cast_grad(X, Out@GRAD) -> X@GRAD (Out@GRAD cast to X's dtype) */
+pe_status pe_grad_cast(pe_grad_ctx *g) {
+    PE_CHECK(pe_grad_new_op(g, "cast_grad"));
+    PE_CHECK(pe_grad_fwd_input(g, "X", "X"));
+    PE_CHECK(pe_grad_out_grad(g, "Out", "Out@GRAD"));
+    return pe_grad_in_grad(g, "X", "X@GRAD");
 }

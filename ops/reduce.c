@@ -1,16 +1,21 @@
 /* ops/reduce.c — shape inference of the reductions: mean, sum, arg_max,
- * top_k, accuracy (softmax keeps X's shape and is checked by pe_infer_unary
- * in ops/elementwise.c, where ops.def routes it).
+ * top_k, accuracy, reduce_sum / reduce_mean over dims (softmax keeps X's
+ * shape and is checked by pe_infer_unary in ops/elementwise.c, where ops.def
+ * routes it); the grad makers of mean, sum, softmax, reduce_sum and
+ * reduce_mean and the shape inference of their grad ops.
  *
  * Shapes follow Paddle before 0-D tensors existed: a full reduction gives
  * shape [1], never rank 0, so per-place results concatenate along axis 0.
  * Each function checks dtypes, ranks and attrs up front so the kernels in
  * ops/cpu/reduce.c only ever see inputs they have a loop for.
  */
+#include "ops/grad.h"
 #include "ops/op.h"
+#include "ops/reduce.h"
 
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 static pe_status need_in(pe_op_ctx *ctx, const char *slot, pe_tensor **t) {
     *t = pe_ctx_in(ctx, slot);
@@ -176,4 +181,170 @@ pe_status pe_infer_accuracy(pe_op_ctx *ctx) {
     PE_CHECK(set_out(ctx, "Accuracy", PE_DTYPE_FP32, 1, &one));
     PE_CHECK(set_out(ctx, "Correct", PE_DTYPE_INT32, 1, &one));
     return set_out(ctx, "Total", PE_DTYPE_INT32, 1, &one);
+}
+
+/* ---- reduce_sum / reduce_mean ------------------------------------------------- */
+
+pe_status pe_reduce_flags(const pe_op_ctx *ctx, int ndim, const int64_t *x_dims, bool *red) {
+    int n = 0;
+    const int64_t *dims = pe_ctx_ints(ctx, "dim", &n);
+    const bool all = pe_ctx_bool(ctx, "reduce_all") || n == 0;
+    for (int i = 0; i < ndim; i++) red[i] = all;
+    if (all) return PE_OK;
+    for (int k = 0; k < n; k++) {
+        int64_t d = dims[k];
+        if (d < -ndim || d >= ndim) {
+            char xs[160];
+            return pe_ctx_error(ctx, PE_ERR_INVALID, "attr dim[%d] = %lld is out of range for X '%s' of shape %s "
+                                "(expected %d..%d)", k, (long long)d, pe_ctx_in_name(ctx, "X", 0),
+                                pe_dims_str(ndim, x_dims, xs, sizeof xs), -ndim, ndim - 1);
+        }
+        red[d < 0 ? d + ndim : d] = true;
+    }
+    return PE_OK;
+}
+
+void pe_reduce_view_make(int ndim, const int64_t *dims, const bool *red, pe_reduce_view *v) {
+    memset(v, 0, sizeof *v);
+    v->count = 1;
+    v->out_numel = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (red[i]) v->count *= dims[i];
+        else v->out_numel *= dims[i];
+        if (dims[i] == 1) continue;
+        if (v->n > 0 && v->red[v->n - 1] == red[i]) {
+            v->dims[v->n - 1] *= dims[i];
+        } else {
+            v->dims[v->n] = dims[i];
+            v->red[v->n] = red[i];
+            v->n++;
+        }
+    }
+    int nred = 0;
+    for (int i = 0; i < v->n; i++) nred += v->red[i];
+    v->simple = nred <= 1;
+    v->pre = 1;
+    v->d = 1;
+    v->post = 1;
+    if (!v->simple) return;
+    int r = -1;
+    for (int i = 0; i < v->n; i++)
+        if (v->red[i]) r = i;
+    if (r < 0) { /* nothing reduced (or only size-1 dims): a copy */
+        v->pre = v->out_numel;
+        return;
+    }
+    v->pre = pe_dims_prod(v->dims, 0, r);
+    v->d = v->dims[r];
+    v->post = pe_dims_prod(v->dims, r + 1, v->n);
+}
+
+/* Out's dims: X's without the reduced dims (kept as 1 with keep_dim); [1] when none is left. */
+static int reduce_out_dims(const pe_tensor *x, const bool *red, bool keep, int64_t *od) {
+    int on = 0;
+    for (int i = 0; i < x->ndim; i++) {
+        if (!red[i]) od[on++] = x->dims[i];
+        else if (keep) od[on++] = 1;
+    }
+    if (on == 0) od[on++] = 1;
+    return on;
+}
+
+/* X [..] -> Out: X's dims reduced over attr dim (or all). */
+pe_status pe_infer_reduce(pe_op_ctx *ctx) {
+    pe_tensor *x;
+    PE_CHECK(need_in(ctx, "X", &x));
+    bool mean = ctx->info->id == PE_OP_reduce_mean;
+    if (mean ? !is_float(x->dtype) : !is_num(x->dtype))
+        return bad_dtype(ctx, "X", x, mean ? "float32 or float64" : "float32, float64, int32 or int64");
+    bool red[PE_MAX_DIMS];
+    PE_CHECK(pe_reduce_flags(ctx, x->ndim, x->dims, red));
+    int64_t od[PE_MAX_DIMS];
+    int on = reduce_out_dims(x, red, pe_ctx_bool(ctx, "keep_dim"), od);
+    return set_out(ctx, "Out", x->dtype, on, od);
+}
+
+/* ---- grad ops: shape inference ---------------------------------------------- */
+
+static pe_status check_grad(pe_op_ctx *ctx, const char *slot, const pe_tensor *g, pe_dtype dt, int64_t numel,
+                            const char *of) {
+    if (g->dtype == dt && pe_tensor_numel(g) == numel) return PE_OK;
+    char a[160];
+    return pe_ctx_error(ctx, PE_ERR_INVALID, "%s '%s' is %s %s, expected %s with %lld elements (the gradient of %s)",
+                        slot, pe_ctx_in_name(ctx, slot, 0), pe_dtype_name(g->dtype),
+                        pe_dims_str(g->ndim, g->dims, a, sizeof a), pe_dtype_name(dt), (long long)numel, of);
+}
+
+/* mean_grad: X [..], Out@GRAD [1] -> X@GRAD [X] */
+pe_status pe_infer_mean_grad(pe_op_ctx *ctx) {
+    pe_tensor *x, *g;
+    PE_CHECK(need_in(ctx, "X", &x));
+    PE_CHECK(need_in(ctx, "Out@GRAD", &g));
+    if (!is_float(x->dtype)) return bad_dtype(ctx, "X", x, "float32 or float64");
+    PE_CHECK(check_grad(ctx, "Out@GRAD", g, x->dtype, 1, "Out [1]"));
+    return set_out(ctx, "X@GRAD", x->dtype, x->ndim, x->dims);
+}
+
+/* sum_grad: Out@GRAD [..] -> X@GRAD_k [..] for every present k */
+pe_status pe_infer_sum_grad(pe_op_ctx *ctx) {
+    pe_tensor *g;
+    PE_CHECK(need_in(ctx, "Out@GRAD", &g));
+    if (!is_float(g->dtype)) return bad_dtype(ctx, "Out@GRAD", g, "float32 or float64");
+    return set_out(ctx, "X@GRAD", g->dtype, g->ndim, g->dims);
+}
+
+/* softmax_grad: Out [..], Out@GRAD [..] -> X@GRAD [..] */
+pe_status pe_infer_softmax_grad(pe_op_ctx *ctx) {
+    pe_tensor *o, *g;
+    PE_CHECK(need_in(ctx, "Out", &o));
+    PE_CHECK(need_in(ctx, "Out@GRAD", &g));
+    if (!is_float(o->dtype)) return bad_dtype(ctx, "Out", o, "float32 or float64");
+    int64_t axis = pe_ctx_int(ctx, "axis");
+    if (o->ndim == 0 || axis < -o->ndim || axis >= o->ndim)
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "attr axis = %lld is out of range for Out '%s' of rank %d",
+                            (long long)axis, pe_ctx_in_name(ctx, "Out", 0), o->ndim);
+    PE_CHECK(check_grad(ctx, "Out@GRAD", g, o->dtype, pe_tensor_numel(o), "Out"));
+    return set_out(ctx, "X@GRAD", o->dtype, o->ndim, o->dims);
+}
+
+/* reduce_{sum,mean}_grad: X [..], Out@GRAD [reduced] -> X@GRAD [X] */
+pe_status pe_infer_reduce_grad(pe_op_ctx *ctx) {
+    pe_tensor *x, *g;
+    PE_CHECK(need_in(ctx, "X", &x));
+    PE_CHECK(need_in(ctx, "Out@GRAD", &g));
+    if (!is_float(x->dtype)) return bad_dtype(ctx, "X", x, "float32 or float64");
+    bool red[PE_MAX_DIMS];
+    PE_CHECK(pe_reduce_flags(ctx, x->ndim, x->dims, red));
+    int64_t od[PE_MAX_DIMS];
+    int on = reduce_out_dims(x, red, pe_ctx_bool(ctx, "keep_dim"), od);
+    PE_CHECK(check_grad(ctx, "Out@GRAD", g, x->dtype, pe_dims_prod(od, 0, on), "Out"));
+    return set_out(ctx, "X@GRAD", x->dtype, x->ndim, x->dims);
+}
+
+/* ---- grad makers -------------------------------------------------------------- */
+
+/* <type>(X, Out@GRAD) -> X@GRAD: mean, reduce_sum, reduce_mean (X for its shape). */
+static pe_status grad_with_x(pe_grad_ctx *g, const char *type) {
+    PE_CHECK(pe_grad_new_op(g, type));
+    PE_CHECK(pe_grad_fwd_input(g, "X", "X"));
+    PE_CHECK(pe_grad_out_grad(g, "Out", "Out@GRAD"));
+    return pe_grad_in_grad(g, "X", "X@GRAD");
+}
+pe_status pe_grad_mean(pe_grad_ctx *g) { return grad_with_x(g, "mean_grad"); }
+pe_status pe_grad_reduce_sum(pe_grad_ctx *g) { return grad_with_x(g, "reduce_sum_grad"); }
+pe_status pe_grad_reduce_mean(pe_grad_ctx *g) { return grad_with_x(g, "reduce_mean_grad"); }
+
+/* sum: sum_grad(Out@GRAD) -> X@GRAD (one output per input, @EMPTY@ where none is needed) */
+pe_status pe_grad_sum(pe_grad_ctx *g) {
+    PE_CHECK(pe_grad_new_op(g, "sum_grad"));
+    PE_CHECK(pe_grad_out_grad(g, "Out", "Out@GRAD"));
+    return pe_grad_in_grad(g, "X", "X@GRAD");
+}
+
+/* softmax: softmax_grad(Out, Out@GRAD) -> X@GRAD */
+pe_status pe_grad_softmax(pe_grad_ctx *g) {
+    PE_CHECK(pe_grad_new_op(g, "softmax_grad"));
+    PE_CHECK(pe_grad_fwd_output(g, "Out", "Out"));
+    PE_CHECK(pe_grad_out_grad(g, "Out", "Out@GRAD"));
+    return pe_grad_in_grad(g, "X", "X@GRAD");
 }

@@ -1,13 +1,23 @@
 /* ops/cpu/elementwise.c — CPU kernels of the elementwise family:
  * elementwise_{add,sub,mul,div} with Paddle broadcasting, relu, sigmoid,
- * tanh, scale and cast.
+ * tanh, scale and cast, and their gradients (elementwise_*_grad,
+ * relu/sigmoid/tanh_grad from Out, cast_grad).
  *
  * How: the binary ops build the broadcast plan of ops/elementwise.h and run
  * one of five loops (same shape, scalar Y, row bias [N,D]+[D], channel bias
  * [N,C,HW]+[C], general strided); each loop is a plain contiguous loop the
  * compiler vectorizes, split over ctx->num_threads OpenMP threads once the
- * output is large enough to pay for the fork. The loops are generated per
- * dtype by macros so fp32/fp64/int32/int64 share one source of truth.
+ * output is large enough to pay for the fork (ops/cpu/par.h: the decision
+ * is taken in C, so small ops never enter an OpenMP region). The loops are
+ * generated per dtype by macros so fp32/fp64/int32/int64 share one source
+ * of truth.
+ *
+ * Gradients of the binary ops reuse the same plan: an operand that was not
+ * broadcast gets its gradient element by element; a broadcast operand gets
+ * the sum of the contributions over its broadcast dims. Every such sum runs
+ * over the output in a fixed order (in double) chosen from the shapes
+ * alone, never from the thread count, so gradients are bitwise identical
+ * for any ctx->num_threads.
  *
  * Defined results where C leaves behaviour undefined (so no input crashes):
  *  - integer add/sub/mul wrap around (two's complement), as numpy and torch;
@@ -23,13 +33,12 @@
  */
 #include "ops/elementwise.h"
 #include "ops/op.h"
+#include "ops/cpu/par.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
-/* Below this many output elements loops stay on the calling thread. */
-#define PE_EW_PAR_MIN 32768
 
 /* ---- scalar ops per dtype ------------------------------------------------ */
 
@@ -54,73 +63,66 @@ static inline int64_t div_i64(int64_t a, int64_t b) {
 /* ---- binary loops ---------------------------------------------------------- */
 
 /* One function per (op, dtype): runs the plan's loop with OP(a, b). */
-#define EW_BINARY(NAME, T, OP)                                                                  \
+#define EW_BINARY(NAME, T, OP)                                                                    \
     static void NAME(const pe_bcast_plan *pl, const void *xv, const void *yv, void *ov, int nt) { \
-        const T *x = xv, *y = yv;                                                                \
-        T *out = ov;                                                                             \
-        const int64_t numel = pl->numel;                                                         \
-        const int par = numel > PE_EW_PAR_MIN;                                                   \
-        switch (pl->kind) {                                                                      \
-        case PE_BCAST_SAME: { /* x, y, out: [numel] */                                           \
-            _Pragma("omp parallel for num_threads(nt) if(par) schedule(static)")                 \
-            for (int64_t i = 0; i < numel; i++) out[i] = OP(x[i], y[i]);                         \
-            break;                                                                               \
-        }                                                                                        \
-        case PE_BCAST_SCALAR_Y: { /* x, out: [numel]; y: [1] */                                  \
-            const T b = y[0];                                                                    \
-            _Pragma("omp parallel for num_threads(nt) if(par) schedule(static)")                 \
-            for (int64_t i = 0; i < numel; i++) out[i] = OP(x[i], b);                            \
-            break;                                                                               \
-        }                                                                                        \
-        case PE_BCAST_ROW: { /* x, out: [pre, n]; y: [n] */                                      \
-            const int64_t pre = pl->pre, n = pl->n;                                              \
-            _Pragma("omp parallel for num_threads(nt) if(par) schedule(static)")                 \
-            for (int64_t r = 0; r < pre; r++) {                                                  \
-                const T *xr = x + r * n;                                                         \
-                T *orow = out + r * n;                                                           \
-                for (int64_t c = 0; c < n; c++) orow[c] = OP(xr[c], y[c]);                       \
-            }                                                                                    \
-            break;                                                                               \
-        }                                                                                        \
-        case PE_BCAST_MID: { /* x, out: [pre, n, post]; y: [n] */                                \
-            const int64_t n = pl->n, post = pl->post, rows = pl->pre * pl->n;                    \
-            _Pragma("omp parallel for num_threads(nt) if(par) schedule(static)")                 \
-            for (int64_t rc = 0; rc < rows; rc++) {                                              \
-                const T b = y[rc % n];                                                           \
-                const T *xr = x + rc * post;                                                     \
-                T *orow = out + rc * post;                                                       \
-                for (int64_t k = 0; k < post; k++) orow[k] = OP(xr[k], b);                       \
-            }                                                                                    \
-            break;                                                                               \
-        }                                                                                        \
-        default: { /* general: out [dims...], strided reads, rows of the last dim */             \
-            const int nd = pl->ndim;                                                             \
-            const int64_t inner = pl->dims[nd - 1];                                              \
-            const int64_t xs = pl->x_strides[nd - 1], ys = pl->y_strides[nd - 1];                \
-            const int64_t rows = inner ? numel / inner : 0;                                      \
-            _Pragma("omp parallel for num_threads(nt) if(par) schedule(static)")                 \
-            for (int64_t r = 0; r < rows; r++) {                                                 \
-                int64_t xo = 0, yo = 0, rem = r;                                                 \
-                for (int d = nd - 2; d >= 0; d--) {                                              \
-                    const int64_t i = rem % pl->dims[d];                                         \
-                    rem /= pl->dims[d];                                                          \
-                    xo += i * pl->x_strides[d];                                                  \
-                    yo += i * pl->y_strides[d];                                                  \
-                }                                                                                \
-                const T *xr = x + xo, *yr = y + yo;                                              \
-                T *orow = out + r * inner;                                                       \
-                if (xs == 1 && ys == 1)                                                          \
-                    for (int64_t j = 0; j < inner; j++) orow[j] = OP(xr[j], yr[j]);              \
-                else if (xs == 1 && ys == 0)                                                     \
-                    for (int64_t j = 0; j < inner; j++) orow[j] = OP(xr[j], yr[0]);              \
-                else if (xs == 0 && ys == 1)                                                     \
-                    for (int64_t j = 0; j < inner; j++) orow[j] = OP(xr[0], yr[j]);              \
-                else                                                                             \
-                    for (int64_t j = 0; j < inner; j++) orow[j] = OP(xr[j * xs], yr[j * ys]);    \
-            }                                                                                    \
-            break;                                                                               \
-        }                                                                                        \
-        }                                                                                        \
+        const T *x = xv, *y = yv;                                                                 \
+        T *out = ov;                                                                              \
+        const int64_t numel = pl->numel;                                                          \
+        const int par = numel >= PE_PAR_MIN && nt > 1;                                            \
+        switch (pl->kind) {                                                                       \
+        case PE_BCAST_SAME: /* x, y, out: [numel] */                                              \
+            PE_PAR_FOR(par, i, numel, out[i] = OP(x[i], y[i]););                                  \
+            break;                                                                                \
+        case PE_BCAST_SCALAR_Y: { /* x, out: [numel]; y: [1] */                                   \
+            const T b = y[0];                                                                     \
+            PE_PAR_FOR(par, i, numel, out[i] = OP(x[i], b););                                     \
+            break;                                                                                \
+        }                                                                                         \
+        case PE_BCAST_ROW: { /* x, out: [pre, n]; y: [n] */                                       \
+            const int64_t n = pl->n;                                                              \
+            PE_PAR_FOR(par, r, pl->pre, {                                                         \
+                const T *xr = x + r * n;                                                          \
+                T *orow = out + r * n;                                                            \
+                for (int64_t c = 0; c < n; c++) orow[c] = OP(xr[c], y[c]);                        \
+            });                                                                                   \
+            break;                                                                                \
+        }                                                                                         \
+        case PE_BCAST_MID: { /* x, out: [pre, n, post]; y: [n] */                                 \
+            const int64_t n = pl->n, post = pl->post;                                             \
+            PE_PAR_FOR(par, rc, pl->pre * pl->n, {                                                \
+                const T b = y[rc % n];                                                            \
+                const T *xr = x + rc * post;                                                      \
+                T *orow = out + rc * post;                                                        \
+                for (int64_t k = 0; k < post; k++) orow[k] = OP(xr[k], b);                        \
+            });                                                                                   \
+            break;                                                                                \
+        }                                                                                         \
+        default: { /* general: out [dims...], strided reads, rows of the last dim */              \
+            const int nd = pl->ndim;                                                              \
+            const int64_t inner = pl->dims[nd - 1];                                               \
+            const int64_t xs = pl->x_strides[nd - 1], ys = pl->y_strides[nd - 1];                 \
+            PE_PAR_FOR(par, r, inner ? numel / inner : 0, {                                       \
+                int64_t xo = 0, yo = 0, rem = r;                                                  \
+                for (int d = nd - 2; d >= 0; d--) {                                               \
+                    const int64_t i = rem % pl->dims[d];                                          \
+                    rem /= pl->dims[d];                                                           \
+                    xo += i * pl->x_strides[d];                                                   \
+                    yo += i * pl->y_strides[d];                                                   \
+                }                                                                                 \
+                const T *xr = x + xo, *yr = y + yo;                                               \
+                T *orow = out + r * inner;                                                        \
+                if (xs == 1 && ys == 1)                                                           \
+                    for (int64_t j = 0; j < inner; j++) orow[j] = OP(xr[j], yr[j]);               \
+                else if (xs == 1 && ys == 0)                                                      \
+                    for (int64_t j = 0; j < inner; j++) orow[j] = OP(xr[j], yr[0]);               \
+                else if (xs == 0 && ys == 1)                                                      \
+                    for (int64_t j = 0; j < inner; j++) orow[j] = OP(xr[0], yr[j]);               \
+                else                                                                              \
+                    for (int64_t j = 0; j < inner; j++) orow[j] = OP(xr[j * xs], yr[j * ys]);     \
+            });                                                                                   \
+            break;                                                                                \
+        }                                                                                         \
+        }                                                                                         \
     }
 
 EW_BINARY(add_f32, float, FADD)
@@ -183,11 +185,9 @@ static inline double sigmoid_f64(double v) {
     return v >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
 }
 
-#define EW_UNARY(NAME, T, F)                                                     \
-    static void NAME(const T *x, T *out, int64_t n, int nt) {                    \
-        const int par = n > PE_EW_PAR_MIN;                                       \
-        _Pragma("omp parallel for num_threads(nt) if(par) schedule(static)")     \
-        for (int64_t i = 0; i < n; i++) out[i] = F(x[i]);                        \
+#define EW_UNARY(NAME, T, F)                                            \
+    static void NAME(const T *x, T *out, int64_t n, int nt) {           \
+        PE_PAR_FOR(n >= PE_PAR_MIN && nt > 1, i, n, out[i] = F(x[i]);); \
     }
 
 EW_UNARY(relu_f32, float, RELU)
@@ -233,16 +233,11 @@ static inline int32_t sat_i32(double v) {
     return (int32_t)v;
 }
 
-#define EW_SCALE(NAME, T, ADD, MUL)                                                              \
-    static void NAME(const T *x, T *out, int64_t n, T s, T b, int after, int nt) {               \
-        const int par = n > PE_EW_PAR_MIN;                                                       \
-        if (after) {                                                                             \
-            _Pragma("omp parallel for num_threads(nt) if(par) schedule(static)")                 \
-            for (int64_t i = 0; i < n; i++) out[i] = ADD(MUL(s, x[i]), b);                       \
-        } else {                                                                                 \
-            _Pragma("omp parallel for num_threads(nt) if(par) schedule(static)")                 \
-            for (int64_t i = 0; i < n; i++) out[i] = MUL(s, ADD(x[i], b));                       \
-        }                                                                                        \
+#define EW_SCALE(NAME, T, ADD, MUL)                                                \
+    static void NAME(const T *x, T *out, int64_t n, T s, T b, int after, int nt) { \
+        const int par = n >= PE_PAR_MIN && nt > 1;                                 \
+        if (after) PE_PAR_FOR(par, i, n, out[i] = ADD(MUL(s, x[i]), b););          \
+        else PE_PAR_FOR(par, i, n, out[i] = MUL(s, ADD(x[i], b)););                \
     }
 
 EW_SCALE(scale_f32, float, FADD, FMUL)
@@ -289,33 +284,32 @@ pe_status pe_cpu_scale(const pe_op_ctx *ctx) {
 #define I_TO_U8(v) ((uint8_t)(uint64_t)(v))
 #define I_TO_BOOL(v) ((uint8_t)((v) != 0))
 
-#define CAST_LOOP(S, LOAD, D, CONV)                                                  \
-    {                                                                                \
-        const S *s = xd;                                                             \
-        D *d = od;                                                                   \
-        _Pragma("omp parallel for num_threads(nt) if(par) schedule(static)")         \
-        for (int64_t i = 0; i < n; i++) d[i] = CONV(LOAD(s[i]));                     \
-    }                                                                                \
+#define CAST_LOOP(S, LOAD, D, CONV)                      \
+    {                                                    \
+        const S *s = xd;                                 \
+        D *d = od;                                       \
+        PE_PAR_FOR(par, i, n, d[i] = CONV(LOAD(s[i]));); \
+    }                                                    \
     break;
 
 #define LOAD_F(v) ((double)(v))
 #define LOAD_I(v) ((int64_t)(v))
 #define LOAD_B(v) ((int64_t)((v) != 0))
 
-#define CAST_FROM(S, LOAD, P)                                       \
-    switch (dst) {                                                  \
-    case PE_DTYPE_FP32: CAST_LOOP(S, LOAD, float, P##_TO_F32)       \
-    case PE_DTYPE_FP64: CAST_LOOP(S, LOAD, double, P##_TO_F64)      \
-    case PE_DTYPE_INT32: CAST_LOOP(S, LOAD, int32_t, P##_TO_I32)    \
-    case PE_DTYPE_INT64: CAST_LOOP(S, LOAD, int64_t, P##_TO_I64)    \
-    case PE_DTYPE_UINT8: CAST_LOOP(S, LOAD, uint8_t, P##_TO_U8)     \
-    case PE_DTYPE_BOOL: CAST_LOOP(S, LOAD, uint8_t, P##_TO_BOOL)    \
-    default: return PE_ERR_UNSUPPORTED;                             \
-    }                                                               \
+#define CAST_FROM(S, LOAD, P)                                    \
+    switch (dst) {                                               \
+    case PE_DTYPE_FP32: CAST_LOOP(S, LOAD, float, P##_TO_F32)    \
+    case PE_DTYPE_FP64: CAST_LOOP(S, LOAD, double, P##_TO_F64)   \
+    case PE_DTYPE_INT32: CAST_LOOP(S, LOAD, int32_t, P##_TO_I32) \
+    case PE_DTYPE_INT64: CAST_LOOP(S, LOAD, int64_t, P##_TO_I64) \
+    case PE_DTYPE_UINT8: CAST_LOOP(S, LOAD, uint8_t, P##_TO_U8)  \
+    case PE_DTYPE_BOOL: CAST_LOOP(S, LOAD, uint8_t, P##_TO_BOOL) \
+    default: return PE_ERR_UNSUPPORTED;                          \
+    }                                                            \
     break;
 
 static pe_status cast_loop(pe_dtype src, pe_dtype dst, const void *xd, void *od, int64_t n, int nt) {
-    const int par = n > PE_EW_PAR_MIN;
+    const int par = n >= PE_PAR_MIN && nt > 1;
     switch (src) {
     case PE_DTYPE_FP32: CAST_FROM(float, LOAD_F, F)
     case PE_DTYPE_FP64: CAST_FROM(double, LOAD_F, F)
@@ -342,5 +336,267 @@ pe_status pe_cpu_cast(const pe_op_ctx *ctx) {
     if (cast_loop(x->dtype, out->dtype, pe_tensor_data(x), pe_tensor_data(out), n, ctx->num_threads) != PE_OK)
         return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "cast from %s to %s is not supported",
                             pe_dtype_name(x->dtype), pe_dtype_name(out->dtype));
+    return PE_OK;
+}
+
+/* ---- gradients of the binary ops --------------------------------------------- */
+
+/* Contribution of one output element to dX / dY: g = dOut, a = x, b = y. */
+/* (every operand is named, so the generic loops need no per-op variants) */
+#define GX_ADD(g, a, b) ((void)(a), (void)(b), (g))
+#define GY_ADD(g, a, b) ((void)(a), (void)(b), (g))
+#define GY_SUB(g, a, b) ((void)(a), (void)(b), -(g))
+#define GX_MUL(g, a, b) ((void)(a), (g) * (b))
+#define GY_MUL(g, a, b) ((void)(b), (g) * (a))
+#define GX_DIV(g, a, b) ((void)(a), (g) / (b))
+#define GY_DIV(g, a, b) (-(g) * (a) / ((b) * (b)))
+
+#define PE_GRAD_TILE 256        /* columns of dY summed together (stack accumulators) */
+#define PE_GRAD_MAX_BLOCKS 256  /* whole-tensor sums: at most this many partials */
+#define PE_GRAD_MIN_BLOCK 4096  /* ... of at least this many elements */
+
+/* Offsets of out (contiguous), x and y for the multi-index of `lin` over the
+ * plan dims listed in `which` (row-major in that order). */
+static inline void plan_offsets(const pe_bcast_plan *pl, const int *which, int nw, const int64_t *ostr,
+                                int64_t lin, int64_t *oo, int64_t *xo, int64_t *yo) {
+    int64_t o = 0, xa = 0, ya = 0;
+    for (int j = nw - 1; j >= 0; j--) {
+        const int d = which[j];
+        const int64_t i = lin % pl->dims[d];
+        lin /= pl->dims[d];
+        o += i * ostr[d];
+        xa += i * pl->x_strides[d];
+        ya += i * pl->y_strides[d];
+    }
+    *oo = o;
+    *xo = xa;
+    *yo = ya;
+}
+
+/* One function per (op, dtype, side). side 0 fills dX (X's shape), side 1
+ * fills dY. d[t] = sum over the output elements that read element t of the
+ * side's operand of G(dout, x, y); when the operand is not broadcast the sum
+ * has one term. General plan only (any kind is also a valid general plan). */
+#define EW_GRAD_GENERAL(NAME, T, G, SIDE)                                                              \
+    static void NAME(const pe_bcast_plan *pl, const T *x, const T *y, const T *g, T *dst, int nt) {    \
+        const int nd = pl->ndim;                                                                       \
+        const int64_t *ts = SIDE ? pl->y_strides : pl->x_strides;                                      \
+        int64_t ostr[PE_MAX_DIMS];                                                                     \
+        int kept[PE_MAX_DIMS], red[PE_MAX_DIMS], nk = 0, nr = 0;                                       \
+        int64_t nkept = 1, nred = 1, s = 1;                                                            \
+        for (int d = nd - 1; d >= 0; d--) { ostr[d] = s; s *= pl->dims[d]; }                           \
+        for (int d = 0; d < nd; d++) {                                                                 \
+            if (ts[d]) { kept[nk++] = d; nkept *= pl->dims[d]; }                                       \
+            else { red[nr++] = d; nred *= pl->dims[d]; }                                               \
+        }                                                                                              \
+        const int par = pl->numel >= PE_PAR_MIN && nt > 1;                                             \
+        if (nr == 0) { /* not broadcast: dst has out's layout */                                       \
+            PE_PAR_FOR(par, t, nkept, {                                                                \
+                int64_t oo, xo, yo;                                                                    \
+                plan_offsets(pl, kept, nk, ostr, t, &oo, &xo, &yo);                                    \
+                dst[SIDE ? yo : xo] = G(g[oo], x[xo], y[yo]);                                          \
+            });                                                                                        \
+            return;                                                                                    \
+        }                                                                                              \
+        /* innermost reduced dim walked directly, the other reduced dims by index */                   \
+        const int last = red[nr - 1];                                                                  \
+        const int64_t ln = pl->dims[last], lo = ostr[last];                                            \
+        const int64_t lx = pl->x_strides[last], ly = pl->y_strides[last];                              \
+        const int64_t nouter = nred / ln;                                                              \
+        PE_PAR_FOR(par && nkept > 1, t, nkept, {                                                       \
+            int64_t ob, xb, yb;                                                                        \
+            plan_offsets(pl, kept, nk, ostr, t, &ob, &xb, &yb);                                        \
+            double acc = 0;                                                                            \
+            for (int64_t r = 0; r < nouter; r++) {                                                     \
+                int64_t oo, xo, yo;                                                                    \
+                plan_offsets(pl, red, nr - 1, ostr, r, &oo, &xo, &yo);                                 \
+                const T *gp = g + ob + oo, *xp = x + xb + xo, *yp = y + yb + yo;                       \
+                for (int64_t j = 0; j < ln; j++) acc += (double)G(gp[j * lo], xp[j * lx], yp[j * ly]); \
+            }                                                                                          \
+            dst[SIDE ? yb : xb] = (T)acc;                                                              \
+        });                                                                                            \
+    }
+
+/* dX, dY (either may be NULL) for one (op, dtype): fast paths for the plan
+ * kinds where X is not broadcast, the general loops otherwise. */
+#define EW_GRAD(NAME, T, GX, GY)                                                                       \
+    EW_GRAD_GENERAL(NAME##_gx, T, GX, 0)                                                               \
+    EW_GRAD_GENERAL(NAME##_gy, T, GY, 1)                                                               \
+    static void NAME(const pe_bcast_plan *pl, const T *x, const T *y, const T *g, T *dx, T *dy,        \
+                     int nt) {                                                                         \
+        const int64_t numel = pl->numel;                                                               \
+        const int par = numel >= PE_PAR_MIN && nt > 1;                                                 \
+        switch (pl->kind) {                                                                            \
+        case PE_BCAST_SAME: /* all [numel] */                                                          \
+            if (dx) PE_PAR_FOR(par, i, numel, dx[i] = GX(g[i], x[i], y[i]););                          \
+            if (dy) PE_PAR_FOR(par, i, numel, dy[i] = GY(g[i], x[i], y[i]););                          \
+            return;                                                                                    \
+        case PE_BCAST_SCALAR_Y: { /* x, g, dx: [numel]; y, dy: [1] */                                  \
+            const T b = y[0];                                                                          \
+            if (dx) PE_PAR_FOR(par, i, numel, dx[i] = GX(g[i], x[i], b););                             \
+            if (dy) { /* fixed blocks: the same partial sums for any thread count */                   \
+                int64_t bs = (numel + PE_GRAD_MAX_BLOCKS - 1) / PE_GRAD_MAX_BLOCKS;                    \
+                if (bs < PE_GRAD_MIN_BLOCK) bs = PE_GRAD_MIN_BLOCK;                                    \
+                const int64_t nb = (numel + bs - 1) / bs;                                              \
+                double part[PE_GRAD_MAX_BLOCKS];                                                       \
+                PE_PAR_FOR(par && nb > 1, k, nb, {                                                     \
+                    const int64_t e = (k + 1) * bs < numel ? (k + 1) * bs : numel;                     \
+                    double acc = 0;                                                                    \
+                    for (int64_t i = k * bs; i < e; i++) acc += (double)GY(g[i], x[i], b);             \
+                    part[k] = acc;                                                                     \
+                });                                                                                    \
+                double acc = 0;                                                                        \
+                for (int64_t k = 0; k < nb; k++) acc += part[k];                                       \
+                dy[0] = (T)acc;                                                                        \
+            }                                                                                          \
+            return;                                                                                    \
+        }                                                                                              \
+        case PE_BCAST_ROW: { /* x, g, dx: [pre, n]; y, dy: [n] */                                      \
+            const int64_t pre = pl->pre, n = pl->n;                                                    \
+            if (dx) PE_PAR_FOR(par, r, pre, {                                                          \
+                for (int64_t c = 0; c < n; c++) dx[r * n + c] = GX(g[r * n + c], x[r * n + c], y[c]);  \
+            });                                                                                        \
+            if (dy) { /* column tiles; each column summed over rows in order */                        \
+                const int64_t ntile = (n + PE_GRAD_TILE - 1) / PE_GRAD_TILE;                           \
+                PE_PAR_FOR(par && ntile > 1, tl, ntile, {                                              \
+                    const int64_t c0 = tl * PE_GRAD_TILE;                                              \
+                    const int64_t w = n - c0 < PE_GRAD_TILE ? n - c0 : PE_GRAD_TILE;                   \
+                    double acc[PE_GRAD_TILE];                                                          \
+                    for (int64_t c = 0; c < w; c++) acc[c] = 0;                                        \
+                    for (int64_t r = 0; r < pre; r++) {                                                \
+                        const T *gr = g + r * n + c0, *xr = x + r * n + c0;                            \
+                        for (int64_t c = 0; c < w; c++) acc[c] += (double)GY(gr[c], xr[c], y[c0 + c]); \
+                    }                                                                                  \
+                    for (int64_t c = 0; c < w; c++) dy[c0 + c] = (T)acc[c];                            \
+                });                                                                                    \
+            }                                                                                          \
+            return;                                                                                    \
+        }                                                                                              \
+        case PE_BCAST_MID: { /* x, g, dx: [pre, n, post]; y, dy: [n] */                                \
+            const int64_t pre = pl->pre, n = pl->n, post = pl->post;                                   \
+            if (dx) PE_PAR_FOR(par, rc, pre * n, {                                                     \
+                const T b = y[rc % n];                                                                 \
+                for (int64_t k = 0; k < post; k++)                                                     \
+                    dx[rc * post + k] = GX(g[rc * post + k], x[rc * post + k], b);                     \
+            });                                                                                        \
+            if (dy) PE_PAR_FOR(par && n > 1, c, n, {                                                   \
+                const T b = y[c];                                                                      \
+                double acc = 0;                                                                        \
+                for (int64_t p = 0; p < pre; p++) {                                                    \
+                    const T *gr = g + (p * n + c) * post, *xr = x + (p * n + c) * post;                \
+                    for (int64_t k = 0; k < post; k++) acc += (double)GY(gr[k], xr[k], b);             \
+                }                                                                                      \
+                dy[c] = (T)acc;                                                                        \
+            });                                                                                        \
+            return;                                                                                    \
+        }                                                                                              \
+        default:                                                                                       \
+            if (dx) NAME##_gx(pl, x, y, g, dx, nt);                                                    \
+            if (dy) NAME##_gy(pl, x, y, g, dy, nt);                                                    \
+            return;                                                                                    \
+        }                                                                                              \
+    }
+
+EW_GRAD(add_grad_f32, float, GX_ADD, GY_ADD)
+EW_GRAD(sub_grad_f32, float, GX_ADD, GY_SUB)
+EW_GRAD(mul_grad_f32, float, GX_MUL, GY_MUL)
+EW_GRAD(div_grad_f32, float, GX_DIV, GY_DIV)
+EW_GRAD(add_grad_f64, double, GX_ADD, GY_ADD)
+EW_GRAD(sub_grad_f64, double, GX_ADD, GY_SUB)
+EW_GRAD(mul_grad_f64, double, GX_MUL, GY_MUL)
+EW_GRAD(div_grad_f64, double, GX_DIV, GY_DIV)
+
+typedef void (*ew_grad_f32)(const pe_bcast_plan *, const float *, const float *, const float *, float *, float *, int);
+typedef void (*ew_grad_f64)(const pe_bcast_plan *, const double *, const double *, const double *, double *, double *,
+                            int);
+static const ew_grad_f32 k_grad_f32[4] = {add_grad_f32, sub_grad_f32, mul_grad_f32, div_grad_f32};
+static const ew_grad_f64 k_grad_f64[4] = {add_grad_f64, sub_grad_f64, mul_grad_f64, div_grad_f64};
+
+/* X [..], Y [..], Out@GRAD [broadcast] -> X@GRAD [X's dims]?, Y@GRAD [Y's dims]? */
+static pe_status ew_binary_grad(const pe_op_ctx *ctx, int op) {
+    const pe_tensor *x = pe_ctx_in(ctx, "X"), *y = pe_ctx_in(ctx, "Y"), *g = pe_ctx_in(ctx, "Out@GRAD");
+    pe_tensor *dx = pe_ctx_out(ctx, "X@GRAD"), *dy = pe_ctx_out(ctx, "Y@GRAD");
+    pe_bcast_plan pl;
+    if (pe_bcast_plan_make(x->ndim, x->dims, y->ndim, y->dims, (int)pe_ctx_int(ctx, "axis"), &pl) != PE_OK)
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "%s", pe_last_error());
+    if (y->dtype != x->dtype || g->dtype != x->dtype || pe_tensor_numel(g) != pl.numel ||
+        (dx && (dx->dtype != x->dtype || pe_tensor_numel(dx) != pe_tensor_numel(x))) ||
+        (dy && (dy->dtype != y->dtype || pe_tensor_numel(dy) != pe_tensor_numel(y))))
+        return pe_ctx_error(ctx, PE_ERR_INTERNAL, "kernel called with tensors shape inference did not produce");
+    if (pl.numel == 0) { /* nothing reaches X or Y: their gradients are zero */
+        if (dx) memset(pe_tensor_data(dx), 0, pe_tensor_nbytes(dx));
+        if (dy) memset(pe_tensor_data(dy), 0, pe_tensor_nbytes(dy));
+        return PE_OK;
+    }
+    if (x->dtype == PE_DTYPE_FP32)
+        k_grad_f32[op](&pl, pe_tensor_data(x), pe_tensor_data(y), pe_tensor_data(g), dx ? pe_tensor_data(dx) : NULL,
+                       dy ? pe_tensor_data(dy) : NULL, ctx->num_threads);
+    else if (x->dtype == PE_DTYPE_FP64)
+        k_grad_f64[op](&pl, pe_tensor_data(x), pe_tensor_data(y), pe_tensor_data(g), dx ? pe_tensor_data(dx) : NULL,
+                       dy ? pe_tensor_data(dy) : NULL, ctx->num_threads);
+    else
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "dtype %s is not supported", pe_dtype_name(x->dtype));
+    return PE_OK;
+}
+
+pe_status pe_cpu_elementwise_add_grad(const pe_op_ctx *ctx) { return ew_binary_grad(ctx, EW_ADD); }
+pe_status pe_cpu_elementwise_sub_grad(const pe_op_ctx *ctx) { return ew_binary_grad(ctx, EW_SUB); }
+pe_status pe_cpu_elementwise_mul_grad(const pe_op_ctx *ctx) { return ew_binary_grad(ctx, EW_MUL); }
+pe_status pe_cpu_elementwise_div_grad(const pe_op_ctx *ctx) { return ew_binary_grad(ctx, EW_DIV); }
+
+/* ---- activation gradients from Out: out, dout, dx [numel] ------------------------ */
+
+#define RELU_G(o, g) ((o) > 0 ? (g) : 0)
+#define SIGMOID_G(o, g) ((g) * (o) * (1 - (o)))
+#define TANH_G(o, g) ((g) * (1 - (o) * (o)))
+
+#define EW_ACT_GRAD(NAME, T, F)                                              \
+    static void NAME(const T *o, const T *g, T *dx, int64_t n, int nt) {     \
+        PE_PAR_FOR(n >= PE_PAR_MIN && nt > 1, i, n, dx[i] = F(o[i], g[i]);); \
+    }
+EW_ACT_GRAD(relu_grad_f32, float, RELU_G)
+EW_ACT_GRAD(relu_grad_f64, double, RELU_G)
+EW_ACT_GRAD(sigmoid_grad_f32, float, SIGMOID_G)
+EW_ACT_GRAD(sigmoid_grad_f64, double, SIGMOID_G)
+EW_ACT_GRAD(tanh_grad_f32, float, TANH_G)
+EW_ACT_GRAD(tanh_grad_f64, double, TANH_G)
+
+typedef void (*ew_act_grad_f32)(const float *, const float *, float *, int64_t, int);
+typedef void (*ew_act_grad_f64)(const double *, const double *, double *, int64_t, int);
+
+/* Out [..], Out@GRAD [..] -> X@GRAD [..] */
+static pe_status ew_act_grad(const pe_op_ctx *ctx, ew_act_grad_f32 f32, ew_act_grad_f64 f64) {
+    const pe_tensor *o = pe_ctx_in(ctx, "Out"), *g = pe_ctx_in(ctx, "Out@GRAD");
+    pe_tensor *dx = pe_ctx_out(ctx, "X@GRAD");
+    const int64_t n = pe_tensor_numel(o);
+    if (g->dtype != o->dtype || dx->dtype != o->dtype || pe_tensor_numel(g) != n || pe_tensor_numel(dx) != n)
+        return pe_ctx_error(ctx, PE_ERR_INTERNAL, "kernel called with tensors shape inference did not produce");
+    if (n == 0) return PE_OK;
+    if (o->dtype == PE_DTYPE_FP32) f32(pe_tensor_data(o), pe_tensor_data(g), pe_tensor_data(dx), n, ctx->num_threads);
+    else if (o->dtype == PE_DTYPE_FP64) f64(pe_tensor_data(o), pe_tensor_data(g), pe_tensor_data(dx), n, ctx->num_threads);
+    else return pe_ctx_error(ctx, PE_ERR_INVALID, "dtype %s is not supported", pe_dtype_name(o->dtype));
+    return PE_OK;
+}
+
+pe_status pe_cpu_relu_grad(const pe_op_ctx *ctx) { return ew_act_grad(ctx, relu_grad_f32, relu_grad_f64); }
+pe_status pe_cpu_sigmoid_grad(const pe_op_ctx *ctx) { return ew_act_grad(ctx, sigmoid_grad_f32, sigmoid_grad_f64); }
+pe_status pe_cpu_tanh_grad(const pe_op_ctx *ctx) { return ew_act_grad(ctx, tanh_grad_f32, tanh_grad_f64); }
+
+/* ---- cast_grad: Out@GRAD [..] (Out's dtype) -> X@GRAD [..] (X's dtype) ------------ */
+
+pe_status pe_cpu_cast_grad(const pe_op_ctx *ctx) {
+    const pe_tensor *x = pe_ctx_in(ctx, "X"), *g = pe_ctx_in(ctx, "Out@GRAD");
+    pe_tensor *dx = pe_ctx_out(ctx, "X@GRAD");
+    const int64_t n = pe_tensor_numel(g);
+    if (dx->dtype != x->dtype || pe_tensor_numel(dx) != n)
+        return pe_ctx_error(ctx, PE_ERR_INTERNAL, "kernel called with tensors shape inference did not produce");
+    if (n == 0) return PE_OK;
+    if (g->dtype == dx->dtype) {
+        memmove(pe_tensor_data(dx), pe_tensor_data(g), pe_tensor_nbytes(g));
+        return PE_OK;
+    }
+    if (cast_loop(g->dtype, dx->dtype, pe_tensor_data(g), pe_tensor_data(dx), n, ctx->num_threads) != PE_OK)
+        return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "cast from %s to %s is not supported", pe_dtype_name(g->dtype),
+                            pe_dtype_name(dx->dtype));
     return PE_OK;
 }

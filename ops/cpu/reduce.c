@@ -18,12 +18,13 @@
  * mean of an empty tensor is NaN (numpy, torch); accuracy with N == 0 is 0.
  */
 #include "ops/op.h"
+#include "ops/cpu/par.h"
+#include "ops/reduce.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
-#define PE_RED_PAR_MIN 32768   /* elements below which loops stay single-threaded */
 #define PE_RED_MAX_BLOCKS 256  /* mean: at most this many partial sums */
 #define PE_RED_MIN_BLOCK 4096  /* mean: at least this many elements per partial */
 #define PE_RED_TILE 256        /* columns of `post` handled together (stack arrays) */
@@ -35,22 +36,21 @@ static pe_status internal_mismatch(const pe_op_ctx *ctx) {
 
 /* ---- mean: x [numel] -> out [1] ------------------------------------------------ */
 
-#define MEAN_SUM(NAME, T)                                                              \
-    static double NAME(const T *x, int64_t n, int nt) {                                \
-        int64_t bs = (n + PE_RED_MAX_BLOCKS - 1) / PE_RED_MAX_BLOCKS;                  \
-        if (bs < PE_RED_MIN_BLOCK) bs = PE_RED_MIN_BLOCK;                              \
-        const int64_t nb = (n + bs - 1) / bs;                                          \
-        double part[PE_RED_MAX_BLOCKS];                                                \
-        _Pragma("omp parallel for num_threads(nt) if(nb > 1) schedule(static)")        \
-        for (int64_t b = 0; b < nb; b++) {                                             \
-            const int64_t e = (b + 1) * bs < n ? (b + 1) * bs : n;                     \
-            double s = 0;                                                              \
-            for (int64_t i = b * bs; i < e; i++) s += (double)x[i];                    \
-            part[b] = s;                                                               \
-        }                                                                              \
-        double s = 0;                                                                  \
-        for (int64_t b = 0; b < nb; b++) s += part[b];                                 \
-        return s;                                                                      \
+#define MEAN_SUM(NAME, T)                                             \
+    static double NAME(const T *x, int64_t n, int nt) {               \
+        int64_t bs = (n + PE_RED_MAX_BLOCKS - 1) / PE_RED_MAX_BLOCKS; \
+        if (bs < PE_RED_MIN_BLOCK) bs = PE_RED_MIN_BLOCK;             \
+        const int64_t nb = (n + bs - 1) / bs;                         \
+        double part[PE_RED_MAX_BLOCKS];                               \
+        PE_PAR_FOR(n >= PE_PAR_MIN && nb > 1 && nt > 1, b, nb, {      \
+            const int64_t e = (b + 1) * bs < n ? (b + 1) * bs : n;    \
+            double s = 0;                                             \
+            for (int64_t i = b * bs; i < e; i++) s += (double)x[i];   \
+            part[b] = s;                                              \
+        });                                                           \
+        double s = 0;                                                 \
+        for (int64_t b = 0; b < nb; b++) s += part[b];                \
+        return s;                                                     \
     }
 MEAN_SUM(sum_f32, float)
 MEAN_SUM(sum_f64, double)
@@ -79,24 +79,23 @@ pe_status pe_cpu_mean(const pe_op_ctx *ctx) {
 #define SADD_I64(a, b) ((int64_t)((uint64_t)(a) + (uint64_t)(b)))
 
 /* Accumulates a chunk on the stack before writing it, so Out may alias any input. */
-#define SUM_LOOP(NAME, T, ADD)                                                          \
-    static void NAME(const void *const *xs, int m, void *ov, int64_t n, int nt) {       \
-        T *out = ov;                                                                    \
-        const int64_t nc = (n + PE_SUM_CHUNK - 1) / PE_SUM_CHUNK;                       \
-        const int par = n > PE_RED_PAR_MIN;                                             \
-        _Pragma("omp parallel for num_threads(nt) if(par) schedule(static)")            \
-        for (int64_t c = 0; c < nc; c++) {                                              \
-            const int64_t b = c * PE_SUM_CHUNK;                                         \
-            const int64_t len = n - b < PE_SUM_CHUNK ? n - b : PE_SUM_CHUNK;            \
-            T acc[PE_SUM_CHUNK];                                                        \
-            const T *x0 = (const T *)xs[0] + b;                                         \
-            for (int64_t i = 0; i < len; i++) acc[i] = x0[i];                           \
-            for (int k = 1; k < m; k++) {                                               \
-                const T *xk = (const T *)xs[k] + b;                                     \
-                for (int64_t i = 0; i < len; i++) acc[i] = ADD(acc[i], xk[i]);          \
-            }                                                                           \
-            memcpy(out + b, acc, (size_t)len * sizeof(T));                              \
-        }                                                                               \
+#define SUM_LOOP(NAME, T, ADD)                                                    \
+    static void NAME(const void *const *xs, int m, void *ov, int64_t n, int nt) { \
+        T *out = ov;                                                              \
+        const int64_t nc = (n + PE_SUM_CHUNK - 1) / PE_SUM_CHUNK;                 \
+        const int par = n >= PE_PAR_MIN && nt > 1;                                \
+        PE_PAR_FOR(par, c, nc, {                                                  \
+            const int64_t b = c * PE_SUM_CHUNK;                                   \
+            const int64_t len = n - b < PE_SUM_CHUNK ? n - b : PE_SUM_CHUNK;      \
+            T acc[PE_SUM_CHUNK];                                                  \
+            const T *x0 = (const T *)xs[0] + b;                                   \
+            for (int64_t i = 0; i < len; i++) acc[i] = x0[i];                     \
+            for (int k = 1; k < m; k++) {                                         \
+                const T *xk = (const T *)xs[k] + b;                               \
+                for (int64_t i = 0; i < len; i++) acc[i] = ADD(acc[i], xk[i]);    \
+            }                                                                     \
+            memcpy(out + b, acc, (size_t)len * sizeof(T));                        \
+        });                                                                       \
     }
 SUM_LOOP(sum_loop_f32, float, SADD_F)
 SUM_LOOP(sum_loop_f64, double, SADD_F)
@@ -140,52 +139,50 @@ static void split_axis(const pe_tensor *t, int a, int64_t *pre, int64_t *d, int6
     *post = pe_dims_prod(t->dims, a + 1, t->ndim);
 }
 
-#define SOFTMAX_LOOP(NAME, T, EXP)                                                              \
-    static void NAME(const T *x, T *out, int64_t pre, int64_t D, int64_t post, int nt) {         \
-        const int par = pre * D * post > PE_RED_PAR_MIN;                                         \
-        if (post == 1) { /* rows: x [pre, D] */                                                  \
-            _Pragma("omp parallel for num_threads(nt) if(par) schedule(static)")                 \
-            for (int64_t p = 0; p < pre; p++) {                                                  \
-                const T *xr = x + p * D;                                                         \
-                T *orow = out + p * D;                                                           \
-                T m = xr[0];                                                                     \
-                for (int64_t j = 1; j < D; j++) m = xr[j] > m ? xr[j] : m;                       \
-                double s = 0;                                                                    \
-                for (int64_t j = 0; j < D; j++) {                                                \
-                    orow[j] = EXP(xr[j] - m);                                                    \
-                    s += orow[j];                                                                \
-                }                                                                                \
-                const T inv = (T)(1.0 / s);                                                      \
-                for (int64_t j = 0; j < D; j++) orow[j] *= inv;                                  \
-            }                                                                                    \
-            return;                                                                              \
-        }                                                                                        \
-        /* x [pre, D, post]: tiles of PE_RED_TILE columns of post, reduced over D. */            \
-        const int64_t nt_cols = (post + PE_RED_TILE - 1) / PE_RED_TILE;                          \
-        _Pragma("omp parallel for num_threads(nt) if(par) schedule(static)")                     \
-        for (int64_t pt = 0; pt < pre * nt_cols; pt++) {                                         \
-            const int64_t p = pt / nt_cols, q0 = (pt % nt_cols) * PE_RED_TILE;                   \
-            const int64_t w = post - q0 < PE_RED_TILE ? post - q0 : PE_RED_TILE;                 \
-            const T *xb = x + p * D * post + q0;                                                 \
-            T *ob = out + p * D * post + q0;                                                     \
-            T m[PE_RED_TILE];                                                                    \
-            double s[PE_RED_TILE];                                                               \
-            for (int64_t q = 0; q < w; q++) { m[q] = xb[q]; s[q] = 0; }                          \
-            for (int64_t j = 1; j < D; j++)                                                      \
-                for (int64_t q = 0; q < w; q++) {                                                \
-                    const T v = xb[j * post + q];                                                \
-                    m[q] = v > m[q] ? v : m[q];                                                  \
-                }                                                                                \
-            for (int64_t j = 0; j < D; j++)                                                      \
-                for (int64_t q = 0; q < w; q++) {                                                \
-                    const T e = EXP(xb[j * post + q] - m[q]);                                    \
-                    ob[j * post + q] = e;                                                        \
-                    s[q] += e;                                                                   \
-                }                                                                                \
-            for (int64_t q = 0; q < w; q++) s[q] = 1.0 / s[q];                                   \
-            for (int64_t j = 0; j < D; j++)                                                      \
-                for (int64_t q = 0; q < w; q++) ob[j * post + q] *= (T)s[q];                     \
-        }                                                                                        \
+#define SOFTMAX_LOOP(NAME, T, EXP)                                                       \
+    static void NAME(const T *x, T *out, int64_t pre, int64_t D, int64_t post, int nt) { \
+        const int par = pre * D * post >= PE_PAR_MIN && nt > 1;                          \
+        if (post == 1) { /* rows: x [pre, D] */                                          \
+            PE_PAR_FOR(par, p, pre, {                                                    \
+                const T *xr = x + p * D;                                                 \
+                T *orow = out + p * D;                                                   \
+                T m = xr[0];                                                             \
+                for (int64_t j = 1; j < D; j++) m = xr[j] > m ? xr[j] : m;               \
+                double s = 0;                                                            \
+                for (int64_t j = 0; j < D; j++) {                                        \
+                    orow[j] = EXP(xr[j] - m);                                            \
+                    s += orow[j];                                                        \
+                }                                                                        \
+                const T inv = (T)(1.0 / s);                                              \
+                for (int64_t j = 0; j < D; j++) orow[j] *= inv;                          \
+            });                                                                          \
+            return;                                                                      \
+        }                                                                                \
+        /* x [pre, D, post]: tiles of PE_RED_TILE columns of post, reduced over D. */    \
+        const int64_t nt_cols = (post + PE_RED_TILE - 1) / PE_RED_TILE;                  \
+        PE_PAR_FOR(par, pt, pre * nt_cols, {                                             \
+            const int64_t p = pt / nt_cols, q0 = (pt % nt_cols) * PE_RED_TILE;           \
+            const int64_t w = post - q0 < PE_RED_TILE ? post - q0 : PE_RED_TILE;         \
+            const T *xb = x + p * D * post + q0;                                         \
+            T *ob = out + p * D * post + q0;                                             \
+            T m[PE_RED_TILE];                                                            \
+            double s[PE_RED_TILE];                                                       \
+            for (int64_t q = 0; q < w; q++) { m[q] = xb[q]; s[q] = 0; }                  \
+            for (int64_t j = 1; j < D; j++)                                              \
+                for (int64_t q = 0; q < w; q++) {                                        \
+                    const T v = xb[j * post + q];                                        \
+                    m[q] = v > m[q] ? v : m[q];                                          \
+                }                                                                        \
+            for (int64_t j = 0; j < D; j++)                                              \
+                for (int64_t q = 0; q < w; q++) {                                        \
+                    const T e = EXP(xb[j * post + q] - m[q]);                            \
+                    ob[j * post + q] = e;                                                \
+                    s[q] += e;                                                           \
+                }                                                                        \
+            for (int64_t q = 0; q < w; q++) s[q] = 1.0 / s[q];                           \
+            for (int64_t j = 0; j < D; j++)                                              \
+                for (int64_t q = 0; q < w; q++) ob[j * post + q] *= (T)s[q];             \
+        });                                                                              \
     }
 SOFTMAX_LOOP(softmax_f32, float, expf)
 SOFTMAX_LOOP(softmax_f64, double, exp)
@@ -217,27 +214,26 @@ pe_status pe_cpu_softmax(const pe_op_ctx *ctx) {
 #define BEATS(v, b, ISNAN) (!ISNAN(b) && ((v) > (b) || ISNAN(v)))
 
 #define ARGMAX_LOOP(NAME, T, ISNAN)                                                         \
-    static void NAME(const T *x, void *ov, int odt64, int64_t pre, int64_t D, int64_t post,  \
-                     int nt) {                                                               \
-        const int par = pre * D * post > PE_RED_PAR_MIN;                                     \
-        const int64_t nt_cols = (post + PE_RED_TILE - 1) / PE_RED_TILE;                      \
-        _Pragma("omp parallel for num_threads(nt) if(par) schedule(static)")                 \
-        for (int64_t pt = 0; pt < pre * nt_cols; pt++) {                                     \
-            const int64_t p = pt / nt_cols, q0 = (pt % nt_cols) * PE_RED_TILE;               \
-            const int64_t w = post - q0 < PE_RED_TILE ? post - q0 : PE_RED_TILE;             \
-            const T *xb = x + p * D * post + q0;                                             \
-            T best[PE_RED_TILE];                                                             \
-            int64_t bi[PE_RED_TILE];                                                         \
-            for (int64_t q = 0; q < w; q++) { best[q] = xb[q]; bi[q] = 0; }                  \
-            for (int64_t j = 1; j < D; j++)                                                  \
-                for (int64_t q = 0; q < w; q++) {                                            \
-                    const T v = xb[j * post + q];                                            \
-                    if (BEATS(v, best[q], ISNAN)) { best[q] = v; bi[q] = j; }                \
-                }                                                                            \
-            const int64_t o = p * post + q0;                                                 \
-            if (odt64) for (int64_t q = 0; q < w; q++) ((int64_t *)ov)[o + q] = bi[q];       \
-            else for (int64_t q = 0; q < w; q++) ((int32_t *)ov)[o + q] = (int32_t)bi[q];    \
-        }                                                                                    \
+    static void NAME(const T *x, void *ov, int odt64, int64_t pre, int64_t D, int64_t post, \
+                     int nt) {                                                              \
+        const int par = pre * D * post >= PE_PAR_MIN && nt > 1;                             \
+        const int64_t nt_cols = (post + PE_RED_TILE - 1) / PE_RED_TILE;                     \
+        PE_PAR_FOR(par, pt, pre * nt_cols, {                                                \
+            const int64_t p = pt / nt_cols, q0 = (pt % nt_cols) * PE_RED_TILE;              \
+            const int64_t w = post - q0 < PE_RED_TILE ? post - q0 : PE_RED_TILE;            \
+            const T *xb = x + p * D * post + q0;                                            \
+            T best[PE_RED_TILE];                                                            \
+            int64_t bi[PE_RED_TILE];                                                        \
+            for (int64_t q = 0; q < w; q++) { best[q] = xb[q]; bi[q] = 0; }                 \
+            for (int64_t j = 1; j < D; j++)                                                 \
+                for (int64_t q = 0; q < w; q++) {                                           \
+                    const T v = xb[j * post + q];                                           \
+                    if (BEATS(v, best[q], ISNAN)) { best[q] = v; bi[q] = j; }               \
+                }                                                                           \
+            const int64_t o = p * post + q0;                                                \
+            if (odt64) for (int64_t q = 0; q < w; q++) ((int64_t *)ov)[o + q] = bi[q];      \
+            else for (int64_t q = 0; q < w; q++) ((int32_t *)ov)[o + q] = (int32_t)bi[q];   \
+        });                                                                                 \
     }
 ARGMAX_LOOP(argmax_f32, float, ISNAN_F)
 ARGMAX_LOOP(argmax_f64, double, ISNAN_F)
@@ -278,46 +274,45 @@ pe_status pe_cpu_arg_max(const pe_op_ctx *ctx) {
 /* ---- top_k: x [rows, D] -> values, indices [rows, k] ------------------------------ */
 
 /* (va, ia) ranks above (vb, ib): NaN first, then larger value, then lower index. */
-#define RANKS_ABOVE(va, ia, vb, ib, ISNAN)                                                   \
-    (ISNAN(va) ? (!ISNAN(vb) || (ia) < (ib))                                                 \
+#define RANKS_ABOVE(va, ia, vb, ib, ISNAN)   \
+    (ISNAN(va) ? (!ISNAN(vb) || (ia) < (ib)) \
                : (!ISNAN(vb) && ((va) > (vb) || ((va) == (vb) && (ia) < (ib)))))
 
 /* Min-heap on rank (root = lowest-ranked) over v[0..n), idx[0..n). */
 #define TOPK_LOOP(NAME, T, ISNAN)                                                           \
-    static void NAME##_sift(T *v, int64_t *ix, int64_t n, int64_t i) {                       \
-        for (;;) {                                                                           \
-            int64_t l = 2 * i + 1, r = l + 1, w = i;                                         \
-            if (l < n && RANKS_ABOVE(v[w], ix[w], v[l], ix[l], ISNAN)) w = l;                \
-            if (r < n && RANKS_ABOVE(v[w], ix[w], v[r], ix[r], ISNAN)) w = r;                \
-            if (w == i) return;                                                              \
-            T tv = v[i]; v[i] = v[w]; v[w] = tv;                                             \
-            int64_t ti = ix[i]; ix[i] = ix[w]; ix[w] = ti;                                   \
-            i = w;                                                                           \
-        }                                                                                    \
-    }                                                                                        \
-    static void NAME(const T *x, T *vals, int64_t *idx, int64_t rows, int64_t D, int64_t k,  \
-                     int nt) {                                                               \
-        const int par = rows * D > PE_RED_PAR_MIN;                                           \
-        _Pragma("omp parallel for num_threads(nt) if(par) schedule(static)")                 \
-        for (int64_t r = 0; r < rows; r++) {                                                 \
-            const T *xr = x + r * D;                                                         \
-            T *v = vals + r * k;                                                             \
-            int64_t *ix = idx + r * k;                                                       \
-            for (int64_t j = 0; j < k; j++) { v[j] = xr[j]; ix[j] = j; }                     \
-            for (int64_t i = k / 2 - 1; i >= 0; i--) NAME##_sift(v, ix, k, i);               \
-            for (int64_t j = k; j < D; j++)                                                  \
-                if (RANKS_ABOVE(xr[j], j, v[0], ix[0], ISNAN)) {                             \
-                    v[0] = xr[j];                                                            \
-                    ix[0] = j;                                                               \
-                    NAME##_sift(v, ix, k, 0);                                                \
-                }                                                                            \
+    static void NAME##_sift(T *v, int64_t *ix, int64_t n, int64_t i) {                      \
+        for (;;) {                                                                          \
+            int64_t l = 2 * i + 1, r = l + 1, w = i;                                        \
+            if (l < n && RANKS_ABOVE(v[w], ix[w], v[l], ix[l], ISNAN)) w = l;               \
+            if (r < n && RANKS_ABOVE(v[w], ix[w], v[r], ix[r], ISNAN)) w = r;               \
+            if (w == i) return;                                                             \
+            T tv = v[i]; v[i] = v[w]; v[w] = tv;                                            \
+            int64_t ti = ix[i]; ix[i] = ix[w]; ix[w] = ti;                                  \
+            i = w;                                                                          \
+        }                                                                                   \
+    }                                                                                       \
+    static void NAME(const T *x, T *vals, int64_t *idx, int64_t rows, int64_t D, int64_t k, \
+                     int nt) {                                                              \
+        const int par = rows * D >= PE_PAR_MIN && nt > 1;                                   \
+        PE_PAR_FOR(par, r, rows, {                                                          \
+            const T *xr = x + r * D;                                                        \
+            T *v = vals + r * k;                                                            \
+            int64_t *ix = idx + r * k;                                                      \
+            for (int64_t j = 0; j < k; j++) { v[j] = xr[j]; ix[j] = j; }                    \
+            for (int64_t i = k / 2 - 1; i >= 0; i--) NAME##_sift(v, ix, k, i);              \
+            for (int64_t j = k; j < D; j++)                                                 \
+                if (RANKS_ABOVE(xr[j], j, v[0], ix[0], ISNAN)) {                            \
+                    v[0] = xr[j];                                                           \
+                    ix[0] = j;                                                              \
+                    NAME##_sift(v, ix, k, 0);                                               \
+                }                                                                           \
             /* heap-sort: the lowest-ranked goes last -> descending rank order */           \
-            for (int64_t n = k - 1; n > 0; n--) {                                            \
-                T tv = v[0]; v[0] = v[n]; v[n] = tv;                                         \
-                int64_t ti = ix[0]; ix[0] = ix[n]; ix[n] = ti;                               \
-                NAME##_sift(v, ix, n, 0);                                                    \
-            }                                                                                \
-        }                                                                                    \
+            for (int64_t n = k - 1; n > 0; n--) {                                           \
+                T tv = v[0]; v[0] = v[n]; v[n] = tv;                                        \
+                int64_t ti = ix[0]; ix[0] = ix[n]; ix[n] = ti;                              \
+                NAME##_sift(v, ix, n, 0);                                                   \
+            }                                                                               \
+        });                                                                                 \
     }
 TOPK_LOOP(topk_f32, float, ISNAN_F)
 TOPK_LOOP(topk_f64, double, ISNAN_F)
@@ -371,5 +366,304 @@ pe_status pe_cpu_accuracy(const pe_op_ctx *ctx) {
     *(float *)pe_tensor_data(acc) = n ? (float)((double)correct / (double)n) : 0.0f;
     if (cor) *(int32_t *)pe_tensor_data(cor) = (int32_t)correct;
     if (tot) *(int32_t *)pe_tensor_data(tot) = (int32_t)n;
+    return PE_OK;
+}
+
+/* ---- reduce_sum / reduce_mean: x [view] -> out [kept dims] ------------------------ */
+
+/* x [pre, D, post] -> out [pre, post], out = scale * sum over D (ACC accumulators,
+ * summed in order of D for every output; a whole-tensor sum (pre == post == 1)
+ * goes through fixed-size blocks, the same for any thread count). */
+#define REDUCE_SIMPLE(NAME, T, ACC, FIN)                                                               \
+    static void NAME(const T *x, T *out, int64_t pre, int64_t D, int64_t post, double scale, int nt) { \
+        const int par = pre * D * post >= PE_PAR_MIN && nt > 1;                                        \
+        if (pre == 1 && post == 1) {                                                                   \
+            int64_t bs = (D + PE_RED_MAX_BLOCKS - 1) / PE_RED_MAX_BLOCKS;                              \
+            if (bs < PE_RED_MIN_BLOCK) bs = PE_RED_MIN_BLOCK;                                          \
+            const int64_t nb = (D + bs - 1) / bs;                                                      \
+            ACC part[PE_RED_MAX_BLOCKS];                                                               \
+            PE_PAR_FOR(par && nb > 1, b, nb, {                                                         \
+                const int64_t e = (b + 1) * bs < D ? (b + 1) * bs : D;                                 \
+                ACC s = 0;                                                                             \
+                for (int64_t i = b * bs; i < e; i++) s += (ACC)x[i];                                   \
+                part[b] = s;                                                                           \
+            });                                                                                        \
+            ACC s = 0;                                                                                 \
+            for (int64_t b = 0; b < nb; b++) s += part[b];                                             \
+            out[0] = FIN(T, s, scale);                                                                 \
+            return;                                                                                    \
+        }                                                                                              \
+        if (post == 1) { /* rows: x [pre, D] */                                                        \
+            PE_PAR_FOR(par && pre > 1, p, pre, {                                                       \
+                const T *xr = x + p * D;                                                               \
+                ACC s = 0;                                                                             \
+                for (int64_t j = 0; j < D; j++) s += (ACC)xr[j];                                       \
+                out[p] = FIN(T, s, scale);                                                             \
+            });                                                                                        \
+            return;                                                                                    \
+        }                                                                                              \
+        const int64_t ntc = (post + PE_RED_TILE - 1) / PE_RED_TILE;                                    \
+        PE_PAR_FOR(par && pre * ntc > 1, pt, pre * ntc, {                                              \
+            const int64_t p = pt / ntc, q0 = (pt % ntc) * PE_RED_TILE;                                 \
+            const int64_t w = post - q0 < PE_RED_TILE ? post - q0 : PE_RED_TILE;                       \
+            const T *xb = x + p * D * post + q0;                                                       \
+            ACC s[PE_RED_TILE];                                                                        \
+            for (int64_t q = 0; q < w; q++) s[q] = 0;                                                  \
+            for (int64_t j = 0; j < D; j++)                                                            \
+                for (int64_t q = 0; q < w; q++) s[q] += (ACC)xb[j * post + q];                         \
+            for (int64_t q = 0; q < w; q++) out[p * post + q0 + q] = FIN(T, s[q], scale);              \
+        });                                                                                            \
+    }
+/* Final value: floats are scaled (the mean's 1/count); integer sums wrap around
+ * (two's complement, accumulated in uint64_t so no overflow is undefined). */
+#define FIN_F(T, s, scale) ((T)((s) * (scale)))
+#define FIN_I(T, s, scale) ((void)(scale), (T)(uint64_t)(s))
+REDUCE_SIMPLE(reduce_simple_f32, float, double, FIN_F)
+REDUCE_SIMPLE(reduce_simple_f64, double, double, FIN_F)
+REDUCE_SIMPLE(reduce_simple_i32, int32_t, uint64_t, FIN_I)
+REDUCE_SIMPLE(reduce_simple_i64, int64_t, uint64_t, FIN_I)
+
+/* Offset into x of multi-index `lin` over the merged dims listed in `which`
+ * (row-major in that order); xstr are x's contiguous strides. */
+static inline int64_t view_offset(const pe_reduce_view *v, const int *which, int nw, const int64_t *xstr, int64_t lin) {
+    int64_t o = 0;
+    for (int j = nw - 1; j >= 0; j--) {
+        const int d = which[j];
+        o += (lin % v->dims[d]) * xstr[d];
+        lin /= v->dims[d];
+    }
+    return o;
+}
+
+static void view_split(const pe_reduce_view *v, int64_t *xstr, int *kept, int *nk, int *red, int *nr) {
+    int64_t s = 1;
+    for (int d = v->n - 1; d >= 0; d--) { xstr[d] = s; s *= v->dims[d]; }
+    *nk = *nr = 0;
+    for (int d = 0; d < v->n; d++) {
+        if (v->red[d]) red[(*nr)++] = d;
+        else kept[(*nk)++] = d;
+    }
+}
+
+/* Several reduced blocks: out element t (row-major over the kept dims) sums
+ * the reduced dims in row-major order. */
+#define REDUCE_GENERAL(NAME, T, ACC, FIN)                                                 \
+    static void NAME(const pe_reduce_view *v, const T *x, T *out, double scale, int nt) { \
+        int64_t xstr[PE_MAX_DIMS];                                                        \
+        int kept[PE_MAX_DIMS], red[PE_MAX_DIMS], nk, nr;                                  \
+        view_split(v, xstr, kept, &nk, red, &nr);                                         \
+        const int last = red[nr - 1];                                                     \
+        const int64_t ln = v->dims[last], ls = xstr[last], nouter = v->count / ln;        \
+        const int par = v->out_numel * v->count >= PE_PAR_MIN && nt > 1;                  \
+        PE_PAR_FOR(par, t, v->out_numel, {                                                \
+            const T *xb = x + view_offset(v, kept, nk, xstr, t);                          \
+            ACC s = 0;                                                                    \
+            for (int64_t r = 0; r < nouter; r++) {                                        \
+                const T *xr = xb + view_offset(v, red, nr - 1, xstr, r);                  \
+                for (int64_t j = 0; j < ln; j++) s += (ACC)xr[j * ls];                    \
+            }                                                                             \
+            out[t] = FIN(T, s, scale);                                                    \
+        });                                                                               \
+    }
+REDUCE_GENERAL(reduce_general_f32, float, double, FIN_F)
+REDUCE_GENERAL(reduce_general_f64, double, double, FIN_F)
+REDUCE_GENERAL(reduce_general_i32, int32_t, uint64_t, FIN_I)
+REDUCE_GENERAL(reduce_general_i64, int64_t, uint64_t, FIN_I)
+
+static pe_status reduce_run(const pe_op_ctx *ctx, bool mean) {
+    const pe_tensor *x = pe_ctx_in(ctx, "X");
+    pe_tensor *out = pe_ctx_out(ctx, "Out");
+    bool red[PE_MAX_DIMS];
+    PE_CHECK(pe_reduce_flags(ctx, x->ndim, x->dims, red));
+    pe_reduce_view v;
+    pe_reduce_view_make(x->ndim, x->dims, red, &v);
+    if (out->dtype != x->dtype || pe_tensor_numel(out) != v.out_numel) return internal_mismatch(ctx);
+    if (v.out_numel == 0) return PE_OK;
+    if (v.count == 0) { /* empty reduction: sum 0, mean NaN (numpy, torch) */
+        for (int64_t i = 0; i < v.out_numel; i++) {
+            if (x->dtype == PE_DTYPE_FP32) ((float *)pe_tensor_data(out))[i] = mean ? NAN : 0.0f;
+            else if (x->dtype == PE_DTYPE_FP64) ((double *)pe_tensor_data(out))[i] = mean ? NAN : 0.0;
+            else if (x->dtype == PE_DTYPE_INT32) ((int32_t *)pe_tensor_data(out))[i] = 0;
+            else ((int64_t *)pe_tensor_data(out))[i] = 0;
+        }
+        return PE_OK;
+    }
+    const double scale = mean ? 1.0 / (double)v.count : 1.0;
+    const void *xd = pe_tensor_data(x);
+    void *od = pe_tensor_data(out);
+    const int nt = ctx->num_threads;
+    if (v.simple) {
+        switch (x->dtype) {
+        case PE_DTYPE_FP32: reduce_simple_f32(xd, od, v.pre, v.d, v.post, scale, nt); break;
+        case PE_DTYPE_FP64: reduce_simple_f64(xd, od, v.pre, v.d, v.post, scale, nt); break;
+        case PE_DTYPE_INT32: reduce_simple_i32(xd, od, v.pre, v.d, v.post, scale, nt); break;
+        case PE_DTYPE_INT64: reduce_simple_i64(xd, od, v.pre, v.d, v.post, scale, nt); break;
+        default: return pe_ctx_error(ctx, PE_ERR_INVALID, "dtype %s is not supported", pe_dtype_name(x->dtype));
+        }
+    } else {
+        switch (x->dtype) {
+        case PE_DTYPE_FP32: reduce_general_f32(&v, xd, od, scale, nt); break;
+        case PE_DTYPE_FP64: reduce_general_f64(&v, xd, od, scale, nt); break;
+        case PE_DTYPE_INT32: reduce_general_i32(&v, xd, od, scale, nt); break;
+        case PE_DTYPE_INT64: reduce_general_i64(&v, xd, od, scale, nt); break;
+        default: return pe_ctx_error(ctx, PE_ERR_INVALID, "dtype %s is not supported", pe_dtype_name(x->dtype));
+        }
+    }
+    return PE_OK;
+}
+
+pe_status pe_cpu_reduce_sum(const pe_op_ctx *ctx) { return reduce_run(ctx, false); }
+pe_status pe_cpu_reduce_mean(const pe_op_ctx *ctx) { return reduce_run(ctx, true); }
+
+/* ---- reduce_{sum,mean}_grad: dout [kept] -> dx [view], dx = scale * dout[kept index] */
+
+#define REDUCE_GRAD(NAME, T)                                                             \
+    static void NAME(const pe_reduce_view *v, const T *g, T *dx, double scale, int nt) { \
+        const int64_t numel = v->out_numel * v->count;                                   \
+        const int par = numel >= PE_PAR_MIN && nt > 1;                                   \
+        const T sc = (T)scale;                                                           \
+        if (v->simple) { /* dx [pre, D, post] <- g [pre, post] */                        \
+            const int64_t D = v->d, post = v->post;                                      \
+            PE_PAR_FOR(par, pj, v->pre * D, {                                            \
+                const T *gr = g + (pj / D) * post;                                       \
+                T *dr = dx + pj * post;                                                  \
+                for (int64_t q = 0; q < post; q++) dr[q] = gr[q] * sc;                   \
+            });                                                                          \
+            return;                                                                      \
+        }                                                                                \
+        /* general: walk dx in rows of the last merged dim */                            \
+        const int n = v->n;                                                              \
+        const int64_t inner = v->dims[n - 1];                                            \
+        int64_t gstr[PE_MAX_DIMS], s = 1;                                                \
+        for (int d = n - 1; d >= 0; d--) {                                               \
+            gstr[d] = v->red[d] ? 0 : s;                                                 \
+            if (!v->red[d]) s *= v->dims[d];                                             \
+        }                                                                                \
+        const int64_t gl = gstr[n - 1];                                                  \
+        PE_PAR_FOR(par, r, numel / inner, {                                              \
+            int64_t go = 0, rem = r;                                                     \
+            for (int d = n - 2; d >= 0; d--) {                                           \
+                go += (rem % v->dims[d]) * gstr[d];                                      \
+                rem /= v->dims[d];                                                       \
+            }                                                                            \
+            T *dr = dx + r * inner;                                                      \
+            for (int64_t j = 0; j < inner; j++) dr[j] = g[go + j * gl] * sc;             \
+        });                                                                              \
+    }
+REDUCE_GRAD(reduce_grad_f32, float)
+REDUCE_GRAD(reduce_grad_f64, double)
+
+static pe_status reduce_grad_run(const pe_op_ctx *ctx, bool mean) {
+    const pe_tensor *x = pe_ctx_in(ctx, "X"), *g = pe_ctx_in(ctx, "Out@GRAD");
+    pe_tensor *dx = pe_ctx_out(ctx, "X@GRAD");
+    bool red[PE_MAX_DIMS];
+    PE_CHECK(pe_reduce_flags(ctx, x->ndim, x->dims, red));
+    pe_reduce_view v;
+    pe_reduce_view_make(x->ndim, x->dims, red, &v);
+    if (g->dtype != x->dtype || dx->dtype != x->dtype || pe_tensor_numel(g) != v.out_numel ||
+        pe_tensor_numel(dx) != pe_tensor_numel(x))
+        return internal_mismatch(ctx);
+    if (pe_tensor_numel(x) == 0) return PE_OK;
+    const double scale = mean ? 1.0 / (double)v.count : 1.0;
+    if (x->dtype == PE_DTYPE_FP32) reduce_grad_f32(&v, pe_tensor_data(g), pe_tensor_data(dx), scale, ctx->num_threads);
+    else if (x->dtype == PE_DTYPE_FP64) reduce_grad_f64(&v, pe_tensor_data(g), pe_tensor_data(dx), scale, ctx->num_threads);
+    else return pe_ctx_error(ctx, PE_ERR_INVALID, "dtype %s is not supported", pe_dtype_name(x->dtype));
+    return PE_OK;
+}
+
+pe_status pe_cpu_reduce_sum_grad(const pe_op_ctx *ctx) { return reduce_grad_run(ctx, false); }
+pe_status pe_cpu_reduce_mean_grad(const pe_op_ctx *ctx) { return reduce_grad_run(ctx, true); }
+
+/* ---- mean_grad: dout [1] -> dx [numel] = dout / numel ---------------------------- */
+
+pe_status pe_cpu_mean_grad(const pe_op_ctx *ctx) {
+    const pe_tensor *x = pe_ctx_in(ctx, "X"), *g = pe_ctx_in(ctx, "Out@GRAD");
+    pe_tensor *dx = pe_ctx_out(ctx, "X@GRAD");
+    const int64_t n = pe_tensor_numel(x);
+    if (g->dtype != x->dtype || dx->dtype != x->dtype || pe_tensor_numel(g) != 1 || pe_tensor_numel(dx) != n)
+        return internal_mismatch(ctx);
+    if (n == 0) return PE_OK;
+    const int nt = ctx->num_threads, par = n >= PE_PAR_MIN && nt > 1;
+    if (x->dtype == PE_DTYPE_FP32) {
+        const float v = (float)(*(const float *)pe_tensor_data(g) / (double)n);
+        float *d = pe_tensor_data(dx);
+        PE_PAR_FOR(par, i, n, d[i] = v;);
+    } else if (x->dtype == PE_DTYPE_FP64) {
+        const double v = *(const double *)pe_tensor_data(g) / (double)n;
+        double *d = pe_tensor_data(dx);
+        PE_PAR_FOR(par, i, n, d[i] = v;);
+    } else {
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "dtype %s is not supported", pe_dtype_name(x->dtype));
+    }
+    return PE_OK;
+}
+
+/* ---- sum_grad: dout [..] -> every present dx_k [..] = dout ------------------------ */
+
+pe_status pe_cpu_sum_grad(const pe_op_ctx *ctx) {
+    const pe_tensor *g = pe_ctx_in(ctx, "Out@GRAD");
+    for (int k = 0; k < pe_ctx_n_out(ctx, "X@GRAD"); k++) {
+        pe_tensor *dx = pe_ctx_out_at(ctx, "X@GRAD", k);
+        if (!dx) continue;
+        if (dx->dtype != g->dtype || pe_tensor_numel(dx) != pe_tensor_numel(g)) return internal_mismatch(ctx);
+        if (pe_tensor_data(dx) != pe_tensor_data(g))
+            memcpy(pe_tensor_data(dx), pe_tensor_data(g), pe_tensor_nbytes(g));
+    }
+    return PE_OK;
+}
+
+/* ---- softmax_grad: out, dout, dx [pre, D, post]; dx = out * (dout - sum_D(dout * out)) */
+
+#define SOFTMAX_GRAD_LOOP(NAME, T)                                                                               \
+    static void NAME(const T *o, const T *g, T *dx, int64_t pre, int64_t D, int64_t post, int nt) {              \
+        const int par = pre * D * post >= PE_PAR_MIN && nt > 1;                                                  \
+        if (post == 1) {                                                                                         \
+            PE_PAR_FOR(par, p, pre, {                                                                            \
+                const T *orow = o + p * D, *grow = g + p * D;                                                    \
+                T *drow = dx + p * D;                                                                            \
+                double s = 0;                                                                                    \
+                for (int64_t j = 0; j < D; j++) s += (double)orow[j] * grow[j];                                  \
+                const T st = (T)s;                                                                               \
+                for (int64_t j = 0; j < D; j++) drow[j] = orow[j] * (grow[j] - st);                              \
+            });                                                                                                  \
+            return;                                                                                              \
+        }                                                                                                        \
+        const int64_t ntc = (post + PE_RED_TILE - 1) / PE_RED_TILE;                                              \
+        PE_PAR_FOR(par, pt, pre * ntc, {                                                                         \
+            const int64_t p = pt / ntc, q0 = (pt % ntc) * PE_RED_TILE;                                           \
+            const int64_t w = post - q0 < PE_RED_TILE ? post - q0 : PE_RED_TILE;                                 \
+            const int64_t base = p * D * post + q0;                                                              \
+            double s[PE_RED_TILE];                                                                               \
+            for (int64_t q = 0; q < w; q++) s[q] = 0;                                                            \
+            for (int64_t j = 0; j < D; j++)                                                                      \
+                for (int64_t q = 0; q < w; q++) s[q] += (double)o[base + j * post + q] * g[base + j * post + q]; \
+            for (int64_t j = 0; j < D; j++)                                                                      \
+                for (int64_t q = 0; q < w; q++) {                                                                \
+                    const int64_t i = base + j * post + q;                                                       \
+                    dx[i] = o[i] * (g[i] - (T)s[q]);                                                             \
+                }                                                                                                \
+        });                                                                                                      \
+    }
+SOFTMAX_GRAD_LOOP(softmax_grad_f32, float)
+SOFTMAX_GRAD_LOOP(softmax_grad_f64, double)
+
+pe_status pe_cpu_softmax_grad(const pe_op_ctx *ctx) {
+    const pe_tensor *o = pe_ctx_in(ctx, "Out"), *g = pe_ctx_in(ctx, "Out@GRAD");
+    pe_tensor *dx = pe_ctx_out(ctx, "X@GRAD");
+    const int64_t n = pe_tensor_numel(o);
+    if (g->dtype != o->dtype || dx->dtype != o->dtype || pe_tensor_numel(g) != n || pe_tensor_numel(dx) != n)
+        return internal_mismatch(ctx);
+    int64_t axis = pe_ctx_int(ctx, "axis");
+    if (axis < 0) axis += o->ndim;
+    if (axis < 0 || axis >= o->ndim) return pe_ctx_error(ctx, PE_ERR_INVALID, "attr axis is out of range");
+    if (n == 0) return PE_OK;
+    int64_t pre, d, post;
+    split_axis(o, (int)axis, &pre, &d, &post);
+    if (o->dtype == PE_DTYPE_FP32)
+        softmax_grad_f32(pe_tensor_data(o), pe_tensor_data(g), pe_tensor_data(dx), pre, d, post, ctx->num_threads);
+    else if (o->dtype == PE_DTYPE_FP64)
+        softmax_grad_f64(pe_tensor_data(o), pe_tensor_data(g), pe_tensor_data(dx), pre, d, post, ctx->num_threads);
+    else
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "dtype %s is not supported", pe_dtype_name(o->dtype));
     return PE_OK;
 }

@@ -1,0 +1,216 @@
+/* ops/loss.c — shape inference and grad makers of the loss ops:
+ * softmax_with_cross_entropy, cross_entropy, square_error_cost (Paddle's
+ * names, slots and attrs).
+ *
+ *   softmax_with_cross_entropy  Logits [.., D, ..] (class dim at `axis`),
+ *       Label: hard int64/int32 with Logits' dims and 1 at axis (or the axis
+ *       dropped), or soft (soft_label) float with Logits' dims
+ *       -> Softmax [Logits], Loss [Logits' dims with 1 at axis].
+ *       Rows whose hard label is ignore_index get loss 0 and gradient 0.
+ *       The gradient flows to Logits from Loss only (Paddle's rule: a
+ *       gradient arriving at Softmax is not propagated).
+ *   cross_entropy  X probabilities [.., D], Label hard [.., 1] / [..] or
+ *       soft [.., D] -> Y [.., 1]; Y = -log X[label] or -sum Label log X.
+ *   square_error_cost  X [..], Y [..] (same dims) -> Out = (X - Y)^2.
+ */
+#include "ops/grad.h"
+#include "ops/op.h"
+
+#include <stdio.h>
+
+static pe_status need_in(pe_op_ctx *ctx, const char *slot, pe_tensor **t) {
+    *t = pe_ctx_in(ctx, slot);
+    if (!*t) return pe_ctx_error(ctx, PE_ERR_INVALID, "input %s is required but absent", slot);
+    return PE_OK;
+}
+
+static pe_status set_out(pe_op_ctx *ctx, const char *slot, pe_dtype dt, int ndim, const int64_t *dims) {
+    for (int k = 0; k < pe_ctx_n_out(ctx, slot); k++) {
+        pe_tensor *o = pe_ctx_out_at(ctx, slot, k);
+        if (!o) continue;
+        if (pe_tensor_set_meta(o, dt, ndim, dims) != PE_OK)
+            return pe_ctx_error(ctx, PE_ERR_INVALID, "output %s '%s': %s", slot, pe_ctx_out_name(ctx, slot, k),
+                                pe_last_error());
+    }
+    return PE_OK;
+}
+
+static bool is_float(pe_dtype dt) { return dt == PE_DTYPE_FP32 || dt == PE_DTYPE_FP64; }
+
+static bool dims_eq(int na, const int64_t *a, int nb, const int64_t *b) {
+    if (na != nb) return false;
+    for (int i = 0; i < na; i++)
+        if (a[i] != b[i]) return false;
+    return true;
+}
+
+/* Checks Label against X (class dim `axis` of X, already normalized):
+ * soft: X's dtype and dims; hard: int64/int32 with X's dims and 1 at axis,
+ * or X's dims without axis. */
+static pe_status check_label(pe_op_ctx *ctx, const char *xslot, const pe_tensor *x, int axis, const pe_tensor *lab) {
+    char a[160], b[160];
+    const bool soft = pe_ctx_bool(ctx, "soft_label");
+    if (soft) {
+        if (lab->dtype == x->dtype && dims_eq(lab->ndim, lab->dims, x->ndim, x->dims)) return PE_OK;
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "soft Label '%s' is %s %s, expected %s %s (like %s '%s')",
+                            pe_ctx_in_name(ctx, "Label", 0), pe_dtype_name(lab->dtype),
+                            pe_dims_str(lab->ndim, lab->dims, a, sizeof a), pe_dtype_name(x->dtype),
+                            pe_dims_str(x->ndim, x->dims, b, sizeof b), xslot, pe_ctx_in_name(ctx, xslot, 0));
+    }
+    int64_t one[PE_MAX_DIMS], drop[PE_MAX_DIMS];
+    int nd = 0;
+    for (int i = 0; i < x->ndim; i++) {
+        one[i] = i == axis ? 1 : x->dims[i];
+        if (i != axis) drop[nd++] = x->dims[i];
+    }
+    bool ok = (lab->dtype == PE_DTYPE_INT64 || lab->dtype == PE_DTYPE_INT32) &&
+              (dims_eq(lab->ndim, lab->dims, x->ndim, one) || (nd > 0 && dims_eq(lab->ndim, lab->dims, nd, drop)));
+    if (ok) return PE_OK;
+    return pe_ctx_error(ctx, PE_ERR_INVALID, "hard Label '%s' is %s %s, expected int64 (or int32) %s, %s '%s' %s with "
+                        "dim %d set to 1 (or dropped); set soft_label for probability labels",
+                        pe_ctx_in_name(ctx, "Label", 0), pe_dtype_name(lab->dtype),
+                        pe_dims_str(lab->ndim, lab->dims, a, sizeof a), pe_dims_str(x->ndim, one, b, sizeof b), xslot,
+                        pe_ctx_in_name(ctx, xslot, 0), pe_dims_str(x->ndim, x->dims, a, sizeof a), axis);
+}
+
+static pe_status need_float(pe_op_ctx *ctx, const char *slot, const pe_tensor *t) {
+    if (is_float(t->dtype) && t->ndim > 0) return PE_OK;
+    char a[160];
+    return pe_ctx_error(ctx, PE_ERR_INVALID, "%s '%s' is %s %s (expected float32 or float64 of rank >= 1)", slot,
+                        pe_ctx_in_name(ctx, slot, 0), pe_dtype_name(t->dtype), pe_dims_str(t->ndim, t->dims, a, sizeof a));
+}
+
+/* Normalized axis attr of rank r, or an error. */
+static pe_status get_axis(pe_op_ctx *ctx, const char *slot, const pe_tensor *t, int *axis) {
+    int64_t a = pe_ctx_int(ctx, "axis");
+    if (a < -t->ndim || a >= t->ndim)
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "attr axis = %lld is out of range for %s '%s' of rank %d",
+                            (long long)a, slot, pe_ctx_in_name(ctx, slot, 0), t->ndim);
+    *axis = (int)(a < 0 ? a + t->ndim : a);
+    return PE_OK;
+}
+
+/* Logits [..], Label -> Softmax [Logits], Loss [Logits with 1 at axis] */
+pe_status pe_infer_softmax_with_cross_entropy(pe_op_ctx *ctx) {
+    pe_tensor *x, *lab;
+    PE_CHECK(need_in(ctx, "Logits", &x));
+    PE_CHECK(need_in(ctx, "Label", &lab));
+    PE_CHECK(need_float(ctx, "Logits", x));
+    int axis;
+    PE_CHECK(get_axis(ctx, "Logits", x, &axis));
+    PE_CHECK(check_label(ctx, "Logits", x, axis, lab));
+    int64_t ld[PE_MAX_DIMS];
+    for (int i = 0; i < x->ndim; i++) ld[i] = i == axis ? 1 : x->dims[i];
+    PE_CHECK(set_out(ctx, "Softmax", x->dtype, x->ndim, x->dims));
+    return set_out(ctx, "Loss", x->dtype, x->ndim, ld);
+}
+
+/* Label, Softmax [..], Loss@GRAD [Loss] -> Logits@GRAD [Softmax] */
+pe_status pe_infer_softmax_with_cross_entropy_grad(pe_op_ctx *ctx) {
+    pe_tensor *sm, *lab, *g;
+    PE_CHECK(need_in(ctx, "Softmax", &sm));
+    PE_CHECK(need_in(ctx, "Label", &lab));
+    PE_CHECK(need_in(ctx, "Loss@GRAD", &g));
+    PE_CHECK(need_float(ctx, "Softmax", sm));
+    int axis;
+    PE_CHECK(get_axis(ctx, "Softmax", sm, &axis));
+    PE_CHECK(check_label(ctx, "Softmax", sm, axis, lab));
+    if (g->dtype != sm->dtype || pe_tensor_numel(g) * sm->dims[axis] != pe_tensor_numel(sm))
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "Loss@GRAD '%s' (%s, %lld elements) does not match Softmax '%s'",
+                            pe_ctx_in_name(ctx, "Loss@GRAD", 0), pe_dtype_name(g->dtype),
+                            (long long)pe_tensor_numel(g), pe_ctx_in_name(ctx, "Softmax", 0));
+    return set_out(ctx, "Logits@GRAD", sm->dtype, sm->ndim, sm->dims);
+}
+
+/* X [.., D], Label -> Y [.., 1] */
+pe_status pe_infer_cross_entropy(pe_op_ctx *ctx) {
+    pe_tensor *x, *lab;
+    PE_CHECK(need_in(ctx, "X", &x));
+    PE_CHECK(need_in(ctx, "Label", &lab));
+    PE_CHECK(need_float(ctx, "X", x));
+    PE_CHECK(check_label(ctx, "X", x, x->ndim - 1, lab));
+    int64_t yd[PE_MAX_DIMS];
+    for (int i = 0; i < x->ndim; i++) yd[i] = i == x->ndim - 1 ? 1 : x->dims[i];
+    return set_out(ctx, "Y", x->dtype, x->ndim, yd);
+}
+
+/* X [.., D], Label, Y@GRAD [.., 1] -> X@GRAD [X] */
+pe_status pe_infer_cross_entropy_grad(pe_op_ctx *ctx) {
+    pe_tensor *x, *lab, *g;
+    PE_CHECK(need_in(ctx, "X", &x));
+    PE_CHECK(need_in(ctx, "Label", &lab));
+    PE_CHECK(need_in(ctx, "Y@GRAD", &g));
+    PE_CHECK(need_float(ctx, "X", x));
+    PE_CHECK(check_label(ctx, "X", x, x->ndim - 1, lab));
+    if (g->dtype != x->dtype || pe_tensor_numel(g) * x->dims[x->ndim - 1] != pe_tensor_numel(x))
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "Y@GRAD '%s' (%s, %lld elements) does not match X '%s'",
+                            pe_ctx_in_name(ctx, "Y@GRAD", 0), pe_dtype_name(g->dtype), (long long)pe_tensor_numel(g),
+                            pe_ctx_in_name(ctx, "X", 0));
+    return set_out(ctx, "X@GRAD", x->dtype, x->ndim, x->dims);
+}
+
+/* X and Y of square_error_cost(_grad): same float dtype and dims. */
+static pe_status sec_inputs(pe_op_ctx *ctx, pe_tensor **x, pe_tensor **y) {
+    PE_CHECK(need_in(ctx, "X", x));
+    PE_CHECK(need_in(ctx, "Y", y));
+    PE_CHECK(need_float(ctx, "X", *x));
+    char a[160], b[160];
+    if ((*y)->dtype != (*x)->dtype || !dims_eq((*x)->ndim, (*x)->dims, (*y)->ndim, (*y)->dims))
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "X '%s' is %s %s but Y '%s' is %s %s (they must match; reshape the "
+                            "label to the prediction's shape)", pe_ctx_in_name(ctx, "X", 0), pe_dtype_name((*x)->dtype),
+                            pe_dims_str((*x)->ndim, (*x)->dims, a, sizeof a), pe_ctx_in_name(ctx, "Y", 0),
+                            pe_dtype_name((*y)->dtype), pe_dims_str((*y)->ndim, (*y)->dims, b, sizeof b));
+    return PE_OK;
+}
+
+/* X [..], Y [..] (same dims and float dtype) -> Out [..] */
+pe_status pe_infer_square_error_cost(pe_op_ctx *ctx) {
+    pe_tensor *x, *y;
+    PE_CHECK(sec_inputs(ctx, &x, &y));
+    return set_out(ctx, "Out", x->dtype, x->ndim, x->dims);
+}
+
+/* X, Y, Out@GRAD [..] -> X@GRAD?, Y@GRAD? [..] */
+pe_status pe_infer_square_error_cost_grad(pe_op_ctx *ctx) {
+    pe_tensor *x, *y, *g;
+    PE_CHECK(sec_inputs(ctx, &x, &y));
+    PE_CHECK(need_in(ctx, "Out@GRAD", &g));
+    if (g->dtype != x->dtype || !dims_eq(g->ndim, g->dims, x->ndim, x->dims)) {
+        char a[160];
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "Out@GRAD '%s' is %s %s, expected X's dtype and dims",
+                            pe_ctx_in_name(ctx, "Out@GRAD", 0), pe_dtype_name(g->dtype),
+                            pe_dims_str(g->ndim, g->dims, a, sizeof a));
+    }
+    PE_CHECK(set_out(ctx, "X@GRAD", x->dtype, x->ndim, x->dims));
+    return set_out(ctx, "Y@GRAD", y->dtype, y->ndim, y->dims);
+}
+
+/* ---- grad makers -------------------------------------------------------------- */
+
+/* softmax_with_cross_entropy_grad(Label, Softmax, Loss@GRAD) -> Logits@GRAD */
+pe_status pe_grad_softmax_with_cross_entropy(pe_grad_ctx *g) {
+    PE_CHECK(pe_grad_new_op(g, "softmax_with_cross_entropy_grad"));
+    PE_CHECK(pe_grad_fwd_input(g, "Label", "Label"));
+    PE_CHECK(pe_grad_fwd_output(g, "Softmax", "Softmax"));
+    PE_CHECK(pe_grad_out_grad(g, "Loss", "Loss@GRAD"));
+    return pe_grad_in_grad(g, "Logits", "Logits@GRAD");
+}
+
+/* cross_entropy_grad(X, Label, Y@GRAD) -> X@GRAD */
+pe_status pe_grad_cross_entropy(pe_grad_ctx *g) {
+    PE_CHECK(pe_grad_new_op(g, "cross_entropy_grad"));
+    PE_CHECK(pe_grad_fwd_input(g, "X", "X"));
+    PE_CHECK(pe_grad_fwd_input(g, "Label", "Label"));
+    PE_CHECK(pe_grad_out_grad(g, "Y", "Y@GRAD"));
+    return pe_grad_in_grad(g, "X", "X@GRAD");
+}
+
+/* square_error_cost_grad(X, Y, Out@GRAD) -> X@GRAD, Y@GRAD */
+pe_status pe_grad_square_error_cost(pe_grad_ctx *g) {
+    PE_CHECK(pe_grad_new_op(g, "square_error_cost_grad"));
+    PE_CHECK(pe_grad_fwd_input(g, "X", "X"));
+    PE_CHECK(pe_grad_fwd_input(g, "Y", "Y"));
+    PE_CHECK(pe_grad_out_grad(g, "Out", "Out@GRAD"));
+    PE_CHECK(pe_grad_in_grad(g, "X", "X@GRAD"));
+    return pe_grad_in_grad(g, "Y", "Y@GRAD");
+}
