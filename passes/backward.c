@@ -333,10 +333,9 @@ static pe_status run_backward(pe_grad_ctx *g, const char *const *targets, int n_
     /* (3) reverse walk */
     for (int i = n_fwd - 1; i >= 0 && st == PE_OK; i--) {
         if (!active[i]) continue;
-        const pe_op *op = &b->ops[i];
-        bool has_grad = false;
-        for (int s = 0; s < op->n_outputs && st == PE_OK; s++)
-            for (int k = 0; k < op->outputs[s].n_args && st == PE_OK; k++) {
+        bool has_grad = false; /* b->ops[i] re-read each time: fold() may grow (move) b->ops */
+        for (int s = 0; s < b->ops[i].n_outputs && st == PE_OK; s++)
+            for (int k = 0; k < b->ops[i].outputs[s].n_args && st == PE_OK; k++) {
                 contrib_t *c = contrib(g, b->ops[i].outputs[s].args[k], false);
                 if (c && c->n) {
                     has_grad = true;
