@@ -17,9 +17,11 @@
  * the param dtype (fp32 or fp64) so they vectorize. Outputs alias inputs
  * (ParamOut = Param, ...): each loop reads every input of element i before
  * writing element i, and the scalar accumulators are read before any write.
- * Loops go to ctx->num_threads OpenMP threads only when large — the branch
- * is in C, because entering an omp region (even `if(0)`) costs ~1 us on a
- * non-main thread, which would dominate the many small per-param updates.
+ * Element i depends on element i only, so the loops are `omp simd` (safe
+ * with the aliasing too). They go to ctx->num_threads OpenMP threads only
+ * when large — the branch is in C, because entering an omp region (even
+ * `if(0)`) costs ~1 us on a non-main thread, which would dominate the many
+ * small per-param updates.
  * The global norm is summed in double over chunks whose bounds depend only
  * on the element count, then in chunk and input order, so it is the same
  * for any thread count.
@@ -42,9 +44,10 @@ static int nthreads(const pe_op_ctx *ctx) { return ctx->num_threads > 0 ? ctx->n
         const int64_t n_ = (n);                                                \
         const int nt_ = (nt);                                                  \
         if (n_ >= OPT_PAR_MIN && nt_ > 1) {                                    \
-            _Pragma("omp parallel for num_threads(nt_) schedule(static)")     \
+            _Pragma("omp parallel for simd num_threads(nt_) schedule(static)") \
             for (int64_t i = 0; i < n_; i++) { __VA_ARGS__ }                   \
         } else {                                                               \
+            _Pragma("omp simd")                                                \
             for (int64_t i = 0; i < n_; i++) { __VA_ARGS__ }                   \
         }                                                                      \
     } while (0)
