@@ -7,9 +7,9 @@
  * accumulator) and writes the sum back to every place. Every element is summed in the same order
  * whatever the thread count, so results are bitwise reproducible, and each
  * byte is read N times and written N times: memcpy-bound.
- * A reduce to a root other than 0 sums into a per-thread scratch chunk (kept
- * in the comm object, so steady-state calls do not allocate) to keep that
- * order without destroying the root's input.
+ * A reduce to any root sums the same way and writes the root only. Calls on
+ * different vars may run at the same time (one per scheduler thread): all
+ * scratch lives on the calling threads' stacks.
  */
 #include "runtime/comm/comm.h"
 
@@ -24,7 +24,6 @@
 typedef struct {
     pe_comm base;
     int threads;
-    char *scratch; /* threads * CHUNK_BYTES */
 } inproc_comm;
 
 /* d[0..n) += s[0..n) */
@@ -57,26 +56,21 @@ static pe_status run(inproc_comm *c, void *const *bufs, int64_t numel, pe_dtype 
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
     for (int64_t k = 0; k < n_chunks; k++) {
         int64_t b = k * chunk, m = (b + chunk < numel ? b + chunk : numel) - b;
-        size_t off = (size_t)(b * es), len = (size_t)(m * es);
-        if (mode == 0) {
-            /* reduce-scatter + all-gather of this thread's chunk, tile by
-             * tile through an L1-resident accumulator: each buffer is read
-             * once and written once (the minimum traffic). */
-            char *acc = c->scratch + (size_t)omp_get_thread_num() * CHUNK_BYTES;
-            for (int64_t t0 = 0; t0 < m; t0 += TILE_ELEMS(es)) {
-                int64_t tm = m - t0 < TILE_ELEMS(es) ? m - t0 : TILE_ELEMS(es);
-                size_t toff = off + (size_t)(t0 * es), tlen = (size_t)(tm * es);
-                memcpy(acc, (char *)bufs[0] + toff, tlen);
-                for (int p = 1; p < n; p++) add_n(acc, (char *)bufs[p] + toff, tm, dt);
+        size_t off = (size_t)(b * es);
+        /* Tile by tile through an L1-resident accumulator on this thread's
+         * stack (collectives of different vars run concurrently on the
+         * scheduler's threads, so no shared scratch): each buffer is read
+         * once and written once, the minimum traffic. */
+        _Alignas(64) char acc[TILE_BYTES];
+        for (int64_t t0 = 0; t0 < m; t0 += TILE_ELEMS(es)) {
+            int64_t tm = m - t0 < TILE_ELEMS(es) ? m - t0 : TILE_ELEMS(es);
+            size_t toff = off + (size_t)(t0 * es), tlen = (size_t)(tm * es);
+            memcpy(acc, (char *)bufs[0] + toff, tlen);
+            for (int p = 1; p < n; p++) add_n(acc, (char *)bufs[p] + toff, tm, dt);
+            if (mode == 0)
                 for (int p = 0; p < n; p++) memcpy((char *)bufs[p] + toff, acc, tlen);
-            }
-        } else if (root == 0) {
-            for (int p = 1; p < n; p++) add_n((char *)bufs[0] + off, (char *)bufs[p] + off, m, dt);
-        } else {
-            char *acc = c->scratch + (size_t)omp_get_thread_num() * CHUNK_BYTES;
-            memcpy(acc, (char *)bufs[0] + off, len);
-            for (int p = 1; p < n; p++) add_n(acc, (char *)bufs[p] + off, m, dt);
-            memcpy((char *)bufs[root] + off, acc, len);
+            else
+                memcpy((char *)bufs[root] + toff, acc, tlen);
         }
     }
     return PE_OK;
@@ -106,11 +100,7 @@ static pe_status inproc_broadcast(pe_comm *cm, void *const *bufs, int64_t numel,
     return PE_OK;
 }
 
-static void inproc_free(pe_comm *c) {
-    inproc_comm *ic = (inproc_comm *)c;
-    free(ic->scratch);
-    free(ic);
-}
+static void inproc_free(pe_comm *c) { free(c); }
 
 static const pe_comm_ops k_inproc_ops = {"inproc", inproc_allreduce, inproc_reduce, inproc_broadcast, inproc_free};
 
@@ -121,9 +111,7 @@ pe_comm *pe_comm_inproc_new(int n_places, int threads) {
     }
     inproc_comm *c = calloc(1, sizeof *c);
     if (c) c->threads = threads < 1 ? 1 : threads;
-    if (c) c->scratch = malloc((size_t)c->threads * CHUNK_BYTES);
-    if (!c || !c->scratch) {
-        free(c);
+    if (!c) {
         pe_error(PE_ERR_NOMEM, "out of memory creating collectives for %d places", n_places);
         return NULL;
     }
