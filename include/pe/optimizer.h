@@ -13,12 +13,22 @@
  *     pe_startup_init_var(startup, pe_program_find_var(main, 0, "fc_0.w_0"), &init);
  *
  * minimize = Paddle's Optimizer.minimize: append_backward (pe/passes.h),
- * then weight decay and gradient clipping ops, then one optimizer op per
- * parameter (sgd / momentum / adam, learning rate as a persistable
- * variable). Accumulators (velocity, moments, beta powers) and the learning
- * rate are declared persistable in `main` and initialized by ops appended to
- * `startup`. Every op added has op_role optimize and op_role_var
- * [param, grad], which the multi-device pass relies on.
+ * then, in Paddle's (and torch's) order, gradient clipping by global norm
+ * (one clip_by_global_norm op, in place on the gradients), L2 weight decay
+ * (scale + sum into a new var <grad>@DECAYED_k), a per-param lr (scale)
+ * when lr_mult != 1, and one optimizer op per parameter (sgd / momentum /
+ * adam, learning rate as a persistable variable, outputs aliasing inputs).
+ * Accumulators (<param>_velocity_0, _moment1_0, _moment2_0,
+ * _beta1_pow_acc_0, _beta2_pow_acc_0) and the learning rate
+ * (learning_rate_0) are declared persistable in `main` and `startup` and
+ * initialized by fill_constant ops appended to `startup`. Every op added
+ * has op_role optimize; the per-parameter ones carry op_role_var
+ * [param, grad] (grad as append_backward named it), which the multi-device
+ * pass relies on; the clip op, spanning all parameters, carries none (so
+ * under the `reduce` strategy, where non-owner places hold partial
+ * gradients, clipping by global norm is not supported).
+ * minimize is atomic: on error main and startup are unchanged. It fails
+ * when no parameter gets a gradient.
  */
 #ifndef PE_OPTIMIZER_H
 #define PE_OPTIMIZER_H
@@ -42,8 +52,10 @@ typedef struct pe_optimizer {
     double clip_global_norm;  /* clip gradients by global norm; 0 = none */
 } pe_optimizer;
 
-/* Per-parameter settings (Paddle's ParamAttr): learning-rate multiplier and
- * L2 coefficient (< 0 = the optimizer's weight_decay). */
+/* Per-parameter settings (Paddle's ParamAttr): learning-rate multiplier
+ * (taken literally: 0 freezes the param, so set it to 1 for "unchanged")
+ * and L2 coefficient (< 0 = the optimizer's weight_decay, 0 = none). name
+ * must be a var of main's block 0; names must not repeat. */
 typedef struct pe_param_config {
     const char *name;
     double lr_mult;
