@@ -297,7 +297,9 @@ pe_status pe_parallel_executor_new(const pe_place *places, int n_places, const p
             }
         }
     }
-    int cores = omp_get_num_procs();
+    /* Intra-op threads: the OpenMP budget (OMP_NUM_THREADS, default the
+     * cores) shared by the places, never more threads than that in total. */
+    int cores = omp_get_max_threads();
     pe->kernel_threads = cores / n_places > 0 ? cores / n_places : 1;
     int nt = o.exec_strategy.num_threads;
     if (nt <= 0) nt = n_places * (places[0].kind == PE_PLACE_CUDA ? 4 : 2);
