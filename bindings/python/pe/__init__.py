@@ -1,0 +1,49 @@
+"""pe — PE's Python API in PaddlePaddle's style (`import pe as paddle`).
+
+    import pe as paddle
+    paddle.enable_static()
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(main, startup):
+        x = paddle.static.data("x", [None, 784], "float32")
+        y = paddle.static.data("y", [None, 1], "int64")
+        logits = paddle.static.nn.fc(paddle.static.nn.fc(x, 256, activation="relu"), 10)
+        loss = paddle.nn.functional.cross_entropy(logits, y)
+        paddle.optimizer.Adam(learning_rate=1e-3).minimize(loss)
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    exe.run(startup)
+    pe_exe = paddle.static.ParallelExecutor(use_cuda=False, loss_name=loss.name, main_program=main)
+    loss_v, = pe_exe.run(fetch_list=[loss.name], feed={"x": xb, "y": yb})
+
+Programs are built in Python (pe.framework) and run by the C engine
+(pe._core). Every engine failure raises a pe.Error subclass carrying the
+engine's message: InvalidArgumentError, NotFoundError, IOError,
+FormatError, ResourceExhaustedError, UnsupportedError, DeviceError,
+CancelledError, InternalError.
+"""
+from . import _core
+from ._core import (Error, InvalidArgumentError, NotFoundError, IOError, FormatError,  # noqa: F401
+                    ResourceExhaustedError, UnsupportedError, DeviceError, CancelledError, InternalError, Tensor)
+from .framework import (CPUPlace, CUDAPlace, enable_static, disable_static, in_dynamic_mode,  # noqa: F401
+                        is_compiled_with_cuda)
+from .param_attr import ParamAttr  # noqa: F401
+from .tensor import (mean, sum, matmul, reshape, transpose, concat, flatten, cast, argmax, add,  # noqa: F401
+                     subtract, multiply, divide, scale, topk, full, ones, zeros, tanh, sigmoid, seed,
+                     unsqueeze, squeeze)
+from . import utils  # noqa: F401
+from . import nn  # noqa: F401
+from . import static  # noqa: F401
+from . import optimizer  # noqa: F401
+from . import metric  # noqa: F401
+from . import regularizer  # noqa: F401
+from . import distributed  # noqa: F401
+
+__version__ = _core.version
+
+# Paddle's dtype names as attributes (paddle.float32 == "float32").
+float32, float64, int32, int64, uint8, float16 = "float32", "float64", "int32", "int64", "uint8", "float16"
+bool_ = "bool"
+
+# Paddle's error names for the same classes.
+UnimplementedError = UnsupportedError
+ExternalError = DeviceError
+FatalError = InternalError

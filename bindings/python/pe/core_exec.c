@@ -1,0 +1,620 @@
+/* bindings/python/pe/core_exec.c — feeds, and the Executor and ParallelExecutor types.
+ * (part of pe._core; see _core.c for the design). */
+#include "bindings/python/pe/_core.h"
+#include "runtime/internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- feeds ------------------------------------------------------------ */
+
+/* The feeds of one run: names, tensors (borrowed from Tensor objects or
+ * wrapping arrays), and the Python objects that keep them alive. */
+typedef struct feedset {
+    pe_feed *f;
+    int n;
+    pe_tensor **tmp;   /* tensors created here (wrapped arrays); freed with the set */
+    int n_tmp;
+    char **names;
+    PyObject *keep;    /* list of arrays / Tensor objects */
+} feedset;
+
+static void feedset_free(feedset *fs) {
+    for (int i = 0; i < fs->n_tmp; i++) pe_tensor_free(fs->tmp[i]);
+    for (int i = 0; i < fs->n; i++) free(fs->names ? fs->names[i] : NULL);
+    free(fs->tmp);
+    free(fs->names);
+    free(fs->f);
+    Py_XDECREF(fs->keep);
+    memset(fs, 0, sizeof *fs);
+}
+
+static int feedset_from_dict(PyObject *d, feedset *fs) {
+    memset(fs, 0, sizeof *fs);
+    if (!d || d == Py_None) return 0;
+    if (!PyDict_Check(d)) {
+        PyErr_Format(PyExc_TypeError, "feed must be a dict {name: numpy array}, not %.80s", Py_TYPE(d)->tp_name);
+        return -1;
+    }
+    Py_ssize_t n = PyDict_Size(d);
+    fs->f = calloc((size_t)(n ? n : 1), sizeof *fs->f);
+    fs->tmp = calloc((size_t)(n ? n : 1), sizeof *fs->tmp);
+    fs->names = calloc((size_t)(n ? n : 1), sizeof *fs->names);
+    fs->keep = PyList_New(0);
+    if (!fs->f || !fs->tmp || !fs->names || !fs->keep) {
+        feedset_free(fs);
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(d, &pos, &k, &v)) {
+        const char *name = PyUnicode_Check(k) ? PyUnicode_AsUTF8(k) : NULL;
+        if (!name) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_TypeError, "feed keys must be var names (str), not %.80s", Py_TYPE(k)->tp_name);
+            feedset_free(fs);
+            return -1;
+        }
+        char *nm = strdup(name);
+        if (!nm) {
+            feedset_free(fs);
+            PyErr_NoMemory();
+            return -1;
+        }
+        fs->names[fs->n] = nm;
+        pe_tensor *t;
+        PyObject *keeper;
+        if (PyObject_TypeCheck(v, &TensorType)) {
+            t = tensor_get((TensorObject *)v);
+            keeper = v;
+            Py_INCREF(keeper);
+        } else {
+            char what[300];
+            snprintf(what, sizeof what, "feed '%s'", name);
+            PyArrayObject *arr = pe_ready_array(v, what);
+            t = arr ? wrap_array(arr) : NULL;
+            keeper = (PyObject *)arr;
+            if (t) fs->tmp[fs->n_tmp++] = t;
+        }
+        fs->f[fs->n].name = nm;
+        fs->f[fs->n].tensor = t;
+        fs->n++;
+        if (t && keeper && PyList_Append(fs->keep, keeper) != 0) t = NULL;
+        Py_XDECREF(keeper);
+        if (!t) {
+            feedset_free(fs);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int fetch_tensors_new(pe_tensor ***out, int n) {
+    *out = calloc((size_t)(n ? n : 1), sizeof **out);
+    if (!*out) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int i = 0; i < n; i++)
+        if (!((*out)[i] = pe_tensor_new())) {
+            for (int j = 0; j < i; j++) pe_tensor_free((*out)[j]);
+            free(*out);
+            raise_status(PE_ERR_NOMEM);
+            return -1;
+        }
+    return 0;
+}
+
+static void fetch_tensors_free(pe_tensor **t, int n) {
+    if (!t) return;
+    for (int i = 0; i < n; i++) pe_tensor_free(t[i]);
+    free(t);
+}
+
+/* Hands the fetched tensors to Tensor objects (ownership moves; t is freed). */
+static PyObject *fetch_list(pe_tensor **t, int n) {
+    PyObject *l = PyList_New(n);
+    if (!l) {
+        fetch_tensors_free(t, n);
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) {
+        TensorObject *o = tensor_from_owned(t[i], NULL);
+        t[i] = NULL;
+        if (!o) {
+            fetch_tensors_free(t, n);
+            Py_DECREF(l);
+            return NULL;
+        }
+        PyList_SET_ITEM(l, i, (PyObject *)o);
+    }
+    free(t);
+    return l;
+}
+
+/* ---- Executor --------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    pe_executor *ex;
+    pe_place place;
+    ProgramObject *prog;  /* the program the C executor has prepared (held) */
+    ScopeObject *scope;   /* its scope (held) */
+    uint64_t gen;
+    int busy;
+} ExecutorObject;
+
+static PyObject *executor_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"place", NULL};
+    PyObject *place_o = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O", kwlist, &place_o)) return NULL;
+    pe_place place;
+    if (parse_place(place_o, &place)) return NULL;
+    ExecutorObject *self = (ExecutorObject *)type->tp_alloc(type, 0);
+    if (!self) return NULL;
+    self->place = place;
+    self->ex = pe_executor_new(place);
+    if (!self->ex) {
+        Py_DECREF(self);
+        return raise_status(PE_ERR_UNSUPPORTED);
+    }
+    return (PyObject *)self;
+}
+
+/* Forgets the prepared (program, scope): the C executor frees its local
+ * scope before the Python references are dropped. */
+static void executor_unprepare(ExecutorObject *self) {
+    if (self->ex) pe_executor_drop_local_scope(self->ex);
+    if (self->prog) self->prog->n_users--;
+    Py_CLEAR(self->prog);
+    Py_CLEAR(self->scope);
+}
+
+static void executor_dealloc(ExecutorObject *self) {
+    executor_unprepare(self);
+    pe_executor_free(self->ex);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *executor_run(ExecutorObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"program", "scope", "feed", "fetch", "block", NULL};
+    PyObject *prog_o, *scope_o, *feed_o = Py_None, *fetch_o = Py_None;
+    int block = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|OOi", kwlist, &prog_o, &scope_o, &feed_o, &fetch_o, &block))
+        return NULL;
+    ProgramObject *prog = as_program(prog_o, "Executor.run(program)");
+    if (!prog) return NULL;
+    if (!PyObject_TypeCheck(scope_o, &ScopeType)) {
+        PyErr_Format(PyExc_TypeError, "Executor.run(scope): scope must be a Scope, not %.80s", Py_TYPE(scope_o)->tp_name);
+        return NULL;
+    }
+    if (self->busy) return raise_msg(PE_ERR_INVALID, "Executor.run: this executor is already running (one run at a time)");
+    ScopeObject *scope = (ScopeObject *)scope_o;
+    feedset fs;
+    if (feedset_from_dict(feed_o, &fs)) return NULL;
+    strlist fetch;
+    if (strlist_from(fetch_o, "fetch_list", &fetch)) {
+        feedset_free(&fs);
+        return NULL;
+    }
+    pe_tensor **out;
+    if (fetch_tensors_new(&out, fetch.n)) {
+        feedset_free(&fs);
+        strlist_free(&fetch);
+        return NULL;
+    }
+    if (self->prog != prog || self->scope != scope || self->gen != g_scope_gen) {
+        executor_unprepare(self);
+        self->prog = prog;
+        self->scope = scope;
+        Py_INCREF(prog);
+        Py_INCREF(scope);
+        prog->n_users++;
+        self->gen = g_scope_gen;
+    }
+    self->busy = 1;
+    pe_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = pe_executor_run(self->ex, prog->p, block, scope->s, fs.f, fs.n, (const char *const *)fetch.s, fetch.n, out);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    feedset_free(&fs);
+    int n_fetch = fetch.n;
+    strlist_free(&fetch);
+    if (st != PE_OK) {
+        fetch_tensors_free(out, n_fetch);
+        return raise_status(st);
+    }
+    return fetch_list(out, n_fetch);
+}
+
+static PyObject *executor_drop_local_scope(ExecutorObject *self, PyObject *unused) {
+    (void)unused;
+    if (self->busy) return raise_msg(PE_ERR_INVALID, "Executor: cannot drop scopes while running");
+    executor_unprepare(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *executor_set_num_threads(ExecutorObject *self, PyObject *arg) {
+    long n = PyLong_AsLong(arg);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    pe_executor_set_num_threads(self->ex, (int)n);
+    Py_RETURN_NONE;
+}
+
+static PyObject *executor_get_place(ExecutorObject *self, void *c) {
+    (void)c;
+    return place_tuple(self->place);
+}
+
+static PyMethodDef executor_methods[] = {
+    {"run", (PyCFunction)(void (*)(void))executor_run, METH_VARARGS | METH_KEYWORDS,
+     "run(program, scope, feed=None, fetch=None, block=0) -> [Tensor]: run one block on this place."},
+    {"drop_local_scope", (PyCFunction)executor_drop_local_scope, METH_NOARGS, "Free the temporaries and the prepared block."},
+    {"set_num_threads", (PyCFunction)executor_set_num_threads, METH_O, "Threads per kernel."},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef executor_getset[] = {{"place", (getter)executor_get_place, NULL, "(kind, id)", NULL},
+                                        {NULL, NULL, NULL, NULL, NULL}};
+
+PyTypeObject ExecutorType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pe._core.Executor",
+    .tp_basicsize = sizeof(ExecutorObject),
+    .tp_dealloc = (destructor)executor_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Executor(place=None): the single-place executor.",
+    .tp_methods = executor_methods,
+    .tp_getset = executor_getset,
+    .tp_new = executor_new,
+};
+
+/* ---- ParallelExecutor ------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    pe_parallel_executor *pe;
+    ProgramObject *prog;
+    ScopeObject *scope;
+    PyObject *share;   /* the share_vars_from ParallelExecutor */
+    PyObject *keep;    /* str objects whose UTF-8 the options borrow */
+    uint64_t gen;
+    int busy;
+} PEObject;
+
+
+static int dict_int(PyObject *d, const char *key, int *out) {
+    if (!d || d == Py_None) return 0;
+    PyObject *v = PyDict_GetItemString(d, key);
+    if (!v || v == Py_None) return 0;
+    long x = PyLong_AsLong(v);
+    if (x == -1 && PyErr_Occurred()) {
+        PyErr_Format(PyExc_TypeError, "strategy field %s must be an int", key);
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+static int dict_bool(PyObject *d, const char *key, bool *out) {
+    if (!d || d == Py_None) return 0;
+    PyObject *v = PyDict_GetItemString(d, key);
+    if (!v || v == Py_None) return 0;
+    int b = PyObject_IsTrue(v);
+    if (b < 0) return -1;
+    *out = b != 0;
+    return 0;
+}
+
+static int dict_enum(PyObject *d, const char *key, const char *const *names, int n, int *out) {
+    if (!d || d == Py_None) return 0;
+    PyObject *v = PyDict_GetItemString(d, key);
+    if (!v || v == Py_None) return 0;
+    if (PyUnicode_Check(v)) {
+        const char *s = PyUnicode_AsUTF8(v);
+        for (int i = 0; s && i < n; i++)
+            if (!strcmp(s, names[i])) {
+                *out = i;
+                return 0;
+            }
+        raise_msg(PE_ERR_INVALID, "strategy field %s: unknown value '%s'", key, s ? s : "?");
+        return -1;
+    }
+    long x = PyLong_AsLong(v);
+    if ((x == -1 && PyErr_Occurred()) || x < 0 || x >= n) {
+        PyErr_Clear();
+        raise_msg(PE_ERR_INVALID, "strategy field %s: value out of range", key);
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+static PyObject *pe_new_(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"places", "program", "scope", "loss_name", "share_vars_from", "exec_strategy",
+                             "build_strategy", "num_trainers", "trainer_id", NULL};
+    PyObject *places_o, *prog_o, *scope_o, *loss_o = Py_None, *share_o = Py_None, *es = Py_None, *bs = Py_None;
+    int num_trainers = 1, trainer_id = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|OOOOii", kwlist, &places_o, &prog_o, &scope_o, &loss_o, &share_o,
+                                     &es, &bs, &num_trainers, &trainer_id))
+        return NULL;
+    ProgramObject *prog = as_program(prog_o, "ParallelExecutor(program)");
+    if (!prog) return NULL;
+    if (!PyObject_TypeCheck(scope_o, &ScopeType)) {
+        PyErr_Format(PyExc_TypeError, "ParallelExecutor(scope): scope must be a Scope, not %.80s", Py_TYPE(scope_o)->tp_name);
+        return NULL;
+    }
+    if (share_o != Py_None && !PyObject_TypeCheck(share_o, &PEType)) {
+        PyErr_Format(PyExc_TypeError, "share_vars_from must be a ParallelExecutor, not %.80s", Py_TYPE(share_o)->tp_name);
+        return NULL;
+    }
+    if ((es != Py_None && !PyDict_Check(es)) || (bs != Py_None && !PyDict_Check(bs))) {
+        PyErr_SetString(PyExc_TypeError, "exec_strategy / build_strategy must be dicts (the Python layer converts them)");
+        return NULL;
+    }
+    PyObject *fast = PySequence_Fast(places_o, "places must be a list of places");
+    if (!fast) return NULL;
+    Py_ssize_t np_ = PySequence_Fast_GET_SIZE(fast);
+    if (np_ < 1 || np_ > PE_MAX_PLACES) {
+        Py_DECREF(fast);
+        return raise_msg(PE_ERR_INVALID, "ParallelExecutor: %zd places given, need 1..%d", np_, PE_MAX_PLACES);
+    }
+    pe_place places[PE_MAX_PLACES];
+    for (Py_ssize_t i = 0; i < np_; i++)
+        if (parse_place(PySequence_Fast_GET_ITEM(fast, i), &places[i])) {
+            Py_DECREF(fast);
+            return NULL;
+        }
+    Py_DECREF(fast);
+
+    pe_pe_options opt;
+    pe_pe_options_default(&opt);
+    PyObject *keep = PyList_New(0);
+    if (!keep) return NULL;
+    if (loss_o != Py_None) {
+        if (!PyUnicode_Check(loss_o)) {
+            Py_DECREF(keep);
+            PyErr_SetString(PyExc_TypeError, "loss_name must be a str or None");
+            return NULL;
+        }
+        opt.loss_name = PyUnicode_AsUTF8(loss_o);
+        if (!opt.loss_name || PyList_Append(keep, loss_o)) {
+            Py_DECREF(keep);
+            return NULL;
+        }
+    }
+    static const char *const reduce_names[] = {"all_reduce", "reduce"};
+    static const char *const scale_names[] = {"batch_share", "coeff_num_device", "one", "customized"};
+    int rs = opt.build_strategy.reduce_strategy, gs = opt.build_strategy.gradient_scale_strategy;
+    if (dict_int(es, "num_threads", &opt.exec_strategy.num_threads) ||
+        dict_int(es, "num_iteration_per_drop_scope", &opt.exec_strategy.num_iteration_per_drop_scope) ||
+        dict_int(es, "num_iteration_per_run", &opt.exec_strategy.num_iteration_per_run) ||
+        dict_enum(bs, "reduce_strategy", reduce_names, 2, &rs) ||
+        dict_enum(bs, "gradient_scale_strategy", scale_names, 4, &gs) ||
+        dict_bool(bs, "fuse_elewise_add_act_ops", &opt.build_strategy.fuse_elewise_add_act_ops) ||
+        dict_bool(bs, "fuse_all_optimizer_ops", &opt.build_strategy.fuse_all_optimizer_ops) ||
+        dict_bool(bs, "fuse_all_reduce_ops", &opt.build_strategy.fuse_all_reduce_ops) ||
+        dict_bool(bs, "enable_inplace", &opt.build_strategy.enable_inplace) ||
+        dict_bool(bs, "memory_optimize", &opt.build_strategy.memory_optimize) ||
+        dict_bool(bs, "enable_sequential_execution", &opt.build_strategy.enable_sequential_execution)) {
+        Py_DECREF(keep);
+        return NULL;
+    }
+    opt.build_strategy.reduce_strategy = (pe_reduce_strategy)rs;
+    opt.build_strategy.gradient_scale_strategy = (pe_grad_scale)gs;
+    PyObject *gv = bs != Py_None ? PyDict_GetItemString(bs, "debug_graphviz_path") : NULL;
+    if (gv && gv != Py_None) {
+        if (!PyUnicode_Check(gv)) {
+            Py_DECREF(keep);
+            PyErr_SetString(PyExc_TypeError, "debug_graphviz_path must be a str");
+            return NULL;
+        }
+        if (PyUnicode_GetLength(gv) > 0) {
+            opt.build_strategy.debug_graphviz_path = PyUnicode_AsUTF8(gv);
+            if (PyList_Append(keep, gv)) {
+                Py_DECREF(keep);
+                return NULL;
+            }
+        }
+    }
+    opt.num_trainers = num_trainers;
+    opt.trainer_id = trainer_id;
+    opt.share_vars_from = share_o != Py_None ? ((PEObject *)share_o)->pe : NULL;
+
+    PEObject *self = (PEObject *)type->tp_alloc(type, 0);
+    if (!self) {
+        Py_DECREF(keep);
+        return NULL;
+    }
+    self->keep = keep;
+    pe_status st;
+    pe_parallel_executor *pex = NULL;
+    ScopeObject *scope = (ScopeObject *)scope_o;
+    Py_BEGIN_ALLOW_THREADS
+    st = pe_parallel_executor_new(places, (int)np_, prog->p, scope->s, &opt, &pex);
+    Py_END_ALLOW_THREADS
+    if (st != PE_OK) {
+        Py_DECREF(self);
+        return raise_status(st);
+    }
+    self->pe = pex;
+    self->prog = prog;
+    Py_INCREF(prog);
+    prog->n_users++;
+    self->scope = scope;
+    Py_INCREF(scope);
+    if (share_o != Py_None) {
+        self->share = share_o;
+        Py_INCREF(share_o);
+    }
+    self->gen = g_scope_gen;
+    return (PyObject *)self;
+}
+
+static void pe_dealloc_(PEObject *self) {
+    pe_parallel_executor_free(self->pe); /* before the scope, program and source it borrows */
+    if (self->prog) self->prog->n_users--;
+    Py_XDECREF(self->prog);
+    Py_XDECREF(self->scope);
+    Py_XDECREF(self->share);
+    Py_XDECREF(self->keep);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *pe_run_(PEObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"feed", "fetch", "return_merged", NULL};
+    PyObject *feed_o = Py_None, *fetch_o = Py_None;
+    int merged = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OOp", kwlist, &feed_o, &fetch_o, &merged)) return NULL;
+    if (self->busy) return raise_msg(PE_ERR_INVALID, "ParallelExecutor.run: already running (one run at a time)");
+    int n = pe_device_count(self->pe);
+    int is_list = feed_o != Py_None && !PyDict_Check(feed_o);
+    feedset *fs = NULL;
+    int n_sets = 0;
+    if (is_list) {
+        PyObject *fast = PySequence_Fast(feed_o, "feed must be a dict or a list of dicts (one per place)");
+        if (!fast) return NULL;
+        n_sets = (int)PySequence_Fast_GET_SIZE(fast);
+        fs = calloc((size_t)(n_sets ? n_sets : 1), sizeof *fs);
+        if (!fs) {
+            Py_DECREF(fast);
+            return PyErr_NoMemory();
+        }
+        for (int i = 0; i < n_sets; i++)
+            if (feedset_from_dict(PySequence_Fast_GET_ITEM(fast, i), &fs[i])) {
+                for (int j = 0; j < i; j++) feedset_free(&fs[j]);
+                free(fs);
+                Py_DECREF(fast);
+                return NULL;
+            }
+        Py_DECREF(fast);
+    } else {
+        n_sets = 1;
+        fs = calloc(1, sizeof *fs);
+        if (!fs) return PyErr_NoMemory();
+        if (feedset_from_dict(feed_o, &fs[0])) {
+            free(fs);
+            return NULL;
+        }
+    }
+    strlist fetch;
+    pe_tensor **out = NULL;
+    int n_out = 0;
+    const pe_feed **lists = NULL;
+    int *counts = NULL;
+    PyObject *result = NULL;
+    if (strlist_from(fetch_o, "fetch_list", &fetch)) goto done_feeds;
+    n_out = merged ? fetch.n : fetch.n * n;
+    if (fetch_tensors_new(&out, n_out)) {
+        out = NULL;
+        goto done;
+    }
+    if (is_list) {
+        lists = calloc((size_t)(n_sets ? n_sets : 1), sizeof *lists);
+        counts = calloc((size_t)(n_sets ? n_sets : 1), sizeof *counts);
+        if (!lists || !counts) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        for (int i = 0; i < n_sets; i++) {
+            lists[i] = fs[i].f;
+            counts[i] = fs[i].n;
+        }
+    }
+    if (self->gen != g_scope_gen) {
+        pe_drop_local_exe_scopes(self->pe);
+        self->gen = g_scope_gen;
+    }
+    self->busy = 1;
+    pe_status st;
+    Py_BEGIN_ALLOW_THREADS
+    if (is_list)
+        st = pe_run_list(self->pe, lists, counts, n_sets, (const char *const *)fetch.s, fetch.n, merged != 0, out);
+    else
+        st = pe_run(self->pe, fs[0].f, fs[0].n, (const char *const *)fetch.s, fetch.n, merged != 0, out);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    if (st != PE_OK) {
+        raise_status(st);
+        goto done;
+    }
+    {
+        PyObject *flat = fetch_list(out, n_out);
+        out = NULL;
+        if (!flat || merged) {
+            result = flat;
+            goto done;
+        }
+        result = PyList_New(fetch.n);
+        for (int i = 0; result && i < fetch.n; i++) {
+            PyObject *sub = PyList_GetSlice(flat, (Py_ssize_t)i * n, (Py_ssize_t)(i + 1) * n);
+            if (!sub) Py_CLEAR(result);
+            else PyList_SET_ITEM(result, i, sub);
+        }
+        Py_DECREF(flat);
+    }
+done:
+    fetch_tensors_free(out, n_out);
+    strlist_free(&fetch);
+    free(lists);
+    free(counts);
+done_feeds:
+    for (int i = 0; i < n_sets; i++) feedset_free(&fs[i]);
+    free(fs);
+    return result;
+}
+
+static PyObject *pe_drop_(PEObject *self, PyObject *unused) {
+    (void)unused;
+    if (self->busy) return raise_msg(PE_ERR_INVALID, "ParallelExecutor: cannot drop scopes while running");
+    pe_drop_local_exe_scopes(self->pe);
+    Py_RETURN_NONE;
+}
+
+static PyObject *pe_local_bytes_(PEObject *self, PyObject *unused) {
+    (void)unused;
+    return PyLong_FromSize_t(pe_local_exe_scopes_bytes(self->pe));
+}
+
+static PyObject *pe_place_scope_(PEObject *self, PyObject *arg) {
+    long i = PyLong_AsLong(arg);
+    if (i == -1 && PyErr_Occurred()) return NULL;
+    pe_scope *s = pe_place_scope(self->pe, (int)i);
+    if (!s) return raise_msg(PE_ERR_INVALID, "place_scope(%ld): the executor has %d places", i, pe_device_count(self->pe));
+    if (s == self->scope->s) {
+        Py_INCREF(self->scope);
+        return (PyObject *)self->scope;
+    }
+    return (PyObject *)scope_borrowed(s, (PyObject *)self);
+}
+
+static PyObject *pe_get_device_count(PEObject *self, void *c) {
+    (void)c;
+    return PyLong_FromLong(pe_device_count(self->pe));
+}
+
+static PyMethodDef pe_methods[] = {
+    {"run", (PyCFunction)(void (*)(void))pe_run_, METH_VARARGS | METH_KEYWORDS,
+     "run(feed=None, fetch=None, return_merged=True): dict feed (split along axis 0) or list of dicts (one per place)."},
+    {"drop_local_exe_scopes", (PyCFunction)pe_drop_, METH_NOARGS, "Free every place's temporaries now."},
+    {"local_exe_scopes_bytes", (PyCFunction)pe_local_bytes_, METH_NOARGS, "Bytes held by the local execution scopes."},
+    {"place_scope", (PyCFunction)pe_place_scope_, METH_O, "place_scope(i): the scope of place i."},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef pe_getset[] = {{"device_count", (getter)pe_get_device_count, NULL, "number of places", NULL},
+                                  {NULL, NULL, NULL, NULL, NULL}};
+
+PyTypeObject PEType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pe._core.ParallelExecutor",
+    .tp_basicsize = sizeof(PEObject),
+    .tp_dealloc = (destructor)pe_dealloc_,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "ParallelExecutor(places, program, scope, loss_name=None, share_vars_from=None, exec_strategy=None, "
+              "build_strategy=None, num_trainers=1, trainer_id=0)",
+    .tp_methods = pe_methods,
+    .tp_getset = pe_getset,
+    .tp_new = pe_new_,
+};
+

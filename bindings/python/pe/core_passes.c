@@ -1,0 +1,309 @@
+/* bindings/python/pe/core_passes.c — autodiff, optimizer and initializer passes; checkpoints.
+ * (part of pe._core; see _core.c for the design). */
+#include "bindings/python/pe/_core.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- passes ----------------------------------------------------------- */
+
+static PyObject *pairs_list(pe_param_grad *pg, int n) {
+    PyObject *l = PyList_New(n);
+    for (int i = 0; l && i < n; i++) {
+        PyObject *t = Py_BuildValue("(ss)", pg[i].param, pg[i].grad);
+        if (!t) Py_CLEAR(l);
+        else PyList_SET_ITEM(l, i, t);
+    }
+    pe_param_grads_free(pg, n);
+    return l;
+}
+
+PyObject *py_append_backward(PyObject *m, PyObject *args, PyObject *kw) {
+    (void)m;
+    static char *kwlist[] = {"program", "loss", "params", "no_grad", NULL};
+    PyObject *prog_o, *params_o = Py_None, *nograd_o = Py_None;
+    const char *loss;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "Os|OO", kwlist, &prog_o, &loss, &params_o, &nograd_o)) return NULL;
+    ProgramObject *prog = as_program(prog_o, "append_backward(program)");
+    if (!prog || program_mutable(prog, "append_backward")) return NULL;
+    strlist params, nograd;
+    if (strlist_from(params_o, "parameter_list", &params)) return NULL;
+    if (strlist_from(nograd_o, "no_grad_set", &nograd)) {
+        strlist_free(&params);
+        return NULL;
+    }
+    pe_param_grad *pg = NULL;
+    int n = 0;
+    pe_status st = pe_append_backward(prog->p, loss, (const char *const *)params.s, params.n,
+                                      (const char *const *)nograd.s, nograd.n, &pg, &n);
+    strlist_free(&params);
+    strlist_free(&nograd);
+    if (st != PE_OK) return raise_status(st);
+    return pairs_list(pg, n);
+}
+
+PyObject *py_gradients(PyObject *m, PyObject *args, PyObject *kw) {
+    (void)m;
+    static char *kwlist[] = {"program", "targets", "inputs", NULL};
+    PyObject *prog_o, *targets_o, *inputs_o;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO", kwlist, &prog_o, &targets_o, &inputs_o)) return NULL;
+    ProgramObject *prog = as_program(prog_o, "gradients(program)");
+    if (!prog || program_mutable(prog, "gradients")) return NULL;
+    strlist targets, inputs;
+    if (strlist_from(targets_o, "targets", &targets)) return NULL;
+    if (strlist_from(inputs_o, "inputs", &inputs)) {
+        strlist_free(&targets);
+        return NULL;
+    }
+    char **grads = calloc((size_t)(inputs.n ? inputs.n : 1), sizeof *grads);
+    PyObject *r = NULL;
+    if (!grads) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    pe_status st = pe_gradients(prog->p, (const char *const *)targets.s, targets.n, (const char *const *)inputs.s,
+                                inputs.n, grads);
+    if (st != PE_OK) {
+        raise_status(st);
+        goto out;
+    }
+    r = PyList_New(inputs.n);
+    for (int i = 0; r && i < inputs.n; i++) {
+        PyObject *g = grads[i] ? PyUnicode_FromString(grads[i]) : (Py_INCREF(Py_None), Py_None);
+        if (!g) Py_CLEAR(r);
+        else PyList_SET_ITEM(r, i, g);
+    }
+out:
+    if (grads)
+        for (int i = 0; i < inputs.n; i++) free(grads[i]);
+    free(grads);
+    strlist_free(&targets);
+    strlist_free(&inputs);
+    return r;
+}
+
+PyObject *py_minimize(PyObject *m, PyObject *args, PyObject *kw) {
+    (void)m;
+    static char *kwlist[] = {"main", "startup", "loss", "kind", "learning_rate", "lr_var", "momentum",
+                             "use_nesterov", "beta1", "beta2", "epsilon", "weight_decay", "clip_global_norm",
+                             "params", "no_grad", "param_configs", NULL};
+    PyObject *main_o, *startup_o, *lr_var_o = Py_None, *params_o = Py_None, *nograd_o = Py_None, *cfg_o = Py_None;
+    const char *loss, *kind_s = "sgd";
+    pe_optimizer o;
+    pe_optimizer_default(&o, PE_OPT_SGD, 0.01);
+    int nesterov = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOs|sdOdpdddddOOO", kwlist, &main_o, &startup_o, &loss, &kind_s,
+                                     &o.learning_rate, &lr_var_o, &o.momentum, &nesterov, &o.beta1, &o.beta2,
+                                     &o.epsilon, &o.weight_decay, &o.clip_global_norm, &params_o, &nograd_o, &cfg_o))
+        return NULL;
+    if (!strcmp(kind_s, "sgd")) o.kind = PE_OPT_SGD;
+    else if (!strcmp(kind_s, "momentum")) o.kind = PE_OPT_MOMENTUM;
+    else if (!strcmp(kind_s, "adam")) o.kind = PE_OPT_ADAM;
+    else return raise_msg(PE_ERR_INVALID, "minimize: unknown optimizer kind '%s' (sgd, momentum, adam)", kind_s);
+    o.use_nesterov = nesterov != 0;
+    ProgramObject *mainp = as_program(main_o, "minimize(main)");
+    if (!mainp || program_mutable(mainp, "minimize")) return NULL;
+    ProgramObject *startp = as_program(startup_o, "minimize(startup)");
+    if (!startp || program_mutable(startp, "minimize")) return NULL;
+    if (lr_var_o != Py_None) {
+        o.lr_var = PyUnicode_Check(lr_var_o) ? PyUnicode_AsUTF8(lr_var_o) : NULL;
+        if (!o.lr_var) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "lr_var must be a str");
+            return NULL;
+        }
+    }
+    strlist params, nograd;
+    if (strlist_from(params_o, "parameters", &params)) return NULL;
+    if (strlist_from(nograd_o, "no_grad_set", &nograd)) {
+        strlist_free(&params);
+        return NULL;
+    }
+    pe_param_config *cfg = NULL;
+    strlist cfg_names = {NULL, 0};
+    int n_cfg = 0;
+    PyObject *r = NULL;
+    if (cfg_o != Py_None) {
+        PyObject *fast = PySequence_Fast(cfg_o, "param_configs must be a list of (name, lr_mult, l2)");
+        if (!fast) goto out;
+        n_cfg = (int)PySequence_Fast_GET_SIZE(fast);
+        cfg = calloc((size_t)(n_cfg ? n_cfg : 1), sizeof *cfg);
+        cfg_names.s = calloc((size_t)(n_cfg ? n_cfg : 1), sizeof(char *));
+        if (!cfg || !cfg_names.s) {
+            Py_DECREF(fast);
+            PyErr_NoMemory();
+            goto out;
+        }
+        for (int i = 0; i < n_cfg; i++) {
+            const char *name;
+            if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(fast, i), "sdd;param_configs entries are (name, lr_mult, l2)",
+                                  &name, &cfg[i].lr_mult, &cfg[i].l2)) {
+                Py_DECREF(fast);
+                goto out;
+            }
+            cfg_names.s[i] = strdup(name);
+            cfg_names.n = i + 1;
+            cfg[i].name = cfg_names.s[i];
+        }
+        Py_DECREF(fast);
+    }
+    {
+        pe_param_grad *pg = NULL;
+        int n = 0;
+        pe_status st = pe_optimizer_minimize(&o, mainp->p, startp->p, loss, (const char *const *)params.s, params.n,
+                                             (const char *const *)nograd.s, nograd.n, cfg, n_cfg, &pg, &n);
+        if (st != PE_OK) raise_status(st);
+        else r = pairs_list(pg, n);
+    }
+out:
+    free(cfg);
+    strlist_free(&cfg_names);
+    strlist_free(&params);
+    strlist_free(&nograd);
+    return r;
+}
+
+PyObject *py_startup_init_var(PyObject *m, PyObject *args, PyObject *kw) {
+    (void)m;
+    static char *kwlist[] = {"startup", "name", "dtype", "dims", "kind", "value", "low", "high", "mean", "std",
+                             "fan_in", "fan_out", "values", "seed", "is_parameter", "stop_gradient", NULL};
+    PyObject *startup_o, *dims_o, *values_o = Py_None;
+    const char *name, *dtype_s, *kind_s;
+    pe_initializer init;
+    memset(&init, 0, sizeof init);
+    init.high = 1.0;
+    init.low = -1.0;
+    init.std = 1.0;
+    long long fan_in = 0, fan_out = 0;
+    int seed = 0, is_param = 0, stop_grad = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OssOs|dddddLLOipp", kwlist, &startup_o, &name, &dtype_s, &dims_o,
+                                     &kind_s, &init.value, &init.low, &init.high, &init.mean, &init.std, &fan_in,
+                                     &fan_out, &values_o, &seed, &is_param, &stop_grad))
+        return NULL;
+    static const char *const kinds[PE_INIT_KIND_COUNT] = {"constant", "uniform", "normal", "truncated_normal",
+                                                          "xavier_uniform", "xavier_normal", "kaiming_uniform",
+                                                          "kaiming_normal", "assign"};
+    int k = -1;
+    for (int i = 0; i < PE_INIT_KIND_COUNT; i++)
+        if (!strcmp(kind_s, kinds[i])) k = i;
+    if (k < 0) return raise_msg(PE_ERR_INVALID, "startup_init_var: unknown initializer kind '%s'", kind_s);
+    init.kind = (pe_init_kind)k;
+    init.fan_in = fan_in;
+    init.fan_out = fan_out;
+    init.seed = seed;
+    ProgramObject *sp = as_program(startup_o, "startup_init_var(startup)");
+    if (!sp || program_mutable(sp, "startup_init_var")) return NULL;
+    pe_var v;
+    memset(&v, 0, sizeof v);
+    v.name = (char *)name;
+    if (!pe_dtype_from_name(dtype_s, &v.dtype)) return raise_msg(PE_ERR_INVALID, "startup_init_var: unknown dtype '%s'", dtype_s);
+    PyObject *fast = PySequence_Fast(dims_o, "dims must be a list of ints");
+    if (!fast) return NULL;
+    Py_ssize_t nd = PySequence_Fast_GET_SIZE(fast);
+    if (nd > PE_MAX_DIMS) {
+        Py_DECREF(fast);
+        return raise_msg(PE_ERR_INVALID, "startup_init_var: '%s' has %zd dims (max %d)", name, nd, PE_MAX_DIMS);
+    }
+    v.ndim = (int)nd;
+    for (Py_ssize_t i = 0; i < nd; i++) {
+        v.dims[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, i));
+        if (v.dims[i] == -1 && PyErr_Occurred()) {
+            Py_DECREF(fast);
+            return NULL;
+        }
+    }
+    Py_DECREF(fast);
+    v.persistable = true;
+    v.is_parameter = is_param != 0;
+    v.stop_gradient = stop_grad != 0;
+    double *vals = NULL;
+    if (values_o != Py_None) {
+        PyArrayObject *a = (PyArrayObject *)PyArray_FROM_OTF(values_o, NPY_FLOAT64, NPY_ARRAY_IN_ARRAY);
+        if (!a) return NULL;
+        init.n_values = (int64_t)PyArray_SIZE(a);
+        vals = malloc(sizeof(double) * (size_t)(init.n_values ? init.n_values : 1));
+        if (!vals) {
+            Py_DECREF(a);
+            return PyErr_NoMemory();
+        }
+        memcpy(vals, PyArray_DATA(a), sizeof(double) * (size_t)init.n_values);
+        Py_DECREF(a);
+        init.values = vals;
+    }
+    pe_status st = pe_startup_init_var(sp->p, &v, &init);
+    free(vals);
+    if (st != PE_OK) return raise_status(st);
+    Py_RETURN_NONE;
+}
+
+/* ---- checkpoints ------------------------------------------------------ */
+
+static int ckpt_args(PyObject *args, const char *what, const char **path, ProgramObject **prog, ScopeObject **scope) {
+    PyObject *prog_o, *scope_o;
+    if (!PyArg_ParseTuple(args, "sOO", path, &prog_o, &scope_o)) return -1;
+    *prog = as_program(prog_o, what);
+    if (!*prog) return -1;
+    if (!PyObject_TypeCheck(scope_o, &ScopeType)) {
+        PyErr_Format(PyExc_TypeError, "%s: scope must be a Scope", what);
+        return -1;
+    }
+    *scope = (ScopeObject *)scope_o;
+    return 0;
+}
+
+PyObject *py_checkpoint_save(PyObject *m, PyObject *args) {
+    (void)m;
+    const char *path;
+    ProgramObject *prog;
+    ScopeObject *scope;
+    if (ckpt_args(args, "checkpoint_save", &path, &prog, &scope)) return NULL;
+    pe_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = pe_checkpoint_save(path, prog->p, scope->s);
+    Py_END_ALLOW_THREADS
+    if (st != PE_OK) return raise_status(st);
+    Py_RETURN_NONE;
+}
+
+PyObject *py_checkpoint_load(PyObject *m, PyObject *args) {
+    (void)m;
+    const char *path;
+    ProgramObject *prog;
+    ScopeObject *scope;
+    if (ckpt_args(args, "checkpoint_load", &path, &prog, &scope)) return NULL;
+    pe_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = pe_checkpoint_load(path, prog->p, scope->s);
+    Py_END_ALLOW_THREADS
+    if (st != PE_OK) return raise_status(st);
+    Py_RETURN_NONE;
+}
+
+PyObject *py_safetensors_read(PyObject *m, PyObject *args) {
+    (void)m;
+    const char *path;
+    PyObject *scope_o;
+    if (!PyArg_ParseTuple(args, "sO!", &path, &ScopeType, &scope_o)) return NULL;
+    pe_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = pe_safetensors_read(path, ((ScopeObject *)scope_o)->s);
+    Py_END_ALLOW_THREADS
+    if (st != PE_OK) return raise_status(st);
+    Py_RETURN_NONE;
+}
+
+PyObject *py_safetensors_write(PyObject *m, PyObject *args) {
+    (void)m;
+    const char *path;
+    PyObject *scope_o, *names_o;
+    if (!PyArg_ParseTuple(args, "sO!O", &path, &ScopeType, &scope_o, &names_o)) return NULL;
+    strlist names;
+    if (strlist_from(names_o, "names", &names)) return NULL;
+    pe_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = pe_safetensors_write(path, ((ScopeObject *)scope_o)->s, (const char *const *)names.s, names.n);
+    Py_END_ALLOW_THREADS
+    strlist_free(&names);
+    if (st != PE_OK) return raise_status(st);
+    Py_RETURN_NONE;
+}
+

@@ -1,0 +1,332 @@
+"""pe.nn.functional — paddle.nn.functional in static mode.
+
+Each function appends Paddle's op for it (relu, softmax_with_cross_entropy,
+conv2d, pool2d, batch_norm, dropout, ...) with Paddle's attrs and names;
+parameters are passed in (the layer forms in pe.static.nn create them).
+An op this build of the engine does not register (ops/ops.def) raises
+pe.UnsupportedError when the function is called, naming the op.
+"""
+import numpy as np
+
+from .. import _core
+from .. import tensor as _t
+from ..framework import Variable, require_op
+from ..layer_helper import LayerHelper, check_variable
+from ..initializer import Constant
+
+__all__ = [
+    "relu", "sigmoid", "tanh", "gelu", "leaky_relu", "softmax", "log_softmax", "cross_entropy",
+    "softmax_with_cross_entropy", "mse_loss", "square_error_cost", "dropout", "linear", "conv2d", "max_pool2d",
+    "avg_pool2d", "batch_norm", "layer_norm", "embedding",
+]
+
+
+def _act(op_type, x, name=None, attrs=None):
+    check_variable(x, "x", op_type)
+    require_op(op_type, "pe.nn.functional." + op_type)
+    helper = LayerHelper(op_type, name)
+    out = helper.create_variable_for_type_inference(x.dtype, shape=x.shape)
+    helper.append_op(op_type, {"X": [x]}, {"Out": [out]}, attrs)
+    return out
+
+
+def relu(x, name=None):
+    return _act("relu", x, name)
+
+
+def sigmoid(x, name=None):
+    return _act("sigmoid", x, name)
+
+
+def tanh(x, name=None):
+    return _act("tanh", x, name)
+
+
+def gelu(x, approximate=False, name=None):
+    return _act("gelu", x, name, {"approximate": bool(approximate)})
+
+
+def leaky_relu(x, negative_slope=0.01, name=None):
+    return _act("leaky_relu", x, name, {"alpha": float(negative_slope)})
+
+
+def softmax(x, axis=-1, dtype=None, name=None):
+    if dtype is not None:
+        x = _t.cast(x, dtype)
+    return _act("softmax", x, name, {"axis": int(axis)})
+
+
+def log_softmax(x, axis=-1, dtype=None, name=None):
+    if dtype is not None:
+        x = _t.cast(x, dtype)
+    return _act("log_softmax", x, name, {"axis": int(axis)})
+
+
+# ---- losses --------------------------------------------------------------------
+
+def _reduce(loss, reduction, api):
+    if reduction == "mean":
+        return _t.mean(loss)
+    if reduction == "sum":
+        return _t.sum(loss)
+    if reduction == "none":
+        return loss
+    raise _core.InvalidArgumentError("%s: reduction must be 'mean', 'sum' or 'none', got %r" % (api, reduction))
+
+
+def softmax_with_cross_entropy(logits, label, soft_label=False, ignore_index=-100, numeric_stable_mode=True,
+                               return_softmax=False, axis=-1):
+    """Per-sample loss (the class axis set to 1); with return_softmax also the softmax."""
+    check_variable(logits, "logits", "softmax_with_cross_entropy")
+    check_variable(label, "label", "softmax_with_cross_entropy")
+    helper = LayerHelper("softmax_with_cross_entropy")
+    a = _t._norm_axis(axis, len(logits.shape), "softmax_with_cross_entropy")
+    loss_shape = [1 if i == a else d for i, d in enumerate(logits.shape)]
+    sm = helper.create_variable_for_type_inference(logits.dtype, shape=logits.shape)
+    loss = helper.create_variable_for_type_inference(logits.dtype, shape=loss_shape)
+    helper.append_op("softmax_with_cross_entropy", {"Logits": [logits], "Label": [label]},
+                     {"Softmax": [sm], "Loss": [loss]},
+                     {"soft_label": bool(soft_label), "ignore_index": int(ignore_index),
+                      "numeric_stable_mode": bool(numeric_stable_mode), "axis": int(axis)})
+    return (loss, sm) if return_softmax else loss
+
+
+def cross_entropy(input, label, weight=None, ignore_index=-100, reduction="mean", soft_label=False, axis=-1,
+                  use_softmax=True, name=None):
+    """Paddle 2.x cross_entropy: softmax + cross entropy on logits (use_softmax=True)
+    or cross entropy on probabilities, then the reduction."""
+    if weight is not None:
+        raise _core.UnsupportedError("cross_entropy: per-class weight is not supported by PE's loss ops")
+    if use_softmax:
+        loss = softmax_with_cross_entropy(input, label, soft_label, ignore_index, True, False, axis)
+    else:
+        check_variable(input, "input", "cross_entropy")
+        if axis not in (-1, len(input.shape) - 1):
+            raise _core.UnsupportedError("cross_entropy(use_softmax=False) works on the last axis")
+        helper = LayerHelper("cross_entropy", name)
+        loss = helper.create_variable_for_type_inference(input.dtype, shape=list(input.shape[:-1]) + [1])
+        helper.append_op("cross_entropy", {"X": [input], "Label": [label]}, {"Y": [loss]},
+                         {"soft_label": bool(soft_label), "ignore_index": int(ignore_index)})
+    return _reduce(loss, reduction, "cross_entropy")
+
+
+def square_error_cost(input, label):
+    return _t.square_error_cost(input, label)
+
+
+def mse_loss(input, label, reduction="mean", name=None):
+    return _reduce(_t.square_error_cost(input, label), reduction, "mse_loss")
+
+
+# ---- dropout -------------------------------------------------------------------
+
+def dropout(x, p=0.5, axis=None, training=True, mode="upscale_in_train", name=None):
+    """Dropout with a per-op step counter (a persistable int64 [1] var the op
+    advances each training run), so every step draws a fresh mask while runs
+    stay reproducible and checkpoints resume the mask sequence."""
+    check_variable(x, "x", "dropout")
+    if axis is not None:
+        raise _core.UnsupportedError("dropout: axis is not supported (PE drops elements independently)")
+    if not 0 <= float(p) <= 1:
+        raise _core.InvalidArgumentError("dropout: p must be in [0, 1], got %r" % (p,))
+    if mode not in ("upscale_in_train", "downscale_in_infer", "downgrade_in_infer"):
+        raise _core.InvalidArgumentError("dropout: mode must be 'upscale_in_train' or 'downscale_in_infer'")
+    if mode == "downscale_in_infer":
+        mode = "downgrade_in_infer"
+    helper = LayerHelper("dropout", name)
+    out = helper.create_variable_for_type_inference(x.dtype, shape=x.shape)
+    mask = helper.create_variable_for_type_inference("uint8", shape=x.shape, stop_gradient=True)
+    inputs, outputs = {"X": [x]}, {"Out": [out], "Mask": [mask]}
+    if training:
+        step = helper.create_global_variable([1], "int64", persistable=True, name=helper.name + ".step_0")
+        helper.set_variable_initializer(step, Constant(0.0))
+        inputs["Step"] = [step]
+        outputs["StepOut"] = [step]
+    helper.append_op("dropout", inputs, outputs,
+                     {"dropout_prob": float(p), "is_test": not training, "dropout_implementation": mode})
+    return out
+
+
+# ---- linear / conv / pool / norm -------------------------------------------------
+
+def linear(x, weight, bias=None, name=None):
+    """x @ weight (+ bias): matmul_v2 then elementwise_add on the last axis."""
+    out = _t.matmul(x, weight, name=name)
+    if bias is None:
+        return out
+    helper = LayerHelper("elementwise_add", name)
+    res = helper.create_variable_for_type_inference(out.dtype, shape=out.shape)
+    helper.append_op("elementwise_add", {"X": [out], "Y": [bias]}, {"Out": [res]}, {"axis": len(out.shape) - 1})
+    return res
+
+
+def _pair(v, what):
+    if isinstance(v, (int, np.integer)):
+        return [int(v), int(v)]
+    v = [int(a) for a in v]
+    if len(v) != 2:
+        raise _core.InvalidArgumentError("%s must be an int or a pair, got %s" % (what, v))
+    return v
+
+
+def _padding(padding, what):
+    """(paddings [h, w], padding_algorithm)."""
+    if isinstance(padding, str):
+        algo = padding.upper()
+        if algo not in ("SAME", "VALID"):
+            raise _core.InvalidArgumentError("%s: padding must be 'SAME', 'VALID', an int or a pair" % what)
+        return [0, 0], algo
+    if isinstance(padding, (list, tuple)) and len(padding) == 4:
+        p = [int(a) for a in padding]
+        if p[0] != p[1] or p[2] != p[3]:
+            raise _core.UnsupportedError("%s: asymmetric padding %s is not supported" % (what, p))
+        return [p[0], p[2]], "EXPLICIT"
+    return _pair(padding, what + " padding"), "EXPLICIT"
+
+
+def _conv_out(size, k, s, p, d, algo, ceil=False):
+    if size < 0:
+        return -1
+    if algo == "SAME":
+        return (size + s - 1) // s
+    if algo == "VALID":
+        p = 0
+    ek = d * (k - 1) + 1
+    num = size + 2 * p - ek
+    return (num + (s - 1 if ceil else 0)) // s + 1
+
+
+def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, data_format="NCHW", name=None):
+    check_variable(x, "x", "conv2d")
+    check_variable(weight, "weight", "conv2d")
+    if data_format != "NCHW":
+        raise _core.UnsupportedError("conv2d: data_format must be NCHW")
+    if len(x.shape) != 4 or len(weight.shape) != 4:
+        raise _core.InvalidArgumentError("conv2d: x must be [N, C, H, W] and weight [M, C/groups, kh, kw], got %s and %s"
+                                         % (list(x.shape), list(weight.shape)))
+    strides, dil = _pair(stride, "conv2d stride"), _pair(dilation, "conv2d dilation")
+    pads, algo = _padding(padding, "conv2d")
+    m, _, kh, kw = weight.shape
+    n, _, h, w = x.shape
+    shape = [n, m, _conv_out(h, kh, strides[0], pads[0], dil[0], algo),
+             _conv_out(w, kw, strides[1], pads[1], dil[1], algo)]
+    helper = LayerHelper("conv2d", name)
+    out = helper.create_variable_for_type_inference(x.dtype, shape=shape)
+    helper.append_op("conv2d", {"Input": [x], "Filter": [weight]}, {"Output": [out]},
+                     {"strides": strides, "paddings": pads, "dilations": dil, "groups": int(groups),
+                      "padding_algorithm": algo, "data_format": "NCHW"})
+    if bias is None:
+        return out
+    res = helper.create_variable_for_type_inference(x.dtype, shape=shape)
+    helper.append_op("elementwise_add", {"X": [out], "Y": [bias]}, {"Out": [res]}, {"axis": 1})
+    return res
+
+
+def _pool(x, pooling_type, kernel_size, stride, padding, ceil_mode, exclusive, data_format, name, api):
+    check_variable(x, "x", api)
+    if data_format != "NCHW":
+        raise _core.UnsupportedError("%s: data_format must be NCHW" % api)
+    if len(x.shape) != 4:
+        raise _core.InvalidArgumentError("%s: x must be [N, C, H, W], got %s" % (api, list(x.shape)))
+    ks = _pair(kernel_size, api + " kernel_size")
+    st = ks if stride is None else _pair(stride, api + " stride")
+    pads, algo = _padding(padding, api)
+    n, c, h, w = x.shape
+    shape = [n, c, _conv_out(h, ks[0], st[0], pads[0], 1, algo, ceil_mode),
+             _conv_out(w, ks[1], st[1], pads[1], 1, algo, ceil_mode)]
+    helper = LayerHelper("pool2d", name)
+    out = helper.create_variable_for_type_inference(x.dtype, shape=shape)
+    helper.append_op("pool2d", {"X": [x]}, {"Out": [out]},
+                     {"pooling_type": pooling_type, "ksize": ks, "strides": st, "paddings": pads,
+                      "ceil_mode": bool(ceil_mode), "exclusive": bool(exclusive), "padding_algorithm": algo,
+                      "data_format": "NCHW"})
+    return out
+
+
+def max_pool2d(x, kernel_size, stride=None, padding=0, return_mask=False, ceil_mode=False, data_format="NCHW",
+               name=None):
+    if return_mask:
+        raise _core.UnsupportedError("max_pool2d: return_mask is not supported")
+    return _pool(x, "max", kernel_size, stride, padding, ceil_mode, True, data_format, name, "max_pool2d")
+
+
+def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, exclusive=True, divisor_override=None,
+               data_format="NCHW", name=None):
+    if divisor_override is not None:
+        raise _core.UnsupportedError("avg_pool2d: divisor_override is not supported")
+    return _pool(x, "avg", kernel_size, stride, padding, ceil_mode, exclusive, data_format, name, "avg_pool2d")
+
+
+def batch_norm(x, running_mean, running_var, weight, bias, training=False, momentum=0.9, epsilon=1e-05,
+               data_format="NCHW", use_global_stats=None, name=None):
+    """batch_norm op: Y, and the running statistics updated in place (MeanOut =
+    running_mean, VarianceOut = running_var) when training."""
+    check_variable(x, "x", "batch_norm")
+    if data_format not in ("NCHW", "NC", "NCL"):
+        raise _core.UnsupportedError("batch_norm: data_format must be NCHW (channels on axis 1)")
+    helper = LayerHelper("batch_norm", name)
+    saved_mean = helper.create_variable_for_type_inference(x.dtype, shape=running_mean.shape, stop_gradient=True)
+    saved_var = helper.create_variable_for_type_inference(x.dtype, shape=running_var.shape, stop_gradient=True)
+    out = helper.create_variable_for_type_inference(x.dtype, shape=x.shape)
+    helper.append_op("batch_norm",
+                     {"X": [x], "Scale": [weight], "Bias": [bias], "Mean": [running_mean], "Variance": [running_var]},
+                     {"Y": [out], "MeanOut": [running_mean], "VarianceOut": [running_var],
+                      "SavedMean": [saved_mean], "SavedVariance": [saved_var]},
+                     {"epsilon": float(epsilon), "momentum": float(momentum), "is_test": not training,
+                      "use_global_stats": bool(use_global_stats) if use_global_stats is not None else False,
+                      "data_layout": "NCHW"})
+    return out
+
+
+def layer_norm(x, normalized_shape, weight=None, bias=None, epsilon=1e-05, name=None):
+    """layer_norm op over the trailing dims given by normalized_shape."""
+    check_variable(x, "x", "layer_norm")
+    require_op("layer_norm", "pe.nn.functional.layer_norm")
+    if isinstance(normalized_shape, (int, np.integer)):
+        normalized_shape = [int(normalized_shape)]
+    begin = len(x.shape) - len(normalized_shape)
+    if begin < 0 or list(x.shape[begin:]) != [int(d) for d in normalized_shape]:
+        raise _core.InvalidArgumentError("layer_norm: normalized_shape %s does not match the trailing dims of %s" % (
+            list(normalized_shape), list(x.shape)))
+    helper = LayerHelper("layer_norm", name)
+    rows = list(x.shape[:begin])
+    nrows = -1 if any(d < 0 for d in rows) else int(np.prod(rows)) if rows else 1
+    mean = helper.create_variable_for_type_inference(x.dtype, shape=[nrows], stop_gradient=True)
+    var = helper.create_variable_for_type_inference(x.dtype, shape=[nrows], stop_gradient=True)
+    out = helper.create_variable_for_type_inference(x.dtype, shape=x.shape)
+    inputs = {"X": [x]}
+    if weight is not None:
+        inputs["Scale"] = [weight]
+    if bias is not None:
+        inputs["Bias"] = [bias]
+    helper.append_op("layer_norm", inputs, {"Y": [out], "Mean": [mean], "Variance": [var]},
+                     {"epsilon": float(epsilon), "begin_norm_axis": begin})
+    return out
+
+
+def embedding(x, weight, padding_idx=None, sparse=False, name=None):
+    """Rows of weight [V, D] picked by the int64 ids x: out shape x.shape + [D]
+    (lookup_table_v2; the older lookup_table when only that is registered,
+    with ids [.., 1])."""
+    check_variable(x, "x", "embedding")
+    check_variable(weight, "weight", "embedding")
+    if sparse:
+        raise _core.UnsupportedError("embedding: sparse gradients are not supported (dense tensors only)")
+    pad = -1 if padding_idx is None else int(padding_idx)
+    if pad < -1:
+        pad += weight.shape[0]
+    helper = LayerHelper("embedding", name)
+    from ..framework import has_op
+    if has_op("lookup_table_v2"):
+        op_type, shape = "lookup_table_v2", list(x.shape) + [weight.shape[1]]
+    else:
+        require_op("lookup_table", "pe.nn.functional.embedding")
+        op_type = "lookup_table"
+        shape = (list(x.shape[:-1]) if x.shape and x.shape[-1] == 1 else list(x.shape)) + [weight.shape[1]]
+    out = helper.create_variable_for_type_inference(weight.dtype, shape=shape)
+    helper.append_op(op_type, {"Ids": [x], "W": [weight]}, {"Out": [out]}, {"padding_idx": pad})
+    return out
+
+
+def _is_var(v):
+    return isinstance(v, Variable)

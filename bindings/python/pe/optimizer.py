@@ -1,0 +1,142 @@
+"""pe.optimizer — SGD, Momentum, Adam with Paddle's signatures; minimize() runs the C pass.
+
+minimize(loss) = Paddle's Optimizer.minimize: append_backward, gradient
+clipping (ClipGradByGlobalNorm), L2 weight decay (weight_decay= float or
+L2Decay, per parameter ParamAttr.regularizer), per-parameter learning-rate
+multipliers (ParamAttr.learning_rate), then one optimizer op per parameter.
+All of it is pe_optimizer_minimize (passes/optimizer.c) on fresh C copies
+of the main and startup programs (accumulators and the learning rate are
+initialized by the startup program), merged back into the Python programs.
+"""
+from . import _core
+from .framework import Parameter, Variable, _var_name, default_startup_program
+from .nn.clip import ClipGradByGlobalNorm
+from .regularizer import L2Decay
+
+__all__ = ["Optimizer", "SGD", "Momentum", "Adam"]
+
+
+class Optimizer:
+    _kind = None
+
+    def __init__(self, learning_rate=0.001, parameters=None, weight_decay=None, grad_clip=None, name=None):
+        if isinstance(learning_rate, Variable):
+            self._lr_var = learning_rate.name
+            self._lr = 0.0
+        elif isinstance(learning_rate, (int, float)) and not isinstance(learning_rate, bool):
+            self._lr_var = None
+            self._lr = float(learning_rate)
+        else:
+            raise _core.UnsupportedError("learning_rate must be a float (or a persistable [1] Variable); "
+                                         "LR schedulers are not supported, got %s" % type(learning_rate).__name__)
+        self._parameter_list = list(parameters) if parameters is not None else None
+        if weight_decay is None:
+            self._weight_decay = 0.0
+        elif isinstance(weight_decay, L2Decay):
+            self._weight_decay = weight_decay.coeff
+        elif isinstance(weight_decay, (int, float)):
+            self._weight_decay = float(weight_decay)
+        else:
+            raise _core.UnsupportedError("weight_decay must be a float or pe.regularizer.L2Decay, got %s"
+                                         % type(weight_decay).__name__)
+        if grad_clip is not None and not isinstance(grad_clip, ClipGradByGlobalNorm):
+            raise _core.UnsupportedError("grad_clip must be pe.nn.ClipGradByGlobalNorm, got %s" % type(grad_clip).__name__)
+        self._grad_clip = grad_clip
+        self._name = name
+
+    def get_lr(self):
+        return self._lr
+
+    def _extra(self):
+        return {}
+
+    def _param_configs(self, program):
+        cfg = []
+        for p in program.global_block().all_parameters():
+            if not isinstance(p, Parameter):
+                continue
+            lr_mult = float(p.optimize_attr.get("learning_rate", 1.0))
+            l2 = -1.0
+            if isinstance(p.regularizer, L2Decay):
+                l2 = p.regularizer.coeff
+            elif p.regularizer is not None:
+                raise _core.UnsupportedError("parameter %s: regularizer %r is not supported (L2Decay only)"
+                                             % (p.name, p.regularizer))
+            if lr_mult != 1.0 or l2 >= 0:
+                cfg.append((p.name, lr_mult, l2))
+        return cfg
+
+    def minimize(self, loss, startup_program=None, parameters=None, no_grad_set=None):
+        """Appends backward, clipping, decay and update ops for loss; returns
+        (optimize ops, [(param, grad)])."""
+        if not isinstance(loss, Variable):
+            raise TypeError("minimize: loss must be a Variable, got %s" % type(loss).__name__)
+        main = loss.block.program
+        startup = startup_program if startup_program is not None else default_startup_program()
+        params = parameters if parameters is not None else self._parameter_list
+        pnames = None
+        if params is not None:
+            pnames = [_var_name(p) for p in params]
+            block = main.global_block()
+            pnames = [n for n in pnames if not block.has_var(n) or not block.var(n).stop_gradient]
+        nograd = [_var_name(v) for v in no_grad_set] if no_grad_set else None
+        n_before = len(main.global_block().ops)
+        cm, cs = main._fresh_core(), startup._fresh_core()
+        pairs = _core.minimize(
+            cm, cs, loss.name, kind=self._kind, learning_rate=self._lr, lr_var=self._lr_var,
+            weight_decay=self._weight_decay, clip_global_norm=self._grad_clip.clip_norm if self._grad_clip else 0.0,
+            params=pnames, no_grad=nograd, param_configs=self._param_configs(main), **self._extra())
+        main._load_json(cm.to_json())
+        startup._load_json(cs.to_json())
+        block = main.global_block()
+        ops = [op for op in block.ops[n_before:] if int(op.attr("op_role") or 0) & 2]
+        return ops, [(block.var(p), block.var(g)) for p, g in pairs]
+
+    def step(self):
+        raise _core.UnsupportedError("Optimizer.step is dygraph-only; use minimize(loss) and an executor")
+
+    def clear_grad(self):
+        raise _core.UnsupportedError("Optimizer.clear_grad is dygraph-only")
+
+
+class SGD(Optimizer):
+    """param -= lr * grad."""
+    _kind = "sgd"
+
+    def __init__(self, learning_rate=0.001, parameters=None, weight_decay=None, grad_clip=None,
+                 multi_precision=False, name=None):
+        super().__init__(learning_rate, parameters, weight_decay, grad_clip, name)
+
+
+class Momentum(Optimizer):
+    """velocity = momentum * velocity + grad; param -= lr * velocity (Nesterov optional)."""
+    _kind = "momentum"
+
+    def __init__(self, learning_rate=0.001, momentum=0.9, parameters=None, use_nesterov=False, weight_decay=None,
+                 grad_clip=None, multi_precision=False, rescale_grad=1.0, use_multi_tensor=False, name=None):
+        super().__init__(learning_rate, parameters, weight_decay, grad_clip, name)
+        if rescale_grad != 1.0:
+            raise _core.UnsupportedError("Momentum: rescale_grad is not supported")
+        self._momentum = float(momentum)
+        self._use_nesterov = bool(use_nesterov)
+
+    def _extra(self):
+        return {"momentum": self._momentum, "use_nesterov": self._use_nesterov}
+
+
+class Adam(Optimizer):
+    """Adam (Kingma & Ba) with bias-corrected moments."""
+    _kind = "adam"
+
+    def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-08, parameters=None,
+                 weight_decay=None, grad_clip=None, lazy_mode=False, multi_precision=False, use_multi_tensor=False,
+                 name=None):
+        super().__init__(learning_rate, parameters, weight_decay, grad_clip, name)
+        if lazy_mode:
+            raise _core.UnsupportedError("Adam: lazy_mode (sparse updates) is not supported")
+        if isinstance(beta1, Variable) or isinstance(beta2, Variable):
+            raise _core.UnsupportedError("Adam: beta1/beta2 must be floats")
+        self._beta1, self._beta2, self._epsilon = float(beta1), float(beta2), float(epsilon)
+
+    def _extra(self):
+        return {"beta1": self._beta1, "beta2": self._beta2, "epsilon": self._epsilon}

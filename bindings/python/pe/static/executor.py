@@ -1,0 +1,382 @@
+"""pe.static executors: Executor, ParallelExecutor, CompiledProgram, strategies, scopes, places.
+
+Executor runs a program on one place (the startup program, an evaluation,
+a single-device training step); ParallelExecutor and
+CompiledProgram.with_data_parallel run it data-parallel on several places
+(DESIGN.md §4: feeds split along axis 0, gradients summed across places,
+fetches concatenated). All of them hand the program to the C engine as a
+pe._core.Program (rebuilt only when the Python program changed) and return
+fetches as numpy arrays that view the fetched tensors (no copy).
+"""
+import collections
+import os
+import warnings
+import weakref
+
+import numpy as np
+
+from .. import _core
+from ..framework import CPUPlace, CUDAPlace, Program, Variable, default_main_program
+
+__all__ = ["Executor", "ParallelExecutor", "CompiledProgram", "ExecutionStrategy", "BuildStrategy", "global_scope",
+           "scope_guard", "Scope", "cpu_places", "cuda_places"]
+
+Scope = _core.Scope
+
+_global_scope = _core.Scope()
+_scope_stack = [_global_scope]
+
+
+def global_scope():
+    """The scope executors use when none is given (the one scope_guard installed)."""
+    return _scope_stack[-1]
+
+
+class scope_guard:
+    """with scope_guard(scope): executors default to `scope` inside the block."""
+
+    def __init__(self, scope):
+        if not isinstance(scope, _core.Scope):
+            raise TypeError("scope_guard: scope must be a pe.static.Scope, got %s" % type(scope).__name__)
+        self.scope = scope
+
+    def __enter__(self):
+        _scope_stack.append(self.scope)
+        return self.scope
+
+    def __exit__(self, *exc):
+        _scope_stack.pop()
+        return False
+
+
+def cpu_places(device_count=None):
+    """CPU_NUM places (default 1) — the logical devices of a CPU ParallelExecutor."""
+    n = _core.cpu_place_count() if device_count is None else int(device_count)
+    if n < 1:
+        raise _core.InvalidArgumentError("cpu_places: device_count must be >= 1, got %d" % n)
+    return [CPUPlace(i) for i in range(n)]
+
+
+def cuda_places(device_ids=None):
+    """The GPUs in FLAGS_selected_gpus, else every visible GPU."""
+    if device_ids is None:
+        sel = os.environ.get("FLAGS_selected_gpus", "").strip()
+        if sel:
+            device_ids = [int(s) for s in sel.split(",") if s.strip()]
+        else:
+            device_ids = list(range(_core.cuda_device_count()))
+    elif isinstance(device_ids, (int, np.integer)):
+        device_ids = [int(device_ids)]
+    if not device_ids:
+        raise _core.UnsupportedError("cuda_places: no CUDA device is visible%s" % (
+            "" if _core.with_cuda() else " (PE was built without CUDA)"))
+    return [CUDAPlace(i) for i in device_ids]
+
+
+# ---- feeds and fetches -------------------------------------------------------------
+
+def _fetch_names(fetch_list):
+    if fetch_list is None:
+        return []
+    if isinstance(fetch_list, (Variable, str)):
+        fetch_list = [fetch_list]
+    names = []
+    for f in fetch_list:
+        if isinstance(f, Variable):
+            names.append(f.name)
+        elif isinstance(f, str):
+            names.append(f)
+        else:
+            raise TypeError("fetch_list entries must be Variables or var names, got %s" % type(f).__name__)
+    return names
+
+
+def _feed_value(program, name, value):
+    if isinstance(value, (np.ndarray, _core.Tensor)):
+        return value
+    var = program.global_block()._find_var_recursive(name) if program is not None else None
+    return np.asarray(value, dtype=var.dtype if var is not None else None)
+
+
+def _feed_dict(program, feed, what="feed"):
+    if feed is None:
+        return {}
+    if not isinstance(feed, dict):
+        raise TypeError("%s must be a dict {name or Variable: numpy array}, got %s" % (what, type(feed).__name__))
+    out = {}
+    for k, v in feed.items():
+        name = k.name if isinstance(k, Variable) else k
+        if not isinstance(name, str):
+            raise TypeError("%s keys must be var names or Variables, got %s" % (what, type(k).__name__))
+        out[name] = _feed_value(program, name, v)
+    return out
+
+
+def _as_results(tensors, return_numpy):
+    if not return_numpy:
+        return tensors
+    return [t.numpy(copy=False) for t in tensors]
+
+
+# ---- Executor ------------------------------------------------------------------------
+
+class Executor:
+    """Runs programs on one place: Executor(place).run(program, feed, fetch_list, scope)."""
+
+    _CACHE = 8  # prepared programs kept per executor
+
+    def __init__(self, place=None):
+        self.place = place if place is not None else CPUPlace()
+        if not hasattr(self.place, "_pe_place"):
+            raise TypeError("Executor(place): place must be pe.CPUPlace() or pe.CUDAPlace(i), got %r" % (place,))
+        _core.Executor(self.place._pe_place)  # fails now (not at run) on an unusable place
+        self._execs = collections.OrderedDict()  # id(program) -> (weakref, _core.Executor)
+        self._closed = False
+
+    def _core_executor(self, program):
+        key = id(program)
+        ent = self._execs.get(key)
+        if ent is not None and ent[0]() is program:
+            self._execs.move_to_end(key)
+            return ent[1]
+        ex = _core.Executor(self.place._pe_place)
+        self._execs[key] = (weakref.ref(program), ex)
+        while len(self._execs) > self._CACHE:
+            self._execs.popitem(last=False)
+        return ex
+
+    def run(self, program=None, feed=None, fetch_list=None, feed_var_name="feed", fetch_var_name="fetch",
+            scope=None, return_numpy=True, use_program_cache=False, return_merged=True, use_prune=False):
+        """Runs block 0 of program (default: the default main program); returns
+        the fetches as numpy arrays (return_numpy) or pe Tensors."""
+        if self._closed:
+            raise _core.InvalidArgumentError("Executor.run: the executor was closed")
+        if program is None:
+            program = default_main_program()
+        if isinstance(program, CompiledProgram):
+            return program._run(self, feed, fetch_list, scope, return_numpy, return_merged)
+        if not isinstance(program, Program):
+            raise TypeError("Executor.run: program must be a pe.static.Program or CompiledProgram, got %s"
+                            % type(program).__name__)
+        if isinstance(feed, (list, tuple)):
+            raise TypeError("Executor.run: a list feed needs a data-parallel CompiledProgram or ParallelExecutor")
+        scope = global_scope() if scope is None else scope
+        outs = self._core_executor(program).run(program._core_program(), scope, _feed_dict(program, feed),
+                                                _fetch_names(fetch_list))
+        return _as_results(outs, return_numpy)
+
+    def close(self):
+        self._execs.clear()
+        self._closed = True
+
+
+# ---- strategies --------------------------------------------------------------------------
+
+class _Strategy:
+    _fields = {}
+    _ignored = {}
+
+    def __init__(self):
+        for k, v in self._fields.items():
+            object.__setattr__(self, k, v)
+        for k, v in self._ignored.items():
+            object.__setattr__(self, k, v)
+
+    def __setattr__(self, k, v):
+        if k in self._ignored:
+            if v != self._ignored[k]:
+                warnings.warn("%s.%s is accepted for Paddle compatibility but has no effect in PE"
+                              % (type(self).__name__, k), stacklevel=2)
+        elif k not in self._fields:
+            raise AttributeError("%s has no field %r (fields: %s)" % (type(self).__name__, k,
+                                                                       ", ".join(sorted(self._fields))))
+        object.__setattr__(self, k, v)
+
+    def __repr__(self):
+        return "%s(%s)" % (type(self).__name__, ", ".join("%s=%r" % (k, getattr(self, k)) for k in self._fields))
+
+
+class ExecutionStrategy(_Strategy):
+    """num_threads (0: places*2 on CPU), num_iteration_per_drop_scope (100), num_iteration_per_run (1)."""
+    _fields = {"num_threads": 0, "num_iteration_per_drop_scope": 100, "num_iteration_per_run": 1}
+    _ignored = {"use_thread_barrier": False, "allow_op_delay": False, "use_experimental_executor": False,
+                "use_cuda": False}
+
+    def _to_dict(self):
+        return {k: int(getattr(self, k)) for k in self._fields}
+
+
+class _ReduceStrategy:
+    AllReduce = 0
+    Reduce = 1
+
+
+class _GradientScaleStrategy:
+    """Paddle's values (CoeffNumDevice 0, One 1, Customized 2) plus PE's
+    default BatchShare (each place scales by its share of the batch rows, so
+    uneven splits give exactly the one-place update)."""
+    CoeffNumDevice = 0
+    One = 1
+    Customized = 2
+    BatchShare = 3
+
+
+_SCALE_NAMES = {0: "coeff_num_device", 1: "one", 2: "customized", 3: "batch_share"}
+_REDUCE_NAMES = {0: "all_reduce", 1: "reduce"}
+
+
+class BuildStrategy(_Strategy):
+    ReduceStrategy = _ReduceStrategy
+    GradientScaleStrategy = _GradientScaleStrategy
+    _fields = {"reduce_strategy": _ReduceStrategy.AllReduce,
+               "gradient_scale_strategy": _GradientScaleStrategy.BatchShare,
+               "fuse_elewise_add_act_ops": False, "fuse_all_optimizer_ops": False, "fuse_all_reduce_ops": False,
+               "enable_inplace": False, "memory_optimize": False, "enable_sequential_execution": False,
+               "debug_graphviz_path": ""}
+    _ignored = {"fuse_bn_act_ops": False, "fuse_bn_add_act_ops": False, "fuse_relu_depthwise_conv": False,
+                "fuse_broadcast_ops": False, "fuse_gemm_epilogue": False, "sync_batch_norm": False,
+                "enable_auto_fusion": False, "enable_addto": False, "remove_unnecessary_lock": True,
+                "cache_runtime_context": False, "num_trainers": 1, "trainer_id": 0, "trainers_endpoints": [],
+                "nccl_comm_num": 1, "use_hierarchical_allreduce": False, "fix_op_run_order": False,
+                "allow_cuda_graph_capture": False}
+
+    def _to_dict(self):
+        d = {k: getattr(self, k) for k in self._fields}
+        rs, gs = d["reduce_strategy"], d["gradient_scale_strategy"]
+        if int(rs) not in _REDUCE_NAMES:
+            raise _core.InvalidArgumentError("BuildStrategy.reduce_strategy must be ReduceStrategy.AllReduce or Reduce")
+        if int(gs) not in _SCALE_NAMES:
+            raise _core.InvalidArgumentError("BuildStrategy.gradient_scale_strategy must be a GradientScaleStrategy")
+        d["reduce_strategy"] = _REDUCE_NAMES[int(rs)]
+        d["gradient_scale_strategy"] = _SCALE_NAMES[int(gs)]
+        d["debug_graphviz_path"] = str(d["debug_graphviz_path"] or "")
+        for k in ("fuse_elewise_add_act_ops", "fuse_all_optimizer_ops", "fuse_all_reduce_ops", "enable_inplace",
+                  "memory_optimize", "enable_sequential_execution"):
+            d[k] = bool(d[k])
+        return d
+
+
+# ---- data parallel ---------------------------------------------------------------------------
+
+def _loss_name(loss_name):
+    return loss_name.name if isinstance(loss_name, Variable) else loss_name
+
+
+def _run_parallel(pe, program, feed, fetch_list, return_numpy, return_merged):
+    if isinstance(feed, (list, tuple)):
+        feed = [_feed_dict(program, f, "feed[%d]" % i) for i, f in enumerate(feed)]
+    else:
+        feed = _feed_dict(program, feed)
+    outs = pe.run(feed, _fetch_names(fetch_list), bool(return_merged))
+    if return_merged:
+        return _as_results(outs, return_numpy)
+    return [_as_results(per_place, return_numpy) for per_place in outs]
+
+
+class ParallelExecutor:
+    """Data-parallel execution of main_program on every CPU place (CPU_NUM) or GPU.
+
+    Parameters are broadcast from place 0 at construction; run() splits a
+    dict feed along axis 0 across the places (or takes a list with one dict
+    per place), sums gradients across places and concatenates the fetches
+    along axis 0 (return_merged=False: one result per place)."""
+
+    def __init__(self, use_cuda, loss_name=None, main_program=None, share_vars_from=None, exec_strategy=None,
+                 build_strategy=None, num_trainers=1, trainer_id=0, scope=None):
+        self._places = cuda_places() if use_cuda else cpu_places()
+        self._program = main_program if main_program is not None else default_main_program()
+        if isinstance(self._program, CompiledProgram):
+            self._program = self._program._program
+        self._scope = scope if scope is not None else global_scope()
+        if share_vars_from is not None and not isinstance(share_vars_from, ParallelExecutor):
+            raise TypeError("share_vars_from must be a ParallelExecutor, got %s" % type(share_vars_from).__name__)
+        self._pe = _core.ParallelExecutor(
+            [p._pe_place for p in self._places], self._program._core_program(), self._scope,
+            loss_name=_loss_name(loss_name), share_vars_from=share_vars_from._pe if share_vars_from else None,
+            exec_strategy=(exec_strategy or ExecutionStrategy())._to_dict(),
+            build_strategy=(build_strategy or BuildStrategy())._to_dict(),
+            num_trainers=int(num_trainers), trainer_id=int(trainer_id))
+
+    def run(self, fetch_list, feed=None, feed_dict=None, return_numpy=True, return_merged=True):
+        if feed is None and feed_dict is not None:
+            warnings.warn("ParallelExecutor.run: feed_dict is deprecated, use feed", DeprecationWarning, stacklevel=2)
+            feed = feed_dict
+        return _run_parallel(self._pe, self._program, feed, fetch_list, return_numpy, return_merged)
+
+    @property
+    def device_count(self):
+        return self._pe.device_count
+
+    def drop_local_exe_scopes(self):
+        """Frees the temporaries of every place now (they are also dropped every
+        ExecutionStrategy.num_iteration_per_drop_scope runs)."""
+        self._pe.drop_local_exe_scopes()
+
+    def _need_create_local_exe_scopes(self):
+        return self._pe.local_exe_scopes_bytes() == 0
+
+
+class CompiledProgram:
+    """fluid-style: CompiledProgram(prog).with_data_parallel(loss_name=...) and
+    Executor.run(compiled, feed, fetch_list)."""
+
+    def __init__(self, program_or_graph, build_strategy=None):
+        if not isinstance(program_or_graph, Program):
+            raise TypeError("CompiledProgram: expected a Program, got %s" % type(program_or_graph).__name__)
+        self._program = program_or_graph
+        self._build_strategy = build_strategy
+        self._exec_strategy = None
+        self._loss_name = None
+        self._share_vars_from = None
+        self._places = None
+        self._is_data_parallel = False
+        self._pe = None
+        self._pe_key = None
+
+    def with_data_parallel(self, loss_name=None, build_strategy=None, exec_strategy=None, share_vars_from=None,
+                           places=None):
+        self._is_data_parallel = True
+        self._loss_name = _loss_name(loss_name)
+        if build_strategy is not None:
+            self._build_strategy = build_strategy
+        self._exec_strategy = exec_strategy
+        if share_vars_from is not None and not isinstance(share_vars_from, CompiledProgram):
+            raise TypeError("share_vars_from must be a CompiledProgram, got %s" % type(share_vars_from).__name__)
+        self._share_vars_from = share_vars_from
+        self._places = list(places) if places is not None else None
+        return self
+
+    def _compile(self, executor, scope):
+        key = (self._program._version, id(scope))
+        if self._pe is not None and self._pe_key == key:
+            return self._pe
+        if self._places is not None:
+            places = self._places
+        elif isinstance(executor.place, CUDAPlace):
+            places = cuda_places()
+        else:
+            places = cpu_places()
+        share = None
+        if self._share_vars_from is not None:
+            share = self._share_vars_from._pe
+            if share is None:
+                raise _core.InvalidArgumentError(
+                    "CompiledProgram: the share_vars_from program has not been run yet; run it first")
+        self._pe = _core.ParallelExecutor(
+            [p._pe_place for p in places], self._program._core_program(), scope, loss_name=self._loss_name,
+            share_vars_from=share, exec_strategy=(self._exec_strategy or ExecutionStrategy())._to_dict(),
+            build_strategy=(self._build_strategy or BuildStrategy())._to_dict())
+        self._pe_key = key
+        return self._pe
+
+    def _run(self, executor, feed, fetch_list, scope, return_numpy, return_merged):
+        scope = global_scope() if scope is None else scope
+        if not self._is_data_parallel:
+            return executor.run(self._program, feed=feed, fetch_list=fetch_list, scope=scope,
+                                return_numpy=return_numpy)
+        pe = self._compile(executor, scope)
+        return _run_parallel(pe, self._program, feed, fetch_list, return_numpy, return_merged)
+
+    @property
+    def device_count(self):
+        return self._pe.device_count if self._pe is not None else None

@@ -1,0 +1,122 @@
+"""pe.static.nn — layers that create their parameters: fc, conv2d, batch_norm, embedding.
+
+Paddle's static.nn layers: each creates its parameters (main program) with
+their initializers (startup program) through LayerHelper, then appends the
+same ops Paddle appends (fc: mul + elementwise_add + activation; conv2d:
+conv2d + elementwise_add(axis=1) + activation; batch_norm with running
+statistics updated in place), with Paddle's names (fc_0.w_0, fc_0.b_0,
+fc_0.tmp_0 ...).
+"""
+import numpy as np
+
+from .. import _core
+from ..framework import Variable
+from ..layer_helper import LayerHelper, check_variable
+from ..nn import functional as F
+from ..nn.initializer import Constant, Normal, XavierUniform
+from ..param_attr import ParamAttr
+
+__all__ = ["fc", "conv2d", "batch_norm", "embedding"]
+
+
+def fc(x, size, num_flatten_dims=1, weight_attr=None, bias_attr=None, activation=None, name=None):
+    """out = activation(sum_i flatten(x_i) @ w_i + b); x a Variable or a list of them."""
+    inputs = [x] if isinstance(x, Variable) else list(x)
+    if not inputs:
+        raise _core.InvalidArgumentError("fc: x must be a Variable or a non-empty list of Variables")
+    helper = LayerHelper("fc", name)
+    dtype = inputs[0].dtype
+    w_attrs = weight_attr if isinstance(weight_attr, (list, tuple)) else [weight_attr] * len(inputs)
+    mul_results = []
+    for inp, wa in zip(inputs, w_attrs):
+        check_variable(inp, "x", "fc")
+        if not 0 < num_flatten_dims < len(inp.shape):
+            raise _core.InvalidArgumentError("fc: num_flatten_dims %d is out of range for input %s of shape %s" % (
+                num_flatten_dims, inp.name, list(inp.shape)))
+        tail = inp.shape[num_flatten_dims:]
+        if any(d < 0 for d in tail):
+            raise _core.InvalidArgumentError("fc: input %s has unknown dims %s after num_flatten_dims=%d" % (
+                inp.name, list(inp.shape), num_flatten_dims))
+        in_features = int(np.prod(tail))
+        w = helper.create_parameter(wa, [in_features, int(size)], dtype, default_initializer=XavierUniform())
+        tmp = helper.create_variable_for_type_inference(dtype, shape=list(inp.shape[:num_flatten_dims]) + [int(size)])
+        helper.append_op("mul", {"X": [inp], "Y": [w]}, {"Out": [tmp]},
+                         {"x_num_col_dims": int(num_flatten_dims), "y_num_col_dims": 1})
+        mul_results.append(tmp)
+    if len(mul_results) == 1:
+        pre_bias = mul_results[0]
+    else:
+        pre_bias = helper.create_variable_for_type_inference(dtype, shape=mul_results[0].shape)
+        helper.append_op("sum", {"X": mul_results}, {"Out": [pre_bias]})
+    pre_act = helper.append_bias_op(pre_bias, bias_attr, dim_start=num_flatten_dims)
+    return helper.append_activation(pre_act, activation)
+
+
+def conv2d(input, num_filters, filter_size, stride=1, padding=0, dilation=1, groups=None, param_attr=None,
+           bias_attr=None, use_cudnn=True, act=None, name=None, data_format="NCHW"):
+    check_variable(input, "input", "conv2d")
+    if len(input.shape) != 4:
+        raise _core.InvalidArgumentError("conv2d: input must be [N, C, H, W], got %s" % list(input.shape))
+    if data_format != "NCHW":
+        raise _core.UnsupportedError("conv2d: data_format must be NCHW")
+    groups = 1 if groups is None else int(groups)
+    c = input.shape[1]
+    if c < 0 or c % groups:
+        raise _core.InvalidArgumentError("conv2d: input channels %d must be known and divisible by groups %d" % (
+            c, groups))
+    k = F._pair(filter_size, "conv2d filter_size")
+    helper = LayerHelper("conv2d", name)
+    std = (2.0 / (k[0] * k[1] * c)) ** 0.5
+    w = helper.create_parameter(param_attr, [int(num_filters), c // groups] + k, input.dtype,
+                                default_initializer=Normal(0.0, std))
+    pads, algo = F._padding(padding, "conv2d")
+    strides, dil = F._pair(stride, "conv2d stride"), F._pair(dilation, "conv2d dilation")
+    n, _, h, wd = input.shape
+    shape = [n, int(num_filters), F._conv_out(h, k[0], strides[0], pads[0], dil[0], algo),
+             F._conv_out(wd, k[1], strides[1], pads[1], dil[1], algo)]
+    pre_bias = helper.create_variable_for_type_inference(input.dtype, shape=shape)
+    helper.append_op("conv2d", {"Input": [input], "Filter": [w]}, {"Output": [pre_bias]},
+                     {"strides": strides, "paddings": pads, "dilations": dil, "groups": groups,
+                      "padding_algorithm": algo, "data_format": "NCHW"})
+    pre_act = helper.append_bias_op(pre_bias, bias_attr, dim_start=1, dim_end=2)
+    return helper.append_activation(pre_act, act)
+
+
+def batch_norm(input, act=None, is_test=False, momentum=0.9, epsilon=1e-05, param_attr=None, bias_attr=None,
+               data_layout="NCHW", in_place=False, name=None, moving_mean_name=None, moving_variance_name=None,
+               do_model_average_for_mean_and_var=True, use_global_stats=False):
+    check_variable(input, "input", "batch_norm")
+    if data_layout != "NCHW":
+        raise _core.UnsupportedError("batch_norm: data_layout must be NCHW")
+    if len(input.shape) < 2 or input.shape[1] < 0:
+        raise _core.InvalidArgumentError("batch_norm: input %s needs a known channel dim 1" % list(input.shape))
+    helper = LayerHelper("batch_norm", name)
+    c = [int(input.shape[1])]
+    scale = helper.create_parameter(param_attr, c, input.dtype, default_initializer=Constant(1.0))
+    bias = helper.create_parameter(bias_attr, c, input.dtype, is_bias=True)
+    mean = helper.create_parameter(ParamAttr(name=moving_mean_name, initializer=Constant(0.0), trainable=False),
+                                   c, input.dtype)
+    mean.stop_gradient = True
+    var = helper.create_parameter(ParamAttr(name=moving_variance_name, initializer=Constant(1.0), trainable=False),
+                                  c, input.dtype)
+    var.stop_gradient = True
+    saved_mean = helper.create_variable_for_type_inference(input.dtype, shape=c, stop_gradient=True)
+    saved_var = helper.create_variable_for_type_inference(input.dtype, shape=c, stop_gradient=True)
+    out = input if in_place else helper.create_variable_for_type_inference(input.dtype, shape=input.shape)
+    helper.append_op("batch_norm",
+                     {"X": [input], "Scale": [scale], "Bias": [bias], "Mean": [mean], "Variance": [var]},
+                     {"Y": [out], "MeanOut": [mean], "VarianceOut": [var], "SavedMean": [saved_mean],
+                      "SavedVariance": [saved_var]},
+                     {"epsilon": float(epsilon), "momentum": float(momentum), "is_test": bool(is_test),
+                      "use_global_stats": bool(use_global_stats), "data_layout": "NCHW"})
+    return helper.append_activation(out, act)
+
+
+def embedding(input, size, is_sparse=False, is_distributed=False, padding_idx=None, param_attr=None,
+              dtype="float32"):
+    check_variable(input, "input", "embedding")
+    if is_sparse or is_distributed:
+        raise _core.UnsupportedError("embedding: sparse / distributed tables are not supported")
+    helper = LayerHelper("embedding")
+    w = helper.create_parameter(param_attr, [int(s) for s in size], dtype, default_initializer=XavierUniform())
+    return F.embedding(input, w, padding_idx=padding_idx, name=helper.name)

@@ -1,0 +1,419 @@
+"""pe.tensor — paddle.* tensor functions in static mode (mean, sum, matmul, reshape, ...).
+
+Each function appends the op Paddle appends (mean, reduce_sum, matmul_v2,
+reshape2, transpose2, concat, cast, arg_max, ...) to the current block of
+the default main program, with an output Variable named like Paddle's
+(<op>_<n>.tmp_<k>) and its shape inferred here (-1 for the batch or any
+unknown dim) so later layers can size their parameters. Numbers are
+computed by the C kernels when the program runs.
+"""
+import numpy as np
+
+from . import _core
+from .framework import DTYPE_ENUM, Variable, convert_dtype, require_op
+from .layer_helper import LayerHelper, check_variable
+
+__all__ = [
+    "mean", "sum", "matmul", "reshape", "transpose", "concat", "flatten", "cast", "argmax", "add", "subtract",
+    "multiply", "divide", "scale", "topk", "full", "ones", "zeros", "fill_constant", "tanh", "sigmoid", "relu",
+    "square_error_cost", "seed", "broadcast_shape", "unsqueeze", "squeeze",
+]
+
+
+# ---- shape helpers -------------------------------------------------------------
+
+def _bcast_dim(a, b):
+    if a == 1:
+        return b
+    if b == 1:
+        return a
+    if a == -1 or b == -1:
+        return max(a, b) if min(a, b) == -1 and max(a, b) != 1 else -1
+    if a != b:
+        raise _core.InvalidArgumentError("shapes cannot be broadcast: dims %d and %d" % (a, b))
+    return a
+
+
+def broadcast_shape(x_shape, y_shape):
+    x, y = list(x_shape), list(y_shape)
+    n = max(len(x), len(y))
+    x = [1] * (n - len(x)) + x
+    y = [1] * (n - len(y)) + y
+    return [_bcast_dim(a, b) for a, b in zip(x, y)]
+
+
+def _elementwise_shape(x, y, axis):
+    if axis == -1 or len(y.shape) == len(x.shape):
+        return broadcast_shape(x.shape, y.shape)
+    return list(x.shape)  # Paddle's axis form: Y matches X's dims from axis on
+
+
+def _norm_axis(axis, ndim, api):
+    a = int(axis)
+    if a < 0:
+        a += ndim
+    if not 0 <= a < max(ndim, 1):
+        raise _core.InvalidArgumentError("%s: axis %d is out of range for rank %d" % (api, axis, ndim))
+    return a
+
+
+def _to_var(v, like, api):
+    """A Variable for v: as is, or a fill_constant [1] of like's dtype for a scalar."""
+    if isinstance(v, Variable):
+        return v
+    if isinstance(v, (int, float, np.integer, np.floating)):
+        return full([1], float(v), like.dtype)
+    raise TypeError("%s: expected a Variable or a number, got %s" % (api, type(v).__name__))
+
+
+# ---- elementwise -----------------------------------------------------------------
+
+def _elementwise(op_type, x, y, axis=-1, name=None):
+    check_variable(x, "x", op_type)
+    check_variable(y, "y", op_type)
+    helper = LayerHelper(op_type, name)
+    out = helper.create_variable_for_type_inference(x.dtype, shape=_elementwise_shape(x, y, axis))
+    helper.append_op(op_type, {"X": [x], "Y": [y]}, {"Out": [out]}, {"axis": int(axis)})
+    return out
+
+
+def add(x, y, name=None):
+    return _elementwise("elementwise_add", x, y, -1, name)
+
+
+def subtract(x, y, name=None):
+    return _elementwise("elementwise_sub", x, y, -1, name)
+
+
+def multiply(x, y, name=None):
+    return _elementwise("elementwise_mul", x, y, -1, name)
+
+
+def divide(x, y, name=None):
+    return _elementwise("elementwise_div", x, y, -1, name)
+
+
+def _binary_op(x, other, op_type, reverse):
+    """Variable operators: a scalar operand becomes a scale op (or a [1] constant)."""
+    if isinstance(other, (int, float, np.integer, np.floating)) and not isinstance(other, bool):
+        c = float(other)
+        if op_type == "elementwise_add":
+            return scale(x, 1.0, c)
+        if op_type == "elementwise_sub":
+            return scale(x, -1.0, c) if reverse else scale(x, 1.0, -c)
+        if op_type == "elementwise_mul":
+            return scale(x, c)
+        if op_type == "elementwise_div" and not reverse:
+            if c == 0:
+                raise ZeroDivisionError("Variable / 0")
+            return scale(x, 1.0 / c)
+    other = _to_var(other, x, op_type)
+    a, b = (other, x) if reverse else (x, other)
+    return _elementwise(op_type, a, b)
+
+
+def scale(x, scale=1.0, bias=0.0, bias_after_scale=True, act=None, name=None):
+    check_variable(x, "x", "scale")
+    helper = LayerHelper("scale", name)
+    out = helper.create_variable_for_type_inference(x.dtype, shape=x.shape)
+    helper.append_op("scale", {"X": [x]}, {"Out": [out]},
+                     {"scale": float(scale), "bias": float(bias), "bias_after_scale": bool(bias_after_scale)})
+    return helper.append_activation(out, act)
+
+
+def _unary(op_type, x, name=None, attrs=None):
+    check_variable(x, "x", op_type)
+    require_op(op_type, "pe." + op_type)
+    helper = LayerHelper(op_type, name)
+    out = helper.create_variable_for_type_inference(x.dtype, shape=x.shape)
+    helper.append_op(op_type, {"X": [x]}, {"Out": [out]}, attrs)
+    return out
+
+
+def tanh(x, name=None):
+    return _unary("tanh", x, name)
+
+
+def sigmoid(x, name=None):
+    return _unary("sigmoid", x, name)
+
+
+def relu(x, name=None):
+    return _unary("relu", x, name)
+
+
+# ---- constants -----------------------------------------------------------------
+
+def fill_constant(shape, dtype, value, force_cpu=False, out=None, name=None):
+    dtype = convert_dtype(dtype)
+    shape = [int(d) for d in shape]
+    helper = LayerHelper("fill_constant", name)
+    if out is None:
+        out = helper.create_variable_for_type_inference(dtype, shape=shape, stop_gradient=True)
+    helper.append_op("fill_constant", {}, {"Out": [out]},
+                     {"shape": shape, "dtype": DTYPE_ENUM[dtype], "value": float(value)})
+    out.stop_gradient = True
+    return out
+
+
+def full(shape, fill_value, dtype=None, name=None):
+    return fill_constant(shape, dtype or "float32", fill_value, name=name)
+
+
+def ones(shape, dtype=None, name=None):
+    return fill_constant(shape, dtype or "float32", 1.0, name=name)
+
+
+def zeros(shape, dtype=None, name=None):
+    return fill_constant(shape, dtype or "float32", 0.0, name=name)
+
+
+# ---- reductions ----------------------------------------------------------------
+
+def _reduce_shape(shape, dims, keepdim, reduce_all):
+    nd = len(shape)
+    red = set(range(nd)) if reduce_all else {_norm_axis(d, nd, "reduce") for d in dims}
+    out = [1 if i in red else s for i, s in enumerate(shape) if keepdim or i not in red]
+    return out or [1]
+
+
+def _axes(axis):
+    if axis is None:
+        return None
+    if isinstance(axis, (int, np.integer)):
+        return [int(axis)]
+    return [int(a) for a in axis]
+
+
+def mean(x, axis=None, keepdim=False, name=None):
+    """Mean over axis (all elements when None: the `mean` op, output [1])."""
+    check_variable(x, "x", "mean")
+    axes = _axes(axis)
+    if axes is None and not keepdim:
+        helper = LayerHelper("mean", name)
+        out = helper.create_variable_for_type_inference(x.dtype, shape=[1])
+        helper.append_op("mean", {"X": [x]}, {"Out": [out]})
+        return out
+    helper = LayerHelper("reduce_mean", name)
+    reduce_all = axes is None or len(axes) == len(x.shape)
+    out = helper.create_variable_for_type_inference(x.dtype, shape=_reduce_shape(x.shape, axes or [], keepdim,
+                                                                                 reduce_all))
+    helper.append_op("reduce_mean", {"X": [x]}, {"Out": [out]},
+                     {"dim": axes or [0], "keep_dim": bool(keepdim), "reduce_all": reduce_all})
+    return out
+
+
+def sum(x, axis=None, dtype=None, keepdim=False, name=None):
+    """Sum over axis (all when None)."""
+    check_variable(x, "x", "sum")
+    if dtype is not None and convert_dtype(dtype) != x.dtype:
+        x = cast(x, dtype)
+    axes = _axes(axis)
+    reduce_all = axes is None or len(axes) == len(x.shape)
+    helper = LayerHelper("reduce_sum", name)
+    out = helper.create_variable_for_type_inference(x.dtype, shape=_reduce_shape(x.shape, axes or [], keepdim,
+                                                                                 reduce_all))
+    helper.append_op("reduce_sum", {"X": [x]}, {"Out": [out]},
+                     {"dim": axes or [0], "keep_dim": bool(keepdim), "reduce_all": reduce_all})
+    return out
+
+
+def argmax(x, axis=None, keepdim=False, dtype="int64", name=None):
+    check_variable(x, "x", "argmax")
+    dtype = convert_dtype(dtype)
+    if dtype not in ("int32", "int64"):
+        raise _core.InvalidArgumentError("argmax: dtype must be int32 or int64, got %s" % dtype)
+    helper = LayerHelper("arg_max", name)
+    if axis is None:
+        shape, attrs = [1], {"axis": -1, "flatten": True, "keepdims": False}
+    else:
+        a = _norm_axis(axis, len(x.shape), "argmax")
+        shape = _reduce_shape(x.shape, [a], keepdim, False)
+        attrs = {"axis": a, "flatten": False, "keepdims": bool(keepdim)}
+    attrs["dtype"] = DTYPE_ENUM[dtype]
+    out = helper.create_variable_for_type_inference(dtype, shape=shape, stop_gradient=True)
+    helper.append_op("arg_max", {"X": [x]}, {"Out": [out]}, attrs)
+    return out
+
+
+def topk(x, k, axis=None, largest=True, sorted=True, name=None):
+    """Values and int64 indices of the k largest entries along the last axis."""
+    check_variable(x, "x", "topk")
+    if axis not in (None, -1, len(x.shape) - 1) or not largest:
+        raise _core.UnsupportedError("topk: PE's top_k op works on the last axis, largest first")
+    helper = LayerHelper("top_k", name)
+    shape = list(x.shape[:-1]) + [int(k)]
+    values = helper.create_variable_for_type_inference(x.dtype, shape=shape)
+    indices = helper.create_variable_for_type_inference("int64", shape=shape, stop_gradient=True)
+    helper.append_op("top_k", {"X": [x]}, {"Out": [values], "Indices": [indices]}, {"k": int(k)})
+    return values, indices
+
+
+# ---- matmul --------------------------------------------------------------------
+
+def matmul(x, y, transpose_x=False, transpose_y=False, name=None):
+    """Batched matrix product (matmul_v2) with numpy broadcasting of batch dims."""
+    check_variable(x, "x", "matmul")
+    check_variable(y, "y", "matmul")
+    xs, ys = list(x.shape), list(y.shape)
+    if not xs or not ys:
+        raise _core.InvalidArgumentError("matmul: operands must have rank >= 1")
+    if len(xs) == 1:
+        xs = [1] + xs
+    if len(ys) == 1:
+        ys = ys + [1]
+    if transpose_x:
+        xs[-2], xs[-1] = xs[-1], xs[-2]
+    if transpose_y:
+        ys[-2], ys[-1] = ys[-1], ys[-2]
+    if xs[-1] > 0 and ys[-2] > 0 and xs[-1] != ys[-2]:
+        raise _core.InvalidArgumentError("matmul: inner dims differ: %s x %s (transpose_x=%s, transpose_y=%s)" % (
+            list(x.shape), list(y.shape), transpose_x, transpose_y))
+    shape = broadcast_shape(xs[:-2], ys[:-2]) + [xs[-2], ys[-1]]
+    if len(x.shape) == 1:
+        shape.pop(-2)
+    if len(y.shape) == 1:
+        shape.pop(-1)
+    helper = LayerHelper("matmul_v2", name)
+    out = helper.create_variable_for_type_inference(x.dtype, shape=shape or [1])
+    helper.append_op("matmul_v2", {"X": [x], "Y": [y]}, {"Out": [out]},
+                     {"trans_x": bool(transpose_x), "trans_y": bool(transpose_y)})
+    return out
+
+
+# ---- shape ops -----------------------------------------------------------------
+
+def _reshape_shape(in_shape, shape):
+    out = []
+    for i, d in enumerate(shape):
+        if d == 0:
+            if i >= len(in_shape):
+                raise _core.InvalidArgumentError("reshape: 0 at position %d copies a dim the input (rank %d) lacks" % (
+                    i, len(in_shape)))
+            out.append(in_shape[i])
+        else:
+            out.append(int(d))
+    if out.count(-1) > 1:
+        raise _core.InvalidArgumentError("reshape: shape %s has more than one -1" % list(shape))
+    if -1 in out:
+        known_in = all(d >= 0 for d in in_shape)
+        rest = int(np.prod([d for d in out if d != -1]))
+        if known_in and rest > 0:
+            total = int(np.prod(in_shape))
+            if total % rest:
+                raise _core.InvalidArgumentError("reshape: cannot reshape %s into %s" % (list(in_shape), list(shape)))
+            out[out.index(-1)] = total // rest
+    return out
+
+
+def reshape(x, shape, name=None):
+    """reshape2: 0 copies the input dim, -1 is inferred."""
+    check_variable(x, "x", "reshape")
+    if isinstance(shape, Variable):
+        raise _core.UnsupportedError("reshape: a shape given as a Variable is not supported; pass a list of ints")
+    shape = [int(d) for d in shape]
+    helper = LayerHelper("reshape2", name)
+    out = helper.create_variable_for_type_inference(x.dtype, shape=_reshape_shape(list(x.shape), shape))
+    xshape = helper.create_variable_for_type_inference(x.dtype, shape=[0] + list(x.shape), stop_gradient=True)
+    helper.append_op("reshape2", {"X": [x]}, {"Out": [out], "XShape": [xshape]}, {"shape": shape})
+    return out
+
+
+def flatten(x, start_axis=0, stop_axis=-1, name=None):
+    """Flattens dims start_axis..stop_axis into one (a reshape2)."""
+    check_variable(x, "x", "flatten")
+    nd = len(x.shape)
+    if nd == 0:
+        return reshape(x, [1], name)
+    s = _norm_axis(start_axis, nd, "flatten")
+    e = _norm_axis(stop_axis, nd, "flatten")
+    if s > e:
+        raise _core.InvalidArgumentError("flatten: start_axis %d is after stop_axis %d" % (start_axis, stop_axis))
+    mid = x.shape[s:e + 1]
+    tail = list(x.shape[e + 1:])
+    if any(d < 0 for d in tail):
+        raise _core.InvalidArgumentError("flatten: cannot flatten %s from %d to %d: dims after stop_axis must be known"
+                                         % (list(x.shape), start_axis, stop_axis))
+    merged = -1 if any(d < 0 for d in mid) else int(np.prod(mid))
+    shape = [0] * s + [merged] + tail
+    return reshape(x, shape, name)
+
+
+def _reshape_known(x, shape, api, name):
+    if list(shape).count(-1) > 1:
+        raise _core.UnsupportedError("%s: %s has more than one unknown dim" % (api, x.name))
+    return reshape(x, shape, name)
+
+
+def unsqueeze(x, axis, name=None):
+    check_variable(x, "x", "unsqueeze")
+    shape = list(x.shape)
+    for a in sorted(a if a >= 0 else a + len(shape) + 1 for a in _axes(axis)):
+        shape.insert(a, 1)
+    return _reshape_known(x, shape, "unsqueeze", name)
+
+
+def squeeze(x, axis=None, name=None):
+    check_variable(x, "x", "squeeze")
+    nd = len(x.shape)
+    axes = _axes(axis)
+    drop = ({_norm_axis(a, nd, "squeeze") for a in axes} if axes is not None
+            else {i for i, d in enumerate(x.shape) if d == 1})
+    shape = [d for i, d in enumerate(x.shape) if not (i in drop and d == 1)]
+    return _reshape_known(x, shape or [1], "squeeze", name)
+
+
+def transpose(x, perm, name=None):
+    check_variable(x, "x", "transpose")
+    perm = [int(p) for p in perm]
+    if sorted(perm) != list(range(len(x.shape))):
+        raise _core.InvalidArgumentError("transpose: perm %s is not a permutation of the %d dims of %s" % (
+            perm, len(x.shape), x.name))
+    helper = LayerHelper("transpose2", name)
+    out = helper.create_variable_for_type_inference(x.dtype, shape=[x.shape[p] for p in perm])
+    xshape = helper.create_variable_for_type_inference(x.dtype, shape=[0] + list(x.shape), stop_gradient=True)
+    helper.append_op("transpose2", {"X": [x]}, {"Out": [out], "XShape": [xshape]}, {"axis": perm})
+    return out
+
+
+def concat(x, axis=0, name=None):
+    if isinstance(x, Variable) or not x:
+        raise TypeError("concat: x must be a non-empty list of Variables")
+    for i, v in enumerate(x):
+        check_variable(v, "x[%d]" % i, "concat")
+    if isinstance(axis, Variable):
+        raise _core.UnsupportedError("concat: axis must be an int")
+    a = _norm_axis(axis, len(x[0].shape), "concat")
+    shape = list(x[0].shape)
+    dims = [v.shape[a] for v in x]
+    shape[a] = -1 if any(d < 0 for d in dims) else int(np.sum(dims))
+    helper = LayerHelper("concat", name)
+    out = helper.create_variable_for_type_inference(x[0].dtype, shape=shape)
+    helper.append_op("concat", {"X": list(x)}, {"Out": [out]}, {"axis": a})
+    return out
+
+
+def cast(x, dtype):
+    check_variable(x, "x", "cast")
+    dtype = convert_dtype(dtype)
+    helper = LayerHelper("cast")
+    out = helper.create_variable_for_type_inference(dtype, shape=x.shape, stop_gradient=x.stop_gradient)
+    helper.append_op("cast", {"X": [x]}, {"Out": [out]},
+                     {"in_dtype": DTYPE_ENUM[x.dtype], "out_dtype": DTYPE_ENUM[dtype]})
+    return out
+
+
+def square_error_cost(input, label):
+    check_variable(input, "input", "square_error_cost")
+    check_variable(label, "label", "square_error_cost")
+    helper = LayerHelper("square_error_cost")
+    out = helper.create_variable_for_type_inference(input.dtype, shape=input.shape)
+    helper.append_op("square_error_cost", {"X": [input], "Y": [label]}, {"Out": [out]})
+    return out
+
+
+def seed(s):
+    """paddle.seed: sets the random_seed of the default main and startup programs."""
+    from .framework import default_main_program, default_startup_program
+    default_main_program().random_seed = int(s)
+    default_startup_program().random_seed = int(s)
