@@ -44,6 +44,19 @@ struct pe_comm {
  * caller (pe_comm_free). */
 pe_comm *pe_comm_inproc_new(int n_places, int threads);
 
+/* The backend for places[0..n) (runtime/comm/comm.c): all CPU -> in-process
+ * (`threads` as above); all CUDA, distinct visible devices -> NCCL (CUDA
+ * builds with NCCL; buffer i is device memory of places[i]). Otherwise NULL
+ * and pe_last_error() says why. Owned by caller (pe_comm_free). */
+pe_comm *pe_comm_new_for_places(const pe_place *places, int n, int threads);
+
+#ifdef PE_WITH_NCCL
+/* NCCL collectives over devices[0..n) (distinct, visible), rank i on
+ * devices[i], on each device's PE stream (pe_cuda_stream); every call
+ * returns when the result is in place. NULL + message on failure. */
+pe_comm *pe_comm_nccl_new(const int *devices, int n);
+#endif
+
 static inline pe_status pe_comm_allreduce(pe_comm *c, void *const *bufs, int64_t numel, pe_dtype dt) {
     return c->ops->allreduce(c, bufs, numel, dt);
 }
