@@ -10,13 +10,13 @@ computed by the C kernels when the program runs.
 import numpy as np
 
 from . import _core
-from .framework import DTYPE_ENUM, Variable, convert_dtype, require_op
+from .framework import DTYPE_ENUM, Variable, convert_dtype, has_op, require_op
 from .layer_helper import LayerHelper, check_variable
 
 __all__ = [
     "mean", "sum", "matmul", "reshape", "transpose", "concat", "flatten", "cast", "argmax", "add", "subtract",
     "multiply", "divide", "scale", "topk", "full", "ones", "zeros", "fill_constant", "tanh", "sigmoid", "relu",
-    "square_error_cost", "seed", "broadcast_shape", "unsqueeze", "squeeze",
+    "square_error_cost", "seed", "broadcast_shape", "unsqueeze", "squeeze", "split", "slice",
 ]
 
 
@@ -284,6 +284,10 @@ def matmul(x, y, transpose_x=False, transpose_y=False, name=None):
 # ---- shape ops -----------------------------------------------------------------
 
 def _reshape_shape(in_shape, shape):
+    """Declared output shape of reshape2: 0 copies the input dim, one -1 is
+    inferred when every other dim is known (else it stays -1)."""
+    if list(shape).count(-1) > 1:
+        raise _core.InvalidArgumentError("reshape: shape %s has more than one -1" % list(shape))
     out = []
     for i, d in enumerate(shape):
         if d == 0:
@@ -291,18 +295,20 @@ def _reshape_shape(in_shape, shape):
                 raise _core.InvalidArgumentError("reshape: 0 at position %d copies a dim the input (rank %d) lacks" % (
                     i, len(in_shape)))
             out.append(in_shape[i])
+        elif d < -1:
+            raise _core.InvalidArgumentError("reshape: invalid dim %d in %s" % (d, list(shape)))
         else:
             out.append(int(d))
-    if out.count(-1) > 1:
-        raise _core.InvalidArgumentError("reshape: shape %s has more than one -1" % list(shape))
-    if -1 in out:
-        known_in = all(d >= 0 for d in in_shape)
-        rest = int(np.prod([d for d in out if d != -1]))
-        if known_in and rest > 0:
-            total = int(np.prod(in_shape))
-            if total % rest:
+    if -1 in shape:
+        k = list(shape).index(-1)
+        rest = [d for i, d in enumerate(out) if i != k]
+        if all(d >= 0 for d in in_shape) and all(d >= 0 for d in rest):
+            total, part = int(np.prod(in_shape)), int(np.prod(rest))
+            if part == 0 or total % part:
                 raise _core.InvalidArgumentError("reshape: cannot reshape %s into %s" % (list(in_shape), list(shape)))
-            out[out.index(-1)] = total // rest
+            out[k] = total // part
+    elif all(d >= 0 for d in in_shape) and all(d >= 0 for d in out) and int(np.prod(in_shape)) != int(np.prod(out)):
+        raise _core.InvalidArgumentError("reshape: cannot reshape %s into %s" % (list(in_shape), list(shape)))
     return out
 
 
@@ -319,8 +325,18 @@ def reshape(x, shape, name=None):
     return out
 
 
+def _xshape_op(op_type, x, shape, attrs, name, api):
+    """An op with outputs Out and XShape (the grad's record of x's shape)."""
+    require_op(op_type, api)
+    helper = LayerHelper(api.split(".")[-1], name)
+    out = helper.create_variable_for_type_inference(x.dtype, shape=shape)
+    xshape = helper.create_variable_for_type_inference(x.dtype, shape=[0] + list(x.shape), stop_gradient=True)
+    helper.append_op(op_type, {"X": [x]}, {"Out": [out], "XShape": [xshape]}, attrs)
+    return out
+
+
 def flatten(x, start_axis=0, stop_axis=-1, name=None):
-    """Flattens dims start_axis..stop_axis into one (a reshape2)."""
+    """Flattens dims start_axis..stop_axis into one (flatten_contiguous_range)."""
     check_variable(x, "x", "flatten")
     nd = len(x.shape)
     if nd == 0:
@@ -330,37 +346,99 @@ def flatten(x, start_axis=0, stop_axis=-1, name=None):
     if s > e:
         raise _core.InvalidArgumentError("flatten: start_axis %d is after stop_axis %d" % (start_axis, stop_axis))
     mid = x.shape[s:e + 1]
-    tail = list(x.shape[e + 1:])
-    if any(d < 0 for d in tail):
-        raise _core.InvalidArgumentError("flatten: cannot flatten %s from %d to %d: dims after stop_axis must be known"
-                                         % (list(x.shape), start_axis, stop_axis))
     merged = -1 if any(d < 0 for d in mid) else int(np.prod(mid))
-    shape = [0] * s + [merged] + tail
-    return reshape(x, shape, name)
-
-
-def _reshape_known(x, shape, api, name):
-    if list(shape).count(-1) > 1:
-        raise _core.UnsupportedError("%s: %s has more than one unknown dim" % (api, x.name))
-    return reshape(x, shape, name)
+    shape = list(x.shape[:s]) + [merged] + list(x.shape[e + 1:])
+    if not has_op("flatten_contiguous_range"):  # older engines: the same as a reshape2
+        tail = list(x.shape[e + 1:])
+        if any(d < 0 for d in tail):
+            raise _core.UnsupportedError("flatten: unknown dims after stop_axis need flatten_contiguous_range")
+        return reshape(x, [0] * s + [merged] + tail, name)
+    return _xshape_op("flatten_contiguous_range", x, shape, {"start_axis": s, "stop_axis": e}, name, "pe.flatten")
 
 
 def unsqueeze(x, axis, name=None):
+    """Inserts size-1 dims at axis (unsqueeze2)."""
     check_variable(x, "x", "unsqueeze")
+    axes = _axes(axis)
     shape = list(x.shape)
-    for a in sorted(a if a >= 0 else a + len(shape) + 1 for a in _axes(axis)):
+    for a in axes:
+        a = a if a >= 0 else a + len(shape) + 1
+        if not 0 <= a <= len(shape):
+            raise _core.InvalidArgumentError("unsqueeze: axis %d is out of range for %s" % (a, list(x.shape)))
         shape.insert(a, 1)
-    return _reshape_known(x, shape, "unsqueeze", name)
+    if not has_op("unsqueeze2") and shape.count(-1) <= 1:
+        return reshape(x, shape, name)
+    return _xshape_op("unsqueeze2", x, shape, {"axes": axes}, name, "pe.unsqueeze")
 
 
 def squeeze(x, axis=None, name=None):
+    """Removes size-1 dims (all of them, or those in axis) (squeeze2)."""
     check_variable(x, "x", "squeeze")
     nd = len(x.shape)
     axes = _axes(axis)
     drop = ({_norm_axis(a, nd, "squeeze") for a in axes} if axes is not None
             else {i for i, d in enumerate(x.shape) if d == 1})
     shape = [d for i, d in enumerate(x.shape) if not (i in drop and d == 1)]
-    return _reshape_known(x, shape or [1], "squeeze", name)
+    if not has_op("squeeze2") and shape.count(-1) <= 1:
+        return reshape(x, shape or [1], name)
+    return _xshape_op("squeeze2", x, shape, {"axes": axes or []}, name, "pe.squeeze")
+
+
+def split(x, num_or_sections, axis=0, name=None):
+    """Splits x along axis into num equal parts or the given section sizes (-1: the rest)."""
+    check_variable(x, "x", "split")
+    require_op("split", "pe.split")
+    a = _norm_axis(axis, len(x.shape), "split")
+    dim = x.shape[a]
+    if isinstance(num_or_sections, (int, np.integer)):
+        num = int(num_or_sections)
+        if num < 1 or (dim >= 0 and dim % num):
+            raise _core.InvalidArgumentError("split: dim %d of %s is not divisible into %d parts" % (
+                a, list(x.shape), num))
+        sizes, attrs = [dim // num if dim >= 0 else -1] * num, {"num": num, "axis": a}
+    else:
+        sizes = [int(v) for v in num_or_sections]
+        if sizes.count(-1) > 1:
+            raise _core.InvalidArgumentError("split: at most one section may be -1")
+        if -1 in sizes and dim >= 0:
+            sizes[sizes.index(-1)] = dim - (int(np.sum(sizes)) + 1)
+        if dim >= 0 and int(np.sum(sizes)) != dim:
+            raise _core.InvalidArgumentError("split: sections %s do not add up to dim %d (%d) of %s" % (
+                list(num_or_sections), a, dim, list(x.shape)))
+        attrs = {"sections": [int(v) for v in num_or_sections], "axis": a, "num": 0}
+    helper = LayerHelper("split", name)
+    outs = []
+    for sz in sizes:
+        shape = list(x.shape)
+        shape[a] = sz
+        outs.append(helper.create_variable_for_type_inference(x.dtype, shape=shape))
+    helper.append_op("split", {"X": [x]}, {"Out": outs}, attrs)
+    return outs
+
+
+def slice(input, axes, starts, ends):
+    """input[starts:ends] along axes (slice; negative indices count from the end)."""
+    check_variable(input, "input", "slice")
+    require_op("slice", "pe.slice")
+    axes, starts, ends = [int(a) for a in axes], [int(v) for v in starts], [int(v) for v in ends]
+    if not len(axes) == len(starts) == len(ends):
+        raise _core.InvalidArgumentError("slice: axes, starts and ends must have the same length")
+    shape = list(input.shape)
+    for a, s0, e0 in zip(axes, starts, ends):
+        a = _norm_axis(a, len(shape), "slice")
+        d = shape[a]
+        if d < 0:
+            shape[a] = -1
+            continue
+        s1 = max(0, min(d, s0 + d if s0 < 0 else s0))
+        e1 = max(0, min(d, e0 + d if e0 < 0 else e0))
+        shape[a] = max(0, e1 - s1)
+    helper = LayerHelper("slice")
+    out = helper.create_variable_for_type_inference(input.dtype, shape=shape)
+    helper.append_op("slice", {"Input": [input]}, {"Out": [out]},
+                     {"axes": axes, "starts": starts, "ends": ends, "infer_flags": [1] * len(axes),
+                      "decrease_axis": []})
+    return out
 
 
 def transpose(x, perm, name=None):

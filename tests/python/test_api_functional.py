@@ -1,0 +1,221 @@
+"""tests/python/test_api_functional.py — pe.*, pe.nn.functional and pe.static.nn against PyTorch.
+
+One program per group of functions is built through the Python API, run
+once by the Executor on seeded random inputs, and every fetched result is
+compared with PyTorch (float64) computed from the same inputs and
+parameters; the shapes the Python layer declared for the outputs must be
+the shapes the engine produced (-1 = any). Also checks Paddle's naming of
+layer outputs and that the gradient of a composite expression matches
+torch.autograd.
+"""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as TF
+
+import pe
+import pe.nn.functional as F
+from pe.utils import unique_name
+
+pe.enable_static()
+
+RTOL, ATOL = 1e-4, 1e-5
+
+
+def run(build, feeds):
+    """build() -> {key: Variable}; returns ({key: result}, {key: Variable}, scope)."""
+    main, startup = pe.static.Program(), pe.static.Program()
+    with pe.static.program_guard(main, startup), unique_name.guard():
+        outs = build()
+    scope = pe.static.Scope()
+    exe = pe.static.Executor()
+    exe.run(startup, scope=scope)
+    keys = list(outs)
+    vals = exe.run(main, feed=feeds, fetch_list=[outs[k] for k in keys], scope=scope)
+    for k, v in zip(keys, vals):
+        declared = outs[k].shape
+        assert len(declared) == v.ndim and all(d in (-1, g) for d, g in zip(declared, v.shape)), (
+            k, declared, v.shape)
+    return dict(zip(keys, vals)), outs, scope
+
+
+def t(a):
+    return torch.tensor(np.asarray(a), dtype=torch.float64) if np.asarray(a).dtype.kind == "f" else torch.tensor(a)
+
+
+def close(got, want, key):
+    np.testing.assert_allclose(got, np.asarray(want, dtype=np.float64), rtol=RTOL, atol=ATOL, err_msg=key)
+
+
+def test_activations_and_losses():
+    rng = np.random.RandomState(0)
+    xv = rng.randn(6, 5).astype(np.float32)
+    yv = rng.randn(6, 5).astype(np.float32)
+    lab = rng.randint(0, 5, (6, 1)).astype(np.int64)
+
+    def build():
+        x = pe.static.data("x", [None, 5], "float32")
+        y = pe.static.data("y", [None, 5], "float32")
+        label = pe.static.data("label", [None, 1], "int64")
+        sm = F.softmax(x)
+        return {"relu": F.relu(x), "sigmoid": F.sigmoid(x), "tanh": F.tanh(x), "gelu": F.gelu(x),
+                "gelu_tanh": F.gelu(x, approximate=True), "leaky": F.leaky_relu(x, 0.1), "softmax": sm,
+                "softmax0": F.softmax(x, axis=0), "log_softmax": F.log_softmax(x), "ce": F.cross_entropy(x, label),
+                "ce_none": F.cross_entropy(x, label, reduction="none"),
+                "ce_sum": F.cross_entropy(x, label, reduction="sum"),
+                "ce_prob": F.cross_entropy(sm, label, use_softmax=False),
+                "swce": F.softmax_with_cross_entropy(x, label), "mse": F.mse_loss(x, y),
+                "mse_sum": F.mse_loss(x, y, reduction="sum"), "acc": pe.metric.accuracy(sm, label, k=2)}
+
+    r, _, _ = run(build, {"x": xv, "y": yv, "label": lab})
+    x, y, lb = t(xv), t(yv), torch.tensor(lab[:, 0])
+    close(r["relu"], torch.relu(x), "relu")
+    close(r["sigmoid"], torch.sigmoid(x), "sigmoid")
+    close(r["tanh"], torch.tanh(x), "tanh")
+    close(r["gelu"], TF.gelu(x), "gelu")
+    close(r["gelu_tanh"], TF.gelu(x, approximate="tanh"), "gelu_tanh")
+    close(r["leaky"], TF.leaky_relu(x, 0.1), "leaky")
+    close(r["softmax"], torch.softmax(x, -1), "softmax")
+    close(r["softmax0"], torch.softmax(x, 0), "softmax0")
+    close(r["log_softmax"], torch.log_softmax(x, -1), "log_softmax")
+    close(r["ce"], [TF.cross_entropy(x, lb)], "ce")
+    close(r["ce_none"], TF.cross_entropy(x, lb, reduction="none")[:, None], "ce_none")
+    close(r["ce_sum"], [TF.cross_entropy(x, lb, reduction="sum")], "ce_sum")
+    close(r["ce_prob"], [TF.cross_entropy(x, lb)], "ce_prob")
+    close(r["swce"], TF.cross_entropy(x, lb, reduction="none")[:, None], "swce")
+    close(r["mse"], [TF.mse_loss(x, y)], "mse")
+    close(r["mse_sum"], [TF.mse_loss(x, y, reduction="sum")], "mse_sum")
+    top2 = torch.topk(x, 2, -1).indices
+    close(r["acc"], [(top2 == lb[:, None]).any(1).double().mean()], "acc")
+
+
+def test_tensor_functions():
+    rng = np.random.RandomState(1)
+    av = rng.randn(2, 3, 4).astype(np.float32)
+    bv = rng.randn(2, 4, 5).astype(np.float32)
+    cv = rng.randn(3, 4).astype(np.float32)
+
+    def build():
+        a = pe.static.data("a", [None, 3, 4], "float32")
+        b = pe.static.data("b", [None, 4, 5], "float32")
+        c = pe.static.data("c", [3, 4], "float32")
+        extra = {}
+        if pe.framework.has_op("split") and pe.framework.has_op("slice"):
+            parts = pe.split(a, [1, -1], axis=1)
+            extra = {"split0": parts[0], "split1": parts[1], "slice": pe.slice(a, [1, 2], [1, -3], [3, 100])}
+        return {**extra, "mean": pe.mean(a), "mean_ax": pe.mean(a, axis=[1, 2]), "mean_keep": pe.mean(a, axis=-1, keepdim=True),
+                "sum": pe.sum(a), "sum_ax": pe.sum(a, axis=1), "matmul": pe.matmul(a, b),
+                "matmul_t": pe.matmul(c, a, transpose_x=True), "reshape": pe.reshape(a, [0, -1]),
+                "transpose": pe.transpose(a, [2, 0, 1]), "concat": pe.concat([a, a * 2.0], axis=2),
+                "flatten": pe.flatten(a, start_axis=1), "flatten_all": pe.flatten(a),
+                "cast": pe.cast(a, "float64"), "argmax": pe.argmax(a, axis=2), "argmax_all": pe.argmax(a),
+                "add": pe.add(a, c), "sub": pe.subtract(a, c), "mul": pe.multiply(a, c), "div": pe.divide(a, c + 5.0),
+                "ops": (a + 1.0) * 2.0 - a / 4.0, "rops": 3.0 - a, "rdiv": 1.0 / (c * c + 1.0), "neg": -c,
+                "scale": pe.scale(a, 2.0, 1.0), "unsqueeze": pe.unsqueeze(c, [0]), "squeeze": pe.squeeze(pe.unsqueeze(c, 1)),
+                "full": pe.full([2, 2], 3.5), "topk": pe.topk(c, 2)[0]}
+
+    r, outs, _ = run(build, {"a": av, "b": bv, "c": cv})
+    a, b, c = t(av), t(bv), t(cv)
+    close(r["mean"], [a.mean()], "mean")
+    close(r["mean_ax"], a.mean((1, 2)), "mean_ax")
+    close(r["mean_keep"], a.mean(-1, keepdim=True), "mean_keep")
+    close(r["sum"], [a.sum()], "sum")
+    close(r["sum_ax"], a.sum(1), "sum_ax")
+    close(r["matmul"], a @ b, "matmul")
+    close(r["matmul_t"], c.T @ a, "matmul_t")
+    close(r["reshape"], a.reshape(2, -1), "reshape")
+    close(r["transpose"], a.permute(2, 0, 1), "transpose")
+    close(r["concat"], torch.cat([a, a * 2], 2), "concat")
+    close(r["flatten"], a.reshape(2, -1), "flatten")
+    close(r["flatten_all"], a.reshape(-1), "flatten_all")
+    assert r["cast"].dtype == np.float64
+    close(r["cast"], a, "cast")
+    assert r["argmax"].dtype == np.int64
+    np.testing.assert_array_equal(r["argmax"], a.argmax(2).numpy())
+    np.testing.assert_array_equal(r["argmax_all"].reshape(-1), [a.argmax().item()])
+    close(r["add"], a + c, "add")
+    close(r["sub"], a - c, "sub")
+    close(r["mul"], a * c, "mul")
+    close(r["div"], a / (c + 5), "div")
+    close(r["ops"], (a + 1) * 2 - a / 4, "ops")
+    close(r["rops"], 3 - a, "rops")
+    close(r["rdiv"], 1 / (c * c + 1), "rdiv")
+    close(r["neg"], -c, "neg")
+    close(r["scale"], a * 2 + 1, "scale")
+    close(r["unsqueeze"], c[None], "unsqueeze")
+    close(r["squeeze"], c, "squeeze")
+    if "slice" in r:
+        close(r["split0"], a[:, :1], "split0")
+        close(r["split1"], a[:, 1:], "split1")
+        close(r["slice"], a[:, 1:3, 1:], "slice")
+    close(r["full"], np.full((2, 2), 3.5), "full")
+    close(r["topk"], torch.topk(c, 2, -1).values, "topk")
+    assert outs["mean"].name == "mean_0.tmp_0" and outs["matmul"].name.startswith("matmul_v2_")
+
+
+def test_conv_pool_norm_embedding_layers():
+    rng = np.random.RandomState(2)
+    img = rng.randn(2, 3, 9, 9).astype(np.float32)
+    ids = rng.randint(0, 10, (2, 4)).astype(np.int64)
+    seq = rng.randn(2, 4, 6).astype(np.float32)
+
+    def build():
+        x = pe.static.data("img", [None, 3, 9, 9], "float32")
+        i = pe.static.data("ids", [None, 4], "int64")
+        s = pe.static.data("seq", [None, 4, 6], "float32")
+        conv = pe.static.nn.conv2d(x, 4, 3, stride=2, padding=1, act="relu")
+        conv_nb = pe.static.nn.conv2d(x, 2, [3, 2], padding="SAME", bias_attr=False)
+        w = conv.block.var("conv2d_0.w_0")
+        return {"conv": conv, "conv_nb": conv_nb, "fconv": F.conv2d(x, w, stride=1, padding=0, dilation=2),
+                "maxp": F.max_pool2d(x, 3, stride=2, padding=1), "avgp": F.avg_pool2d(x, 2),
+                "avgp_ceil": F.avg_pool2d(x, 2, ceil_mode=True, exclusive=True),
+                "bn": pe.static.nn.batch_norm(x, is_test=True), "emb": pe.static.nn.embedding(i, [10, 5]),
+                "ln": F.layer_norm(s, [6]), "linear": F.linear(s, pe.static.nn.fc(s, 3, num_flatten_dims=2).block.var(
+                    "fc_0.w_0"))}
+
+    if not all(pe.framework.has_op(o) for o in ("lookup_table_v2", "layer_norm")):
+        pytest.skip("this build lacks lookup_table_v2 or layer_norm")
+    r, outs, scope = run(build, {"img": img, "ids": ids, "seq": seq})
+    g = lambda n: t(np.array(scope.find_var(n).get_tensor()))  # noqa: E731
+    x = t(img)
+    close(r["conv"], torch.relu(TF.conv2d(x, g("conv2d_0.w_0"), g("conv2d_0.b_0"), stride=2, padding=1)), "conv")
+    xp = TF.pad(x, (0, 1, 1, 1))  # SAME for a [3, 2] kernel, stride 1: rows 1+1, cols 0+1
+    close(r["conv_nb"], TF.conv2d(xp, g("conv2d_1.w_0")), "conv_nb")
+    close(r["fconv"], TF.conv2d(x, g("conv2d_0.w_0"), dilation=2), "fconv")
+    close(r["maxp"], TF.max_pool2d(x, 3, 2, 1), "maxp")
+    close(r["avgp"], TF.avg_pool2d(x, 2), "avgp")
+    close(r["avgp_ceil"], TF.avg_pool2d(x, 2, ceil_mode=True), "avgp_ceil")
+    close(r["bn"], TF.batch_norm(x, g("batch_norm_0.w_1"), g("batch_norm_0.w_2"), g("batch_norm_0.w_0"),
+                                 g("batch_norm_0.b_0"), training=False, eps=1e-5), "bn")
+    close(r["emb"], g("embedding_0.w_0")[torch.tensor(ids)], "emb")
+    close(r["ln"], TF.layer_norm(t(seq), [6], eps=1e-5), "ln")
+    close(r["linear"], t(seq) @ g("fc_0.w_0"), "linear")
+    assert outs["conv"].name == "conv2d_0.tmp_2" and outs["bn"].name == "batch_norm_0.tmp_2"
+    # conv2d's default initializer is Normal(0, sqrt(2 / (k*k*C))): check the spread is in that range
+    std = float(g("conv2d_0.w_0").std())
+    assert 0.4 * (2.0 / 27) ** 0.5 < std < 1.6 * (2.0 / 27) ** 0.5
+
+
+def test_gradient_of_composite_matches_autograd():
+    rng = np.random.RandomState(3)
+    xv = rng.randn(5, 4).astype(np.float32)
+    wv = rng.randn(4, 3).astype(np.float32)
+
+    main, startup = pe.static.Program(), pe.static.Program()
+    with pe.static.program_guard(main, startup), unique_name.guard():
+        x = pe.static.data("x", [None, 4], "float32")
+        x.stop_gradient = False
+        w = pe.static.data("w", [4, 3], "float32")
+        w.stop_gradient = False
+        h = F.gelu(pe.matmul(x, w))
+        z = pe.mean(pe.sum(F.log_softmax(h) * h, axis=1) + pe.mean(pe.transpose(pe.reshape(h, [0, 3, 1]), [0, 2, 1])))
+        gx, gw = pe.static.gradients([z], [x, w])
+    exe = pe.static.Executor()
+    got_x, got_w = exe.run(main, feed={"x": xv, "w": wv}, fetch_list=[gx, gw], scope=pe.static.Scope())
+    X = torch.tensor(xv, dtype=torch.float64, requires_grad=True)
+    W = torch.tensor(wv, dtype=torch.float64, requires_grad=True)
+    H = TF.gelu(X @ W)
+    Z = ((torch.log_softmax(H, 1) * H).sum(1) + H.mean()).mean()
+    Z.backward()
+    close(got_x, X.grad, "dx")
+    close(got_w, W.grad, "dw")
