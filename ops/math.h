@@ -1,5 +1,6 @@
 /* ops/math.h — the matmul plan shared by shape inference (ops/math.c) and
- * the kernels (ops/cpu/math.c, later ops/cuda/math.cu), internal to PE.
+ * the kernels (ops/cpu/math.c, later ops/cuda/math.cu), internal to PE;
+ * also layer_norm's shape check.
  *
  *     pe_matmul_plan p;
  *     PE_CHECK(pe_matmul_plan_make(ctx, x, y, &p));
@@ -37,5 +38,9 @@ pe_status pe_matmul_plan_make(const pe_op_ctx *ctx, const pe_tensor *x, const pe
 /* Index of the x (y) matrix used by output batch b. */
 int64_t pe_matmul_x_batch(const pe_matmul_plan *p, int64_t b);
 int64_t pe_matmul_y_batch(const pe_matmul_plan *p, int64_t b);
+
+/* layer_norm: checks X (fp32/fp64), begin_norm_axis and the Scale/Bias
+ * shapes; X viewed as [*rows, *cols] around begin_norm_axis. */
+pe_status pe_layer_norm_dims(const pe_op_ctx *ctx, const pe_tensor *x, int64_t *rows, int64_t *cols);
 
 #endif

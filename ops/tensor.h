@@ -1,5 +1,6 @@
 /* ops/tensor.h — helpers shared by the tensor family's inference
- * (ops/tensor.c) and kernels (ops/cpu/tensor.c), internal to PE.
+ * (ops/tensor.c) and kernels (ops/cpu/tensor.c), internal to PE: the
+ * fill value of fill_constant, slice's clamped region, split's part sizes.
  */
 #ifndef PE_OPS_TENSOR_H
 #define PE_OPS_TENSOR_H
@@ -12,5 +13,35 @@
  * for bool), otherwise the float attr `value`. Fails via pe_ctx_error when
  * the text is not a number or the value does not fit dt. */
 pe_status pe_fill_constant_value(const pe_op_ctx *ctx, pe_dtype dt, double *val, int64_t *ival, bool *is_int);
+
+/* slice's region of Input: per input axis a, out dim dims[a] starting at
+ * start[a] (a full axis has start 0 and dims[a] = Input's dim). */
+typedef struct pe_slice_plan {
+    int r;                          /* rank of Input */
+    int64_t start[PE_MAX_DIMS];
+    int64_t dims[PE_MAX_DIMS];      /* before decrease_axis */
+    int out_ndim;                   /* after decrease_axis ([1] when all go) */
+    int64_t out_dims[PE_MAX_DIMS];
+} pe_slice_plan;
+
+/* Validates axes/starts/ends/decrease_axis against `in` (slot `slot`) and
+ * clamps starts/ends as Paddle and numpy do (negative counts from the end,
+ * out-of-range bounds clamp to [0, dim], end <= start gives an empty axis). */
+pe_status pe_slice_plan_make(const pe_op_ctx *ctx, const char *slot, const pe_tensor *in, pe_slice_plan *sp);
+
+/* split: parts of x along `axis` (normalized), from num (equal parts) or
+ * sections (one -1 inferred). */
+typedef struct pe_split_plan {
+    int axis;
+    int n;                          /* number of parts */
+    int64_t each;                   /* > 0: every part has this size (num) */
+    const int64_t *sections;        /* else: sizes, the -1 one is `inferred` */
+    int64_t inferred;
+} pe_split_plan;
+
+/* Validates num/sections/axis against x (slot `slot`) and n_parts outputs. */
+pe_status pe_split_plan_make(const pe_op_ctx *ctx, const char *slot, const pe_tensor *x, int n_parts,
+                             pe_split_plan *sp);
+int64_t pe_split_size(const pe_split_plan *sp, int k);
 
 #endif

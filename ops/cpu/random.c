@@ -2,13 +2,15 @@
  *
  * Element i of Out is a pure function of (stream key, i) — Philox4x32-10 in
  * runtime/rng.c, whose header comment gives the exact derivation — so the
- * loops are split across ctx->num_threads OpenMP threads freely and the
+ * loops are split across ctx->num_threads OpenMP threads freely (forked only
+ * above PAR_ELEMS elements, decided in C: ops/cpu/par.h) and the
  * values are bitwise identical for any thread count and on any machine.
  * The key comes from the program's random_seed and the op's seed attr, or
  * the output var's name when seed is 0, so two random ops of one program
  * draw different streams and a rerun draws the same ones.
  */
 #include "ops/op.h"
+#include "ops/cpu/par.h"
 #include "runtime/rng.h"
 
 #include <math.h>
@@ -28,24 +30,22 @@ pe_status pe_cpu_uniform_random(const pe_op_ctx *ctx) {
     int64_t n = pe_tensor_numel(out);
     uint64_t key = stream_key(ctx);
     double lo = pe_ctx_float(ctx, "min"), hi = pe_ctx_float(ctx, "max"), w = hi - lo;
-    int nt = nthreads(ctx);
+    const int nt = nthreads(ctx);
     if (out->dtype == PE_DTYPE_FP32) {
         float *o = pe_tensor_data(out);
         /* the largest float below max: the value a draw rounding up to max takes */
         float top = (float)hi;
         if ((double)top >= hi) top = nextafterf(top, -INFINITY);
-        #pragma omp parallel for num_threads(nt) schedule(static) if (n > PAR_ELEMS)
-        for (int64_t i = 0; i < n; i++) {
+        PE_PAR_FOR(n > PAR_ELEMS && nt > 1, i, n, {
             float v = (float)(lo + w * pe_rng_uniform(key, (uint64_t)i));
             o[i] = (double)v >= hi ? top : v;
-        }
+        });
     } else {
         double *o = pe_tensor_data(out), top = nextafter(hi, -INFINITY);
-        #pragma omp parallel for num_threads(nt) schedule(static) if (n > PAR_ELEMS)
-        for (int64_t i = 0; i < n; i++) {
+        PE_PAR_FOR(n > PAR_ELEMS && nt > 1, i, n, {
             double v = lo + w * pe_rng_uniform(key, (uint64_t)i);
             o[i] = v >= hi ? top : v;
-        }
+        });
     }
     return PE_OK;
 }
@@ -56,15 +56,13 @@ pe_status pe_cpu_gaussian_random(const pe_op_ctx *ctx) {
     int64_t n = pe_tensor_numel(out);
     uint64_t key = stream_key(ctx);
     double mean = pe_ctx_float(ctx, "mean"), sd = pe_ctx_float(ctx, "std");
-    int nt = nthreads(ctx);
+    const int nt = nthreads(ctx);
     if (out->dtype == PE_DTYPE_FP32) {
         float *o = pe_tensor_data(out);
-        #pragma omp parallel for num_threads(nt) schedule(static) if (n > PAR_ELEMS)
-        for (int64_t i = 0; i < n; i++) o[i] = (float)(mean + sd * pe_rng_normal(key, (uint64_t)i));
+        PE_PAR_FOR(n > PAR_ELEMS && nt > 1, i, n, { o[i] = (float)(mean + sd * pe_rng_normal(key, (uint64_t)i)); });
     } else {
         double *o = pe_tensor_data(out);
-        #pragma omp parallel for num_threads(nt) schedule(static) if (n > PAR_ELEMS)
-        for (int64_t i = 0; i < n; i++) o[i] = mean + sd * pe_rng_normal(key, (uint64_t)i);
+        PE_PAR_FOR(n > PAR_ELEMS && nt > 1, i, n, { o[i] = mean + sd * pe_rng_normal(key, (uint64_t)i); });
     }
     return PE_OK;
 }
@@ -76,15 +74,13 @@ pe_status pe_cpu_truncated_gaussian_random(const pe_op_ctx *ctx) {
     int64_t n = pe_tensor_numel(out);
     uint64_t key = stream_key(ctx);
     double mean = pe_ctx_float(ctx, "mean"), sd = pe_ctx_float(ctx, "std");
-    int nt = nthreads(ctx);
+    const int nt = nthreads(ctx);
     if (out->dtype == PE_DTYPE_FP32) {
         float *o = pe_tensor_data(out);
-        #pragma omp parallel for num_threads(nt) schedule(static) if (n > PAR_ELEMS)
-        for (int64_t i = 0; i < n; i++) o[i] = (float)(mean + sd * pe_rng_truncated_normal(key, (uint64_t)i));
+        PE_PAR_FOR(n > PAR_ELEMS && nt > 1, i, n, { o[i] = (float)(mean + sd * pe_rng_truncated_normal(key, (uint64_t)i)); });
     } else {
         double *o = pe_tensor_data(out);
-        #pragma omp parallel for num_threads(nt) schedule(static) if (n > PAR_ELEMS)
-        for (int64_t i = 0; i < n; i++) o[i] = mean + sd * pe_rng_truncated_normal(key, (uint64_t)i);
+        PE_PAR_FOR(n > PAR_ELEMS && nt > 1, i, n, { o[i] = mean + sd * pe_rng_truncated_normal(key, (uint64_t)i); });
     }
     return PE_OK;
 }

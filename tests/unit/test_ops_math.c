@@ -1,6 +1,8 @@
 /* tests/unit/test_ops_math.c — mul, matmul and matmul_v2 against naive
  * reference loops computed here: shapes, transposes, batch broadcasting,
- * 1-D operands, alpha, empty tensors, errors, and thread-count invariance. */
+ * 1-D operands, alpha, empty tensors, errors, and thread-count invariance;
+ * lookup_table(_v2) and layer_norm forward against hand-computed values,
+ * their attrs and errors. (Gradients: test_grad_math.c.) */
 #include "tests/unit/op_test_util.h"
 
 #include <stdlib.h>
@@ -354,6 +356,171 @@ static void test_matmul_thread_invariance(void **state) {
     }
 }
 
+/* ---- lookup_table / lookup_table_v2 --------------------------------------- */
+
+/* out = <type>(w, ids) with padding_idx `pad` (-1 = none). */
+static pe_status run_lookup(const char *type, const pe_tensor *w, const pe_tensor *ids, int64_t pad, pe_tensor *out) {
+    pe_program *p = pe_program_new();
+    tu_declare(p, "w", w);
+    tu_declare(p, "ids", ids);
+    pe_op *op = pe_block_add_op(&p->blocks[0], type);
+    pe_op_add_input(op, "W", "w");
+    pe_op_add_input(op, "Ids", "ids");
+    pe_op_add_output(op, "Out", "out");
+    pe_op_set_long(op, "padding_idx", pad);
+    pe_block_add_var(&p->blocks[0], "out", w->dtype, 0, NULL);
+    pe_status st = run_nt(p, (pe_feed[]){{"w", w}, {"ids", ids}}, 2, "out", out, 0);
+    pe_program_free(p);
+    return st;
+}
+
+static void test_lookup_table_values(void **state) {
+    (void)state;
+    /* w: [4, 2], row v = (10v, 10v + 1) */
+    double wv[] = {0, 1, 10, 11, 20, 21, 30, 31};
+    for (int dti = 0; dti < 2; dti++) {
+        pe_dtype dt = dti ? PE_DTYPE_FP64 : PE_DTYPE_FP32;
+        pe_tensor *w = tu_tensor(dt, 2, (int64_t[]){4, 2}, wv);
+        /* v2: ids [2, 3] -> out [2, 3, 2]; id 2 is padding */
+        pe_tensor *ids = tu_tensor(PE_DTYPE_INT64, 2, (int64_t[]){2, 3}, (double[]){3, 2, 0, 1, 1, 2});
+        pe_tensor *out = pe_tensor_new();
+        assert_int_equal(run_lookup("lookup_table_v2", w, ids, 2, out), PE_OK);
+        tu_assert_dims(out, 3, (int64_t[]){2, 3, 2});
+        tu_assert_close(out, (double[]){30, 31, 0, 0, 0, 1, 10, 11, 10, 11, 0, 0}, 12, 0);
+        /* no padding: row 2 itself */
+        assert_int_equal(run_lookup("lookup_table_v2", w, ids, -1, out), PE_OK);
+        tu_assert_close(out, (double[]){30, 31, 20, 21, 0, 1, 10, 11, 10, 11, 20, 21}, 12, 0);
+        pe_tensor_free(ids);
+        /* v1: int32 ids [3, 1] -> out [3, 2] */
+        ids = tu_tensor(PE_DTYPE_INT32, 2, (int64_t[]){3, 1}, (double[]){1, 3, 1});
+        assert_int_equal(run_lookup("lookup_table", w, ids, -1, out), PE_OK);
+        tu_assert_dims(out, 2, (int64_t[]){3, 2});
+        tu_assert_close(out, (double[]){10, 11, 30, 31, 10, 11}, 6, 0);
+        pe_tensor_free(ids);
+        pe_tensor_free(out);
+        pe_tensor_free(w);
+    }
+}
+
+static void test_lookup_table_errors(void **state) {
+    (void)state;
+    pe_tensor *w = tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){4, 2}, NULL);
+    pe_tensor *out = pe_tensor_new();
+    pe_tensor *ids = tu_tensor(PE_DTYPE_INT64, 1, (int64_t[]){3}, (double[]){0, 4, 1});
+    assert_int_equal(run_lookup("lookup_table_v2", w, ids, -1, out), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "'ids'[1] = 4 is outside the table [0, 4)"));
+    pe_tensor_free(ids);
+    ids = tu_tensor(PE_DTYPE_INT64, 1, (int64_t[]){2}, (double[]){0, -1});
+    assert_int_equal(run_lookup("lookup_table_v2", w, ids, -1, out), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "= -1 is outside"));
+    assert_int_equal(run_lookup("lookup_table_v2", w, ids, 4, out), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "padding_idx 4"));
+    /* v1 wants [..., 1] ids */
+    assert_int_equal(run_lookup("lookup_table", w, ids, -1, out), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "[..., 1]"));
+    pe_tensor_free(ids);
+    ids = tu_tensor(PE_DTYPE_FP32, 1, (int64_t[]){2}, NULL);
+    assert_int_equal(run_lookup("lookup_table_v2", w, ids, -1, out), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "int64 or int32"));
+    pe_tensor_free(ids);
+    pe_tensor_free(w);
+    pe_tensor_free(out);
+}
+
+/* ---- layer_norm ------------------------------------------------------------- */
+
+/* y, mean, var = layer_norm(x, scale?, bias?); fetched into outs[0..2]. */
+static pe_status run_layer_norm(const pe_tensor *x, const pe_tensor *scale, const pe_tensor *bias, int bna, double eps,
+                                pe_tensor **outs) {
+    pe_program *p = pe_program_new();
+    pe_block *b = &p->blocks[0];
+    tu_declare(p, "x", x);
+    pe_op *op = pe_block_add_op(b, "layer_norm");
+    pe_op_add_input(op, "X", "x");
+    pe_feed feeds[3] = {{"x", x}};
+    int nf = 1;
+    if (scale) {
+        tu_declare(p, "s", scale);
+        pe_op_add_input(&b->ops[0], "Scale", "s");
+        feeds[nf++] = (pe_feed){"s", scale};
+    }
+    if (bias) {
+        tu_declare(p, "b", bias);
+        pe_op_add_input(&b->ops[0], "Bias", "b");
+        feeds[nf++] = (pe_feed){"b", bias};
+    }
+    const char *names[] = {"y", "m", "v"}, *slots[] = {"Y", "Mean", "Variance"};
+    for (int i = 0; i < 3; i++) {
+        pe_block_add_var(b, names[i], x->dtype, 0, NULL);
+        pe_op_add_output(&b->ops[0], slots[i], names[i]);
+    }
+    pe_op_set_int(&b->ops[0], "begin_norm_axis", bna);
+    pe_op_set_float(&b->ops[0], "epsilon", eps);
+    pe_status st = tu_run(p, feeds, nf, names, 3, outs);
+    pe_program_free(p);
+    return st;
+}
+
+static void test_layer_norm_values(void **state) {
+    (void)state;
+    for (int dti = 0; dti < 2; dti++) {
+        pe_dtype dt = dti ? PE_DTYPE_FP64 : PE_DTYPE_FP32;
+        /* rows (1, 3) and (2, 6): mean 2 and 4, variance 1 and 4 -> normalized (-1, 1) each */
+        pe_tensor *x = tu_tensor(dt, 2, (int64_t[]){2, 2}, (double[]){1, 3, 2, 6});
+        pe_tensor *s = tu_tensor(dt, 1, (int64_t[]){2}, (double[]){2, 0.5});
+        pe_tensor *b = tu_tensor(dt, 1, (int64_t[]){2}, (double[]){1, -1});
+        pe_tensor *o[3] = {pe_tensor_new(), pe_tensor_new(), pe_tensor_new()};
+        assert_int_equal(run_layer_norm(x, s, b, 1, 0.0, o), PE_OK);
+        tu_assert_dims(o[0], 2, (int64_t[]){2, 2});
+        tu_assert_close(o[0], (double[]){-1, -0.5, -1, -0.5}, 4, 1e-6);
+        tu_assert_dims(o[1], 1, (int64_t[]){2});
+        tu_assert_close(o[1], (double[]){2, 4}, 2, 1e-6);
+        tu_assert_close(o[2], (double[]){1, 4}, 2, 1e-6);
+        /* no Scale / Bias; epsilon 0.25 enters the denominator: (x - mu) / sqrt(var + 0.25) */
+        assert_int_equal(run_layer_norm(x, NULL, NULL, 1, 0.25, o), PE_OK);
+        double a = 1 / sqrt(1.25), c = 2 / sqrt(4.25);
+        tu_assert_close(o[0], (double[]){-a, a, -c, c}, 4, 1e-6);
+        tu_assert_close(o[2], (double[]){1, 4}, 2, 1e-6); /* variance saved without epsilon */
+        pe_tensor_free(x);
+        /* [1, 2, 2] with begin_norm_axis 2 normalizes the same rows; with 1 all four values:
+         * mean 3, variance (4 + 0 + 1 + 9) / 4 = 3.5 */
+        x = tu_tensor(dt, 3, (int64_t[]){1, 2, 2}, (double[]){1, 3, 2, 6});
+        assert_int_equal(run_layer_norm(x, s, b, 2, 0.0, o), PE_OK);
+        tu_assert_dims(o[0], 3, (int64_t[]){1, 2, 2});
+        tu_assert_close(o[0], (double[]){-1, -0.5, -1, -0.5}, 4, 1e-6);
+        tu_assert_close(o[1], (double[]){2, 4}, 2, 1e-6);
+        assert_int_equal(run_layer_norm(x, NULL, NULL, 1, 0.0, o), PE_OK);
+        double r = 1 / sqrt(3.5);
+        tu_assert_close(o[0], (double[]){-2 * r, 0, -1 * r, 3 * r}, 4, 1e-6);
+        tu_assert_dims(o[1], 1, (int64_t[]){1});
+        tu_assert_close(o[1], (double[]){3}, 1, 1e-6);
+        tu_assert_close(o[2], (double[]){3.5}, 1, 1e-6);
+        for (int i = 0; i < 3; i++) pe_tensor_free(o[i]);
+        pe_tensor_free(x);
+        pe_tensor_free(s);
+        pe_tensor_free(b);
+    }
+}
+
+static void test_layer_norm_errors(void **state) {
+    (void)state;
+    pe_tensor *x = tu_tensor(PE_DTYPE_FP32, 3, (int64_t[]){2, 3, 4}, NULL);
+    pe_tensor *s = tu_tensor(PE_DTYPE_FP32, 1, (int64_t[]){4}, NULL);
+    pe_tensor *o[3] = {pe_tensor_new(), pe_tensor_new(), pe_tensor_new()};
+    assert_int_equal(run_layer_norm(x, s, NULL, 1, 1e-5, o), PE_ERR_INVALID); /* needs [12] */
+    assert_non_null(strstr(pe_last_error(), "Scale 's'"));
+    assert_non_null(strstr(pe_last_error(), "[12]"));
+    assert_int_equal(run_layer_norm(x, s, NULL, 2, 1e-5, o), PE_OK);
+    assert_int_equal(run_layer_norm(x, NULL, NULL, 3, 1e-5, o), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "begin_norm_axis 3"));
+    pe_tensor *xi = tu_tensor(PE_DTYPE_INT32, 2, (int64_t[]){2, 2}, NULL);
+    assert_int_equal(run_layer_norm(xi, NULL, NULL, 1, 1e-5, o), PE_ERR_UNSUPPORTED);
+    for (int i = 0; i < 3; i++) pe_tensor_free(o[i]);
+    pe_tensor_free(x);
+    pe_tensor_free(xi);
+    pe_tensor_free(s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mul_3d_x_num_col_dims_2),
@@ -366,6 +533,10 @@ int main(void) {
         cmocka_unit_test(test_matmul_empty),
         cmocka_unit_test(test_matmul_errors),
         cmocka_unit_test(test_matmul_thread_invariance),
+        cmocka_unit_test(test_lookup_table_values),
+        cmocka_unit_test(test_lookup_table_errors),
+        cmocka_unit_test(test_layer_norm_values),
+        cmocka_unit_test(test_layer_norm_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

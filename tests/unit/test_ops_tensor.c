@@ -1,6 +1,10 @@
 /* tests/unit/test_ops_tensor.c — reshape2, transpose2, concat,
  * fill_constant, assign_value: shapes and values against reference index
- * loops written here, XShape, dtypes, attr errors. */
+ * loops written here, XShape, dtypes, attr errors; split, slice,
+ * flatten_contiguous_range, flatten2, squeeze2 and unsqueeze2 against
+ * hand-computed shapes and values (Paddle's rules: sections with -1, clamped
+ * and negative slice bounds, decrease_axis, unsqueeze's insertion order).
+ * (Gradients: test_grad_tensor.c.) */
 #include "tests/unit/op_test_util.h"
 
 #include <stdlib.h>
@@ -434,6 +438,225 @@ static void test_assign_value(void **state) {
     pe_tensor_free(out);
 }
 
+/* ---- split ---------------------------------------------------------------- */
+
+/* x [2, 6] = iota; split into n outputs with attrs; returns the status. */
+static pe_status run_split(const pe_tensor *x, int n, void (*attrs)(pe_op *), pe_tensor **outs) {
+    pe_program *p = pe_program_new();
+    tu_declare(p, "x", x);
+    pe_op *op = pe_block_add_op(&p->blocks[0], "split");
+    pe_op_add_input(op, "X", "x");
+    char names[4][8];
+    const char *fetch[4];
+    for (int k = 0; k < n; k++) {
+        snprintf(names[k], sizeof names[k], "o%d", k);
+        fetch[k] = names[k];
+        pe_block_add_var(&p->blocks[0], names[k], x->dtype, 0, NULL);
+        pe_op_add_output(&p->blocks[0].ops[0], "Out", names[k]);
+    }
+    attrs(&p->blocks[0].ops[0]);
+    pe_status st = run_nt(p, (pe_feed[]){{"x", x}}, 1, fetch, n, outs, 0);
+    pe_program_free(p);
+    return st;
+}
+
+static void split_num3_ax1(pe_op *op) { pe_op_set_int(op, "num", 3); pe_op_set_int(op, "axis", 1); }
+static void split_sec_m1(pe_op *op) { pe_op_set_ints(op, "sections", (int64_t[]){1, -1, 2}, 3); pe_op_set_int(op, "axis", -1); }
+static void split_num2_ax0(pe_op *op) { pe_op_set_int(op, "num", 2); }
+static void split_num4_ax1(pe_op *op) { pe_op_set_int(op, "num", 4); pe_op_set_int(op, "axis", 1); }
+static void split_sec_bad(pe_op *op) { pe_op_set_ints(op, "sections", (int64_t[]){1, 2, 2}, 3); pe_op_set_int(op, "axis", 1); }
+
+static void test_split(void **state) {
+    (void)state;
+    /* x = [[0 1 2 3 4 5], [6 7 8 9 10 11]] */
+    pe_tensor *x = tu_tensor(PE_DTYPE_INT64, 2, (int64_t[]){2, 6}, (double[]){0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+    pe_tensor *o[3] = {pe_tensor_new(), pe_tensor_new(), pe_tensor_new()};
+    assert_int_equal(run_split(x, 3, split_num3_ax1, o), PE_OK);
+    for (int k = 0; k < 3; k++) tu_assert_dims(o[k], 2, (int64_t[]){2, 2});
+    tu_assert_close(o[0], (double[]){0, 1, 6, 7}, 4, 0);
+    tu_assert_close(o[1], (double[]){2, 3, 8, 9}, 4, 0);
+    tu_assert_close(o[2], (double[]){4, 5, 10, 11}, 4, 0);
+    /* sections (1, -1, 2) on axis -1: the -1 is 3 */
+    assert_int_equal(run_split(x, 3, split_sec_m1, o), PE_OK);
+    tu_assert_dims(o[0], 2, (int64_t[]){2, 1});
+    tu_assert_dims(o[1], 2, (int64_t[]){2, 3});
+    tu_assert_dims(o[2], 2, (int64_t[]){2, 2});
+    tu_assert_close(o[0], (double[]){0, 6}, 2, 0);
+    tu_assert_close(o[1], (double[]){1, 2, 3, 7, 8, 9}, 6, 0);
+    tu_assert_close(o[2], (double[]){4, 5, 10, 11}, 4, 0);
+    /* axis 0 */
+    assert_int_equal(run_split(x, 2, split_num2_ax0, o), PE_OK);
+    tu_assert_close(o[0], (double[]){0, 1, 2, 3, 4, 5}, 6, 0);
+    tu_assert_close(o[1], (double[]){6, 7, 8, 9, 10, 11}, 6, 0);
+    /* errors */
+    assert_int_equal(run_split(x, 3, split_num4_ax1, o), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "num = 4 does not divide dim 6"));
+    assert_int_equal(run_split(x, 3, split_sec_bad, o), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "sections add up to 5"));
+    assert_int_equal(run_split(x, 2, split_num3_ax1, o), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "splits into 3 parts but the op has 2"));
+    for (int k = 0; k < 3; k++) pe_tensor_free(o[k]);
+    pe_tensor_free(x);
+}
+
+/* ---- slice ------------------------------------------------------------------ */
+
+typedef struct {
+    int n;
+    int64_t axes[3], starts[3], ends[3];
+    int nd;
+    int64_t dec[2];
+} slice_attrs;
+
+static pe_status run_slice(const pe_tensor *x, const slice_attrs *a, pe_tensor *out, int nt) {
+    pe_program *p = pe_program_new();
+    tu_declare(p, "x", x);
+    pe_op *op = pe_block_add_op(&p->blocks[0], "slice");
+    pe_op_add_input(op, "Input", "x");
+    pe_op_add_output(op, "Out", "out");
+    pe_block_add_var(&p->blocks[0], "out", x->dtype, 0, NULL);
+    pe_op_set_ints(op, "axes", a->axes, a->n);
+    pe_op_set_ints(op, "starts", a->starts, a->n);
+    pe_op_set_ints(op, "ends", a->ends, a->n);
+    if (a->nd) pe_op_set_ints(op, "decrease_axis", a->dec, a->nd);
+    pe_status st = run_nt(p, (pe_feed[]){{"x", x}}, 1, (const char *[]){"out"}, 1, &out, nt);
+    pe_program_free(p);
+    return st;
+}
+
+static void test_slice(void **state) {
+    (void)state;
+    /* x [3, 4]: x[i][j] = 10 i + j */
+    pe_tensor *x = tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){3, 4}, (double[]){0, 1, 2, 3, 10, 11, 12, 13, 20, 21, 22, 23});
+    pe_tensor *out = pe_tensor_new();
+    /* x[1:3, 1:3] */
+    assert_int_equal(run_slice(x, &(slice_attrs){2, {0, 1}, {1, 1}, {3, 3}, 0, {0}}, out, 0), PE_OK);
+    tu_assert_dims(out, 2, (int64_t[]){2, 2});
+    tu_assert_close(out, (double[]){11, 12, 21, 22}, 4, 0);
+    /* negative bounds, out-of-range end clamped: x[-2:100, -3:-1] = x[1:3, 1:3] */
+    assert_int_equal(run_slice(x, &(slice_attrs){2, {0, 1}, {-2, -3}, {100, -1}, 0, {0}}, out, 0), PE_OK);
+    tu_assert_close(out, (double[]){11, 12, 21, 22}, 4, 0);
+    /* start below -dim clamps to 0, negative axis: x[:, -100:2] */
+    assert_int_equal(run_slice(x, &(slice_attrs){1, {-1}, {-100}, {2}, 0, {0}}, out, 0), PE_OK);
+    tu_assert_dims(out, 2, (int64_t[]){3, 2});
+    tu_assert_close(out, (double[]){0, 1, 10, 11, 20, 21}, 6, 0);
+    /* decrease_axis: x[2, 1:] -> [3] */
+    assert_int_equal(run_slice(x, &(slice_attrs){2, {0, 1}, {2, 1}, {3, 4}, 1, {0}}, out, 0), PE_OK);
+    tu_assert_dims(out, 1, (int64_t[]){3});
+    tu_assert_close(out, (double[]){21, 22, 23}, 3, 0);
+    /* every axis decreased: [1] */
+    assert_int_equal(run_slice(x, &(slice_attrs){2, {0, 1}, {1, 3}, {2, 4}, 2, {0, 1}}, out, 0), PE_OK);
+    tu_assert_dims(out, 1, (int64_t[]){1});
+    tu_assert_close(out, (double[]){13}, 1, 0);
+    /* end <= start: an empty axis, as numpy */
+    assert_int_equal(run_slice(x, &(slice_attrs){1, {1}, {3}, {1}, 0, {0}}, out, 0), PE_OK);
+    tu_assert_dims(out, 2, (int64_t[]){3, 0});
+    /* errors */
+    assert_int_equal(run_slice(x, &(slice_attrs){1, {2}, {0}, {1}, 0, {0}}, out, 0), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "axes[0] = 2 is out of range"));
+    assert_int_equal(run_slice(x, &(slice_attrs){1, {1}, {0}, {2}, 1, {1}}, out, 0), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "decrease_axis[0] = 1 must name a sliced axis of size 1"));
+    pe_tensor_free(x);
+    /* a big 3-D slice, 1 vs 2 threads, against an index loop */
+    int64_t d0 = 40, d1 = 50, d2 = 60;
+    double *v = iota(d0 * d1 * d2);
+    x = tu_tensor(PE_DTYPE_FP64, 3, (int64_t[]){d0, d1, d2}, v);
+    slice_attrs a = {2, {0, 2}, {5, -50}, {-5, 55}, 0, {0}};
+    pe_tensor *o2 = pe_tensor_new();
+    assert_int_equal(run_slice(x, &a, out, 1), PE_OK);
+    assert_int_equal(run_slice(x, &a, o2, 2), PE_OK);
+    tu_assert_dims(out, 3, (int64_t[]){30, 50, 45});
+    for (int64_t i = 0; i < 30; i++)
+        for (int64_t j = 0; j < 50; j++)
+            for (int64_t k = 0; k < 45; k++)
+                assert_true(tu_get(out, (i * 50 + j) * 45 + k) == v[((i + 5) * d1 + j) * d2 + k + 10]);
+    assert_memory_equal(pe_tensor_data(out), pe_tensor_data(o2), pe_tensor_nbytes(out));
+    free(v);
+    pe_tensor_free(o2);
+    pe_tensor_free(out);
+    pe_tensor_free(x);
+}
+
+/* ---- flatten, squeeze, unsqueeze ----------------------------------------------- */
+
+typedef struct {
+    const char *type;
+    int xr;
+    int64_t xd[5];
+    const char *attr;      /* ints attr name, or int attrs via a/b names */
+    int na;
+    int64_t av[3];
+    const char *ia, *ib;   /* int attrs */
+    int64_t iav, ibv;
+    int want_r;
+    int64_t want[6];
+} shape_case;
+
+static void test_flatten_squeeze_unsqueeze(void **state) {
+    (void)state;
+    shape_case cases[] = {
+        {"flatten_contiguous_range", 4, {2, 3, 4, 5}, NULL, 0, {0}, "start_axis", "stop_axis", 1, 2, 3, {2, 12, 5}},
+        {"flatten_contiguous_range", 4, {2, 3, 4, 5}, NULL, 0, {0}, NULL, NULL, 0, 0, 2, {2, 60}},
+        {"flatten_contiguous_range", 4, {2, 3, 4, 5}, NULL, 0, {0}, "start_axis", "stop_axis", 0, -1, 1, {120}},
+        {"flatten_contiguous_range", 3, {2, 3, 4}, NULL, 0, {0}, "start_axis", "stop_axis", -2, -2, 3, {2, 3, 4}},
+        {"flatten2", 4, {2, 3, 4, 5}, NULL, 0, {0}, "axis", NULL, 2, 0, 2, {6, 20}},
+        {"flatten2", 3, {2, 3, 4}, NULL, 0, {0}, "axis", NULL, 0, 0, 2, {1, 24}},
+        {"squeeze2", 4, {1, 3, 1, 4}, "axes", 0, {0}, NULL, NULL, 0, 0, 2, {3, 4}},
+        {"squeeze2", 4, {1, 3, 1, 4}, "axes", 1, {-2}, NULL, NULL, 0, 0, 3, {1, 3, 4}},
+        {"squeeze2", 3, {1, 3, 4}, "axes", 2, {0, 1}, NULL, NULL, 0, 0, 2, {3, 4}}, /* dim 1 is 3: kept */
+        {"squeeze2", 2, {1, 1}, "axes", 0, {0}, NULL, NULL, 0, 0, 1, {1}},
+        {"unsqueeze2", 2, {3, 4}, "axes", 3, {0, 2, -1}, NULL, NULL, 0, 0, 5, {1, 3, 1, 4, 1}},
+        {"unsqueeze2", 2, {3, 4}, "axes", 2, {1, 1}, NULL, NULL, 0, 0, 4, {3, 1, 1, 4}},
+        {"unsqueeze2", 1, {5}, "axes", 1, {-1}, NULL, NULL, 0, 0, 2, {5, 1}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        shape_case *sc = &cases[c];
+        int64_t n = 1;
+        for (int i = 0; i < sc->xr; i++) n *= sc->xd[i];
+        double *v = iota(n);
+        pe_tensor *x = tu_tensor(PE_DTYPE_FP32, sc->xr, sc->xd, v);
+        pe_op *op;
+        pe_program *p = unary_prog(sc->type, x, true, &op);
+        if (sc->attr && sc->na) pe_op_set_ints(op, sc->attr, sc->av, sc->na);
+        if (sc->ia) pe_op_set_int(op, sc->ia, sc->iav);
+        if (sc->ib) pe_op_set_int(op, sc->ib, sc->ibv);
+        pe_tensor *out = pe_tensor_new(), *xs = pe_tensor_new();
+        if (run_nt(p, (pe_feed[]){{"x", x}}, 1, (const char *[]){"out", "xs"}, 2, (pe_tensor *[]){out, xs}, 0) != PE_OK)
+            fail_msg("case %zu (%s): %s", c, sc->type, pe_last_error());
+        tu_assert_dims(out, sc->want_r, sc->want);
+        tu_assert_close(out, v, n, 0);
+        int64_t xsd[6] = {0};
+        memcpy(xsd + 1, sc->xd, sizeof(int64_t) * (size_t)sc->xr);
+        tu_assert_dims(xs, sc->xr + 1, xsd);
+        pe_tensor_free(x); pe_tensor_free(out); pe_tensor_free(xs);
+        pe_program_free(p);
+        free(v);
+    }
+}
+
+static void test_flatten_squeeze_errors(void **state) {
+    (void)state;
+    struct { const char *type, *attr; int64_t v[2]; int n; const char *want; } cases[] = {
+        {"flatten_contiguous_range", "start_axis", {3}, 1, "do not name a range"},
+        {"flatten2", "axis", {4}, 1, "axis 4 is outside [0, 3]"},
+        {"squeeze2", "axes", {3}, 1, "axes[0] = 3 is out of range"},
+        {"unsqueeze2", "axes", {0, 5}, 2, "axes[1] = 5 is out of range for rank 4"},
+    };
+    pe_tensor *x = tu_tensor(PE_DTYPE_FP32, 3, (int64_t[]){2, 1, 3}, NULL);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pe_op *op;
+        pe_program *p = unary_prog(cases[i].type, x, false, &op);
+        if (!strcmp(cases[i].attr, "axes")) pe_op_set_ints(op, "axes", cases[i].v, cases[i].n);
+        else pe_op_set_int(op, cases[i].attr, cases[i].v[0]);
+        pe_tensor *out = pe_tensor_new();
+        assert_int_equal(run_nt(p, (pe_feed[]){{"x", x}}, 1, (const char *[]){"out"}, 1, &out, 0), PE_ERR_INVALID);
+        if (!strstr(pe_last_error(), cases[i].want)) fail_msg("case %zu: unexpected message: %s", i, pe_last_error());
+        pe_tensor_free(out);
+        pe_program_free(p);
+    }
+    pe_tensor_free(x);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reshape2),
@@ -446,6 +669,10 @@ int main(void) {
         cmocka_unit_test(test_fill_constant_dtypes),
         cmocka_unit_test(test_fill_constant_str_value),
         cmocka_unit_test(test_assign_value),
+        cmocka_unit_test(test_split),
+        cmocka_unit_test(test_slice),
+        cmocka_unit_test(test_flatten_squeeze_unsqueeze),
+        cmocka_unit_test(test_flatten_squeeze_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
