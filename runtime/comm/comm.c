@@ -3,8 +3,10 @@
  *     pe_comm *c = pe_comm_new_for_places(places, n, threads);
  *
  * All CPU places share one address space: the in-process backend
- * (runtime/comm/inproc.c). All CUDA places: NCCL (runtime/comm/nccl.cu),
- * one communicator per device, when PE was built with CUDA and NCCL.
+ * (runtime/comm/inproc.c). Two or more CUDA places: NCCL
+ * (runtime/comm/nccl.cu), one communicator per device, when PE was built
+ * with CUDA and NCCL. A single place of any kind: the in-process backend,
+ * whose collectives over one place are no-ops that never read the buffer.
  * Anything else (mixed kinds, a device twice, a device that is not
  * visible, a build without NCCL) gets NULL and a message naming the place
  * and the reason, so the executor fails at construction instead of at the
@@ -27,11 +29,13 @@ pe_comm *pe_comm_new_for_places(const pe_place *places, int n, int threads) {
                      pe_place_str(places[0], pb, sizeof pb), pe_place_str(places[i], qb, sizeof qb));
             return NULL;
         }
-    if (places[0].kind == PE_PLACE_CPU) return pe_comm_inproc_new(n, threads);
-    if (places[0].kind != PE_PLACE_CUDA) {
+    if (places[0].kind != PE_PLACE_CPU && places[0].kind != PE_PLACE_CUDA) {
         pe_error(PE_ERR_INVALID, "collectives on place kind %d: not a CPU or CUDA place", (int)places[0].kind);
         return NULL;
     }
+    /* One place moves no data (the in-process backend never touches the
+     * buffer then), so a single GPU needs neither NCCL nor a communicator. */
+    if (places[0].kind == PE_PLACE_CPU || n == 1) return pe_comm_inproc_new(n, threads);
 #ifdef PE_WITH_CUDA
     int visible = pe_cuda_device_count();
     int devices[PE_MAX_PLACES];

@@ -44,9 +44,10 @@ struct pe_comm {
  * caller (pe_comm_free). */
 pe_comm *pe_comm_inproc_new(int n_places, int threads);
 
-/* The backend for places[0..n) (runtime/comm/comm.c): all CPU -> in-process
- * (`threads` as above); all CUDA, distinct visible devices -> NCCL (CUDA
- * builds with NCCL; buffer i is device memory of places[i]). Otherwise NULL
+/* The backend for places[0..n) (runtime/comm/comm.c): all CPU, or a single
+ * place -> in-process (`threads` as above; with one place nothing is read or
+ * written); 2+ CUDA places, distinct visible devices -> NCCL (CUDA builds
+ * with NCCL; buffer i is device memory of places[i]). Otherwise NULL
  * and pe_last_error() says why. Owned by caller (pe_comm_free). */
 pe_comm *pe_comm_new_for_places(const pe_place *places, int n, int threads);
 

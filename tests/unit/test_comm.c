@@ -389,6 +389,23 @@ static void test_factory_cpu(void **state) {
     pe_comm_free(c);
 }
 
+/* One CUDA place needs no NCCL and no GPU to build the comm: its collectives
+ * move nothing and never read the buffer (here a pointer that is not even
+ * memory, as a device pointer would not be on the host). */
+static void test_factory_single_cuda_place(void **state) {
+    (void)state;
+    pe_place one[1] = {pe_place_cuda(0)};
+    pe_comm *c = pe_comm_new_for_places(one, 1, 4);
+    assert_non_null(c);
+    assert_int_equal(c->n_places, 1);
+    void *bufs[1] = {(void *)(uintptr_t)0x10};
+    assert_int_equal(pe_comm_allreduce(c, bufs, 1000, PE_DTYPE_FP32), PE_OK);
+    assert_int_equal(pe_comm_reduce(c, bufs, 1000, PE_DTYPE_INT64, 0), PE_OK);
+    assert_int_equal(pe_comm_broadcast(c, bufs, 1000, PE_DTYPE_FP64, 0), PE_OK);
+    assert_int_equal(pe_comm_reduce(c, bufs, 1000, PE_DTYPE_FP32, 1), PE_ERR_INVALID);
+    pe_comm_free(c);
+}
+
 static void test_factory_errors(void **state) {
     (void)state;
     pe_place mixed[2] = {pe_place_cpu(0), pe_place_cuda(0)};
@@ -658,6 +675,7 @@ int main(void) {
         cmocka_unit_test(test_inproc_errors),
         cmocka_unit_test(test_inproc_concurrent_collectives),
         cmocka_unit_test(test_factory_cpu),
+        cmocka_unit_test(test_factory_single_cuda_place),
         cmocka_unit_test(test_factory_errors),
         cmocka_unit_test(test_nccl_matches_cpu),
         cmocka_unit_test(test_nccl_concurrent),
