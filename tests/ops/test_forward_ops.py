@@ -471,6 +471,111 @@ for name, xs, axis in (("axis0", [f32(2, 5), f32(3, 5)], 0), ("axis1_three", [f3
     case("concat", name, {"X": xs}, {"axis": axis}, lambda t, a: {"Out": torch.cat(t["X"], a["axis"])})
 
 
+def ref_split(t, a):
+    x, ax = t["X"], a.get("axis", 0)
+    if a.get("num", 0) > 0:
+        return {"Out": list(torch.split(x, x.shape[ax] // a["num"], ax))}
+    s = list(a["sections"])
+    if -1 in s:
+        s[s.index(-1)] = x.shape[ax] - (sum(s) + 1)
+    return {"Out": list(torch.split(x, s, ax))}
+
+
+for name, xs, at in (("num3_axis1", f32(2, 6, 3), {"num": 3, "axis": 1}),
+                     ("sections_infer_neg_axis", f32(3, 2, 6), {"sections": [1, -1, 2], "axis": -1}),
+                     ("axis0_fp64", f64(4, 3), {"num": 2}), ("int64", i64(2, 5), {"sections": [2, 3], "axis": 1})):
+    case("split", name, {"X": xs}, at, ref_split)
+
+
+def ref_slice(t, a):
+    x = t["Input"]
+    idx = [slice(None)] * x.dim()
+    for ax, s, e in zip(a["axes"], a["starts"], a["ends"]):
+        idx[ax] = slice(s, e)  # python slices clamp as Paddle does
+    out = x[tuple(idx)]
+    dec = sorted((d % x.dim() for d in a.get("decrease_axis", [])), reverse=True)
+    for d in dec:
+        out = out.squeeze(d)
+    return {"Out": out}
+
+
+for name, xs, at in (("neg_and_clamped", f32(3, 4, 5), {"axes": [0, 2], "starts": [-2, 1], "ends": [100, -1]}),
+                     ("decrease_axis", f32(3, 4, 5), {"axes": [1], "starts": [2], "ends": [3], "decrease_axis": [1]}),
+                     ("start_below", f64(4, 6), {"axes": [-1], "starts": [-100], "ends": [4]}),
+                     ("int64_inner", i64(2, 3, 8), {"axes": [2], "starts": [3], "ends": [7]})):
+    case("slice", name, {"Input": xs}, at, ref_slice)
+
+for name, xs, at in (("mid", f32(2, 3, 4, 5), {"start_axis": 1, "stop_axis": 2}), ("default", f32(2, 3, 4), {}),
+                     ("all_fp64", f64(2, 3, 4), {"start_axis": 0, "stop_axis": -1})):
+    case("flatten_contiguous_range", name, {"X": xs}, at,
+         lambda t, a: {"Out": t["X"].flatten(a.get("start_axis", 1), a.get("stop_axis", -1))})
+
+for name, xs, ax in (("axis2", f32(2, 3, 4, 5), 2), ("axis0", f32(3, 4), 0), ("axis1_fp64", f64(3, 2, 2), 1)):
+    case("flatten2", name, {"X": xs}, {"axis": ax},
+         lambda t, a: {"Out": t["X"].reshape(int(np.prod(t["X"].shape[:a["axis"]])), -1)})
+
+
+def ref_squeeze(t, a):
+    x, axes = t["X"], a.get("axes", [])
+    keep = [d for i, d in enumerate(x.shape)
+            if not (d == 1 and (not axes or i in [ax % x.dim() for ax in axes]))]
+    return {"Out": x.reshape(keep or [1])}
+
+
+for name, xs, axes in (("all", f32(1, 3, 1, 4), []), ("neg_axis", f32(1, 3, 1, 4), [-2]),
+                       ("not_one_kept", f32(1, 3, 4), [0, 1]), ("fp64", f64(2, 1), [1])):
+    case("squeeze2", name, {"X": xs}, {"axes": axes}, ref_squeeze)
+
+
+def ref_unsqueeze(t, a):
+    x = t["X"]
+    for ax in a["axes"]:
+        x = x.unsqueeze(ax if ax >= 0 else ax + x.dim() + 1)
+    return {"Out": x}
+
+
+for name, xs, axes in (("three", f32(3, 4), [0, 2, -1]), ("repeat", f32(3, 4), [1, 1]), ("fp64", f64(5), [-1])):
+    case("unsqueeze2", name, {"X": xs}, {"axes": axes}, ref_unsqueeze)
+
+
+def ref_lookup(t, a):
+    w, ids = t["W"], t["Ids"].long()
+    pad = a.get("padding_idx", -1)
+    out = w[ids]
+    if pad != -1:
+        out = torch.where((ids == pad).unsqueeze(-1), torch.zeros_like(out), out)
+    return {"Out": out}
+
+
+for name, w, ids, at in (("padding", f32(10, 4), i64(3, 5, lo=0, hi=10), {"padding_idx": 3}),
+                         ("no_padding_1d", f32(6, 3), i64(7, lo=0, hi=6), {}),
+                         ("fp64_int32_ids", f64(5, 2), i32(2, 2, 2, lo=0, hi=5), {"padding_idx": 0})):
+    case("lookup_table_v2", name, {"W": w, "Ids": ids}, at, ref_lookup)
+case("lookup_table", "ids_n1", {"W": f32(8, 3), "Ids": i64(5, 1, lo=0, hi=8)}, {"padding_idx": 2},
+     lambda t, a: {"Out": ref_lookup({"W": t["W"], "Ids": t["Ids"][:, 0]}, a)["Out"]})
+
+
+def ref_layer_norm(t, a):
+    x, b = t["X"], a.get("begin_norm_axis", 1)
+    rows = x.reshape(int(np.prod(x.shape[:b])), -1)
+    mean, var = rows.mean(1), rows.var(1, unbiased=False)
+    y = (rows - mean[:, None]) / torch.sqrt(var[:, None] + a.get("epsilon", 1e-5))
+    if "Scale" in t:
+        y = y * t["Scale"].reshape(1, -1)
+    if "Bias" in t:
+        y = y + t["Bias"].reshape(1, -1)
+    return {"Y": y.reshape(x.shape), "Mean": mean, "Variance": var}
+
+
+for name, ins, at in (("axis1", {"X": f32(4, 6), "Scale": f32(6), "Bias": f32(6)}, {}),
+                      ("axis2", {"X": f32(2, 3, 4), "Scale": f32(4), "Bias": f32(4)}, {"begin_norm_axis": 2}),
+                      ("axis1_3d", {"X": f32(2, 3, 4), "Scale": f32(12), "Bias": f32(12)}, {"epsilon": 1e-3}),
+                      ("plain", {"X": f32(5, 7)}, {}), ("fp64_scale_only", {"X": f64(3, 8), "Scale": f64(8)}, {})):
+    case("layer_norm", name, ins, at, ref_layer_norm)
+case("layer_norm", "big", {"X": f32(256, 768), "Scale": f32(768), "Bias": f32(768)}, {}, ref_layer_norm,
+     threads=True)
+
+
 def ref_fill(t, a):
     dt = {v[1]: k for k, v in DTYPES.items()}[a.get("dtype", 0)]
     v = float(a["str_value"]) if a.get("str_value") else a.get("value", 0.0)
