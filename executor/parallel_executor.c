@@ -16,6 +16,7 @@
  * concatenate fetches along axis 0 in place order.
  */
 #include "pe/parallel_executor.h"
+#include "executor/mem_arena.h"
 #include "executor/scheduler.h"
 #include "ops/op.h"
 #include "passes/multi_device.h"
@@ -46,6 +47,7 @@ struct pe_parallel_executor {
     int64_t iter;
     int64_t rows[PE_MAX_PLACES];
     bool built;
+    pe_mem_arenas *arenas;  /* memory plan (memory_optimize / enable_inplace); NULL = off */
 };
 
 void pe_pe_options_default(pe_pe_options *o) {
@@ -88,6 +90,7 @@ static void release_ctxs(pe_parallel_executor *pe) {
 void pe_drop_local_exe_scopes(pe_parallel_executor *pe) {
     if (!pe) return;
     release_ctxs(pe);
+    pe_mem_arenas_release(pe->arenas);
     for (int p = 0; p < pe->n; p++) {
         pe_scope_free(pe->local[p]);
         pe->local[p] = NULL;
@@ -197,6 +200,7 @@ void pe_parallel_executor_free(pe_parallel_executor *pe) {
     if (!pe) return;
     pe_sched_free(pe->sched);
     pe_drop_local_exe_scopes(pe);
+    pe_mem_arenas_free(pe->arenas);
     free(pe->ctxs);
     for (int p = 0; p < pe->n; p++)
         if (pe->owns_place_scope[p]) pe_scope_free(pe->place_scope[p]);
@@ -209,8 +213,6 @@ static void warn_unimplemented(const pe_build_strategy *bs) {
     if (bs->fuse_elewise_add_act_ops) pe_log(PE_LOG_WARN, "BuildStrategy.fuse_elewise_add_act_ops is not implemented yet: ignored");
     if (bs->fuse_all_optimizer_ops) pe_log(PE_LOG_WARN, "BuildStrategy.fuse_all_optimizer_ops is not implemented yet: ignored");
     if (bs->fuse_all_reduce_ops) pe_log(PE_LOG_WARN, "BuildStrategy.fuse_all_reduce_ops is not implemented yet: ignored");
-    if (bs->enable_inplace) pe_log(PE_LOG_WARN, "BuildStrategy.enable_inplace is not implemented yet: ignored");
-    if (bs->memory_optimize) pe_log(PE_LOG_WARN, "BuildStrategy.memory_optimize is not implemented yet: ignored");
 }
 
 pe_status pe_parallel_executor_new(const pe_place *places, int n_places, const pe_program *main_program,
@@ -270,6 +272,10 @@ pe_status pe_parallel_executor_new(const pe_place *places, int n_places, const p
             pe_op *op = &pe->g->progs[p]->blocks[0].ops[pe->g->loss_grad_op];
             if (!pe_op_attr(op, "value") && (st = pe_op_set_float(op, "value", 1.0)) != PE_OK) goto fail;
         }
+    if ((o.build_strategy.memory_optimize || o.build_strategy.enable_inplace) &&
+        (st = pe_mem_arenas_new(pe->g, pe->places, o.build_strategy.memory_optimize, o.build_strategy.enable_inplace,
+                                &pe->arenas)) != PE_OK)
+        goto fail;
     pe->ctxs = calloc((size_t)(pe->g->n_h ? pe->g->n_h : 1), sizeof *pe->ctxs);
     if (!pe->ctxs) { st = pe_error(PE_ERR_NOMEM, "out of memory"); goto fail; }
     /* scopes and the broadcast of persistables from place 0 */
@@ -470,6 +476,17 @@ static void set_loss_scale(pe_parallel_executor *pe) {
     }
 }
 
+/* The memory plan of this run's feed shapes: fed and fetched names are
+ * never placed in the arenas (passes/memory_plan.c, executor/mem_arena.c). */
+static pe_status plan_memory(pe_parallel_executor *pe, const pe_feed *const *feeds, const int *n_feeds, int n_lists,
+                             const char *const *fetch, int n_fetch) {
+    if (!pe->arenas) return PE_OK;
+    for (int l = 0; l < n_lists; l++)
+        for (int i = 0; i < n_feeds[l]; i++) PE_CHECK(pe_mem_arenas_protect(pe->arenas, feeds[l][i].name));
+    for (int i = 0; i < n_fetch; i++) PE_CHECK(pe_mem_arenas_protect(pe->arenas, fetch[i]));
+    return pe_mem_arenas_prepare(pe->arenas, pe->local);
+}
+
 static pe_status run_graph(pe_parallel_executor *pe) {
     PE_CHECK(ensure_prepared(pe));
     set_loss_scale(pe);
@@ -498,6 +515,7 @@ pe_status pe_run(pe_parallel_executor *pe, const pe_feed *feed, int n_feed, cons
     PE_CHECK(check_fetch_names(pe, fetch, n_fetch));
     PE_CHECK(ensure_local(pe));
     PE_CHECK(feed_dict(pe, feed, n_feed));
+    PE_CHECK(plan_memory(pe, &feed, &n_feed, 1, fetch, n_fetch));
     PE_CHECK(run_graph(pe));
     return finish(pe, fetch, n_fetch, return_merged, fetch_out);
 }
@@ -521,6 +539,7 @@ pe_status pe_run_list(pe_parallel_executor *pe, const pe_feed *const *feeds, con
             if (i == 0 && f->tensor->ndim > 0) pe->rows[p] = f->tensor->dims[0];
         }
     }
+    PE_CHECK(plan_memory(pe, feeds, n_feeds, n_lists, fetch, n_fetch));
     PE_CHECK(run_graph(pe));
     return finish(pe, fetch, n_fetch, return_merged, fetch_out);
 }
