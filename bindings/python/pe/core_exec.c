@@ -157,7 +157,12 @@ static PyObject *executor_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
     self->ex = pe_executor_new(place);
     if (!self->ex) {
         Py_DECREF(self);
-        return raise_status(PE_ERR_UNSUPPORTED);
+#ifdef PE_WITH_CUDA
+        pe_status cuda_st = PE_ERR_INVALID; /* a device id out of range */
+#else
+        pe_status cuda_st = PE_ERR_UNSUPPORTED; /* built without CUDA */
+#endif
+        return raise_status(place.kind == PE_PLACE_CPU ? PE_ERR_NOMEM : cuda_st);
     }
     return (PyObject *)self;
 }
