@@ -67,14 +67,16 @@ typedef struct pe_mp_stats {
     int64_t no_reuse_bytes;  /* sum of the aligned sizes: every tensor its own bytes */
     int n_inplace;           /* tensors written in place of an input */
     int n_shared;            /* other tensors placed over a dead tensor's bytes */
+    bool by_size;            /* the greedy-by-size order gave the smaller arena */
 } pe_mp_stats;
 
 /* Places the tensors. reuse: a tensor may take bytes of tensors ordered
  * before it (best fit over the address-ordered, coalesced free gaps);
  * otherwise each gets fresh bytes at the end. inplace: a tensor may take
  * over its in-place input when the op writing it is that input's last
- * access. Tensors are placed in the topological order of their first
- * writers. */
+ * access. Two placement orders are tried — by first writer, and greedy by
+ * size (in-place chains as groups, largest first) — and the smaller arena
+ * is kept. */
 pe_status pe_mp_solve(const pe_mp_reach *r, pe_mp_tensor *t, int n, bool reuse, bool inplace, pe_mp_stats *st);
 
 /* ---- the graph front end ------------------------------------------------ */

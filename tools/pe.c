@@ -58,6 +58,28 @@ static const pe_tool_cmd k_cmds[] = {
      "in the format given by OUT's extension: .json for the JSON text form, .pe for\n"
      "the binary flatbuffer. The output is written atomically.",
      pe_cmd_convert},
+    {"plan", "pe plan PROGRAM --places cpu:N --batch B [--startup S.pe] [--fetch NAME]... [--no-inplace] "
+             "[--no-reuse] [--verbose]",
+     "print the static memory plan of a program: temporaries' bytes per place without and with reuse",
+     "Builds PROGRAM's multi-device graph over N CPU places, splits a batch of B rows\n"
+     "over them as the ParallelExecutor does (earlier places take the extra rows) for\n"
+     "every var read before any op writes it (axis 0 = -1), infers every temporary's\n"
+     "shape and runs the memory planner (BuildStrategy enable_inplace and\n"
+     "memory_optimize). Prints one line per place:\n"
+     "  place=<i> peak_bytes_no_reuse=<n> peak_bytes_reuse=<n>\n"
+     "the bytes of the non-persistable temporaries when each has its own buffer, and\n"
+     "the size of the place's arena with the plan (fed, fetched and persistable vars\n"
+     "are never in it).\n"
+     "\n"
+     "  --places cpu:N        N CPU places (cpu = cpu:1)\n"
+     "  --batch B             rows per step, split over the places\n"
+     "  --startup S.pe        run S first and take the persistables' shapes from it\n"
+     "                        (default: their declarations)\n"
+     "  --fetch NAME          NAME is fetched, so never reused (repeatable)\n"
+     "  --no-inplace          no output written over its dying input (enable_inplace off)\n"
+     "  --no-reuse            no bytes of dead temporaries reused (memory_optimize off)\n"
+     "  --verbose             also list every planned var: offset, bytes, in-place",
+     pe_cmd_plan},
 };
 static const int k_n_cmds = (int)(sizeof k_cmds / sizeof k_cmds[0]);
 

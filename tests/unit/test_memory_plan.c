@@ -232,7 +232,7 @@ static void test_random_dags(void **state) {
     (void)state;
     uint64_t s = 0x5EED1234ABCDull;
     int64_t total_arena = 0, total_sum = 0;
-    int n_inplace = 0, n_shared = 0;
+    int n_inplace = 0, n_shared = 0, n_by_size = 0, n_modes = 0;
     for (int trial = 0; trial < 60; trial++) {
         int n = 8 + rnd_int(&s, 60);
         dag d = make_dag(n, 2 + rnd_int(&s, 15), &s);
@@ -257,6 +257,10 @@ static void test_random_dags(void **state) {
             }
             if (!inplace)
                 for (int i = 0; i < ts.n; i++) assert_false(ts.t[i].inplaced);
+            if (reuse) {
+                n_by_size += st.by_size;
+                n_modes++;
+            }
             if (mode == 3) {
                 total_arena += st.arena_bytes;
                 total_sum += st.no_reuse_bytes;
@@ -269,8 +273,10 @@ static void test_random_dags(void **state) {
         dag_free(&d);
     }
     /* the tests above must have exercised both kinds of reuse */
-    print_message("random DAGs: arena %lld of %lld bytes, %d in place, %d shared\n", (long long)total_arena,
-                  (long long)total_sum, n_inplace, n_shared);
+    print_message("random DAGs: arena %lld of %lld bytes, %d in place, %d shared; greedy by size won %d of %d\n",
+                  (long long)total_arena, (long long)total_sum, n_inplace, n_shared, n_by_size, n_modes);
+    /* both placement orders were chosen somewhere */
+    assert_true(n_by_size > 0 && n_by_size < n_modes);
     assert_true(n_inplace > 20);
     assert_true(n_shared > 20);
     assert_true(total_arena < total_sum);
