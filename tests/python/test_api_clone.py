@@ -112,3 +112,19 @@ def test_random_seed_round_trip():
     assert p.random_seed == 1234
     assert p.clone().random_seed == 1234
     assert p._core_program().random_seed == 1234
+
+
+def test_nonfinite_attrs_survive_c_passes():
+    """inf / nan attr values go through the engine's JSON and back (append_backward, clone)."""
+    main, startup = pe.static.Program(), pe.static.Program()
+    with pe.static.program_guard(main, startup), unique_name.guard():
+        x = pe.static.data("x", [None, 2], "float32")
+        lo, nan = pe.full([1], float("-inf")), pe.full([1], float("nan"))
+        pe.static.append_backward(pe.mean(pe.static.nn.fc(x, 2)))
+    vals = [op.attr("value") for op in main.clone(for_test=True).global_block().ops if op.type == "fill_constant"]
+    assert vals[0] == float("-inf") and np.isnan(vals[1])
+    exe = pe.static.Executor()
+    scope = pe.static.Scope()
+    exe.run(startup, scope=scope)
+    got_lo, got_nan = exe.run(main, feed={"x": np.ones((1, 2), np.float32)}, fetch_list=[lo, nan], scope=scope)
+    assert got_lo[0] == -np.inf and np.isnan(got_nan[0])

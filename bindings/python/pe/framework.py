@@ -256,6 +256,34 @@ def _attr_from_json(a):
     return t, v
 
 
+def _json_nonfinite(text):
+    """The engine's JSON writes non-finite floats as inf / -inf / nan (which its
+    parser reads back); Python's json wants Infinity / NaN. Rewrites those
+    tokens outside strings."""
+    out, i, n, in_str = [], 0, len(text), False
+    while i < n:
+        c = text[i]
+        if in_str:
+            out.append(c)
+            if c == "\\":
+                out.append(text[i + 1])
+                i += 1
+            elif c == '"':
+                in_str = False
+        elif c == '"':
+            in_str = True
+            out.append(c)
+        elif text.startswith("inf", i) or text.startswith("nan", i):
+            if text[i] == "n" and out and out[-1] == "-":
+                out.pop()  # -nan is still NaN
+            out.append("Infinity" if text[i] == "i" else "NaN")
+            i += 2
+        else:
+            out.append(c)
+        i += 1
+    return "".join(out)
+
+
 # ---- Variable ------------------------------------------------------------------
 
 def _norm_shape(shape):
@@ -803,7 +831,7 @@ class Program:
     def _load_json(self, text):
         """Replaces the content with a JSON program, keeping the Variable
         objects of vars that persist (by name)."""
-        d = json.loads(text)
+        d = json.loads(_json_nonfinite(text) if ("inf" in text or "nan" in text) else text)
         self._seed = int(d.get("random_seed", 0))
         blocks = []
         for i, bd in enumerate(d.get("blocks", [])):
