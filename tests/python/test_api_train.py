@@ -219,3 +219,71 @@ def test_append_backward_and_gradients():
     gx, = exe.run(main2, feed={"x": xv}, fetch_list=[dx], scope=scope2)
     w2 = np.array(scope2.find_var("fc_0.w_0").get_tensor())
     np.testing.assert_allclose(gx, np.tile(w2.sum(1), (4, 1)), rtol=1e-5, atol=1e-6)
+
+
+def build_cnn(bn):
+    main, startup = pe.static.Program(), pe.static.Program()
+    with pe.static.program_guard(main, startup), unique_name.guard():
+        img = pe.static.data("img", [None, 1, 12, 12], "float32")
+        y = pe.static.data("y", [None, 1], "int64")
+        h = pe.static.nn.conv2d(img, 4, 3, padding=1, act=None if bn else "relu", bias_attr=False if bn else None)
+        if bn:
+            h = pe.static.nn.batch_norm(h, act="relu")
+        h = pe.nn.functional.max_pool2d(h, 2, 2)
+        h = pe.static.nn.conv2d(h, 8, 3, padding=1, act="relu")
+        h = pe.flatten(pe.nn.functional.avg_pool2d(h, 2), 1)
+        loss = pe.nn.functional.cross_entropy(pe.static.nn.fc(h, 2), y)
+        pe.optimizer.Adam(learning_rate=0.01).minimize(loss)
+    return main, startup, loss
+
+
+def cnn_data():
+    rng = np.random.RandomState(4)
+    x = rng.randn(32, 1, 12, 12).astype(np.float32)
+    y = (x[:, 0, :6].mean((1, 2)) > x[:, 0, 6:].mean((1, 2))).astype(np.int64)[:, None]
+    return x, y
+
+
+CNN_PARAMS = ["conv2d_0.w_0", "conv2d_0.b_0", "conv2d_1.w_0", "conv2d_1.b_0", "fc_0.w_0", "fc_0.b_0"]
+
+
+@pytest.mark.parametrize("places", ["1", "2"])
+def test_cnn_matches_pytorch(places, monkeypatch):
+    """A small CNN (conv, max/avg pool, flatten, fc; Adam) on 1 and 2 places ends where torch ends."""
+    monkeypatch.setenv("CPU_NUM", places)
+    x, y = cnn_data()
+    main, startup, loss = build_cnn(bn=False)
+    scope = pe.static.Scope()
+    pe.static.Executor().run(startup, scope=scope)
+    init = {n: np.array(scope.find_var(n).get_tensor()) for n in CNN_PARAMS}
+    pexe = pe.static.ParallelExecutor(False, loss_name=loss.name, main_program=main, scope=scope)
+    losses = [float(np.mean(pexe.run([loss], feed={"img": x, "y": y})[0])) for _ in range(5)]
+    p = {n: torch.tensor(v, dtype=torch.float64, requires_grad=True) for n, v in init.items()}
+    o = torch.optim.Adam([p[n] for n in CNN_PARAMS], lr=0.01)
+    X, Y = torch.tensor(x, dtype=torch.float64), torch.tensor(y[:, 0])
+    for _ in range(5):
+        h = torch.relu(torch.nn.functional.conv2d(X, p["conv2d_0.w_0"], p["conv2d_0.b_0"], padding=1))
+        h = torch.nn.functional.max_pool2d(h, 2, 2)
+        h = torch.relu(torch.nn.functional.conv2d(h, p["conv2d_1.w_0"], p["conv2d_1.b_0"], padding=1))
+        h = torch.nn.functional.avg_pool2d(h, 2).reshape(32, -1)
+        tl = torch.nn.functional.cross_entropy(h @ p["fc_0.w_0"] + p["fc_0.b_0"], Y)
+        o.zero_grad()
+        tl.backward()
+        o.step()
+    for n in CNN_PARAMS:
+        np.testing.assert_allclose(np.array(scope.find_var(n).get_tensor()), p[n].detach().numpy(), rtol=1e-3,
+                                   atol=1e-5, err_msg=n)
+    assert losses[-1] < losses[0]
+
+
+def test_cnn_with_batch_norm_trains(monkeypatch):
+    monkeypatch.setenv("CPU_NUM", "2")
+    x, y = cnn_data()
+    main, startup, loss = build_cnn(bn=True)
+    scope = pe.static.Scope()
+    pe.static.Executor().run(startup, scope=scope)
+    pexe = pe.static.ParallelExecutor(False, loss_name=loss.name, main_program=main, scope=scope)
+    losses = [float(np.mean(pexe.run([loss], feed={"img": x, "y": y})[0])) for _ in range(25)]
+    assert losses[-1] < 0.6 * losses[0], losses
+    mean = np.array(scope.find_var("batch_norm_0.w_1").get_tensor())
+    assert np.abs(mean).max() > 0  # running statistics were updated
