@@ -20,6 +20,7 @@
 #include "executor/scheduler.h"
 #include "ops/op.h"
 #include "passes/multi_device.h"
+#include "passes/pass_manager.h"
 #include "runtime/comm/comm.h"
 #include "runtime/internal.h"
 
@@ -47,6 +48,8 @@ struct pe_parallel_executor {
     int64_t iter;
     int64_t rows[PE_MAX_PLACES];
     bool built;
+    char **protect;         /* fetched vars the fusion passes keep (grows on demand) */
+    int n_protect;
     pe_mem_arenas *arenas;  /* memory plan (memory_optimize / enable_inplace); NULL = off */
 };
 
@@ -202,6 +205,8 @@ void pe_parallel_executor_free(pe_parallel_executor *pe) {
     pe_drop_local_exe_scopes(pe);
     pe_mem_arenas_free(pe->arenas);
     free(pe->ctxs);
+    for (int i = 0; i < pe->n_protect; i++) free(pe->protect[i]);
+    free(pe->protect);
     for (int p = 0; p < pe->n; p++)
         if (pe->owns_place_scope[p]) pe_scope_free(pe->place_scope[p]);
     pe_comm_free(pe->comm);
@@ -210,9 +215,32 @@ void pe_parallel_executor_free(pe_parallel_executor *pe) {
 }
 
 static void warn_unimplemented(const pe_build_strategy *bs) {
-    if (bs->fuse_elewise_add_act_ops) pe_log(PE_LOG_WARN, "BuildStrategy.fuse_elewise_add_act_ops is not implemented yet: ignored");
-    if (bs->fuse_all_optimizer_ops) pe_log(PE_LOG_WARN, "BuildStrategy.fuse_all_optimizer_ops is not implemented yet: ignored");
     if (bs->fuse_all_reduce_ops) pe_log(PE_LOG_WARN, "BuildStrategy.fuse_all_reduce_ops is not implemented yet: ignored");
+}
+
+/* The graph to run: the build passes (passes/pass_manager.c: fusion, then
+ * the multi-device pass, ...) on a copy of the main program, keeping the
+ * vars in pe->protect; DOT dumps when debug_graphviz_path is set
+ * (<path>.<nn>_<pass>.dot per pass, the final SSA graph at <path>). */
+static pe_status build_graph(const pe_parallel_executor *pe, pe_ssa_graph **out) {
+    const char *path = pe->opt.build_strategy.debug_graphviz_path;
+    char prefix[4096];
+    if (path && snprintf(prefix, sizeof prefix, "%s.", path) >= (int)sizeof prefix)
+        return pe_error(PE_ERR_INVALID, "debug_graphviz_path '%s' is too long", path);
+    pe_pass_opts po = {.n_places = pe->n, .loss_name = pe->opt.loss_name, .bs = &pe->opt.build_strategy,
+                       .protect = (const char *const *)pe->protect, .n_protect = pe->n_protect,
+                       .dump_prefix = path ? prefix : NULL, .final_dot = path};
+    return pe_pass_manager_run(pe->prog, &po, out, NULL);
+}
+
+/* The loss-gradient seed gets a "value" attr (set per run by set_loss_scale). */
+static pe_status init_loss_grad(pe_parallel_executor *pe) {
+    if (pe->g->loss_grad_op < 0) return PE_OK;
+    for (int p = 0; p < pe->n; p++) {
+        pe_op *op = &pe->g->progs[p]->blocks[0].ops[pe->g->loss_grad_op];
+        if (!pe_op_attr(op, "value")) PE_CHECK(pe_op_set_float(op, "value", 1.0));
+    }
+    return PE_OK;
 }
 
 pe_status pe_parallel_executor_new(const pe_place *places, int n_places, const pe_program *main_program,
@@ -262,16 +290,8 @@ pe_status pe_parallel_executor_new(const pe_place *places, int n_places, const p
     pe->opt = o;
     pe->global = scope;
     warn_unimplemented(&o.build_strategy);
-    pe_status st = pe_multi_device_build(main_program, n_places, o.loss_name, &o.build_strategy, &pe->g);
-    if (st != PE_OK) goto fail;
-    if (o.build_strategy.debug_graphviz_path &&
-        (st = pe_ssa_graph_write_dot(pe->g, o.build_strategy.debug_graphviz_path)) != PE_OK)
-        goto fail;
-    if (pe->g->loss_grad_op >= 0)
-        for (int p = 0; p < n_places; p++) {
-            pe_op *op = &pe->g->progs[p]->blocks[0].ops[pe->g->loss_grad_op];
-            if (!pe_op_attr(op, "value") && (st = pe_op_set_float(op, "value", 1.0)) != PE_OK) goto fail;
-        }
+    pe_status st = build_graph(pe, &pe->g);
+    if (st != PE_OK || (st = init_loss_grad(pe)) != PE_OK) goto fail;
     if ((o.build_strategy.memory_optimize || o.build_strategy.enable_inplace) &&
         (st = pe_mem_arenas_new(pe->g, pe->places, o.build_strategy.memory_optimize, o.build_strategy.enable_inplace,
                                 &pe->arenas)) != PE_OK)
@@ -458,6 +478,44 @@ static pe_status fetch_one(pe_parallel_executor *pe, const char *name, bool merg
 
 /* ---- run ------------------------------------------------------------- */
 
+/* A fetch of a var that a fusion pass removed (it is in the main program
+ * but not in the graph): rebuild the graph with the var kept, once per such
+ * name. Local scopes are dropped (they hold the old graph's temporaries). */
+static pe_status ensure_fetchable(pe_parallel_executor *pe, const char *const *fetch, int n_fetch) {
+    bool rebuild = false;
+    for (int i = 0; i < n_fetch; i++) {
+        if (pe_block_find_var(&pe->g->progs[0]->blocks[0], fetch[i])) continue;
+        char **np = realloc(pe->protect, sizeof *np * (size_t)(pe->n_protect + 1));
+        if (!np) return pe_error(PE_ERR_NOMEM, "out of memory");
+        pe->protect = np;
+        if (!(np[pe->n_protect] = strdup(fetch[i]))) return pe_error(PE_ERR_NOMEM, "out of memory");
+        pe->n_protect++;
+        pe_log(PE_LOG_INFO, "fetch '%s' was removed by a fusion pass: rebuilding the graph with it kept", fetch[i]);
+        rebuild = true;
+    }
+    if (!rebuild) return PE_OK;
+    pe_ssa_graph *g;
+    PE_CHECK(build_graph(pe, &g));
+    pe_op_ctx *ctxs = calloc((size_t)(g->n_h ? g->n_h : 1), sizeof *ctxs);
+    if (!ctxs) {
+        pe_ssa_graph_free(g);
+        return pe_error(PE_ERR_NOMEM, "out of memory");
+    }
+    /* everything derived from the old graph (as in the constructor) */
+    pe_drop_local_exe_scopes(pe);
+    free(pe->ctxs);
+    pe->ctxs = ctxs;
+    pe_ssa_graph_free(pe->g);
+    pe->g = g;
+    if (pe->arenas) { /* the memory plan borrows the graph: plan the new one */
+        pe_mem_arenas_free(pe->arenas);
+        pe->arenas = NULL;
+        PE_CHECK(pe_mem_arenas_new(pe->g, pe->places, pe->opt.build_strategy.memory_optimize,
+                                   pe->opt.build_strategy.enable_inplace, &pe->arenas));
+    }
+    return init_loss_grad(pe);
+}
+
 static void set_loss_scale(pe_parallel_executor *pe) {
     if (pe->g->loss_grad_op < 0) return;
     int64_t total = 0;
@@ -513,6 +571,7 @@ pe_status pe_run(pe_parallel_executor *pe, const pe_feed *feed, int n_feed, cons
                  bool return_merged, pe_tensor **fetch_out) {
     if (!pe) return pe_error(PE_ERR_INVALID, "pe_run: NULL executor");
     PE_CHECK(check_fetch_names(pe, fetch, n_fetch));
+    PE_CHECK(ensure_fetchable(pe, fetch, n_fetch));
     PE_CHECK(ensure_local(pe));
     PE_CHECK(feed_dict(pe, feed, n_feed));
     PE_CHECK(plan_memory(pe, &feed, &n_feed, 1, fetch, n_fetch));
@@ -527,6 +586,7 @@ pe_status pe_run_list(pe_parallel_executor *pe, const pe_feed *const *feeds, con
         return pe_error(PE_ERR_INVALID, "list feed has %d entries but the executor has %d places: give one dict per place",
                         n_lists, pe->n);
     PE_CHECK(check_fetch_names(pe, fetch, n_fetch));
+    PE_CHECK(ensure_fetchable(pe, fetch, n_fetch));
     PE_CHECK(ensure_local(pe));
     for (int p = 0; p < pe->n; p++) {
         pe->rows[p] = 1;

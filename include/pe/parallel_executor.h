@@ -56,6 +56,7 @@ typedef struct pe_exec_strategy {
 typedef struct pe_build_strategy {
     pe_reduce_strategy reduce_strategy;
     pe_grad_scale gradient_scale_strategy;
+    bool fuse_gemm_epilogue;          /* mul + bias add [+ act] (+ their grads) -> fc / fc_grad */
     bool fuse_elewise_add_act_ops;
     bool fuse_all_optimizer_ops;
     bool fuse_all_reduce_ops;

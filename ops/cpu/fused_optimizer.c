@@ -1,0 +1,179 @@
+/* ops/cpu/fused_optimizer.c — CPU kernels of merged_sgd, merged_momentum
+ * and merged_adam: n parameters updated in one op call (shape inference in
+ * ops/fused.c; emitted by passes/fuse_optimizer.c).
+ *
+ * How: the parameters are laid end to end in one virtual index space of
+ * T = sum of their sizes (nothing is copied: they stay separate tensors).
+ * When T is large, one OpenMP region splits [0, T) into equal contiguous
+ * ranges, one per thread, and each thread runs the single-op element loop
+ * (`omp simd`) on every piece of a parameter its range covers; small
+ * updates stay on the calling thread. Per parameter this is the arithmetic
+ * of ops/cpu/optimizer.c exactly — the per-step scalars computed in double
+ * and rounded to the param dtype, every input of element i read before
+ * element i is written (outputs alias inputs) — so the results are bitwise
+ * those of the single ops, for any thread count. What is saved: n-1 kernel
+ * launches and n-1 parallel regions per step, and no thread idles on a
+ * small parameter.
+ *
+ * merged_adam: each parameter's Beta1Pow / Beta2Pow are read (for its
+ * lr_t and epsilon term) before any element is touched and advanced after
+ * all elements are done, as the single adam op does. The pass never merges
+ * adam ops that share a pow accumulator (that would need the sequential
+ * order), and infer checks every pow is a scalar.
+ */
+#include "ops/op.h"
+
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#define OPT_PAR_MIN 32768 /* as ops/cpu/optimizer.c */
+
+static double get_scalar(const pe_tensor *t) {
+    const void *d = pe_tensor_data(t);
+    return t->dtype == PE_DTYPE_FP32 ? (double)*(const float *)d : *(const double *)d;
+}
+
+static void set_scalar(pe_tensor *t, double v) {
+    void *d = pe_tensor_data(t);
+    if (t->dtype == PE_DTYPE_FP32) *(float *)d = (float)v;
+    else *(double *)d = v;
+}
+
+static double lr_of(const pe_op_ctx *ctx, int k) {
+    return get_scalar(pe_ctx_in_at(ctx, "LearningRate", pe_ctx_n_in(ctx, "LearningRate") > 1 ? k : 0));
+}
+
+/* Runs body(k, begin, end) for every piece [begin, end) of parameter k that
+ * falls in the calling thread's share of the virtual index space. */
+typedef void (*piece_fn)(const pe_op_ctx *ctx, int k, int64_t b, int64_t e, const void *arg);
+
+static void for_pieces(const pe_op_ctx *ctx, piece_fn f, const void *arg) {
+    const int n = pe_ctx_n_in(ctx, "Param");
+    int64_t total = 0;
+    for (int k = 0; k < n; k++) total += pe_tensor_numel(pe_ctx_in_at(ctx, "Param", k));
+    const int nt = ctx->num_threads > 0 ? ctx->num_threads : 1;
+    if (total < OPT_PAR_MIN || nt == 1) {
+        for (int k = 0; k < n; k++) f(ctx, k, 0, pe_tensor_numel(pe_ctx_in_at(ctx, "Param", k)), arg);
+        return;
+    }
+    #pragma omp parallel num_threads(nt)
+    {
+        const int t = omp_get_thread_num(), tn = omp_get_num_threads();
+        const int64_t lo = total * t / tn, hi = total * (t + 1) / tn;
+        int64_t base = 0;
+        for (int k = 0; k < n && base < hi; k++) {
+            const int64_t len = pe_tensor_numel(pe_ctx_in_at(ctx, "Param", k));
+            const int64_t b = lo > base ? lo - base : 0, e = hi < base + len ? hi - base : len;
+            if (b < e) f(ctx, k, b, e, arg);
+            base += len;
+        }
+    }
+}
+
+#define DATA(slot, k) pe_tensor_data(pe_ctx_in_at(ctx, slot, k))
+#define ODATA(slot, k) pe_tensor_data(pe_ctx_out_at(ctx, slot, k))
+
+/* ---- merged_sgd: p_k -= lr_k g_k ------------------------------------------ */
+
+#define SGD_PIECE(NAME, T)                                                             \
+    static void NAME(const pe_op_ctx *ctx, int k, int64_t b, int64_t e, const void *arg) { \
+        (void)arg;                                                                     \
+        const T lr = (T)lr_of(ctx, k);                                                 \
+        const T *p = DATA("Param", k), *g = DATA("Grad", k);                           \
+        T *po = ODATA("ParamOut", k);                                                  \
+        _Pragma("omp simd")                                                            \
+        for (int64_t i = b; i < e; i++) po[i] = p[i] - lr * g[i];                      \
+    }
+SGD_PIECE(sgd_piece_f32, float)
+SGD_PIECE(sgd_piece_f64, double)
+
+pe_status pe_cpu_merged_sgd(const pe_op_ctx *ctx) {
+    for_pieces(ctx, pe_ctx_in(ctx, "Param")->dtype == PE_DTYPE_FP32 ? sgd_piece_f32 : sgd_piece_f64, NULL);
+    return PE_OK;
+}
+
+/* ---- merged_momentum: v = mu v + g; p -= lr (g + mu v) | lr v -------------- */
+
+typedef struct {
+    double mu;
+    bool nesterov;
+} mom_arg;
+
+#define MOM_PIECE(NAME, T)                                                                           \
+    static void NAME(const pe_op_ctx *ctx, int k, int64_t b, int64_t e, const void *arg) {           \
+        const mom_arg *a = arg;                                                                      \
+        const T lr = (T)lr_of(ctx, k), mu = (T)a->mu;                                                \
+        const T *p = DATA("Param", k), *g = DATA("Grad", k), *v = DATA("Velocity", k);               \
+        T *po = ODATA("ParamOut", k), *vo = ODATA("VelocityOut", k);                                 \
+        if (a->nesterov) {                                                                           \
+            _Pragma("omp simd")                                                                      \
+            for (int64_t i = b; i < e; i++) {                                                        \
+                const T gi = g[i]; const T pi = p[i]; const T vi = v[i] * mu + gi;                   \
+                vo[i] = vi; po[i] = pi - (gi + vi * mu) * lr;                                        \
+            }                                                                                        \
+        } else {                                                                                     \
+            _Pragma("omp simd")                                                                      \
+            for (int64_t i = b; i < e; i++) {                                                        \
+                const T gi = g[i]; const T pi = p[i]; const T vi = v[i] * mu + gi;                   \
+                vo[i] = vi; po[i] = pi - lr * vi;                                                    \
+            }                                                                                        \
+        }                                                                                            \
+    }
+MOM_PIECE(mom_piece_f32, float)
+MOM_PIECE(mom_piece_f64, double)
+
+pe_status pe_cpu_merged_momentum(const pe_op_ctx *ctx) {
+    mom_arg a = {pe_ctx_float(ctx, "mu"), pe_ctx_bool(ctx, "use_nesterov")};
+    for_pieces(ctx, pe_ctx_in(ctx, "Param")->dtype == PE_DTYPE_FP32 ? mom_piece_f32 : mom_piece_f64, &a);
+    return PE_OK;
+}
+
+/* ---- merged_adam ------------------------------------------------------------ */
+
+typedef struct {
+    double b1, b2, eps;
+} adam_arg;
+
+#define ADAM_PIECE(NAME, T, SQRT)                                                                    \
+    static void NAME(const pe_op_ctx *ctx, int k, int64_t b, int64_t e, const void *arg) {           \
+        const adam_arg *a = arg;                                                                     \
+        const double lr = lr_of(ctx, k);                                                             \
+        const double b1p = get_scalar(pe_ctx_in_at(ctx, "Beta1Pow", k));                            \
+        const double b2p = get_scalar(pe_ctx_in_at(ctx, "Beta2Pow", k));                             \
+        const T lr_t = (T)(lr * sqrt(1.0 - b2p) / (1.0 - b1p)), eps_t = (T)(a->eps * sqrt(1.0 - b2p)); \
+        const T b1 = (T)a->b1, b2 = (T)a->b2, c1 = (T)(1.0 - a->b1), c2 = (T)(1.0 - a->b2);          \
+        const T *p = DATA("Param", k), *g = DATA("Grad", k);                                         \
+        const T *m1 = DATA("Moment1", k), *m2 = DATA("Moment2", k);                                  \
+        T *po = ODATA("ParamOut", k), *m1o = ODATA("Moment1Out", k), *m2o = ODATA("Moment2Out", k);  \
+        _Pragma("omp simd")                                                                          \
+        for (int64_t i = b; i < e; i++) {                                                            \
+            const T gi = g[i]; const T pi = p[i];                                                    \
+            const T x = b1 * m1[i] + c1 * gi; const T y = b2 * m2[i] + c2 * gi * gi;                 \
+            m1o[i] = x; m2o[i] = y; po[i] = pi - lr_t * (x / (SQRT(y) + eps_t));                     \
+        }                                                                                            \
+    }
+ADAM_PIECE(adam_piece_f32, float, sqrtf)
+ADAM_PIECE(adam_piece_f64, double, sqrt)
+
+pe_status pe_cpu_merged_adam(const pe_op_ctx *ctx) {
+    adam_arg a = {pe_ctx_float(ctx, "beta1"), pe_ctx_float(ctx, "beta2"), pe_ctx_float(ctx, "epsilon")};
+    const int n = pe_ctx_n_in(ctx, "Param");
+    for (int k = 0; k < n; k++) {
+        double b1p = get_scalar(pe_ctx_in_at(ctx, "Beta1Pow", k)), b2p = get_scalar(pe_ctx_in_at(ctx, "Beta2Pow", k));
+        if (!(b1p < 1.0) || !(b2p < 1.0) || !(b1p >= 0.0) || !(b2p >= 0.0))
+            return pe_ctx_error(ctx, PE_ERR_INVALID,
+                                "Beta1Pow[%d] '%s' = %g, Beta2Pow[%d] '%s' = %g; they must be in [0, 1) (the startup "
+                                "program initializes them to beta1 and beta2)",
+                                k, pe_ctx_in_name(ctx, "Beta1Pow", k), b1p, k, pe_ctx_in_name(ctx, "Beta2Pow", k), b2p);
+    }
+    for_pieces(ctx, pe_ctx_in(ctx, "Param")->dtype == PE_DTYPE_FP32 ? adam_piece_f32 : adam_piece_f64, &a);
+    /* every pow read above and in the pieces before this point: advance them */
+    const bool out1 = pe_ctx_n_out(ctx, "Beta1PowOut") > 0, out2 = pe_ctx_n_out(ctx, "Beta2PowOut") > 0;
+    for (int k = 0; k < n; k++) {
+        double b1p = get_scalar(pe_ctx_in_at(ctx, "Beta1Pow", k)), b2p = get_scalar(pe_ctx_in_at(ctx, "Beta2Pow", k));
+        if (out1) set_scalar(pe_ctx_out_at(ctx, "Beta1PowOut", k), b1p * a.b1);
+        if (out2) set_scalar(pe_ctx_out_at(ctx, "Beta2PowOut", k), b2p * a.b2);
+    }
+    return PE_OK;
+}

@@ -1,0 +1,133 @@
+/* passes/pass_manager.c — runs the build passes in the order BuildStrategy
+ * implies (contract in passes/pass_manager.h).
+ *
+ * How: the program-level passes live in one table, in order, each with the
+ * switch that turns it on; they edit a clone of the caller's program. Then
+ * the multi-device pass turns that program into the SSA graph the executor
+ * runs; SSA-graph passes follow it. Each step can be dumped as DOT so a user
+ * (debug_graphviz_path, `pe graph --dump-dir`) sees what every pass did.
+ *
+ * Why a table: the order is the contract (fusion first, on one program,
+ * where patterns are easy to see; then replication over places; then the
+ * passes that need the per-place schedule), and a new pass is one row.
+ */
+#include "passes/pass_manager.h"
+#include "graph/program_dot.h"
+#include "passes/fuse.h"
+#include "passes/multi_device.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef pe_status (*program_pass_fn)(pe_program *p, const pe_fuse_opts *o, int *n_fused);
+
+typedef struct {
+    const char *name;
+    size_t flag;            /* offsetof the bool switch in pe_build_strategy */
+    program_pass_fn fn;
+} program_pass;
+
+/* Program-level passes, in order. fc first: it consumes mul + add + act
+ * patterns that fuse_elewise_add_act_ops would otherwise take half of. */
+static const program_pass k_program_passes[] = {
+    {"fuse_gemm_epilogue", offsetof(pe_build_strategy, fuse_gemm_epilogue), pe_fuse_fc},
+    {"fuse_elewise_add_act_ops", offsetof(pe_build_strategy, fuse_elewise_add_act_ops), pe_fuse_elewise_add_act},
+    {"fuse_all_optimizer_ops", offsetof(pe_build_strategy, fuse_all_optimizer_ops), pe_fuse_all_optimizer_ops},
+};
+
+static bool switch_on(const pe_build_strategy *bs, size_t off) { return bs && *(const bool *)((const char *)bs + off); }
+
+/* "<prefix><nn>_<name>.dot" */
+static pe_status dump_path(const pe_pass_opts *o, int nn, const char *name, char *buf, size_t n) {
+    int r = snprintf(buf, n, "%s%02d_%s.dot", o->dump_prefix, nn, name);
+    if (r < 0 || (size_t)r >= n)
+        return pe_error(PE_ERR_INVALID, "debug graphviz path '%s' is too long", o->dump_prefix);
+    return PE_OK;
+}
+
+static pe_status dump_program(const pe_pass_opts *o, int nn, const char *name, const pe_program *p) {
+    if (!o->dump_prefix) return PE_OK;
+    char path[4096], title[256];
+    PE_CHECK(dump_path(o, nn, name, path, sizeof path));
+    snprintf(title, sizeof title, "%s %s: %d ops", nn ? "after" : "program", name, p->blocks[0].n_ops);
+    return pe_program_write_dot(p, path, title);
+}
+
+static pe_status dump_graph(const pe_pass_opts *o, int nn, const char *name, const pe_ssa_graph *g) {
+    if (!o->dump_prefix) return PE_OK;
+    char path[4096];
+    PE_CHECK(dump_path(o, nn, name, path, sizeof path));
+    return pe_ssa_graph_write_dot(g, path);
+}
+
+static void record(pe_pass_result *res, const char *name, int before, int after, int n_fused, bool skipped) {
+    if (!res || res->n >= PE_MAX_PASSES) return;
+    res->s[res->n++] = (pe_pass_stat){name, before, after, n_fused, skipped};
+}
+
+pe_status pe_pass_manager_run(const pe_program *prog, const pe_pass_opts *o, pe_ssa_graph **out,
+                              pe_pass_result *res) {
+    *out = NULL;
+    if (res) memset(res, 0, sizeof *res);
+    if (!prog || prog->n_blocks < 1) return pe_error(PE_ERR_INVALID, "pass manager: no program");
+    pe_build_strategy none;
+    memset(&none, 0, sizeof none);
+    const pe_build_strategy *bs = o->bs ? o->bs : &none;
+
+    pe_strmap protect = {0};
+    pe_program *p = pe_program_clone(prog);
+    pe_status st = p ? PE_OK : pe_error(PE_ERR_NOMEM, "pass manager: out of memory copying the program");
+    for (int i = 0; i < o->n_protect && st == PE_OK; i++)
+        if (o->protect[i] && pe_strmap_put(&protect, o->protect[i], 1) != 0) st = pe_error(PE_ERR_NOMEM, "out of memory");
+    if (st == PE_OK && o->loss_name && pe_strmap_put(&protect, o->loss_name, 1) != 0)
+        st = pe_error(PE_ERR_NOMEM, "out of memory");
+    pe_fuse_opts fo = {.protect = &protect};
+    int nn = 0;
+    if (st == PE_OK) st = dump_program(o, nn++, "input", p);
+
+    /* ---- program-level passes ---- */
+    for (size_t k = 0; k < sizeof k_program_passes / sizeof k_program_passes[0] && st == PE_OK; k++) {
+        const program_pass *pp = &k_program_passes[k];
+        if (!switch_on(bs, pp->flag)) continue;
+        int before = p->blocks[0].n_ops, n_fused = 0;
+        if (pp->fn == pe_fuse_all_optimizer_ops && bs->reduce_strategy == PE_REDUCE_REDUCE && o->n_places > 1) {
+            /* the reduce strategy runs each parameter's optimizer on its owner place only */
+            pe_log(PE_LOG_WARN, "BuildStrategy.fuse_all_optimizer_ops works with reduce_strategy all_reduce only "
+                   "(reduce runs each optimizer op on the parameter's owner place): not applied");
+            record(res, pp->name, before, before, 0, true);
+            continue;
+        }
+        st = pp->fn(p, &fo, &n_fused);
+        if (st != PE_OK) break;
+        pe_log(PE_LOG_INFO, "pass %s: %d fused, %d -> %d ops", pp->name, n_fused, before, p->blocks[0].n_ops);
+        record(res, pp->name, before, p->blocks[0].n_ops, n_fused, false);
+        st = dump_program(o, nn++, pp->name, p);
+    }
+
+    /* ---- program -> SSA graph over the places ---- */
+    pe_ssa_graph *g = NULL;
+    if (st == PE_OK) st = pe_multi_device_build(p, o->n_places, o->loss_name, bs, &g);
+    if (st == PE_OK) {
+        record(res, "multi_device", p->blocks[0].n_ops, g->n_h, 0, false);
+        st = dump_graph(o, nn++, "multi_device", g);
+    }
+
+    /* ---- SSA-graph passes ----
+     * They run here, in this order, on `g` (each place's program is
+     * g->progs[p]): fuse_all_reduce_ops (gradient buckets), then the memory
+     * plan (enable_inplace / memory_optimize). Each is called as
+     *     if (st == PE_OK && bs-><switch>) { st = <pass>(g, ...);
+     *         record(res, "<name>", ...); st = dump_graph(o, nn++, "<name>", g); }
+     * so the dumps stay numbered in execution order. */
+
+    if (st == PE_OK && o->final_dot) st = pe_ssa_graph_write_dot(g, o->final_dot);
+    pe_program_free(p); /* the graph holds its own per-place copies */
+    pe_strmap_free(&protect);
+    if (st != PE_OK) {
+        pe_ssa_graph_free(g);
+        return st;
+    }
+    *out = g;
+    return PE_OK;
+}
