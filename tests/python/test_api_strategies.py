@@ -71,7 +71,8 @@ def test_other_strategies_same_result(monkeypatch):
     ref = step(monkeypatch)
     R = pe.static.BuildStrategy.ReduceStrategy
     for fields in ({"reduce_strategy": R.Reduce}, {"num_threads": 1}, {"enable_sequential_execution": True},
-                   {"num_threads": 3, "enable_inplace": True, "memory_optimize": True}):
+                   {"num_threads": 3, "enable_inplace": True, "memory_optimize": True},
+                   {"fuse_elewise_add_act_ops": True, "fuse_all_optimizer_ops": True, "fuse_all_reduce_ops": True}):
         got = step(monkeypatch, **fields)
         np.testing.assert_allclose(got[1], ref[1], rtol=1e-6, atol=1e-7, err_msg=str(fields))
 
