@@ -4,13 +4,15 @@
  *
  * dropout's random state. The mask of element i is drawn from Philox4x32-10
  * (runtime/rng.h) with the stream key pe_rng_key(program seed, seed attr
- * when fix_seed else 0, name of Out) and the 128-bit counter
+ * when fix_seed else 0, name of Out), xor'ed with the place id times the
+ * 64-bit golden ratio (so data-parallel places draw different masks and
+ * place 0 draws the one-place masks), and the 128-bit counter
  * (i / 4, step): word i % 4 of that block decides element i. `step` is the
  * value of the optional int64 input Step ([1]); the op writes step + 1 to
  * the optional output StepOut, normally the same persistable var, so
  * consecutive training steps draw different masks while every run is a pure
  * function of (program seed, seed attr or var name, step, element index) —
- * the same on any thread count and any place, and saved and restored with
+ * the same on any thread count, and saved and restored with
  * the other persistables in a checkpoint, so a resumed run draws the masks
  * the uninterrupted run would have drawn. Without Step the step is 0 and
  * every run draws the same mask (as fix_seed does in Paddle).

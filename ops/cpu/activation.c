@@ -323,7 +323,10 @@ pe_status pe_cpu_dropout(const pe_op_ctx *ctx) {
         const double t = ceil(p * 4294967296.0);
         const uint64_t thr = t >= 4294967296.0 ? UINT64_C(4294967296) : (uint64_t)t;
         const int64_t seed = pe_ctx_bool(ctx, "fix_seed") ? pe_ctx_int(ctx, "seed") : 0;
-        const uint64_t key = pe_rng_key(ctx->program_seed, seed, pe_ctx_out_name(ctx, "Out", 0));
+        /* Each place draws its own stream (place 0 keeps the one-place
+         * stream): data-parallel replicas must not share one mask pattern. */
+        const uint64_t key = pe_rng_key(ctx->program_seed, seed, pe_ctx_out_name(ctx, "Out", 0)) ^
+                             (uint64_t)ctx->place.id * UINT64_C(0x9E3779B97F4A7C15);
         uint8_t *m = pe_tensor_data(mask);
         dropout_mask(key, step, thr, m, n, ctx->num_threads);
         PE_CHECK(apply(ctx, x, m, out, dropout_factor(ctx, false)));
