@@ -14,8 +14,10 @@
  * as without the plan) and with the plan (the arena). Parameter shapes come
  * from their declarations, or from the scope after --startup S when given.
  * --fetch NAME protects NAME (fetched vars are never reused), --no-inplace
- * and --no-reuse turn the two halves of the plan off, --verbose lists every
- * planned var with its offset.
+ * and --no-reuse turn the two halves of the plan off, --activations leaves
+ * the parameter gradients (op_role_var) out of both figures (they are
+ * model-sized, not batch-sized, and fuse_all_reduce_ops keeps them in
+ * gradient buckets), --verbose lists every planned var with its offset.
  */
 #include "tools/tool.h"
 #include "graph/ssa_graph.h"
@@ -33,7 +35,7 @@ typedef struct plan_args {
     int64_t batch;
     const char **fetch;   /* [argc] */
     int n_fetch;
-    bool no_inplace, no_reuse, verbose;
+    bool no_inplace, no_reuse, verbose, activations;
 } plan_args;
 
 static int parse_int(const char *flag, const char *v, int64_t lo, int64_t hi, int64_t *out) {
@@ -64,6 +66,7 @@ static int parse_args(int argc, char **argv, plan_args *a) {
         if (!strcmp(arg, "--no-inplace")) { a->no_inplace = true; continue; }
         if (!strcmp(arg, "--no-reuse")) { a->no_reuse = true; continue; }
         if (!strcmp(arg, "--verbose")) { a->verbose = true; continue; }
+        if (!strcmp(arg, "--activations")) { a->activations = true; continue; }
         if ((r = pe_tool_flag(argc, argv, &i, "--startup", &v)) != 0) {
             if (r < 0 || !*v) return pe_tool_usage_error("plan", "--startup needs a program file");
             if (a->startup) return pe_tool_usage_error("plan", "--startup given twice");
@@ -139,6 +142,27 @@ static pe_status tool_meta(void *user, int place, const char *name, const pe_var
     return pe_tensor_set_meta(meta, decl->dtype, decl->ndim, dims);
 }
 
+/* The names the plan leaves out: --fetch, and with --activations every
+ * parameter gradient (the grad of each op_role_var pair). Borrowed. */
+static const char **protected_names(const plan_args *a, const pe_program *prog, int *n) {
+    const pe_block *b = &prog->blocks[0];
+    int cap = a->n_fetch + 1;
+    for (int i = 0; a->activations && i < b->n_ops; i++) {
+        const pe_attr *rv = pe_op_attr(&b->ops[i], "op_role_var");
+        if (rv && rv->type == PE_ATTR_STRINGS) cap += rv->n / 2;
+    }
+    const char **names = malloc(sizeof *names * (size_t)cap);
+    if (!names) return NULL;
+    *n = 0;
+    for (int i = 0; i < a->n_fetch; i++) names[(*n)++] = a->fetch[i];
+    for (int i = 0; a->activations && i < b->n_ops; i++) {
+        const pe_attr *rv = pe_op_attr(&b->ops[i], "op_role_var");
+        if (rv && rv->type == PE_ATTR_STRINGS)
+            for (int k = 0; k + 1 < rv->n; k += 2) names[(*n)++] = rv->strings[k + 1];
+    }
+    return names;
+}
+
 static int plan_program(const plan_args *a, const pe_program *prog, pe_scope *scope) {
     pe_build_strategy bs;
     memset(&bs, 0, sizeof bs);
@@ -150,8 +174,12 @@ static int plan_program(const plan_args *a, const pe_program *prog, pe_scope *sc
     pe_status st = pe_multi_device_build(prog, a->n_places, NULL, &bs, &g);
     if (st == PE_OK) st = pe_mp_graph_new(g, &mg);
     meta_user u = {a, scope};
+    int n_prot = 0;
+    const char **prot = protected_names(a, prog, &n_prot);
+    if (st == PE_OK && !prot) st = pe_error(PE_ERR_NOMEM, "out of memory");
     if (st == PE_OK)
-        st = pe_mp_plan_build(mg, NULL, tool_meta, &u, a->fetch, a->n_fetch, !a->no_reuse, !a->no_inplace, &plan);
+        st = pe_mp_plan_build(mg, NULL, tool_meta, &u, prot, n_prot, !a->no_reuse, !a->no_inplace, &plan);
+    free(prot);
     int rc = PE_EXIT_OK;
     if (st != PE_OK) {
         rc = pe_tool_fail_status(st, "planning %s", a->program);

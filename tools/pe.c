@@ -59,7 +59,7 @@ static const pe_tool_cmd k_cmds[] = {
      "the binary flatbuffer. The output is written atomically.",
      pe_cmd_convert},
     {"plan", "pe plan PROGRAM --places cpu:N --batch B [--startup S.pe] [--fetch NAME]... [--no-inplace] "
-             "[--no-reuse] [--verbose]",
+             "[--no-reuse] [--activations] [--verbose]",
      "print the static memory plan of a program: temporaries' bytes per place without and with reuse",
      "Builds PROGRAM's multi-device graph over N CPU places, splits a batch of B rows\n"
      "over them as the ParallelExecutor does (earlier places take the extra rows) for\n"
@@ -78,6 +78,8 @@ static const pe_tool_cmd k_cmds[] = {
      "  --fetch NAME          NAME is fetched, so never reused (repeatable)\n"
      "  --no-inplace          no output written over its dying input (enable_inplace off)\n"
      "  --no-reuse            no bytes of dead temporaries reused (memory_optimize off)\n"
+     "  --activations         leave the parameter gradients (op_role_var) out of both\n"
+     "                        figures: activation memory only\n"
      "  --verbose             also list every planned var: offset, bytes, in-place",
      pe_cmd_plan},
 };
