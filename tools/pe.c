@@ -58,6 +58,32 @@ static const pe_tool_cmd k_cmds[] = {
      "in the format given by OUT's extension: .json for the JSON text form, .pe for\n"
      "the binary flatbuffer. The output is written atomically.",
      pe_cmd_convert},
+    {"graph", "pe graph PROGRAM -o OUT.dot [--places cpu:N] [--strategy KEY=VALUE,...] [--loss NAME] "
+              "[--fetch NAME]... [--dump-dir DIR]",
+     "write the graph the ParallelExecutor would run (after the build passes) as Graphviz DOT",
+     "Runs the build passes on PROGRAM exactly as the ParallelExecutor does at\n"
+     "construction (fusion passes, then the multi-device pass over N CPU places) and\n"
+     "writes the final multi-device graph to OUT.dot. Prints one line per pass (ops\n"
+     "fused, ops before and after).\n"
+     "\n"
+     "  -o, --out OUT.dot     the final graph (one node per op and place, plus the\n"
+     "                        allreduce / reduce / broadcast nodes between places)\n"
+     "  --places cpu:N        N CPU places (default cpu = 1)\n"
+     "  --strategy K=V,...    BuildStrategy switches by Paddle's names: fuse_gemm_epilogue,\n"
+     "                        fuse_elewise_add_act_ops, fuse_all_optimizer_ops (1/0),\n"
+     "                        reduce_strategy=all_reduce|reduce,\n"
+     "                        gradient_scale_strategy=batch_share|coeff_num_device|one|\n"
+     "                        customized; also fuse_all_reduce_ops, enable_inplace,\n"
+     "                        memory_optimize, enable_sequential_execution (accepted;\n"
+     "                        they do not change the graph's ops)\n"
+     "  --loss NAME           the loss var (the executor's loss_name)\n"
+     "  --fetch NAME          keep NAME: no fusion removes it, as for a fetched var\n"
+     "                        (repeatable)\n"
+     "  --dump-dir DIR        also write DIR/00_input.dot (the program) and\n"
+     "                        DIR/<nn>_<pass>.dot after each pass (program graphs: ops\n"
+     "                        as boxes, vars as ellipses; then the multi-device graph)\n"
+     "Render with Graphviz: dot -Tsvg OUT.dot > OUT.svg",
+     pe_cmd_graph},
     {"plan", "pe plan PROGRAM --places cpu:N --batch B [--startup S.pe] [--fetch NAME]... [--no-inplace] "
              "[--no-reuse] [--activations] [--verbose]",
      "print the static memory plan of a program: temporaries' bytes per place without and with reuse",

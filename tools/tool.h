@@ -33,6 +33,7 @@ typedef struct pe_tool_cmd {
 int pe_cmd_run(int argc, char **argv);
 int pe_cmd_inspect(int argc, char **argv);
 int pe_cmd_convert(int argc, char **argv);
+int pe_cmd_graph(int argc, char **argv);
 int pe_cmd_plan(int argc, char **argv);
 
 /* The command table entry for name, or NULL. */

@@ -1,0 +1,228 @@
+/* tools/cmd_graph.c — `pe graph`: the graph the ParallelExecutor would run,
+ * as Graphviz DOT.
+ *
+ *     pe graph examples/mlp_train.pe --places cpu:2 \
+ *         --strategy fuse_gemm_epilogue=1,fuse_all_optimizer_ops=1 -o mlp.dot --dump-dir passes/
+ *     pass fuse_gemm_epilogue: 3 fused, 29 -> 19 ops
+ *     pass fuse_all_optimizer_ops: 1 fused, 19 -> 14 ops
+ *     pass multi_device: 14 ops -> 32 handles on 2 places
+ *     wrote mlp.dot
+ *
+ * Runs the build passes exactly as pe_parallel_executor_new does (the pass
+ * manager, passes/pass_manager.c) with the BuildStrategy switches given by
+ * --strategy, writes the final multi-device SSA graph to -o, and with
+ * --dump-dir one DOT file per pass (DIR/00_input.dot, DIR/01_<pass>.dot, ...:
+ * program graphs with ops as boxes and vars as ellipses, then the SSA
+ * graph). --loss names the loss var (as the executor's loss_name: kept, and
+ * its gradient seed recognized) and --fetch protects a var from being fused
+ * away, as a fetch does in the executor. One summary line per pass goes to
+ * stdout.
+ */
+#include "tools/tool.h"
+#include "passes/pass_manager.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+typedef struct graph_args {
+    const char *program, *out, *dump_dir, *loss;
+    int n_places;
+    pe_build_strategy bs;
+    const char **fetch; /* [argc] */
+    int n_fetch;
+} graph_args;
+
+static int parse_bool(const char *key, const char *v, bool *out) {
+    if (!strcmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "on") || !strcasecmp(v, "yes")) *out = true;
+    else if (!strcmp(v, "0") || !strcasecmp(v, "false") || !strcasecmp(v, "off") || !strcasecmp(v, "no")) *out = false;
+    else return pe_tool_usage_error("graph", "--strategy %s=%s: the value must be 1/0 (true/false, on/off)", key, v);
+    return PE_EXIT_OK;
+}
+
+/* "k=v,k=v": BuildStrategy fields by Paddle's names. */
+static int parse_strategy(const char *spec, pe_build_strategy *bs) {
+    static const struct {
+        const char *name;
+        size_t off;
+    } k_bools[] = {
+        {"fuse_gemm_epilogue", offsetof(pe_build_strategy, fuse_gemm_epilogue)},
+        {"fuse_elewise_add_act_ops", offsetof(pe_build_strategy, fuse_elewise_add_act_ops)},
+        {"fuse_all_optimizer_ops", offsetof(pe_build_strategy, fuse_all_optimizer_ops)},
+        {"fuse_all_reduce_ops", offsetof(pe_build_strategy, fuse_all_reduce_ops)},
+        {"enable_inplace", offsetof(pe_build_strategy, enable_inplace)},
+        {"memory_optimize", offsetof(pe_build_strategy, memory_optimize)},
+        {"enable_sequential_execution", offsetof(pe_build_strategy, enable_sequential_execution)},
+    };
+    char buf[1024];
+    if (strlen(spec) >= sizeof buf) return pe_tool_usage_error("graph", "--strategy value is too long");
+    strcpy(buf, spec);
+    for (char *save = NULL, *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(item, '=');
+        if (!eq || eq == item) return pe_tool_usage_error("graph", "--strategy item '%s' is not KEY=VALUE", item);
+        *eq = '\0';
+        const char *key = item, *v = eq + 1;
+        bool done = false;
+        for (size_t i = 0; i < sizeof k_bools / sizeof k_bools[0] && !done; i++)
+            if (!strcmp(key, k_bools[i].name)) {
+                int rc = parse_bool(key, v, (bool *)((char *)bs + k_bools[i].off));
+                if (rc != PE_EXIT_OK) return rc;
+                done = true;
+            }
+        if (done) continue;
+        if (!strcmp(key, "reduce_strategy")) {
+            if (!strcmp(v, "all_reduce") || !strcmp(v, "allreduce")) bs->reduce_strategy = PE_REDUCE_ALL_REDUCE;
+            else if (!strcmp(v, "reduce")) bs->reduce_strategy = PE_REDUCE_REDUCE;
+            else return pe_tool_usage_error("graph", "--strategy reduce_strategy=%s: all_reduce or reduce", v);
+        } else if (!strcmp(key, "gradient_scale_strategy")) {
+            if (!strcmp(v, "batch_share")) bs->gradient_scale_strategy = PE_GRAD_SCALE_BATCH_SHARE;
+            else if (!strcmp(v, "coeff_num_device")) bs->gradient_scale_strategy = PE_GRAD_SCALE_COEFF_NUM_DEVICE;
+            else if (!strcmp(v, "one")) bs->gradient_scale_strategy = PE_GRAD_SCALE_ONE;
+            else if (!strcmp(v, "customized")) bs->gradient_scale_strategy = PE_GRAD_SCALE_CUSTOMIZED;
+            else
+                return pe_tool_usage_error("graph", "--strategy gradient_scale_strategy=%s: batch_share, "
+                                           "coeff_num_device, one or customized", v);
+        } else {
+            return pe_tool_usage_error("graph", "--strategy: unknown key '%s' (fuse_gemm_epilogue, "
+                                       "fuse_elewise_add_act_ops, fuse_all_optimizer_ops, fuse_all_reduce_ops, "
+                                       "enable_inplace, memory_optimize, enable_sequential_execution, "
+                                       "reduce_strategy, gradient_scale_strategy)", key);
+        }
+    }
+    return PE_EXIT_OK;
+}
+
+static int parse_places(const char *v, int *n) {
+    if (!strcmp(v, "cpu") || !strcmp(v, "cpu:0")) {
+        *n = 1;
+        return PE_EXIT_OK;
+    }
+    if (!strncmp(v, "cpu:", 4)) {
+        char *end;
+        errno = 0;
+        long k = strtol(v + 4, &end, 10);
+        if (v[4] && !*end && !errno && k >= 1 && k <= 64) {
+            *n = (int)k;
+            return PE_EXIT_OK;
+        }
+    }
+    return pe_tool_usage_error("graph", "--places '%s' is not a place list: use cpu or cpu:N with N from 1 to 64", v);
+}
+
+static int parse_args(int argc, char **argv, graph_args *a) {
+    bool only_pos = false;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i], *v = NULL;
+        int r;
+        if (!only_pos && !strcmp(arg, "--")) {
+            only_pos = true;
+            continue;
+        }
+        if (only_pos || !pe_tool_is_flag(arg)) {
+            if (a->program) return pe_tool_usage_error("graph", "unexpected argument '%s' (one PROGRAM only)", arg);
+            a->program = arg;
+            continue;
+        }
+#define SINGLE_FLAG(flag, field)                                                                  \
+        if ((r = pe_tool_flag(argc, argv, &i, flag, &v)) != 0) {                                   \
+            if (r < 0 || !*v) return pe_tool_usage_error("graph", "%s needs a value", flag);        \
+            if (a->field) return pe_tool_usage_error("graph", "%s given twice", flag);              \
+            a->field = v;                                                                          \
+            continue;                                                                              \
+        }
+        SINGLE_FLAG("-o", out)
+        SINGLE_FLAG("--out", out)
+        SINGLE_FLAG("--dump-dir", dump_dir)
+        SINGLE_FLAG("--loss", loss)
+#undef SINGLE_FLAG
+        if ((r = pe_tool_flag(argc, argv, &i, "--places", &v)) != 0) {
+            if (r < 0) return pe_tool_usage_error("graph", "--places needs a value (cpu:N)");
+            int rc = parse_places(v, &a->n_places);
+            if (rc != PE_EXIT_OK) return rc;
+            continue;
+        }
+        if ((r = pe_tool_flag(argc, argv, &i, "--strategy", &v)) != 0) {
+            if (r < 0 || !*v) return pe_tool_usage_error("graph", "--strategy needs KEY=VALUE[,KEY=VALUE...]");
+            int rc = parse_strategy(v, &a->bs);
+            if (rc != PE_EXIT_OK) return rc;
+            continue;
+        }
+        if ((r = pe_tool_flag(argc, argv, &i, "--fetch", &v)) != 0) {
+            if (r < 0 || !*v) return pe_tool_usage_error("graph", "--fetch needs a var NAME");
+            a->fetch[a->n_fetch++] = v;
+            continue;
+        }
+        return pe_tool_usage_error("graph", "unknown option '%s'", arg);
+    }
+    if (!a->program) return pe_tool_usage_error("graph", "missing PROGRAM");
+    if (!a->out) return pe_tool_usage_error("graph", "missing -o OUT.dot");
+    return PE_EXIT_OK;
+}
+
+static int make_dir(const char *dir) {
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return pe_tool_fail("--dump-dir '%s': cannot create the directory: %s", dir, strerror(errno));
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return pe_tool_fail("--dump-dir '%s' is not a directory", dir);
+    return PE_EXIT_OK;
+}
+
+int pe_cmd_graph(int argc, char **argv) {
+    graph_args a;
+    memset(&a, 0, sizeof a);
+    a.n_places = 1;
+    a.bs.reduce_strategy = PE_REDUCE_ALL_REDUCE;
+    a.bs.gradient_scale_strategy = PE_GRAD_SCALE_BATCH_SHARE;
+    a.fetch = calloc((size_t)argc, sizeof *a.fetch);
+    if (!a.fetch) return pe_tool_fail("out of memory");
+    int rc = parse_args(argc, argv, &a);
+    char prefix[4096];
+    if (rc == PE_EXIT_OK && a.dump_dir) {
+        size_t n = strlen(a.dump_dir);
+        if (n + 2 > sizeof prefix) rc = pe_tool_fail("--dump-dir '%s': path too long", a.dump_dir);
+        else {
+            snprintf(prefix, sizeof prefix, "%s%s", a.dump_dir, a.dump_dir[n - 1] == '/' ? "" : "/");
+            rc = make_dir(a.dump_dir);
+        }
+    }
+    pe_program *p = NULL;
+    if (rc == PE_EXIT_OK) {
+        pe_status st = pe_program_load_file(a.program, &p);
+        if (st != PE_OK) rc = pe_tool_fail_file(st, a.program);
+    }
+    if (rc == PE_EXIT_OK && a.loss && !pe_program_find_var(p, 0, a.loss))
+        rc = pe_tool_fail("--loss '%s' is not a variable of block 0 of %s", a.loss, a.program);
+    for (int i = 0; rc == PE_EXIT_OK && i < a.n_fetch; i++)
+        if (!pe_program_find_var(p, 0, a.fetch[i]))
+            rc = pe_tool_fail("--fetch '%s' is not a variable of block 0 of %s", a.fetch[i], a.program);
+    if (rc == PE_EXIT_OK) {
+        pe_pass_opts po = {.n_places = a.n_places, .loss_name = a.loss, .bs = &a.bs, .protect = a.fetch,
+                           .n_protect = a.n_fetch, .dump_prefix = a.dump_dir ? prefix : NULL, .final_dot = a.out};
+        pe_ssa_graph *g = NULL;
+        pe_pass_result res;
+        pe_status st = pe_pass_manager_run(p, &po, &g, &res);
+        if (st != PE_OK) {
+            rc = pe_tool_fail_status(st, "building the graph of %s", a.program);
+        } else {
+            for (int i = 0; i < res.n; i++) {
+                const pe_pass_stat *s = &res.s[i];
+                if (!strcmp(s->name, "multi_device"))
+                    printf("pass %s: %d ops -> %d handles on %d place%s\n", s->name, s->ops_before, s->ops_after,
+                           a.n_places, a.n_places > 1 ? "s" : "");
+                else if (s->skipped)
+                    printf("pass %s: not applied (see the warning)\n", s->name);
+                else
+                    printf("pass %s: %d fused, %d -> %d ops\n", s->name, s->n_fused, s->ops_before, s->ops_after);
+            }
+            if (a.dump_dir) printf("wrote per-pass graphs to %s\n", a.dump_dir);
+            printf("wrote %s\n", a.out);
+        }
+        pe_ssa_graph_free(g);
+    }
+    pe_program_free(p);
+    free(a.fetch);
+    return rc;
+}
