@@ -5,13 +5,23 @@
 
 For each model it writes <model>_infer.json (the inference program) and
 <model>_startup.json (the startup program that initializes the parameters),
-then converts both to the binary form (.pe) with `pe convert`, so the two
-forms always come from the same source. The models:
+and for each training model <model>_forward.json (the forward pass with its
+loss, what `pe train` takes) and <model>_forward_startup.json, then converts
+all of them to the binary form (.pe) with `pe convert`, so the two forms
+always come from the same source. The models:
 
   mlp  x [-1, 784] -> fc 512 relu -> fc 256 relu -> fc 10 -> softmax -> prob
   cnn  img [-1, 1, 28, 28] -> conv5x5(16) batch_norm relu maxpool2
        -> conv5x5(32)+bias relu maxpool2 -> reshape2 [-1, 1568]
        -> fc 128 relu -> fc 10 -> softmax -> prob
+
+Training (forward + loss; label int64 [-1, 1]; loss = mean of
+softmax_with_cross_entropy, acc = accuracy of the top-1 logit):
+
+  mlp_forward  x [-1, 784] -> fc 512 relu -> fc 256 relu -> fc 10 -> loss, acc
+  cnn_forward  img [-1, 1, 28, 28] -> conv5x5(8)+bias relu maxpool2
+               -> conv5x5(16)+bias relu maxpool2 -> reshape2 [-1, 784]
+               -> fc 64 relu -> fc 10 -> loss, acc
 
 The ops and var names follow what Paddle's fluid.layers.fc / conv2d /
 batch_norm / pool2d emit (fc_0.w_0, fc_0.tmp_0, ...), so a Paddle user can
@@ -138,7 +148,70 @@ def build_cnn():
     return m
 
 
+def add_loss(m, logits, classes):
+    """Training head: softmax_with_cross_entropy against int64 labels [-1, 1],
+    mean -> `loss` [1]; top_k + accuracy on the logits -> `acc` [1] (what
+    Paddle's fluid.layers.accuracy emits; fetch it with `pe train --fetch acc`)."""
+    m.main.var("label", "int64", [-1, 1])
+    sm = m.tmp("softmax_with_cross_entropy_0.tmp_0", [-1, classes])
+    ce = m.tmp("softmax_with_cross_entropy_0.tmp_1", [-1, 1])
+    m.main.op("softmax_with_cross_entropy", {"Logits": [logits], "Label": ["label"]},
+              {"Softmax": [sm], "Loss": [ce]}, {"soft_label": False, "axis": -1})
+    m.tmp("loss", [1])
+    m.main.op("mean", {"X": [ce]}, {"Out": ["loss"]})
+    m.tmp("top_k_0.tmp_0", [-1, 1])
+    m.main.var("top_k_0.tmp_1", "int64", [-1, 1])
+    m.main.op("top_k", {"X": [logits]}, {"Out": ["top_k_0.tmp_0"], "Indices": ["top_k_0.tmp_1"]}, {"k": 1})
+    m.tmp("acc", [1])
+    m.main.op("accuracy", {"Out": ["top_k_0.tmp_0"], "Indices": ["top_k_0.tmp_1"], "Label": ["label"]},
+              {"Accuracy": ["acc"]})
+
+
+def build_mlp_forward():
+    """The MLP with its loss, for `pe train`."""
+    m = Model()
+    m.main.var("x", "float32", [-1, 784])
+    h = m.fc(0, "x", 784, 512, "relu", 0.0)
+    h = m.fc(1, h, 512, 256, "relu", 0.0)
+    logits = m.fc(2, h, 256, 10, None, 0.0)
+    add_loss(m, logits, 10)
+    return m
+
+
+def conv_relu_pool(m, idx, x, cin, cout, hw):
+    """conv2d 5x5 pad 2 + bias (elementwise_add axis 1) -> relu -> max pool 2x2."""
+    w = m.param("conv2d_%d.w_0" % idx, [cout, cin, 5, 5], "xavier")
+    b = m.param("conv2d_%d.b_0" % idx, [cout], "constant", value=0.0)
+    c = m.tmp("conv2d_%d.tmp_0" % idx, [-1, cout, hw, hw])
+    m.main.op("conv2d", {"Input": [x], "Filter": [w]}, {"Output": [c]},
+              {"strides": [1, 1], "paddings": [2, 2], "dilations": [1, 1], "groups": 1})
+    cb = m.tmp("conv2d_%d.tmp_1" % idx, [-1, cout, hw, hw])
+    m.main.op("elementwise_add", {"X": [c], "Y": [b]}, {"Out": [cb]}, {"axis": 1})
+    r = m.tmp("conv2d_%d.tmp_2" % idx, [-1, cout, hw, hw])
+    m.main.op("relu", {"X": [cb]}, {"Out": [r]})
+    p = m.tmp("pool2d_%d.tmp_0" % idx, [-1, cout, hw // 2, hw // 2])
+    m.main.op("pool2d", {"X": [r]}, {"Out": [p]},
+              {"pooling_type": "max", "ksize": [2, 2], "strides": [2, 2], "paddings": [0, 0]})
+    return p
+
+
+def build_cnn_forward():
+    """A small CNN with its loss, for `pe train`: conv 1->8, conv 8->16, fc 784->64, fc 64->10."""
+    m = Model()
+    m.main.var("img", "float32", [-1, 1, 28, 28])
+    p0 = conv_relu_pool(m, 0, "img", 1, 8, 28)
+    p1 = conv_relu_pool(m, 1, p0, 8, 16, 14)
+    flat = m.tmp("reshape2_0.tmp_0", [-1, 16 * 7 * 7])
+    m.main.op("reshape2", {"X": [p1]}, {"Out": [flat]}, {"shape": [-1, 16 * 7 * 7]})
+    h = m.fc(0, flat, 16 * 7 * 7, 64, "relu", 0.0)
+    logits = m.fc(1, h, 64, 10, None, 0.0)
+    add_loss(m, logits, 10)
+    return m
+
+
 MODELS = {"mlp": build_mlp, "cnn": build_cnn}
+# Forward programs with their loss (training): <name>_forward.json + <name>_forward_startup.json.
+TRAIN_MODELS = {"mlp": build_mlp_forward, "cnn": build_cnn_forward}
 
 
 def main():
@@ -147,20 +220,22 @@ def main():
     ap.add_argument("--json-only", action="store_true", help="write the .json files only")
     args = ap.parse_args()
     os.makedirs(EXAMPLES, exist_ok=True)
-    for name, build in MODELS.items():
-        m = build()
-        for kind, prog in (("infer", m.main), ("startup", m.startup)):
-            js = os.path.join(EXAMPLES, "%s_%s.json" % (name, kind))
-            prog.save(js)
-            print("wrote", os.path.relpath(js, REPO))
-            if args.json_only:
-                continue
-            pe = js[:-len(".json")] + ".pe"
-            r = subprocess.run([args.pe, "convert", js, pe], capture_output=True, text=True)
-            if r.returncode != 0:
-                sys.exit("make_examples: `pe convert %s %s` failed (%d): %s"
-                         % (js, pe, r.returncode, r.stderr.strip()))
-            print("wrote", os.path.relpath(pe, REPO))
+    outputs = [("%s_%s" % (name, kind), prog) for name, build in MODELS.items()
+               for m in [build()] for kind, prog in (("infer", m.main), ("startup", m.startup))]
+    outputs += [("%s_%s" % (name, kind), prog) for name, build in TRAIN_MODELS.items()
+                for m in [build()] for kind, prog in (("forward", m.main), ("forward_startup", m.startup))]
+    for base, prog in outputs:
+        js = os.path.join(EXAMPLES, base + ".json")
+        prog.save(js)
+        print("wrote", os.path.relpath(js, REPO))
+        if args.json_only:
+            continue
+        pe = js[:-len(".json")] + ".pe"
+        r = subprocess.run([args.pe, "convert", js, pe], capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit("make_examples: `pe convert %s %s` failed (%d): %s"
+                     % (js, pe, r.returncode, r.stderr.strip()))
+        print("wrote", os.path.relpath(pe, REPO))
 
 
 if __name__ == "__main__":

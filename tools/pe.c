@@ -2,6 +2,8 @@
  *
  *     pe run examples/mlp_infer.pe --startup examples/mlp_startup.pe \
  *            --feed x=x.npy --fetch prob --out results
+ *     pe train examples/mlp_forward.pe --startup examples/mlp_forward_startup.pe \
+ *            --loss loss --optimizer adam --data batches/ --steps 200
  *     pe inspect examples/mlp_infer.json
  *     pe convert examples/mlp_infer.json /tmp/mlp_infer.pe
  *
@@ -20,6 +22,12 @@
 #define RUN_USAGE                                                                              \
     "pe run PROGRAM [--startup S.pe] [--params CKPT] [--save CKPT] [--feed NAME=FILE.npy]... " \
     "[--fetch NAME]... [--out DIR] [--places cpu:N] [--backward LOSS]"
+
+#define TRAIN_USAGE                                                                                      \
+    "pe train PROGRAM --startup S.pe --loss NAME --optimizer sgd|momentum|adam [--lr F] [--momentum F] "   \
+    "[--nesterov] [--beta1 F --beta2 F --epsilon F] [--weight-decay F] [--clip-norm F] --data DIR "       \
+    "--steps N [--first-step S] [--places cpu:N] [--params CKPT] [--save CKPT] [--log FILE.npy] "        \
+    "[--fetch NAME]... [--out DIR] [--print-every N]"
 
 static const pe_tool_cmd k_cmds[] = {
     {"run", RUN_USAGE, "run block 0 of a program with .npy feeds, write fetches as .npy",
@@ -46,6 +54,45 @@ static const pe_tool_cmd k_cmds[] = {
      "                        and every parameter gets NAME@GRAD, which can be fetched\n"
      "Flags take their value as the next argument or after '=' (--out=DIR).",
      pe_cmd_run},
+    {"train", TRAIN_USAGE, "append backward + optimizer to a forward program and train it on .npy batches",
+     "Loads PROGRAM (the forward pass, its loss var included), appends the gradient\n"
+     "ops of --loss and one optimizer op per parameter (initial optimizer state goes\n"
+     "into the startup program), runs the startup program, then runs N training\n"
+     "steps, each on the batch DIR/<var>_<k>.npy of every fed var (k = step mod K,\n"
+     "K = the number of complete batches in DIR: the files cycle). Prints progress\n"
+     "lines (step, loss, samples/s) and the steady-state time per step (median,\n"
+     "excluding the first 3 steps).\n"
+     "\n"
+     "  --startup S.pe        startup program (initializes parameters); run first\n"
+     "  --loss NAME           the var to minimize (one element, e.g. a mean)\n"
+     "  --optimizer KIND      sgd, momentum or adam\n"
+     "  --lr F                learning rate (default 0.01; adam 0.001)\n"
+     "  --momentum F          momentum coefficient (default 0.9); --nesterov\n"
+     "  --beta1 F --beta2 F --epsilon F   adam (defaults 0.9, 0.999, 1e-8)\n"
+     "  --weight-decay F      L2 coefficient (default 0)\n"
+     "  --clip-norm F         clip gradients by global norm (default 0 = off)\n"
+     "  --data DIR            batches: DIR/<var>_<k>.npy, k = 0, 1, ... (a fed var is a\n"
+     "                        non-persistable var read before any op writes it;\n"
+     "                        characters outside A-Z a-z 0-9 . _ - @ in its name become '_')\n"
+     "  --steps N             training steps (0: only run the startup / load --params,\n"
+     "                        e.g. to --save the initial parameters)\n"
+     "  --first-step S        number of steps already done (resuming with --params): step\n"
+     "                        s of this run reads batch (S + s) mod K (default 0)\n"
+     "  --places P            cpu or cpu:1 (single-place executor), cpu:N (N places\n"
+     "                        through the ParallelExecutor, each batch split along axis 0)\n"
+     "  --params CKPT         load persistables from a safetensors checkpoint after the\n"
+     "                        startup program (a checkpoint from pe train resumes the\n"
+     "                        optimizer state too; one with the forward program's\n"
+     "                        persistables only needs --startup for the optimizer state)\n"
+     "  --save CKPT           save the training program's persistables at the end\n"
+     "  --log FILE.npy        the loss of every step, float64 [N] (mean over places,\n"
+     "                        weighted by each place's rows)\n"
+     "  --fetch NAME          also fetch NAME each step; its mean is printed on the\n"
+     "                        progress lines (repeatable)\n"
+     "  --out DIR             write the last step's --fetch values to DIR/NAME.npy\n"
+     "  --print-every N       progress line every N steps (default 10; 0 = none)\n"
+     "Flags take their value as the next argument or after '=' (--lr=0.1).",
+     pe_cmd_train},
     {"inspect", "pe inspect PROGRAM", "print blocks, ops, vars and the parameter count of a program",
      "Prints every block of PROGRAM (.pe or .json): its ops in order (index, type,\n"
      "inputs and outputs by slot, attrs), its vars (dtype, shape with -1 for an\n"
@@ -191,7 +238,7 @@ int pe_tool_usage_error(const char *cmd, const char *fmt, ...) {
     if (c)
         fprintf(stderr, "usage: %s\n(see 'pe help %s')\n", c->usage, c->name);
     else
-        fprintf(stderr, "usage: pe COMMAND [ARGS]   (commands: run, inspect, convert; see 'pe --help')\n");
+        fprintf(stderr, "usage: pe COMMAND [ARGS]   (commands: run, train, inspect, convert, plan, graph; see 'pe --help')\n");
     return PE_EXIT_USAGE;
 }
 
