@@ -71,6 +71,7 @@ struct pe_op_info {
     int n_outputs; pe_slot_info outputs[PE_MAX_SLOTS];
     int n_attrs;   pe_attr_info attrs[PE_MAX_ATTRS];
     int n_inplace; int inplace[PE_MAX_SLOTS][2]; /* (input slot, output slot) */
+    bool no_buffer[PE_MAX_SLOTS];     /* input slots whose data the kernel never reads (dims/dtype only) */
     pe_infer_fn infer;
     pe_grad_fn grad;                  /* NULL: not differentiable */
     pe_kernel_fn kernels[PE_PLACE_KIND_COUNT];

@@ -166,13 +166,21 @@ static void init_registry(void) {
         info->grad = s->grad;
         info->kernels[PE_PLACE_CPU] = s->cpu;
         info->kernels[PE_PLACE_CUDA] = s->cuda;
-        /* inplace pairs "X>Out Y>Out2" */
+        /* inplace pairs "X>Out Y>Out2"; "-X": X's data is never read */
         const char *p = s->inplace;
         while (*p) {
             while (*p == ' ') p++;
             if (!*p) break;
             const char *b = p;
             while (*p && *p != ' ') p++;
+            if (*b == '-') {
+                char *in = dup_range(b + 1, p);
+                int ii = pe_op_info_input_index(info, in);
+                PE_ASSERT(ii >= 0);
+                info->no_buffer[ii] = true;
+                free(in);
+                continue;
+            }
             const char *gt = memchr(b, '>', (size_t)(p - b));
             PE_ASSERT(gt);
             char *in = dup_range(b, gt), *out = dup_range(gt + 1, p);

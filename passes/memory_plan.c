@@ -11,16 +11,23 @@
  * in every execution: every access of A (reads, writes, the collectives
  * exchanging it) must happen-before B's first write — a path in the SSA
  * handle DAG, looked up in a reachability closure (one bit per handle
- * pair). The one exception is the in-place pair of ops.def ("X>Out"): the
- * op writing B may be A's last access and write B over A, because the
- * kernel is written for that aliasing. Tensors are placed in the
- * topological order of their first writers; for each, the tensors it may
- * not overlap (placed, and not ordered before it) are the occupied
- * intervals, whose complement is the address-ordered, coalesced free list;
- * the tensor goes in place of its in-place input when allowed, else in the
- * best-fitting free gap (smallest that fits, lowest address on ties), else
- * at the end of the arena, which grows. No dependency edge is added, so the
- * plan never changes what may run concurrently.
+ * pair). Two tensors for which neither holds may be live at the same time
+ * and never share bytes. Exceptions, both from the op registry (ops.def):
+ * an in-place pair "X>Out" lets the op that reads A last write B exactly
+ * over A (its kernel is written for that aliasing); an input marked "-X"
+ * (the kernel reads its dims and dtype only, e.g. X of elementwise_add_grad)
+ * is not an access, since the tensor struct keeps the dims while its bytes
+ * go to others.
+ *
+ * Placement: each tensor gets the best fit (smallest gap that holds it,
+ * lowest address on ties) among the gaps between the bytes of the tensors
+ * it may be live with — those intervals sorted by address and coalesced
+ * are the free list — else the end of the arena, which grows. Two orders
+ * are tried and the smaller arena kept: tensors by first writer (each goes
+ * in place of its input when allowed), and greedy by size (in-place chains
+ * grouped, largest group first), which keeps large long-lived tensors such
+ * as weight gradients from fragmenting the arena. No dependency edge is
+ * added, so the plan never changes what may run concurrently.
  *
  * Sizes come from static shape inference: every op's infer function runs,
  * in topological order, over meta-only tensors in a scratch scope, starting
@@ -424,6 +431,7 @@ typedef struct {
     int *acc;             /* accessing handles, in topological order, distinct */
     int n_acc, cap_acc;
     int first_writer;     /* -1: never written */
+    bool touched;         /* some handle reads or writes it */
     bool read_first;      /* the first access reads it (a feed / live-in) */
     int inplace_of;       /* var index (same place), -1 */
 } mp_var;
@@ -481,13 +489,17 @@ static int var_index(pe_mp_graph *mg, int p, const char *name) {
     return pl->n_vars++;
 }
 
-/* Handle h reads (write = false) or writes the var `name` of place p. */
-static int touch(pe_mp_graph *mg, int p, const char *name, int h, bool write) {
+/* Handle h reads (write = false) or writes the var `name` of place p;
+ * data = false: a read of its dims and dtype only ("-X" in ops.def), which
+ * makes it an input when it comes first but does not keep its bytes. */
+static int touch(pe_mp_graph *mg, int p, const char *name, int h, bool write, bool data) {
     if (!strcmp(name, PE_EMPTY_VAR)) return 0;
     int i = var_index(mg, p, name);
     if (i < 0) return -1;
     mp_var *v = &mg->pl[p].vars[i];
-    if (v->n_acc == 0) v->read_first = !write;
+    if (!v->touched) v->read_first = !write;
+    v->touched = true;
+    if (!data) return 0;
     if (write && v->first_writer < 0) v->first_writer = h;
     if (v->n_acc && v->acc[v->n_acc - 1] == h) return 0;
     if (v->n_acc == v->cap_acc) {
@@ -540,18 +552,24 @@ pe_status pe_mp_graph_new(const pe_ssa_graph *g, pe_mp_graph **out) {
         if (hd->kind == PE_HANDLE_OP) {
             int p = hd->place;
             const pe_op *op = handle_op(g, h);
+            const pe_op_info *info = pe_op_info_find(op->type);
             mg->pl[p].ops[mg->pl[p].n_ops++] = h;
-            for (int s = 0; s < op->n_inputs && !rc; s++)
-                for (int k = 0; k < op->inputs[s].n_args && !rc; k++) rc = touch(mg, p, op->inputs[s].args[k], h, false);
+            for (int s = 0; s < op->n_inputs && !rc; s++) {
+                int si = info ? pe_op_info_input_index(info, op->inputs[s].name) : -1;
+                bool data = si < 0 || !info->no_buffer[si];
+                for (int k = 0; k < op->inputs[s].n_args && !rc; k++)
+                    rc = touch(mg, p, op->inputs[s].args[k], h, false, data);
+            }
             for (int s = 0; s < op->n_outputs && !rc; s++)
-                for (int k = 0; k < op->outputs[s].n_args && !rc; k++) rc = touch(mg, p, op->outputs[s].args[k], h, true);
+                for (int k = 0; k < op->outputs[s].n_args && !rc; k++)
+                    rc = touch(mg, p, op->outputs[s].args[k], h, true, true);
         } else {
             for (int p = 0; p < g->n_places && !rc; p++) {
                 bool rd = hd->kind != PE_HANDLE_BCAST || p == hd->root;
                 bool wr = hd->kind == PE_HANDLE_ALLREDUCE || (hd->kind == PE_HANDLE_REDUCE && p == hd->root) ||
                           (hd->kind == PE_HANDLE_BCAST && p != hd->root);
-                if (rd) rc = touch(mg, p, hd->var, h, false);
-                if (wr && !rc) rc = touch(mg, p, hd->var, h, true);
+                if (rd) rc = touch(mg, p, hd->var, h, false, true);
+                if (wr && !rc) rc = touch(mg, p, hd->var, h, true, true);
             }
         }
         if (rc) {

@@ -797,6 +797,11 @@ static void test_plan_cache(void **state) {
             const pe_mp_var_plan *vp = find_planned(pp, "fc_0.tmp_0");
             assert_non_null(vp);
             assert_int_equal(vp->bytes, (rows[s] * 128 * 8 + 63) / 64 * 64);
+            /* the bias add writes over it: its other reader, elementwise_add_grad,
+             * reads only its dims ("-X" in ops.def); the relu then writes over that */
+            assert_true(find_planned(pp, "fc_0.tmp_1")->inplaced);
+            assert_int_equal(find_planned(pp, "fc_0.tmp_1")->offset, vp->offset);
+            assert_true(find_planned(pp, "fc_0.out")->inplaced);
         }
     }
     /* a new protected name that was placed: re-plan without it */
