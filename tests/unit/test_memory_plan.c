@@ -12,7 +12,8 @@
  *   (relu, elementwise_add), not where it lives on or is fed; fetched and
  *   persistable vars are never placed.
  * - The executor: MLP and CNN training (float64) with memory_optimize /
- *   enable_inplace on vs off, on 1 and 3 places: parameters allclose 1e-5;
+ *   enable_inplace on vs off, alone and with every fusion switch on, on 1
+ *   and 3 places: parameters allclose 1e-5 to the run with all switches off;
  *   re-planning when the batch size changes (and the cached plan when it
  *   comes back); a fetch list that changes between runs; no system
  *   allocation per step in the steady state (pe_alloc_get_stats n_allocs);
@@ -631,6 +632,8 @@ typedef struct {
     pe_parallel_executor *pe;
 } trainer;
 
+static bool g_fusion; /* the fusion switches of BuildStrategy, all on or all off */
+
 static trainer trainer_new(const model *m, int places, bool inplace, bool memopt) {
     trainer t = {pe_scope_new(NULL), pe_executor_new(pe_place_cpu(0)), NULL};
     assert_int_equal(pe_executor_run(t.ex, m->startup, 0, t.scope, NULL, 0, NULL, 0, NULL), PE_OK);
@@ -640,6 +643,8 @@ static trainer trainer_new(const model *m, int places, bool inplace, bool memopt
     o.loss_name = "loss";
     o.build_strategy.enable_inplace = inplace;
     o.build_strategy.memory_optimize = memopt;
+    o.build_strategy.fuse_gemm_epilogue = o.build_strategy.fuse_elewise_add_act_ops = g_fusion;
+    o.build_strategy.fuse_all_optimizer_ops = o.build_strategy.fuse_all_reduce_ops = g_fusion;
     if (pe_parallel_executor_new(pl, places, m->main, t.scope, &o, &t.pe) != PE_OK) fail_msg("%s", pe_last_error());
     return t;
 }
@@ -690,20 +695,24 @@ static void check_training(bool cnn) {
     int steps = cnn ? 6 : 10;
     for (int places = 1; places <= 3; places += 2) {
         pe_tensor *ref[16], *got[16];
+        g_fusion = false;
         train(&m, places, false, false, cnn, 12, steps, ref);
-        for (int mode = 1; mode < 4; mode++) {
+        /* memory switches alone, and with every fusion switch on */
+        for (int mode = 1; mode < 8; mode++) {
             bool inplace = mode & 1, memopt = mode & 2;
+            g_fusion = mode & 4;
             train(&m, places, inplace, memopt, cnn, 12, steps, got);
             for (int i = 0; i < m.n_params; i++) {
-                char what[160];
-                snprintf(what, sizeof what, "%s places=%d enable_inplace=%d memory_optimize=%d %s", cnn ? "cnn" : "mlp",
-                         places, inplace, memopt, m.params[i]);
+                char what[192];
+                snprintf(what, sizeof what, "%s places=%d enable_inplace=%d memory_optimize=%d fusion=%d %s",
+                         cnn ? "cnn" : "mlp", places, inplace, memopt, g_fusion, m.params[i]);
                 assert_close(got[i], ref[i], 1e-5, 1e-10, what);
                 pe_tensor_free(got[i]);
             }
         }
         for (int i = 0; i < m.n_params; i++) pe_tensor_free(ref[i]);
     }
+    g_fusion = false;
     model_free(&m);
 }
 
