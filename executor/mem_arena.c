@@ -308,6 +308,10 @@ static pe_status install(pe_mem_arenas *a, pe_scope *const *local, const cache_e
             const pe_mp_var_plan *vp = &pp->vars[i];
             pe_tensor *t = pe_scope_find_local_var(local[p], vp->name);
             if (!t) t = pe_scope_var(local[p], vp->name);
+            /* a var someone else laid out (its own buffer shared with another
+             * var, e.g. a gradient bucket) keeps it; its slot stays unused */
+            if (t && t->buf && !t->buf->external && __atomic_load_n(&t->buf->refcount, __ATOMIC_ACQUIRE) > 1)
+                continue;
             pe_buffer *w = t ? pe_buffer_wrap(a->places[p], (char *)a->arena[p]->data + vp->offset, (size_t)vp->bytes)
                              : NULL;
             if (!w) {

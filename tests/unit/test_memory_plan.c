@@ -813,6 +813,24 @@ static void test_plan_cache(void **state) {
             assert_true(find_planned(pp, "fc_0.out")->inplaced);
         }
     }
+    /* a var whose buffer another var shares (laid out elsewhere, as a
+     * gradient bucket would be) is left alone by the next install */
+    pe_mem_arenas_release(ma);
+    for (int p = 0; p < 2; p++) {
+        pe_scope_free(local[p]);
+        local[p] = pe_scope_new(global);
+        pe_tensor *x = pe_scope_var(local[p], "x"), *y = pe_scope_var(local[p], "label");
+        assert_int_equal(pe_tensor_resize(x, g_dt, 2, (int64_t[]){4, 784}, places[p]), PE_OK);
+        assert_int_equal(pe_tensor_resize(y, PE_DTYPE_INT64, 2, (int64_t[]){4, 1}, places[p]), PE_OK);
+    }
+    pe_tensor *bucket = tu_tensor(g_dt, 1, (int64_t[]){784 * 128}, NULL);
+    pe_tensor *wg = pe_scope_var(local[0], "fc_0.w_0@GRAD");
+    pe_tensor_share(wg, bucket);
+    assert_int_equal(pe_mem_arenas_prepare(ma, local), PE_OK);
+    assert_non_null(find_planned(&pe_mem_arenas_plan(ma)->place[0], "fc_0.w_0@GRAD"));
+    assert_ptr_equal(wg->buf, bucket->buf);
+    assert_true(pe_scope_find_local_var(local[1], "fc_0.w_0@GRAD")->buf->external); /* place 1: in the arena */
+    pe_tensor_free(bucket);
     /* a new protected name that was placed: re-plan without it */
     assert_non_null(find_planned(&pe_mem_arenas_plan(ma)->place[0], "fc_1.out"));
     assert_int_equal(pe_mem_arenas_protect(ma, "fc_1.out"), PE_OK);
