@@ -8,6 +8,8 @@ usage errors (exit 2 + usage line) and bad inputs (exit 1, exactly one
 `pe train` and with one holding the model only, --lr overriding a resumed
 checkpoint, --fetch/--out, --places cpu:2 against one place (even and
 uneven splits), sgd / nesterov / weight decay / clipping against PyTorch,
+checkpoints that round-trip byte for byte (save, load, save) and clear
+errors for truncated or mismatched ones (missing, extra, wrong dtype or shape),
 and that the committed examples are what scripts/make_examples.py writes.
 
     PE_BIN_DIR=build/bin /usr/bin/python3 -m pytest -q tests/python/test_train_cli.py
@@ -136,6 +138,30 @@ def test_steps0_save_and_resume(batches, tmp_path):
     assert abs(read_safetensors(str(t / "e.st"))["learning_rate_0"][0] - 0.05) < 1e-8
 
 
+@pytest.mark.parametrize("model,opt", [("mlp", MOM), ("cnn", ["--optimizer", "adam", "--lr", "0.001"])])
+def test_checkpoint_roundtrip_bitwise(model, opt, tmp_path):
+    """save -> load into a fresh scope -> save again gives the same file, byte
+    for byte (parameters, optimizer state, learning rate, beta powers), and
+    numpy reads back what PE holds."""
+    prog = os.path.join(EXAMPLES, "%s_forward.pe" % model)
+    start = os.path.join(EXAMPLES, "%s_forward_startup.pe" % model)
+    images, labels = fashion_mnist("t10k")
+    write_batches(str(tmp_path / "d"), model, make_batches(model, images, labels, 2, 16))
+    t = tmp_path
+    ok("train", prog, "--startup", start, "--loss", "loss", *opt, "--steps", 2, "--data", t / "d", "--save", t / "a.st")
+    ok("train", prog, "--params", t / "a.st", "--loss", "loss", *opt[:2], "--steps", 0, "--save", t / "b.st")
+    a, b = open(t / "a.st", "rb").read(), open(t / "b.st", "rb").read()
+    assert a == b, "re-saving a loaded checkpoint changed it (%d vs %d bytes)" % (len(a), len(b))
+    ck = read_safetensors(str(t / "a.st"))
+    assert any(k.endswith(("_velocity_0", "_moment2_0")) for k in ck) and "learning_rate_0" in ck
+    assert all(np.all(np.isfinite(v)) for v in ck.values())
+    # and it is what training continues from: 1 more step from a == 1 more step from b
+    for src, dst in (("a.st", "a1.st"), ("b.st", "b1.st")):
+        ok("train", prog, "--params", t / src, "--loss", "loss", *opt[:2], "--steps", 1, "--data", t / "d",
+           "--save", t / dst)
+    assert open(t / "a1.st", "rb").read() == open(t / "b1.st", "rb").read()
+
+
 def write_safetensors(path, tensors):
     names = {np.dtype("float32"): "F32", np.dtype("float64"): "F64", np.dtype("int64"): "I64"}
     header, off, blobs = {}, 0, []
@@ -177,6 +203,10 @@ def test_params_model_only(batches, tmp_path):
     write_safetensors(t / "shape.st", bad)
     fails(1, "train", MLP, "--startup", MLP_S, "--loss", "loss", *MOM, "--steps", 0, "--params", t / "shape.st",
           contains=("fc_1.b_0",))
+    wrong_dt = dict(model, **{"fc_1.b_0": model["fc_1.b_0"].astype(np.float64)})
+    write_safetensors(t / "dtype.st", wrong_dt)
+    fails(1, "train", MLP, "--startup", MLP_S, "--loss", "loss", *MOM, "--steps", 0, "--params", t / "dtype.st",
+          contains=("fc_1.b_0", "float64"))
     extra = dict(model, bogus=np.zeros(3, np.float32))
     write_safetensors(t / "extra.st", extra)
     fails(1, "train", MLP, "--startup", MLP_S, "--loss", "loss", *MOM, "--steps", 0, "--params", t / "extra.st",
