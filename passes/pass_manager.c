@@ -16,8 +16,8 @@
 #include "passes/fuse.h"
 #include "passes/multi_device.h"
 
+#include <stddef.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 typedef pe_status (*program_pass_fn)(pe_program *p, const pe_fuse_opts *o, int *n_fused);
