@@ -4,12 +4,15 @@
  *     place=0 peak_bytes_no_reuse=5193216 peak_bytes_reuse=2766848
  *     place=1 peak_bytes_no_reuse=5193216 peak_bytes_reuse=2766848
  *
- * Builds the multi-device SSA graph of PROGRAM over N CPU places, gives
+ * Builds the graph the ParallelExecutor would run — the build passes of
+ * passes/pass_manager.c (the fusion passes --strategy turns on, then the
+ * multi-device pass) over N CPU places — gives
  * every var the program reads before writing it (the feeds) the batch
  * split the executor would use (B rows over N places, earlier places take
  * the extra rows) in its -1 axis 0, infers every temporary's shape, and
  * runs the memory planner (passes/memory_plan.c) as the ParallelExecutor
- * would with enable_inplace and memory_optimize on. Per place it prints
+ * would with enable_inplace and memory_optimize on (--strategy may set any
+ * BuildStrategy field, as for `pe graph`; --loss names the loss). Per place it prints
  * the bytes the temporaries take without reuse (each its own allocation,
  * as without the plan) and with the plan (the arena). Parameter shapes come
  * from their declarations, or from the scope after --startup S when given.
@@ -22,7 +25,7 @@
 #include "tools/tool.h"
 #include "graph/ssa_graph.h"
 #include "passes/memory_plan.h"
-#include "passes/multi_device.h"
+#include "passes/pass_manager.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -30,7 +33,8 @@
 #include <string.h>
 
 typedef struct plan_args {
-    const char *program, *startup;
+    const char *program, *startup, *loss;
+    pe_build_strategy bs;
     int n_places;
     int64_t batch;
     const char **fetch;   /* [argc] */
@@ -67,6 +71,17 @@ static int parse_args(int argc, char **argv, plan_args *a) {
         if (!strcmp(arg, "--no-reuse")) { a->no_reuse = true; continue; }
         if (!strcmp(arg, "--verbose")) { a->verbose = true; continue; }
         if (!strcmp(arg, "--activations")) { a->activations = true; continue; }
+        if ((r = pe_tool_flag(argc, argv, &i, "--strategy", &v)) != 0) {
+            if (r < 0 || !*v) return pe_tool_usage_error("plan", "--strategy needs KEY=VALUE[,KEY=VALUE...]");
+            int rc = pe_tool_parse_strategy("plan", v, &a->bs);
+            if (rc != PE_EXIT_OK) return rc;
+            continue;
+        }
+        if ((r = pe_tool_flag(argc, argv, &i, "--loss", &v)) != 0) {
+            if (r < 0 || !*v) return pe_tool_usage_error("plan", "--loss needs a var name");
+            a->loss = v;
+            continue;
+        }
         if ((r = pe_tool_flag(argc, argv, &i, "--startup", &v)) != 0) {
             if (r < 0 || !*v) return pe_tool_usage_error("plan", "--startup needs a program file");
             if (a->startup) return pe_tool_usage_error("plan", "--startup given twice");
@@ -99,6 +114,8 @@ static int parse_args(int argc, char **argv, plan_args *a) {
         }
         return pe_tool_usage_error("plan", "unknown flag '%s'", arg);
     }
+    if (a->no_inplace) a->bs.enable_inplace = false;
+    if (a->no_reuse) a->bs.memory_optimize = false;
     if (!a->program) return pe_tool_usage_error("plan", "missing PROGRAM");
     if (!a->n_places) return pe_tool_usage_error("plan", "missing --places cpu:N");
     if (!a->batch) return pe_tool_usage_error("plan", "missing --batch B");
@@ -164,21 +181,20 @@ static const char **protected_names(const plan_args *a, const pe_program *prog, 
 }
 
 static int plan_program(const plan_args *a, const pe_program *prog, pe_scope *scope) {
-    pe_build_strategy bs;
-    memset(&bs, 0, sizeof bs);
-    bs.enable_inplace = !a->no_inplace;
-    bs.memory_optimize = !a->no_reuse;
     pe_ssa_graph *g = NULL;
     pe_mp_graph *mg = NULL;
     pe_mem_plan *plan = NULL;
-    pe_status st = pe_multi_device_build(prog, a->n_places, NULL, &bs, &g);
+    pe_pass_opts po = {.n_places = a->n_places, .loss_name = a->loss, .bs = &a->bs,
+                       .protect = a->fetch, .n_protect = a->n_fetch};
+    pe_status st = pe_pass_manager_run(prog, &po, &g, NULL);
     if (st == PE_OK) st = pe_mp_graph_new(g, &mg);
     meta_user u = {a, scope};
     int n_prot = 0;
     const char **prot = protected_names(a, prog, &n_prot);
     if (st == PE_OK && !prot) st = pe_error(PE_ERR_NOMEM, "out of memory");
     if (st == PE_OK)
-        st = pe_mp_plan_build(mg, NULL, tool_meta, &u, prot, n_prot, !a->no_reuse, !a->no_inplace, &plan);
+        st = pe_mp_plan_build(mg, NULL, tool_meta, &u, prot, n_prot, a->bs.memory_optimize, a->bs.enable_inplace,
+                              &plan);
     free(prot);
     int rc = PE_EXIT_OK;
     if (st != PE_OK) {
@@ -205,6 +221,9 @@ static int plan_program(const plan_args *a, const pe_program *prog, pe_scope *sc
 int pe_cmd_plan(int argc, char **argv) {
     plan_args a;
     memset(&a, 0, sizeof a);
+    a.bs.reduce_strategy = PE_REDUCE_ALL_REDUCE;
+    a.bs.gradient_scale_strategy = PE_GRAD_SCALE_BATCH_SHARE;
+    a.bs.enable_inplace = a.bs.memory_optimize = true;
     a.fetch = calloc((size_t)argc + 1, sizeof *a.fetch);
     if (!a.fetch) return pe_tool_fail("out of memory");
     int rc = parse_args(argc, argv, &a);
@@ -218,6 +237,10 @@ int pe_cmd_plan(int argc, char **argv) {
     pe_status st = pe_program_load_file(a.program, &prog);
     if (st != PE_OK) {
         rc = pe_tool_fail_file(st, a.program);
+        goto done;
+    }
+    if (a.loss && !pe_program_find_var(prog, 0, a.loss)) {
+        rc = pe_tool_fail("--loss '%s' is not a var of block 0 of %s", a.loss, a.program);
         goto done;
     }
     for (int i = 0; i < a.n_fetch; i++)

@@ -131,14 +131,15 @@ static const pe_tool_cmd k_cmds[] = {
      "                        as boxes, vars as ellipses; then the multi-device graph)\n"
      "Render with Graphviz: dot -Tsvg OUT.dot > OUT.svg",
      pe_cmd_graph},
-    {"plan", "pe plan PROGRAM --places cpu:N --batch B [--startup S.pe] [--fetch NAME]... [--no-inplace] "
-             "[--no-reuse] [--activations] [--verbose]",
+    {"plan", "pe plan PROGRAM --places cpu:N --batch B [--startup S.pe] [--fetch NAME]... [--loss NAME] "
+             "[--strategy KEY=VALUE,...] [--no-inplace] [--no-reuse] [--activations] [--verbose]",
      "print the static memory plan of a program: temporaries' bytes per place without and with reuse",
-     "Builds PROGRAM's multi-device graph over N CPU places, splits a batch of B rows\n"
-     "over them as the ParallelExecutor does (earlier places take the extra rows) for\n"
-     "every var read before any op writes it (axis 0 = -1), infers every temporary's\n"
-     "shape and runs the memory planner (BuildStrategy enable_inplace and\n"
-     "memory_optimize). Prints one line per place:\n"
+     "Builds the graph the ParallelExecutor would run for PROGRAM on N CPU places (the\n"
+     "build passes: the fusion passes --strategy turns on, then the multi-device pass),\n"
+     "splits a batch of B rows over the places as the executor does (earlier places\n"
+     "take the extra rows) for every var read before any op writes it (axis 0 = -1),\n"
+     "infers every temporary's shape and runs the memory planner (BuildStrategy\n"
+     "enable_inplace and memory_optimize). Prints one line per place:\n"
      "  place=<i> peak_bytes_no_reuse=<n> peak_bytes_reuse=<n>\n"
      "the bytes of the non-persistable temporaries when each has its own buffer, and\n"
      "the size of the place's arena with the plan (fed, fetched and persistable vars\n"
@@ -149,6 +150,10 @@ static const pe_tool_cmd k_cmds[] = {
      "  --startup S.pe        run S first and take the persistables' shapes from it\n"
      "                        (default: their declarations)\n"
      "  --fetch NAME          NAME is fetched, so never reused (repeatable)\n"
+     "  --loss NAME           the loss (kept by the fusion passes, scaled per place)\n"
+     "  --strategy K=V,...    BuildStrategy fields as for 'pe graph'\n"
+     "                        (fuse_gemm_epilogue=1,...); enable_inplace and\n"
+     "                        memory_optimize are on unless set to 0\n"
      "  --no-inplace          no output written over its dying input (enable_inplace off)\n"
      "  --no-reuse            no bytes of dead temporaries reused (memory_optimize off)\n"
      "  --activations         leave the parameter gradients (op_role_var) out of both\n"

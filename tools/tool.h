@@ -64,4 +64,10 @@ bool pe_tool_is_help(const char *arg);
 /* True when arg looks like a flag ("-x", "--x"), i.e. not a positional. */
 bool pe_tool_is_flag(const char *arg);
 
+/* --strategy "KEY=VALUE,...": BuildStrategy fields by Paddle's names
+ * (fuse_gemm_epilogue=1, memory_optimize=0, reduce_strategy=reduce, ...)
+ * into *bs (fields not named keep their value). Usage errors name `cmd`;
+ * returns PE_EXIT_OK or PE_EXIT_USAGE. (tools/cmd_graph.c) */
+int pe_tool_parse_strategy(const char *cmd, const char *spec, pe_build_strategy *bs);
+
 #endif

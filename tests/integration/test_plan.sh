@@ -8,8 +8,8 @@
 # var that is not fed or fetched, -1 = the place's rows, 64-byte aligned):
 # an independent check of the planner's shape inference and of what it
 # places; the plan is smaller (at most 60% for the CNN); --no-reuse
-# --no-inplace gives no saving; the batch split 43/43/42; usage and file
-# errors exit 2 / 1 with one "pe: error:" line.
+# --no-inplace gives no saving; --strategy plans the fused graph; usage and
+# file errors exit 2 / 1 with one "pe: error:" line.
 set -u
 
 PE="${PE_BIN_DIR:?set PE_BIN_DIR to the directory holding pe}/pe"
@@ -101,6 +101,25 @@ ni=$("$PE" plan "$SRC/examples/cnn_train.pe" --places cpu:1 --batch 16 --no-inpl
 all=$(sed -E 's/.*no_reuse=([0-9]+).*/\1/' "$T/out")
 if [ "$nr" -lt "$all" ] && [ "$ni" -lt "$nr" ]; then pass "in place only $nr, reuse only $ni, none $all"; else fail "switches" "$nr $ni $all"; fi
 
+# --strategy: the plan of the fused graph (fc ops leave fewer temporaries);
+# memory switches set to 0 there give no saving; a bad key is a usage error
+"$PE" plan "$SRC/examples/mlp_train.pe" --places cpu:2 --batch 64 --loss loss --fetch loss >"$T/plain" 2>&1
+"$PE" plan "$SRC/examples/mlp_train.pe" --places cpu:2 --batch 64 --loss loss --fetch loss \
+    --strategy fuse_gemm_epilogue=1,fuse_elewise_add_act_ops=1,fuse_all_optimizer_ops=1 >"$T/fused" 2>&1
+pn=$(head -1 "$T/plain" | sed -E 's/.*no_reuse=([0-9]+).*/\1/')
+fn=$(head -1 "$T/fused" | sed -E 's/.*no_reuse=([0-9]+).*/\1/')
+if [ "$(wc -l <"$T/fused")" -eq 2 ] && [ -n "$fn" ] && [ "$fn" -lt "$pn" ]; then
+    pass "--strategy fusion: no_reuse $pn -> $fn"
+else
+    fail "--strategy fusion" "$(cat "$T/plain" "$T/fused")"
+fi
+"$PE" plan "$SRC/examples/cnn_train.pe" --places cpu:1 --batch 16 --strategy memory_optimize=0,enable_inplace=0 >"$T/out" 2>&1
+if grep -qE '^place=0 peak_bytes_no_reuse=([0-9]+) peak_bytes_reuse=\1$' "$T/out"; then
+    pass "--strategy memory_optimize=0,enable_inplace=0: $(cat "$T/out")"
+else
+    fail "--strategy switches off" "$(cat "$T/out")"
+fi
+
 # --verbose: every planned var with its offset; a fetched var is not among them
 "$PE" plan "$SRC/examples/mlp_train.pe" --places cpu:1 --batch 8 --fetch fc_1.tmp_2 --verbose >"$T/out" 2>&1
 if grep -q ' in-place$' "$T/out" && grep -qE '^  fc_0.tmp_0 +offset=[0-9]+ +bytes=16384' "$T/out" &&
@@ -125,6 +144,8 @@ check_err() { # NAME WANT_RC ARGS...
 check_err "no --batch" 2 "$SRC/examples/mlp_train.pe" --places cpu:2
 check_err "batch < places" 2 "$SRC/examples/mlp_train.pe" --places cpu:4 --batch 3
 check_err "bad --places" 2 "$SRC/examples/mlp_train.pe" --places gpu:2 --batch 8
+check_err "bad --strategy key" 2 "$SRC/examples/mlp_train.pe" --places cpu:1 --batch 8 --strategy fuse_everything=1
+check_err "unknown --loss" 1 "$SRC/examples/mlp_train.pe" --places cpu:1 --batch 8 --loss nope
 check_err "missing file" 1 "$T/nope.pe" --places cpu:1 --batch 8
 check_err "unknown --fetch" 1 "$SRC/examples/mlp_train.pe" --places cpu:1 --batch 8 --fetch nope
 printf '{"version": 1, "blocks": [{"idx": 0, "parent_idx": -1, "vars": [
