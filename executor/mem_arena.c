@@ -240,7 +240,13 @@ static pe_status detach(view *v) {
     size_t bytes = pe_tensor_nbytes(t);
     pe_buffer *own = pe_buffer_new(t->place, bytes);
     if (!own) return pe_error_wrap(PE_ERR_NOMEM, "memory plan: detaching '%s' from the arena", v->name);
-    if (bytes <= v->wrap->bytes) memcpy(own->data, v->wrap->data, bytes);
+    if (bytes <= v->wrap->bytes) {
+        pe_status st = pe_memcpy_places(own->data, t->place, v->wrap->data, t->place, bytes);
+        if (st != PE_OK) {
+            pe_buffer_release(own);
+            return pe_error_wrap(st, "memory plan: detaching '%s' from the arena", v->name);
+        }
+    }
     pe_buffer_release(t->buf);
     t->buf = own;
     t->offset = 0;
