@@ -878,6 +878,62 @@ case("adam", "step1", adam_inputs((7, 5), "float32", 1), {}, ref_adam)
 case("adam", "step10_betas", adam_inputs((2, 3, 4), "float32", 10, 0.8, 0.99),
      {"beta1": 0.8, "beta2": 0.99, "epsilon": 1e-6}, ref_adam)
 case("adam", "fp64_step3", adam_inputs((9,), "float64", 3), {}, ref_adam)
+
+# Fused ops emitted by the fusion passes (passes/fuse_*.c): each row checks the
+# fused kernel against the same torch computation as the ops it replaces.
+ACTS = {"": lambda v: v, "relu": torch.relu, "sigmoid": torch.sigmoid, "tanh": torch.tanh}
+
+
+def ref_fc(t, a):
+    x, w, n = t["Input"], t["W"], a.get("in_num_col_dims", 1)
+    out = x.reshape(int(np.prod(x.shape[:n])), -1) @ w
+    if "Bias" in t:
+        out = out + t["Bias"].reshape(-1)
+    return {"Out": ACTS[a.get("activation_type", "")](out).reshape(list(x.shape[:n]) + [w.shape[1]])}
+
+
+case("fc", "relu", {"Input": f32(7, 5), "W": f32(5, 3), "Bias": f32(3)}, {"activation_type": "relu"}, ref_fc)
+case("fc", "no_act_3d", {"Input": f32(2, 3, 4), "W": f32(4, 6), "Bias": f32(6)}, {"in_num_col_dims": 2}, ref_fc)
+case("fc", "tanh_fp64_nobias", {"Input": f64(4, 9), "W": f64(9, 2)}, {"activation_type": "tanh"}, ref_fc)
+
+
+def ref_fused_ew_act(t, a):
+    s = t["X"] + t["Y"]
+    return {"Out": ACTS[a["functor_list"][0]](s)}
+
+
+case("fused_elemwise_activation", "relu_row_bias", {"X": f32(6, 5), "Y": f32(5)},
+     {"functor_list": ["relu", "elementwise_add"]}, ref_fused_ew_act)
+case("fused_elemwise_activation", "sigmoid_same", {"X": f32(3, 4), "Y": f32(3, 4)},
+     {"functor_list": ["sigmoid", "elementwise_add"]}, ref_fused_ew_act)
+case("fused_elemwise_activation", "tanh_fp64", {"X": f64(2, 3, 4), "Y": f64(2, 3, 4)},
+     {"functor_list": ["tanh", "elementwise_add"]}, ref_fused_ew_act)
+
+
+def merged(single, outs):
+    """The merged optimizer = the single-param optimizer applied to each param."""
+    def ref(t, a):
+        n = len(t["Param"])
+        res = {o: [] for o in outs}
+        for k in range(n):
+            tk = {s: (v[k] if len(v) == n else v[0]) for s, v in t.items()}
+            for o, v in single(tk, a).items():
+                if o in res:
+                    res[o].append(v)
+        return res
+    return ref
+
+
+SHAPES = ((7, 5), (3,), (2, 2, 2))
+case("merged_sgd", "three_params", {"Param": [f32(*s) for s in SHAPES], "Grad": [f32(*s) for s in SHAPES],
+                                    "LearningRate": [lr(0.1)]}, {}, merged(ref_sgd, ["ParamOut"]))
+case("merged_momentum", "three_params_lr_each",
+     {"Param": [f32(*s) for s in SHAPES], "Grad": [f32(*s) for s in SHAPES], "Velocity": [f32(*s) for s in SHAPES],
+      "LearningRate": [lr(0.05), lr(0.1), lr(0.2)]}, {"mu": 0.9}, merged(ref_momentum, ["ParamOut", "VelocityOut"]))
+_adams = [adam_inputs(s, "float32", 2) for s in SHAPES]
+case("merged_adam", "three_params", {k: [d[k] for d in _adams] for k in _adams[0] if k != "LearningRate"}
+     | {"LearningRate": [lr(0.01)]}, {},
+     merged(ref_adam, ["ParamOut", "Moment1Out", "Moment2Out", "Beta1PowOut", "Beta2PowOut"]))
 for name, xs, m in (("clipped", [f32(7, 5), f32(3), f32(2, 2, 2)], 1.0),
                     ("not_clipped", [f32(4, 3, lo=-0.1, hi=0.1), f32(5, lo=-0.1, hi=0.1)], 5.0),
                     ("single_fp64", [f64(6, 4)], 0.5)):
