@@ -330,7 +330,10 @@ pe_status pe_parallel_executor_new(const pe_place *places, int n_places, const p
     int nt = o.exec_strategy.num_threads;
     if (nt <= 0) nt = n_places * (places[0].kind == PE_PLACE_CUDA ? 4 : 2);
     if (!o.build_strategy.enable_sequential_execution && !(pe->sched = pe_sched_new(nt))) { st = PE_ERR_NOMEM; goto fail; }
-    if (!(pe->comm = pe_comm_inproc_new(n_places, n_places < cores ? n_places : cores))) { st = PE_ERR_NOMEM; goto fail; }
+    if (!(pe->comm = pe_comm_new_for_places(places, n_places, n_places < cores ? n_places : cores))) {
+        st = pe_error_wrap(PE_ERR_UNSUPPORTED, "ParallelExecutor: collectives for %s", place_name(places[0], pb));
+        goto fail;
+    }
     pe->built = true;
     *out = pe;
     return PE_OK;
