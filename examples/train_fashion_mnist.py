@@ -1,0 +1,334 @@
+#!/usr/bin/env python3
+"""examples/train_fashion_mnist.py — the main job: Fashion-MNIST trained data-parallel with PE's Python API.
+
+What: an MLP (784-512-256-10, relu; the default) or a LeNet-style CNN
+(--model cnn: conv5x5x20-pool-conv5x5x50-pool-fc500-fc10, relu) trained on
+the 60,000 Fashion-MNIST training images of Debian's dataset-fashion-mnist,
+evaluated on the 10,000 test images after every epoch. The last line of the
+output is `test_accuracy=<value>` (the accuracy after the last epoch).
+
+How: the Paddle static-graph recipe, unchanged but for `import pe as paddle`
+style names: build main/startup programs, clone the main program for test
+before minimize(), run the startup program with an Executor, then train
+through a ParallelExecutor over CPU_NUM places (default: every core — the
+batch of 128 is split across the places, gradients are summed, fetches
+merged) and evaluate through a second ParallelExecutor built with
+share_vars_from=the training one (it reads the trained parameters, no copy).
+Each epoch ends with drop_local_exe_scopes() and a checkpoint
+(pe.static.save: every persistable — parameters, momentum/Adam state,
+learning rate — as safetensors, plus the program as .pe) in --ckpt-dir;
+--resume loads the newest one and continues with the next epoch (the
+shuffling order depends on --seed and the epoch, so a resumed run sees the
+same batches as an uninterrupted one).
+
+Why: it is the job the README's `scripts/demo.sh` runs, and
+benchmarks/compare_torch.py imports its data loader and model builders so
+the comparison with PyTorch trains exactly these models.
+
+    /usr/bin/python3 examples/train_fashion_mnist.py                 # MLP, defaults
+    /usr/bin/python3 examples/train_fashion_mnist.py --model cnn --epochs 3
+    /usr/bin/python3 examples/train_fashion_mnist.py --epochs 8 --resume   # 3 more epochs
+"""
+import argparse
+import gzip
+import json
+import os
+import struct
+import sys
+import time
+
+import numpy as np
+
+DATA_DIR = "/usr/share/datasets/fashion-mnist"
+CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
+           "Ankle boot"]
+LR_VAR = "learning_rate"
+# Per model: default epochs and learning rate per optimizer.
+DEFAULTS = {
+    "mlp": {"epochs": 10, "lr": {"momentum": 0.05, "adam": 0.001}},
+    "cnn": {"epochs": 6, "lr": {"momentum": 0.05, "adam": 0.001}},
+}
+
+
+def _import_pe():
+    """Imports pe from the build tree when it is not installed (build/python)."""
+    try:
+        import pe
+    except ImportError:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        for d in (os.environ.get("PE_BUILD_DIR", ""), "build"):
+            p = os.path.join(root if not os.path.isabs(d) else "", d, "python")
+            if d and os.path.isdir(os.path.join(p, "pe")):
+                sys.path.insert(0, p)
+                break
+        import pe
+    return pe
+
+
+# ---- data --------------------------------------------------------------------------------------
+
+def _read_idx(path, magic_want, ndim, limit=None):
+    """The array of an idx file (gzip): magic, ndim big-endian uint32 dims, uint8 data;
+    only the first `limit` items are read when limit is given."""
+    try:
+        f = gzip.open(path, "rb")
+        with f:
+            head = f.read(4 + 4 * ndim)
+            if len(head) != 4 + 4 * ndim:
+                raise ValueError("truncated header")
+            magic, *dims = struct.unpack(">I%dI" % ndim, head)
+            if magic != magic_want:
+                raise ValueError("magic %d, expected %d" % (magic, magic_want))
+            if limit is not None:
+                dims[0] = min(dims[0], limit)
+            n = int(np.prod(dims))
+            raw = f.read(n)
+            if len(raw) != n:
+                raise ValueError("truncated data: %d of %d bytes" % (len(raw), n))
+    except (OSError, ValueError) as e:
+        raise SystemExit("train_fashion_mnist: cannot read %s: %s (install Debian's dataset-fashion-mnist: "
+                         "scripts/setup.sh)" % (path, e))
+    return np.frombuffer(raw, np.uint8).reshape(dims)
+
+
+def load_fashion_mnist(split, limit=None, data_dir=DATA_DIR):
+    """(images float32 [N, 784] in [0, 1], labels int64 [N, 1]) of split 'train' or 't10k'."""
+    img = _read_idx(os.path.join(data_dir, "%s-images-idx3-ubyte.gz" % split), 2051, 3, limit)
+    lab = _read_idx(os.path.join(data_dir, "%s-labels-idx1-ubyte.gz" % split), 2049, 1, limit)
+    if img.shape[0] != lab.shape[0]:
+        raise SystemExit("train_fashion_mnist: %s has %d images but %d labels" % (split, img.shape[0], lab.shape[0]))
+    x = img.reshape(img.shape[0], -1).astype(np.float32) / np.float32(255.0)
+    return x, lab.astype(np.int64).reshape(-1, 1)
+
+
+# ---- models --------------------------------------------------------------------------------------
+
+def build_model(pe, model, image):
+    """Logits [N, 10] of `model` ('mlp' | 'cnn') for image: [N, 784]."""
+    F = pe.nn.functional
+    if model == "mlp":
+        h = pe.static.nn.fc(image, 512, activation="relu")
+        h = pe.static.nn.fc(h, 256, activation="relu")
+        return pe.static.nn.fc(h, 10)
+    if model == "cnn":
+        x = pe.reshape(image, [-1, 1, 28, 28])                                 # [N, 1, 28, 28]
+        x = pe.static.nn.conv2d(x, 20, 5, act="relu")                          # [N, 20, 24, 24]
+        x = F.max_pool2d(x, 2, 2)                                              # [N, 20, 12, 12]
+        x = pe.static.nn.conv2d(x, 50, 5, act="relu")                          # [N, 50, 8, 8]
+        x = F.max_pool2d(x, 2, 2)                                              # [N, 50, 4, 4]
+        x = pe.static.nn.fc(x, 500, activation="relu")                         # [N, 500]
+        return pe.static.nn.fc(x, 10)                                          # [N, 10]
+    raise ValueError("unknown model %r (mlp or cnn)" % model)
+
+
+def build_programs(pe, model, optimizer, lr, seed, momentum=0.9):
+    """(main, startup, test, loss, pred): the training program (forward, backward,
+    optimizer), its startup program and the test program (forward only)."""
+    from pe.layer_helper import LayerHelper
+    from pe.utils import unique_name
+    main, startup = pe.static.Program(), pe.static.Program()
+    main.random_seed = seed
+    startup.random_seed = seed
+    with pe.static.program_guard(main, startup), unique_name.guard():
+        image = pe.static.data("image", [None, 784], "float32")
+        label = pe.static.data("label", [None, 1], "int64")
+        logits = build_model(pe, model, image)
+        loss = pe.nn.functional.cross_entropy(logits, label)
+        pred = pe.nn.functional.softmax(logits)
+        test = main.clone(for_test=True)
+        # The learning rate is a persistable [1] variable (initialized to lr by
+        # the startup program) that the training loop feeds every step with
+        # the cosine schedule's value; a fed persistable reaches every place.
+        helper = LayerHelper("learning_rate")
+        lr_var = helper.create_global_variable([1], "float32", persistable=True, name=LR_VAR)
+        helper.set_variable_initializer(lr_var, pe.nn.initializer.Constant(lr))
+        if optimizer == "momentum":
+            opt = pe.optimizer.Momentum(learning_rate=lr_var, momentum=momentum)
+        elif optimizer == "adam":
+            opt = pe.optimizer.Adam(learning_rate=lr_var)
+        else:
+            raise ValueError("unknown optimizer %r (momentum or adam)" % optimizer)
+        opt.minimize(loss)
+    return main, startup, test, loss, pred
+
+
+def cosine_lr(base, step, total_steps):
+    """base * (1 + cos(pi * step / total_steps)) / 2: from base down to ~0 at the last step."""
+    return np.array([0.5 * base * (1.0 + np.cos(np.pi * min(step, total_steps) / total_steps))], np.float32)
+
+
+# ---- progress bar ------------------------------------------------------------------------------
+
+class Progress:
+    """One terminal line per epoch, redrawn in place with \\r (at most 10 times a second)."""
+
+    def __init__(self, title, total, out=sys.stdout):
+        self.title, self.total, self.out = title, total, out
+        self.t0 = time.perf_counter()
+        self.last = 0.0
+        self.width = 0
+
+    def update(self, done, loss, force=False):
+        now = time.perf_counter()
+        if not force and now - self.last < 0.1:
+            return
+        self.last = now
+        frac = done / self.total if self.total else 1.0
+        n = int(frac * 30)
+        bar = "=" * n + (">" if n < 30 else "") + " " * (29 - n)
+        sps = done / max(now - self.t0, 1e-9)
+        line = "%s [%s] %6d/%d  loss %.4f  %7.0f samples/s" % (self.title, bar, done, self.total, loss, sps)
+        self.width = max(self.width, len(line))
+        self.out.write("\r" + line.ljust(self.width))
+        self.out.flush()
+
+    def close(self, done, loss):
+        self.update(done, loss, force=True)
+        self.out.write("\n")
+        self.out.flush()
+        return time.perf_counter() - self.t0
+
+
+# ---- checkpoints ---------------------------------------------------------------------------------
+
+def _meta_path(ckpt_dir):
+    return os.path.join(ckpt_dir, "latest.json")
+
+
+def save_checkpoint(pe, ckpt_dir, epoch, main, test, scope, args, test_acc):
+    """ckpt_dir/epoch_<k>/model.{safetensors,pe} + infer.pe, then latest.json (written last, atomically)."""
+    d = os.path.join(ckpt_dir, "epoch_%d" % epoch)
+    pe.static.save(main, os.path.join(d, "model"), scope=scope)
+    pe.static.save_program(test, os.path.join(d, "infer.pe"))
+    meta = {"epoch": epoch, "path": "epoch_%d/model" % epoch, "model": args.model, "optimizer": args.optimizer,
+            "lr": args.lr, "batch_size": args.batch_size, "seed": args.seed, "test_accuracy": test_acc}
+    tmp = _meta_path(ckpt_dir) + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(meta, f, indent=1)
+    os.replace(tmp, _meta_path(ckpt_dir))
+    return d
+
+
+def load_checkpoint(pe, ckpt_dir, main, scope, args):
+    """The epoch of the newest checkpoint in ckpt_dir, its persistables loaded into scope."""
+    try:
+        with open(_meta_path(ckpt_dir)) as f:
+            meta = json.load(f)
+    except FileNotFoundError:
+        raise SystemExit("train_fashion_mnist: --resume: no checkpoint in %s (no latest.json)" % ckpt_dir)
+    except (OSError, ValueError) as e:
+        raise SystemExit("train_fashion_mnist: --resume: cannot read %s: %s" % (_meta_path(ckpt_dir), e))
+    for k in ("model", "optimizer"):
+        if meta.get(k) != getattr(args, k):
+            raise SystemExit("train_fashion_mnist: --resume: the checkpoint in %s was trained with --%s %s, "
+                             "this run asks for %s" % (ckpt_dir, k, meta.get(k), getattr(args, k)))
+    pe.static.load(main, os.path.join(ckpt_dir, meta["path"]), scope=scope)
+    return int(meta["epoch"])
+
+
+# ---- training ------------------------------------------------------------------------------------
+
+def evaluate(test_exe, pred, x, y, batch):
+    """Accuracy of the test program on (x, y) through the share_vars_from executor."""
+    correct = 0
+    for i in range(0, len(x), batch):
+        p, = test_exe.run(fetch_list=[pred.name], feed={"image": x[i:i + batch], "label": y[i:i + batch]})
+        correct += int((p.argmax(1) == y[i:i + batch, 0]).sum())
+    return correct / len(x)
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description="Train an MLP or a CNN on Fashion-MNIST with PE, data-parallel "
+                                 "over CPU_NUM places (default: all cores).")
+    ap.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
+    ap.add_argument("--epochs", type=int, default=None,
+                    help="total epochs (default: mlp %d, cnn %d)" % (DEFAULTS["mlp"]["epochs"],
+                                                                     DEFAULTS["cnn"]["epochs"]))
+    ap.add_argument("--batch-size", type=int, default=128, help="global batch, split across the places")
+    ap.add_argument("--lr", type=float, default=None, help="learning rate (default: 0.05 momentum, 0.001 adam)")
+    ap.add_argument("--optimizer", choices=["momentum", "adam"], default="momentum")
+    ap.add_argument("--seed", type=int, default=1, help="initial weights and shuffling")
+    ap.add_argument("--ckpt-dir", default="./checkpoints")
+    ap.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --ckpt-dir")
+    ap.add_argument("--stop-after", type=int, default=None, metavar="K",
+                    help="stop after K epochs of this run (the schedule still spans --epochs; continue with --resume)")
+    ap.add_argument("--limit", type=int, default=None, help="use only the first N train and test images (smoke tests)")
+    ap.add_argument("--data-dir", default=DATA_DIR)
+    args = ap.parse_args(argv)
+    if args.epochs is None:
+        args.epochs = DEFAULTS[args.model]["epochs"]
+    if args.lr is None:
+        args.lr = DEFAULTS[args.model]["lr"][args.optimizer]
+    if args.batch_size < 1 or args.epochs < 1 or any(v is not None and v < 1 for v in (args.limit, args.stop_after)):
+        ap.error("--batch-size, --epochs, --limit and --stop-after must be positive")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if not os.environ.get("CPU_NUM"):
+        os.environ["CPU_NUM"] = str(os.cpu_count() or 1)
+    pe = _import_pe()
+    pe.enable_static()
+
+    x_train, y_train = load_fashion_mnist("train", args.limit, args.data_dir)
+    x_test, y_test = load_fashion_mnist("t10k", args.limit, args.data_dir)
+    main_prog, startup, test_prog, loss, pred = build_programs(pe, args.model, args.optimizer, args.lr, args.seed)
+
+    scope = pe.static.global_scope()
+    exe = pe.static.Executor(pe.CPUPlace())
+    exe.run(startup)
+    first_epoch = 0
+    if args.resume:
+        first_epoch = load_checkpoint(pe, args.ckpt_dir, main_prog, scope, args)
+        print("resumed from %s: %d epoch(s) done" % (args.ckpt_dir, first_epoch))
+
+    train_exe = pe.static.ParallelExecutor(False, loss_name=loss.name, main_program=main_prog, scope=scope)
+    test_exe = pe.static.ParallelExecutor(False, main_program=test_prog, share_vars_from=train_exe, scope=scope)
+    places = train_exe.device_count
+    if args.batch_size < places:
+        raise SystemExit("train_fashion_mnist: --batch-size %d is smaller than CPU_NUM=%d places"
+                         % (args.batch_size, places))
+    n = len(x_train)
+    steps_per_epoch = (n + args.batch_size - 1) // args.batch_size
+    total_steps = steps_per_epoch * args.epochs
+    print("PE %s: %s, %s lr=%g (cosine decay over %d epochs), batch %d over %d CPU place(s) (CPU_NUM), %d train / %d test images"
+          % (pe.__version__, args.model.upper(), args.optimizer, args.lr, args.epochs, args.batch_size, places, n, len(x_test)))
+
+    acc = None
+    if first_epoch >= args.epochs:
+        acc = evaluate(test_exe, pred, x_test, y_test, 1000)
+        print("nothing to train: the checkpoint has %d epoch(s), --epochs %d" % (first_epoch, args.epochs))
+    last_epoch = args.epochs if args.stop_after is None else min(args.epochs, first_epoch + args.stop_after)
+    for epoch in range(first_epoch, last_epoch):
+        order = np.random.RandomState(args.seed * 1000 + epoch).permutation(n)
+        bar = Progress("epoch %d/%d" % (epoch + 1, args.epochs), n)
+        loss_sum, seen, avg = 0.0, 0, float("nan")
+        for s, i in enumerate(range(0, n, args.batch_size)):
+            idx = order[i:i + args.batch_size]
+            if len(idx) < places:  # a last piece too small to split: skip it
+                break
+            feed = {"image": x_train[idx], "label": y_train[idx],
+                    LR_VAR: cosine_lr(args.lr, epoch * steps_per_epoch + s, total_steps)}
+            lv, = train_exe.run(fetch_list=[loss.name], feed=feed)
+            loss_sum += float(np.mean(lv)) * len(idx)
+            seen += len(idx)
+            avg = loss_sum / seen
+            if not np.isfinite(avg):
+                bar.close(seen, avg)
+                raise SystemExit("train_fashion_mnist: the loss diverged (%s) in epoch %d; lower --lr" % (avg, epoch + 1))
+            bar.update(seen, avg)
+        secs = bar.close(seen, avg)
+        train_exe.drop_local_exe_scopes()
+        t0 = time.perf_counter()
+        acc = evaluate(test_exe, pred, x_test, y_test, 1000)
+        test_exe.drop_local_exe_scopes()
+        d = save_checkpoint(pe, args.ckpt_dir, epoch + 1, main_prog, test_prog, scope, args, acc)
+        print("epoch %d: train loss %.4f, %.1f s (%.0f samples/s); test accuracy %.4f (%.1f s); checkpoint %s"
+              % (epoch + 1, avg, secs, seen / secs, acc, time.perf_counter() - t0, d))
+    print("test_accuracy=%.4f" % acc)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""tests/python/test_main_job.py — smoke test of examples/train_fashion_mnist.py (the main job).
+
+On a tiny subset of Fashion-MNIST (--limit), 2 CPU places:
+- one epoch prints a progress line and ends with exactly `test_accuracy=<value>`
+  with a value in [0, 1], and leaves a checkpoint (safetensors + program) and
+  latest.json in --ckpt-dir;
+- training 2 epochs in one run, and 1 epoch then --resume for the second,
+  end with bitwise-equal parameters and optimizer state (the resumed run
+  continues the epoch counter, the momentum buffers and the shuffling
+  order), and the same last line;
+- --resume with another --model, or with no checkpoint, fails with a message.
+The MLP runs on 256 images so the whole file takes a few seconds.
+"""
+import json
+import os
+import re
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(REPO, "examples", "train_fashion_mnist.py")
+DATA = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"
+
+pytestmark = pytest.mark.skipif(not os.path.exists(DATA), reason="dataset-fashion-mnist is not installed")
+
+
+def run(ckpt, *args, ok=True):
+    env = dict(os.environ, CPU_NUM="2", OMP_NUM_THREADS="1")
+    r = subprocess.run([sys.executable, SCRIPT, "--limit", "256", "--batch-size", "32", "--ckpt-dir", str(ckpt)]
+                       + list(args), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+    r.stdout, r.stderr = r.stdout.decode(), r.stderr.decode()  # bytes: keep the progress bar's \r
+    if ok:
+        assert r.returncode == 0, r.stdout + r.stderr
+    return r
+
+
+def safetensors(path):
+    """{name: array} of a safetensors file (read with the format's own definition)."""
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    dt = {"F32": "<f4", "F64": "<f8", "I64": "<i8", "I32": "<i4"}
+    out = {}
+    for name, ent in header.items():
+        if name == "__metadata__":
+            continue
+        b, e = ent["data_offsets"]
+        out[name] = np.frombuffer(raw[8 + n + b:8 + n + e], dtype=dt[ent["dtype"]]).reshape(ent["shape"])
+    return out
+
+
+def test_one_epoch_last_line_and_checkpoint(tmp_path):
+    r = run(tmp_path, "--epochs", "1")
+    lines = r.stdout.split("\n")[:-1]
+    assert re.fullmatch(r"test_accuracy=(0|1)\.\d{4}", lines[-1]), lines[-1]
+    assert 0.0 <= float(lines[-1].split("=")[1]) <= 1.0
+    assert "samples/s" in r.stdout and "\r" in r.stdout          # the progress bar
+    assert "over 2 CPU place(s)" in r.stdout
+    for f in ("model.safetensors", "model.pe", "infer.pe"):
+        assert (tmp_path / "epoch_1" / f).stat().st_size > 0, f
+    meta = json.loads((tmp_path / "latest.json").read_text())
+    assert meta["epoch"] == 1 and meta["model"] == "mlp"
+    params = safetensors(tmp_path / "epoch_1" / "model.safetensors")
+    assert params["fc_0.w_0"].shape == (784, 512) and params["fc_2.w_0"].shape == (256, 10)
+    assert "fc_0.w_0_velocity_0" in params and "learning_rate" in params
+
+
+def test_resume_continues_bitwise(tmp_path):
+    straight, parts = tmp_path / "straight", tmp_path / "parts"
+    a = run(straight, "--epochs", "2")
+    b1 = run(parts, "--epochs", "2", "--stop-after", "1")
+    assert not (parts / "epoch_2").exists() and (parts / "epoch_1").exists()
+    b2 = run(parts, "--epochs", "2", "--resume")
+    assert "resumed from" in b2.stdout and "1 epoch(s) done" in b2.stdout
+    assert "epoch 1:" not in b2.stdout and "epoch 2:" in b2.stdout
+    assert json.loads((parts / "latest.json").read_text())["epoch"] == 2
+    want, got = safetensors(straight / "epoch_2" / "model.safetensors"), safetensors(parts / "epoch_2" / "model.safetensors")
+    assert set(want) == set(got)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+    first = safetensors(parts / "epoch_1" / "model.safetensors")
+    assert not np.array_equal(first["fc_0.w_0"], got["fc_0.w_0"])  # the second epoch trained
+    assert a.stdout.splitlines()[-1] == b2.stdout.splitlines()[-1]
+    assert b1.stdout.splitlines()[-1].startswith("test_accuracy=")
+
+
+def test_resume_errors(tmp_path):
+    r = run(tmp_path / "none", "--resume", ok=False)
+    assert r.returncode != 0 and "no checkpoint" in r.stderr
+    run(tmp_path / "ck", "--epochs", "1")
+    r = run(tmp_path / "ck", "--resume", "--model", "cnn", ok=False)
+    assert r.returncode != 0 and "--model mlp" in r.stderr
