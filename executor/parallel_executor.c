@@ -51,6 +51,8 @@ struct pe_parallel_executor {
     char **protect;         /* fetched vars the fusion passes keep (grows on demand) */
     int n_protect;
     pe_mem_arenas *arenas;  /* memory plan (memory_optimize / enable_inplace); NULL = off */
+    void **bucket_mem;      /* fuse_all_reduce_ops: [handle * n + place] contiguous gradients, or NULL */
+    int bucket_slots;       /* n_h * n when bucket_mem is allocated */
 };
 
 void pe_pe_options_default(pe_pe_options *o) {
@@ -59,6 +61,8 @@ void pe_pe_options_default(pe_pe_options *o) {
     o->exec_strategy.num_iteration_per_run = 1;
     o->build_strategy.reduce_strategy = PE_REDUCE_ALL_REDUCE;
     o->build_strategy.gradient_scale_strategy = PE_GRAD_SCALE_BATCH_SHARE;
+    o->build_strategy.fuse_grad_size_in_MB = 25;
+    o->build_strategy.fuse_first_grad_size_in_MB = 1;
     o->num_trainers = 1;
 }
 
@@ -90,6 +94,72 @@ static void release_ctxs(pe_parallel_executor *pe) {
     pe->prepared = false;
 }
 
+/* ---- gradient buckets (fuse_all_reduce_ops) ------------------------------
+ * Each ALLREDUCE_FUSED handle's gradients are laid out back to back in one
+ * buffer per place; every gradient var of the local scope becomes a view
+ * (pe_buffer_wrap, refcount 1, so kernels write in place) at its offset, and
+ * the handle reduces the whole buffer with one collective call. The buffers
+ * live with the local scopes. */
+
+static void free_buckets(pe_parallel_executor *pe) {
+    if (!pe->bucket_mem) return;
+    for (int h = 0; h < pe->bucket_slots / (pe->n ? pe->n : 1); h++) {
+        const pe_handle *hd = h < pe->g->n_h ? &pe->g->h[h] : NULL;
+        for (int p = 0; p < pe->n; p++) {
+            void *m = pe->bucket_mem[h * pe->n + p];
+            if (m && hd) pe_place_free(pe->places[p], m, (size_t)hd->bucket_bytes);
+        }
+    }
+    free(pe->bucket_mem);
+    pe->bucket_mem = NULL;
+    pe->bucket_slots = 0;
+}
+
+/* Bytes of a bucketed gradient, from its (fully known) declaration. */
+static size_t grad_bytes(const pe_program *p, const char *name, const pe_var **v) {
+    *v = pe_program_find_var(p, 0, name);
+    return *v ? (size_t)pe_dims_prod((*v)->dims, 0, (*v)->ndim) * pe_dtype_size((*v)->dtype) : 0;
+}
+
+static pe_status lay_out_buckets(pe_parallel_executor *pe) {
+    if (!pe->g->n_buckets || pe->bucket_mem) return PE_OK;
+    pe->bucket_mem = calloc((size_t)pe->g->n_h * (size_t)pe->n, sizeof *pe->bucket_mem);
+    if (!pe->bucket_mem) return pe_error(PE_ERR_NOMEM, "out of memory laying out gradient buckets");
+    pe->bucket_slots = pe->g->n_h * pe->n;
+    for (int h = 0; h < pe->g->n_h; h++) {
+        const pe_handle *hd = &pe->g->h[h];
+        if (hd->kind != PE_HANDLE_ALLREDUCE_FUSED) continue;
+        size_t total = (size_t)hd->bucket_bytes;
+        const pe_var *v;
+        for (int p = 0; p < pe->n; p++) {
+            char *base = pe_place_alloc(pe->places[p], total);
+            if (!base) return pe_error_wrap(PE_ERR_NOMEM, "gradient bucket of %zu bytes", total);
+            pe->bucket_mem[h * pe->n + p] = base;
+            size_t off = 0;
+            for (int k = 0; k < hd->n_vars; k++) {
+                size_t bytes = grad_bytes(pe->g->progs[p], hd->vars[k], &v);
+                pe_tensor *t = pe_scope_var(pe->local[p], hd->vars[k]);
+                pe_buffer *b = t ? pe_buffer_wrap(pe->places[p], base + off, bytes) : NULL;
+                if (!b) return pe_error(PE_ERR_NOMEM, "out of memory laying out gradient '%s'", hd->vars[k]);
+                pe_tensor_clear(t);
+                PE_CHECK(pe_tensor_set_meta(t, v->dtype, v->ndim, v->dims));
+                t->buf = b;
+                t->offset = 0;
+                t->place = pe->places[p];
+                off += bytes;
+            }
+        }
+    }
+    return PE_OK;
+}
+
+/* Bucketed gradients stay out of the memory plan's arenas. */
+static pe_status protect_buckets(pe_parallel_executor *pe) {
+    for (int h = 0; pe->arenas && h < pe->g->n_h; h++)
+        for (int k = 0; k < pe->g->h[h].n_vars; k++) PE_CHECK(pe_mem_arenas_protect(pe->arenas, pe->g->h[h].vars[k]));
+    return PE_OK;
+}
+
 void pe_drop_local_exe_scopes(pe_parallel_executor *pe) {
     if (!pe) return;
     release_ctxs(pe);
@@ -98,6 +168,7 @@ void pe_drop_local_exe_scopes(pe_parallel_executor *pe) {
         pe_scope_free(pe->local[p]);
         pe->local[p] = NULL;
     }
+    free_buckets(pe);
 }
 
 size_t pe_local_exe_scopes_bytes(const pe_parallel_executor *pe) {
@@ -128,7 +199,7 @@ static pe_status ensure_local(pe_parallel_executor *pe) {
             if (!pe_scope_var(s, v->name)) return pe_error(PE_ERR_NOMEM, "out of memory creating var '%s'", v->name);
         }
     }
-    return PE_OK;
+    return lay_out_buckets(pe);
 }
 
 static pe_status ensure_prepared(pe_parallel_executor *pe) {
@@ -153,6 +224,32 @@ static pe_status ensure_prepared(pe_parallel_executor *pe) {
 }
 
 /* ---- handle execution -------------------------------------------------- */
+
+static pe_status run_bucket(pe_parallel_executor *pe, int h) {
+    const pe_handle *hd = &pe->g->h[h];
+    void *bufs[PE_MAX_PLACES];
+    char pb[32];
+    const pe_var *v;
+    pe_dtype dt = PE_DTYPE_FP32;
+    for (int p = 0; p < pe->n; p++) {
+        char *base = pe->bucket_mem[h * pe->n + p];
+        size_t off = 0;
+        for (int k = 0; k < hd->n_vars; k++) {
+            const pe_tensor *t = pe_scope_find_var(pe->local[p], hd->vars[k]);
+            size_t bytes = grad_bytes(pe->g->progs[p], hd->vars[k], &v);
+            /* a kernel that resized the gradient moved it out of its bucket */
+            if (!t || pe_tensor_data(t) != base + off || pe_tensor_nbytes(t) != bytes)
+                return pe_error(PE_ERR_INTERNAL, "allreduce bucket: gradient '%s' on %s is not at its place in "
+                                "the bucket (its shape differs from its declaration?)", hd->vars[k],
+                                place_name(pe->places[p], pb));
+            dt = t->dtype;
+            off += bytes;
+        }
+        bufs[p] = base;
+    }
+    pe_status st = pe_comm_allreduce(pe->comm, bufs, hd->bucket_bytes / (int64_t)pe_dtype_size(dt), dt);
+    return st == PE_OK ? PE_OK : pe_error_wrap(st, "allreduce of the bucket of %d gradients from '%s'", hd->n_vars, hd->var);
+}
 
 static pe_status run_collective(pe_parallel_executor *pe, const pe_handle *hd) {
     void *bufs[PE_MAX_PLACES];
@@ -184,6 +281,7 @@ static pe_status run_collective(pe_parallel_executor *pe, const pe_handle *hd) {
 static pe_status run_handle(void *user, int h) {
     pe_parallel_executor *pe = user;
     const pe_handle *hd = &pe->g->h[h];
+    if (hd->kind == PE_HANDLE_ALLREDUCE_FUSED) return run_bucket(pe, h);
     if (hd->kind != PE_HANDLE_OP) return run_collective(pe, hd);
     pe_status st = pe_op_run(&pe->ctxs[h]);
     if (st != PE_OK) {
@@ -214,9 +312,6 @@ void pe_parallel_executor_free(pe_parallel_executor *pe) {
     free(pe);
 }
 
-static void warn_unimplemented(const pe_build_strategy *bs) {
-    if (bs->fuse_all_reduce_ops) pe_log(PE_LOG_WARN, "BuildStrategy.fuse_all_reduce_ops is not implemented yet: ignored");
-}
 
 /* The graph to run: the build passes (passes/pass_manager.c: fusion, then
  * the multi-device pass, ...) on a copy of the main program, keeping the
@@ -289,13 +384,13 @@ pe_status pe_parallel_executor_new(const pe_place *places, int n_places, const p
     pe->prog = main_program;
     pe->opt = o;
     pe->global = scope;
-    warn_unimplemented(&o.build_strategy);
     pe_status st = build_graph(pe, &pe->g);
     if (st != PE_OK || (st = init_loss_grad(pe)) != PE_OK) goto fail;
     if ((o.build_strategy.memory_optimize || o.build_strategy.enable_inplace) &&
         (st = pe_mem_arenas_new(pe->g, pe->places, o.build_strategy.memory_optimize, o.build_strategy.enable_inplace,
                                 &pe->arenas)) != PE_OK)
         goto fail;
+    if ((st = protect_buckets(pe)) != PE_OK) goto fail;
     pe->ctxs = calloc((size_t)(pe->g->n_h ? pe->g->n_h : 1), sizeof *pe->ctxs);
     if (!pe->ctxs) { st = pe_error(PE_ERR_NOMEM, "out of memory"); goto fail; }
     /* scopes and the broadcast of persistables from place 0 */
@@ -515,6 +610,7 @@ static pe_status ensure_fetchable(pe_parallel_executor *pe, const char *const *f
         pe->arenas = NULL;
         PE_CHECK(pe_mem_arenas_new(pe->g, pe->places, pe->opt.build_strategy.memory_optimize,
                                    pe->opt.build_strategy.enable_inplace, &pe->arenas));
+        PE_CHECK(protect_buckets(pe));
     }
     return init_loss_grad(pe);
 }

@@ -22,6 +22,8 @@ typedef enum pe_handle_kind {
     PE_HANDLE_ALLREDUCE, /* var on every place = sum over places */
     PE_HANDLE_REDUCE,    /* var on root = sum over places */
     PE_HANDLE_BCAST,     /* var on every place = var on root */
+    PE_HANDLE_ALLREDUCE_FUSED, /* one allreduce over a bucket of gradients (vars), laid out
+                                * contiguously per place by the executor */
     PE_HANDLE_KIND_COUNT
 } pe_handle_kind;
 
@@ -36,7 +38,11 @@ typedef struct pe_handle {
     pe_handle_kind kind;
     int place;         /* OP: place index; collectives: -1 */
     int op_idx;        /* OP: op index in block 0 of progs[place] */
-    const char *var;   /* collectives: the var (borrowed) */
+    const char *var;   /* collectives: the var (borrowed); ALLREDUCE_FUSED: the first */
+    const char **vars; /* ALLREDUCE_FUSED: the bucket's vars in layout order (array owned,
+                        * names borrowed) */
+    int n_vars;
+    int64_t bucket_bytes; /* ALLREDUCE_FUSED: bytes of the bucket (per place) */
     int root;          /* REDUCE / BCAST: owner place */
     int *succ;         /* handles that depend on this one */
     int n_succ, cap_succ;
@@ -52,6 +58,7 @@ typedef struct pe_ssa_graph {
     int n_vars, cap_vars;
     int loss_grad_op;        /* op index of the loss-gradient seed in each prog, -1 = none */
     int n_param_grads;       /* gradients exchanged between places */
+    int n_buckets;           /* ALLREDUCE_FUSED handles (fuse_all_reduce_ops) */
 } pe_ssa_graph;
 
 void pe_ssa_graph_free(pe_ssa_graph *g); /* accepts NULL */

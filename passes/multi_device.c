@@ -17,6 +17,7 @@
  * also a valid sequential order.
  */
 #include "passes/multi_device.h"
+#include "passes/fuse_all_reduce.h"
 #include "graph/strmap.h"
 #include "runtime/internal.h"
 
@@ -40,7 +41,10 @@ typedef struct {
 
 void pe_ssa_graph_free(pe_ssa_graph *g) {
     if (!g) return;
-    for (int i = 0; i < g->n_h; i++) free(g->h[i].succ);
+    for (int i = 0; i < g->n_h; i++) {
+        free(g->h[i].succ);
+        free(g->h[i].vars);
+    }
     free(g->h);
     free(g->vars);
     if (g->progs)
@@ -191,6 +195,72 @@ static pe_status add_collective(pe_ssa_graph *g, place_state *ps, pe_handle_kind
     return PE_OK;
 }
 
+/* One allreduce over a bucket of gradients: reads and writes every one of
+ * them on every place, so it waits for all their producers. */
+static pe_status add_fused(pe_ssa_graph *g, place_state *ps, const char **vars, int n, int64_t bytes) {
+    const char **own = malloc(sizeof *own * (size_t)n);
+    if (!own) return OOM();
+    memcpy(own, vars, sizeof *own * (size_t)n);
+    int h = add_handle(g, PE_HANDLE_ALLREDUCE_FUSED, -1, -1, vars[0], 0);
+    if (h < 0) {
+        free(own);
+        return OOM();
+    }
+    g->h[h].vars = own;
+    g->h[h].n_vars = n;
+    g->h[h].bucket_bytes = bytes;
+    for (int p = 0; p < g->n_places; p++)
+        for (int k = 0; k < n; k++)
+            if (read_var(g, &ps[p], vars[k], p, h)) return OOM();
+    for (int p = 0; p < g->n_places; p++)
+        for (int k = 0; k < n; k++)
+            if (write_var(g, &ps[p], vars[k], p, h)) return OOM();
+    g->n_buckets++;
+    return PE_OK;
+}
+
+/* The gradients exchanged, in production order, with their buckets
+ * (fuse_all_reduce_ops). bucket[k] < 0: a plain allreduce. */
+static pe_status plan_buckets(const pe_program *p, const pe_build_strategy *bs, pe_grad_info **grads_out,
+                              int **bucket_out, int *n_out) {
+    const pe_block *b = &p->blocks[0];
+    int n = 0, cap = 16;
+    pe_grad_info *grads = malloc(sizeof *grads * (size_t)cap);
+    if (!grads) return OOM();
+    for (int i = 0; i < b->n_ops; i++) {
+        const pe_attr *rv = role_vars(&b->ops[i]);
+        int role = op_role(&b->ops[i]);
+        if (!rv || !(role & PE_ROLE_BACKWARD) || (role & PE_ROLE_OPTIMIZE)) continue;
+        for (int k = 0; k + 1 < rv->n; k += 2) {
+            if (n == cap) {
+                pe_grad_info *ng = realloc(grads, sizeof *ng * (size_t)(cap *= 2));
+                if (!ng) {
+                    free(grads);
+                    return OOM();
+                }
+                grads = ng;
+            }
+            const pe_var *v = pe_program_find_var(p, 0, rv->strings[k + 1]);
+            int64_t bytes = v ? (int64_t)pe_dtype_size(v->dtype) : -1;
+            for (int d = 0; v && d < v->ndim; d++) bytes = v->dims[d] > 0 ? bytes * v->dims[d] : -1;
+            if (bytes < 0) bytes = -1;
+            grads[n++] = (pe_grad_info){rv->strings[k + 1], bytes, v ? v->dtype : PE_DTYPE_FP32};
+        }
+    }
+    int *bucket = malloc(sizeof *bucket * (size_t)(n ? n : 1));
+    if (!bucket) {
+        free(grads);
+        return OOM();
+    }
+    double mb = 1024.0 * 1024.0;
+    pe_fuse_all_reduce_plan(grads, n, (int64_t)(bs->fuse_first_grad_size_in_MB * mb),
+                            (int64_t)(bs->fuse_grad_size_in_MB * mb), bucket);
+    *grads_out = grads;
+    *bucket_out = bucket;
+    *n_out = n;
+    return PE_OK;
+}
+
 pe_status pe_multi_device_build(const pe_program *prog, int n_places, const char *loss_name,
                                 const pe_build_strategy *bs, pe_ssa_graph **out) {
     *out = NULL;
@@ -200,6 +270,9 @@ pe_status pe_multi_device_build(const pe_program *prog, int n_places, const char
     bool *skip = calloc((size_t)n_places, sizeof *skip);
     char **owned_params = NULL;
     int *owner = NULL, n_params = 0;
+    pe_grad_info *fgrads = NULL; /* fuse_all_reduce_ops */
+    int *fbucket = NULL, n_fgrads = 0, k_grad = 0;
+    const char **fvars = NULL;
     pe_status st = PE_OK;
     if (!g || !ps || !skip) { st = OOM(); goto done; }
     g->n_places = n_places;
@@ -256,6 +329,13 @@ pe_status pe_multi_device_build(const pe_program *prog, int n_places, const char
         if (st != PE_OK) goto done;
     }
 
+    bool fuse = bs->fuse_all_reduce_ops && !reduce && n_places > 1;
+    if (bs->fuse_all_reduce_ops && reduce)
+        pe_log(PE_LOG_WARN, "BuildStrategy.fuse_all_reduce_ops works with reduce_strategy all_reduce only: not applied");
+    if (fuse) {
+        if ((st = plan_buckets(g->progs[0], bs, &fgrads, &fbucket, &n_fgrads)) != PE_OK) goto done;
+        if (!(fvars = malloc(sizeof *fvars * (size_t)(n_fgrads ? n_fgrads : 1)))) { st = OOM(); goto done; }
+    }
     for (int i = 0; i < b0->n_ops; i++) {
         const pe_op *op = &b0->ops[i];
         int role = op_role(op);
@@ -272,7 +352,21 @@ pe_status pe_multi_device_build(const pe_program *prog, int n_places, const char
         for (int k = 0; k + 1 < rv->n; k += 2) {
             /* borrow the name from place 0's program (outlives the graph's use) */
             const char *grad = rv->strings[k + 1];
-            if (!reduce) {
+            if (fuse && k_grad < n_fgrads && fbucket[k_grad] >= 0) {
+                /* a bucket's allreduce comes after its last gradient */
+                int bk = fbucket[k_grad], last = k_grad;
+                while (last + 1 < n_fgrads && fbucket[last + 1] == bk) last++;
+                if (last == k_grad) {
+                    int nv = 0;
+                    int64_t bytes = 0;
+                    for (int j = 0; j < n_fgrads; j++)
+                        if (fbucket[j] == bk) {
+                            fvars[nv++] = fgrads[j].grad;
+                            bytes += fgrads[j].bytes;
+                        }
+                    st = add_fused(g, ps, fvars, nv, bytes);
+                }
+            } else if (!reduce) {
                 st = add_collective(g, ps, PE_HANDLE_ALLREDUCE, grad, 0);
             } else {
                 int root = 0;
@@ -282,6 +376,7 @@ pe_status pe_multi_device_build(const pe_program *prog, int n_places, const char
             }
             if (st != PE_OK) goto done;
             g->n_param_grads++;
+            k_grad++;
         }
     }
     if (reduce)
@@ -299,6 +394,9 @@ done:
     free(skip);
     free(owned_params);
     free(owner);
+    free(fgrads);
+    free(fbucket);
+    free(fvars);
     if (st != PE_OK) {
         pe_ssa_graph_free(g);
         return st;
@@ -310,7 +408,7 @@ done:
 /* ---- DOT export ---------------------------------------------------------- */
 
 pe_status pe_ssa_graph_write_dot(const pe_ssa_graph *g, const char *path) {
-    static const char *const kind_names[] = {"op", "allreduce", "reduce", "broadcast"};
+    static const char *const kind_names[] = {"op", "allreduce", "reduce", "broadcast", "allreduce (bucket)"};
     size_t cap = 4096 + (size_t)g->n_h * 96, n = 0;
     char *buf = malloc(cap);
     if (!buf) return OOM();
@@ -332,6 +430,9 @@ pe_status pe_ssa_graph_write_dot(const pe_ssa_graph *g, const char *path) {
         const pe_handle *h = &g->h[i];
         if (h->kind == PE_HANDLE_OP)
             EMIT("  h%d [label=\"%s\\nplace %d\"];\n", i, g->progs[h->place]->blocks[0].ops[h->op_idx].type, h->place);
+        else if (h->kind == PE_HANDLE_ALLREDUCE_FUSED)
+            EMIT("  h%d [label=\"%s\\n%d gradients from %s\", style=filled, fillcolor=lightblue];\n", i,
+                 kind_names[h->kind], h->n_vars, h->var);
         else
             EMIT("  h%d [label=\"%s\\n%s\", style=filled, fillcolor=lightblue];\n", i, kind_names[h->kind], h->var);
     }

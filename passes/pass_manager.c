@@ -114,9 +114,11 @@ pe_status pe_pass_manager_run(const pe_program *prog, const pe_pass_opts *o, pe_
     }
 
     /* ---- SSA-graph passes ----
-     * They run here, in this order, on `g` (each place's program is
-     * g->progs[p]): fuse_all_reduce_ops (gradient buckets), then the memory
-     * plan (enable_inplace / memory_optimize). Each is called as
+     * fuse_all_reduce_ops (gradient buckets, passes/fuse_all_reduce.c) is
+     * applied inside the multi-device pass, which creates the collective
+     * handles; the memory plan (enable_inplace / memory_optimize) runs in
+     * the executor at the first run, when the feed shapes are known.
+     * Passes that transform `g` itself run here, called as
      *     if (st == PE_OK && bs-><switch>) { st = <pass>(g, ...);
      *         record(res, "<name>", ...); st = dump_graph(o, nn++, "<name>", g); }
      * so the dumps stay numbered in execution order. */

@@ -59,7 +59,11 @@ typedef struct pe_build_strategy {
     bool fuse_gemm_epilogue;          /* mul + bias add [+ act] (+ their grads) -> fc / fc_grad */
     bool fuse_elewise_add_act_ops;
     bool fuse_all_optimizer_ops;
-    bool fuse_all_reduce_ops;
+    bool fuse_all_reduce_ops;         /* gradients in contiguous buckets, one allreduce each */
+    double fuse_grad_size_in_MB;      /* bucket capacity (default 25) */
+    double fuse_first_grad_size_in_MB; /* capacity of the first bucket filled in the backward
+                                       * pass — the last layers' gradients — so communication
+                                       * starts early (default 1) */
     bool enable_inplace;
     bool memory_optimize;
     bool enable_sequential_execution;

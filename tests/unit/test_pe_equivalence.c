@@ -18,8 +18,10 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static pe_dtype g_dt = PE_DTYPE_FP32; /* float dtype of the model under test */
+static pe_build_strategy *g_bs;       /* when set, the build strategy of train() */
 
 typedef struct {
     pe_program *main, *startup;
@@ -180,6 +182,7 @@ static void train(const model *m, int places, pe_grad_scale scale, pe_reduce_str
     o.build_strategy.gradient_scale_strategy = scale;
     o.build_strategy.reduce_strategy = rs;
     o.exec_strategy.num_threads = threads;
+    if (g_bs) o.build_strategy = *g_bs;
     pe_parallel_executor *pe;
     if (pe_parallel_executor_new(pl, places, m->main, scope, &o, &pe) != PE_OK) fail_msg("%s", pe_last_error());
     const char *fetch[] = {"loss"};
@@ -307,11 +310,56 @@ static void test_reduce_strategy_and_determinism(void **state) {
     model_free(&m);
 }
 
+/* fuse_all_reduce_ops: gradients in buckets (small caps: several buckets),
+ * the same parameters as one place; the DOT dump shows the buckets. */
+static void test_fuse_all_reduce(void **state) {
+    (void)state;
+    g_dt = PE_DTYPE_FP64;
+    g_atol = 1e-10;
+    model m = make_mlp();
+    pe_tensor *ref[16], *got[16];
+    train(&m, 1, PE_GRAD_SCALE_BATCH_SHARE, PE_REDUCE_ALL_REDUCE, 10, false, ref, 0);
+    pe_pe_options o;
+    pe_pe_options_default(&o);
+    pe_build_strategy bs = o.build_strategy;
+    bs.fuse_all_reduce_ops = true;
+    bs.fuse_grad_size_in_MB = 1.0;        /* fc_0.w_0 (3 MB in float64) gets a bucket of its own */
+    bs.fuse_first_grad_size_in_MB = 0.01; /* fc_2's gradients first */
+    char dir[] = "/tmp/pe_fuse_ar_XXXXXX", dot[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(dot, sizeof dot, "%s/graph.dot", dir);
+    bs.debug_graphviz_path = dot;
+    g_bs = &bs;
+    train(&m, 3, PE_GRAD_SCALE_BATCH_SHARE, PE_REDUCE_ALL_REDUCE, 10, false, got, 0);
+    g_bs = NULL;
+    assert_params_close(&m, got, ref, 1e-5, "fuse_all_reduce_ops");
+    FILE *f = fopen(dot, "r");
+    assert_non_null(f);
+    char line[512];
+    int buckets = 0, plain = 0;
+    while (fgets(line, sizeof line, f)) {
+        buckets += strstr(line, "allreduce (bucket)") != NULL;
+        plain += strstr(line, "allreduce\\n") != NULL;
+    }
+    fclose(f);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir); /* graph.dot and the per-pass dumps */
+    if (!getenv("PE_KEEP_DOT")) assert_int_equal(system(cmd), 0);
+    /* 6 gradients in backward order: fc_2.b (the first bucket: 0.01 MB),
+     * fc_2.w + fc_1.b, fc_1.w (1 MB), fc_0.b, fc_0.w (3 MB, alone) */
+    assert_int_equal(buckets, 5);
+    assert_int_equal(plain, 0);
+    free_params(&m, got);
+    free_params(&m, ref);
+    model_free(&m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mlp_equivalence),
         cmocka_unit_test(test_cnn_equivalence),
         cmocka_unit_test(test_reduce_strategy_and_determinism),
+        cmocka_unit_test(test_fuse_all_reduce),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

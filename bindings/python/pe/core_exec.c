@@ -312,6 +312,19 @@ static int dict_bool(PyObject *d, const char *key, bool *out) {
     return 0;
 }
 
+static int dict_double(PyObject *d, const char *key, double *out) {
+    if (!d || d == Py_None) return 0;
+    PyObject *v = PyDict_GetItemString(d, key);
+    if (!v || v == Py_None) return 0;
+    double x = PyFloat_AsDouble(v);
+    if (x == -1.0 && PyErr_Occurred()) {
+        PyErr_Format(PyExc_TypeError, "strategy field %s must be a number", key);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
 static int dict_enum(PyObject *d, const char *key, const char *const *names, int n, int *out) {
     if (!d || d == Py_None) return 0;
     PyObject *v = PyDict_GetItemString(d, key);
@@ -400,6 +413,9 @@ static PyObject *pe_new_(PyTypeObject *type, PyObject *args, PyObject *kw) {
         dict_bool(bs, "fuse_elewise_add_act_ops", &opt.build_strategy.fuse_elewise_add_act_ops) ||
         dict_bool(bs, "fuse_all_optimizer_ops", &opt.build_strategy.fuse_all_optimizer_ops) ||
         dict_bool(bs, "fuse_all_reduce_ops", &opt.build_strategy.fuse_all_reduce_ops) ||
+        dict_double(bs, "fuse_grad_size_in_MB", &opt.build_strategy.fuse_grad_size_in_MB) ||
+        dict_double(bs, "fuse_first_grad_size_in_MB", &opt.build_strategy.fuse_first_grad_size_in_MB) ||
+        dict_bool(bs, "fuse_gemm_epilogue", &opt.build_strategy.fuse_gemm_epilogue) ||
         dict_bool(bs, "enable_inplace", &opt.build_strategy.enable_inplace) ||
         dict_bool(bs, "memory_optimize", &opt.build_strategy.memory_optimize) ||
         dict_bool(bs, "enable_sequential_execution", &opt.build_strategy.enable_sequential_execution)) {

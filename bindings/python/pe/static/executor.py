@@ -231,10 +231,11 @@ class BuildStrategy(_Strategy):
     _fields = {"reduce_strategy": _ReduceStrategy.AllReduce,
                "gradient_scale_strategy": _GradientScaleStrategy.BatchShare,
                "fuse_elewise_add_act_ops": False, "fuse_all_optimizer_ops": False, "fuse_all_reduce_ops": False,
+               "fuse_gemm_epilogue": False, "fuse_grad_size_in_MB": 25.0, "fuse_first_grad_size_in_MB": 1.0,
                "enable_inplace": False, "memory_optimize": False, "enable_sequential_execution": False,
                "debug_graphviz_path": ""}
     _ignored = {"fuse_bn_act_ops": False, "fuse_bn_add_act_ops": False, "fuse_relu_depthwise_conv": False,
-                "fuse_broadcast_ops": False, "fuse_gemm_epilogue": False, "sync_batch_norm": False,
+                "fuse_broadcast_ops": False, "sync_batch_norm": False,
                 "enable_auto_fusion": False, "enable_addto": False, "remove_unnecessary_lock": True,
                 "cache_runtime_context": False, "num_trainers": 1, "trainer_id": 0, "trainers_endpoints": [],
                 "nccl_comm_num": 1, "use_hierarchical_allreduce": False, "fix_op_run_order": False,
@@ -250,9 +251,13 @@ class BuildStrategy(_Strategy):
         d["reduce_strategy"] = _REDUCE_NAMES[int(rs)]
         d["gradient_scale_strategy"] = _SCALE_NAMES[int(gs)]
         d["debug_graphviz_path"] = str(d["debug_graphviz_path"] or "")
-        for k in ("fuse_elewise_add_act_ops", "fuse_all_optimizer_ops", "fuse_all_reduce_ops", "enable_inplace",
-                  "memory_optimize", "enable_sequential_execution"):
+        for k in ("fuse_elewise_add_act_ops", "fuse_all_optimizer_ops", "fuse_all_reduce_ops", "fuse_gemm_epilogue",
+                  "enable_inplace", "memory_optimize", "enable_sequential_execution"):
             d[k] = bool(d[k])
+        for k in ("fuse_grad_size_in_MB", "fuse_first_grad_size_in_MB"):
+            d[k] = float(d[k])
+            if d[k] <= 0:
+                raise _core.InvalidArgumentError("BuildStrategy.%s must be positive (got %r)" % (k, d[k]))
         return d
 
 
