@@ -446,7 +446,7 @@ static pe_status run_split(const pe_tensor *x, int n, void (*attrs)(pe_op *), pe
     tu_declare(p, "x", x);
     pe_op *op = pe_block_add_op(&p->blocks[0], "split");
     pe_op_add_input(op, "X", "x");
-    char names[4][8];
+    char names[4][16];
     const char *fetch[4];
     for (int k = 0; k < n; k++) {
         snprintf(names[k], sizeof names[k], "o%d", k);
