@@ -633,6 +633,7 @@ typedef struct {
 } trainer;
 
 static bool g_fusion; /* the fusion switches of BuildStrategy, all on or all off */
+static bool g_reduce; /* reduce_strategy = reduce (optimizers on owner places, broadcasts) */
 
 static trainer trainer_new(const model *m, int places, bool inplace, bool memopt) {
     trainer t = {pe_scope_new(NULL), pe_executor_new(pe_place_cpu(0)), NULL};
@@ -645,6 +646,7 @@ static trainer trainer_new(const model *m, int places, bool inplace, bool memopt
     o.build_strategy.memory_optimize = memopt;
     o.build_strategy.fuse_gemm_epilogue = o.build_strategy.fuse_elewise_add_act_ops = g_fusion;
     o.build_strategy.fuse_all_optimizer_ops = o.build_strategy.fuse_all_reduce_ops = g_fusion;
+    o.build_strategy.reduce_strategy = g_reduce ? PE_REDUCE_REDUCE : PE_REDUCE_ALL_REDUCE;
     if (pe_parallel_executor_new(pl, places, m->main, t.scope, &o, &t.pe) != PE_OK) fail_msg("%s", pe_last_error());
     return t;
 }
@@ -697,22 +699,24 @@ static void check_training(bool cnn) {
         pe_tensor *ref[16], *got[16];
         g_fusion = false;
         train(&m, places, false, false, cnn, 12, steps, ref);
-        /* memory switches alone, and with every fusion switch on */
-        for (int mode = 1; mode < 8; mode++) {
-            bool inplace = mode & 1, memopt = mode & 2;
+        /* memory switches alone, with every fusion switch on, and (3 places)
+         * both memory switches under the reduce strategy */
+        for (int mode = 1; mode < (places > 1 ? 9 : 8); mode++) {
+            bool inplace = mode & 1 || mode == 8, memopt = mode & 2 || mode == 8;
             g_fusion = mode & 4;
+            g_reduce = mode == 8;
             train(&m, places, inplace, memopt, cnn, 12, steps, got);
             for (int i = 0; i < m.n_params; i++) {
                 char what[192];
-                snprintf(what, sizeof what, "%s places=%d enable_inplace=%d memory_optimize=%d fusion=%d %s",
-                         cnn ? "cnn" : "mlp", places, inplace, memopt, g_fusion, m.params[i]);
+                snprintf(what, sizeof what, "%s places=%d enable_inplace=%d memory_optimize=%d fusion=%d reduce=%d %s",
+                         cnn ? "cnn" : "mlp", places, inplace, memopt, g_fusion, g_reduce, m.params[i]);
                 assert_close(got[i], ref[i], 1e-5, 1e-10, what);
                 pe_tensor_free(got[i]);
             }
         }
         for (int i = 0; i < m.n_params; i++) pe_tensor_free(ref[i]);
     }
-    g_fusion = false;
+    g_fusion = g_reduce = false;
     model_free(&m);
 }
 
