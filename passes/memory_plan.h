@@ -16,8 +16,9 @@
  *
  * 2. The graph front end: per place of a multi-device SSA graph, the
  *    non-persistable temporaries (not fed, fetched or read before written),
- *    their accessors (op handles and collectives), in-place pairs from
- *    ops.def, and their sizes from static shape inference (every op's infer
+ *    their accessors (op handles and collectives; an input ops.def marks
+ *    "-X", whose data the kernel never reads, is not an access), in-place
+ *    pairs from ops.def, and their sizes from static shape inference (every op's infer
  *    over meta-only tensors, starting from the feed and persistable shapes).
  *
  *        pe_mp_graph *mg;  pe_mp_graph_new(ssa_graph, &mg);      // once per graph

@@ -1,8 +1,8 @@
 /* tools/cmd_plan.c — `pe plan`: the static memory plan of a program.
  *
  *     pe plan examples/mlp_train.pe --places cpu:2 --batch 128
- *     place=0 peak_bytes_no_reuse=5193216 peak_bytes_reuse=2766848
- *     place=1 peak_bytes_no_reuse=5193216 peak_bytes_reuse=2766848
+ *     place=0 peak_bytes_no_reuse=3337216 peak_bytes_reuse=2277760
+ *     place=1 peak_bytes_no_reuse=3337216 peak_bytes_reuse=2277760
  *
  * Builds the graph the ParallelExecutor would run — the build passes of
  * passes/pass_manager.c (the fusion passes --strategy turns on, then the
