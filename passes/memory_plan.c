@@ -2,7 +2,9 @@
  * and one arena per place (issue 5, point 3).
  *
  * What: every non-persistable temporary of a place (not fed, not fetched,
- * not read before it is written) gets an offset in that place's arena, so
+ * not read before it is written, not in a gradient bucket of
+ * fuse_all_reduce_ops, which the executor lays out) gets an offset in that
+ * place's arena, so
  * that steady-state training touches one allocation per place and the
  * bytes of dead activations are reused by later ones.
  *
@@ -432,6 +434,7 @@ typedef struct {
     int n_acc, cap_acc;
     int first_writer;     /* -1: never written */
     bool touched;         /* some handle reads or writes it */
+    bool bucketed;        /* in a gradient bucket (fuse_all_reduce_ops): laid out elsewhere */
     bool read_first;      /* the first access reads it (a feed / live-in) */
     int inplace_of;       /* var index (same place), -1 */
 } mp_var;
@@ -518,7 +521,7 @@ static const pe_op *handle_op(const pe_ssa_graph *g, int h) {
 }
 
 static bool is_temp(const mp_var *v) {
-    return v->decl && !v->decl->persistable && !v->read_first && v->first_writer >= 0;
+    return v->decl && !v->decl->persistable && !v->read_first && v->first_writer >= 0 && !v->bucketed;
 }
 
 pe_status pe_mp_graph_new(const pe_ssa_graph *g, pe_mp_graph **out) {
@@ -563,6 +566,16 @@ pe_status pe_mp_graph_new(const pe_ssa_graph *g, pe_mp_graph **out) {
             for (int s = 0; s < op->n_outputs && !rc; s++)
                 for (int k = 0; k < op->outputs[s].n_args && !rc; k++)
                     rc = touch(mg, p, op->outputs[s].args[k], h, true, true);
+        } else if (hd->kind == PE_HANDLE_ALLREDUCE_FUSED) {
+            /* a gradient bucket: the executor lays its vars out contiguously
+             * outside the arena; the handle reads and writes all of them */
+            for (int p = 0; p < g->n_places && !rc; p++)
+                for (int k = 0; k < hd->n_vars && !rc; k++) {
+                    rc = touch(mg, p, hd->vars[k], h, false, true);
+                    if (!rc) rc = touch(mg, p, hd->vars[k], h, true, true);
+                    int i = rc ? -1 : pe_strmap_get(&mg->pl[p].map, hd->vars[k]);
+                    if (i >= 0) mg->pl[p].vars[i].bucketed = true;
+                }
         } else {
             for (int p = 0; p < g->n_places && !rc; p++) {
                 bool rd = hd->kind != PE_HANDLE_BCAST || p == hd->root;

@@ -113,6 +113,15 @@ if [ "$(wc -l <"$T/fused")" -eq 2 ] && [ -n "$fn" ] && [ "$fn" -lt "$pn" ]; then
 else
     fail "--strategy fusion" "$(cat "$T/plain" "$T/fused")"
 fi
+# fuse_all_reduce_ops: the gradients live in buckets, outside the arena
+"$PE" plan "$SRC/examples/mlp_train.pe" --places cpu:2 --batch 64 --loss loss --fetch loss \
+    --strategy fuse_all_reduce_ops=1 >"$T/buck" 2>&1
+"$PE" plan "$SRC/examples/mlp_train.pe" --places cpu:2 --batch 64 --loss loss --fetch loss --activations >"$T/act" 2>&1
+if [ "$(wc -l <"$T/buck")" -eq 2 ] && cmp -s "$T/buck" "$T/act"; then
+    pass "fuse_all_reduce_ops: gradients out of the plan ($(head -1 "$T/buck"))"
+else
+    fail "fuse_all_reduce_ops" "$(cat "$T/buck" "$T/act")"
+fi
 "$PE" plan "$SRC/examples/cnn_train.pe" --places cpu:1 --batch 16 --strategy memory_optimize=0,enable_inplace=0 >"$T/out" 2>&1
 if grep -qE '^place=0 peak_bytes_no_reuse=([0-9]+) peak_bytes_reuse=\1$' "$T/out"; then
     pass "--strategy memory_optimize=0,enable_inplace=0: $(cat "$T/out")"
