@@ -114,11 +114,11 @@ def pe_train(program, startup, data, steps, optimizer, log=None, save=None, para
 
 
 def steady_ms(stdout):
-    """The steady-state ms/step `pe train` prints."""
-    m = re.search(r"steady state: ([0-9.]+) ms/step", stdout)
+    """(wall, CPU) ms/step of the steady-state line `pe train` prints."""
+    m = re.search(r"steady state: ([0-9.]+) ms/step.*CPU time ([0-9.]+) ms/step", stdout)
     if not m:
         raise ValueError("no steady-state line in pe train's output:\n" + stdout)
-    return float(m.group(1))
+    return float(m.group(1)), float(m.group(2))
 
 
 # ---- the PyTorch twins ------------------------------------------------------------

@@ -22,7 +22,10 @@
  * Timing covers the training step only (pe_executor_run / pe_run: feed copy,
  * forward, backward, optimizer, fetch copy), not the .npy reads, so the
  * numbers measure the engine. The steady-state figure is the median over
- * the steps after the first three (which allocate buffers and warm caches).
+ * the steps after the first three (which allocate buffers and warm caches),
+ * in wall time and in the process's CPU time (all threads; on a shared
+ * machine, the CPU time of a one-thread run is what the wall time would be
+ * without the other load).
  */
 #include "tools/tool.h"
 
@@ -310,15 +313,20 @@ static int count_batches(const train_args *a, const char *const *fed, int n_fed,
 
 /* ---- helpers ------------------------------------------------------------ */
 
-static double now_sec(void) {
+static double clock_sec(clockid_t id) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(id, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static int cmp_double(const void *x, const void *y) {
     double a = *(const double *)x, b = *(const double *)y;
     return a < b ? -1 : a > b;
+}
+
+static double median(double *t, long n) {
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
 }
 
 static double tensor_mean(const pe_tensor *t) {
@@ -437,7 +445,7 @@ typedef struct train_state {
     pe_feed feeds[MAX_FED];
     const char **fetch;  /* loss + --fetch */
     pe_tensor **out;
-    double *losses, *times;
+    double *losses, *times, *cpu;
 } train_state;
 
 static void state_free(train_state *s) {
@@ -447,6 +455,7 @@ static void state_free(train_state *s) {
     free(s->fetch);
     free(s->losses);
     free(s->times);
+    free(s->cpu);
     pe_parallel_executor_free(s->pe);
     pe_executor_free(s->ex);
     pe_scope_free(s->scope);
@@ -581,7 +590,8 @@ static int train(const train_args *a) {
     s.out = calloc((size_t)a->n_fetch + 2, sizeof *s.out);
     s.losses = calloc((size_t)a->steps + 1, sizeof *s.losses);
     s.times = calloc((size_t)a->steps + 1, sizeof *s.times);
-    if (!s.scope || !s.ex || !s.fetch || !s.out || !s.losses || !s.times) {
+    s.cpu = calloc((size_t)a->steps + 1, sizeof *s.cpu);
+    if (!s.scope || !s.ex || !s.fetch || !s.out || !s.losses || !s.times || !s.cpu) {
         rc = pe_tool_fail_status(PE_ERR_NOMEM, "setting up the training run");
         goto done;
     }
@@ -634,12 +644,13 @@ static int train(const train_args *a) {
             rc = pe_tool_fail("batch %ld has %lld rows, fewer than the %d places", batch, (long long)rows, a->n_places);
             goto done;
         }
-        double t0 = now_sec();
+        double t0 = clock_sec(CLOCK_MONOTONIC), c0 = clock_sec(CLOCK_PROCESS_CPUTIME_ID);
         if (s.pe)
             st = pe_run(s.pe, s.feeds, s.n_fed, s.fetch, n_fetch, true, s.out);
         else
             st = pe_executor_run(s.ex, s.prog, 0, s.scope, s.feeds, s.n_fed, s.fetch, n_fetch, s.out);
-        double dt = now_sec() - t0;
+        double dt = clock_sec(CLOCK_MONOTONIC) - t0;
+        s.cpu[step] = clock_sec(CLOCK_PROCESS_CPUTIME_ID) - c0;
         if (st != PE_OK) {
             rc = pe_tool_fail_status(st, "%s: step %ld", a->program, a->first_step + step + 1);
             goto done;
@@ -672,11 +683,9 @@ static int train(const train_args *a) {
     }
     if (a->steps > 0) {
         long from = a->steps > WARMUP_STEPS ? WARMUP_STEPS : 0, n = a->steps - from;
-        double *t = s.times + from;
-        qsort(t, (size_t)n, sizeof *t, cmp_double);
-        double med = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-        printf("steady state: %.3f ms/step (median over steps %ld-%ld%s)\n", 1e3 * med, a->first_step + from + 1,
-               a->first_step + a->steps, from ? ", excluding the first 3" : "");
+        double med = median(s.times + from, n), cpu = median(s.cpu + from, n);
+        printf("steady state: %.3f ms/step (median over steps %ld-%ld%s; CPU time %.3f ms/step)\n", 1e3 * med,
+               a->first_step + from + 1, a->first_step + a->steps, from ? ", excluding the first 3" : "", 1e3 * cpu);
     }
     if (a->log && (rc = write_log(a, s.losses, a->steps)) != PE_EXIT_OK) goto done;
     if (a->log) printf("wrote the loss of each step to %s\n", a->log);
