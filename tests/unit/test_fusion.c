@@ -19,7 +19,7 @@
  *  - DOT dumps: debug_graphviz_path writes one file per pass and the final
  *    SSA graph, each a non-empty "digraph" with balanced braces.
  */
-#include "tests/unit/op_test_util.h"
+#include "tests/unit/models.h"
 #include "graph/program_dot.h"
 #include "passes/fuse.h"
 #include "passes/pass_manager.h"
@@ -30,18 +30,6 @@
 #include <unistd.h>
 
 /* ---- program helpers ------------------------------------------------------ */
-
-static void var(pe_program *p, const char *name, pe_dtype dt, int ndim, const int64_t *dims) {
-    assert_non_null(pe_block_add_var(&p->blocks[0], name, dt, ndim, dims));
-}
-
-static pe_op *op2(pe_program *p, const char *type, const char *x, const char *y, const char *out) {
-    pe_op *op = pe_block_add_op(&p->blocks[0], type);
-    pe_op_add_input(op, "X", x);
-    if (y) pe_op_add_input(op, "Y", y);
-    pe_op_add_output(op, "Out", out);
-    return op;
-}
 
 static int count_ops(const pe_program *p, const char *type) {
     int n = 0;
@@ -92,10 +80,10 @@ static pe_tensor *rnd(pe_dtype dt, int ndim, const int64_t *dims, uint64_t seed)
 
 /* out -> loss = mean(out * r): a non-uniform gradient reaches out. */
 static void add_loss(pe_program *p, const char *out, pe_dtype dt, int ndim, const int64_t *dims) {
-    var(p, "r", dt, ndim, dims);
-    var(p, "weighted", dt, ndim, dims);
-    var(p, "loss", dt, 1, (int64_t[]){1});
-    op2(p, "elementwise_mul", out, "r", "weighted");
+    tm_var(p, "r", dt, ndim, dims);
+    tm_var(p, "weighted", dt, ndim, dims);
+    tm_var(p, "loss", dt, 1, (int64_t[]){1});
+    tm_op2(p, "elementwise_mul", out, "r", "weighted");
     pe_op *m = pe_block_add_op(&p->blocks[0], "mean");
     pe_op_add_input(m, "X", "weighted");
     pe_op_add_output(m, "Out", "loss");
@@ -139,18 +127,18 @@ static pe_program *fc_program(pe_dtype dt, int xnd, const int64_t *xdims, int xc
     for (int i = xcd; i < xnd; i++) k *= xdims[i];
     for (int i = 0; i < xcd; i++) od[i] = xdims[i];
     od[xcd] = n;
-    var(p, "x", dt, xnd, xdims);
-    var(p, "w", dt, 2, (int64_t[]){k, n});
-    var(p, "b", dt, 1, (int64_t[]){n});
-    var(p, "t1", dt, xcd + 1, od);
-    var(p, "t2", dt, xcd + 1, od);
-    pe_op *m = op2(p, "mul", "x", "w", "t1");
+    tm_var(p, "x", dt, xnd, xdims);
+    tm_var(p, "w", dt, 2, (int64_t[]){k, n});
+    tm_var(p, "b", dt, 1, (int64_t[]){n});
+    tm_var(p, "t1", dt, xcd + 1, od);
+    tm_var(p, "t2", dt, xcd + 1, od);
+    pe_op *m = tm_op2(p, "mul", "x", "w", "t1");
     pe_op_set_int(m, "x_num_col_dims", xcd);
-    op2(p, "elementwise_add", "t1", "b", "t2");
+    tm_op2(p, "elementwise_add", "t1", "b", "t2");
     const char *out = "t2";
     if (act) {
-        var(p, "out", dt, xcd + 1, od);
-        op2(p, act, "t2", NULL, "out");
+        tm_var(p, "out", dt, xcd + 1, od);
+        tm_op2(p, act, "t2", NULL, "out");
         out = "out";
     }
     add_loss(p, out, dt, xcd + 1, od);
@@ -258,21 +246,21 @@ static void test_fc_structure(void **state) {
 
     /* t1 read by another op: nothing fused */
     p = fc_program(PE_DTYPE_FP32, 2, (int64_t[]){-1, 4}, 1, 3, "relu");
-    var(p, "t1s", PE_DTYPE_FP32, 2, (int64_t[]){-1, 3});
-    op2(p, "scale", "t1", NULL, "t1s");
+    tm_var(p, "t1s", PE_DTYPE_FP32, 2, (int64_t[]){-1, 3});
+    tm_op2(p, "scale", "t1", NULL, "t1s");
     assert_int_equal(run_pass(pe_fuse_fc, p, NULL, 0), 0);
     assert_int_equal(count_ops(p, "mul"), 1);
     pe_program_free(p);
 
     /* a bias that is not a row ([1] broadcast): not an fc */
     p = pe_program_new();
-    var(p, "x", PE_DTYPE_FP32, 2, (int64_t[]){-1, 4});
-    var(p, "w", PE_DTYPE_FP32, 2, (int64_t[]){4, 3});
-    var(p, "b", PE_DTYPE_FP32, 1, (int64_t[]){1});
-    var(p, "t1", PE_DTYPE_FP32, 2, (int64_t[]){-1, 3});
-    var(p, "t2", PE_DTYPE_FP32, 2, (int64_t[]){-1, 3});
-    op2(p, "mul", "x", "w", "t1");
-    op2(p, "elementwise_add", "t1", "b", "t2");
+    tm_var(p, "x", PE_DTYPE_FP32, 2, (int64_t[]){-1, 4});
+    tm_var(p, "w", PE_DTYPE_FP32, 2, (int64_t[]){4, 3});
+    tm_var(p, "b", PE_DTYPE_FP32, 1, (int64_t[]){1});
+    tm_var(p, "t1", PE_DTYPE_FP32, 2, (int64_t[]){-1, 3});
+    tm_var(p, "t2", PE_DTYPE_FP32, 2, (int64_t[]){-1, 3});
+    tm_op2(p, "mul", "x", "w", "t1");
+    tm_op2(p, "elementwise_add", "t1", "b", "t2");
     assert_int_equal(run_pass(pe_fuse_fc, p, NULL, 0), 0);
     pe_program_free(p);
 }
@@ -282,13 +270,13 @@ static void test_fc_structure(void **state) {
 static void check_ea(pe_dtype dt, const char *act, int xnd, const int64_t *xd, int ynd, const int64_t *yd, int axis,
                      int ond, const int64_t *od, bool gx, bool gy, bool expect_keep_g) {
     pe_program *p = pe_program_new();
-    var(p, "a", dt, xnd, xd);
-    var(p, "y", dt, ynd, yd);
-    var(p, "t", dt, ond, od);
-    var(p, "out", dt, ond, od);
-    pe_op *add = op2(p, "elementwise_add", "a", "y", "t");
+    tm_var(p, "a", dt, xnd, xd);
+    tm_var(p, "y", dt, ynd, yd);
+    tm_var(p, "t", dt, ond, od);
+    tm_var(p, "out", dt, ond, od);
+    pe_op *add = tm_op2(p, "elementwise_add", "a", "y", "t");
     pe_op_set_int(add, "axis", axis);
-    op2(p, act, "t", NULL, "out");
+    tm_op2(p, act, "t", NULL, "out");
     add_loss(p, "out", dt, ond, od);
     const char *wrt[2];
     int n = 0;
@@ -348,12 +336,12 @@ static void test_elewise_add_act_structure(void **state) {
     /* t fetched (protected): nothing fused */
     pe_program *p = pe_program_new();
     int64_t d[2] = {-1, 4};
-    var(p, "a", PE_DTYPE_FP32, 2, d);
-    var(p, "y", PE_DTYPE_FP32, 1, (int64_t[]){4});
-    var(p, "t", PE_DTYPE_FP32, 2, d);
-    var(p, "out", PE_DTYPE_FP32, 2, d);
-    op2(p, "elementwise_add", "a", "y", "t");
-    op2(p, "relu", "t", NULL, "out");
+    tm_var(p, "a", PE_DTYPE_FP32, 2, d);
+    tm_var(p, "y", PE_DTYPE_FP32, 1, (int64_t[]){4});
+    tm_var(p, "t", PE_DTYPE_FP32, 2, d);
+    tm_var(p, "out", PE_DTYPE_FP32, 2, d);
+    tm_op2(p, "elementwise_add", "a", "y", "t");
+    tm_op2(p, "relu", "t", NULL, "out");
     pe_program *q = pe_program_clone(p);
     const char *prot[1] = {"t"};
     assert_int_equal(run_pass(pe_fuse_elewise_add_act, q, prot, 1), 0);
@@ -361,8 +349,8 @@ static void test_elewise_add_act_structure(void **state) {
     pe_program_free(q);
     /* t also read by a second op: nothing fused */
     q = pe_program_clone(p);
-    var(q, "t2", PE_DTYPE_FP32, 2, d);
-    op2(q, "scale", "t", NULL, "t2");
+    tm_var(q, "t2", PE_DTYPE_FP32, 2, d);
+    tm_op2(q, "scale", "t", NULL, "t2");
     assert_int_equal(run_pass(pe_fuse_elewise_add_act, q, NULL, 0), 0);
     pe_program_free(q);
     /* forward only: fused, no grad op */
@@ -374,132 +362,20 @@ static void test_elewise_add_act_structure(void **state) {
 
 /* ---- models ---------------------------------------------------------------- */
 
-typedef struct {
-    pe_program *main, *startup;
-    char params[16][64];
-    int n_params;
-    bool cnn;
-} model;
-
-static void param(model *m, const char *name, int ndim, const int64_t *dims, pe_init_kind kind) {
-    pe_var *v = pe_block_add_var(&m->main->blocks[0], name, PE_DTYPE_FP64, ndim, dims);
-    assert_non_null(v);
-    v->persistable = v->is_parameter = true;
-    pe_initializer init = {.kind = kind, .value = 0.01};
-    assert_int_equal(pe_startup_init_var(m->startup, v, &init), PE_OK);
-    snprintf(m->params[m->n_params++], 64, "%s", name);
-}
-
-/* out = act(x @ w + b), Paddle's layer names */
-static void fc_layer(model *m, const char *x, int64_t in, int64_t out, const char *name, const char *act) {
-    char w[64], b[64], t0[64], t1[64], o[64];
-    snprintf(w, 64, "%s.w_0", name);
-    snprintf(b, 64, "%s.b_0", name);
-    snprintf(t0, 64, "%s.tmp_0", name);
-    snprintf(t1, 64, "%s.tmp_1", name);
-    snprintf(o, 64, "%s.out", name);
-    param(m, w, 2, (int64_t[]){in, out}, PE_INIT_XAVIER_UNIFORM);
-    param(m, b, 1, (int64_t[]){out}, PE_INIT_CONSTANT);
-    var(m->main, t0, PE_DTYPE_FP64, 2, (int64_t[]){-1, out});
-    var(m->main, t1, PE_DTYPE_FP64, 2, (int64_t[]){-1, out});
-    var(m->main, o, PE_DTYPE_FP64, 2, (int64_t[]){-1, out});
-    op2(m->main, "mul", x, w, t0);
-    op2(m->main, "elementwise_add", t0, b, act ? t1 : o);
-    if (act) op2(m->main, act, t1, NULL, o);
-}
-
-static void loss_and_opt(model *m, const char *logits, pe_optimizer_kind kind, bool lr_mult) {
-    var(m->main, "label", PE_DTYPE_INT64, 2, (int64_t[]){-1, 1});
-    var(m->main, "softmax", PE_DTYPE_FP64, 2, (int64_t[]){-1, 10});
-    var(m->main, "ce", PE_DTYPE_FP64, 2, (int64_t[]){-1, 1});
-    var(m->main, "loss", PE_DTYPE_FP64, 1, (int64_t[]){1});
-    pe_op *op = pe_block_add_op(&m->main->blocks[0], "softmax_with_cross_entropy");
-    pe_op_add_input(op, "Logits", logits);
-    pe_op_add_input(op, "Label", "label");
-    pe_op_add_output(op, "Softmax", "softmax");
-    pe_op_add_output(op, "Loss", "ce");
-    op = pe_block_add_op(&m->main->blocks[0], "mean");
-    pe_op_add_input(op, "X", "ce");
-    pe_op_add_output(op, "Out", "loss");
-    pe_optimizer opt;
-    pe_optimizer_default(&opt, kind, kind == PE_OPT_ADAM ? 0.01 : 0.05);
+/* The models of tests/unit/models.h in float64 (biases start at 0.01). */
+static tm_model make_mlp(pe_optimizer_kind kind, bool lr_mult) {
+    tm_model m = tm_model_new(PE_DTYPE_FP64, 0.01, false);
+    tm_mlp(&m, 128, "relu", 64, "tanh");
     pe_param_config cfg[1] = {{"fc_0.b_0", 2.0, -1.0}};
-    if (pe_optimizer_minimize(&opt, m->main, m->startup, "loss", NULL, 0, NULL, 0, lr_mult ? cfg : NULL, lr_mult ? 1 : 0,
-                              NULL, NULL) != PE_OK)
-        fail_msg("minimize: %s", pe_last_error());
-}
-
-static model make_mlp(pe_optimizer_kind kind, bool lr_mult) {
-    model m = {pe_program_new(), pe_program_new(), {{0}}, 0, false};
-    m.main->random_seed = m.startup->random_seed = 7;
-    var(m.main, "x", PE_DTYPE_FP64, 2, (int64_t[]){-1, 784});
-    fc_layer(&m, "x", 784, 128, "fc_0", "relu");
-    fc_layer(&m, "fc_0.out", 128, 64, "fc_1", "tanh");
-    fc_layer(&m, "fc_1.out", 64, 10, "fc_2", NULL);
-    loss_and_opt(&m, "fc_2.out", kind, lr_mult);
+    tm_minimize(&m, kind, kind == PE_OPT_ADAM ? 0.01 : 0.05, lr_mult ? cfg : NULL, lr_mult ? 1 : 0);
     return m;
 }
 
-static void conv_pool(model *m, const char *x, int64_t cin, int64_t cout, int64_t hw, const char *name) {
-    char w[64], c[64], r[64], o[64];
-    snprintf(w, 64, "%s.w_0", name);
-    snprintf(c, 64, "%s.conv", name);
-    snprintf(r, 64, "%s.relu", name);
-    snprintf(o, 64, "%s.out", name);
-    param(m, w, 4, (int64_t[]){cout, cin, 3, 3}, PE_INIT_KAIMING_UNIFORM);
-    var(m->main, c, PE_DTYPE_FP64, 4, (int64_t[]){-1, cout, hw, hw});
-    var(m->main, r, PE_DTYPE_FP64, 4, (int64_t[]){-1, cout, hw, hw});
-    var(m->main, o, PE_DTYPE_FP64, 4, (int64_t[]){-1, cout, hw / 2, hw / 2});
-    pe_op *op = pe_block_add_op(&m->main->blocks[0], "conv2d");
-    pe_op_add_input(op, "Input", x);
-    pe_op_add_input(op, "Filter", w);
-    pe_op_add_output(op, "Output", c);
-    pe_op_set_ints(op, "paddings", (int64_t[]){1, 1}, 2);
-    op2(m->main, "relu", c, NULL, r);
-    op = op2(m->main, "pool2d", r, NULL, o);
-    pe_op_set_ints(op, "ksize", (int64_t[]){2, 2}, 2);
-    pe_op_set_ints(op, "strides", (int64_t[]){2, 2}, 2);
-}
-
-static model make_cnn(void) {
-    model m = {pe_program_new(), pe_program_new(), {{0}}, 0, true};
-    m.main->random_seed = m.startup->random_seed = 11;
-    var(m.main, "img", PE_DTYPE_FP64, 4, (int64_t[]){-1, 1, 28, 28});
-    conv_pool(&m, "img", 1, 8, 28, "conv_0");
-    conv_pool(&m, "conv_0.out", 8, 16, 14, "conv_1");
-    var(m.main, "flat", PE_DTYPE_FP64, 2, (int64_t[]){-1, 16 * 7 * 7});
-    var(m.main, "flat.xshape", PE_DTYPE_FP64, 5, (int64_t[]){0, -1, 16, 7, 7});
-    pe_op *op = op2(m.main, "reshape2", "conv_1.out", NULL, "flat");
-    pe_op_add_output(op, "XShape", "flat.xshape");
-    pe_op_set_ints(op, "shape", (int64_t[]){-1, 16 * 7 * 7}, 2);
-    fc_layer(&m, "flat", 16 * 7 * 7, 64, "fc_0", "relu");
-    fc_layer(&m, "fc_0.out", 64, 10, "fc_1", NULL);
-    loss_and_opt(&m, "fc_1.out", PE_OPT_MOMENTUM, false);
+static tm_model make_cnn(void) {
+    tm_model m = tm_model_new(PE_DTYPE_FP64, 0.01, false);
+    tm_cnn(&m, "img", 64);
+    tm_minimize(&m, PE_OPT_MOMENTUM, 0.05, NULL, 0);
     return m;
-}
-
-static void model_free(model *m) {
-    pe_program_free(m->main);
-    pe_program_free(m->startup);
-}
-
-static void batch(int step, int rows, bool cnn, pe_tensor **x, pe_tensor **y) {
-    int64_t feat = 784;
-    *x = cnn ? tu_tensor(PE_DTYPE_FP64, 4, (int64_t[]){rows, 1, 28, 28}, NULL)
-             : tu_tensor(PE_DTYPE_FP64, 2, (int64_t[]){rows, feat}, NULL);
-    *y = tu_tensor(PE_DTYPE_INT64, 2, (int64_t[]){rows, 1}, NULL);
-    double *xd = pe_tensor_data(*x);
-    int64_t *yd = pe_tensor_data(*y);
-    uint64_t s = 0x9E3779B97F4A7C15ull * (uint64_t)(step + 1);
-    for (int r = 0; r < rows; r++) {
-        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
-        int cls = (int)(s % 10);
-        yd[r] = cls;
-        for (int64_t j = 0; j < feat; j++) {
-            s ^= s << 13; s ^= s >> 7; s ^= s << 17;
-            xd[r * feat + j] = ((j % 10) == cls ? 0.8 : 0.0) + (double)(s >> 40) / (double)(1 << 24) * 0.4;
-        }
-    }
 }
 
 enum { SW_FC = 1, SW_EA = 2, SW_OPT = 4 };
@@ -511,7 +387,7 @@ static void set_switches(pe_build_strategy *bs, int sw) {
 }
 
 /* Trains `steps` steps; params_out[i] (new tensors) get the parameters. */
-static void train(const model *m, int places, int sw, int steps, pe_tensor **params_out, const char *dot,
+static void train(const tm_model *m, int places, int sw, int steps, pe_tensor **params_out, const char *dot,
                   const char *extra_fetch, pe_tensor *extra_out) {
     pe_scope *scope = pe_scope_new(NULL);
     pe_executor *ex = pe_executor_new(pe_place_cpu(0));
@@ -528,18 +404,14 @@ static void train(const model *m, int places, int sw, int steps, pe_tensor **par
     pe_tensor *outs[2] = {pe_tensor_new(), extra_out};
     for (int step = 0; step < steps; step++) {
         pe_tensor *x, *y;
-        batch(step, 12, m->cnn, &x, &y);
-        pe_feed feed[2] = {{m->cnn ? "img" : "x", x}, {"label", y}};
+        tm_batch(m, step, 12, &x, &y);
+        pe_feed feed[2] = {{m->input, x}, {"label", y}};
         if (pe_run(pe, feed, 2, fetch, extra_fetch && step == steps - 1 ? 2 : 1, true, outs) != PE_OK)
             fail_msg("switches %d, %d places, step %d: %s", sw, places, step, pe_last_error());
         pe_tensor_free(x);
         pe_tensor_free(y);
     }
-    for (int i = 0; i < m->n_params; i++) {
-        params_out[i] = pe_tensor_new();
-        assert_int_equal(pe_tensor_copy(params_out[i], pe_scope_find_var(pe_place_scope(pe, 0), m->params[i]),
-                                        pe_place_cpu(0)), PE_OK);
-    }
+    tm_fetch_params(m, pe, params_out);
     pe_tensor_free(outs[0]);
     pe_parallel_executor_free(pe);
     pe_executor_free(ex);
@@ -547,7 +419,7 @@ static void train(const model *m, int places, int sw, int steps, pe_tensor **par
 }
 
 /* allclose(rtol 1e-5, atol 1e-12); returns whether all are bitwise equal */
-static bool assert_params_close(const model *m, pe_tensor **a, pe_tensor **b, const char *what) {
+static bool assert_params_close(const tm_model *m, pe_tensor **a, pe_tensor **b, const char *what) {
     bool bitwise = true;
     for (int i = 0; i < m->n_params; i++) {
         int64_t n = pe_tensor_numel(a[i]);
@@ -562,12 +434,8 @@ static bool assert_params_close(const model *m, pe_tensor **a, pe_tensor **b, co
     return bitwise;
 }
 
-static void free_params(const model *m, pe_tensor **p) {
-    for (int i = 0; i < m->n_params; i++) pe_tensor_free(p[i]);
-}
-
 /* Every switch combination on 1 and 3 places vs all switches off. */
-static void check_training(model *m, const char *name, int steps, int first_sw) {
+static void check_training(tm_model *m, const char *name, int steps, int first_sw) {
     for (int places = 1; places <= 3; places += 2) {
         pe_tensor *ref[16], *got[16];
         train(m, places, 0, steps, ref, NULL, NULL, NULL);
@@ -578,14 +446,14 @@ static void check_training(model *m, const char *name, int steps, int first_sw) 
             train(m, places, sw, steps, got, NULL, NULL, NULL);
             bool bitwise = assert_params_close(m, got, ref, what);
             print_message("%s: allclose%s\n", what, bitwise ? ", bitwise equal" : "");
-            free_params(m, got);
+            tm_free_params(m, got);
         }
-        free_params(m, ref);
+        tm_free_params(m, ref);
     }
 }
 
 /* The passes really fire on the model (fewer ops, the fused types). */
-static void check_fires(const model *m, int sw, const char *fused_type, int min_fused) {
+static void check_fires(const tm_model *m, int sw, const char *fused_type, int min_fused) {
     pe_build_strategy bs;
     memset(&bs, 0, sizeof bs);
     set_switches(&bs, sw);
@@ -602,21 +470,21 @@ static void check_fires(const model *m, int sw, const char *fused_type, int min_
 
 static void test_train_mlp(void **state) {
     (void)state;
-    model m = make_mlp(PE_OPT_MOMENTUM, false);
+    tm_model m = make_mlp(PE_OPT_MOMENTUM, false);
     check_fires(&m, SW_FC, "fc", 3);
     check_fires(&m, SW_FC, "fc_grad", 3);
     check_fires(&m, SW_EA, "fused_elemwise_activation", 2);
     check_fires(&m, SW_OPT, "merged_momentum", 1);
     check_training(&m, "mlp momentum", 6, 1);
-    model_free(&m);
+    tm_model_free(&m);
 }
 
 static void test_train_cnn(void **state) {
     (void)state;
-    model m = make_cnn();
+    tm_model m = make_cnn();
     check_fires(&m, SW_FC, "fc_grad", 2);
     check_training(&m, "cnn momentum", 4, 1);
-    model_free(&m);
+    tm_model_free(&m);
 }
 
 /* sgd and adam (per-parameter learning rate: the merged op gets one
@@ -624,7 +492,7 @@ static void test_train_cnn(void **state) {
 static void test_train_sgd_adam(void **state) {
     (void)state;
     for (int k = 0; k < 2; k++) {
-        model m = make_mlp(k ? PE_OPT_ADAM : PE_OPT_SGD, true);
+        tm_model m = make_mlp(k ? PE_OPT_ADAM : PE_OPT_SGD, true);
         check_fires(&m, SW_OPT, k ? "merged_adam" : "merged_sgd", 1);
         pe_build_strategy bs;
         memset(&bs, 0, sizeof bs);
@@ -641,17 +509,17 @@ static void test_train_sgd_adam(void **state) {
             train(&m, places, 0, 5, ref, NULL, NULL, NULL);
             train(&m, places, SW_OPT | SW_FC, 5, got, NULL, NULL, NULL);
             assert_true(assert_params_close(&m, got, ref, k ? "adam" : "sgd"));
-            free_params(&m, got);
-            free_params(&m, ref);
+            tm_free_params(&m, got);
+            tm_free_params(&m, ref);
         }
-        model_free(&m);
+        tm_model_free(&m);
     }
 }
 
 /* reduce strategy on several places: fuse_all_optimizer_ops is not applied */
 static void test_optimizer_reduce_strategy(void **state) {
     (void)state;
-    model m = make_mlp(PE_OPT_MOMENTUM, false);
+    tm_model m = make_mlp(PE_OPT_MOMENTUM, false);
     pe_build_strategy bs;
     memset(&bs, 0, sizeof bs);
     bs.fuse_all_optimizer_ops = true;
@@ -672,13 +540,13 @@ static void test_optimizer_reduce_strategy(void **state) {
     assert_int_equal(m.main->blocks[0].n_ops, n_ops);
     assert_int_equal(count_ops(m.main, "fc"), 0);
     pe_ssa_graph_free(g);
-    model_free(&m);
+    tm_model_free(&m);
 }
 
 /* A fetch of a var removed by fusion: the executor rebuilds with it kept. */
 static void test_fetch_fused_var(void **state) {
     (void)state;
-    model m = make_mlp(PE_OPT_MOMENTUM, false);
+    tm_model m = make_mlp(PE_OPT_MOMENTUM, false);
     pe_tensor *ref[16], *got[16];
     pe_tensor *a = pe_tensor_new(), *b = pe_tensor_new();
     train(&m, 3, 0, 3, ref, NULL, "fc_0.tmp_0", a);
@@ -687,11 +555,11 @@ static void test_fetch_fused_var(void **state) {
     assert_int_equal(pe_tensor_numel(b), pe_tensor_numel(a));
     assert_memory_equal(pe_tensor_data(a), pe_tensor_data(b), pe_tensor_nbytes(a));
     assert_params_close(&m, got, ref, "fetch of a fused var");
-    free_params(&m, got);
-    free_params(&m, ref);
+    tm_free_params(&m, got);
+    tm_free_params(&m, ref);
     pe_tensor_free(a);
     pe_tensor_free(b);
-    model_free(&m);
+    tm_model_free(&m);
 }
 
 /* ---- DOT dumps ------------------------------------------------------------------ */
@@ -730,10 +598,10 @@ static void test_dot_dumps(void **state) {
     assert_non_null(mkdtemp(dir));
     char path[256], p2[320];
     snprintf(path, sizeof path, "%s/g.dot", dir);
-    model m = make_mlp(PE_OPT_MOMENTUM, false);
+    tm_model m = make_mlp(PE_OPT_MOMENTUM, false);
     pe_tensor *got[16];
     train(&m, 3, SW_FC | SW_EA | SW_OPT, 1, got, path, NULL, NULL);
-    free_params(&m, got);
+    tm_free_params(&m, got);
     static const char *const files[] = {"00_input", "01_fuse_gemm_epilogue", "02_fuse_elewise_add_act_ops",
                                         "03_fuse_all_optimizer_ops", "04_multi_device"};
     assert_dot(path);
@@ -756,7 +624,7 @@ static void test_dot_dumps(void **state) {
     unlink(p2);
     unlink(path);
     rmdir(dir);
-    model_free(&m);
+    tm_model_free(&m);
 }
 
 int main(void) {

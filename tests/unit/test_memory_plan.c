@@ -19,7 +19,7 @@
  *   allocation per step in the steady state (pe_alloc_get_stats n_allocs);
  *   a lower measured peak with the plan.
  */
-#include "tests/unit/op_test_util.h"
+#include "tests/unit/models.h"
 
 #include "executor/mem_arena.h"
 #include "graph/ssa_graph.h"
@@ -389,36 +389,24 @@ static void test_best_fit_coalescing(void **state) {
 
 /* ---- the graph front end on a real program ------------------------------- */
 
-static void var(pe_program *p, const char *name, pe_dtype dt, int ndim, const int64_t *dims) {
-    assert_non_null(pe_block_add_var(&p->blocks[0], name, dt, ndim, dims));
-}
-
-static pe_op *op2(pe_program *p, const char *type, const char *x, const char *y, const char *out) {
-    pe_op *op = pe_block_add_op(&p->blocks[0], type);
-    pe_op_add_input(op, "X", x);
-    if (y) pe_op_add_input(op, "Y", y);
-    pe_op_add_output(op, "Out", out);
-    return op;
-}
-
 /* x(fed) -scale-> a -relu-> b -relu-> c; d = c + b; e = d + w (w persistable); loss = mean(e) */
 static pe_program *inplace_program(void) {
     pe_program *p = pe_program_new();
     int64_t d2[2] = {-1, 16};
     const char *names[] = {"x", "a", "b", "c", "d", "e"};
-    for (int i = 0; i < 6; i++) var(p, names[i], PE_DTYPE_FP64, 2, d2);
-    var(p, "w", PE_DTYPE_FP64, 1, (int64_t[]){16});
+    for (int i = 0; i < 6; i++) tm_var(p, names[i], PE_DTYPE_FP64, 2, d2);
+    tm_var(p, "w", PE_DTYPE_FP64, 1, (int64_t[]){16});
     pe_program_find_var(p, 0, "w")->persistable = true;
-    var(p, "loss", PE_DTYPE_FP64, 1, (int64_t[]){1});
-    pe_op *op = op2(p, "scale", "x", NULL, "a");
+    tm_var(p, "loss", PE_DTYPE_FP64, 1, (int64_t[]){1});
+    pe_op *op = tm_op2(p, "scale", "x", NULL, "a");
     pe_op_set_float(op, "scale", 2.0);
     pe_op_set_float(op, "bias", -0.5);
-    op2(p, "relu", "a", NULL, "b");
-    op2(p, "relu", "b", NULL, "c");
-    op2(p, "elementwise_add", "c", "b", "d");
-    op = op2(p, "elementwise_add", "d", "w", "e");
+    tm_op2(p, "relu", "a", NULL, "b");
+    tm_op2(p, "relu", "b", NULL, "c");
+    tm_op2(p, "elementwise_add", "c", "b", "d");
+    op = tm_op2(p, "elementwise_add", "d", "w", "e");
     pe_op_set_int(op, "axis", 1);
-    op2(p, "mean", "e", NULL, "loss");
+    tm_op2(p, "mean", "e", NULL, "loss");
     return p;
 }
 
@@ -500,130 +488,20 @@ static void test_inplace_pairs(void **state) {
 
 static pe_dtype g_dt = PE_DTYPE_FP64;
 
-typedef struct {
-    pe_program *main, *startup;
-    char params[16][64];
-    int n_params;
-} model;
-
-static pe_op *op1(pe_program *p, const char *type, const char *x, const char *out) { return op2(p, type, x, NULL, out); }
-
-static void param(model *m, const char *name, int ndim, const int64_t *dims, pe_init_kind kind) {
-    pe_var *v = pe_block_add_var(&m->main->blocks[0], name, g_dt, ndim, dims);
-    assert_non_null(v);
-    v->persistable = v->is_parameter = true;
-    pe_initializer init = {.kind = kind, .value = 0.01};
-    assert_int_equal(pe_startup_init_var(m->startup, v, &init), PE_OK);
-    snprintf(m->params[m->n_params++], 64, "%s", name);
-}
-
-static void fc(model *m, const char *x, int64_t in, int64_t out, const char *name, bool relu) {
-    char w[64], b[64], t0[64], t1[64], o[64];
-    snprintf(w, 64, "%s.w_0", name);
-    snprintf(b, 64, "%s.b_0", name);
-    snprintf(t0, 64, "%s.tmp_0", name);
-    snprintf(t1, 64, "%s.tmp_1", name);
-    snprintf(o, 64, "%s.out", name);
-    param(m, w, 2, (int64_t[]){in, out}, PE_INIT_XAVIER_UNIFORM);
-    param(m, b, 1, (int64_t[]){out}, PE_INIT_CONSTANT);
-    var(m->main, t0, g_dt, 2, (int64_t[]){-1, out});
-    var(m->main, t1, g_dt, 2, (int64_t[]){-1, out});
-    var(m->main, o, g_dt, 2, (int64_t[]){-1, out});
-    op2(m->main, "mul", x, w, t0);
-    pe_op *op = op2(m->main, "elementwise_add", t0, b, relu ? t1 : o);
-    pe_op_set_int(op, "axis", 1);
-    if (relu) op1(m->main, "relu", t1, o);
-}
-
-static void loss_and_opt(model *m, const char *logits) {
-    var(m->main, "label", PE_DTYPE_INT64, 2, (int64_t[]){-1, 1});
-    var(m->main, "softmax", g_dt, 2, (int64_t[]){-1, 10});
-    var(m->main, "ce", g_dt, 2, (int64_t[]){-1, 1});
-    var(m->main, "loss", g_dt, 1, (int64_t[]){1});
-    pe_op *op = pe_block_add_op(&m->main->blocks[0], "softmax_with_cross_entropy");
-    pe_op_add_input(op, "Logits", logits);
-    pe_op_add_input(op, "Label", "label");
-    pe_op_add_output(op, "Softmax", "softmax");
-    pe_op_add_output(op, "Loss", "ce");
-    op1(m->main, "mean", "ce", "loss");
-    pe_optimizer opt;
-    pe_optimizer_default(&opt, PE_OPT_MOMENTUM, 0.05);
-    opt.momentum = 0.9;
-    if (pe_optimizer_minimize(&opt, m->main, m->startup, "loss", NULL, 0, NULL, 0, NULL, 0, NULL, NULL) != PE_OK)
-        fail_msg("minimize: %s", pe_last_error());
-}
-
-static model make_mlp(void) {
-    model m = {pe_program_new(), pe_program_new(), {{0}}, 0};
-    m.main->random_seed = m.startup->random_seed = 7;
-    var(m.main, "x", g_dt, 2, (int64_t[]){-1, 784});
-    fc(&m, "x", 784, 128, "fc_0", true);
-    fc(&m, "fc_0.out", 128, 64, "fc_1", true);
-    fc(&m, "fc_1.out", 64, 10, "fc_2", false);
-    loss_and_opt(&m, "fc_2.out");
+/* The models of tests/unit/models.h (input "x", biases start at 0.01, the
+ * bias adds name axis 1), trained with momentum (lr 0.05, mu 0.9). */
+static tm_model make_mlp(void) {
+    tm_model m = tm_model_new(g_dt, 0.01, true);
+    tm_mlp(&m, 128, "relu", 64, "relu");
+    tm_minimize(&m, PE_OPT_MOMENTUM, 0.05, NULL, 0);
     return m;
 }
 
-static void conv_pool(model *m, const char *x, int64_t cin, int64_t cout, int64_t hw, const char *name) {
-    char w[64], c[64], r[64], o[64];
-    snprintf(w, 64, "%s.w_0", name);
-    snprintf(c, 64, "%s.conv", name);
-    snprintf(r, 64, "%s.relu", name);
-    snprintf(o, 64, "%s.out", name);
-    param(m, w, 4, (int64_t[]){cout, cin, 3, 3}, PE_INIT_KAIMING_UNIFORM);
-    var(m->main, c, g_dt, 4, (int64_t[]){-1, cout, hw, hw});
-    var(m->main, r, g_dt, 4, (int64_t[]){-1, cout, hw, hw});
-    var(m->main, o, g_dt, 4, (int64_t[]){-1, cout, hw / 2, hw / 2});
-    pe_op *op = pe_block_add_op(&m->main->blocks[0], "conv2d");
-    pe_op_add_input(op, "Input", x);
-    pe_op_add_input(op, "Filter", w);
-    pe_op_add_output(op, "Output", c);
-    pe_op_set_ints(op, "paddings", (int64_t[]){1, 1}, 2);
-    op1(m->main, "relu", c, r);
-    op = op1(m->main, "pool2d", r, o);
-    pe_op_set_ints(op, "ksize", (int64_t[]){2, 2}, 2);
-    pe_op_set_ints(op, "strides", (int64_t[]){2, 2}, 2);
-}
-
-static model make_cnn(void) {
-    model m = {pe_program_new(), pe_program_new(), {{0}}, 0};
-    m.main->random_seed = m.startup->random_seed = 11;
-    var(m.main, "x", g_dt, 4, (int64_t[]){-1, 1, 28, 28});
-    conv_pool(&m, "x", 1, 8, 28, "conv_0");
-    conv_pool(&m, "conv_0.out", 8, 16, 14, "conv_1");
-    var(m.main, "flat", g_dt, 2, (int64_t[]){-1, 16 * 7 * 7});
-    var(m.main, "flat.xshape", g_dt, 5, (int64_t[]){0, -1, 16, 7, 7});
-    pe_op *op = op1(m.main, "reshape2", "conv_1.out", "flat");
-    pe_op_add_output(op, "XShape", "flat.xshape");
-    pe_op_set_ints(op, "shape", (int64_t[]){-1, 16 * 7 * 7}, 2);
-    fc(&m, "flat", 16 * 7 * 7, 32, "fc_0", true);
-    fc(&m, "fc_0.out", 32, 10, "fc_1", false);
-    loss_and_opt(&m, "fc_1.out");
+static tm_model make_cnn(void) {
+    tm_model m = tm_model_new(g_dt, 0.01, true);
+    tm_cnn(&m, "x", 32);
+    tm_minimize(&m, PE_OPT_MOMENTUM, 0.05, NULL, 0);
     return m;
-}
-
-static void model_free(model *m) {
-    pe_program_free(m->main);
-    pe_program_free(m->startup);
-}
-
-/* Deterministic batch `step` of `rows` rows into caller-made tensors. */
-static void fill_batch(int step, pe_tensor *x, pe_tensor *y) {
-    int64_t rows = x->dims[0], feat = pe_tensor_numel(x) / rows;
-    uint64_t s = 0x9E3779B97F4A7C15ull * (uint64_t)(step + 1);
-    for (int64_t r = 0; r < rows; r++) {
-        int cls = (int)(rnd(&s) % 10);
-        ((int64_t *)pe_tensor_data(y))[r] = cls;
-        for (int64_t j = 0; j < feat; j++) {
-            double v = ((j % 10) == cls ? 0.8 : 0.0) + (double)(rnd(&s) >> 40) / (double)(1 << 24) * 0.4;
-            if (x->dtype == PE_DTYPE_FP64) ((double *)pe_tensor_data(x))[r * feat + j] = v;
-            else ((float *)pe_tensor_data(x))[r * feat + j] = (float)v;
-        }
-    }
-}
-
-static pe_tensor *batch_x(bool cnn, int64_t rows) {
-    return cnn ? tu_tensor(g_dt, 4, (int64_t[]){rows, 1, 28, 28}, NULL) : tu_tensor(g_dt, 2, (int64_t[]){rows, 784}, NULL);
 }
 
 typedef struct {
@@ -635,7 +513,7 @@ typedef struct {
 static bool g_fusion; /* the fusion switches of BuildStrategy, all on or all off */
 static bool g_reduce; /* reduce_strategy = reduce (optimizers on owner places, broadcasts) */
 
-static trainer trainer_new(const model *m, int places, bool inplace, bool memopt) {
+static trainer trainer_new(const tm_model *m, int places, bool inplace, bool memopt) {
     trainer t = {pe_scope_new(NULL), pe_executor_new(pe_place_cpu(0)), NULL};
     assert_int_equal(pe_executor_run(t.ex, m->startup, 0, t.scope, NULL, 0, NULL, 0, NULL), PE_OK);
     pe_place pl[4] = {pe_place_cpu(0), pe_place_cpu(1), pe_place_cpu(2), pe_place_cpu(3)};
@@ -671,21 +549,16 @@ static void assert_close(const pe_tensor *a, const pe_tensor *b, double rtol, do
 }
 
 /* Trains `steps` steps; copies the parameters (place 0) into out. */
-static void train(const model *m, int places, bool inplace, bool memopt, bool cnn, int rows, int steps,
-                  pe_tensor **out) {
+static void train(const tm_model *m, int places, bool inplace, bool memopt, int rows, int steps, pe_tensor **out) {
     trainer t = trainer_new(m, places, inplace, memopt);
-    pe_tensor *x = batch_x(cnn, rows), *y = tu_tensor(PE_DTYPE_INT64, 2, (int64_t[]){rows, 1}, NULL);
+    pe_tensor *x = tm_batch_x(m, rows), *y = tu_tensor(PE_DTYPE_INT64, 2, (int64_t[]){rows, 1}, NULL);
     pe_tensor *loss = pe_tensor_new();
     const char *fetch[] = {"loss"};
     for (int s = 0; s < steps; s++) {
-        fill_batch(s, x, y);
+        tm_fill_batch(s, x, y);
         step(&t, x, y, fetch, 1, &loss);
     }
-    for (int i = 0; i < m->n_params; i++) {
-        out[i] = pe_tensor_new();
-        assert_int_equal(pe_tensor_copy(out[i], pe_scope_find_var(pe_place_scope(t.pe, 0), m->params[i]), pe_place_cpu(0)),
-                         PE_OK);
-    }
+    tm_fetch_params(m, t.pe, out);
     pe_tensor_free(x);
     pe_tensor_free(y);
     pe_tensor_free(loss);
@@ -693,19 +566,19 @@ static void train(const model *m, int places, bool inplace, bool memopt, bool cn
 }
 
 static void check_training(bool cnn) {
-    model m = cnn ? make_cnn() : make_mlp();
+    tm_model m = cnn ? make_cnn() : make_mlp();
     int steps = cnn ? 6 : 10;
     for (int places = 1; places <= 3; places += 2) {
         pe_tensor *ref[16], *got[16];
         g_fusion = false;
-        train(&m, places, false, false, cnn, 12, steps, ref);
+        train(&m, places, false, false, 12, steps, ref);
         /* memory switches alone, with every fusion switch on, and (3 places)
          * both memory switches under the reduce strategy */
         for (int mode = 1; mode < (places > 1 ? 9 : 8); mode++) {
             bool inplace = mode & 1 || mode == 8, memopt = mode & 2 || mode == 8;
             g_fusion = mode & 4;
             g_reduce = mode == 8;
-            train(&m, places, inplace, memopt, cnn, 12, steps, got);
+            train(&m, places, inplace, memopt, 12, steps, got);
             for (int i = 0; i < m.n_params; i++) {
                 char what[192];
                 snprintf(what, sizeof what, "%s places=%d enable_inplace=%d memory_optimize=%d fusion=%d reduce=%d %s",
@@ -717,7 +590,7 @@ static void check_training(bool cnn) {
         for (int i = 0; i < m.n_params; i++) pe_tensor_free(ref[i]);
     }
     g_fusion = g_reduce = false;
-    model_free(&m);
+    tm_model_free(&m);
 }
 
 static void test_mlp_training_equivalence(void **state) {
@@ -737,13 +610,13 @@ static void test_cnn_training_equivalence(void **state) {
  * the run without the plan; every loss matches the reference run. */
 static void test_replan_and_fetch_changes(void **state) {
     (void)state;
-    model m = make_mlp();
+    tm_model m = make_mlp();
     trainer ref = trainer_new(&m, 3, false, false), opt = trainer_new(&m, 3, true, true);
     int rows[6] = {8, 8, 5, 8, 5, 8};
     pe_tensor *lr[2] = {pe_tensor_new(), pe_tensor_new()}, *lo[2] = {pe_tensor_new(), pe_tensor_new()};
     for (int s = 0; s < 6; s++) {
-        pe_tensor *x = batch_x(false, rows[s]), *y = tu_tensor(PE_DTYPE_INT64, 2, (int64_t[]){rows[s], 1}, NULL);
-        fill_batch(s, x, y);
+        pe_tensor *x = tm_batch_x(&m, rows[s]), *y = tu_tensor(PE_DTYPE_INT64, 2, (int64_t[]){rows[s], 1}, NULL);
+        tm_fill_batch(s, x, y);
         /* from step 4 on, also fetch an intermediate activation */
         const char *fetch[2] = {"loss", "fc_0.out"};
         int nf = s >= 4 ? 2 : 1;
@@ -759,14 +632,14 @@ static void test_replan_and_fetch_changes(void **state) {
     pe_tensor_free(lo[1]);
     trainer_free(&ref);
     trainer_free(&opt);
-    model_free(&m);
+    tm_model_free(&m);
 }
 
 /* The arena manager directly: plan count per signature, re-plan on a new
  * protected name, the plan places nothing protected or persistable. */
 static void test_plan_cache(void **state) {
     (void)state;
-    model m = make_mlp();
+    tm_model m = make_mlp();
     pe_build_strategy bs;
     memset(&bs, 0, sizeof bs);
     pe_ssa_graph *g;
@@ -852,7 +725,7 @@ static void test_plan_cache(void **state) {
     pe_scope_free(global);
     pe_executor_free(ex);
     pe_ssa_graph_free(g);
-    model_free(&m);
+    tm_model_free(&m);
 }
 
 static int64_t allocs(int places) {
@@ -862,19 +735,19 @@ static int64_t allocs(int places) {
 }
 
 static void steady_state(bool cnn, int places) {
-    model m = cnn ? make_cnn() : make_mlp();
+    tm_model m = cnn ? make_cnn() : make_mlp();
     trainer t = trainer_new(&m, places, true, true);
     int rows = 12;
-    pe_tensor *x = batch_x(cnn, rows), *y = tu_tensor(PE_DTYPE_INT64, 2, (int64_t[]){rows, 1}, NULL);
+    pe_tensor *x = tm_batch_x(&m, rows), *y = tu_tensor(PE_DTYPE_INT64, 2, (int64_t[]){rows, 1}, NULL);
     pe_tensor *loss = pe_tensor_new();
     const char *fetch[] = {"loss"};
     for (int s = 0; s < 3; s++) {
-        fill_batch(s, x, y);
+        tm_fill_batch(s, x, y);
         step(&t, x, y, fetch, 1, &loss);
     }
     int64_t before = allocs(places);
     for (int s = 3; s < 9; s++) {
-        fill_batch(s, x, y);
+        tm_fill_batch(s, x, y);
         step(&t, x, y, fetch, 1, &loss);
     }
     int64_t after = allocs(places);
@@ -885,7 +758,7 @@ static void steady_state(bool cnn, int places) {
     pe_tensor_free(y);
     pe_tensor_free(loss);
     trainer_free(&t);
-    model_free(&m);
+    tm_model_free(&m);
 }
 
 static void test_no_allocation_per_step(void **state) {
@@ -898,14 +771,14 @@ static void test_no_allocation_per_step(void **state) {
 
 /* bytes_in_use above the baseline at the peak of one training step */
 static int64_t step_peak(bool inplace, bool memopt) {
-    model m = make_mlp();
+    tm_model m = make_mlp();
     trainer t = trainer_new(&m, 1, inplace, memopt);
     int rows = 64;
-    pe_tensor *x = batch_x(false, rows), *y = tu_tensor(PE_DTYPE_INT64, 2, (int64_t[]){rows, 1}, NULL);
+    pe_tensor *x = tm_batch_x(&m, rows), *y = tu_tensor(PE_DTYPE_INT64, 2, (int64_t[]){rows, 1}, NULL);
     pe_tensor *loss = pe_tensor_new();
     const char *fetch[] = {"loss"};
     pe_place p0 = pe_place_cpu(0);
-    fill_batch(0, x, y);
+    tm_fill_batch(0, x, y);
     pe_drop_local_exe_scopes(t.pe);
     int64_t base = pe_alloc_get_stats(p0).bytes_in_use;
     pe_alloc_reset_peak(p0);
@@ -915,7 +788,7 @@ static int64_t step_peak(bool inplace, bool memopt) {
     pe_tensor_free(y);
     pe_tensor_free(loss);
     trainer_free(&t);
-    model_free(&m);
+    tm_model_free(&m);
     return peak;
 }
 
