@@ -400,9 +400,14 @@ static int load_params(const train_args *a, const pe_program *train, const pe_pr
         v->persistable = false; /* optimizer state: keep the startup program's value */
     }
     if (rc == PE_EXIT_OK && (st = pe_checkpoint_load(a->params, view, scope)) != PE_OK) {
-        if (!a->startup && strstr(pe_last_error(), "missing"))
-            rc = pe_tool_fail_status(st, "%s (a checkpoint without the optimizer state needs --startup to "
-                                     "initialize it)", a->params);
+        const char *hint = !a->startup && strstr(pe_last_error(), "missing")
+                               ? " (a checkpoint without the optimizer state needs --startup to initialize it)"
+                           : strstr(pe_last_error(), "not a persistable var") ? " (saved with another --optimizer or model?)"
+                                                                              : NULL;
+        if (hint && strstr(pe_last_error(), a->params))
+            rc = pe_tool_fail("%s%s", pe_last_error(), hint);
+        else if (hint)
+            rc = pe_tool_fail("%s: %s%s", a->params, pe_last_error(), hint);
         else
             rc = pe_tool_fail_file(st, a->params);
     }

@@ -211,6 +211,9 @@ def test_params_model_only(batches, tmp_path):
     write_safetensors(t / "extra.st", extra)
     fails(1, "train", MLP, "--startup", MLP_S, "--loss", "loss", *MOM, "--steps", 0, "--params", t / "extra.st",
           contains=("bogus",))
+    # a checkpoint of another optimizer (momentum's velocities) for sgd
+    fails(1, "train", MLP, "--startup", MLP_S, "--loss", "loss", "--optimizer", "sgd", "--steps", 0,
+          "--params", t / "init.st", contains=("velocity", "another --optimizer"))
     (t / "trunc.st").write_bytes(open(t / "init.st", "rb").read()[:1000])
     fails(1, "train", MLP, "--startup", MLP_S, "--loss", "loss", *MOM, "--steps", 0, "--params", t / "trunc.st",
           contains=("trunc.st",))
