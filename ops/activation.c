@@ -22,27 +22,9 @@
 
 #include <string.h>
 
-static pe_status need_in(pe_op_ctx *ctx, const char *slot, pe_tensor **t) {
-    *t = pe_ctx_in(ctx, slot);
-    if (!*t) return pe_ctx_error(ctx, PE_ERR_INVALID, "input %s is required but absent", slot);
-    return PE_OK;
-}
-
-static pe_status set_out(pe_op_ctx *ctx, const char *slot, pe_dtype dt, int ndim, const int64_t *dims) {
-    for (int k = 0; k < pe_ctx_n_out(ctx, slot); k++) {
-        pe_tensor *o = pe_ctx_out_at(ctx, slot, k);
-        if (!o) continue;
-        if (pe_tensor_set_meta(o, dt, ndim, dims) != PE_OK)
-            return pe_ctx_error(ctx, PE_ERR_INVALID, "output %s '%s': %s", slot, pe_ctx_out_name(ctx, slot, k),
-                                pe_last_error());
-    }
-    return PE_OK;
-}
-
-static bool is_float(pe_dtype dt) { return dt == PE_DTYPE_FP32 || dt == PE_DTYPE_FP64; }
 
 static pe_status need_float(pe_op_ctx *ctx, const char *slot, const pe_tensor *t) {
-    if (is_float(t->dtype)) return PE_OK;
+    if (pe_dtype_is_float(t->dtype)) return PE_OK;
     return pe_ctx_error(ctx, PE_ERR_INVALID, "input %s '%s' has dtype %s (expected float32 or float64)", slot,
                         pe_ctx_in_name(ctx, slot, 0), pe_dtype_name(t->dtype));
 }
@@ -71,22 +53,22 @@ static pe_status check_grad(pe_op_ctx *ctx, const pe_tensor *g, const pe_tensor 
 /* leaky_relu, gelu, log_softmax: X [..] float -> Out [..] */
 pe_status pe_infer_activation(pe_op_ctx *ctx) {
     pe_tensor *x;
-    PE_CHECK(need_in(ctx, "X", &x));
+    PE_CHECK(pe_infer_need_in(ctx, "X", &x));
     PE_CHECK(need_float(ctx, "X", x));
     if (ctx->info->id == PE_OP_log_softmax) PE_CHECK(check_axis(ctx, "X", x));
-    return set_out(ctx, "Out", x->dtype, x->ndim, x->dims);
+    return pe_infer_set_out(ctx, "Out", x->dtype, x->ndim, x->dims);
 }
 
 /* leaky_relu_grad, gelu_grad: X, Out@GRAD -> X@GRAD; log_softmax_grad: Out, Out@GRAD -> X@GRAD */
 pe_status pe_infer_activation_grad(pe_op_ctx *ctx) {
     const char *slot = ctx->info->id == PE_OP_log_softmax_grad ? "Out" : "X";
     pe_tensor *a, *g;
-    PE_CHECK(need_in(ctx, slot, &a));
-    PE_CHECK(need_in(ctx, "Out@GRAD", &g));
+    PE_CHECK(pe_infer_need_in(ctx, slot, &a));
+    PE_CHECK(pe_infer_need_in(ctx, "Out@GRAD", &g));
     PE_CHECK(need_float(ctx, slot, a));
     if (ctx->info->id == PE_OP_log_softmax_grad) PE_CHECK(check_axis(ctx, slot, a));
     PE_CHECK(check_grad(ctx, g, a, slot));
-    return set_out(ctx, "X@GRAD", a->dtype, a->ndim, a->dims);
+    return pe_infer_set_out(ctx, "X@GRAD", a->dtype, a->ndim, a->dims);
 }
 
 /* dropout_prob in [0, 1] and a known dropout_implementation. */
@@ -104,7 +86,7 @@ static pe_status check_dropout_attrs(pe_op_ctx *ctx) {
 /* X [..] float, Step? [1] int64/int32 -> Out [..], Mask? [..] uint8, StepOut? [1] */
 pe_status pe_infer_dropout(pe_op_ctx *ctx) {
     pe_tensor *x;
-    PE_CHECK(need_in(ctx, "X", &x));
+    PE_CHECK(pe_infer_need_in(ctx, "X", &x));
     PE_CHECK(need_float(ctx, "X", x));
     PE_CHECK(check_dropout_attrs(ctx));
     const pe_tensor *step = pe_ctx_in(ctx, "Step");
@@ -117,16 +99,16 @@ pe_status pe_infer_dropout(pe_op_ctx *ctx) {
     if (!step && pe_ctx_out(ctx, "StepOut"))
         return pe_ctx_error(ctx, PE_ERR_INVALID, "output StepOut '%s' needs the input Step (the counter it advances)",
                             pe_ctx_out_name(ctx, "StepOut", 0));
-    PE_CHECK(set_out(ctx, "Out", x->dtype, x->ndim, x->dims));
-    PE_CHECK(set_out(ctx, "Mask", PE_DTYPE_UINT8, x->ndim, x->dims));
-    if (step) PE_CHECK(set_out(ctx, "StepOut", step->dtype, step->ndim, step->dims));
+    PE_CHECK(pe_infer_set_out(ctx, "Out", x->dtype, x->ndim, x->dims));
+    PE_CHECK(pe_infer_set_out(ctx, "Mask", PE_DTYPE_UINT8, x->ndim, x->dims));
+    if (step) PE_CHECK(pe_infer_set_out(ctx, "StepOut", step->dtype, step->ndim, step->dims));
     return PE_OK;
 }
 
 /* Mask? [..] uint8, Out@GRAD [..] -> X@GRAD [..] */
 pe_status pe_infer_dropout_grad(pe_op_ctx *ctx) {
     pe_tensor *g;
-    PE_CHECK(need_in(ctx, "Out@GRAD", &g));
+    PE_CHECK(pe_infer_need_in(ctx, "Out@GRAD", &g));
     PE_CHECK(need_float(ctx, "Out@GRAD", g));
     PE_CHECK(check_dropout_attrs(ctx));
     const pe_tensor *m = pe_ctx_in(ctx, "Mask");
@@ -143,7 +125,7 @@ pe_status pe_infer_dropout_grad(pe_op_ctx *ctx) {
                                 pe_ctx_in_name(ctx, "Out@GRAD", 0));
         }
     }
-    return set_out(ctx, "X@GRAD", g->dtype, g->ndim, g->dims);
+    return pe_infer_set_out(ctx, "X@GRAD", g->dtype, g->ndim, g->dims);
 }
 
 /* ---- grad makers -------------------------------------------------------------- */

@@ -9,6 +9,5 @@ pe_status pe_infer_fill_any_like(pe_op_ctx *ctx) {
     int64_t dt = pe_ctx_int(ctx, "dtype");
     if (dt >= 0 && !pe_dtype_valid((int)dt))
         return pe_ctx_error(ctx, PE_ERR_INVALID, "attr dtype %lld is not a valid dtype", (long long)dt);
-    pe_status st = pe_tensor_set_meta(pe_ctx_out(ctx, "Out"), dt >= 0 ? (pe_dtype)dt : x->dtype, x->ndim, x->dims);
-    return st == PE_OK ? PE_OK : pe_ctx_error(ctx, st, "%s", pe_last_error());
+    return pe_infer_set_meta(ctx, pe_ctx_out(ctx, "Out"), dt >= 0 ? (pe_dtype)dt : x->dtype, x->ndim, x->dims);
 }

@@ -169,51 +169,30 @@ pe_status pe_bcast_plan_make(int x_ndim, const int64_t *x_dims, int y_ndim, cons
 
 /* ---- infer ---------------------------------------------------------------- */
 
-/* Required single input of `slot`, or an error naming it. */
-static pe_status need_in(pe_op_ctx *ctx, const char *slot, pe_tensor **t) {
-    *t = pe_ctx_in(ctx, slot);
-    if (!*t) return pe_ctx_error(ctx, PE_ERR_INVALID, "input %s is required but absent", slot);
-    return PE_OK;
-}
-
-static pe_status set_out(pe_op_ctx *ctx, const char *slot, pe_dtype dt, int ndim, const int64_t *dims) {
-    for (int k = 0; k < pe_ctx_n_out(ctx, slot); k++) {
-        pe_tensor *o = pe_ctx_out_at(ctx, slot, k);
-        if (!o) continue;
-        if (pe_tensor_set_meta(o, dt, ndim, dims) != PE_OK)
-            return pe_ctx_error(ctx, PE_ERR_INVALID, "output %s '%s': %s", slot, pe_ctx_out_name(ctx, slot, k),
-                                pe_last_error());
-    }
-    return PE_OK;
-}
-
-static bool is_float(pe_dtype dt) { return dt == PE_DTYPE_FP32 || dt == PE_DTYPE_FP64; }
-static bool is_num(pe_dtype dt) { return is_float(dt) || dt == PE_DTYPE_INT32 || dt == PE_DTYPE_INT64; }
-
 /* X [..], Y [..] -> Out: broadcast shape (ops/elementwise.h). */
 pe_status pe_infer_elementwise(pe_op_ctx *ctx) {
     pe_tensor *x, *y;
-    PE_CHECK(need_in(ctx, "X", &x));
-    PE_CHECK(need_in(ctx, "Y", &y));
+    PE_CHECK(pe_infer_need_in(ctx, "X", &x));
+    PE_CHECK(pe_infer_need_in(ctx, "Y", &y));
     const char *xn = pe_ctx_in_name(ctx, "X", 0), *yn = pe_ctx_in_name(ctx, "Y", 0);
     if (x->dtype != y->dtype)
         return pe_ctx_error(ctx, PE_ERR_INVALID, "X '%s' is %s but Y '%s' is %s (they must match)", xn,
                             pe_dtype_name(x->dtype), yn, pe_dtype_name(y->dtype));
-    if (!is_num(x->dtype))
+    if (!pe_dtype_is_num(x->dtype))
         return pe_ctx_error(ctx, PE_ERR_INVALID, "X '%s' has dtype %s (expected float32, float64, int32 or int64)",
                             xn, pe_dtype_name(x->dtype));
     pe_bcast_plan pl;
     int axis = (int)pe_ctx_int(ctx, "axis");
     if (pe_bcast_plan_make(x->ndim, x->dims, y->ndim, y->dims, axis, &pl) != PE_OK)
         return pe_ctx_error(ctx, PE_ERR_INVALID, "X '%s' and Y '%s': %s", xn, yn, pe_last_error());
-    return set_out(ctx, "Out", x->dtype, pl.out_ndim, pl.out_dims);
+    return pe_infer_set_out(ctx, "Out", x->dtype, pl.out_ndim, pl.out_dims);
 }
 
 /* X [..] -> Out [..] (relu, sigmoid, tanh, softmax: float; scale: float or
  * int). ops.def also routes softmax here; its axis is checked here too. */
 pe_status pe_infer_unary(pe_op_ctx *ctx) {
     pe_tensor *x;
-    PE_CHECK(need_in(ctx, "X", &x));
+    PE_CHECK(pe_infer_need_in(ctx, "X", &x));
     if (ctx->info->id == PE_OP_softmax) {
         int64_t axis = pe_ctx_int(ctx, "axis");
         int r = x->ndim;
@@ -224,18 +203,18 @@ pe_status pe_infer_unary(pe_op_ctx *ctx) {
                                 pe_dims_str(x->ndim, x->dims, xs, sizeof xs), -r, r - 1);
         }
     }
-    bool ok = ctx->info->id == PE_OP_scale ? is_num(x->dtype) : is_float(x->dtype);
+    bool ok = ctx->info->id == PE_OP_scale ? pe_dtype_is_num(x->dtype) : pe_dtype_is_float(x->dtype);
     if (!ok)
         return pe_ctx_error(ctx, PE_ERR_INVALID, "X '%s' has dtype %s (expected %s)", pe_ctx_in_name(ctx, "X", 0),
                             pe_dtype_name(x->dtype),
                             ctx->info->id == PE_OP_scale ? "float32, float64, int32 or int64" : "float32 or float64");
-    return set_out(ctx, "Out", x->dtype, x->ndim, x->dims);
+    return pe_infer_set_out(ctx, "Out", x->dtype, x->ndim, x->dims);
 }
 
 /* X [..] of any of the six dtypes -> Out [..] of dtype out_dtype. */
 pe_status pe_infer_cast(pe_op_ctx *ctx) {
     pe_tensor *x;
-    PE_CHECK(need_in(ctx, "X", &x));
+    PE_CHECK(pe_infer_need_in(ctx, "X", &x));
     if (x->dtype > PE_DTYPE_BOOL)
         return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "X '%s' has dtype %s (cast supports float32, float64, int32, "
                             "int64, uint8, bool)", pe_ctx_in_name(ctx, "X", 0), pe_dtype_name(x->dtype));
@@ -243,14 +222,14 @@ pe_status pe_infer_cast(pe_op_ctx *ctx) {
     if (od < PE_DTYPE_FP32 || od > PE_DTYPE_BOOL)
         return pe_ctx_error(ctx, PE_ERR_INVALID, "attr out_dtype = %lld is not a supported dtype (expected 0 float32, "
                             "1 float64, 2 int32, 3 int64, 4 uint8, 5 bool)", (long long)od);
-    return set_out(ctx, "Out", (pe_dtype)od, x->ndim, x->dims);
+    return pe_infer_set_out(ctx, "Out", (pe_dtype)od, x->ndim, x->dims);
 }
 
 /* ---- grad ops: shape inference --------------------------------------------- */
 
 /* Output `slot` (when present) gets the meta of tensor `like`. */
 static pe_status set_like(pe_op_ctx *ctx, const char *slot, const pe_tensor *like) {
-    return set_out(ctx, slot, like->dtype, like->ndim, like->dims);
+    return pe_infer_set_out(ctx, slot, like->dtype, like->ndim, like->dims);
 }
 
 static pe_status grad_mismatch(pe_op_ctx *ctx, const char *slot, const pe_tensor *t, const char *want_slot,
@@ -271,10 +250,10 @@ static bool same_dims(const pe_tensor *t, int nd, const int64_t *dims) {
 /* X [..], Y [..], Out@GRAD [broadcast of X, Y] -> X@GRAD [X], Y@GRAD [Y] */
 pe_status pe_infer_elementwise_grad(pe_op_ctx *ctx) {
     pe_tensor *x, *y, *g;
-    PE_CHECK(need_in(ctx, "X", &x));
-    PE_CHECK(need_in(ctx, "Y", &y));
-    PE_CHECK(need_in(ctx, "Out@GRAD", &g));
-    if (x->dtype != y->dtype || !is_float(x->dtype))
+    PE_CHECK(pe_infer_need_in(ctx, "X", &x));
+    PE_CHECK(pe_infer_need_in(ctx, "Y", &y));
+    PE_CHECK(pe_infer_need_in(ctx, "Out@GRAD", &g));
+    if (x->dtype != y->dtype || !pe_dtype_is_float(x->dtype))
         return pe_ctx_error(ctx, PE_ERR_INVALID, "X '%s' is %s and Y '%s' is %s (expected the same float dtype)",
                             pe_ctx_in_name(ctx, "X", 0), pe_dtype_name(x->dtype), pe_ctx_in_name(ctx, "Y", 0),
                             pe_dtype_name(y->dtype));
@@ -291,9 +270,9 @@ pe_status pe_infer_elementwise_grad(pe_op_ctx *ctx) {
 /* Out [..], Out@GRAD [..] -> X@GRAD [..] (relu_grad, sigmoid_grad, tanh_grad) */
 pe_status pe_infer_act_grad(pe_op_ctx *ctx) {
     pe_tensor *o, *g;
-    PE_CHECK(need_in(ctx, "Out", &o));
-    PE_CHECK(need_in(ctx, "Out@GRAD", &g));
-    if (!is_float(o->dtype))
+    PE_CHECK(pe_infer_need_in(ctx, "Out", &o));
+    PE_CHECK(pe_infer_need_in(ctx, "Out@GRAD", &g));
+    if (!pe_dtype_is_float(o->dtype))
         return pe_ctx_error(ctx, PE_ERR_INVALID, "Out '%s' has dtype %s (expected float32 or float64)",
                             pe_ctx_in_name(ctx, "Out", 0), pe_dtype_name(o->dtype));
     if (g->dtype != o->dtype || !same_dims(g, o->ndim, o->dims))
@@ -304,8 +283,8 @@ pe_status pe_infer_act_grad(pe_op_ctx *ctx) {
 /* X [..] (any dtype), Out@GRAD [..] (float) -> X@GRAD [..] of X's dtype */
 pe_status pe_infer_cast_grad(pe_op_ctx *ctx) {
     pe_tensor *x, *g;
-    PE_CHECK(need_in(ctx, "X", &x));
-    PE_CHECK(need_in(ctx, "Out@GRAD", &g));
+    PE_CHECK(pe_infer_need_in(ctx, "X", &x));
+    PE_CHECK(pe_infer_need_in(ctx, "Out@GRAD", &g));
     if (!same_dims(g, x->ndim, x->dims) || g->dtype > PE_DTYPE_BOOL || x->dtype > PE_DTYPE_BOOL)
         return grad_mismatch(ctx, "Out@GRAD", g, "Out", g->dtype, x->ndim, x->dims);
     return set_like(ctx, "X@GRAD", x);

@@ -15,16 +15,9 @@
 #include <math.h>
 #include <string.h>
 
-static bool is_float(pe_dtype dt) { return dt == PE_DTYPE_FP32 || dt == PE_DTYPE_FP64; }
-
-static pe_status set_meta(pe_op_ctx *ctx, pe_tensor *t, pe_dtype dt, int ndim, const int64_t *dims) {
-    pe_status st = pe_tensor_set_meta(t, dt, ndim, dims);
-    return st == PE_OK ? PE_OK : pe_ctx_error(ctx, st, "%s", pe_last_error());
-}
-
 static pe_status out_like(pe_op_ctx *ctx, const char *oslot, int k, const pe_tensor *like) {
     pe_tensor *o = pe_ctx_out_at(ctx, oslot, k);
-    return o && o != like ? set_meta(ctx, o, like->dtype, like->ndim, like->dims) : PE_OK;
+    return o && o != like ? pe_infer_set_meta(ctx, o, like->dtype, like->ndim, like->dims) : PE_OK;
 }
 
 static bool same_dims(int an, const int64_t *a, int bn, const int64_t *b) {
@@ -38,7 +31,7 @@ static bool same_dims(int an, const int64_t *a, int bn, const int64_t *b) {
 static pe_status need_float(pe_op_ctx *ctx, const char *slot, int k, int dt, const pe_tensor **out) {
     const pe_tensor *t = pe_ctx_in_at(ctx, slot, k);
     if (!t) return pe_ctx_error(ctx, PE_ERR_INVALID, "input %s[%d] must be given", slot, k);
-    if (!is_float(t->dtype) || (dt >= 0 && (int)t->dtype != dt))
+    if (!pe_dtype_is_float(t->dtype) || (dt >= 0 && (int)t->dtype != dt))
         return pe_ctx_error(ctx, PE_ERR_INVALID, "%s[%d] '%s' has dtype %s; %s expected", slot, k,
                             pe_ctx_in_name(ctx, slot, k), pe_dtype_name(t->dtype),
                             dt >= 0 ? pe_dtype_name((pe_dtype)dt) : "float32 or float64");
@@ -102,7 +95,7 @@ pe_status pe_infer_fc(pe_op_ctx *ctx) {
     PE_CHECK(fc_plan(ctx, &on, od));
     pe_tensor *out = pe_ctx_out(ctx, "Out");
     if (!out) return pe_ctx_error(ctx, PE_ERR_INVALID, "output Out must be given");
-    return set_meta(ctx, out, pe_ctx_in(ctx, "Input")->dtype, on, od);
+    return pe_infer_set_meta(ctx, out, pe_ctx_in(ctx, "Input")->dtype, on, od);
 }
 
 /* input, w, bias as fc; out, out@grad: fc's Out
@@ -139,7 +132,7 @@ pe_status pe_infer_fc_grad(pe_op_ctx *ctx) {
     PE_CHECK(out_like(ctx, "W@GRAD", 0, pe_ctx_in(ctx, "W")));
     if (pe_ctx_in(ctx, "Bias")) PE_CHECK(out_like(ctx, "Bias@GRAD", 0, pe_ctx_in(ctx, "Bias")));
     pe_tensor *pre = pe_ctx_out(ctx, "PreAct@GRAD");
-    return pre ? set_meta(ctx, pre, x->dtype, on, od) : PE_OK;
+    return pre ? pe_infer_set_meta(ctx, pre, x->dtype, on, od) : PE_OK;
 }
 
 /* ---- fused_elemwise_activation ------------------------------------------
@@ -174,8 +167,8 @@ pe_status pe_infer_fused_elemwise_activation(pe_op_ctx *ctx) {
     pe_dtype dt = pe_ctx_in(ctx, "X")->dtype;
     pe_tensor *out = pe_ctx_out(ctx, "Out"), *mid = pe_ctx_out(ctx, "IntermediateOut");
     if (!out) return pe_ctx_error(ctx, PE_ERR_INVALID, "output Out must be given");
-    PE_CHECK(set_meta(ctx, out, dt, pl.out_ndim, pl.out_dims));
-    return mid ? set_meta(ctx, mid, dt, pl.out_ndim, pl.out_dims) : PE_OK;
+    PE_CHECK(pe_infer_set_meta(ctx, out, dt, pl.out_ndim, pl.out_dims));
+    return mid ? pe_infer_set_meta(ctx, mid, dt, pl.out_ndim, pl.out_dims) : PE_OK;
 }
 
 /* x, y, out, out@grad -> x@grad: x's dims, y@grad: y's dims,
@@ -201,7 +194,7 @@ pe_status pe_infer_fused_elemwise_activation_grad(pe_op_ctx *ctx) {
                             "given (the buffer of the pre-activation gradient)");
     PE_CHECK(out_like(ctx, "X@GRAD", 0, x));
     PE_CHECK(out_like(ctx, "Y@GRAD", 0, y));
-    return dm ? set_meta(ctx, dm, x->dtype, pl.out_ndim, pl.out_dims) : PE_OK;
+    return dm ? pe_infer_set_meta(ctx, dm, x->dtype, pl.out_ndim, pl.out_dims) : PE_OK;
 }
 
 /* ---- merged optimizers ----------------------------------------------------

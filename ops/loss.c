@@ -18,24 +18,6 @@
 
 #include <stdio.h>
 
-static pe_status need_in(pe_op_ctx *ctx, const char *slot, pe_tensor **t) {
-    *t = pe_ctx_in(ctx, slot);
-    if (!*t) return pe_ctx_error(ctx, PE_ERR_INVALID, "input %s is required but absent", slot);
-    return PE_OK;
-}
-
-static pe_status set_out(pe_op_ctx *ctx, const char *slot, pe_dtype dt, int ndim, const int64_t *dims) {
-    for (int k = 0; k < pe_ctx_n_out(ctx, slot); k++) {
-        pe_tensor *o = pe_ctx_out_at(ctx, slot, k);
-        if (!o) continue;
-        if (pe_tensor_set_meta(o, dt, ndim, dims) != PE_OK)
-            return pe_ctx_error(ctx, PE_ERR_INVALID, "output %s '%s': %s", slot, pe_ctx_out_name(ctx, slot, k),
-                                pe_last_error());
-    }
-    return PE_OK;
-}
-
-static bool is_float(pe_dtype dt) { return dt == PE_DTYPE_FP32 || dt == PE_DTYPE_FP64; }
 
 static bool dims_eq(int na, const int64_t *a, int nb, const int64_t *b) {
     if (na != nb) return false;
@@ -74,7 +56,7 @@ static pe_status check_label(pe_op_ctx *ctx, const char *xslot, const pe_tensor 
 }
 
 static pe_status need_float(pe_op_ctx *ctx, const char *slot, const pe_tensor *t) {
-    if (is_float(t->dtype) && t->ndim > 0) return PE_OK;
+    if (pe_dtype_is_float(t->dtype) && t->ndim > 0) return PE_OK;
     char a[160];
     return pe_ctx_error(ctx, PE_ERR_INVALID, "%s '%s' is %s %s (expected float32 or float64 of rank >= 1)", slot,
                         pe_ctx_in_name(ctx, slot, 0), pe_dtype_name(t->dtype), pe_dims_str(t->ndim, t->dims, a, sizeof a));
@@ -93,24 +75,24 @@ static pe_status get_axis(pe_op_ctx *ctx, const char *slot, const pe_tensor *t, 
 /* Logits [..], Label -> Softmax [Logits], Loss [Logits with 1 at axis] */
 pe_status pe_infer_softmax_with_cross_entropy(pe_op_ctx *ctx) {
     pe_tensor *x, *lab;
-    PE_CHECK(need_in(ctx, "Logits", &x));
-    PE_CHECK(need_in(ctx, "Label", &lab));
+    PE_CHECK(pe_infer_need_in(ctx, "Logits", &x));
+    PE_CHECK(pe_infer_need_in(ctx, "Label", &lab));
     PE_CHECK(need_float(ctx, "Logits", x));
     int axis;
     PE_CHECK(get_axis(ctx, "Logits", x, &axis));
     PE_CHECK(check_label(ctx, "Logits", x, axis, lab));
     int64_t ld[PE_MAX_DIMS];
     for (int i = 0; i < x->ndim; i++) ld[i] = i == axis ? 1 : x->dims[i];
-    PE_CHECK(set_out(ctx, "Softmax", x->dtype, x->ndim, x->dims));
-    return set_out(ctx, "Loss", x->dtype, x->ndim, ld);
+    PE_CHECK(pe_infer_set_out(ctx, "Softmax", x->dtype, x->ndim, x->dims));
+    return pe_infer_set_out(ctx, "Loss", x->dtype, x->ndim, ld);
 }
 
 /* Label, Softmax [..], Loss@GRAD [Loss] -> Logits@GRAD [Softmax] */
 pe_status pe_infer_softmax_with_cross_entropy_grad(pe_op_ctx *ctx) {
     pe_tensor *sm, *lab, *g;
-    PE_CHECK(need_in(ctx, "Softmax", &sm));
-    PE_CHECK(need_in(ctx, "Label", &lab));
-    PE_CHECK(need_in(ctx, "Loss@GRAD", &g));
+    PE_CHECK(pe_infer_need_in(ctx, "Softmax", &sm));
+    PE_CHECK(pe_infer_need_in(ctx, "Label", &lab));
+    PE_CHECK(pe_infer_need_in(ctx, "Loss@GRAD", &g));
     PE_CHECK(need_float(ctx, "Softmax", sm));
     int axis;
     PE_CHECK(get_axis(ctx, "Softmax", sm, &axis));
@@ -119,40 +101,40 @@ pe_status pe_infer_softmax_with_cross_entropy_grad(pe_op_ctx *ctx) {
         return pe_ctx_error(ctx, PE_ERR_INVALID, "Loss@GRAD '%s' (%s, %lld elements) does not match Softmax '%s'",
                             pe_ctx_in_name(ctx, "Loss@GRAD", 0), pe_dtype_name(g->dtype),
                             (long long)pe_tensor_numel(g), pe_ctx_in_name(ctx, "Softmax", 0));
-    return set_out(ctx, "Logits@GRAD", sm->dtype, sm->ndim, sm->dims);
+    return pe_infer_set_out(ctx, "Logits@GRAD", sm->dtype, sm->ndim, sm->dims);
 }
 
 /* X [.., D], Label -> Y [.., 1] */
 pe_status pe_infer_cross_entropy(pe_op_ctx *ctx) {
     pe_tensor *x, *lab;
-    PE_CHECK(need_in(ctx, "X", &x));
-    PE_CHECK(need_in(ctx, "Label", &lab));
+    PE_CHECK(pe_infer_need_in(ctx, "X", &x));
+    PE_CHECK(pe_infer_need_in(ctx, "Label", &lab));
     PE_CHECK(need_float(ctx, "X", x));
     PE_CHECK(check_label(ctx, "X", x, x->ndim - 1, lab));
     int64_t yd[PE_MAX_DIMS];
     for (int i = 0; i < x->ndim; i++) yd[i] = i == x->ndim - 1 ? 1 : x->dims[i];
-    return set_out(ctx, "Y", x->dtype, x->ndim, yd);
+    return pe_infer_set_out(ctx, "Y", x->dtype, x->ndim, yd);
 }
 
 /* X [.., D], Label, Y@GRAD [.., 1] -> X@GRAD [X] */
 pe_status pe_infer_cross_entropy_grad(pe_op_ctx *ctx) {
     pe_tensor *x, *lab, *g;
-    PE_CHECK(need_in(ctx, "X", &x));
-    PE_CHECK(need_in(ctx, "Label", &lab));
-    PE_CHECK(need_in(ctx, "Y@GRAD", &g));
+    PE_CHECK(pe_infer_need_in(ctx, "X", &x));
+    PE_CHECK(pe_infer_need_in(ctx, "Label", &lab));
+    PE_CHECK(pe_infer_need_in(ctx, "Y@GRAD", &g));
     PE_CHECK(need_float(ctx, "X", x));
     PE_CHECK(check_label(ctx, "X", x, x->ndim - 1, lab));
     if (g->dtype != x->dtype || pe_tensor_numel(g) * x->dims[x->ndim - 1] != pe_tensor_numel(x))
         return pe_ctx_error(ctx, PE_ERR_INVALID, "Y@GRAD '%s' (%s, %lld elements) does not match X '%s'",
                             pe_ctx_in_name(ctx, "Y@GRAD", 0), pe_dtype_name(g->dtype), (long long)pe_tensor_numel(g),
                             pe_ctx_in_name(ctx, "X", 0));
-    return set_out(ctx, "X@GRAD", x->dtype, x->ndim, x->dims);
+    return pe_infer_set_out(ctx, "X@GRAD", x->dtype, x->ndim, x->dims);
 }
 
 /* X and Y of square_error_cost(_grad): same float dtype and dims. */
 static pe_status sec_inputs(pe_op_ctx *ctx, pe_tensor **x, pe_tensor **y) {
-    PE_CHECK(need_in(ctx, "X", x));
-    PE_CHECK(need_in(ctx, "Y", y));
+    PE_CHECK(pe_infer_need_in(ctx, "X", x));
+    PE_CHECK(pe_infer_need_in(ctx, "Y", y));
     PE_CHECK(need_float(ctx, "X", *x));
     char a[160], b[160];
     if ((*y)->dtype != (*x)->dtype || !dims_eq((*x)->ndim, (*x)->dims, (*y)->ndim, (*y)->dims))
@@ -167,22 +149,22 @@ static pe_status sec_inputs(pe_op_ctx *ctx, pe_tensor **x, pe_tensor **y) {
 pe_status pe_infer_square_error_cost(pe_op_ctx *ctx) {
     pe_tensor *x, *y;
     PE_CHECK(sec_inputs(ctx, &x, &y));
-    return set_out(ctx, "Out", x->dtype, x->ndim, x->dims);
+    return pe_infer_set_out(ctx, "Out", x->dtype, x->ndim, x->dims);
 }
 
 /* X, Y, Out@GRAD [..] -> X@GRAD?, Y@GRAD? [..] */
 pe_status pe_infer_square_error_cost_grad(pe_op_ctx *ctx) {
     pe_tensor *x, *y, *g;
     PE_CHECK(sec_inputs(ctx, &x, &y));
-    PE_CHECK(need_in(ctx, "Out@GRAD", &g));
+    PE_CHECK(pe_infer_need_in(ctx, "Out@GRAD", &g));
     if (g->dtype != x->dtype || !dims_eq(g->ndim, g->dims, x->ndim, x->dims)) {
         char a[160];
         return pe_ctx_error(ctx, PE_ERR_INVALID, "Out@GRAD '%s' is %s %s, expected X's dtype and dims",
                             pe_ctx_in_name(ctx, "Out@GRAD", 0), pe_dtype_name(g->dtype),
                             pe_dims_str(g->ndim, g->dims, a, sizeof a));
     }
-    PE_CHECK(set_out(ctx, "X@GRAD", x->dtype, x->ndim, x->dims));
-    return set_out(ctx, "Y@GRAD", y->dtype, y->ndim, y->dims);
+    PE_CHECK(pe_infer_set_out(ctx, "X@GRAD", x->dtype, x->ndim, x->dims));
+    return pe_infer_set_out(ctx, "Y@GRAD", y->dtype, y->ndim, y->dims);
 }
 
 /* ---- grad makers -------------------------------------------------------------- */

@@ -63,8 +63,7 @@ pe_status pe_infer_mul(pe_op_ctx *ctx) {
             return pe_ctx_error(ctx, PE_ERR_INVALID, "output rank exceeds %d (X %s, Y %s)", PE_MAX_DIMS, xs, ys);
         od[on++] = y->dims[i];
     }
-    pe_status st = pe_tensor_set_meta(out, x->dtype, on, od);
-    return st == PE_OK ? PE_OK : pe_ctx_error(ctx, st, "%s", pe_last_error());
+    return pe_infer_set_meta(ctx, out, x->dtype, on, od);
 }
 
 /* ---- matmul / matmul_v2 ------------------------------------------------- */
@@ -165,8 +164,7 @@ pe_status pe_infer_matmul(pe_op_ctx *ctx) {
     PE_CHECK(check_float_pair(ctx, x, y));
     pe_matmul_plan p;
     PE_CHECK(pe_matmul_plan_make(ctx, x, y, &p));
-    pe_status st = pe_tensor_set_meta(out, x->dtype, p.out_ndim, p.out_dims);
-    return st == PE_OK ? PE_OK : pe_ctx_error(ctx, st, "%s", pe_last_error());
+    return pe_infer_set_meta(ctx, out, x->dtype, p.out_ndim, p.out_dims);
 }
 
 /* ---- gradients of mul / matmul --------------------------------------------- */
@@ -174,22 +172,7 @@ pe_status pe_infer_matmul(pe_op_ctx *ctx) {
 static pe_status set_like(pe_op_ctx *ctx, const char *slot, const pe_tensor *like) {
     pe_tensor *t = pe_ctx_out(ctx, slot);
     if (!t) return PE_OK; /* gradient not wanted */
-    pe_status st = pe_tensor_set_meta(t, like->dtype, like->ndim, like->dims);
-    return st == PE_OK ? PE_OK : pe_ctx_error(ctx, st, "%s", pe_last_error());
-}
-
-/* Out@GRAD must have Out's dtype and dims (as inferred from the forward inputs). */
-static pe_status check_out_grad(const pe_op_ctx *ctx, const char *slot, const pe_tensor *g, pe_dtype dt, int ndim,
-                                const int64_t *dims) {
-    if (!g) return pe_ctx_error(ctx, PE_ERR_INVALID, "%s must be given", slot);
-    bool ok = g->dtype == dt && g->ndim == ndim;
-    for (int i = 0; ok && i < ndim; i++) ok = g->dims[i] == dims[i];
-    if (ok) return PE_OK;
-    char gs[128], ws[128];
-    pe_dims_str(g->ndim, g->dims, gs, sizeof gs);
-    pe_dims_str(ndim, dims, ws, sizeof ws);
-    return pe_ctx_error(ctx, PE_ERR_INVALID, "%s '%s' is %s %s; the forward output is %s %s", slot,
-                        pe_ctx_in_name(ctx, slot, 0), pe_dtype_name(g->dtype), gs, pe_dtype_name(dt), ws);
+    return pe_infer_set_meta(ctx, t, like->dtype, like->ndim, like->dims);
 }
 
 /* x: [M..., K...], y: [K..., N...], Out@GRAD: [M..., N...] -> X@GRAD like x, Y@GRAD like y */
@@ -206,7 +189,7 @@ pe_status pe_infer_mul_grad(pe_op_ctx *ctx) {
     int on = 0;
     for (int i = 0; i < xn; i++) od[on++] = x->dims[i];
     for (int i = (int)yn; i < y->ndim && on < PE_MAX_DIMS; i++) od[on++] = y->dims[i];
-    PE_CHECK(check_out_grad(ctx, "Out@GRAD", g, x->dtype, on, od));
+    PE_CHECK(pe_infer_check_grad(ctx, "Out@GRAD", g, x->dtype, on, od));
     PE_CHECK(set_like(ctx, "X@GRAD", x));
     return set_like(ctx, "Y@GRAD", y);
 }
@@ -218,7 +201,7 @@ pe_status pe_infer_matmul_grad(pe_op_ctx *ctx) {
     PE_CHECK(check_float_pair(ctx, x, y));
     pe_matmul_plan p;
     PE_CHECK(pe_matmul_plan_make(ctx, x, y, &p));
-    PE_CHECK(check_out_grad(ctx, "Out@GRAD", g, x->dtype, p.out_ndim, p.out_dims));
+    PE_CHECK(pe_infer_check_grad(ctx, "Out@GRAD", g, x->dtype, p.out_ndim, p.out_dims));
     PE_CHECK(set_like(ctx, "X@GRAD", x));
     return set_like(ctx, "Y@GRAD", y);
 }
@@ -285,8 +268,7 @@ pe_status pe_infer_lookup_table(pe_op_ctx *ctx) {
     int on;
     int64_t od[PE_MAX_DIMS];
     PE_CHECK(lookup_plan(ctx, w, ids, &on, od));
-    pe_status st = pe_tensor_set_meta(out, w->dtype, on, od);
-    return st == PE_OK ? PE_OK : pe_ctx_error(ctx, st, "%s", pe_last_error());
+    return pe_infer_set_meta(ctx, out, w->dtype, on, od);
 }
 
 /* W [V, D], Ids, Out@GRAD [..., D] -> W@GRAD [V, D] (dense) */
@@ -298,7 +280,7 @@ pe_status pe_infer_lookup_table_grad(pe_op_ctx *ctx) {
     if (w->dtype != PE_DTYPE_FP32 && w->dtype != PE_DTYPE_FP64)
         return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "W '%s' has dtype %s; gradients need float32 or float64",
                             pe_ctx_in_name(ctx, "W", 0), pe_dtype_name(w->dtype));
-    PE_CHECK(check_out_grad(ctx, "Out@GRAD", g, w->dtype, on, od));
+    PE_CHECK(pe_infer_check_grad(ctx, "Out@GRAD", g, w->dtype, on, od));
     return set_like(ctx, "W@GRAD", w);
 }
 
@@ -366,7 +348,7 @@ pe_status pe_infer_layer_norm_grad(pe_op_ctx *ctx) {
     const pe_tensor *x = pe_ctx_in(ctx, "X");
     int64_t rows, cols;
     PE_CHECK(pe_layer_norm_dims(ctx, x, &rows, &cols));
-    PE_CHECK(check_out_grad(ctx, "Y@GRAD", pe_ctx_in(ctx, "Y@GRAD"), x->dtype, x->ndim, x->dims));
+    PE_CHECK(pe_infer_check_grad(ctx, "Y@GRAD", pe_ctx_in(ctx, "Y@GRAD"), x->dtype, x->ndim, x->dims));
     const char *stats[2] = {"Mean", "Variance"};
     for (int i = 0; i < 2; i++) {
         const pe_tensor *t = pe_ctx_in(ctx, stats[i]);

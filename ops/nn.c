@@ -31,7 +31,6 @@ static bool layout_is_nchw(const char *s) {
     return !s[0] || !strcmp(s, "NCHW") || !strcmp(s, "AnyLayout");
 }
 
-static bool dtype_is_float(pe_dtype dt) { return dt == PE_DTYPE_FP32 || dt == PE_DTYPE_FP64; }
 
 /* A 2-value int list attr (strides, dilations, ksize) into out; each >= min. */
 static pe_status read_pair(const pe_op_ctx *ctx, const char *name, int64_t min, int64_t out[2]) {
@@ -109,7 +108,7 @@ pe_status pe_conv_geom_get(const pe_op_ctx *ctx, pe_conv_geom *g) {
     if (f->ndim != 4)
         return pe_ctx_error(ctx, PE_ERR_INVALID, "Filter '%s' must be 4-D [M, C/groups, kh, kw], got %s", fn,
                             DIMS(f, fs));
-    if (!dtype_is_float(x->dtype))
+    if (!pe_dtype_is_float(x->dtype))
         return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "Input '%s' has dtype %s; conv2d supports float32 and float64",
                             xn, pe_dtype_name(x->dtype));
     if (f->dtype != x->dtype)
@@ -183,7 +182,7 @@ pe_status pe_pool_geom_get(const pe_op_ctx *ctx, pe_pool_geom *g) {
         return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "data_format '%s' is not supported yet (only NCHW)", df);
     if (x->ndim != 4)
         return pe_ctx_error(ctx, PE_ERR_INVALID, "X '%s' must be 4-D [N, C, H, W], got %s", xn, DIMS(x, xs));
-    if (!dtype_is_float(x->dtype))
+    if (!pe_dtype_is_float(x->dtype))
         return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "X '%s' has dtype %s; pool2d supports float32 and float64", xn,
                             pe_dtype_name(x->dtype));
     if (!strcmp(type, "max")) g->is_max = true;
@@ -249,7 +248,7 @@ pe_status pe_infer_batch_norm(pe_op_ctx *ctx) {
         return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "data_layout '%s' is not supported yet (only NCHW)", layout);
     if (x->ndim < 2 || x->ndim > 5)
         return pe_ctx_error(ctx, PE_ERR_INVALID, "X '%s' must have rank 2 to 5 ([N, C, ...]), got %s", xn, DIMS(x, xs));
-    if (!dtype_is_float(x->dtype))
+    if (!pe_dtype_is_float(x->dtype))
         return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "X '%s' has dtype %s; batch_norm supports float32 and float64",
                             xn, pe_dtype_name(x->dtype));
     double eps = pe_ctx_float(ctx, "epsilon");
@@ -279,15 +278,8 @@ pe_status pe_infer_batch_norm(pe_op_ctx *ctx) {
 /* The gradient `gslot` (dims must be `dims`, dtype `dt`) of a forward output. */
 static pe_status check_out_grad(pe_op_ctx *ctx, const char *gslot, pe_dtype dt, int nd, const int64_t *dims) {
     const pe_tensor *d = pe_ctx_in(ctx, gslot);
-    char ds[128], ws[128];
     if (!d) return pe_ctx_error(ctx, PE_ERR_INVALID, "input %s is missing", gslot);
-    bool ok = d->dtype == dt && d->ndim == nd;
-    for (int i = 0; ok && i < nd; i++) ok = d->dims[i] == dims[i];
-    if (!ok)
-        return pe_ctx_error(ctx, PE_ERR_INVALID, "%s '%s' is %s %s; the forward output is %s %s", gslot,
-                            pe_ctx_in_name(ctx, gslot, 0), pe_dtype_name(d->dtype), DIMS(d, ds), pe_dtype_name(dt),
-                            pe_dims_str(nd, dims, ws, sizeof ws));
-    return PE_OK;
+    return pe_infer_check_grad(ctx, gslot, d, dt, nd, dims);
 }
 
 /* Output gslot (when requested) gets the meta of input `like`. */
@@ -338,7 +330,7 @@ pe_status pe_infer_batch_norm_grad(pe_op_ctx *ctx) {
         return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "data_layout '%s' is not supported yet (only NCHW)", layout);
     if (x->ndim < 2 || x->ndim > 5)
         return pe_ctx_error(ctx, PE_ERR_INVALID, "X '%s' must have rank 2 to 5 ([N, C, ...]), got %s", xn, DIMS(x, xs));
-    if (!dtype_is_float(x->dtype))
+    if (!pe_dtype_is_float(x->dtype))
         return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "X '%s' has dtype %s; batch_norm supports float32 and float64",
                             xn, pe_dtype_name(x->dtype));
     const bool global = pe_ctx_bool(ctx, "is_test") || pe_ctx_bool(ctx, "use_global_stats");

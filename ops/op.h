@@ -166,6 +166,24 @@ pe_status pe_ctx_error(const pe_op_ctx *ctx, pe_status st, const char *fmt, ...)
 /* Common infer: every output in `out_slot` gets the meta of input `in_slot`. */
 pe_status pe_infer_same(pe_op_ctx *ctx, const char *in_slot, const char *out_slot);
 
+/* ---- helpers for the op families' infer functions (ops/registry.c) ---- */
+
+static inline bool pe_dtype_is_float(pe_dtype dt) { return dt == PE_DTYPE_FP32 || dt == PE_DTYPE_FP64; }
+static inline bool pe_dtype_is_num(pe_dtype dt) {
+    return pe_dtype_is_float(dt) || dt == PE_DTYPE_INT32 || dt == PE_DTYPE_INT64;
+}
+
+/* *t = first arg of input `slot`; "input <slot> is required but absent" when missing. */
+pe_status pe_infer_need_in(pe_op_ctx *ctx, const char *slot, pe_tensor **t);
+/* Every present arg of output `slot` gets dtype/dims; a failure names the slot and var. */
+pe_status pe_infer_set_out(pe_op_ctx *ctx, const char *slot, pe_dtype dt, int ndim, const int64_t *dims);
+/* pe_tensor_set_meta(t, ...) with its failure reported through pe_ctx_error. */
+pe_status pe_infer_set_meta(pe_op_ctx *ctx, pe_tensor *t, pe_dtype dt, int ndim, const int64_t *dims);
+/* Gradient input `slot` (g, may be NULL: "<slot> must be given") must have the
+ * forward output's dtype and dims: "<slot> '<var>' is ...; the forward output is ...". */
+pe_status pe_infer_check_grad(const pe_op_ctx *ctx, const char *slot, const pe_tensor *g, pe_dtype dt, int ndim,
+                              const int64_t *dims);
+
 #ifdef __cplusplus
 }
 #endif

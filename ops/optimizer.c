@@ -17,11 +17,8 @@
 #include <string.h>
 
 static pe_status set_meta(pe_op_ctx *ctx, pe_tensor *t, const pe_tensor *like) {
-    pe_status st = pe_tensor_set_meta(t, like->dtype, like->ndim, like->dims);
-    return st == PE_OK ? PE_OK : pe_ctx_error(ctx, st, "%s", pe_last_error());
+    return pe_infer_set_meta(ctx, t, like->dtype, like->ndim, like->dims);
 }
-
-static bool is_float(pe_dtype dt) { return dt == PE_DTYPE_FP32 || dt == PE_DTYPE_FP64; }
 
 static bool same_dims(const pe_tensor *a, const pe_tensor *b) {
     if (a->ndim != b->ndim) return false;
@@ -40,7 +37,7 @@ static pe_status need(pe_op_ctx *ctx, const char *slot, const pe_tensor **t) {
 /* Param: fp32/fp64 tensor. */
 static pe_status check_param(pe_op_ctx *ctx, const pe_tensor **param) {
     PE_CHECK(need(ctx, "Param", param));
-    if (!is_float((*param)->dtype))
+    if (!pe_dtype_is_float((*param)->dtype))
         return pe_ctx_error(ctx, PE_ERR_INVALID, "Param '%s' has dtype %s; optimizers update float32/float64 params",
                             pe_ctx_in_name(ctx, "Param", 0), pe_dtype_name((*param)->dtype));
     return PE_OK;
@@ -64,7 +61,7 @@ static pe_status check_like_param(pe_op_ctx *ctx, const char *slot, const pe_ten
 static pe_status check_scalar(pe_op_ctx *ctx, const char *slot) {
     const pe_tensor *t;
     PE_CHECK(need(ctx, slot, &t));
-    if (!is_float(t->dtype) || pe_tensor_numel(t) != 1) {
+    if (!pe_dtype_is_float(t->dtype) || pe_tensor_numel(t) != 1) {
         char a[96];
         return pe_ctx_error(ctx, PE_ERR_INVALID, "%s '%s' is %s %s; it must be a float32/float64 tensor of 1 element",
                             slot, pe_ctx_in_name(ctx, slot, 0), pe_dtype_name(t->dtype),
@@ -139,7 +136,7 @@ pe_status pe_infer_clip_by_global_norm(pe_op_ctx *ctx) {
         if (!x || !o)
             return pe_ctx_error(ctx, PE_ERR_INVALID, "X[%d] '%s' / Out[%d] '%s': every pair must name a var", k,
                                 pe_ctx_in_name(ctx, "X", k), k, pe_ctx_out_name(ctx, "Out", k));
-        if (!is_float(x->dtype))
+        if (!pe_dtype_is_float(x->dtype))
             return pe_ctx_error(ctx, PE_ERR_INVALID, "X[%d] '%s' has dtype %s; gradients must be float32/float64", k,
                                 pe_ctx_in_name(ctx, "X", k), pe_dtype_name(x->dtype));
         for (int j = 0; j < n; j++)

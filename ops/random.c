@@ -34,6 +34,5 @@ pe_status pe_infer_random(pe_op_ctx *ctx) {
         if (!isfinite(mean) || !isfinite(sd) || sd < 0)
             return pe_ctx_error(ctx, PE_ERR_INVALID, "mean = %g, std = %g: need finite values and std >= 0", mean, sd);
     }
-    pe_status st = pe_tensor_set_meta(out, (pe_dtype)dt, n, shape);
-    return st == PE_OK ? PE_OK : pe_ctx_error(ctx, st, "%s", pe_last_error());
+    return pe_infer_set_meta(ctx, out, (pe_dtype)dt, n, shape);
 }

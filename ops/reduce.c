@@ -17,27 +17,6 @@
 #include <stdio.h>
 #include <string.h>
 
-static pe_status need_in(pe_op_ctx *ctx, const char *slot, pe_tensor **t) {
-    *t = pe_ctx_in(ctx, slot);
-    if (!*t) return pe_ctx_error(ctx, PE_ERR_INVALID, "input %s is required but absent", slot);
-    return PE_OK;
-}
-
-/* Sets the meta of every (present) arg of output slot `slot`. */
-static pe_status set_out(pe_op_ctx *ctx, const char *slot, pe_dtype dt, int ndim, const int64_t *dims) {
-    for (int k = 0; k < pe_ctx_n_out(ctx, slot); k++) {
-        pe_tensor *o = pe_ctx_out_at(ctx, slot, k);
-        if (!o) continue;
-        if (pe_tensor_set_meta(o, dt, ndim, dims) != PE_OK)
-            return pe_ctx_error(ctx, PE_ERR_INVALID, "output %s '%s': %s", slot, pe_ctx_out_name(ctx, slot, k),
-                                pe_last_error());
-    }
-    return PE_OK;
-}
-
-static bool is_float(pe_dtype dt) { return dt == PE_DTYPE_FP32 || dt == PE_DTYPE_FP64; }
-static bool is_num(pe_dtype dt) { return is_float(dt) || dt == PE_DTYPE_INT32 || dt == PE_DTYPE_INT64; }
-
 static pe_status bad_dtype(pe_op_ctx *ctx, const char *slot, const pe_tensor *t, const char *want) {
     return pe_ctx_error(ctx, PE_ERR_INVALID, "input %s '%s' has dtype %s (expected %s)", slot,
                         pe_ctx_in_name(ctx, slot, 0), pe_dtype_name(t->dtype), want);
@@ -46,10 +25,10 @@ static pe_status bad_dtype(pe_op_ctx *ctx, const char *slot, const pe_tensor *t,
 /* X [..] -> Out [1] */
 pe_status pe_infer_mean(pe_op_ctx *ctx) {
     pe_tensor *x;
-    PE_CHECK(need_in(ctx, "X", &x));
-    if (!is_float(x->dtype)) return bad_dtype(ctx, "X", x, "float32 or float64");
+    PE_CHECK(pe_infer_need_in(ctx, "X", &x));
+    if (!pe_dtype_is_float(x->dtype)) return bad_dtype(ctx, "X", x, "float32 or float64");
     const int64_t one = 1;
-    return set_out(ctx, "Out", x->dtype, 1, &one);
+    return pe_infer_set_out(ctx, "Out", x->dtype, 1, &one);
 }
 
 /* X_0 [..], ..., X_{n-1} [..] (same dims and dtype) -> Out [..]. Absent
@@ -64,7 +43,7 @@ pe_status pe_infer_sum(pe_op_ctx *ctx) {
         if (!first) {
             first = t;
             first_k = k;
-            if (!is_num(t->dtype))
+            if (!pe_dtype_is_num(t->dtype))
                 return pe_ctx_error(ctx, PE_ERR_INVALID, "input X[%d] '%s' has dtype %s (expected float32, "
                                     "float64, int32 or int64)", k, pe_ctx_in_name(ctx, "X", k), pe_dtype_name(t->dtype));
             continue;
@@ -82,7 +61,7 @@ pe_status pe_infer_sum(pe_op_ctx *ctx) {
                                 pe_ctx_in_name(ctx, "X", first_k), pe_dims_str(first->ndim, first->dims, b, sizeof b));
     }
     if (!first) return pe_ctx_error(ctx, PE_ERR_INVALID, "needs at least one input X (all are absent)");
-    return set_out(ctx, "Out", first->dtype, first->ndim, first->dims);
+    return pe_infer_set_out(ctx, "Out", first->dtype, first->ndim, first->dims);
 }
 
 /* X [d_0, .., d_{r-1}] -> Out: X's dims without `axis` (kept as 1 with
@@ -90,8 +69,8 @@ pe_status pe_infer_sum(pe_op_ctx *ctx) {
  * result becomes [1]. Out dtype: attr dtype, 2 int32 or 3 int64 (-1 = int64). */
 pe_status pe_infer_arg_max(pe_op_ctx *ctx) {
     pe_tensor *x;
-    PE_CHECK(need_in(ctx, "X", &x));
-    if (!is_num(x->dtype)) return bad_dtype(ctx, "X", x, "float32, float64, int32 or int64");
+    PE_CHECK(pe_infer_need_in(ctx, "X", &x));
+    if (!pe_dtype_is_num(x->dtype)) return bad_dtype(ctx, "X", x, "float32, float64, int32 or int64");
     const int64_t dt = pe_ctx_int(ctx, "dtype");
     if (dt != PE_DTYPE_INT32 && dt != PE_DTYPE_INT64 && dt != -1)
         return pe_ctx_error(ctx, PE_ERR_INVALID, "attr dtype = %lld is not an index type (expected 2 int32 or 3 int64)",
@@ -126,14 +105,14 @@ pe_status pe_infer_arg_max(pe_op_ctx *ctx) {
         return pe_ctx_error(ctx, PE_ERR_INVALID, "axis length %lld does not fit the int32 output (use dtype 3, int64)",
                             (long long)d);
     if (on == 0) od[on++] = 1;
-    return set_out(ctx, "Out", odt, on, od);
+    return pe_infer_set_out(ctx, "Out", odt, on, od);
 }
 
 /* X [.., D] -> Out [.., k] (X's dtype), Indices [.., k] int64. */
 pe_status pe_infer_top_k(pe_op_ctx *ctx) {
     pe_tensor *x;
-    PE_CHECK(need_in(ctx, "X", &x));
-    if (!is_num(x->dtype)) return bad_dtype(ctx, "X", x, "float32, float64, int32 or int64");
+    PE_CHECK(pe_infer_need_in(ctx, "X", &x));
+    if (!pe_dtype_is_num(x->dtype)) return bad_dtype(ctx, "X", x, "float32, float64, int32 or int64");
     char xs[160];
     if (x->ndim == 0)
         return pe_ctx_error(ctx, PE_ERR_INVALID, "X '%s' is rank 0 (top_k needs a last axis)", pe_ctx_in_name(ctx, "X", 0));
@@ -145,17 +124,17 @@ pe_status pe_infer_top_k(pe_op_ctx *ctx) {
     int64_t od[PE_MAX_DIMS];
     for (int i = 0; i < x->ndim; i++) od[i] = x->dims[i];
     od[x->ndim - 1] = k;
-    PE_CHECK(set_out(ctx, "Out", x->dtype, x->ndim, od));
-    return set_out(ctx, "Indices", PE_DTYPE_INT64, x->ndim, od);
+    PE_CHECK(pe_infer_set_out(ctx, "Out", x->dtype, x->ndim, od));
+    return pe_infer_set_out(ctx, "Indices", PE_DTYPE_INT64, x->ndim, od);
 }
 
 /* Out [N, k], Indices [N, k] int32/int64, Label [N, 1] or [N] int32/int64 ->
  * Accuracy [1] fp32, Correct [1] int32, Total [1] int32. */
 pe_status pe_infer_accuracy(pe_op_ctx *ctx) {
     pe_tensor *out, *idx, *lab;
-    PE_CHECK(need_in(ctx, "Out", &out));
-    PE_CHECK(need_in(ctx, "Indices", &idx));
-    PE_CHECK(need_in(ctx, "Label", &lab));
+    PE_CHECK(pe_infer_need_in(ctx, "Out", &out));
+    PE_CHECK(pe_infer_need_in(ctx, "Indices", &idx));
+    PE_CHECK(pe_infer_need_in(ctx, "Label", &lab));
     char a[160], b[160];
     if (idx->dtype != PE_DTYPE_INT64 && idx->dtype != PE_DTYPE_INT32)
         return bad_dtype(ctx, "Indices", idx, "int64 or int32");
@@ -178,9 +157,9 @@ pe_status pe_infer_accuracy(pe_op_ctx *ctx) {
     if (idx->dims[0] > INT32_MAX)
         return pe_ctx_error(ctx, PE_ERR_INVALID, "%lld rows do not fit the int32 Total", (long long)idx->dims[0]);
     const int64_t one = 1;
-    PE_CHECK(set_out(ctx, "Accuracy", PE_DTYPE_FP32, 1, &one));
-    PE_CHECK(set_out(ctx, "Correct", PE_DTYPE_INT32, 1, &one));
-    return set_out(ctx, "Total", PE_DTYPE_INT32, 1, &one);
+    PE_CHECK(pe_infer_set_out(ctx, "Accuracy", PE_DTYPE_FP32, 1, &one));
+    PE_CHECK(pe_infer_set_out(ctx, "Correct", PE_DTYPE_INT32, 1, &one));
+    return pe_infer_set_out(ctx, "Total", PE_DTYPE_INT32, 1, &one);
 }
 
 /* ---- reduce_sum / reduce_mean ------------------------------------------------- */
@@ -253,15 +232,15 @@ static int reduce_out_dims(const pe_tensor *x, const bool *red, bool keep, int64
 /* X [..] -> Out: X's dims reduced over attr dim (or all). */
 pe_status pe_infer_reduce(pe_op_ctx *ctx) {
     pe_tensor *x;
-    PE_CHECK(need_in(ctx, "X", &x));
+    PE_CHECK(pe_infer_need_in(ctx, "X", &x));
     bool mean = ctx->info->id == PE_OP_reduce_mean;
-    if (mean ? !is_float(x->dtype) : !is_num(x->dtype))
+    if (mean ? !pe_dtype_is_float(x->dtype) : !pe_dtype_is_num(x->dtype))
         return bad_dtype(ctx, "X", x, mean ? "float32 or float64" : "float32, float64, int32 or int64");
     bool red[PE_MAX_DIMS];
     PE_CHECK(pe_reduce_flags(ctx, x->ndim, x->dims, red));
     int64_t od[PE_MAX_DIMS];
     int on = reduce_out_dims(x, red, pe_ctx_bool(ctx, "keep_dim"), od);
-    return set_out(ctx, "Out", x->dtype, on, od);
+    return pe_infer_set_out(ctx, "Out", x->dtype, on, od);
 }
 
 /* ---- grad ops: shape inference ---------------------------------------------- */
@@ -278,47 +257,47 @@ static pe_status check_grad(pe_op_ctx *ctx, const char *slot, const pe_tensor *g
 /* mean_grad: X [..], Out@GRAD [1] -> X@GRAD [X] */
 pe_status pe_infer_mean_grad(pe_op_ctx *ctx) {
     pe_tensor *x, *g;
-    PE_CHECK(need_in(ctx, "X", &x));
-    PE_CHECK(need_in(ctx, "Out@GRAD", &g));
-    if (!is_float(x->dtype)) return bad_dtype(ctx, "X", x, "float32 or float64");
+    PE_CHECK(pe_infer_need_in(ctx, "X", &x));
+    PE_CHECK(pe_infer_need_in(ctx, "Out@GRAD", &g));
+    if (!pe_dtype_is_float(x->dtype)) return bad_dtype(ctx, "X", x, "float32 or float64");
     PE_CHECK(check_grad(ctx, "Out@GRAD", g, x->dtype, 1, "Out [1]"));
-    return set_out(ctx, "X@GRAD", x->dtype, x->ndim, x->dims);
+    return pe_infer_set_out(ctx, "X@GRAD", x->dtype, x->ndim, x->dims);
 }
 
 /* sum_grad: Out@GRAD [..] -> X@GRAD_k [..] for every present k */
 pe_status pe_infer_sum_grad(pe_op_ctx *ctx) {
     pe_tensor *g;
-    PE_CHECK(need_in(ctx, "Out@GRAD", &g));
-    if (!is_float(g->dtype)) return bad_dtype(ctx, "Out@GRAD", g, "float32 or float64");
-    return set_out(ctx, "X@GRAD", g->dtype, g->ndim, g->dims);
+    PE_CHECK(pe_infer_need_in(ctx, "Out@GRAD", &g));
+    if (!pe_dtype_is_float(g->dtype)) return bad_dtype(ctx, "Out@GRAD", g, "float32 or float64");
+    return pe_infer_set_out(ctx, "X@GRAD", g->dtype, g->ndim, g->dims);
 }
 
 /* softmax_grad: Out [..], Out@GRAD [..] -> X@GRAD [..] */
 pe_status pe_infer_softmax_grad(pe_op_ctx *ctx) {
     pe_tensor *o, *g;
-    PE_CHECK(need_in(ctx, "Out", &o));
-    PE_CHECK(need_in(ctx, "Out@GRAD", &g));
-    if (!is_float(o->dtype)) return bad_dtype(ctx, "Out", o, "float32 or float64");
+    PE_CHECK(pe_infer_need_in(ctx, "Out", &o));
+    PE_CHECK(pe_infer_need_in(ctx, "Out@GRAD", &g));
+    if (!pe_dtype_is_float(o->dtype)) return bad_dtype(ctx, "Out", o, "float32 or float64");
     int64_t axis = pe_ctx_int(ctx, "axis");
     if (o->ndim == 0 || axis < -o->ndim || axis >= o->ndim)
         return pe_ctx_error(ctx, PE_ERR_INVALID, "attr axis = %lld is out of range for Out '%s' of rank %d",
                             (long long)axis, pe_ctx_in_name(ctx, "Out", 0), o->ndim);
     PE_CHECK(check_grad(ctx, "Out@GRAD", g, o->dtype, pe_tensor_numel(o), "Out"));
-    return set_out(ctx, "X@GRAD", o->dtype, o->ndim, o->dims);
+    return pe_infer_set_out(ctx, "X@GRAD", o->dtype, o->ndim, o->dims);
 }
 
 /* reduce_{sum,mean}_grad: X [..], Out@GRAD [reduced] -> X@GRAD [X] */
 pe_status pe_infer_reduce_grad(pe_op_ctx *ctx) {
     pe_tensor *x, *g;
-    PE_CHECK(need_in(ctx, "X", &x));
-    PE_CHECK(need_in(ctx, "Out@GRAD", &g));
-    if (!is_float(x->dtype)) return bad_dtype(ctx, "X", x, "float32 or float64");
+    PE_CHECK(pe_infer_need_in(ctx, "X", &x));
+    PE_CHECK(pe_infer_need_in(ctx, "Out@GRAD", &g));
+    if (!pe_dtype_is_float(x->dtype)) return bad_dtype(ctx, "X", x, "float32 or float64");
     bool red[PE_MAX_DIMS];
     PE_CHECK(pe_reduce_flags(ctx, x->ndim, x->dims, red));
     int64_t od[PE_MAX_DIMS];
     int on = reduce_out_dims(x, red, pe_ctx_bool(ctx, "keep_dim"), od);
     PE_CHECK(check_grad(ctx, "Out@GRAD", g, x->dtype, pe_dims_prod(od, 0, on), "Out"));
-    return set_out(ctx, "X@GRAD", x->dtype, x->ndim, x->dims);
+    return pe_infer_set_out(ctx, "X@GRAD", x->dtype, x->ndim, x->dims);
 }
 
 /* ---- grad makers -------------------------------------------------------------- */

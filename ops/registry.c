@@ -456,3 +456,38 @@ pe_status pe_infer_same(pe_op_ctx *ctx, const char *in_slot, const char *out_slo
     }
     return PE_OK;
 }
+
+pe_status pe_infer_need_in(pe_op_ctx *ctx, const char *slot, pe_tensor **t) {
+    *t = pe_ctx_in(ctx, slot);
+    if (!*t) return pe_ctx_error(ctx, PE_ERR_INVALID, "input %s is required but absent", slot);
+    return PE_OK;
+}
+
+pe_status pe_infer_set_out(pe_op_ctx *ctx, const char *slot, pe_dtype dt, int ndim, const int64_t *dims) {
+    for (int k = 0; k < pe_ctx_n_out(ctx, slot); k++) {
+        pe_tensor *o = pe_ctx_out_at(ctx, slot, k);
+        if (!o) continue;
+        if (pe_tensor_set_meta(o, dt, ndim, dims) != PE_OK)
+            return pe_ctx_error(ctx, PE_ERR_INVALID, "output %s '%s': %s", slot, pe_ctx_out_name(ctx, slot, k),
+                                pe_last_error());
+    }
+    return PE_OK;
+}
+
+pe_status pe_infer_set_meta(pe_op_ctx *ctx, pe_tensor *t, pe_dtype dt, int ndim, const int64_t *dims) {
+    pe_status st = pe_tensor_set_meta(t, dt, ndim, dims);
+    return st == PE_OK ? PE_OK : pe_ctx_error(ctx, st, "%s", pe_last_error());
+}
+
+pe_status pe_infer_check_grad(const pe_op_ctx *ctx, const char *slot, const pe_tensor *g, pe_dtype dt, int ndim,
+                              const int64_t *dims) {
+    if (!g) return pe_ctx_error(ctx, PE_ERR_INVALID, "%s must be given", slot);
+    bool ok = g->dtype == dt && g->ndim == ndim;
+    for (int i = 0; ok && i < ndim; i++) ok = g->dims[i] == dims[i];
+    if (ok) return PE_OK;
+    char gs[128], ws[128];
+    pe_dims_str(g->ndim, g->dims, gs, sizeof gs);
+    pe_dims_str(ndim, dims, ws, sizeof ws);
+    return pe_ctx_error(ctx, PE_ERR_INVALID, "%s '%s' is %s %s; the forward output is %s %s", slot,
+                        pe_ctx_in_name(ctx, slot, 0), pe_dtype_name(g->dtype), gs, pe_dtype_name(dt), ws);
+}

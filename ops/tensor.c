@@ -25,11 +25,6 @@
 #include <string.h>
 #include <strings.h>
 
-static pe_status set_meta(pe_op_ctx *ctx, pe_tensor *t, pe_dtype dt, int ndim, const int64_t *dims) {
-    pe_status st = pe_tensor_set_meta(t, dt, ndim, dims);
-    return st == PE_OK ? PE_OK : pe_ctx_error(ctx, st, "%s", pe_last_error());
-}
-
 /* XShape: [0, x.dims...] of x's dtype; numel 0, so no data. */
 static pe_status set_xshape(pe_op_ctx *ctx, const pe_tensor *x) {
     pe_tensor *xs = pe_ctx_out(ctx, "XShape");
@@ -40,21 +35,7 @@ static pe_status set_xshape(pe_op_ctx *ctx, const pe_tensor *x) {
     int64_t d[PE_MAX_DIMS];
     d[0] = 0;
     for (int i = 0; i < x->ndim; i++) d[i + 1] = x->dims[i];
-    return set_meta(ctx, xs, x->dtype, x->ndim + 1, d);
-}
-
-/* A gradient input must have the forward output's dtype and dims. */
-static pe_status check_grad_dims(const pe_op_ctx *ctx, const char *slot, const pe_tensor *g, pe_dtype dt, int ndim,
-                                 const int64_t *dims) {
-    if (!g) return pe_ctx_error(ctx, PE_ERR_INVALID, "%s must be given", slot);
-    bool ok = g->dtype == dt && g->ndim == ndim;
-    for (int i = 0; ok && i < ndim; i++) ok = g->dims[i] == dims[i];
-    if (ok) return PE_OK;
-    char gs[128], ws[128];
-    pe_dims_str(g->ndim, g->dims, gs, sizeof gs);
-    pe_dims_str(ndim, dims, ws, sizeof ws);
-    return pe_ctx_error(ctx, PE_ERR_INVALID, "%s '%s' is %s %s; the forward output is %s %s", slot,
-                        pe_ctx_in_name(ctx, slot, 0), pe_dtype_name(g->dtype), gs, pe_dtype_name(dt), ws);
+    return pe_infer_set_meta(ctx, xs, x->dtype, x->ndim + 1, d);
 }
 
 /* x: [d...] -> out: shape (0 = copy x's dim there, one -1 inferred) */
@@ -116,7 +97,7 @@ pe_status pe_infer_reshape2(pe_op_ctx *ctx) {
                             (long long)numel, ss, (long long)known);
     }
     PE_CHECK(set_xshape(ctx, x));
-    return set_meta(ctx, out, x->dtype, n, d);
+    return pe_infer_set_meta(ctx, out, x->dtype, n, d);
 }
 
 /* x: [d0, ..., d(r-1)] -> out: [d(axis[0]), ..., d(axis[r-1])] */
@@ -145,7 +126,7 @@ pe_status pe_infer_transpose2(pe_op_ctx *ctx) {
         d[i] = x->dims[a];
     }
     PE_CHECK(set_xshape(ctx, x));
-    return set_meta(ctx, out, x->dtype, n, d);
+    return pe_infer_set_meta(ctx, out, x->dtype, n, d);
 }
 
 /* xs: [..., a_i, ...] (equal except on axis) -> d: [..., sum a_i, ...] */
@@ -192,7 +173,7 @@ pe_status pe_infer_concat(pe_op_ctx *ctx) {
     int64_t d[PE_MAX_DIMS];
     PE_CHECK(concat_dims(ctx, d));
     const pe_tensor *x0 = pe_ctx_in_at(ctx, "X", 0);
-    return set_meta(ctx, out, x0->dtype, x0->ndim, d);
+    return pe_infer_set_meta(ctx, out, x0->dtype, x0->ndim, d);
 }
 
 /* Validates a shape:longs attr (dims >= 0, rank <= PE_MAX_DIMS). */
@@ -283,7 +264,7 @@ pe_status pe_infer_fill_constant(pe_op_ctx *ctx) {
     int64_t iv;
     bool is_int;
     PE_CHECK(pe_fill_constant_value(ctx, dt, &v, &iv, &is_int));
-    return set_meta(ctx, out, dt, nd, d);
+    return pe_infer_set_meta(ctx, out, dt, nd, d);
 }
 
 /* () -> out: shape, holding the literal values of the attr matching dtype */
@@ -309,7 +290,7 @@ pe_status pe_infer_assign_value(pe_op_ctx *ctx) {
     if (numel != n)
         return pe_ctx_error(ctx, PE_ERR_INVALID, "%s has %d values but shape holds %lld elements (dtype %s)",
                             attr, n, (long long)numel, pe_dtype_name(dt));
-    return set_meta(ctx, out, dt, nd, d);
+    return pe_infer_set_meta(ctx, out, dt, nd, d);
 }
 
 /* ---- split ------------------------------------------------------------------ */
@@ -385,7 +366,7 @@ pe_status pe_infer_split(pe_op_ctx *ctx) {
         pe_tensor *o = pe_ctx_out_at(ctx, "Out", k);
         if (!o) continue;
         d[sp.axis] = pe_split_size(&sp, k);
-        PE_CHECK(set_meta(ctx, o, x->dtype, x->ndim, d));
+        PE_CHECK(pe_infer_set_meta(ctx, o, x->dtype, x->ndim, d));
     }
     return PE_OK;
 }
@@ -414,7 +395,7 @@ pe_status pe_infer_split_grad(pe_op_ctx *ctx) {
                                 (long long)axis);
         d[axis] += g->dims[axis];
     }
-    return set_meta(ctx, dx, g0->dtype, r, d);
+    return pe_infer_set_meta(ctx, dx, g0->dtype, r, d);
 }
 
 /* split -> split_grad(Out@GRAD*) -> X@GRAD */
@@ -431,14 +412,14 @@ pe_status pe_infer_concat_grad(pe_op_ctx *ctx) {
     int64_t d[PE_MAX_DIMS];
     PE_CHECK(concat_dims(ctx, d));
     const pe_tensor *x0 = pe_ctx_in_at(ctx, "X", 0), *g = pe_ctx_in(ctx, "Out@GRAD");
-    PE_CHECK(check_grad_dims(ctx, "Out@GRAD", g, x0->dtype, x0->ndim, d));
+    PE_CHECK(pe_infer_check_grad(ctx, "Out@GRAD", g, x0->dtype, x0->ndim, d));
     int n = pe_ctx_n_out(ctx, "X@GRAD");
     if (n > pe_ctx_n_in(ctx, "X"))
         return pe_ctx_error(ctx, PE_ERR_INVALID, "%d X@GRAD for %d X", n, pe_ctx_n_in(ctx, "X"));
     for (int i = 0; i < n; i++) {
         pe_tensor *dx = pe_ctx_out_at(ctx, "X@GRAD", i);
         const pe_tensor *x = pe_ctx_in_at(ctx, "X", i);
-        if (dx) PE_CHECK(set_meta(ctx, dx, x->dtype, x->ndim, x->dims));
+        if (dx) PE_CHECK(pe_infer_set_meta(ctx, dx, x->dtype, x->ndim, x->dims));
     }
     return PE_OK;
 }
@@ -479,7 +460,7 @@ pe_status pe_infer_xshape_grad(pe_op_ctx *ctx) {
         return pe_ctx_error(ctx, PE_ERR_INVALID, "Out@GRAD '%s' %s does not have the %lld elements of X %s",
                             pe_ctx_in_name(ctx, "Out@GRAD", 0), gs, (long long)pe_dims_prod(d, 0, nd), ds);
     }
-    return set_meta(ctx, dx, g->dtype, nd, d);
+    return pe_infer_set_meta(ctx, dx, g->dtype, nd, d);
 }
 
 /* reshape2 / flatten_contiguous_range / flatten2 / squeeze2 / unsqueeze2
@@ -520,7 +501,7 @@ pe_status pe_infer_transpose2_grad(pe_op_ctx *ctx) {
     if (xs && (xs->ndim != n + 1 || memcmp(xs->dims + 1, d, sizeof(int64_t) * (size_t)n)))
         return pe_ctx_error(ctx, PE_ERR_INVALID, "XShape '%s' does not match Out@GRAD '%s' and axis",
                             pe_ctx_in_name(ctx, "XShape", 0), pe_ctx_in_name(ctx, "Out@GRAD", 0));
-    return set_meta(ctx, dx, g->dtype, n, d);
+    return pe_infer_set_meta(ctx, dx, g->dtype, n, d);
 }
 
 /* transpose2 -> transpose2_grad(XShape?, Out@GRAD) -> X@GRAD */
@@ -557,7 +538,7 @@ pe_status pe_infer_flatten_contiguous_range(pe_op_ctx *ctx) {
         for (int i = (int)e0 + 1; i < r; i++) d[nd++] = x->dims[i];
     }
     PE_CHECK(set_xshape(ctx, x));
-    return set_meta(ctx, out, x->dtype, nd, d);
+    return pe_infer_set_meta(ctx, out, x->dtype, nd, d);
 }
 
 /* x: [d0, ..., d(r-1)] -> out: [prod(d[:axis]), prod(d[axis:])] */
@@ -571,7 +552,7 @@ pe_status pe_infer_flatten2(pe_op_ctx *ctx) {
                             x->ndim, pe_ctx_in_name(ctx, "X", 0), x->ndim);
     int64_t d[2] = {pe_dims_prod(x->dims, 0, (int)axis), pe_dims_prod(x->dims, (int)axis, x->ndim)};
     PE_CHECK(set_xshape(ctx, x));
-    return set_meta(ctx, out, x->dtype, 2, d);
+    return pe_infer_set_meta(ctx, out, x->dtype, 2, d);
 }
 
 /* x: [d...] -> out: d without the size-1 dims named in axes (all size-1 dims
@@ -598,7 +579,7 @@ pe_status pe_infer_squeeze2(pe_op_ctx *ctx) {
         if (!drop[i]) d[nd++] = x->dims[i];
     if (nd == 0) d[nd++] = 1;
     PE_CHECK(set_xshape(ctx, x));
-    return set_meta(ctx, out, x->dtype, nd, d);
+    return pe_infer_set_meta(ctx, out, x->dtype, nd, d);
 }
 
 /* x: [d...] -> out: d with a 1 inserted at each of axes, in order (an axis
@@ -631,7 +612,7 @@ pe_status pe_infer_unsqueeze2(pe_op_ctx *ctx) {
     int64_t d[PE_MAX_DIMS];
     for (int i = 0, k = 0; i < r + n; i++) d[i] = is1[i] ? 1 : x->dims[k++];
     PE_CHECK(set_xshape(ctx, x));
-    return set_meta(ctx, out, x->dtype, r + n, d);
+    return pe_infer_set_meta(ctx, out, x->dtype, r + n, d);
 }
 
 /* ---- slice ---------------------------------------------------------------------- */
@@ -692,7 +673,7 @@ pe_status pe_infer_slice(pe_op_ctx *ctx) {
     if (!in || !out) return pe_ctx_error(ctx, PE_ERR_INVALID, "Input and Out must be given");
     pe_slice_plan sp;
     PE_CHECK(pe_slice_plan_make(ctx, "Input", in, &sp));
-    return set_meta(ctx, out, in->dtype, sp.out_ndim, sp.out_dims);
+    return pe_infer_set_meta(ctx, out, in->dtype, sp.out_ndim, sp.out_dims);
 }
 
 /* Input: [d...], Out@GRAD: like Out -> Input@GRAD: [d...] (zeros outside the region) */
@@ -702,8 +683,8 @@ pe_status pe_infer_slice_grad(pe_op_ctx *ctx) {
     if (!in || !dx) return pe_ctx_error(ctx, PE_ERR_INVALID, "Input and Input@GRAD must be given");
     pe_slice_plan sp;
     PE_CHECK(pe_slice_plan_make(ctx, "Input", in, &sp));
-    PE_CHECK(check_grad_dims(ctx, "Out@GRAD", g, in->dtype, sp.out_ndim, sp.out_dims));
-    return set_meta(ctx, dx, in->dtype, in->ndim, in->dims);
+    PE_CHECK(pe_infer_check_grad(ctx, "Out@GRAD", g, in->dtype, sp.out_ndim, sp.out_dims));
+    return pe_infer_set_meta(ctx, dx, in->dtype, in->ndim, in->dims);
 }
 
 /* slice -> slice_grad(Input, Out@GRAD) -> Input@GRAD */
