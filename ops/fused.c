@@ -49,7 +49,7 @@ static bool fc_act_ok(const char *a) {
 
 /* Checks Input, W, Bias and the attrs; fills Out's dims. */
 static pe_status fc_plan(pe_op_ctx *ctx, int *on, int64_t *od) {
-    const pe_tensor *x, *w;
+    const pe_tensor *x = NULL, *w = NULL;
     PE_CHECK(need_float(ctx, "Input", 0, -1, &x));
     PE_CHECK(need_float(ctx, "W", 0, (int)x->dtype, &w));
     int64_t ncd = pe_ctx_int(ctx, "in_num_col_dims");
@@ -152,7 +152,7 @@ static pe_status check_functors(const pe_op_ctx *ctx) {
 
 static pe_status fea_plan(pe_op_ctx *ctx, pe_bcast_plan *pl) {
     PE_CHECK(check_functors(ctx));
-    const pe_tensor *x, *y;
+    const pe_tensor *x = NULL, *y = NULL;
     PE_CHECK(need_float(ctx, "X", 0, -1, &x));
     PE_CHECK(need_float(ctx, "Y", 0, (int)x->dtype, &y));
     if (pe_bcast_plan_make(x->ndim, x->dims, y->ndim, y->dims, (int)pe_ctx_int(ctx, "axis"), pl) != PE_OK)
@@ -210,7 +210,7 @@ static pe_status check_count(pe_op_ctx *ctx, const char *slot, int n, bool in, b
 }
 
 static pe_status check_scalar_at(pe_op_ctx *ctx, const char *slot, int k) {
-    const pe_tensor *t;
+    const pe_tensor *t = NULL;
     PE_CHECK(need_float(ctx, slot, k, -1, &t));
     if (pe_tensor_numel(t) != 1)
         return pe_ctx_error(ctx, PE_ERR_INVALID, "%s[%d] '%s' has %lld elements; a float scalar [1] expected", slot, k,

@@ -258,7 +258,7 @@ pe_status pe_infer_fill_constant(pe_op_ctx *ctx) {
     pe_dtype dt = PE_DTYPE_FP32;
     PE_CHECK(check_dtype_attr(ctx, &dt));
     int64_t d[PE_MAX_DIMS];
-    int nd;
+    int nd = 0;
     PE_CHECK(shape_attr(ctx, d, &nd));
     double v;
     int64_t iv;
@@ -274,7 +274,7 @@ pe_status pe_infer_assign_value(pe_op_ctx *ctx) {
     pe_dtype dt = PE_DTYPE_FP32;
     PE_CHECK(check_dtype_attr(ctx, &dt));
     int64_t d[PE_MAX_DIMS];
-    int nd;
+    int nd = 0;
     PE_CHECK(shape_attr(ctx, d, &nd));
     const char *attr = dt == PE_DTYPE_FP32 || dt == PE_DTYPE_FP64 ? "fp32_values"
                        : dt == PE_DTYPE_INT64                     ? "int64_values"
@@ -440,7 +440,7 @@ pe_status pe_infer_xshape_grad(pe_op_ctx *ctx) {
     pe_tensor *dx = pe_ctx_out(ctx, "X@GRAD");
     if (!g || !dx) return pe_ctx_error(ctx, PE_ERR_INVALID, "Out@GRAD and X@GRAD must be given");
     int64_t d[PE_MAX_DIMS];
-    int nd;
+    int nd = 0;
     if (xs) {
         if (xs->ndim < 1 || xs->dims[0] != 0)
             return pe_ctx_error(ctx, PE_ERR_INVALID, "XShape '%s' is not an XShape ([0, dims of X...])",
