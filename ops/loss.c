@@ -78,7 +78,7 @@ pe_status pe_infer_softmax_with_cross_entropy(pe_op_ctx *ctx) {
     PE_CHECK(pe_infer_need_in(ctx, "Logits", &x));
     PE_CHECK(pe_infer_need_in(ctx, "Label", &lab));
     PE_CHECK(need_float(ctx, "Logits", x));
-    int axis;
+    int axis = 0;
     PE_CHECK(get_axis(ctx, "Logits", x, &axis));
     PE_CHECK(check_label(ctx, "Logits", x, axis, lab));
     int64_t ld[PE_MAX_DIMS];
@@ -94,7 +94,7 @@ pe_status pe_infer_softmax_with_cross_entropy_grad(pe_op_ctx *ctx) {
     PE_CHECK(pe_infer_need_in(ctx, "Label", &lab));
     PE_CHECK(pe_infer_need_in(ctx, "Loss@GRAD", &g));
     PE_CHECK(need_float(ctx, "Softmax", sm));
-    int axis;
+    int axis = 0;
     PE_CHECK(get_axis(ctx, "Softmax", sm, &axis));
     PE_CHECK(check_label(ctx, "Softmax", sm, axis, lab));
     if (g->dtype != sm->dtype || pe_tensor_numel(g) * sm->dims[axis] != pe_tensor_numel(sm))
