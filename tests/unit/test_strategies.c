@@ -1,0 +1,93 @@
+/* tests/unit/test_strategies.c — every combination of the BuildStrategy
+ * switches trains to the same parameters (issue 5): fuse_gemm_epilogue (fc),
+ * fuse_elewise_add_act_ops, fuse_all_optimizer_ops, fuse_all_reduce_ops,
+ * enable_inplace and memory_optimize — all 64 combinations — for the MLP and
+ * the CNN on 1 and 3 places, compared with the run with every switch off
+ * (float64, so any difference is a bug, not rounding: allclose rtol 1e-5).
+ * Small caps make fuse_all_reduce_ops form several buckets. */
+#include "tests/unit/models.h"
+
+#include <stdio.h>
+
+#define STEPS 4
+#define ROWS 9 /* splits 3,3,3 */
+
+static void train(const tm_model *m, int places, unsigned mask, pe_tensor **out) {
+    pe_scope *scope = pe_scope_new(NULL);
+    pe_executor *ex = pe_executor_new(pe_place_cpu(0));
+    assert_int_equal(pe_executor_run(ex, m->startup, 0, scope, NULL, 0, NULL, 0, NULL), PE_OK);
+    pe_place pl[3] = {pe_place_cpu(0), pe_place_cpu(1), pe_place_cpu(2)};
+    pe_pe_options o;
+    pe_pe_options_default(&o);
+    o.loss_name = "loss";
+    pe_build_strategy *bs = &o.build_strategy;
+    bs->fuse_gemm_epilogue = mask & 1;
+    bs->fuse_elewise_add_act_ops = mask & 2;
+    bs->fuse_all_optimizer_ops = mask & 4;
+    bs->fuse_all_reduce_ops = mask & 8;
+    bs->enable_inplace = mask & 16;
+    bs->memory_optimize = mask & 32;
+    bs->fuse_grad_size_in_MB = 0.05;
+    bs->fuse_first_grad_size_in_MB = 0.001;
+    pe_parallel_executor *pe;
+    if (pe_parallel_executor_new(pl, places, m->main, scope, &o, &pe) != PE_OK)
+        fail_msg("switches 0x%x: %s", mask, pe_last_error());
+    const char *fetch[] = {"loss"};
+    pe_tensor *loss = pe_tensor_new();
+    for (int s = 0; s < STEPS; s++) {
+        pe_tensor *x, *y;
+        tm_batch(m, s, ROWS, &x, &y);
+        pe_feed feed[2] = {{m->input, x}, {"label", y}};
+        if (pe_run(pe, feed, 2, fetch, 1, true, &loss) != PE_OK)
+            fail_msg("switches 0x%x step %d: %s", mask, s, pe_last_error());
+        pe_tensor_free(x);
+        pe_tensor_free(y);
+    }
+    tm_fetch_params(m, pe, out);
+    pe_tensor_free(loss);
+    pe_parallel_executor_free(pe);
+    pe_executor_free(ex);
+    pe_scope_free(scope);
+}
+
+static void check(bool cnn) {
+    tm_model m = tm_model_new(PE_DTYPE_FP64, 0.0, true);
+    if (cnn) tm_cnn(&m, "img", 32);
+    else tm_mlp(&m, 64, "relu", 32, "tanh");
+    tm_minimize(&m, PE_OPT_MOMENTUM, 0.05, NULL, 0);
+    for (int places = 1; places <= 3; places += 2) {
+        pe_tensor *ref[16], *got[16];
+        train(&m, places, 0, ref);
+        for (unsigned mask = 1; mask < 64; mask++) {
+            train(&m, places, mask, got);
+            for (int i = 0; i < m.n_params; i++)
+                for (int64_t e = 0; e < pe_tensor_numel(ref[i]); e++) {
+                    double a = tu_get(got[i], e), b = tu_get(ref[i], e);
+                    if (fabs(a - b) > 1e-5 * fabs(b) + 1e-12)
+                        fail_msg("%s places=%d switches 0x%x: %s[%lld] %.12g vs all off %.12g", cnn ? "cnn" : "mlp",
+                                 places, mask, m.params[i], (long long)e, a, b);
+                }
+            tm_free_params(&m, got);
+        }
+        tm_free_params(&m, ref);
+    }
+    tm_model_free(&m);
+}
+
+static void test_mlp_all_switch_combinations(void **state) {
+    (void)state;
+    check(false);
+}
+
+static void test_cnn_all_switch_combinations(void **state) {
+    (void)state;
+    check(true);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_mlp_all_switch_combinations),
+        cmocka_unit_test(test_cnn_all_switch_combinations),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
