@@ -346,10 +346,10 @@ pe_status pe_dnnl_entry_run(pe_dnnl_entry *e, void *const *handles, int n_thread
     return PE_OK;
 }
 
-pe_status pe_dnnl_run_cached(const pe_dnnl_key *key, int n_threads, pe_dnnl_build_fn build, const void *geom,
-                             void *const *handles, bool *fallback) {
+pe_status pe_dnnl_acquire_built(const pe_dnnl_key *key, int n_threads, pe_dnnl_build_fn build, const void *geom,
+                                pe_dnnl_entry **out) {
     pe_dnnl_entry *e = NULL;
-    *fallback = false;
+    *out = NULL;
     PE_CHECK(pe_dnnl_acquire(key, n_threads, &e));
     if (!pe_dnnl_entry_ready(e)) {
         pe_status st = build(e, geom, n_threads);
@@ -360,9 +360,19 @@ pe_status pe_dnnl_run_cached(const pe_dnnl_key *key, int n_threads, pe_dnnl_buil
     }
     if (pe_dnnl_entry_unsupported(e)) {
         pe_dnnl_release(e);
-        *fallback = true;
         return PE_OK;
     }
+    *out = e;
+    return PE_OK;
+}
+
+pe_status pe_dnnl_run_cached(const pe_dnnl_key *key, int n_threads, pe_dnnl_build_fn build, const void *geom,
+                             void *const *handles, bool *fallback) {
+    pe_dnnl_entry *e;
+    *fallback = false;
+    PE_CHECK(pe_dnnl_acquire_built(key, n_threads, build, geom, &e));
+    *fallback = e == NULL;
+    if (!e) return PE_OK;
     pe_status st = pe_dnnl_entry_run(e, handles, n_threads);
     pe_dnnl_release(e);
     return st;

@@ -108,6 +108,13 @@ typedef pe_status (*pe_dnnl_build_fn)(pe_dnnl_entry *e, const void *geom, int n_
 pe_status pe_dnnl_run_cached(const pe_dnnl_key *key, int n_threads, pe_dnnl_build_fn build, const void *geom,
                              void *const *handles, bool *fallback);
 
+/* Its acquire / build-on-miss half, for a caller that keeps the entry checked
+ * out around its own run (to use the entry's buffer): *out is the ready entry
+ * (pe_dnnl_release it after the run), or NULL — nothing checked out — when
+ * oneDNN has no implementation for the key. */
+pe_status pe_dnnl_acquire_built(const pe_dnnl_key *key, int n_threads, pe_dnnl_build_fn build, const void *geom,
+                                pe_dnnl_entry **out);
+
 /* Frees every entry not checked out (tests; memory pressure). */
 void pe_dnnl_cache_clear(void);
 /* Cached entries and the number of primitives created since start. */

@@ -33,6 +33,7 @@
  */
 #include "ops/elementwise.h"
 #include "ops/op.h"
+#include "ops/cpu/fused_act.h"
 #include "ops/cpu/par.h"
 
 #include <math.h>
@@ -175,25 +176,16 @@ pe_status pe_cpu_elementwise_div(const pe_op_ctx *ctx) { return ew_binary(ctx, E
 
 /* ---- activations: x [numel] -> out [numel], fp32/fp64 ---------------------- */
 
-#define RELU(v) ((v) < 0 ? 0 : (v)) /* NaN passes through */
-static inline float sigmoid_f32(float v) {
-    const float e = expf(-fabsf(v)); /* in (0, 1]: never overflows */
-    return v >= 0 ? 1.0f / (1.0f + e) : e / (1.0f + e);
-}
-static inline double sigmoid_f64(double v) {
-    const double e = exp(-fabs(v));
-    return v >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
-}
-
+/* The expressions are ops/cpu/fused_act.h's, shared with the fused kernels. */
 #define EW_UNARY(NAME, T, F)                                            \
     static void NAME(const T *x, T *out, int64_t n, int nt) {           \
         PE_PAR_FOR(n >= PE_PAR_MIN && nt > 1, i, n, out[i] = F(x[i]);); \
     }
 
-EW_UNARY(relu_f32, float, RELU)
-EW_UNARY(relu_f64, double, RELU)
-EW_UNARY(sigmoid_f32_loop, float, sigmoid_f32)
-EW_UNARY(sigmoid_f64_loop, double, sigmoid_f64)
+EW_UNARY(relu_f32, float, PE_FUSED_RELU)
+EW_UNARY(relu_f64, double, PE_FUSED_RELU)
+EW_UNARY(sigmoid_f32_loop, float, pe_fused_sigmoid_f32)
+EW_UNARY(sigmoid_f64_loop, double, pe_fused_sigmoid_f64)
 EW_UNARY(tanh_f32, float, tanhf)
 EW_UNARY(tanh_f64, double, tanh)
 
@@ -546,20 +538,12 @@ pe_status pe_cpu_elementwise_div_grad(const pe_op_ctx *ctx) { return ew_binary_g
 
 /* ---- activation gradients from Out: out, dout, dx [numel] ------------------------ */
 
-#define RELU_G(o, g) ((o) > 0 ? (g) : 0)
-#define SIGMOID_G(o, g) ((g) * (o) * (1 - (o)))
-#define TANH_G(o, g) ((g) * (1 - (o) * (o)))
-
-#define EW_ACT_GRAD(NAME, T, F)                                              \
-    static void NAME(const T *o, const T *g, T *dx, int64_t n, int nt) {     \
-        PE_PAR_FOR(n >= PE_PAR_MIN && nt > 1, i, n, dx[i] = F(o[i], g[i]);); \
-    }
-EW_ACT_GRAD(relu_grad_f32, float, RELU_G)
-EW_ACT_GRAD(relu_grad_f64, double, RELU_G)
-EW_ACT_GRAD(sigmoid_grad_f32, float, SIGMOID_G)
-EW_ACT_GRAD(sigmoid_grad_f64, double, SIGMOID_G)
-EW_ACT_GRAD(tanh_grad_f32, float, TANH_G)
-EW_ACT_GRAD(tanh_grad_f64, double, TANH_G)
+PE_FUSED_ACT_GRAD_LOOP(relu_grad_f32, float, PE_FUSED_RELU_G)
+PE_FUSED_ACT_GRAD_LOOP(relu_grad_f64, double, PE_FUSED_RELU_G)
+PE_FUSED_ACT_GRAD_LOOP(sigmoid_grad_f32, float, PE_FUSED_SIGMOID_G)
+PE_FUSED_ACT_GRAD_LOOP(sigmoid_grad_f64, double, PE_FUSED_SIGMOID_G)
+PE_FUSED_ACT_GRAD_LOOP(tanh_grad_f32, float, PE_FUSED_TANH_G)
+PE_FUSED_ACT_GRAD_LOOP(tanh_grad_f64, double, PE_FUSED_TANH_G)
 
 typedef void (*ew_act_grad_f32)(const float *, const float *, float *, int64_t, int);
 typedef void (*ew_act_grad_f64)(const double *, const double *, double *, int64_t, int);

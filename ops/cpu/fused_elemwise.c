@@ -13,8 +13,8 @@
  * the sum of dT over its broadcast dims.
  *
  * Bitwise equal to elementwise_add + act and act_grad + elementwise_add_grad:
- * the activation expressions are ops/cpu/fused_act.h's copies of
- * ops/cpu/elementwise.c, and every broadcast sum adds the same terms in the
+ * the activation expressions and gradient loops are ops/cpu/fused_act.h's,
+ * which ops/cpu/elementwise.c uses too, and every broadcast sum adds the same terms in the
  * same order, in double, as elementwise_add_grad (rows in order for a row
  * bias, fixed 4096+-element blocks for a scalar, the output's index order
  * otherwise) — orders fixed by the shapes alone, so the results do not
@@ -125,16 +125,12 @@ pe_status pe_cpu_fused_elemwise_activation(const pe_op_ctx *ctx) {
 
 /* ---- backward -------------------------------------------------------------- */
 
-#define FEA_DT(NAME, T, G)                                                       \
-    static void NAME(const T *o, const T *g, T *dt, int64_t n, int nt) {         \
-        PE_PAR_FOR(n >= PE_PAR_MIN && nt > 1, i, n, dt[i] = G(o[i], g[i]););     \
-    }
-FEA_DT(dt_relu_f32, float, PE_FUSED_RELU_G)
-FEA_DT(dt_relu_f64, double, PE_FUSED_RELU_G)
-FEA_DT(dt_sigmoid_f32, float, PE_FUSED_SIGMOID_G)
-FEA_DT(dt_sigmoid_f64, double, PE_FUSED_SIGMOID_G)
-FEA_DT(dt_tanh_f32, float, PE_FUSED_TANH_G)
-FEA_DT(dt_tanh_f64, double, PE_FUSED_TANH_G)
+PE_FUSED_ACT_GRAD_LOOP(dt_relu_f32, float, PE_FUSED_RELU_G)
+PE_FUSED_ACT_GRAD_LOOP(dt_relu_f64, double, PE_FUSED_RELU_G)
+PE_FUSED_ACT_GRAD_LOOP(dt_sigmoid_f32, float, PE_FUSED_SIGMOID_G)
+PE_FUSED_ACT_GRAD_LOOP(dt_sigmoid_f64, double, PE_FUSED_SIGMOID_G)
+PE_FUSED_ACT_GRAD_LOOP(dt_tanh_f32, float, PE_FUSED_TANH_G)
+PE_FUSED_ACT_GRAD_LOOP(dt_tanh_f64, double, PE_FUSED_TANH_G)
 
 typedef void (*dt_f32)(const float *, const float *, float *, int64_t, int);
 typedef void (*dt_f64)(const double *, const double *, double *, int64_t, int);

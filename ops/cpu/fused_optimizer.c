@@ -22,6 +22,7 @@
  * order), and infer checks every pow is a scalar.
  */
 #include "ops/op.h"
+#include "ops/cpu/par.h"
 
 #include <math.h>
 #include <omp.h>
@@ -52,7 +53,7 @@ static void for_pieces(const pe_op_ctx *ctx, piece_fn f, const void *arg) {
     const int n = pe_ctx_n_in(ctx, "Param");
     int64_t total = 0;
     for (int k = 0; k < n; k++) total += pe_tensor_numel(pe_ctx_in_at(ctx, "Param", k));
-    const int nt = ctx->num_threads > 0 ? ctx->num_threads : 1;
+    const int nt = pe_kernel_threads(ctx);
     if (total < OPT_PAR_MIN || nt == 1) {
         for (int k = 0; k < n; k++) f(ctx, k, 0, pe_tensor_numel(pe_ctx_in_at(ctx, "Param", k)), arg);
         return;

@@ -130,7 +130,7 @@ pe_status pe_cpu_matmul(const pe_op_ctx *ctx) {
     }
     PE_CHECK(check_blas_size(ctx, m, n, k));
     size_t xs = (size_t)(m * k) * es, ys = (size_t)(k * n) * es, os = (size_t)(m * n) * es;
-    int nt = ctx->num_threads > 0 ? ctx->num_threads : 1;
+    int nt = pe_kernel_threads(ctx);
     if (nt > 1 && m * n * k < SMALL_GEMM_FLOPS && nb >= nt) {
         /* many small GEMMs: batches across threads, each GEMM single-threaded */
         #pragma omp parallel for num_threads(nt) schedule(static)
@@ -241,7 +241,7 @@ pe_status pe_cpu_matmul_grad(const pe_op_ctx *ctx) {
     mm_grad a = {&p, x->dtype, pe_tensor_data(x), pe_tensor_data(y), pe_tensor_data(g),
                  (size_t)(m * k) * es, (size_t)(k * n) * es, (size_t)(m * n) * es,
                  pe_tensor_nbytes(x), pe_tensor_nbytes(y)};
-    int nt = ctx->num_threads > 0 ? ctx->num_threads : 1;
+    int nt = pe_kernel_threads(ctx);
     bool y_shared = p.batch_ndim == 0 || pe_dims_prod(y->dims, 0, y->ndim) == k * n;
     if (nb == 1 || (y_shared && p.x_full && !p.trans_x)) {
         /* as the forward: x's batches are consecutive row blocks [nb*M, K] sharing one Y */

@@ -41,15 +41,11 @@
  */
 #include "ops/nn.h"
 #include "ops/cpu/dnnl_util.h"
+#include "ops/cpu/nn_common.h"
 
 #include <float.h>
 #include <math.h>
 #include <string.h>
-
-static int kernel_threads(const pe_op_ctx *ctx) { return ctx->num_threads > 0 ? ctx->num_threads : 1; }
-
-static int64_t i64_min(int64_t a, int64_t b) { return a < b ? a : b; }
-static int64_t i64_max(int64_t a, int64_t b) { return a > b ? a : b; }
 
 /* ---- direct loops (float and double) ------------------------------------ */
 
@@ -93,26 +89,10 @@ static int64_t i64_max(int64_t a, int64_t b) { return a > b ? a : b; }
             T *yp = y + nc * g->oh * g->ow;                                                               \
             for (int64_t oy = 0; oy < g->oh; oy++) {                                                      \
                 int64_t h0, h1;                                                                           \
-                if (g->adaptive) {                                                                        \
-                    h0 = oy * g->h / g->oh;                                                               \
-                    h1 = ((oy + 1) * g->h + g->oh - 1) / g->oh;                                           \
-                } else {                                                                                  \
-                    h0 = oy * g->sh - g->pt;                                                              \
-                    h1 = i64_min(h0 + g->kh, g->h);                                                       \
-                    h0 = i64_max(h0, 0);                                                                  \
-                    h1 = i64_max(h1, h0);                                                                 \
-                }                                                                                         \
+                pe_pool_window(g->adaptive, oy, g->h, g->oh, g->sh, g->kh, g->pt, &h0, &h1);              \
                 for (int64_t ox = 0; ox < g->ow; ox++) {                                                  \
                     int64_t w0, w1;                                                                       \
-                    if (g->adaptive) {                                                                    \
-                        w0 = ox * g->w / g->ow;                                                           \
-                        w1 = ((ox + 1) * g->w + g->ow - 1) / g->ow;                                       \
-                    } else {                                                                              \
-                        w0 = ox * g->sw - g->pl;                                                          \
-                        w1 = i64_min(w0 + g->kw, g->w);                                                   \
-                        w0 = i64_max(w0, 0);                                                              \
-                        w1 = i64_max(w1, w0);                                                             \
-                    }                                                                                     \
+                    pe_pool_window(g->adaptive, ox, g->w, g->ow, g->sw, g->kw, g->pl, &w0, &w1);          \
                     T acc = g->is_max ? (LOWEST) : (T)0;                                                  \
                     for (int64_t iy = h0; iy < h1; iy++)                                                  \
                         for (int64_t ix = w0; ix < w1; ix++) {                                            \
@@ -174,7 +154,7 @@ PE_NN_LOOPS(double, f64, -DBL_MAX)
  * oneDNN has no implementation for it (remembered in the cache). */
 static pe_status dnnl_run(const pe_op_ctx *ctx, const pe_dnnl_key *key, pe_dnnl_build_fn build, const void *geom,
                           void *const *handles, bool *fallback) {
-    pe_status st = pe_dnnl_run_cached(key, kernel_threads(ctx), build, geom, handles, fallback);
+    pe_status st = pe_dnnl_run_cached(key, pe_kernel_threads(ctx), build, geom, handles, fallback);
     if (st != PE_OK) return pe_ctx_error(ctx, st, "%s", pe_last_error());
     return PE_OK;
 }
@@ -218,16 +198,13 @@ pe_status pe_cpu_conv2d(const pe_op_ctx *ctx) {
     const pe_tensor *x = pe_ctx_in(ctx, "Input"), *f = pe_ctx_in(ctx, "Filter"), *b = pe_ctx_in(ctx, "Bias");
     pe_tensor *y = pe_ctx_out(ctx, "Output");
     if (pe_tensor_numel(y) == 0) return PE_OK;
-    const int nt = kernel_threads(ctx);
+    const int nt = pe_kernel_threads(ctx);
     if (x->dtype == PE_DTYPE_FP64) {
         conv_direct_f64(&g, pe_tensor_data(x), pe_tensor_data(f), b ? pe_tensor_data(b) : NULL, pe_tensor_data(y), nt);
         return PE_OK;
     }
     pe_dnnl_key key;
-    pe_dnnl_key_init(&key, PE_DNNL_CONV);
-    const int64_t kv[] = {g.n, g.c, g.h, g.w, g.m, g.kh, g.kw, g.groups, g.sh, g.sw,
-                          g.dh, g.dw, g.pt, g.pb, g.pl, g.pr, g.has_bias};
-    for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) pe_dnnl_key_add(&key, kv[i]);
+    pe_conv_key(&key, PE_DNNL_CONV, &g, g.has_bias);
     void *const h[4] = {pe_tensor_data(x), pe_tensor_data(f), pe_tensor_data(y), b ? pe_tensor_data(b) : NULL};
     bool fallback;
     PE_CHECK(dnnl_run(ctx, &key, conv_build, &g, h, &fallback));
@@ -238,18 +215,11 @@ pe_status pe_cpu_conv2d(const pe_op_ctx *ctx) {
 
 /* ---- pool2d ------------------------------------------------------------- */
 
-typedef struct pool_dnnl_geom {
-    const pe_pool_geom *g;
-    int64_t pb, pr;            /* bottom/right padding as oneDNN needs it (see pe_cpu_pool2d) */
-} pool_dnnl_geom;
-
 static pe_status pool_build(pe_dnnl_entry *e, const void *geom, int nt) {
-    const pool_dnnl_geom *pg = geom;
+    const pe_pool_dnnl_geom *pg = geom;
     const pe_pool_geom *g = pg->g;
-    const int64_t sd[4] = {g->n, g->c, g->h, g->w}, dd[4] = {g->n, g->c, g->oh, g->ow};
     dnnl_memory_desc_t src, dst;
-    PE_CHECK(pe_dnnl_md_plain(&src, 4, sd, dnnl_nchw));
-    PE_CHECK(pe_dnnl_md_plain(&dst, 4, dd, dnnl_nchw));
+    PE_CHECK(pe_pool_mds(g, &src, &dst));
     dnnl_alg_kind_t alg = g->is_max ? dnnl_pooling_max
                           : g->exclusive ? dnnl_pooling_avg_exclude_padding
                                          : dnnl_pooling_avg_include_padding;
@@ -274,22 +244,13 @@ pe_status pe_cpu_pool2d(const pe_op_ctx *ctx) {
     const pe_tensor *x = pe_ctx_in(ctx, "X");
     pe_tensor *y = pe_ctx_out(ctx, "Out");
     if (pe_tensor_numel(y) == 0) return PE_OK;
-    const int nt = kernel_threads(ctx);
-    /* A window with no input cell (wholly in the padding; ceil_mode can make
-     * one) has Paddle-specific values: keep those cases on the loops. */
-    const bool empty_window = !g.adaptive && (g.pt >= g.kh || g.pl >= g.kw || (g.oh - 1) * g.sh - g.pt >= g.h ||
-                                              (g.ow - 1) * g.sw - g.pl >= g.w);
-    if (x->dtype == PE_DTYPE_FP64 || g.adaptive || empty_window) {
+    const int nt = pe_kernel_threads(ctx);
+    if (x->dtype == PE_DTYPE_FP64 || g.adaptive || pe_pool_empty_window(&g)) {
         if (x->dtype == PE_DTYPE_FP64) pool_direct_f64(&g, pe_tensor_data(x), pe_tensor_data(y), nt);
         else pool_direct_f32(&g, pe_tensor_data(x), pe_tensor_data(y), nt);
         return PE_OK;
     }
-    /* oneDNN wants in + pad_l + pad_r - k = (out - 1) * stride exactly (up to
-     * the floor); the results do not depend on the bottom/right padding
-     * beyond that (max ignores padding, avg divides by kh*kw or by the valid
-     * cells), so pass the smallest non-negative padding giving `out`. */
-    pool_dnnl_geom pg = {&g, i64_max(0, (g.oh - 1) * g.sh + g.kh - g.h - g.pt),
-                         i64_max(0, (g.ow - 1) * g.sw + g.kw - g.w - g.pl)};
+    const pe_pool_dnnl_geom pg = pe_pool_dnnl_geom_make(&g);
     pe_dnnl_key key;
     pe_dnnl_key_init(&key, PE_DNNL_POOL);
     const int64_t kv[] = {g.n, g.c, g.h, g.w, g.kh, g.kw, g.sh, g.sw, g.pt, pg.pb, g.pl, pg.pr,
@@ -304,21 +265,10 @@ pe_status pe_cpu_pool2d(const pe_op_ctx *ctx) {
 
 /* ---- batch_norm --------------------------------------------------------- */
 
-typedef struct bn_geom {
-    int ndim;
-    int64_t dims[5];
-    bool global;
-    float eps;
-} bn_geom;
-
 static pe_status bn_build(pe_dnnl_entry *e, const void *geom, int nt) {
-    const bn_geom *b = geom;
-    static const dnnl_format_tag_t tags[6] = {dnnl_format_tag_undef, dnnl_format_tag_undef, dnnl_nc, dnnl_ncw,
-                                              dnnl_nchw, dnnl_ncdhw};
-    const int64_t cd[1] = {b->dims[1]};
+    const pe_bn_geom *b = geom;
     dnnl_memory_desc_t data, chan;
-    PE_CHECK(pe_dnnl_md_plain(&data, b->ndim, b->dims, tags[b->ndim]));
-    PE_CHECK(pe_dnnl_md_plain(&chan, 1, cd, dnnl_x));
+    PE_CHECK(pe_bn_mds(b, &data, &chan));
     unsigned flags = dnnl_use_scale | dnnl_use_shift | (b->global ? dnnl_use_global_stats : 0);
     dnnl_batch_normalization_desc_t bd;
     dnnl_status_t s = dnnl_batch_normalization_forward_desc_init(
@@ -355,8 +305,6 @@ static void bn_stats(int64_t C, bool global, double momentum, double eps, const 
     }
 }
 
-static void *data_or_null(const pe_tensor *t) { return t ? pe_tensor_data(t) : NULL; }
-
 /* X: [N, C, ...], Scale/Bias/Mean/Variance: [C] -> Y: like X;
  * MeanOut/VarianceOut/SavedMean/SavedVariance: [C] (see the file comment). */
 pe_status pe_cpu_batch_norm(const pe_op_ctx *ctx) {
@@ -364,14 +312,14 @@ pe_status pe_cpu_batch_norm(const pe_op_ctx *ctx) {
     const pe_tensor *scale = pe_ctx_in(ctx, "Scale"), *bias = pe_ctx_in(ctx, "Bias");
     const pe_tensor *mean = pe_ctx_in(ctx, "Mean"), *var = pe_ctx_in(ctx, "Variance");
     pe_tensor *y = pe_ctx_out(ctx, "Y");
-    void *mean_out = data_or_null(pe_ctx_out(ctx, "MeanOut")), *var_out = data_or_null(pe_ctx_out(ctx, "VarianceOut"));
-    void *saved_mean = data_or_null(pe_ctx_out(ctx, "SavedMean"));
-    void *saved_var = data_or_null(pe_ctx_out(ctx, "SavedVariance"));
+    void *mean_out = pe_data_or_null(pe_ctx_out(ctx, "MeanOut")), *var_out = pe_data_or_null(pe_ctx_out(ctx, "VarianceOut"));
+    void *saved_mean = pe_data_or_null(pe_ctx_out(ctx, "SavedMean"));
+    void *saved_var = pe_data_or_null(pe_ctx_out(ctx, "SavedVariance"));
     const double eps = pe_ctx_float(ctx, "epsilon"), momentum = pe_ctx_float(ctx, "momentum");
     const bool global = pe_ctx_bool(ctx, "is_test") || pe_ctx_bool(ctx, "use_global_stats");
     const bool f64 = x->dtype == PE_DTYPE_FP64;
     const size_t esz = pe_dtype_size(x->dtype);
-    const int nt = kernel_threads(ctx);
+    const int nt = pe_kernel_threads(ctx);
     const int64_t N = x->dims[0], C = x->dims[1];
     const int64_t S = (N * C) != 0 ? pe_tensor_numel(x) / (N * C) : 0;
 
@@ -392,29 +340,13 @@ pe_status pe_cpu_batch_norm(const pe_op_ctx *ctx) {
         return PE_OK;
     }
 
-    bn_geom bg = {.ndim = x->ndim, .global = global, .eps = (float)eps};
-    memcpy(bg.dims, x->dims, (size_t)x->ndim * sizeof bg.dims[0]);
+    const pe_bn_geom bg = pe_bn_geom_make(x, global, eps);
     pe_dnnl_key key;
-    pe_dnnl_key_init(&key, PE_DNNL_BNORM);
-    pe_dnnl_key_add(&key, bg.ndim);
-    for (int i = 0; i < bg.ndim; i++) pe_dnnl_key_add(&key, bg.dims[i]);
-    uint32_t eps_bits;
-    memcpy(&eps_bits, &bg.eps, sizeof eps_bits);
-    pe_dnnl_key_add(&key, global);
-    pe_dnnl_key_add(&key, eps_bits);
-
-    pe_dnnl_entry *e = NULL;
-    pe_status st = pe_dnnl_acquire(&key, nt, &e);
+    pe_bn_key(&key, PE_DNNL_BNORM, &bg);
+    pe_dnnl_entry *e;
+    pe_status st = pe_dnnl_acquire_built(&key, nt, bn_build, &bg, &e);
     if (st != PE_OK) return pe_ctx_error(ctx, st, "%s", pe_last_error());
-    if (!pe_dnnl_entry_ready(e)) {
-        st = bn_build(e, &bg, nt);
-        if (st != PE_OK && !pe_dnnl_entry_unsupported(e)) {
-            pe_dnnl_discard(e);
-            return pe_ctx_error(ctx, st, "%s", pe_last_error());
-        }
-    }
-    if (pe_dnnl_entry_unsupported(e)) {
-        pe_dnnl_release(e);
+    if (!e) {
         bn_direct_f32(pe_tensor_data(x), pe_tensor_data(y), N, C, S, pe_tensor_data(scale), pe_tensor_data(bias),
                       pe_tensor_data(mean), pe_tensor_data(var), mean_out, var_out, saved_mean, saved_var, global,
                       momentum, eps, nt);

@@ -39,34 +39,13 @@
  */
 #include "ops/nn.h"
 #include "ops/cpu/dnnl_util.h"
+#include "ops/cpu/nn_common.h"
 
 #include <math.h>
 #include <string.h>
 
-static int kernel_threads(const pe_op_ctx *ctx) { return ctx->num_threads > 0 ? ctx->num_threads : 1; }
-
-static int64_t i64_min(int64_t a, int64_t b) { return a < b ? a : b; }
-static int64_t i64_max(int64_t a, int64_t b) { return a > b ? a : b; }
-
-static void *data_or_null(const pe_tensor *t) { return t ? pe_tensor_data(t) : NULL; }
-
 static void zero_if(pe_tensor *t) {
     if (t) memset(pe_tensor_data(t), 0, pe_tensor_nbytes(t));
-}
-
-/* The input rows [*a0, *a1) of output row o (cols: pass the w fields) —
- * exactly the forward loops' window (ops/cpu/nn.c). */
-static void pool_window(bool adaptive, int64_t o, int64_t in, int64_t out, int64_t s,
-                        int64_t k, int64_t p, int64_t *a0, int64_t *a1) {
-    if (adaptive) {
-        *a0 = o * in / out;
-        *a1 = ((o + 1) * in + out - 1) / out;
-        return;
-    }
-    int64_t lo = o * s - p, hi = i64_min(lo + k, in);
-    lo = i64_max(lo, 0);
-    *a0 = lo;
-    *a1 = i64_max(hi, lo);
 }
 
 /* ---- direct loops (float and double) ------------------------------------ */
@@ -157,10 +136,10 @@ static void pool_window(bool adaptive, int64_t o, int64_t in, int64_t out, int64
             memset(dxp, 0, (size_t)(g->h * g->w) * sizeof(T));                                             \
             for (int64_t oy = 0; oy < g->oh; oy++) {                                                       \
                 int64_t h0, h1;                                                                            \
-                pool_window(g->adaptive, oy, g->h, g->oh, g->sh, g->kh, g->pt, &h0, &h1);               \
+                pe_pool_window(g->adaptive, oy, g->h, g->oh, g->sh, g->kh, g->pt, &h0, &h1);               \
                 for (int64_t ox = 0; ox < g->ow; ox++) {                                                   \
                     int64_t w0, w1;                                                                        \
-                    pool_window(g->adaptive, ox, g->w, g->ow, g->sw, g->kw, g->pl, &w0, &w1);           \
+                    pe_pool_window(g->adaptive, ox, g->w, g->ow, g->sw, g->kw, g->pl, &w0, &w1);           \
                     if (h1 <= h0 || w1 <= w0) continue; /* window wholly in the padding */                 \
                     const T d = dyp[oy * g->ow + ox];                                                      \
                     if (g->is_max) {                                                                       \
@@ -295,13 +274,6 @@ static pe_status conv_bwd_weights_build(pe_dnnl_entry *e, const void *geom, int 
     return PE_OK;
 }
 
-static void conv_key(pe_dnnl_key *key, int kind, const pe_conv_geom *g, bool with_bias) {
-    pe_dnnl_key_init(key, kind);
-    const int64_t kv[] = {g->n, g->c, g->h, g->w, g->m, g->kh, g->kw, g->groups, g->sh, g->sw,
-                          g->dh, g->dw, g->pt, g->pb, g->pl, g->pr, with_bias};
-    for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) pe_dnnl_key_add(key, kv[i]);
-}
-
 /* Input: [N, C, H, W], Filter: [M, C/groups, kh, kw], Bias?: [M], Output@GRAD: [N, M, oh, ow] ->
  * Input@GRAD?: [N, C, H, W], Filter@GRAD?: [M, C/groups, kh, kw], Bias@GRAD?: [M] */
 pe_status pe_cpu_conv2d_grad(const pe_op_ctx *ctx) {
@@ -310,7 +282,7 @@ pe_status pe_cpu_conv2d_grad(const pe_op_ctx *ctx) {
     const pe_tensor *x = pe_ctx_in(ctx, "Input"), *f = pe_ctx_in(ctx, "Filter"), *dy = pe_ctx_in(ctx, "Output@GRAD");
     pe_tensor *dx = pe_ctx_out(ctx, "Input@GRAD"), *df = pe_ctx_out(ctx, "Filter@GRAD");
     pe_tensor *db = pe_ctx_out(ctx, "Bias@GRAD");
-    const int nt = kernel_threads(ctx);
+    const int nt = pe_kernel_threads(ctx);
     if (pe_tensor_numel(dy) == 0) { /* empty batch: nothing flows back */
         zero_if(dx);
         zero_if(df);
@@ -320,7 +292,7 @@ pe_status pe_cpu_conv2d_grad(const pe_op_ctx *ctx) {
     if (x->dtype == PE_DTYPE_FP64) {
         if (dx) conv_bwd_data_f64(&g, pe_tensor_data(dy), pe_tensor_data(f), pe_tensor_data(dx), nt);
         if (df || db)
-            conv_bwd_weights_f64(&g, pe_tensor_data(x), pe_tensor_data(dy), data_or_null(df), data_or_null(db), nt);
+            conv_bwd_weights_f64(&g, pe_tensor_data(x), pe_tensor_data(dy), pe_data_or_null(df), pe_data_or_null(db), nt);
         return PE_OK;
     }
     pe_dnnl_key key;
@@ -328,7 +300,7 @@ pe_status pe_cpu_conv2d_grad(const pe_op_ctx *ctx) {
     pe_status st = PE_OK;
     if (dx) {
         conv_bwd_geom cg = {&g, false};
-        conv_key(&key, PE_DNNL_CONV_BWD_DATA, &g, false);
+        pe_conv_key(&key, PE_DNNL_CONV_BWD_DATA, &g, false);
         void *const h[3] = {pe_tensor_data(dy), pe_tensor_data(f), pe_tensor_data(dx)};
         st = pe_dnnl_run_cached(&key, nt, conv_bwd_data_build, &cg, h, &fallback);
         if (st != PE_OK) return pe_ctx_error(ctx, st, "%s", pe_last_error());
@@ -337,12 +309,12 @@ pe_status pe_cpu_conv2d_grad(const pe_op_ctx *ctx) {
     if (df) {
         /* The bias gradient rides along with the weights when both are wanted. */
         conv_bwd_geom cg = {&g, db != NULL};
-        conv_key(&key, PE_DNNL_CONV_BWD_WEIGHTS, &g, db != NULL);
-        void *const h[4] = {pe_tensor_data(x), pe_tensor_data(dy), pe_tensor_data(df), data_or_null(db)};
+        pe_conv_key(&key, PE_DNNL_CONV_BWD_WEIGHTS, &g, db != NULL);
+        void *const h[4] = {pe_tensor_data(x), pe_tensor_data(dy), pe_tensor_data(df), pe_data_or_null(db)};
         st = pe_dnnl_run_cached(&key, nt, conv_bwd_weights_build, &cg, h, &fallback);
         if (st != PE_OK) return pe_ctx_error(ctx, st, "%s", pe_last_error());
         if (fallback)
-            conv_bwd_weights_f32(&g, pe_tensor_data(x), pe_tensor_data(dy), pe_tensor_data(df), data_or_null(db), nt);
+            conv_bwd_weights_f32(&g, pe_tensor_data(x), pe_tensor_data(dy), pe_tensor_data(df), pe_data_or_null(db), nt);
     } else if (db) {
         conv_bwd_weights_f32(&g, pe_tensor_data(x), pe_tensor_data(dy), NULL, pe_tensor_data(db), nt);
     }
@@ -351,19 +323,12 @@ pe_status pe_cpu_conv2d_grad(const pe_op_ctx *ctx) {
 
 /* ---- pool2d_grad -------------------------------------------------------- */
 
-typedef struct pool_bwd_geom {
-    const pe_pool_geom *g;
-    int64_t pb, pr;            /* bottom/right padding as oneDNN needs it (see pe_cpu_pool2d) */
-} pool_bwd_geom;
-
 /* handles: Out@GRAD -> X@GRAD (average pooling only: max needs no workspace here) */
 static pe_status pool_bwd_build(pe_dnnl_entry *e, const void *geom, int nt) {
-    const pool_bwd_geom *pg = geom;
+    const pe_pool_dnnl_geom *pg = geom;
     const pe_pool_geom *g = pg->g;
-    const int64_t sd[4] = {g->n, g->c, g->h, g->w}, dd[4] = {g->n, g->c, g->oh, g->ow};
     dnnl_memory_desc_t src, dst;
-    PE_CHECK(pe_dnnl_md_plain(&src, 4, sd, dnnl_nchw));
-    PE_CHECK(pe_dnnl_md_plain(&dst, 4, dd, dnnl_nchw));
+    PE_CHECK(pe_pool_mds(g, &src, &dst));
     const dnnl_alg_kind_t alg = g->exclusive ? dnnl_pooling_avg_exclude_padding : dnnl_pooling_avg_include_padding;
     dnnl_dims_t strides = {g->sh, g->sw}, kernel = {g->kh, g->kw}, dil = {0, 0};
     dnnl_dims_t pad_l = {g->pt, g->pl}, pad_r = {pg->pb, pg->pr};
@@ -392,20 +357,17 @@ pe_status pe_cpu_pool2d_grad(const pe_op_ctx *ctx) {
         zero_if(dx);
         return PE_OK;
     }
-    const int nt = kernel_threads(ctx);
+    const int nt = pe_kernel_threads(ctx);
     /* Same routing as the forward kernel, plus max pooling on the loops. */
-    const bool empty_window = !g.adaptive && (g.pt >= g.kh || g.pl >= g.kw || (g.oh - 1) * g.sh - g.pt >= g.h ||
-                                              (g.ow - 1) * g.sw - g.pl >= g.w);
     if (x->dtype == PE_DTYPE_FP64) {
         pool_bwd_f64(&g, pe_tensor_data(x), pe_tensor_data(dy), pe_tensor_data(dx), nt);
         return PE_OK;
     }
-    if (g.is_max || g.adaptive || empty_window) {
+    if (g.is_max || g.adaptive || pe_pool_empty_window(&g)) {
         pool_bwd_f32(&g, pe_tensor_data(x), pe_tensor_data(dy), pe_tensor_data(dx), nt);
         return PE_OK;
     }
-    pool_bwd_geom pg = {&g, i64_max(0, (g.oh - 1) * g.sh + g.kh - g.h - g.pt),
-                        i64_max(0, (g.ow - 1) * g.sw + g.kw - g.w - g.pl)};
+    const pe_pool_dnnl_geom pg = pe_pool_dnnl_geom_make(&g);
     pe_dnnl_key key;
     pe_dnnl_key_init(&key, PE_DNNL_POOL_BWD);
     const int64_t kv[] = {g.n, g.c, g.h, g.w, g.kh, g.kw, g.sh, g.sw, g.pt, pg.pb, g.pl, pg.pr, g.exclusive};
@@ -420,23 +382,12 @@ pe_status pe_cpu_pool2d_grad(const pe_op_ctx *ctx) {
 
 /* ---- batch_norm_grad ---------------------------------------------------- */
 
-typedef struct bn_bwd_geom {
-    int ndim;
-    int64_t dims[5];
-    bool global;
-    float eps;
-} bn_bwd_geom;
-
 /* handles: X, mean, variance, Y@GRAD, Scale, Bias -> X@GRAD, Scale@GRAD, Bias@GRAD
  * (oneDNN wants the shift as an input too, though the gradients do not use it) */
 static pe_status bn_bwd_build(pe_dnnl_entry *e, const void *geom, int nt) {
-    const bn_bwd_geom *b = geom;
-    static const dnnl_format_tag_t tags[6] = {dnnl_format_tag_undef, dnnl_format_tag_undef, dnnl_nc, dnnl_ncw,
-                                              dnnl_nchw, dnnl_ncdhw};
-    const int64_t cd[1] = {b->dims[1]};
+    const pe_bn_geom *b = geom;
     dnnl_memory_desc_t data, chan;
-    PE_CHECK(pe_dnnl_md_plain(&data, b->ndim, b->dims, tags[b->ndim]));
-    PE_CHECK(pe_dnnl_md_plain(&chan, 1, cd, dnnl_x));
+    PE_CHECK(pe_bn_mds(b, &data, &chan));
     const unsigned flags = dnnl_use_scale | dnnl_use_shift | (b->global ? dnnl_use_global_stats : 0);
     dnnl_batch_normalization_desc_t fd, bd;
     dnnl_status_t s = dnnl_batch_normalization_forward_desc_init(&fd, dnnl_forward_training, &data, b->eps, flags);
@@ -473,7 +424,7 @@ pe_status pe_cpu_batch_norm_grad(const pe_op_ctx *ctx) {
     pe_tensor *dx = pe_ctx_out(ctx, "X@GRAD"), *dscale = pe_ctx_out(ctx, "Scale@GRAD");
     pe_tensor *dbias = pe_ctx_out(ctx, "Bias@GRAD");
     const double eps = pe_ctx_float(ctx, "epsilon");
-    const int nt = kernel_threads(ctx);
+    const int nt = pe_kernel_threads(ctx);
     const int64_t N = x->dims[0], C = x->dims[1];
     const int64_t S = (N * C) != 0 ? pe_tensor_numel(x) / (N * C) : 0;
 
@@ -487,39 +438,23 @@ pe_status pe_cpu_batch_norm_grad(const pe_op_ctx *ctx) {
     if (x->dtype == PE_DTYPE_FP64 || !dx) {
         if (x->dtype == PE_DTYPE_FP64)
             bn_bwd_f64(pe_tensor_data(x), pe_tensor_data(dy), N, C, S, pe_tensor_data(scale), pe_tensor_data(mean),
-                       pe_tensor_data(stat), global, eps, data_or_null(dx), data_or_null(dscale), data_or_null(dbias),
+                       pe_tensor_data(stat), global, eps, pe_data_or_null(dx), pe_data_or_null(dscale), pe_data_or_null(dbias),
                        nt);
         else
             bn_bwd_f32(pe_tensor_data(x), pe_tensor_data(dy), N, C, S, pe_tensor_data(scale), pe_tensor_data(mean),
-                       pe_tensor_data(stat), global, eps, NULL, data_or_null(dscale), data_or_null(dbias), nt);
+                       pe_tensor_data(stat), global, eps, NULL, pe_data_or_null(dscale), pe_data_or_null(dbias), nt);
         return PE_OK;
     }
 
-    bn_bwd_geom bg = {.ndim = x->ndim, .global = global, .eps = (float)eps};
-    memcpy(bg.dims, x->dims, (size_t)x->ndim * sizeof bg.dims[0]);
+    const pe_bn_geom bg = pe_bn_geom_make(x, global, eps);
     pe_dnnl_key key;
-    pe_dnnl_key_init(&key, PE_DNNL_BNORM_BWD);
-    pe_dnnl_key_add(&key, bg.ndim);
-    for (int i = 0; i < bg.ndim; i++) pe_dnnl_key_add(&key, bg.dims[i]);
-    uint32_t eps_bits;
-    memcpy(&eps_bits, &bg.eps, sizeof eps_bits);
-    pe_dnnl_key_add(&key, global);
-    pe_dnnl_key_add(&key, eps_bits);
-
-    pe_dnnl_entry *e = NULL;
-    pe_status st = pe_dnnl_acquire(&key, nt, &e);
+    pe_bn_key(&key, PE_DNNL_BNORM_BWD, &bg);
+    pe_dnnl_entry *e;
+    pe_status st = pe_dnnl_acquire_built(&key, nt, bn_bwd_build, &bg, &e);
     if (st != PE_OK) return pe_ctx_error(ctx, st, "%s", pe_last_error());
-    if (!pe_dnnl_entry_ready(e)) {
-        st = bn_bwd_build(e, &bg, nt);
-        if (st != PE_OK && !pe_dnnl_entry_unsupported(e)) {
-            pe_dnnl_discard(e);
-            return pe_ctx_error(ctx, st, "%s", pe_last_error());
-        }
-    }
-    if (pe_dnnl_entry_unsupported(e)) {
-        pe_dnnl_release(e);
+    if (!e) {
         bn_bwd_f32(pe_tensor_data(x), pe_tensor_data(dy), N, C, S, pe_tensor_data(scale), pe_tensor_data(mean),
-                   pe_tensor_data(stat), global, eps, pe_tensor_data(dx), data_or_null(dscale), data_or_null(dbias),
+                   pe_tensor_data(stat), global, eps, pe_tensor_data(dx), pe_data_or_null(dscale), pe_data_or_null(dbias),
                    nt);
         return PE_OK;
     }

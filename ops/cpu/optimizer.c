@@ -27,6 +27,7 @@
  * for any thread count.
  */
 #include "ops/op.h"
+#include "ops/cpu/par.h"
 
 #include <math.h>
 #include <string.h>
@@ -36,7 +37,6 @@
 /* The squared-sum of a tensor this large is split into this many chunks. */
 #define NORM_CHUNKS 64
 
-static int nthreads(const pe_op_ctx *ctx) { return ctx->num_threads > 0 ? ctx->num_threads : 1; }
 
 /* for i in [0, n): BODY — on nt OpenMP threads when n is large. */
 #define FOR_ELEMS(n, nt, ...)                                                  \
@@ -80,9 +80,9 @@ pe_status pe_cpu_sgd(const pe_op_ctx *ctx) {
     double lr = get_scalar(pe_ctx_in(ctx, "LearningRate"));
     int64_t n = pe_tensor_numel(p);
     if (p->dtype == PE_DTYPE_FP32)
-        sgd_f32(pe_tensor_data(po), pe_tensor_data(p), pe_tensor_data(g), lr, n, nthreads(ctx));
+        sgd_f32(pe_tensor_data(po), pe_tensor_data(p), pe_tensor_data(g), lr, n, pe_kernel_threads(ctx));
     else
-        sgd_f64(pe_tensor_data(po), pe_tensor_data(p), pe_tensor_data(g), lr, n, nthreads(ctx));
+        sgd_f64(pe_tensor_data(po), pe_tensor_data(p), pe_tensor_data(g), lr, n, pe_kernel_threads(ctx));
     return PE_OK;
 }
 
@@ -112,10 +112,10 @@ pe_status pe_cpu_momentum(const pe_op_ctx *ctx) {
     int64_t n = pe_tensor_numel(p);
     if (p->dtype == PE_DTYPE_FP32)
         momentum_f32(pe_tensor_data(po), pe_tensor_data(vo), pe_tensor_data(p), pe_tensor_data(g), pe_tensor_data(v),
-                     lr, mu, nesterov, n, nthreads(ctx));
+                     lr, mu, nesterov, n, pe_kernel_threads(ctx));
     else
         momentum_f64(pe_tensor_data(po), pe_tensor_data(vo), pe_tensor_data(p), pe_tensor_data(g), pe_tensor_data(v),
-                     lr, mu, nesterov, n, nthreads(ctx));
+                     lr, mu, nesterov, n, pe_kernel_threads(ctx));
     return PE_OK;
 }
 
@@ -156,10 +156,10 @@ pe_status pe_cpu_adam(const pe_op_ctx *ctx) {
     int64_t n = pe_tensor_numel(p);
     if (p->dtype == PE_DTYPE_FP32)
         adam_f32(pe_tensor_data(po), pe_tensor_data(m1o), pe_tensor_data(m2o), pe_tensor_data(p), pe_tensor_data(g),
-                 pe_tensor_data(m1), pe_tensor_data(m2), &c, n, nthreads(ctx));
+                 pe_tensor_data(m1), pe_tensor_data(m2), &c, n, pe_kernel_threads(ctx));
     else
         adam_f64(pe_tensor_data(po), pe_tensor_data(m1o), pe_tensor_data(m2o), pe_tensor_data(p), pe_tensor_data(g),
-                 pe_tensor_data(m1), pe_tensor_data(m2), &c, n, nthreads(ctx));
+                 pe_tensor_data(m1), pe_tensor_data(m2), &c, n, pe_kernel_threads(ctx));
     if (b1po) set_scalar(b1po, b1p * b1);
     if (b2po) set_scalar(b2po, b2p * b2);
     return PE_OK;
@@ -218,7 +218,7 @@ SCALE_LOOP(scale_f32, float)
 SCALE_LOOP(scale_f64, double)
 
 pe_status pe_cpu_clip_by_global_norm(const pe_op_ctx *ctx) {
-    const int n = pe_ctx_n_in(ctx, "X"), nt = nthreads(ctx);
+    const int n = pe_ctx_n_in(ctx, "X"), nt = pe_kernel_threads(ctx);
     const double max_norm = pe_ctx_float(ctx, "max_global_norm");
     double total = 0;
     for (int k = 0; k < n; k++) total += sumsq(pe_ctx_in_at(ctx, "X", k), nt);

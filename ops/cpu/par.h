@@ -15,7 +15,12 @@
 #ifndef PE_OPS_CPU_PAR_H
 #define PE_OPS_CPU_PAR_H
 
+#include "ops/op.h"
+
 #include <stdint.h>
+
+/* The thread count a kernel may fork: ctx->num_threads, at least 1. */
+static inline int pe_kernel_threads(const pe_op_ctx *ctx) { return ctx->num_threads > 0 ? ctx->num_threads : 1; }
 
 /* Below this many elements of work a loop stays on the calling thread. */
 #define PE_PAR_MIN 32768

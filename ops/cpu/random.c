@@ -22,15 +22,13 @@ static uint64_t stream_key(const pe_op_ctx *ctx) {
     return pe_rng_key(ctx->program_seed, pe_ctx_int(ctx, "seed"), pe_ctx_out_name(ctx, "Out", 0));
 }
 
-static int nthreads(const pe_op_ctx *ctx) { return ctx->num_threads > 0 ? ctx->num_threads : 1; }
-
 /* () -> out: [shape...] ~ U[min, max) */
 pe_status pe_cpu_uniform_random(const pe_op_ctx *ctx) {
     pe_tensor *out = pe_ctx_out(ctx, "Out");
     int64_t n = pe_tensor_numel(out);
     uint64_t key = stream_key(ctx);
     double lo = pe_ctx_float(ctx, "min"), hi = pe_ctx_float(ctx, "max"), w = hi - lo;
-    const int nt = nthreads(ctx);
+    const int nt = pe_kernel_threads(ctx);
     if (out->dtype == PE_DTYPE_FP32) {
         float *o = pe_tensor_data(out);
         /* the largest float below max: the value a draw rounding up to max takes */
@@ -50,37 +48,26 @@ pe_status pe_cpu_uniform_random(const pe_op_ctx *ctx) {
     return PE_OK;
 }
 
-/* () -> out: [shape...] ~ N(mean, std^2) (Box-Muller) */
-pe_status pe_cpu_gaussian_random(const pe_op_ctx *ctx) {
+/* out[i] = mean + std * draw(key, i), for both normal distributions below. */
+static pe_status fill_normal(const pe_op_ctx *ctx, double (*draw)(uint64_t key, uint64_t i)) {
     pe_tensor *out = pe_ctx_out(ctx, "Out");
     int64_t n = pe_tensor_numel(out);
     uint64_t key = stream_key(ctx);
     double mean = pe_ctx_float(ctx, "mean"), sd = pe_ctx_float(ctx, "std");
-    const int nt = nthreads(ctx);
+    const int nt = pe_kernel_threads(ctx);
     if (out->dtype == PE_DTYPE_FP32) {
         float *o = pe_tensor_data(out);
-        PE_PAR_FOR(n > PAR_ELEMS && nt > 1, i, n, { o[i] = (float)(mean + sd * pe_rng_normal(key, (uint64_t)i)); });
+        PE_PAR_FOR(n > PAR_ELEMS && nt > 1, i, n, { o[i] = (float)(mean + sd * draw(key, (uint64_t)i)); });
     } else {
         double *o = pe_tensor_data(out);
-        PE_PAR_FOR(n > PAR_ELEMS && nt > 1, i, n, { o[i] = mean + sd * pe_rng_normal(key, (uint64_t)i); });
+        PE_PAR_FOR(n > PAR_ELEMS && nt > 1, i, n, { o[i] = mean + sd * draw(key, (uint64_t)i); });
     }
     return PE_OK;
 }
 
+/* () -> out: [shape...] ~ N(mean, std^2) (Box-Muller) */
+pe_status pe_cpu_gaussian_random(const pe_op_ctx *ctx) { return fill_normal(ctx, pe_rng_normal); }
+
 /* () -> out: [shape...] ~ N(mean, std^2) restricted to [mean - 2 std, mean + 2 std]
  * (inverse-CDF of a uniform in [Phi(-2), Phi(2)), as Paddle) */
-pe_status pe_cpu_truncated_gaussian_random(const pe_op_ctx *ctx) {
-    pe_tensor *out = pe_ctx_out(ctx, "Out");
-    int64_t n = pe_tensor_numel(out);
-    uint64_t key = stream_key(ctx);
-    double mean = pe_ctx_float(ctx, "mean"), sd = pe_ctx_float(ctx, "std");
-    const int nt = nthreads(ctx);
-    if (out->dtype == PE_DTYPE_FP32) {
-        float *o = pe_tensor_data(out);
-        PE_PAR_FOR(n > PAR_ELEMS && nt > 1, i, n, { o[i] = (float)(mean + sd * pe_rng_truncated_normal(key, (uint64_t)i)); });
-    } else {
-        double *o = pe_tensor_data(out);
-        PE_PAR_FOR(n > PAR_ELEMS && nt > 1, i, n, { o[i] = mean + sd * pe_rng_truncated_normal(key, (uint64_t)i); });
-    }
-    return PE_OK;
-}
+pe_status pe_cpu_truncated_gaussian_random(const pe_op_ctx *ctx) { return fill_normal(ctx, pe_rng_truncated_normal); }
