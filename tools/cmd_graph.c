@@ -25,7 +25,6 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/stat.h>
 
 typedef struct graph_args {
@@ -35,82 +34,6 @@ typedef struct graph_args {
     const char **fetch; /* [argc] */
     int n_fetch;
 } graph_args;
-
-static int parse_bool(const char *cmd, const char *key, const char *v, bool *out) {
-    if (!strcmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "on") || !strcasecmp(v, "yes")) *out = true;
-    else if (!strcmp(v, "0") || !strcasecmp(v, "false") || !strcasecmp(v, "off") || !strcasecmp(v, "no")) *out = false;
-    else return pe_tool_usage_error(cmd, "--strategy %s=%s: the value must be 1/0 (true/false, on/off)", key, v);
-    return PE_EXIT_OK;
-}
-
-/* "k=v,k=v": BuildStrategy fields by Paddle's names (tools/tool.h). */
-int pe_tool_parse_strategy(const char *cmd, const char *spec, pe_build_strategy *bs) {
-    static const struct {
-        const char *name;
-        size_t off;
-    } k_bools[] = {
-        {"fuse_gemm_epilogue", offsetof(pe_build_strategy, fuse_gemm_epilogue)},
-        {"fuse_elewise_add_act_ops", offsetof(pe_build_strategy, fuse_elewise_add_act_ops)},
-        {"fuse_all_optimizer_ops", offsetof(pe_build_strategy, fuse_all_optimizer_ops)},
-        {"fuse_all_reduce_ops", offsetof(pe_build_strategy, fuse_all_reduce_ops)},
-        {"enable_inplace", offsetof(pe_build_strategy, enable_inplace)},
-        {"memory_optimize", offsetof(pe_build_strategy, memory_optimize)},
-        {"enable_sequential_execution", offsetof(pe_build_strategy, enable_sequential_execution)},
-    };
-    char buf[1024];
-    if (strlen(spec) >= sizeof buf) return pe_tool_usage_error(cmd, "--strategy value is too long");
-    strcpy(buf, spec);
-    for (char *save = NULL, *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
-        char *eq = strchr(item, '=');
-        if (!eq || eq == item) return pe_tool_usage_error(cmd, "--strategy item '%s' is not KEY=VALUE", item);
-        *eq = '\0';
-        const char *key = item, *v = eq + 1;
-        bool done = false;
-        for (size_t i = 0; i < sizeof k_bools / sizeof k_bools[0] && !done; i++)
-            if (!strcmp(key, k_bools[i].name)) {
-                int rc = parse_bool(cmd, key, v, (bool *)((char *)bs + k_bools[i].off));
-                if (rc != PE_EXIT_OK) return rc;
-                done = true;
-            }
-        if (done) continue;
-        if (!strcmp(key, "reduce_strategy")) {
-            if (!strcmp(v, "all_reduce") || !strcmp(v, "allreduce")) bs->reduce_strategy = PE_REDUCE_ALL_REDUCE;
-            else if (!strcmp(v, "reduce")) bs->reduce_strategy = PE_REDUCE_REDUCE;
-            else return pe_tool_usage_error(cmd, "--strategy reduce_strategy=%s: all_reduce or reduce", v);
-        } else if (!strcmp(key, "gradient_scale_strategy")) {
-            if (!strcmp(v, "batch_share")) bs->gradient_scale_strategy = PE_GRAD_SCALE_BATCH_SHARE;
-            else if (!strcmp(v, "coeff_num_device")) bs->gradient_scale_strategy = PE_GRAD_SCALE_COEFF_NUM_DEVICE;
-            else if (!strcmp(v, "one")) bs->gradient_scale_strategy = PE_GRAD_SCALE_ONE;
-            else if (!strcmp(v, "customized")) bs->gradient_scale_strategy = PE_GRAD_SCALE_CUSTOMIZED;
-            else
-                return pe_tool_usage_error(cmd, "--strategy gradient_scale_strategy=%s: batch_share, "
-                                           "coeff_num_device, one or customized", v);
-        } else {
-            return pe_tool_usage_error(cmd, "--strategy: unknown key '%s' (fuse_gemm_epilogue, "
-                                       "fuse_elewise_add_act_ops, fuse_all_optimizer_ops, fuse_all_reduce_ops, "
-                                       "enable_inplace, memory_optimize, enable_sequential_execution, "
-                                       "reduce_strategy, gradient_scale_strategy)", key);
-        }
-    }
-    return PE_EXIT_OK;
-}
-
-static int parse_places(const char *v, int *n) {
-    if (!strcmp(v, "cpu") || !strcmp(v, "cpu:0")) {
-        *n = 1;
-        return PE_EXIT_OK;
-    }
-    if (!strncmp(v, "cpu:", 4)) {
-        char *end;
-        errno = 0;
-        long k = strtol(v + 4, &end, 10);
-        if (v[4] && !*end && !errno && k >= 1 && k <= 64) {
-            *n = (int)k;
-            return PE_EXIT_OK;
-        }
-    }
-    return pe_tool_usage_error("graph", "--places '%s' is not a place list: use cpu or cpu:N with N from 1 to 64", v);
-}
 
 static int parse_args(int argc, char **argv, graph_args *a) {
     bool only_pos = false;
@@ -138,16 +61,9 @@ static int parse_args(int argc, char **argv, graph_args *a) {
         SINGLE_FLAG("--dump-dir", dump_dir)
         SINGLE_FLAG("--loss", loss)
 #undef SINGLE_FLAG
-        if ((r = pe_tool_flag(argc, argv, &i, "--places", &v)) != 0) {
-            if (r < 0) return pe_tool_usage_error("graph", "--places needs a value (cpu:N)");
-            int rc = parse_places(v, &a->n_places);
-            if (rc != PE_EXIT_OK) return rc;
-            continue;
-        }
-        if ((r = pe_tool_flag(argc, argv, &i, "--strategy", &v)) != 0) {
-            if (r < 0 || !*v) return pe_tool_usage_error("graph", "--strategy needs KEY=VALUE[,KEY=VALUE...]");
-            int rc = pe_tool_parse_strategy("graph", v, &a->bs);
-            if (rc != PE_EXIT_OK) return rc;
+        if (pe_tool_places_flag("graph", argc, argv, &i, &a->n_places, &r) ||
+            pe_tool_strategy_flag("graph", argc, argv, &i, &a->bs, &r)) {
+            if (r != PE_EXIT_OK) return r;
             continue;
         }
         if ((r = pe_tool_flag(argc, argv, &i, "--fetch", &v)) != 0) {

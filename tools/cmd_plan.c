@@ -71,10 +71,9 @@ static int parse_args(int argc, char **argv, plan_args *a) {
         if (!strcmp(arg, "--no-reuse")) { a->no_reuse = true; continue; }
         if (!strcmp(arg, "--verbose")) { a->verbose = true; continue; }
         if (!strcmp(arg, "--activations")) { a->activations = true; continue; }
-        if ((r = pe_tool_flag(argc, argv, &i, "--strategy", &v)) != 0) {
-            if (r < 0 || !*v) return pe_tool_usage_error("plan", "--strategy needs KEY=VALUE[,KEY=VALUE...]");
-            int rc = pe_tool_parse_strategy("plan", v, &a->bs);
-            if (rc != PE_EXIT_OK) return rc;
+        if (pe_tool_places_flag("plan", argc, argv, &i, &a->n_places, &r) ||
+            pe_tool_strategy_flag("plan", argc, argv, &i, &a->bs, &r)) {
+            if (r != PE_EXIT_OK) return r;
             continue;
         }
         if ((r = pe_tool_flag(argc, argv, &i, "--loss", &v)) != 0) {
@@ -86,19 +85,6 @@ static int parse_args(int argc, char **argv, plan_args *a) {
             if (r < 0 || !*v) return pe_tool_usage_error("plan", "--startup needs a program file");
             if (a->startup) return pe_tool_usage_error("plan", "--startup given twice");
             a->startup = v;
-            continue;
-        }
-        if ((r = pe_tool_flag(argc, argv, &i, "--places", &v)) != 0) {
-            if (r < 0) return pe_tool_usage_error("plan", "--places needs a value (cpu:N)");
-            int64_t n = 1;
-            if (strcmp(v, "cpu") && strcmp(v, "cpu:0")) {
-                if (strncmp(v, "cpu:", 4))
-                    return pe_tool_usage_error("plan", "--places '%s' is not a place list: use cpu:N with N from 1 to %d",
-                                               v, 64);
-                int rc = parse_int("--places", v + 4, 1, 64, &n);
-                if (rc != PE_EXIT_OK) return rc;
-            }
-            a->n_places = (int)n;
             continue;
         }
         if ((r = pe_tool_flag(argc, argv, &i, "--batch", &v)) != 0) {

@@ -47,25 +47,6 @@ typedef struct run_args {
 
 /* "cpu", "cpu:0", "cpu:1" = one place; "cpu:N" = N CPU places run by the
  * ParallelExecutor (feeds split along axis 0, fetches concatenated). */
-static int parse_places(const char *v, int *n_places) {
-    if (!strcmp(v, "cpu") || !strcmp(v, "cpu:0") || !strcmp(v, "cpu:1")) {
-        *n_places = 1;
-        return PE_EXIT_OK;
-    }
-    if (!strncmp(v, "cpu:", 4)) {
-        char *end;
-        errno = 0;
-        long n = strtol(v + 4, &end, 10);
-        if (v[4] && !*end && !errno && n > 1 && n <= 64) {
-            *n_places = (int)n;
-            return PE_EXIT_OK;
-        }
-    }
-    if (!strncmp(v, "cuda", 4) || !strncmp(v, "gpu", 3))
-        return pe_tool_usage_error("run", "--places %s: CUDA places are not supported by 'pe run' yet (use cpu:N)", v);
-    return pe_tool_usage_error("run", "--places '%s' is not a place list: use cpu, cpu:0, or cpu:N with N from 1 to 64", v);
-}
-
 static int parse_args(int argc, char **argv, run_args *a) {
     bool only_pos = false;
     for (int i = 1; i < argc; i++) {
@@ -94,10 +75,8 @@ static int parse_args(int argc, char **argv, run_args *a) {
         SINGLE_FLAG("--out", out_dir)
         SINGLE_FLAG("--backward", backward)
 #undef SINGLE_FLAG
-        if ((r = pe_tool_flag(argc, argv, &i, "--places", &v)) != 0) {
-            if (r < 0) return pe_tool_usage_error("run", "--places needs a value");
-            int rc = parse_places(v, &a->n_places);
-            if (rc != PE_EXIT_OK) return rc;
+        if (pe_tool_places_flag("run", argc, argv, &i, &a->n_places, &r)) {
+            if (r != PE_EXIT_OK) return r;
             continue;
         }
         if ((r = pe_tool_flag(argc, argv, &i, "--feed", &v)) != 0) {

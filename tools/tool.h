@@ -67,7 +67,19 @@ bool pe_tool_is_flag(const char *arg);
 /* --strategy "KEY=VALUE,...": BuildStrategy fields by Paddle's names
  * (fuse_gemm_epilogue=1, memory_optimize=0, reduce_strategy=reduce, ...)
  * into *bs (fields not named keep their value). Usage errors name `cmd`;
- * returns PE_EXIT_OK or PE_EXIT_USAGE. (tools/cmd_graph.c) */
+ * returns PE_EXIT_OK or PE_EXIT_USAGE. (tools/args.c, like the rest below) */
 int pe_tool_parse_strategy(const char *cmd, const char *spec, pe_build_strategy *bs);
+/* --places "cpu" | "cpu:0" (1 place) | "cpu:N" (N places, 1..64) into
+ * *n_places; returns PE_EXIT_OK or PE_EXIT_USAGE (a usage error naming cmd). */
+int pe_tool_parse_places(const char *cmd, const char *v, int *n_places);
+/* A step of a command's argument loop: false when argv[*i] is not the flag;
+ * else true with its value parsed (into *n_places / *bs; it may follow as
+ * the next argument or after '=') and *rc PE_EXIT_OK or PE_EXIT_USAGE:
+ *     if (pe_tool_places_flag("graph", argc, argv, &i, &a->n_places, &rc)) {
+ *         if (rc != PE_EXIT_OK) return rc;
+ *         continue;
+ *     } */
+bool pe_tool_places_flag(const char *cmd, int argc, char **argv, int *i, int *n_places, int *rc);
+bool pe_tool_strategy_flag(const char *cmd, int argc, char **argv, int *i, pe_build_strategy *bs, int *rc);
 
 #endif
