@@ -14,7 +14,7 @@
  * bitwise repeatable run to run); otherwise a visible "SKIPPED:" line. What
  * runs everywhere: the factory's errors for CUDA places it cannot serve.
  */
-#include "tests/unit/op_test_util.h"
+#include "tests/unit/gpu_skip.h"
 #include "runtime/comm/comm.h"
 #include "runtime/internal.h"
 
@@ -357,14 +357,6 @@ static void test_inproc_concurrent_collectives(void **state) {
 
 /* ---- factory ---------------------------------------------------------------- */
 
-static int gpu_count(void) {
-#ifdef PE_WITH_CUDA
-    return pe_cuda_device_count();
-#else
-    return 0;
-#endif
-}
-
 static void test_factory_cpu(void **state) {
     (void)state;
     pe_place places[4] = {pe_place_cpu(0), pe_place_cpu(1), pe_place_cpu(2), pe_place_cpu(3)};
@@ -422,7 +414,7 @@ static void test_factory_errors(void **state) {
     assert_null(pe_comm_new_for_places(cpu, PE_MAX_PLACES + 1, 1));
 
     /* CUDA places this machine / build cannot serve */
-    int g = gpu_count();
+    int g = tu_gpu_count();
     pe_place past[2] = {pe_place_cuda(0), pe_place_cuda(g)};
     assert_null(pe_comm_new_for_places(past, 2, 1));
 #ifdef PE_WITH_CUDA
@@ -440,22 +432,6 @@ static void test_factory_errors(void **state) {
 }
 
 /* ---- NCCL --------------------------------------------------------------------- */
-
-#ifdef PE_WITH_CUDA
-#define NO_GPU_REASON "no CUDA GPU on this machine"
-#else
-#define NO_GPU_REASON "PE was built without CUDA"
-#endif
-
-#define NEED_GPUS(n)                                                                                \
-    do {                                                                                            \
-        if (gpu_count() < (n)) {                                                                    \
-            printf("SKIPPED: no CUDA GPU: %s: " NO_GPU_REASON " (test_comm; %d device(s), %d needed)\n", \
-                   __func__, gpu_count(), (n));                                                     \
-            fflush(stdout);                                                                         \
-            skip();                                                                                 \
-        }                                                                                           \
-    } while (0)
 
 #ifdef PE_WITH_NCCL
 /* Device copies of host buffers h[0..n) on cuda:0..n-1. */
@@ -498,13 +474,13 @@ static void assert_close_sum(const void *got, const void *want, void *const *in,
 
 static void test_nccl_matches_cpu(void **state) {
     (void)state;
-    NEED_GPUS(2);
+    TU_NEED_GPUS(2, "test_comm");
 #ifndef PE_WITH_NCCL
     printf("SKIPPED: %s: PE was built with CUDA but without NCCL\n", __func__);
     fflush(stdout);
     skip();
 #else
-    int gmax = gpu_count() < 4 ? gpu_count() : 4;
+    int gmax = tu_gpu_count() < 4 ? tu_gpu_count() : 4;
     static const int64_t sizes[] = {1, 2047, 2049, 65537, (1 << 20) + 5};
     bufset h, got;
     bufset_init(&h, (size_t)MAX_NUMEL * 8);
@@ -619,7 +595,7 @@ static void *gpu_worker_main(void *arg) {
 /* Two pthreads allreducing different vars through one NCCL comm. */
 static void test_nccl_concurrent(void **state) {
     (void)state;
-    NEED_GPUS(2);
+    TU_NEED_GPUS(2, "test_comm");
 #ifndef PE_WITH_NCCL
     printf("SKIPPED: %s: PE was built with CUDA but without NCCL\n", __func__);
     fflush(stdout);

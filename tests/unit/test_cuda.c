@@ -12,7 +12,7 @@
  * GPU, or an id past the visible devices) gives clear errors from the
  * executor, the allocator, tensors and copies, and changes no accounting.
  */
-#include "tests/unit/op_test_util.h"
+#include "tests/unit/gpu_skip.h"
 #include "ops/op.h"
 #include "runtime/internal.h"
 
@@ -20,31 +20,6 @@
 #include <string.h>
 
 /* ---- helpers ------------------------------------------------------------ */
-
-static int gpu_count(void) {
-#ifdef PE_WITH_CUDA
-    return pe_cuda_device_count();
-#else
-    return 0;
-#endif
-}
-
-#ifdef PE_WITH_CUDA
-#define NO_GPU_REASON "no CUDA GPU on this machine"
-#else
-#define NO_GPU_REASON "PE was built without CUDA"
-#endif
-
-/* Skips the calling test, visibly, when there is no GPU to run it on. */
-#define NEED_GPU(n)                                                                       \
-    do {                                                                                  \
-        if (gpu_count() < (n)) {                                                          \
-            printf("SKIPPED: %s: " NO_GPU_REASON " (test_cuda; %d device(s), %d needed)\n", \
-                   __func__, gpu_count(), (n));                                           \
-            fflush(stdout);                                                               \
-            skip();                                                                       \
-        }                                                                                 \
-    } while (0)
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
 
@@ -122,10 +97,10 @@ static double tol_of(pe_dtype dt) {
 
 static void test_cuda_unusable_place_errors(void **state) {
     (void)state;
-    int n = gpu_count();
+    int n = tu_gpu_count();
     assert_true(n >= 0);
-    assert_int_equal(gpu_count(), n); /* stable */
-    if (n == 0) printf("test_cuda: %s: checking that CUDA places fail with clear errors\n", NO_GPU_REASON);
+    assert_int_equal(tu_gpu_count(), n); /* stable */
+    if (n == 0) printf("test_cuda: %s: checking that CUDA places fail with clear errors\n", TU_NO_GPU_REASON);
     pe_place bad = pe_place_cuda(n); /* always past the visible devices */
     char name[32];
     snprintf(name, sizeof name, "cuda:%d", n);
@@ -174,7 +149,7 @@ static void test_cuda_unusable_place_errors(void **state) {
 
 static void test_cuda_alloc_accounting(void **state) {
     (void)state;
-    NEED_GPU(1);
+    TU_NEED_GPUS(1, "test_cuda");
     pe_place p = pe_place_cuda(0);
     pe_alloc_stats s0 = pe_alloc_get_stats(p);
     void *a = pe_place_alloc(p, 1000);
@@ -204,7 +179,7 @@ static void test_cuda_alloc_accounting(void **state) {
 
 static void test_cuda_copy_roundtrip(void **state) {
     (void)state;
-    NEED_GPU(1);
+    TU_NEED_GPUS(1, "test_cuda");
     pe_place g0 = pe_place_cuda(0);
     pe_tensor *h = rand_tensor(PE_DTYPE_FP64, 2, (int64_t[]){7, 13}, false);
     pe_tensor *d = pe_tensor_new(), *d2 = pe_tensor_new(), *back = pe_tensor_new();
@@ -222,7 +197,7 @@ static void test_cuda_copy_roundtrip(void **state) {
     assert_int_equal(pe_memcpy_places(dst, pe_place_cpu(0), (char *)pe_tensor_data(d) + 3, g0, 37), PE_OK);
     assert_memory_equal(dst, src, 37);
     assert_int_equal(sync0(), PE_OK);
-    if (gpu_count() >= 2) { /* peer copy cuda:0 -> cuda:1 -> host */
+    if (tu_gpu_count() >= 2) { /* peer copy cuda:0 -> cuda:1 -> host */
         pe_tensor *d1 = pe_tensor_new(), *back1 = pe_tensor_new();
         assert_int_equal(pe_tensor_copy(d1, d2, pe_place_cuda(1)), PE_OK);
         assert_int_equal(pe_tensor_copy(back1, d1, pe_place_cpu(0)), PE_OK);
@@ -245,7 +220,7 @@ static void *stream_of_0(void *arg) {
 
 static void test_cuda_stream_per_device(void **state) {
     (void)state;
-    NEED_GPU(1);
+    TU_NEED_GPUS(1, "test_cuda");
 #ifdef PE_WITH_CUDA
     /* Lazily created once, under concurrency: every thread sees the same stream. */
     enum { T = 8 };
@@ -256,7 +231,7 @@ static void test_cuda_stream_per_device(void **state) {
     void *s = pe_cuda_stream(0);
     assert_non_null(s);
     for (int i = 0; i < T; i++) assert_ptr_equal(got[i], s);
-    if (gpu_count() >= 2) assert_ptr_not_equal(pe_cuda_stream(1), s);
+    if (tu_gpu_count() >= 2) assert_ptr_not_equal(pe_cuda_stream(1), s);
     assert_int_equal(pe_cuda_sync(0), PE_OK);
 #endif
 }
@@ -316,10 +291,10 @@ static void run_binary_cases(const char *type) {
         }
 }
 
-static void test_cuda_elementwise_add(void **state) { (void)state; NEED_GPU(1); run_binary_cases("elementwise_add"); }
-static void test_cuda_elementwise_sub(void **state) { (void)state; NEED_GPU(1); run_binary_cases("elementwise_sub"); }
-static void test_cuda_elementwise_mul(void **state) { (void)state; NEED_GPU(1); run_binary_cases("elementwise_mul"); }
-static void test_cuda_elementwise_div(void **state) { (void)state; NEED_GPU(1); run_binary_cases("elementwise_div"); }
+static void test_cuda_elementwise_add(void **state) { (void)state; TU_NEED_GPUS(1, "test_cuda"); run_binary_cases("elementwise_add"); }
+static void test_cuda_elementwise_sub(void **state) { (void)state; TU_NEED_GPUS(1, "test_cuda"); run_binary_cases("elementwise_sub"); }
+static void test_cuda_elementwise_mul(void **state) { (void)state; TU_NEED_GPUS(1, "test_cuda"); run_binary_cases("elementwise_mul"); }
+static void test_cuda_elementwise_div(void **state) { (void)state; TU_NEED_GPUS(1, "test_cuda"); run_binary_cases("elementwise_div"); }
 
 /* Unary cases: op, X dims, scale attrs (scale ops only). */
 typedef struct {
@@ -344,7 +319,7 @@ static const un_case k_un_cases[] = {
 
 static void test_cuda_unary_ops(void **state) {
     (void)state;
-    NEED_GPU(1);
+    TU_NEED_GPUS(1, "test_cuda");
     static const pe_dtype dts[] = {PE_DTYPE_FP32, PE_DTYPE_FP64, PE_DTYPE_INT32, PE_DTYPE_INT64};
     for (size_t c = 0; c < sizeof k_un_cases / sizeof k_un_cases[0]; c++)
         for (int k = 0; k < 4; k++) {
@@ -382,7 +357,7 @@ static void test_cuda_unary_ops(void **state) {
  * run allocates nothing on the GPU. */
 static void test_cuda_executor_chain_steady_state(void **state) {
     (void)state;
-    NEED_GPU(1);
+    TU_NEED_GPUS(1, "test_cuda");
     pe_tensor *x = rand_tensor(PE_DTYPE_FP32, 2, (int64_t[]){16, 33}, false);
     pe_tensor *b = rand_tensor(PE_DTYPE_FP32, 1, (int64_t[]){33}, false);
     pe_program *p = pe_program_new();
@@ -425,7 +400,7 @@ static void test_cuda_executor_chain_steady_state(void **state) {
  * instead of reading host memory as device memory. */
 static void test_cuda_kernel_rejects_cpu_input(void **state) {
     (void)state;
-    NEED_GPU(1);
+    TU_NEED_GPUS(1, "test_cuda");
     pe_program *p = pe_program_new();
     pe_op *op = pe_block_add_op(&p->blocks[0], "relu");
     assert_int_equal(pe_op_add_input(op, "X", "x"), PE_OK);
