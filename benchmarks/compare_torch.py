@@ -124,7 +124,8 @@ def torch_model(torch, model, init):
         for tp, v in zip(tparams, init):
             v = v.T if v.ndim == 2 else v
             if tuple(tp.shape) != v.shape:
-                raise SystemExit("compare_torch: PE parameter shape %s does not fit torch %s" % (v.shape, tuple(tp.shape)))
+                raise SystemExit("compare_torch: PE parameter shape %s does not fit torch %s"
+                                 % (v.shape, tuple(tp.shape)))
             tp.copy_(torch.from_numpy(np.ascontiguousarray(v)))
     return net
 
@@ -208,17 +209,20 @@ def main(argv=None):
                     q = run_worker(args, "torch", m, init, t)
                     res[m][t].append(q)
                     meta["torch"] = q["version"]
-                fmt = lambda w: "%.0f (busy %.1f, waiting %.1f)" % (w["samples_per_s"], w["busy"], w["waiting"])  # noqa: E731
+                fmt = lambda w: "%.0f (busy %.1f, waiting %.1f)" % (  # noqa: E731
+                    w["samples_per_s"], w["busy"], w["waiting"])
                 print("round %d/%d %s, load %.1f: PE %s; torch %s" % (
                     r + 1, args.rounds, m, os.getloadavg()[0], fmt(p),
                     "; ".join("%d thr %s" % (t, fmt(res[m][t][-1])) for t in threads)), flush=True)
 
     med = lambda rs: statistics.median(x["samples_per_s"] for x in rs)  # noqa: E731
-    print("\nTraining throughput, samples/s (median of %d rounds, same batches and initial weights); batch %d, momentum %g lr %g, "
-          "%d cores, PE on CPU_NUM=%d places, PyTorch %s"
+    cpu_us = lambda rs: statistics.median(x["busy"] / x["samples_per_s"] * 1e6 for x in rs)  # noqa: E731
+    print("\nTraining throughput, samples/s (median of %d rounds, same batches and initial weights); "
+          "batch %d, momentum %g lr %g, %d cores, PE on CPU_NUM=%d places, PyTorch %s"
           % (args.rounds, BATCH, MOMENTUM, LR, args.cores, meta["places"], meta["torch"]))
     head = "| model | PE | " + " | ".join("torch %d thr" % t for t in threads) + \
-        " | best torch | PE / best torch | mean loss PE / torch |"
+        " | best torch | PE / best torch | CPU µs per sample PE / " + \
+        " / ".join("torch %d thr" % t for t in threads) + " | mean loss PE / torch |"
     print(head)
     print("|" + " --- |" * (head.count("|") - 1))
     speed = {}
@@ -227,11 +231,13 @@ def main(argv=None):
         t_sps = {t: med(res[m][t]) for t in threads}
         best = max(t_sps, key=t_sps.get)
         speed[m] = pe_sps / t_sps[best]
-        print("| %s | %.0f | %s | %.0f (%d thr) | %.2f | %.4f / %.4f |" % (
+        print("| %s | %.0f | %s | %.0f (%d thr) | %.2f | %s | %.4f / %.4f |" % (
             m.upper(), pe_sps, " | ".join("%.0f" % t_sps[t] for t in threads), t_sps[best], best, speed[m],
+            " / ".join("%.0f" % cpu_us(res[m][k]) for k in ["pe"] + threads),
             res[m]["pe"][0]["loss"], res[m][best][0]["loss"]))
     print("(busy / waiting: CPUs' worth of time the worker's threads ran / sat runnable waiting for a CPU while\n"
-          " timed; waiting > 0 means other processes competed for the %d cores)" % args.cores)
+          " timed; waiting > 0 means other processes competed for the %d cores. CPU µs per sample = busy time /\n"
+          " samples: the work each framework spends per sample, less sensitive to that competition.)" % args.cores)
     print("speedup_vs_torch " + " ".join("%s=%.2f" % (m, speed[m]) for m in models))
     return 0
 

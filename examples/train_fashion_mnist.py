@@ -266,8 +266,8 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    if not os.environ.get("CPU_NUM"):
-        os.environ["CPU_NUM"] = str(os.cpu_count() or 1)
+    if not os.environ.get("CPU_NUM"):  # every core, but at least one row per place and PE's 64 places at most
+        os.environ["CPU_NUM"] = str(max(1, min(os.cpu_count() or 1, args.batch_size, 64)))
     pe = _import_pe()
     pe.enable_static()
 
@@ -292,8 +292,9 @@ def main(argv=None):
     n = len(x_train)
     steps_per_epoch = (n + args.batch_size - 1) // args.batch_size
     total_steps = steps_per_epoch * args.epochs
-    print("PE %s: %s, %s lr=%g (cosine decay over %d epochs), batch %d over %d CPU place(s) (CPU_NUM), %d train / %d test images"
-          % (pe.__version__, args.model.upper(), args.optimizer, args.lr, args.epochs, args.batch_size, places, n, len(x_test)))
+    print("PE %s: %s, %s lr=%g (cosine decay over %d epochs), batch %d over %d CPU place(s) (CPU_NUM), "
+          "%d train / %d test images" % (pe.__version__, args.model.upper(), args.optimizer, args.lr, args.epochs,
+                                          args.batch_size, places, n, len(x_test)))
 
     acc = None
     if first_epoch >= args.epochs:
@@ -316,7 +317,8 @@ def main(argv=None):
             avg = loss_sum / seen
             if not np.isfinite(avg):
                 bar.close(seen, avg)
-                raise SystemExit("train_fashion_mnist: the loss diverged (%s) in epoch %d; lower --lr" % (avg, epoch + 1))
+                raise SystemExit("train_fashion_mnist: the loss diverged (%s) in epoch %d; lower --lr"
+                                 % (avg, epoch + 1))
             bar.update(seen, avg)
         secs = bar.close(seen, avg)
         train_exe.drop_local_exe_scopes()

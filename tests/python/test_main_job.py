@@ -78,7 +78,8 @@ def test_resume_continues_bitwise(tmp_path):
     assert "resumed from" in b2.stdout and "1 epoch(s) done" in b2.stdout
     assert "epoch 1:" not in b2.stdout and "epoch 2:" in b2.stdout
     assert json.loads((parts / "latest.json").read_text())["epoch"] == 2
-    want, got = safetensors(straight / "epoch_2" / "model.safetensors"), safetensors(parts / "epoch_2" / "model.safetensors")
+    want = safetensors(straight / "epoch_2" / "model.safetensors")
+    got = safetensors(parts / "epoch_2" / "model.safetensors")
     assert set(want) == set(got)
     for k in want:
         np.testing.assert_array_equal(got[k], want[k], err_msg=k)
