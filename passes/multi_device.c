@@ -303,6 +303,17 @@ pe_status pe_multi_device_build(const pe_program *prog, int n_places, const char
 
     const pe_block *b0 = &g->progs[0]->blocks[0];
     bool reduce = bs->reduce_strategy == PE_REDUCE_REDUCE && n_places > 1;
+    /* Global-norm clipping needs every gradient summed on every place; the
+     * reduce strategy leaves partial sums on non-owner places, so each place
+     * would clip with a different norm. Refuse rather than train wrongly. */
+    for (int i = 0; reduce && i < b0->n_ops; i++)
+        if (!strcmp(b0->ops[i].type, "clip_by_global_norm")) {
+            st = pe_error(PE_ERR_UNSUPPORTED,
+                          "reduce_strategy 'reduce' cannot run clip_by_global_norm (block 0 op %d): each place "
+                          "holds only its own parameters' summed gradients, so the global norm would differ per "
+                          "place; use reduce_strategy all_reduce with gradient clipping", i);
+            goto done;
+        }
     if (reduce) {
         /* owners: greedy byte balance over parameters in gradient order */
         int64_t *load = calloc((size_t)n_places, sizeof *load);

@@ -26,7 +26,8 @@
  * [param, grad] (grad as append_backward named it), which the multi-device
  * pass relies on; the clip op, spanning all parameters, carries none (so
  * under the `reduce` strategy, where non-owner places hold partial
- * gradients, clipping by global norm is not supported).
+ * gradients, clipping by global norm is not supported: a ParallelExecutor
+ * over several places refuses it with an error).
  * minimize is atomic: on error main and startup are unchanged. It fails
  * when no parameter gets a gradient.
  */

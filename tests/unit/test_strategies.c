@@ -84,10 +84,37 @@ static void test_cnn_all_switch_combinations(void **state) {
     check(true);
 }
 
+/* The reduce strategy with global-norm clipping is refused, not run wrong. */
+static void test_reduce_with_clipping_is_an_error(void **state) {
+    (void)state;
+    tm_model m = tm_model_new(PE_DTYPE_FP32, 0.0, true);
+    tm_mlp(&m, 16, "relu", 8, "relu");
+    pe_optimizer opt;
+    pe_optimizer_default(&opt, PE_OPT_SGD, 0.1);
+    opt.clip_global_norm = 1.0;
+    assert_int_equal(pe_optimizer_minimize(&opt, m.main, m.startup, "loss", NULL, 0, NULL, 0, NULL, 0, NULL, NULL), PE_OK);
+    pe_scope *scope = pe_scope_new(NULL);
+    pe_place pl[2] = {pe_place_cpu(0), pe_place_cpu(1)};
+    pe_pe_options o;
+    pe_pe_options_default(&o);
+    o.loss_name = "loss";
+    o.build_strategy.reduce_strategy = PE_REDUCE_REDUCE;
+    pe_parallel_executor *pe = NULL;
+    assert_int_equal(pe_parallel_executor_new(pl, 2, m.main, scope, &o, &pe), PE_ERR_UNSUPPORTED);
+    assert_non_null(strstr(pe_last_error(), "clip_by_global_norm"));
+    assert_null(pe);
+    /* one place has nothing to reduce: fine */
+    assert_int_equal(pe_parallel_executor_new(pl, 1, m.main, scope, &o, &pe), PE_OK);
+    pe_parallel_executor_free(pe);
+    pe_scope_free(scope);
+    tm_model_free(&m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mlp_all_switch_combinations),
         cmocka_unit_test(test_cnn_all_switch_combinations),
+        cmocka_unit_test(test_reduce_with_clipping_is_an_error),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
