@@ -51,6 +51,13 @@ static int time_steps(const char *model, int n, int threads, int batch, int step
     pe_pe_options_default(&o);
     o.loss_name = "loss";
     o.exec_strategy.num_iteration_per_drop_scope = 0;
+    /* BENCH_STRATEGY=reduce|fuse: the reduce strategy, or fuse_all_reduce_ops + fusion */
+    const char *strat = getenv("BENCH_STRATEGY");
+    if (strat && !strcmp(strat, "reduce")) o.build_strategy.reduce_strategy = PE_REDUCE_REDUCE;
+    if (strat && !strcmp(strat, "fuse")) {
+        o.build_strategy.fuse_all_reduce_ops = o.build_strategy.fuse_all_optimizer_ops = true;
+        o.build_strategy.fuse_gemm_epilogue = o.build_strategy.fuse_elewise_add_act_ops = true;
+    }
     pe_parallel_executor *pe;
     if (pe_parallel_executor_new(places, n, prog, scope, &o, &pe) != PE_OK) return die("ParallelExecutor");
     pe_tensor *x = pe_tensor_new(), *y = pe_tensor_new(), *loss = pe_tensor_new();

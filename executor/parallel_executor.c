@@ -425,7 +425,12 @@ pe_status pe_parallel_executor_new(const pe_place *places, int n_places, const p
     int nt = o.exec_strategy.num_threads;
     if (nt <= 0) nt = n_places * (places[0].kind == PE_PLACE_CUDA ? 4 : 2);
     if (!o.build_strategy.enable_sequential_execution && !(pe->sched = pe_sched_new(nt))) { st = PE_ERR_NOMEM; goto fail; }
-    if (!(pe->comm = pe_comm_new_for_places(places, n_places, n_places < cores ? n_places : cores))) {
+    /* A collective runs on a scheduler thread while the other places keep
+     * computing: it gets one place's share of the OpenMP budget. (More
+     * threads would oversubscribe the cores, and libgomp's idle team
+     * threads spin for a while after each region, stealing the other
+     * places' cores: 2 places on 2 cores trained the MLP slower than one.) */
+    if (!(pe->comm = pe_comm_new_for_places(places, n_places, pe->kernel_threads))) {
         st = pe_error_wrap(PE_ERR_UNSUPPORTED, "ParallelExecutor: collectives for %s", place_name(places[0], pb));
         goto fail;
     }
