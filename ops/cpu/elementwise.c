@@ -476,7 +476,7 @@ static inline void plan_offsets(const pe_bcast_plan *pl, const int *which, int n
                 double acc = 0;                                                                        \
                 for (int64_t p = 0; p < pre; p++) {                                                    \
                     const T *gr = g + (p * n + c) * post, *xr = x + (p * n + c) * post;                \
-                    for (int64_t k = 0; k < post; k++) acc += (double)GY(gr[k], xr[k], b);             \
+                    PE_LANE_SUM(acc, post, k, GY(gr[k], xr[k], b));                                    \
                 }                                                                                      \
                 dy[c] = (T)acc;                                                                        \
             });                                                                                        \

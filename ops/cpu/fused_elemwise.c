@@ -186,12 +186,14 @@ static inline void plan_offsets(const pe_bcast_plan *pl, const int *which, int n
                 for (int64_t c = 0; c < w; c++) dst[c0 + c] = (T)acc[c]; });                           \
             return;                                                                                    \
         }                                                                                              \
-        if (side && pl->kind == PE_BCAST_MID) { /* per channel: pre, then post, in order */            \
+        if (side && pl->kind == PE_BCAST_MID) { /* per channel: rows in order, PE_LANE_SUM */            \
             const int64_t pre = pl->pre, n = pl->n, post = pl->post;                                   \
             PE_PAR_FOR(par && n > 1, c, n, {                                                           \
                 double acc = 0;                                                                        \
-                for (int64_t p = 0; p < pre; p++)                                                      \
-                    for (int64_t k = 0; k < post; k++) acc += (double)dt[(p * n + c) * post + k];      \
+                for (int64_t p = 0; p < pre; p++) {                                                    \
+                    const T *dr = dt + (p * n + c) * post;                                             \
+                    PE_LANE_SUM(acc, post, k, dr[k]);                                                  \
+                }                                                                                      \
                 dst[c] = (T)acc; });                                                                   \
             return;                                                                                    \
         }                                                                                              \

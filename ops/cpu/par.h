@@ -37,4 +37,28 @@ static inline int pe_kernel_threads(const pe_op_ctx *ctx) { return ctx->num_thre
         }                                                                       \
     } while (0)
 
+/* acc += sum over k in [0, n) of (double)(term), where `term` may use k.
+ * Eight independent double lanes (lane k % 8), folded in a fixed tree at the
+ * end: the same bits for a given n whatever the thread count, and 8 chains
+ * instead of one serial dependency, so the loop vectorizes. Every kernel
+ * that must agree bitwise with another (a fused op and the ops it replaces)
+ * sums through this one macro. */
+#define PE_LANE_SUM(acc, n, k, term)                                                  \
+    do {                                                                              \
+        double pe_l_[8] = {0, 0, 0, 0, 0, 0, 0, 0};                                   \
+        const int64_t pe_n_ = (n);                                                    \
+        int64_t k = 0;                                                                \
+        for (; k + 8 <= pe_n_; k += 8) {                                              \
+            const int64_t pe_k0_ = k;                                                 \
+            for (int pe_j_ = 0; pe_j_ < 8; pe_j_++) {                                 \
+                k = pe_k0_ + pe_j_;                                                   \
+                pe_l_[pe_j_] += (double)(term);                                       \
+            }                                                                         \
+            k = pe_k0_;                                                               \
+        }                                                                             \
+        for (; k < pe_n_; k++) pe_l_[k & 7] += (double)(term);                        \
+        (acc) += ((pe_l_[0] + pe_l_[1]) + (pe_l_[2] + pe_l_[3])) +                    \
+                 ((pe_l_[4] + pe_l_[5]) + (pe_l_[6] + pe_l_[7]));                     \
+    } while (0)
+
 #endif
