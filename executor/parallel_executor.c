@@ -52,6 +52,8 @@ struct pe_parallel_executor {
     int n_protect;
     pe_mem_arenas *arenas;  /* memory plan (memory_optimize / enable_inplace); NULL = off */
     void **bucket_mem;      /* fuse_all_reduce_ops: [handle * n + place] contiguous gradients, or NULL */
+    struct { pe_place place; void *ptr; size_t bytes; } *opt_mem; /* coalesced optimizer gradients */
+    int n_opt_mem;
     int bucket_slots;       /* n_h * n when bucket_mem is allocated */
 };
 
@@ -153,10 +155,129 @@ static pe_status lay_out_buckets(pe_parallel_executor *pe) {
     return PE_OK;
 }
 
-/* Bucketed gradients stay out of the memory plan's arenas. */
+/* ---- coalesced optimizer state (fuse_all_optimizer_ops) --------------------
+ * A merged_sgd / merged_momentum / merged_adam op's parameters, accumulators
+ * and gradients are laid out back to back per place, so its kernel runs one
+ * flat loop over one contiguous buffer (ops/cpu/fused_optimizer.c falls back
+ * to per-parameter pieces whenever a var has left its place, e.g. after a
+ * user wrote a parameter). Persistables move into one ref-counted buffer
+ * (each tensor holds a reference at its offset, so the caller's scope stays
+ * valid after the executor is gone); gradients, which live in the local
+ * scopes, become views into executor-owned memory freed with them. Gradients
+ * already laid out in allreduce buckets stay there. */
+
+static bool is_merged_opt(const pe_op *op) { return !strncmp(op->type, "merged_", 7); }
+
+static pe_status coalesce_persistables(pe_parallel_executor *pe, int p, const pe_op *op, const char *slot) {
+    const pe_slot *s = pe_op_input(op, slot);
+    if (!s || s->n_args < 2) return PE_OK;
+    size_t total = 0;
+    pe_tensor *t0 = NULL;
+    for (int k = 0; k < s->n_args; k++) {
+        pe_tensor *t = pe_scope_find_local_var(pe->place_scope[p], s->args[k]);
+        if (!t || !t->buf || (t0 && (t->dtype != t0->dtype || !pe_place_eq(t->place, t0->place)))) return PE_OK;
+        if (!t0) t0 = t;
+        total += pe_tensor_nbytes(t);
+    }
+    pe_buffer *b = pe_buffer_new(pe->places[p], total);
+    if (!b) return pe_error_wrap(PE_ERR_NOMEM, "coalescing %s of %s", slot, op->type);
+    size_t off = 0;
+    for (int k = 0; k < s->n_args; k++) {
+        pe_tensor *t = pe_scope_find_local_var(pe->place_scope[p], s->args[k]);
+        size_t bytes = pe_tensor_nbytes(t);
+        pe_status st = pe_memcpy_places((char *)b->data + off, pe->places[p], pe_tensor_data(t), t->place, bytes);
+        if (st != PE_OK) {
+            pe_buffer_release(b);
+            return st;
+        }
+        pe_buffer_retain(b);
+        pe_buffer_release(t->buf);
+        t->buf = b;
+        t->offset = off;
+        t->place = pe->places[p];
+        off += bytes;
+    }
+    pe_buffer_release(b);
+    return PE_OK;
+}
+
+static pe_status coalesce_optimizer_state(pe_parallel_executor *pe) {
+    static const char *const slots[] = {"Param", "Velocity", "Moment1", "Moment2"};
+    if (!pe->opt.build_strategy.fuse_all_optimizer_ops || pe->opt.share_vars_from) return PE_OK;
+    for (int p = 0; p < pe->n; p++) {
+        const pe_block *b = &pe->g->progs[p]->blocks[0];
+        for (int i = 0; i < b->n_ops; i++)
+            for (size_t k = 0; is_merged_opt(&b->ops[i]) && k < sizeof slots / sizeof slots[0]; k++)
+                PE_CHECK(coalesce_persistables(pe, p, &b->ops[i], slots[k]));
+    }
+    return PE_OK;
+}
+
+static void free_opt_mem(pe_parallel_executor *pe) {
+    for (int i = 0; i < pe->n_opt_mem; i++) pe_place_free(pe->opt_mem[i].place, pe->opt_mem[i].ptr, pe->opt_mem[i].bytes);
+    free(pe->opt_mem);
+    pe->opt_mem = NULL;
+    pe->n_opt_mem = 0;
+}
+
+/* After the local scopes are made: each merged op's gradients as views into
+ * one block per place (unless a gradient is already in an allreduce bucket). */
+static pe_status lay_out_opt_grads(pe_parallel_executor *pe) {
+    if (!pe->opt.build_strategy.fuse_all_optimizer_ops || pe->opt_mem) return PE_OK;
+    for (int p = 0; p < pe->n; p++) {
+        const pe_block *b = &pe->g->progs[p]->blocks[0];
+        for (int i = 0; i < b->n_ops; i++) {
+            const pe_slot *s = is_merged_opt(&b->ops[i]) ? pe_op_input(&b->ops[i], "Grad") : NULL;
+            if (!s || s->n_args < 2) continue;
+            size_t total = 0;
+            bool ok = true;
+            for (int k = 0; k < s->n_args && ok; k++) {
+                const pe_var *v = pe_program_find_var(pe->g->progs[p], 0, s->args[k]);
+                const pe_tensor *t = pe_scope_find_local_var(pe->local[p], s->args[k]);
+                ok = v && t && !(t->buf && t->buf->external) && v->dtype == pe_program_find_var(pe->g->progs[p], 0, s->args[0])->dtype;
+                for (int d = 0; ok && v && d < v->ndim; d++) ok = v->dims[d] >= 0;
+                if (ok) total += (size_t)pe_dims_prod(v->dims, 0, v->ndim) * pe_dtype_size(v->dtype);
+            }
+            if (!ok || !total) continue;
+            void *mem = pe_place_alloc(pe->places[p], total);
+            void *grown = mem ? realloc(pe->opt_mem, sizeof *pe->opt_mem * (size_t)(pe->n_opt_mem + 1)) : NULL;
+            if (!grown) {
+                pe_place_free(pe->places[p], mem, total);
+                return pe_error(PE_ERR_NOMEM, "out of memory coalescing the gradients of %s", b->ops[i].type);
+            }
+            pe->opt_mem = grown;
+            pe->opt_mem[pe->n_opt_mem].place = pe->places[p];
+            pe->opt_mem[pe->n_opt_mem].ptr = mem;
+            pe->opt_mem[pe->n_opt_mem].bytes = total;
+            pe->n_opt_mem++;
+            size_t off = 0;
+            for (int k = 0; k < s->n_args; k++) {
+                const pe_var *v = pe_program_find_var(pe->g->progs[p], 0, s->args[k]);
+                pe_tensor *t = pe_scope_find_local_var(pe->local[p], s->args[k]);
+                size_t bytes = (size_t)pe_dims_prod(v->dims, 0, v->ndim) * pe_dtype_size(v->dtype);
+                pe_buffer *view = pe_buffer_wrap(pe->places[p], (char *)mem + off, bytes);
+                if (!view) return pe_error(PE_ERR_NOMEM, "out of memory laying out gradient '%s'", s->args[k]);
+                pe_tensor_clear(t);
+                PE_CHECK(pe_tensor_set_meta(t, v->dtype, v->ndim, v->dims));
+                t->buf = view;
+                t->offset = 0;
+                t->place = pe->places[p];
+                off += bytes;
+            }
+        }
+    }
+    return PE_OK;
+}
+
+/* Bucketed and coalesced gradients stay out of the memory plan's arenas. */
 static pe_status protect_buckets(pe_parallel_executor *pe) {
     for (int h = 0; pe->arenas && h < pe->g->n_h; h++)
         for (int k = 0; k < pe->g->h[h].n_vars; k++) PE_CHECK(pe_mem_arenas_protect(pe->arenas, pe->g->h[h].vars[k]));
+    const pe_block *b = &pe->g->progs[0]->blocks[0];
+    for (int i = 0; pe->arenas && pe->opt.build_strategy.fuse_all_optimizer_ops && i < b->n_ops; i++) {
+        const pe_slot *s = is_merged_opt(&b->ops[i]) ? pe_op_input(&b->ops[i], "Grad") : NULL;
+        for (int k = 0; s && k < s->n_args; k++) PE_CHECK(pe_mem_arenas_protect(pe->arenas, s->args[k]));
+    }
     return PE_OK;
 }
 
@@ -169,6 +290,7 @@ void pe_drop_local_exe_scopes(pe_parallel_executor *pe) {
         pe->local[p] = NULL;
     }
     free_buckets(pe);
+    free_opt_mem(pe);
 }
 
 size_t pe_local_exe_scopes_bytes(const pe_parallel_executor *pe) {
@@ -199,7 +321,8 @@ static pe_status ensure_local(pe_parallel_executor *pe) {
             if (!pe_scope_var(s, v->name)) return pe_error(PE_ERR_NOMEM, "out of memory creating var '%s'", v->name);
         }
     }
-    return lay_out_buckets(pe);
+    PE_CHECK(lay_out_buckets(pe));
+    return lay_out_opt_grads(pe);
 }
 
 static pe_status ensure_prepared(pe_parallel_executor *pe) {
@@ -434,6 +557,7 @@ pe_status pe_parallel_executor_new(const pe_place *places, int n_places, const p
         st = pe_error_wrap(PE_ERR_UNSUPPORTED, "ParallelExecutor: collectives for %s", place_name(places[0], pb));
         goto fail;
     }
+    if ((st = coalesce_optimizer_state(pe)) != PE_OK) goto fail;
     pe->built = true;
     *out = pe;
     return PE_OK;
@@ -617,6 +741,7 @@ static pe_status ensure_fetchable(pe_parallel_executor *pe, const char *const *f
                                    pe->opt.build_strategy.enable_inplace, &pe->arenas));
         PE_CHECK(protect_buckets(pe));
     }
+    PE_CHECK(coalesce_optimizer_state(pe));
     return init_loss_grad(pe);
 }
 

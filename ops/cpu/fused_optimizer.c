@@ -49,11 +49,62 @@ static double lr_of(const pe_op_ctx *ctx, int k) {
  * falls in the calling thread's share of the virtual index space. */
 typedef void (*piece_fn)(const pe_op_ctx *ctx, int k, int64_t b, int64_t e, const void *arg);
 
-static void for_pieces(const pe_op_ctx *ctx, piece_fn f, const void *arg) {
+/* True when every var of slot `slot` (input or output) lies right after the
+ * previous one in memory: the ParallelExecutor coalesces the parameters,
+ * their accumulators and gradients of a merged optimizer op into one buffer
+ * per place (executor/parallel_executor.c, fuse_all_optimizer_ops). */
+static bool contiguous(const pe_op_ctx *ctx, const char *slot, bool out) {
+    const int n = out ? pe_ctx_n_out(ctx, slot) : pe_ctx_n_in(ctx, slot);
+    for (int k = 1; k < n; k++) {
+        const pe_tensor *a = out ? pe_ctx_out_at(ctx, slot, k - 1) : pe_ctx_in_at(ctx, slot, k - 1);
+        const pe_tensor *b = out ? pe_ctx_out_at(ctx, slot, k) : pe_ctx_in_at(ctx, slot, k);
+        if (!a || !b || (const char *)pe_tensor_data(a) + pe_tensor_nbytes(a) != (const char *)pe_tensor_data(b))
+            return false;
+    }
+    return true;
+}
+
+/* The whole op is one flat update over one contiguous buffer when every data
+ * slot is contiguous and the per-parameter scalars (learning rate; adam's
+ * beta powers) are equal: piece 0 then spans all parameters — the same
+ * per-element arithmetic with the same scalars, so the same bits. */
+static bool flat(const pe_op_ctx *ctx) {
+    static const char *const ins[] = {"Param", "Grad", "Velocity", "Moment1", "Moment2"};
+    static const char *const outs[] = {"ParamOut", "VelocityOut", "Moment1Out", "Moment2Out"};
+    const pe_op_info *info = ctx->info;
+    for (size_t i = 0; i < sizeof ins / sizeof ins[0]; i++)
+        if (pe_op_info_input_index(info, ins[i]) >= 0 && !contiguous(ctx, ins[i], false)) return false;
+    for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
+        if (pe_op_info_output_index(info, outs[i]) >= 0 && !contiguous(ctx, outs[i], true)) return false;
     const int n = pe_ctx_n_in(ctx, "Param");
+    for (int k = 1; k < n; k++) {
+        if (lr_of(ctx, k) != lr_of(ctx, 0)) return false;
+        if (pe_op_info_input_index(info, "Beta1Pow") >= 0 &&
+            (get_scalar(pe_ctx_in_at(ctx, "Beta1Pow", k)) != get_scalar(pe_ctx_in_at(ctx, "Beta1Pow", 0)) ||
+             get_scalar(pe_ctx_in_at(ctx, "Beta2Pow", k)) != get_scalar(pe_ctx_in_at(ctx, "Beta2Pow", 0))))
+            return false;
+    }
+    return true;
+}
+
+static void for_pieces(const pe_op_ctx *ctx, piece_fn f, const void *arg) {
+    const int n0 = pe_ctx_n_in(ctx, "Param");
     int64_t total = 0;
-    for (int k = 0; k < n; k++) total += pe_tensor_numel(pe_ctx_in_at(ctx, "Param", k));
+    for (int k = 0; k < n0; k++) total += pe_tensor_numel(pe_ctx_in_at(ctx, "Param", k));
     const int nt = pe_kernel_threads(ctx);
+    if (n0 > 1 && flat(ctx)) { /* one loop over the contiguous buffer, as piece 0 */
+        if (total < OPT_PAR_MIN || nt == 1) {
+            f(ctx, 0, 0, total, arg);
+            return;
+        }
+        #pragma omp parallel num_threads(nt)
+        {
+            const int t = omp_get_thread_num(), tn = omp_get_num_threads();
+            f(ctx, 0, total * t / tn, total * (t + 1) / tn, arg);
+        }
+        return;
+    }
+    const int n = n0;
     if (total < OPT_PAR_MIN || nt == 1) {
         for (int k = 0; k < n; k++) f(ctx, k, 0, pe_tensor_numel(pe_ctx_in_at(ctx, "Param", k)), arg);
         return;

@@ -4,7 +4,8 @@
  * enable_inplace and memory_optimize — all 64 combinations — for the MLP and
  * the CNN on 1 and 3 places, compared with the run with every switch off
  * (float64, so any difference is a bug, not rounding: allclose rtol 1e-5).
- * Small caps make fuse_all_reduce_ops form several buckets. */
+ * Small caps make fuse_all_reduce_ops form several buckets. Also: the fused
+ * optimizer's coalesced buffer, and the reduce strategy refusing clipping. */
 #include "tests/unit/models.h"
 
 #include <stdio.h>
@@ -84,6 +85,56 @@ static void test_cnn_all_switch_combinations(void **state) {
     check(true);
 }
 
+/* fuse_all_optimizer_ops coalesces each place's parameters (and velocities)
+ * into one buffer, in parameter order, and still trains to the same bits. */
+static void test_fused_optimizer_coalesces_parameters(void **state) {
+    (void)state;
+    tm_model m = tm_model_new(PE_DTYPE_FP32, 0.0, true);
+    tm_mlp(&m, 64, "relu", 32, "tanh");
+    tm_minimize(&m, PE_OPT_MOMENTUM, 0.05, NULL, 0);
+    pe_tensor *ref[16];
+    train(&m, 2, 0, ref);
+    pe_scope *scope = pe_scope_new(NULL);
+    pe_executor *ex = pe_executor_new(pe_place_cpu(0));
+    assert_int_equal(pe_executor_run(ex, m.startup, 0, scope, NULL, 0, NULL, 0, NULL), PE_OK);
+    pe_place pl[2] = {pe_place_cpu(0), pe_place_cpu(1)};
+    pe_pe_options o;
+    pe_pe_options_default(&o);
+    o.loss_name = "loss";
+    o.build_strategy.fuse_all_optimizer_ops = true;
+    pe_parallel_executor *pe;
+    assert_int_equal(pe_parallel_executor_new(pl, 2, m.main, scope, &o, &pe), PE_OK);
+    for (int p = 0; p < 2; p++)
+        for (int i = 1; i < m.n_params; i++) {
+            const pe_tensor *a = pe_scope_find_var(pe_place_scope(pe, p), m.params[i - 1]);
+            const pe_tensor *b = pe_scope_find_var(pe_place_scope(pe, p), m.params[i]);
+            assert_ptr_equal((const char *)pe_tensor_data(a) + pe_tensor_nbytes(a), pe_tensor_data(b));
+        }
+    const char *fetch[] = {"loss"};
+    pe_tensor *loss = pe_tensor_new();
+    for (int s = 0; s < STEPS; s++) {
+        pe_tensor *x, *y;
+        tm_batch(&m, s, ROWS, &x, &y);
+        pe_feed feed[2] = {{m.input, x}, {"label", y}};
+        assert_int_equal(pe_run(pe, feed, 2, fetch, 1, true, &loss), PE_OK);
+        pe_tensor_free(x);
+        pe_tensor_free(y);
+    }
+    pe_tensor *got[16];
+    tm_fetch_params(&m, pe, got);
+    for (int i = 0; i < m.n_params; i++)
+        assert_memory_equal(pe_tensor_data(got[i]), pe_tensor_data(ref[i]), pe_tensor_nbytes(ref[i]));
+    tm_free_params(&m, got);
+    tm_free_params(&m, ref);
+    pe_tensor_free(loss);
+    pe_parallel_executor_free(pe);
+    /* the parameters outlive the executor in the caller's scope */
+    for (int i = 0; i < m.n_params; i++) assert_non_null(pe_tensor_data(pe_scope_find_var(scope, m.params[i])));
+    pe_executor_free(ex);
+    pe_scope_free(scope);
+    tm_model_free(&m);
+}
+
 /* The reduce strategy with global-norm clipping is refused, not run wrong. */
 static void test_reduce_with_clipping_is_an_error(void **state) {
     (void)state;
@@ -114,6 +165,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mlp_all_switch_combinations),
         cmocka_unit_test(test_cnn_all_switch_combinations),
+        cmocka_unit_test(test_fused_optimizer_coalesces_parameters),
         cmocka_unit_test(test_reduce_with_clipping_is_an_error),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
