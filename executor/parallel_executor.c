@@ -123,6 +123,27 @@ static size_t grad_bytes(const pe_program *p, const char *name, const pe_var **v
     return *v ? (size_t)pe_dims_prod((*v)->dims, 0, (*v)->ndim) * pe_dtype_size((*v)->dtype) : 0;
 }
 
+/* Makes local var `names[k]` of place p a view (pe_buffer_wrap, refcount 1,
+ * so kernels write in place) of its declared size at the next offset of
+ * `base`, in order. Used for allreduce buckets and coalesced gradients. */
+static pe_status lay_out_views(pe_parallel_executor *pe, int p, const char *const *names, int n, char *base) {
+    size_t off = 0;
+    for (int k = 0; k < n; k++) {
+        const pe_var *v;
+        size_t bytes = grad_bytes(pe->g->progs[p], names[k], &v);
+        pe_tensor *t = pe_scope_var(pe->local[p], names[k]);
+        pe_buffer *b = t && v ? pe_buffer_wrap(pe->places[p], base + off, bytes) : NULL;
+        if (!b) return pe_error(PE_ERR_NOMEM, "out of memory laying out gradient '%s'", names[k]);
+        pe_tensor_clear(t);
+        PE_CHECK(pe_tensor_set_meta(t, v->dtype, v->ndim, v->dims));
+        t->buf = b;
+        t->offset = 0;
+        t->place = pe->places[p];
+        off += bytes;
+    }
+    return PE_OK;
+}
+
 static pe_status lay_out_buckets(pe_parallel_executor *pe) {
     if (!pe->g->n_buckets || pe->bucket_mem) return PE_OK;
     pe->bucket_mem = calloc((size_t)pe->g->n_h * (size_t)pe->n, sizeof *pe->bucket_mem);
@@ -132,24 +153,11 @@ static pe_status lay_out_buckets(pe_parallel_executor *pe) {
         const pe_handle *hd = &pe->g->h[h];
         if (hd->kind != PE_HANDLE_ALLREDUCE_FUSED) continue;
         size_t total = (size_t)hd->bucket_bytes;
-        const pe_var *v;
         for (int p = 0; p < pe->n; p++) {
             char *base = pe_place_alloc(pe->places[p], total);
             if (!base) return pe_error_wrap(PE_ERR_NOMEM, "gradient bucket of %zu bytes", total);
             pe->bucket_mem[h * pe->n + p] = base;
-            size_t off = 0;
-            for (int k = 0; k < hd->n_vars; k++) {
-                size_t bytes = grad_bytes(pe->g->progs[p], hd->vars[k], &v);
-                pe_tensor *t = pe_scope_var(pe->local[p], hd->vars[k]);
-                pe_buffer *b = t ? pe_buffer_wrap(pe->places[p], base + off, bytes) : NULL;
-                if (!b) return pe_error(PE_ERR_NOMEM, "out of memory laying out gradient '%s'", hd->vars[k]);
-                pe_tensor_clear(t);
-                PE_CHECK(pe_tensor_set_meta(t, v->dtype, v->ndim, v->dims));
-                t->buf = b;
-                t->offset = 0;
-                t->place = pe->places[p];
-                off += bytes;
-            }
+            PE_CHECK(lay_out_views(pe, p, hd->vars, hd->n_vars, base));
         }
     }
     return PE_OK;
@@ -250,20 +258,7 @@ static pe_status lay_out_opt_grads(pe_parallel_executor *pe) {
             pe->opt_mem[pe->n_opt_mem].ptr = mem;
             pe->opt_mem[pe->n_opt_mem].bytes = total;
             pe->n_opt_mem++;
-            size_t off = 0;
-            for (int k = 0; k < s->n_args; k++) {
-                const pe_var *v = pe_program_find_var(pe->g->progs[p], 0, s->args[k]);
-                pe_tensor *t = pe_scope_find_local_var(pe->local[p], s->args[k]);
-                size_t bytes = (size_t)pe_dims_prod(v->dims, 0, v->ndim) * pe_dtype_size(v->dtype);
-                pe_buffer *view = pe_buffer_wrap(pe->places[p], (char *)mem + off, bytes);
-                if (!view) return pe_error(PE_ERR_NOMEM, "out of memory laying out gradient '%s'", s->args[k]);
-                pe_tensor_clear(t);
-                PE_CHECK(pe_tensor_set_meta(t, v->dtype, v->ndim, v->dims));
-                t->buf = view;
-                t->offset = 0;
-                t->place = pe->places[p];
-                off += bytes;
-            }
+            PE_CHECK(lay_out_views(pe, p, (const char *const *)s->args, s->n_args, mem));
         }
     }
     return PE_OK;
