@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <math.h>
+#include <string.h>
 #include <cmocka.h>
 
 #include "pe/pe.h"
@@ -91,6 +92,76 @@ static inline void tu_assert_close(const pe_tensor *t, const double *want, int64
 static inline void tu_assert_dims(const pe_tensor *t, int ndim, const int64_t *dims) {
     assert_int_equal(t->ndim, ndim);
     for (int i = 0; i < ndim; i++) assert_int_equal(t->dims[i], dims[i]);
+}
+
+/* ---- a one-op program harness ------------------------------------------------
+ *
+ *     tu_one_op o;
+ *     pe_op *op = tu_op_begin(&o, "relu");
+ *     tu_op_in(&o, op, "X", "x", x);          // x: ownership taken
+ *     tu_op_out(&o, op, "Out", "y");
+ *     pe_tensor *y;
+ *     assert_int_equal(tu_op_run(&o, "y", &y), PE_OK);
+ *     tu_op_end(&o);
+ */
+typedef struct {
+    pe_program *p;
+    pe_feed feeds[8];
+    pe_tensor *owned[8];
+    int nf;
+} tu_one_op;
+
+static inline pe_op *tu_op_begin(tu_one_op *o, const char *type) {
+    memset(o, 0, sizeof *o);
+    o->p = pe_program_new();
+    assert_non_null(o->p);
+    pe_op *op = pe_block_add_op(&o->p->blocks[0], type);
+    assert_non_null(op);
+    return op;
+}
+
+/* Feeds t (ownership taken) as var `var` into slot `slot`. */
+static inline void tu_op_in(tu_one_op *o, pe_op *op, const char *slot, const char *var, pe_tensor *t) {
+    if (!pe_block_find_var(&o->p->blocks[0], var)) tu_declare(o->p, var, t);
+    assert_int_equal(pe_op_add_input(op, slot, var), PE_OK);
+    o->feeds[o->nf].name = var;
+    o->feeds[o->nf].tensor = t;
+    o->owned[o->nf++] = t;
+}
+
+static inline void tu_op_out(tu_one_op *o, pe_op *op, const char *slot, const char *var) {
+    if (!pe_block_find_var(&o->p->blocks[0], var))
+        assert_non_null(pe_block_add_var(&o->p->blocks[0], var, PE_DTYPE_FP32, 0, NULL));
+    assert_int_equal(pe_op_add_output(op, slot, var), PE_OK);
+}
+
+/* Runs with `nt` kernel threads; fetches n vars into new tensors outs[i]. */
+static inline pe_status tu_op_run_n(tu_one_op *o, int nt, int n, const char *const *vars, pe_tensor **outs) {
+    for (int i = 0; i < n; i++) outs[i] = pe_tensor_new();
+    pe_scope *scope = pe_scope_new(NULL);
+    pe_executor *ex = pe_executor_new(pe_place_cpu(0));
+    pe_executor_set_num_threads(ex, nt);
+    pe_status st = pe_executor_run(ex, o->p, 0, scope, o->feeds, o->nf, vars, n, outs);
+    pe_executor_free(ex);
+    pe_scope_free(scope);
+    return st;
+}
+
+static inline pe_status tu_op_run(tu_one_op *o, const char *var, pe_tensor **out) {
+    return tu_op_run_n(o, 1, 1, (const char *[]){var}, out);
+}
+
+static inline void tu_op_end(tu_one_op *o) {
+    for (int i = 0; i < o->nf; i++) pe_tensor_free(o->owned[i]);
+    pe_program_free(o->p);
+}
+
+/* Asserts the last error message contains each non-NULL string. */
+static inline void tu_assert_error_has(const char *a, const char *b, const char *c) {
+    const char *m = pe_last_error();
+    if (a && !strstr(m, a)) fail_msg("error '%s' lacks '%s'", m, a);
+    if (b && !strstr(m, b)) fail_msg("error '%s' lacks '%s'", m, b);
+    if (c && !strstr(m, c)) fail_msg("error '%s' lacks '%s'", m, c);
 }
 
 #endif

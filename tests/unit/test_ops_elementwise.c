@@ -10,77 +10,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- a one-op program harness ------------------------------------------------ */
-
-typedef struct {
-    pe_program *p;
-    pe_feed feeds[8];
-    pe_tensor *owned[8];
-    int nf;
-} one_op;
-
-static pe_op *op_begin(one_op *o, const char *type) {
-    memset(o, 0, sizeof *o);
-    o->p = pe_program_new();
-    assert_non_null(o->p);
-    pe_op *op = pe_block_add_op(&o->p->blocks[0], type);
-    assert_non_null(op);
-    return op;
-}
-
-/* Feeds t (ownership taken) as var `var` into slot `slot`. */
-static void op_in(one_op *o, pe_op *op, const char *slot, const char *var, pe_tensor *t) {
-    if (!pe_block_find_var(&o->p->blocks[0], var)) tu_declare(o->p, var, t);
-    assert_int_equal(pe_op_add_input(op, slot, var), PE_OK);
-    o->feeds[o->nf].name = var;
-    o->feeds[o->nf].tensor = t;
-    o->owned[o->nf++] = t;
-}
-
-static void op_out(one_op *o, pe_op *op, const char *slot, const char *var) {
-    if (!pe_block_find_var(&o->p->blocks[0], var))
-        assert_non_null(pe_block_add_var(&o->p->blocks[0], var, PE_DTYPE_FP32, 0, NULL));
-    assert_int_equal(pe_op_add_output(op, slot, var), PE_OK);
-}
-
 /* Runs with `nt` kernel threads; fetches `var` into a new tensor (*out). */
-static pe_status op_run_nt(one_op *o, int nt, const char *var, pe_tensor **out) {
-    *out = pe_tensor_new();
-    pe_scope *scope = pe_scope_new(NULL);
-    pe_executor *ex = pe_executor_new(pe_place_cpu(0));
-    pe_executor_set_num_threads(ex, nt);
-    const char *fetch[1] = {var};
-    pe_status st = pe_executor_run(ex, o->p, 0, scope, o->feeds, o->nf, fetch, 1, out);
-    pe_executor_free(ex);
-    pe_scope_free(scope);
-    return st;
-}
-static pe_status op_run(one_op *o, const char *var, pe_tensor **out) { return op_run_nt(o, 1, var, out); }
-
-static void op_end(one_op *o) {
-    for (int i = 0; i < o->nf; i++) pe_tensor_free(o->owned[i]);
-    pe_program_free(o->p);
-}
-
-static void assert_error_has(const char *a, const char *b, const char *c) {
-    const char *m = pe_last_error();
-    if (a && !strstr(m, a)) fail_msg("error '%s' lacks '%s'", m, a);
-    if (b && !strstr(m, b)) fail_msg("error '%s' lacks '%s'", m, b);
-    if (c && !strstr(m, c)) fail_msg("error '%s' lacks '%s'", m, c);
+static pe_status op_run_nt(tu_one_op *o, int nt, const char *var, pe_tensor **out) {
+    return tu_op_run_n(o, nt, 1, (const char *[]){var}, out);
 }
 
 /* Runs elementwise `type` on x, y with axis; returns Out (caller frees) or NULL on error. */
 static pe_tensor *run_binary(const char *type, pe_tensor *x, pe_tensor *y, int axis, int nt, pe_status *st_out) {
-    one_op o;
-    pe_op *op = op_begin(&o, type);
-    op_in(&o, op, "X", "x", x);
-    op_in(&o, op, "Y", "y", y);
-    op_out(&o, op, "Out", "out");
+    tu_one_op o;
+    pe_op *op = tu_op_begin(&o, type);
+    tu_op_in(&o, op, "X", "x", x);
+    tu_op_in(&o, op, "Y", "y", y);
+    tu_op_out(&o, op, "Out", "out");
     pe_op_set_int(op, "axis", axis);
     pe_tensor *out;
     pe_status st = op_run_nt(&o, nt, "out", &out);
     if (st_out) *st_out = st;
-    op_end(&o);
+    tu_op_end(&o);
     if (st != PE_OK) {
         pe_tensor_free(out);
         return NULL;
@@ -194,18 +140,18 @@ static void test_plan_errors(void **state) {
     (void)state;
     pe_bcast_plan pl;
     assert_int_equal(pe_bcast_plan_make(2, (int64_t[]){2, 3}, 1, (int64_t[]){4}, -1, &pl), PE_ERR_INVALID);
-    assert_error_has("[2, 3]", "[4]", "dim 1");
+    tu_assert_error_has("[2, 3]", "[4]", "dim 1");
     assert_int_equal(pe_bcast_plan_make(2, (int64_t[]){2, 3}, 1, (int64_t[]){3}, 2, &pl), PE_ERR_INVALID);
-    assert_error_has("axis 2", NULL, NULL);
+    tu_assert_error_has("axis 2", NULL, NULL);
     assert_int_equal(pe_bcast_plan_make(2, (int64_t[]){2, 3}, 1, (int64_t[]){3}, -2, &pl), PE_ERR_INVALID);
     assert_int_equal(pe_bcast_plan_make(2, (int64_t[]){2, 3}, 2, (int64_t[]){2, 1}, 1, &pl), PE_ERR_INVALID);
-    assert_error_has("aligned dim 1", "3 in X and 2 in Y", NULL);
+    tu_assert_error_has("aligned dim 1", "3 in X and 2 in Y", NULL);
     assert_int_equal(pe_bcast_plan_make(2, (int64_t[]){2, 3}, 2, (int64_t[]){3, 2}, 0, &pl), PE_ERR_INVALID);
     /* X aligned trailing inside Y: [1,2,3] vs [2,3,4] mismatch. */
     assert_int_equal(pe_bcast_plan_make(2, (int64_t[]){2, 3}, 3, (int64_t[]){2, 3, 4}, -1, &pl), PE_ERR_INVALID);
     /* Y [4, 2] at axis 2 of X [2, 3, 4] runs past the end (its last dim is not 1). */
     assert_int_equal(pe_bcast_plan_make(3, (int64_t[]){2, 3, 4}, 2, (int64_t[]){4, 2}, 2, &pl), PE_ERR_INVALID);
-    assert_error_has("past the last dim", "[2, 3, 4]", "[4, 2]");
+    tu_assert_error_has("past the last dim", "[2, 3, 4]", "[4, 2]");
 }
 
 /* ---- binary kernels ------------------------------------------------------------ */
@@ -439,26 +385,26 @@ static void test_binary_errors(void **state) {
     pe_tensor *y = tu_tensor(PE_DTYPE_FP32, 1, (int64_t[]){4}, NULL);
     assert_null(run_binary("elementwise_add", x, y, -1, 1, &st));
     assert_int_equal(st, PE_ERR_INVALID);
-    assert_error_has("elementwise_add", "'x'", "'y'");
-    assert_error_has("[2, 3]", "[4]", NULL);
+    tu_assert_error_has("elementwise_add", "'x'", "'y'");
+    tu_assert_error_has("[2, 3]", "[4]", NULL);
     /* dtype mismatch */
     x = tu_tensor(PE_DTYPE_FP32, 1, (int64_t[]){2}, NULL);
     y = tu_tensor(PE_DTYPE_FP64, 1, (int64_t[]){2}, NULL);
     assert_null(run_binary("elementwise_mul", x, y, -1, 1, &st));
     assert_int_equal(st, PE_ERR_INVALID);
-    assert_error_has("elementwise_mul", "float32", "float64");
+    tu_assert_error_has("elementwise_mul", "float32", "float64");
     /* unsupported dtype */
     x = tu_tensor(PE_DTYPE_UINT8, 1, (int64_t[]){2}, NULL);
     y = tu_tensor(PE_DTYPE_UINT8, 1, (int64_t[]){2}, NULL);
     assert_null(run_binary("elementwise_sub", x, y, -1, 1, &st));
     assert_int_equal(st, PE_ERR_INVALID);
-    assert_error_has("uint8", "'x'", NULL);
+    tu_assert_error_has("uint8", "'x'", NULL);
     /* axis out of range */
     x = tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){2, 3}, NULL);
     y = tu_tensor(PE_DTYPE_FP32, 1, (int64_t[]){3}, NULL);
     assert_null(run_binary("elementwise_div", x, y, 3, 1, &st));
     assert_int_equal(st, PE_ERR_INVALID);
-    assert_error_has("elementwise_div", "axis 3", NULL);
+    tu_assert_error_has("elementwise_div", "axis 3", NULL);
     /* Y [2] at axis 1 of X [2, 3]: dim 1 is 3 vs 2 */
     x = tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){2, 3}, NULL);
     y = tu_tensor(PE_DTYPE_FP32, 1, (int64_t[]){2}, NULL);
@@ -469,15 +415,15 @@ static void test_binary_errors(void **state) {
 /* ---- unary kernels ------------------------------------------------------------ */
 
 static pe_tensor *run_unary(const char *type, pe_tensor *x, void (*attrs)(pe_op *), pe_status *st_out) {
-    one_op o;
-    pe_op *op = op_begin(&o, type);
-    op_in(&o, op, "X", "x", x);
-    op_out(&o, op, "Out", "out");
+    tu_one_op o;
+    pe_op *op = tu_op_begin(&o, type);
+    tu_op_in(&o, op, "X", "x", x);
+    tu_op_out(&o, op, "Out", "out");
     if (attrs) attrs(op);
     pe_tensor *out;
-    pe_status st = op_run(&o, "out", &out);
+    pe_status st = tu_op_run(&o, "out", &out);
     if (st_out) *st_out = st;
-    op_end(&o);
+    tu_op_end(&o);
     if (st != PE_OK) {
         pe_tensor_free(out);
         return NULL;
@@ -523,15 +469,15 @@ static void test_activations(void **state) {
     pe_tensor_free(out);
     /* large input, 2 threads */
     double *big = rand_vals(70001, 7);
-    one_op o;
-    pe_op *op = op_begin(&o, "tanh");
-    op_in(&o, op, "X", "x", tu_tensor(PE_DTYPE_FP64, 1, (int64_t[]){70001}, big));
-    op_out(&o, op, "Out", "out");
+    tu_one_op o;
+    pe_op *op = tu_op_begin(&o, "tanh");
+    tu_op_in(&o, op, "X", "x", tu_tensor(PE_DTYPE_FP64, 1, (int64_t[]){70001}, big));
+    tu_op_out(&o, op, "Out", "out");
     assert_int_equal(op_run_nt(&o, 2, "out", &out), PE_OK);
     for (int i = 0; i < 70001; i++) big[i] = tanh(big[i]);
     tu_assert_close(out, big, 70001, 1e-15);
     pe_tensor_free(out);
-    op_end(&o);
+    tu_op_end(&o);
     free(big);
     /* empty */
     out = run_unary("relu", tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){3, 0}, NULL), NULL, NULL);
@@ -545,10 +491,10 @@ static void test_activation_errors(void **state) {
     pe_status st;
     assert_null(run_unary("relu", tu_tensor(PE_DTYPE_INT32, 1, (int64_t[]){2}, NULL), NULL, &st));
     assert_int_equal(st, PE_ERR_INVALID);
-    assert_error_has("relu", "int32", "'x'");
+    tu_assert_error_has("relu", "int32", "'x'");
     assert_null(run_unary("tanh", tu_tensor(PE_DTYPE_BOOL, 1, (int64_t[]){2}, NULL), NULL, &st));
     assert_int_equal(st, PE_ERR_INVALID);
-    assert_error_has("tanh", "bool", NULL);
+    tu_assert_error_has("tanh", "bool", NULL);
 }
 
 static void attrs_scale_after(pe_op *op) {
@@ -592,7 +538,7 @@ static void test_scale(void **state) {
     pe_status st;
     assert_null(run_unary("scale", tu_tensor(PE_DTYPE_UINT8, 1, (int64_t[]){2}, NULL), NULL, &st));
     assert_int_equal(st, PE_ERR_INVALID);
-    assert_error_has("scale", "uint8", NULL);
+    tu_assert_error_has("scale", "uint8", NULL);
 }
 
 /* ---- cast ---------------------------------------------------------------------- */
@@ -681,22 +627,22 @@ static void test_cast_errors(void **state) {
     pe_status st;
     assert_null(run_cast(tu_tensor(PE_DTYPE_FP32, 1, (int64_t[]){2}, NULL), PE_DTYPE_FP16, &st));
     assert_int_equal(st, PE_ERR_INVALID);
-    assert_error_has("cast", "out_dtype", "6");
+    tu_assert_error_has("cast", "out_dtype", "6");
     assert_null(run_cast(tu_tensor(PE_DTYPE_FP32, 1, (int64_t[]){2}, NULL), -1, &st));
     assert_int_equal(st, PE_ERR_INVALID);
     assert_null(run_cast(tu_tensor(PE_DTYPE_FP32, 1, (int64_t[]){2}, NULL), 99, &st));
     assert_int_equal(st, PE_ERR_INVALID);
-    assert_error_has("99", NULL, NULL);
+    tu_assert_error_has("99", NULL, NULL);
     /* missing required attr out_dtype */
-    one_op o;
-    pe_op *op = op_begin(&o, "cast");
-    op_in(&o, op, "X", "x", tu_tensor(PE_DTYPE_FP32, 1, (int64_t[]){2}, NULL));
-    op_out(&o, op, "Out", "out");
+    tu_one_op o;
+    pe_op *op = tu_op_begin(&o, "cast");
+    tu_op_in(&o, op, "X", "x", tu_tensor(PE_DTYPE_FP32, 1, (int64_t[]){2}, NULL));
+    tu_op_out(&o, op, "Out", "out");
     pe_tensor *out;
-    assert_int_not_equal(op_run(&o, "out", &out), PE_OK);
-    assert_error_has("out_dtype", NULL, NULL);
+    assert_int_not_equal(tu_op_run(&o, "out", &out), PE_OK);
+    tu_assert_error_has("out_dtype", NULL, NULL);
     pe_tensor_free(out);
-    op_end(&o);
+    tu_op_end(&o);
 }
 
 int main(void) {

@@ -8,65 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- a one-op program harness ------------------------------------------------ */
-
-typedef struct {
-    pe_program *p;
-    pe_feed feeds[8];
-    pe_tensor *owned[8];
-    int nf;
-} one_op;
-
-static pe_op *op_begin(one_op *o, const char *type) {
-    memset(o, 0, sizeof *o);
-    o->p = pe_program_new();
-    assert_non_null(o->p);
-    pe_op *op = pe_block_add_op(&o->p->blocks[0], type);
-    assert_non_null(op);
-    return op;
-}
-
-/* Feeds t (ownership taken) as var `var` into slot `slot`. */
-static void op_in(one_op *o, pe_op *op, const char *slot, const char *var, pe_tensor *t) {
-    if (!pe_block_find_var(&o->p->blocks[0], var)) tu_declare(o->p, var, t);
-    assert_int_equal(pe_op_add_input(op, slot, var), PE_OK);
-    o->feeds[o->nf].name = var;
-    o->feeds[o->nf].tensor = t;
-    o->owned[o->nf++] = t;
-}
-
-static void op_out(one_op *o, pe_op *op, const char *slot, const char *var) {
-    if (!pe_block_find_var(&o->p->blocks[0], var))
-        assert_non_null(pe_block_add_var(&o->p->blocks[0], var, PE_DTYPE_FP32, 0, NULL));
-    assert_int_equal(pe_op_add_output(op, slot, var), PE_OK);
-}
-
-/* Runs with `nt` kernel threads; fetches n vars into new tensors outs[i]. */
-static pe_status op_run_n(one_op *o, int nt, int n, const char *const *vars, pe_tensor **outs) {
-    for (int i = 0; i < n; i++) outs[i] = pe_tensor_new();
-    pe_scope *scope = pe_scope_new(NULL);
-    pe_executor *ex = pe_executor_new(pe_place_cpu(0));
-    pe_executor_set_num_threads(ex, nt);
-    pe_status st = pe_executor_run(ex, o->p, 0, scope, o->feeds, o->nf, vars, n, outs);
-    pe_executor_free(ex);
-    pe_scope_free(scope);
-    return st;
-}
-static pe_status op_run(one_op *o, const char *var, pe_tensor **out) {
-    return op_run_n(o, 1, 1, (const char *[]){var}, out);
-}
-
-static void op_end(one_op *o) {
-    for (int i = 0; i < o->nf; i++) pe_tensor_free(o->owned[i]);
-    pe_program_free(o->p);
-}
-
-static void assert_error_has(const char *a, const char *b, const char *c) {
-    const char *m = pe_last_error();
-    if (a && !strstr(m, a)) fail_msg("error '%s' lacks '%s'", m, a);
-    if (b && !strstr(m, b)) fail_msg("error '%s' lacks '%s'", m, b);
-    if (c && !strstr(m, c)) fail_msg("error '%s' lacks '%s'", m, c);
-}
 
 /* Deterministic pseudo-random values in [-1, 1). */
 static double *rand_vals(int64_t n, unsigned seed) {
@@ -81,15 +22,15 @@ static double *rand_vals(int64_t n, unsigned seed) {
 
 /* Runs a single-input op X -> Out with attrs set by `attrs`; NULL on error. */
 static pe_tensor *run_x(const char *type, pe_tensor *x, void (*attrs)(pe_op *), int nt, pe_status *st_out) {
-    one_op o;
-    pe_op *op = op_begin(&o, type);
-    op_in(&o, op, "X", "x", x);
-    op_out(&o, op, "Out", "out");
+    tu_one_op o;
+    pe_op *op = tu_op_begin(&o, type);
+    tu_op_in(&o, op, "X", "x", x);
+    tu_op_out(&o, op, "Out", "out");
     if (attrs) attrs(op);
     pe_tensor *out;
-    pe_status st = op_run_n(&o, nt, 1, (const char *[]){"out"}, &out);
+    pe_status st = tu_op_run_n(&o, nt, 1, (const char *[]){"out"}, &out);
     if (st_out) *st_out = st;
-    op_end(&o);
+    tu_op_end(&o);
     if (st != PE_OK) {
         pe_tensor_free(out);
         return NULL;
@@ -147,47 +88,47 @@ static void test_mean_errors(void **state) {
     pe_status st;
     assert_null(run_x("mean", tu_tensor(PE_DTYPE_INT64, 1, (int64_t[]){3}, NULL), NULL, 1, &st));
     assert_int_equal(st, PE_ERR_INVALID);
-    assert_error_has("mean", "int64", "'x'");
+    tu_assert_error_has("mean", "int64", "'x'");
 }
 
 /* ---- sum ------------------------------------------------------------------- */
 
 static void test_sum(void **state) {
     (void)state;
-    one_op o;
-    pe_op *op = op_begin(&o, "sum");
-    op_in(&o, op, "X", "a", tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){2, 2}, (double[]){1, 2, 3, 4}));
-    op_in(&o, op, "X", "b", tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){2, 2}, (double[]){10, 20, 30, 40}));
-    op_in(&o, op, "X", "c", tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){2, 2}, (double[]){100, 200, 300, 400}));
-    op_out(&o, op, "Out", "out");
+    tu_one_op o;
+    pe_op *op = tu_op_begin(&o, "sum");
+    tu_op_in(&o, op, "X", "a", tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){2, 2}, (double[]){1, 2, 3, 4}));
+    tu_op_in(&o, op, "X", "b", tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){2, 2}, (double[]){10, 20, 30, 40}));
+    tu_op_in(&o, op, "X", "c", tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){2, 2}, (double[]){100, 200, 300, 400}));
+    tu_op_out(&o, op, "Out", "out");
     pe_tensor *out;
-    assert_int_equal(op_run(&o, "out", &out), PE_OK);
+    assert_int_equal(tu_op_run(&o, "out", &out), PE_OK);
     tu_assert_dims(out, 2, (int64_t[]){2, 2});
     tu_assert_close(out, (double[]){111, 222, 333, 444}, 4, 0);
     pe_tensor_free(out);
-    op_end(&o);
+    tu_op_end(&o);
 
     /* one input: a copy; int32 wraps; @EMPTY@ args are skipped */
-    op = op_begin(&o, "sum");
-    op_in(&o, op, "X", "a", tu_tensor(PE_DTYPE_INT32, 1, (int64_t[]){3}, (double[]){2147483647.0, -5, 7}));
+    op = tu_op_begin(&o, "sum");
+    tu_op_in(&o, op, "X", "a", tu_tensor(PE_DTYPE_INT32, 1, (int64_t[]){3}, (double[]){2147483647.0, -5, 7}));
     assert_int_equal(pe_op_add_input(op, "X", PE_EMPTY_VAR), PE_OK);
-    op_in(&o, op, "X", "b", tu_tensor(PE_DTYPE_INT32, 1, (int64_t[]){3}, (double[]){1, 5, 8}));
-    op_out(&o, op, "Out", "out");
-    assert_int_equal(op_run(&o, "out", &out), PE_OK);
+    tu_op_in(&o, op, "X", "b", tu_tensor(PE_DTYPE_INT32, 1, (int64_t[]){3}, (double[]){1, 5, 8}));
+    tu_op_out(&o, op, "Out", "out");
+    assert_int_equal(tu_op_run(&o, "out", &out), PE_OK);
     assert_int_equal(out->dtype, PE_DTYPE_INT32);
     tu_assert_close(out, (double[]){-2147483648.0, 0, 15}, 3, 0);
     pe_tensor_free(out);
-    op_end(&o);
+    tu_op_end(&o);
 
     /* in place: Out is X[1] (Paddle's gradient accumulation) */
-    op = op_begin(&o, "sum");
-    op_in(&o, op, "X", "a", tu_tensor(PE_DTYPE_FP64, 1, (int64_t[]){3}, (double[]){1, 2, 3}));
-    op_in(&o, op, "X", "b", tu_tensor(PE_DTYPE_FP64, 1, (int64_t[]){3}, (double[]){4, 5, 6}));
-    op_out(&o, op, "Out", "b");
-    assert_int_equal(op_run(&o, "b", &out), PE_OK);
+    op = tu_op_begin(&o, "sum");
+    tu_op_in(&o, op, "X", "a", tu_tensor(PE_DTYPE_FP64, 1, (int64_t[]){3}, (double[]){1, 2, 3}));
+    tu_op_in(&o, op, "X", "b", tu_tensor(PE_DTYPE_FP64, 1, (int64_t[]){3}, (double[]){4, 5, 6}));
+    tu_op_out(&o, op, "Out", "b");
+    assert_int_equal(tu_op_run(&o, "b", &out), PE_OK);
     tu_assert_close(out, (double[]){5, 7, 9}, 3, 0);
     pe_tensor_free(out);
-    op_end(&o);
+    tu_op_end(&o);
 }
 
 static void test_sum_large_parallel(void **state) {
@@ -195,17 +136,17 @@ static void test_sum_large_parallel(void **state) {
     const int64_t n = 100003; /* not a multiple of the kernel's chunk */
     double *a = rand_vals(n, 1), *b = rand_vals(n, 2), *c = rand_vals(n, 3), *want = malloc((size_t)n * sizeof *want);
     for (int64_t i = 0; i < n; i++) want[i] = (double)(((float)a[i] + (float)b[i]) + (float)c[i]);
-    one_op o;
-    pe_op *op = op_begin(&o, "sum");
-    op_in(&o, op, "X", "a", tu_tensor(PE_DTYPE_FP32, 1, &n, a));
-    op_in(&o, op, "X", "b", tu_tensor(PE_DTYPE_FP32, 1, &n, b));
-    op_in(&o, op, "X", "c", tu_tensor(PE_DTYPE_FP32, 1, &n, c));
-    op_out(&o, op, "Out", "out");
+    tu_one_op o;
+    pe_op *op = tu_op_begin(&o, "sum");
+    tu_op_in(&o, op, "X", "a", tu_tensor(PE_DTYPE_FP32, 1, &n, a));
+    tu_op_in(&o, op, "X", "b", tu_tensor(PE_DTYPE_FP32, 1, &n, b));
+    tu_op_in(&o, op, "X", "c", tu_tensor(PE_DTYPE_FP32, 1, &n, c));
+    tu_op_out(&o, op, "Out", "out");
     pe_tensor *out;
-    assert_int_equal(op_run_n(&o, 2, 1, (const char *[]){"out"}, &out), PE_OK);
+    assert_int_equal(tu_op_run_n(&o, 2, 1, (const char *[]){"out"}, &out), PE_OK);
     tu_assert_close(out, want, n, 0); /* same order of float adds: exact */
     pe_tensor_free(out);
-    op_end(&o);
+    tu_op_end(&o);
     free(a);
     free(b);
     free(c);
@@ -214,34 +155,34 @@ static void test_sum_large_parallel(void **state) {
 
 static void test_sum_errors(void **state) {
     (void)state;
-    one_op o;
+    tu_one_op o;
     pe_tensor *out;
-    pe_op *op = op_begin(&o, "sum");
-    op_in(&o, op, "X", "a", tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){2, 2}, NULL));
-    op_in(&o, op, "X", "b", tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){2, 3}, NULL));
-    op_out(&o, op, "Out", "out");
-    assert_int_equal(op_run(&o, "out", &out), PE_ERR_INVALID);
-    assert_error_has("sum", "'b'", "[2, 3]");
-    assert_error_has("'a'", "[2, 2]", NULL);
+    pe_op *op = tu_op_begin(&o, "sum");
+    tu_op_in(&o, op, "X", "a", tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){2, 2}, NULL));
+    tu_op_in(&o, op, "X", "b", tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){2, 3}, NULL));
+    tu_op_out(&o, op, "Out", "out");
+    assert_int_equal(tu_op_run(&o, "out", &out), PE_ERR_INVALID);
+    tu_assert_error_has("sum", "'b'", "[2, 3]");
+    tu_assert_error_has("'a'", "[2, 2]", NULL);
     pe_tensor_free(out);
-    op_end(&o);
+    tu_op_end(&o);
 
-    op = op_begin(&o, "sum");
-    op_in(&o, op, "X", "a", tu_tensor(PE_DTYPE_FP32, 1, (int64_t[]){2}, NULL));
-    op_in(&o, op, "X", "b", tu_tensor(PE_DTYPE_FP64, 1, (int64_t[]){2}, NULL));
-    op_out(&o, op, "Out", "out");
-    assert_int_equal(op_run(&o, "out", &out), PE_ERR_INVALID);
-    assert_error_has("float64", "float32", "'b'");
+    op = tu_op_begin(&o, "sum");
+    tu_op_in(&o, op, "X", "a", tu_tensor(PE_DTYPE_FP32, 1, (int64_t[]){2}, NULL));
+    tu_op_in(&o, op, "X", "b", tu_tensor(PE_DTYPE_FP64, 1, (int64_t[]){2}, NULL));
+    tu_op_out(&o, op, "Out", "out");
+    assert_int_equal(tu_op_run(&o, "out", &out), PE_ERR_INVALID);
+    tu_assert_error_has("float64", "float32", "'b'");
     pe_tensor_free(out);
-    op_end(&o);
+    tu_op_end(&o);
 
-    op = op_begin(&o, "sum");
+    op = tu_op_begin(&o, "sum");
     assert_int_equal(pe_op_add_input(op, "X", PE_EMPTY_VAR), PE_OK);
-    op_out(&o, op, "Out", "out");
-    assert_int_equal(op_run(&o, "out", &out), PE_ERR_INVALID);
-    assert_error_has("sum", "at least one", NULL);
+    tu_op_out(&o, op, "Out", "out");
+    assert_int_equal(tu_op_run(&o, "out", &out), PE_ERR_INVALID);
+    tu_assert_error_has("sum", "at least one", NULL);
     pe_tensor_free(out);
-    op_end(&o);
+    tu_op_end(&o);
 }
 
 /* ---- softmax ----------------------------------------------------------------- */
@@ -327,14 +268,14 @@ static void test_softmax_errors(void **state) {
     g_axis = 2;
     assert_null(run_x("softmax", tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){2, 3}, NULL), attrs_axis_int, 1, &st));
     assert_int_equal(st, PE_ERR_INVALID);
-    assert_error_has("softmax", "axis = 2", "[2, 3]");
+    tu_assert_error_has("softmax", "axis = 2", "[2, 3]");
     g_axis = -3;
     assert_null(run_x("softmax", tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){2, 3}, NULL), attrs_axis_int, 1, &st));
     assert_int_equal(st, PE_ERR_INVALID);
     g_axis = -1;
     assert_null(run_x("softmax", tu_tensor(PE_DTYPE_INT32, 2, (int64_t[]){2, 3}, NULL), attrs_axis_int, 1, &st));
     assert_int_equal(st, PE_ERR_INVALID);
-    assert_error_has("softmax", "int32", NULL);
+    tu_assert_error_has("softmax", "int32", NULL);
 }
 
 /* ---- arg_max ------------------------------------------------------------------- */
@@ -434,18 +375,18 @@ static void test_arg_max_errors(void **state) {
     pe_status st;
     assert_null(argmax(tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){2, 3}, NULL), 2, false, false, 3, &st));
     assert_int_equal(st, PE_ERR_INVALID);
-    assert_error_has("arg_max", "axis = 2", "[2, 3]");
+    tu_assert_error_has("arg_max", "axis = 2", "[2, 3]");
     assert_null(argmax(tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){2, 3}, NULL), -3, false, false, 3, &st));
     assert_int_equal(st, PE_ERR_INVALID);
     assert_null(argmax(tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){2, 3}, NULL), 0, false, false, 5, &st));
     assert_int_equal(st, PE_ERR_INVALID);
-    assert_error_has("dtype = 5", NULL, NULL);
+    tu_assert_error_has("dtype = 5", NULL, NULL);
     assert_null(argmax(tu_tensor(PE_DTYPE_BOOL, 1, (int64_t[]){3}, NULL), 0, false, false, 3, &st));
     assert_int_equal(st, PE_ERR_INVALID);
-    assert_error_has("bool", "'x'", NULL);
+    tu_assert_error_has("bool", "'x'", NULL);
     assert_null(argmax(tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){3, 0}, NULL), 1, false, false, 3, &st));
     assert_int_equal(st, PE_ERR_INVALID);
-    assert_error_has("empty", NULL, NULL);
+    tu_assert_error_has("empty", NULL, NULL);
     assert_null(argmax(tu_tensor(PE_DTYPE_FP32, 1, (int64_t[]){0}, NULL), 0, false, true, 3, &st));
     assert_int_equal(st, PE_ERR_INVALID);
 }
@@ -457,16 +398,16 @@ static void attrs_topk(pe_op *op) { pe_op_set_int(op, "k", g_k); }
 
 /* Runs top_k; values and indices into *v and *ix (caller frees). */
 static pe_status topk(pe_tensor *x, int64_t k, int nt, pe_tensor **v, pe_tensor **ix) {
-    one_op o;
-    pe_op *op = op_begin(&o, "top_k");
-    op_in(&o, op, "X", "x", x);
-    op_out(&o, op, "Out", "vals");
-    op_out(&o, op, "Indices", "idx");
+    tu_one_op o;
+    pe_op *op = tu_op_begin(&o, "top_k");
+    tu_op_in(&o, op, "X", "x", x);
+    tu_op_out(&o, op, "Out", "vals");
+    tu_op_out(&o, op, "Indices", "idx");
     g_k = k;
     attrs_topk(op);
     pe_tensor *outs[2];
-    pe_status st = op_run_n(&o, nt, 2, (const char *[]){"vals", "idx"}, outs);
-    op_end(&o);
+    pe_status st = tu_op_run_n(&o, nt, 2, (const char *[]){"vals", "idx"}, outs);
+    tu_op_end(&o);
     *v = outs[0];
     *ix = outs[1];
     return st;
@@ -547,19 +488,19 @@ static void test_top_k_errors(void **state) {
     (void)state;
     pe_tensor *v, *ix;
     assert_int_equal(topk(tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){2, 3}, NULL), 4, 1, &v, &ix), PE_ERR_INVALID);
-    assert_error_has("top_k", "k = 4", "[2, 3]");
+    tu_assert_error_has("top_k", "k = 4", "[2, 3]");
     pe_tensor_free(v);
     pe_tensor_free(ix);
     assert_int_equal(topk(tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){2, 3}, NULL), 0, 1, &v, &ix), PE_ERR_INVALID);
-    assert_error_has("k = 0", NULL, NULL);
+    tu_assert_error_has("k = 0", NULL, NULL);
     pe_tensor_free(v);
     pe_tensor_free(ix);
     assert_int_equal(topk(tu_tensor(PE_DTYPE_UINT8, 1, (int64_t[]){3}, NULL), 1, 1, &v, &ix), PE_ERR_INVALID);
-    assert_error_has("uint8", NULL, NULL);
+    tu_assert_error_has("uint8", NULL, NULL);
     pe_tensor_free(v);
     pe_tensor_free(ix);
     assert_int_equal(topk(tu_tensor(PE_DTYPE_FP32, 0, NULL, (double[]){1}), 1, 1, &v, &ix), PE_ERR_INVALID);
-    assert_error_has("rank 0", NULL, NULL);
+    tu_assert_error_has("rank 0", NULL, NULL);
     pe_tensor_free(v);
     pe_tensor_free(ix);
 }
@@ -568,16 +509,16 @@ static void test_top_k_errors(void **state) {
 
 /* Runs accuracy; fetches Accuracy, Correct, Total. */
 static pe_status accuracy(pe_tensor *out, pe_tensor *idx, pe_tensor *lab, pe_tensor **res) {
-    one_op o;
-    pe_op *op = op_begin(&o, "accuracy");
-    op_in(&o, op, "Out", "topv", out);
-    op_in(&o, op, "Indices", "topi", idx);
-    op_in(&o, op, "Label", "label", lab);
-    op_out(&o, op, "Accuracy", "acc");
-    op_out(&o, op, "Correct", "correct");
-    op_out(&o, op, "Total", "total");
-    pe_status st = op_run_n(&o, 1, 3, (const char *[]){"acc", "correct", "total"}, res);
-    op_end(&o);
+    tu_one_op o;
+    pe_op *op = tu_op_begin(&o, "accuracy");
+    tu_op_in(&o, op, "Out", "topv", out);
+    tu_op_in(&o, op, "Indices", "topi", idx);
+    tu_op_in(&o, op, "Label", "label", lab);
+    tu_op_out(&o, op, "Accuracy", "acc");
+    tu_op_out(&o, op, "Correct", "correct");
+    tu_op_out(&o, op, "Total", "total");
+    pe_status st = tu_op_run_n(&o, 1, 3, (const char *[]){"acc", "correct", "total"}, res);
+    tu_op_end(&o);
     return st;
 }
 
@@ -618,17 +559,17 @@ static void test_accuracy(void **state) {
 
 static void test_accuracy_optional_outputs(void **state) {
     (void)state;
-    one_op o;
-    pe_op *op = op_begin(&o, "accuracy");
-    op_in(&o, op, "Out", "topv", tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){2, 1}, NULL));
-    op_in(&o, op, "Indices", "topi", tu_tensor(PE_DTYPE_INT64, 2, (int64_t[]){2, 1}, (double[]){4, 5}));
-    op_in(&o, op, "Label", "label", tu_tensor(PE_DTYPE_INT64, 2, (int64_t[]){2, 1}, (double[]){4, 4}));
-    op_out(&o, op, "Accuracy", "acc");
+    tu_one_op o;
+    pe_op *op = tu_op_begin(&o, "accuracy");
+    tu_op_in(&o, op, "Out", "topv", tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){2, 1}, NULL));
+    tu_op_in(&o, op, "Indices", "topi", tu_tensor(PE_DTYPE_INT64, 2, (int64_t[]){2, 1}, (double[]){4, 5}));
+    tu_op_in(&o, op, "Label", "label", tu_tensor(PE_DTYPE_INT64, 2, (int64_t[]){2, 1}, (double[]){4, 4}));
+    tu_op_out(&o, op, "Accuracy", "acc");
     pe_tensor *acc;
-    assert_int_equal(op_run(&o, "acc", &acc), PE_OK);
+    assert_int_equal(tu_op_run(&o, "acc", &acc), PE_OK);
     tu_assert_close(acc, (double[]){0.5}, 1, 0);
     pe_tensor_free(acc);
-    op_end(&o);
+    tu_op_end(&o);
 }
 
 static void test_accuracy_errors(void **state) {
@@ -637,27 +578,27 @@ static void test_accuracy_errors(void **state) {
     assert_int_equal(accuracy(tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){4, 2}, NULL),
                               tu_tensor(PE_DTYPE_INT64, 2, (int64_t[]){4, 2}, NULL),
                               tu_tensor(PE_DTYPE_INT64, 2, (int64_t[]){3, 1}, NULL), r), PE_ERR_INVALID);
-    assert_error_has("accuracy", "'label'", "[3, 1]");
+    tu_assert_error_has("accuracy", "'label'", "[3, 1]");
     free3(r);
     assert_int_equal(accuracy(tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){4, 2}, NULL),
                               tu_tensor(PE_DTYPE_INT64, 2, (int64_t[]){4, 3}, NULL),
                               tu_tensor(PE_DTYPE_INT64, 2, (int64_t[]){4, 1}, NULL), r), PE_ERR_INVALID);
-    assert_error_has("'topv'", "'topi'", "[4, 3]");
+    tu_assert_error_has("'topv'", "'topi'", "[4, 3]");
     free3(r);
     assert_int_equal(accuracy(tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){4, 2}, NULL),
                               tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){4, 2}, NULL),
                               tu_tensor(PE_DTYPE_INT64, 2, (int64_t[]){4, 1}, NULL), r), PE_ERR_INVALID);
-    assert_error_has("Indices", "float32", NULL);
+    tu_assert_error_has("Indices", "float32", NULL);
     free3(r);
     assert_int_equal(accuracy(tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){4, 2}, NULL),
                               tu_tensor(PE_DTYPE_INT64, 2, (int64_t[]){4, 2}, NULL),
                               tu_tensor(PE_DTYPE_INT64, 2, (int64_t[]){4, 2}, NULL), r), PE_ERR_INVALID);
-    assert_error_has("Label", "[4, 2]", NULL);
+    tu_assert_error_has("Label", "[4, 2]", NULL);
     free3(r);
     assert_int_equal(accuracy(tu_tensor(PE_DTYPE_FP32, 1, (int64_t[]){4}, NULL),
                               tu_tensor(PE_DTYPE_INT64, 1, (int64_t[]){4}, NULL),
                               tu_tensor(PE_DTYPE_INT64, 2, (int64_t[]){4, 1}, NULL), r), PE_ERR_INVALID);
-    assert_error_has("rank 2", NULL, NULL);
+    tu_assert_error_has("rank 2", NULL, NULL);
     free3(r);
 }
 
