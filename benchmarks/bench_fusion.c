@@ -82,7 +82,7 @@ typedef struct {
 static int run_model(const char *dir, const char *model, int places, int batch, int steps, int reps) {
     char path[1024], spath[1024];
     snprintf(path, sizeof path, "%s/%s_train.pe", dir, model);
-    snprintf(spath, sizeof spath, "%s/%s_train_startup.pe", dir, model);
+    snprintf(spath, sizeof spath, "%s/%s_startup.pe", dir, model);
     pe_program *main_p = NULL, *start_p = NULL;
     if (pe_program_load_file(path, &main_p) != PE_OK || pe_program_load_file(spath, &start_p) != PE_OK)
         return die(path);

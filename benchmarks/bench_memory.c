@@ -75,7 +75,7 @@ static int run(const char *dir, const char *model, int places, int batch, int st
                result *r) {
     char path[4096], spath[4096];
     snprintf(path, sizeof path, "%s/%s_train.pe", dir, model);
-    snprintf(spath, sizeof spath, "%s/%s_train_startup.pe", dir, model);
+    snprintf(spath, sizeof spath, "%s/%s_startup.pe", dir, model);
     pe_program *prog = NULL, *startup = NULL;
     if (pe_program_load_file(path, &prog) != PE_OK || pe_program_load_file(spath, &startup) != PE_OK)
         return die("loading the example programs (run scripts/make_train_examples.py)");

@@ -37,7 +37,7 @@ static int die(const char *what) {
 static int time_steps(const char *model, int n, int threads, int batch, int steps, double *sec) {
     char path[256], spath[256];
     snprintf(path, sizeof path, "examples/%s_train.pe", model);
-    snprintf(spath, sizeof spath, "examples/%s_train_startup.pe", model);
+    snprintf(spath, sizeof spath, "examples/%s_startup.pe", model);
     pe_program *prog = NULL, *startup = NULL;
     if (pe_program_load_file(path, &prog) != PE_OK || pe_program_load_file(spath, &startup) != PE_OK)
         return die("loading the example programs (run from the repository root)");

@@ -62,8 +62,8 @@ for model in mlp cnn; do
   "$pe" inspect "examples/${model}_infer.pe"
 
   input=x; [ "$model" = cnn ] && input=img
-  step "$model: pe run examples/${model}_infer.pe --startup examples/${model}_startup.pe"
-  "$pe" run "examples/${model}_infer.pe" --startup "examples/${model}_startup.pe" \
+  step "$model: pe run examples/${model}_infer.pe --startup examples/${model}_infer_startup.pe"
+  "$pe" run "examples/${model}_infer.pe" --startup "examples/${model}_infer_startup.pe" \
     --feed "$input=$work/$input.npy" --fetch prob --out "$work/$model"
 done
 

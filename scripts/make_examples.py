@@ -4,8 +4,8 @@
     /usr/bin/python3 scripts/make_examples.py [--pe build/bin/pe]
 
 For each model it writes <model>_infer.json (the inference program) and
-<model>_startup.json (the startup program that initializes the parameters),
-and for each training model <model>_forward.json (the forward pass with its
+<model>_infer_startup.json (the startup program that initializes its
+parameters), and for each training model <model>_forward.json (the forward pass with its
 loss, what `pe train` takes) and <model>_forward_startup.json, then converts
 all of them to the binary form (.pe) with `pe convert`, so the two forms
 always come from the same source. The models:
@@ -221,7 +221,7 @@ def main():
     args = ap.parse_args()
     os.makedirs(EXAMPLES, exist_ok=True)
     outputs = [("%s_%s" % (name, kind), prog) for name, build in MODELS.items()
-               for m in [build()] for kind, prog in (("infer", m.main), ("startup", m.startup))]
+               for m in [build()] for kind, prog in (("infer", m.main), ("infer_startup", m.startup))]
     outputs += [("%s_%s" % (name, kind), prog) for name, build in TRAIN_MODELS.items()
                 for m in [build()] for kind, prog in (("forward", m.main), ("forward_startup", m.startup))]
     for base, prog in outputs:

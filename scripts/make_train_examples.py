@@ -11,7 +11,7 @@ the optimizer ops; the velocities get fill_constant 0 in the startup), and
 writes
 
   examples/<model>_train.json / .pe          forward + backward + momentum
-  examples/<model>_train_startup.json / .pe  parameters + velocities
+  examples/<model>_startup.json / .pe  parameters + velocities
 
 These are the programs `pe plan` and the memory benchmarks
 (benchmarks/bench_memory.c) use. --check regenerates into a temporary
@@ -49,7 +49,7 @@ def write(core, model, out_dir):
     pairs = core.minimize(main, startup, "loss", kind="momentum", learning_rate=LR, momentum=MU)
     if not pairs:
         sys.exit("make_train_examples: %s: minimize found no parameters" % model)
-    for prog, name in ((main, model + "_train"), (startup, model + "_train_startup")):
+    for prog, name in ((main, model + "_train"), (startup, model + "_startup")):
         for ext in (".json", ".pe"):
             prog.save(os.path.join(out_dir, name + ext))
     return len(pairs)

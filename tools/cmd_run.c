@@ -1,6 +1,6 @@
 /* tools/cmd_run.c — `pe run`: run block 0 of a program with .npy feeds.
  *
- *     pe run mlp.pe --startup mlp_startup.pe --feed x=x.npy --fetch prob --out out/
+ *     pe run mlp.pe --startup mlp_infer_startup.pe --feed x=x.npy --fetch prob --out out/
  *
  * Steps, each failing with one "pe: error:" line that names the file, var
  * or op: parse the command line (usage errors first, before any file is

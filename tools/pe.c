@@ -1,6 +1,6 @@
 /* tools/pe.c — the `pe` command-line tool: dispatch, help, error output.
  *
- *     pe run examples/mlp_infer.pe --startup examples/mlp_startup.pe \
+ *     pe run examples/mlp_infer.pe --startup examples/mlp_infer_startup.pe \
  *            --feed x=x.npy --fetch prob --out results
  *     pe train examples/mlp_forward.pe --startup examples/mlp_forward_startup.pe \
  *            --loss loss --optimizer adam --data batches/ --steps 200

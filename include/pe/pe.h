@@ -3,7 +3,7 @@
  *     #include <pe/pe.h>
  *
  *     pe_program *startup, *main;
- *     pe_program_load_file("examples/mlp_startup.pe", &startup);
+ *     pe_program_load_file("examples/mlp_infer_startup.pe", &startup);
  *     pe_program_load_file("examples/mlp_infer.pe", &main);
  *     pe_scope *scope = pe_scope_new(NULL);
  *     pe_executor *ex = pe_executor_new(pe_place_cpu(0));

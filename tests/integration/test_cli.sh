@@ -293,15 +293,15 @@ fi
 # (split 3,2 and 2,2,1) gives what one place gives, concatenated in order.
 EX="$PE_SOURCE_DIR/examples"
 "$PY" -c "import numpy as np; np.save('x5.npy', np.random.RandomState(3).rand(5, 784).astype('float32'))"
-expect_ok "run the MLP example on one place" run "$EX/mlp_infer.pe" --startup "$EX/mlp_startup.pe" --feed x=x5.npy --fetch prob --out mp1
+expect_ok "run the MLP example on one place" run "$EX/mlp_infer.pe" --startup "$EX/mlp_infer_startup.pe" --feed x=x5.npy --fetch prob --out mp1
 for n in 2 3; do
-    if expect_ok "run the MLP example with --places cpu:$n" run "$EX/mlp_infer.pe" --startup "$EX/mlp_startup.pe" --feed x=x5.npy --fetch prob --out "mp$n" --places "cpu:$n"; then
+    if expect_ok "run the MLP example with --places cpu:$n" run "$EX/mlp_infer.pe" --startup "$EX/mlp_infer_startup.pe" --feed x=x5.npy --fetch prob --out "mp$n" --places "cpu:$n"; then
         if "$PY" -c "import sys, numpy as np; a, b = np.load('mp1/prob.npy'), np.load('mp$n/prob.npy'); sys.exit(0 if a.shape == b.shape == (5, 10) and np.allclose(a, b, rtol=1e-5, atol=1e-7) else 1)"; then
             pass "--places cpu:$n: same [5, 10] result as one place"
         else fail "--places cpu:$n" "result differs from one place"; fi
     fi
 done
-expect_error "run --places cpu:8 with 5 rows" "'x'.*5 rows.*8 places.*CPU_NUM" run "$EX/mlp_infer.pe" --startup "$EX/mlp_startup.pe" --feed x=x5.npy --fetch prob --places cpu:8
+expect_error "run --places cpu:8 with 5 rows" "'x'.*5 rows.*8 places.*CPU_NUM" run "$EX/mlp_infer.pe" --startup "$EX/mlp_infer_startup.pe" --feed x=x5.npy --fetch prob --places cpu:8
 expect_error "run --places cpu:2: a broadcast feed is split too" "feed 'y' on place 0 has shape \\[2\\]" run main.json --feed x=x.npy --feed y=y.npy --fetch relu/out --places cpu:2
 if expect_ok "run: default --out is the current dir" run main.json --feed x=x.npy --feed y=y.npy --fetch relu/out; then
     check_out "run: ./relu_out.npy" relu_out.npy

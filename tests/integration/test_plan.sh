@@ -85,7 +85,7 @@ done
 # the same program from its JSON form and with the startup's shapes
 "$PE" plan "$SRC/examples/mlp_train.pe" --places cpu:3 --batch 128 --fetch loss >"$T/a" 2>&1
 "$PE" plan "$SRC/examples/mlp_train.json" --places cpu:3 --batch 128 --fetch loss \
-    --startup "$SRC/examples/mlp_train_startup.pe" >"$T/b" 2>&1
+    --startup "$SRC/examples/mlp_startup.pe" >"$T/b" 2>&1
 if cmp -s "$T/a" "$T/b"; then pass ".pe = .json + --startup"; else fail ".pe = .json" "$(cat "$T/a" "$T/b")"; fi
 
 # both switches off: no saving

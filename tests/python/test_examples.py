@@ -3,7 +3,7 @@
 For each example in examples/ (an MLP and a small CNN, each an inference
 program plus a startup program, in both .json and .pe form) this runs
 
-    pe run examples/<m>_infer.<ext> --startup examples/<m>_startup.<ext> \
+    pe run examples/<m>_infer.<ext> --startup examples/<m>_infer_startup.<ext> \
         --feed <input>=batch.npy --fetch prob --fetch <logits> --fetch <every param>
 
 on a seeded random batch, then recomputes the forward pass in PyTorch
@@ -77,7 +77,7 @@ def run_example(model, ext, batch):
     params = params_of(model)
     logits = MODELS[model][2]
     return run_pe(os.path.join(EX, "%s_infer.%s" % (model, ext)), batch, ["prob", logits] + params,
-                  startup=os.path.join(EX, "%s_startup.%s" % (model, ext)))
+                  startup=os.path.join(EX, "%s_infer_startup.%s" % (model, ext)))
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -115,7 +115,7 @@ def test_matches_torch(model, n, ext):
 @pytest.mark.parametrize("model", sorted(MODELS))
 def test_params_follow_startup(model):
     got = run_example(model, "json", make_batch(model, 1))
-    for op in load(model + "_startup")["blocks"][0]["ops"]:
+    for op in load(model + "_infer_startup")["blocks"][0]["ops"]:
         attrs = {a["name"]: a for a in op["attrs"]}
         name = op["outputs"][0]["args"][0]
         v = got[name]
@@ -140,7 +140,7 @@ def test_json_and_pe_identical(model):
 @pytest.mark.parametrize("model", sorted(MODELS))
 def test_committed_files_are_fresh(model, tmp_path):
     m = make_examples.MODELS[model]()
-    for kind, prog in (("infer", m.main), ("startup", m.startup)):
+    for kind, prog in (("infer", m.main), ("infer_startup", m.startup)):
         src = os.path.join(EX, "%s_%s" % (model, kind))
         with open(src + ".json") as f:
             assert f.read() == prog.to_json(), \
@@ -151,3 +151,23 @@ def test_committed_files_are_fresh(model, tmp_path):
         with open(src + ".pe", "rb") as f:
             assert f.read() == out.read_bytes(), \
                 "%s.pe is not `pe convert` of the .json: run /usr/bin/python3 scripts/make_examples.py" % src
+
+
+def test_train_examples_are_fresh():
+    """examples/<m>_train + <m>_startup are what scripts/make_train_examples.py writes."""
+    build = os.path.dirname(os.path.dirname(pe_bin()))
+    r = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "make_train_examples.py"), "--check",
+                        "--build", build], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_startup_initializes_every_persistable(model):
+    """<m>_startup initializes every persistable var of the training program (parameters, the
+    learning rate, the momentum velocities) and <m>_infer_startup every one of the inference program."""
+    for prog, startup in (("_train", "_startup"), ("_infer", "_infer_startup")):
+        want = {v["name"] for v in load(model + prog)["blocks"][0]["vars"] if v.get("persistable")}
+        got = {a for op in load(model + startup)["blocks"][0]["ops"] for o in op["outputs"] for a in o["args"]}
+        assert want and want <= got, "%s%s.json leaves %s uninitialized" % (model, startup, sorted(want - got))
+        if prog == "_train":
+            assert any(n.endswith("_velocity_0") for n in want), "%s_train has no momentum velocities" % model
