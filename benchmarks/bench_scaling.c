@@ -4,10 +4,12 @@
  *
  * Trains examples/<model>_train.pe (forward + backward + momentum) with a
  * batch of BATCH rows (default 128) on 1 CPU place with 1 OpenMP thread,
- * then on 2 CPU places with 1 thread each (the batch split 64/64, gradients
+ * and on 2 CPU places with 1 thread each (the batch split 64/64, gradients
  * allreduced), and prints samples/s for both and their ratio
- * (`scaling_<model>=<x>`; target >= 1.8). Steps after 3 warm-up steps,
- * median of STEPS (default 20) timings. Run from the repository root.
+ * (`scaling_<model>=<x>`; target >= 1.8). Both trainers are built first
+ * and then take turns, 5 steps each (so a busy host slows both alike);
+ * after 3 warm-up steps each, the median of STEPS (default 20) timings of
+ * each. Run from the repository root.
  */
 #include "pe/pe.h"
 
@@ -33,19 +35,42 @@ static int die(const char *what) {
     return 1;
 }
 
-/* Median seconds per step on n places with `threads` OpenMP threads in all. */
-static int time_steps(const char *model, int n, int threads, int batch, int steps, double *sec) {
+/* One trainer: the model's programs, a scope with its parameters and a
+ * ParallelExecutor on n places, with a fixed batch to feed. */
+typedef struct {
+    pe_program *prog, *startup;
+    pe_scope *scope;
+    pe_executor *ex;
+    pe_parallel_executor *pe;
+    pe_tensor *x, *y, *loss;
+    pe_feed feed[2];
+} trainer;
+
+static void trainer_free(trainer *t) {
+    pe_tensor_free(t->x);
+    pe_tensor_free(t->y);
+    pe_tensor_free(t->loss);
+    pe_parallel_executor_free(t->pe);
+    pe_executor_free(t->ex);
+    pe_scope_free(t->scope);
+    pe_program_free(t->prog);
+    pe_program_free(t->startup);
+}
+
+/* n places sharing `threads` OpenMP threads (the executor gives each place
+ * threads / n for its kernels). */
+static int trainer_init(trainer *t, const char *model, int n, int threads, int batch) {
+    memset(t, 0, sizeof *t);
     char path[256], spath[256];
     snprintf(path, sizeof path, "examples/%s_train.pe", model);
     snprintf(spath, sizeof spath, "examples/%s_startup.pe", model);
-    pe_program *prog = NULL, *startup = NULL;
-    if (pe_program_load_file(path, &prog) != PE_OK || pe_program_load_file(spath, &startup) != PE_OK)
+    if (pe_program_load_file(path, &t->prog) != PE_OK || pe_program_load_file(spath, &t->startup) != PE_OK)
         return die("loading the example programs (run from the repository root)");
     bool cnn = !strcmp(model, "cnn");
     omp_set_num_threads(threads);
-    pe_scope *scope = pe_scope_new(NULL);
-    pe_executor *ex = pe_executor_new(pe_place_cpu(0));
-    if (pe_executor_run(ex, startup, 0, scope, NULL, 0, NULL, 0, NULL) != PE_OK) return die("startup");
+    t->scope = pe_scope_new(NULL);
+    t->ex = pe_executor_new(pe_place_cpu(0));
+    if (pe_executor_run(t->ex, t->startup, 0, t->scope, NULL, 0, NULL, 0, NULL) != PE_OK) return die("startup");
     pe_place places[2] = {pe_place_cpu(0), pe_place_cpu(1)};
     pe_pe_options o;
     pe_pe_options_default(&o);
@@ -58,44 +83,57 @@ static int time_steps(const char *model, int n, int threads, int batch, int step
         o.build_strategy.fuse_all_reduce_ops = o.build_strategy.fuse_all_optimizer_ops = true;
         o.build_strategy.fuse_gemm_epilogue = o.build_strategy.fuse_elewise_add_act_ops = true;
     }
-    pe_parallel_executor *pe;
-    if (pe_parallel_executor_new(places, n, prog, scope, &o, &pe) != PE_OK) return die("ParallelExecutor");
-    pe_tensor *x = pe_tensor_new(), *y = pe_tensor_new(), *loss = pe_tensor_new();
+    if (pe_parallel_executor_new(places, n, t->prog, t->scope, &o, &t->pe) != PE_OK) return die("ParallelExecutor");
+    t->x = pe_tensor_new(), t->y = pe_tensor_new(), t->loss = pe_tensor_new();
     int64_t xd[4] = {batch, 1, 28, 28}, xm[2] = {batch, 784}, yd[2] = {batch, 1};
-    pe_tensor_resize(x, PE_DTYPE_FP32, cnn ? 4 : 2, cnn ? xd : xm, pe_place_cpu(0));
-    pe_tensor_resize(y, PE_DTYPE_INT64, 2, yd, pe_place_cpu(0));
-    float *xv = pe_tensor_data(x);
-    int64_t *yv = pe_tensor_data(y);
-    for (int64_t i = 0; i < pe_tensor_numel(x); i++) xv[i] = (float)((i * 2654435761u) % 1000) / 1000.0f;
+    if (pe_tensor_resize(t->x, PE_DTYPE_FP32, cnn ? 4 : 2, cnn ? xd : xm, pe_place_cpu(0)) != PE_OK ||
+        pe_tensor_resize(t->y, PE_DTYPE_INT64, 2, yd, pe_place_cpu(0)) != PE_OK)
+        return die("feeds");
+    float *xv = pe_tensor_data(t->x);
+    int64_t *yv = pe_tensor_data(t->y);
+    for (int64_t i = 0; i < pe_tensor_numel(t->x); i++) xv[i] = (float)((i * 2654435761u) % 1000) / 1000.0f;
     for (int i = 0; i < batch; i++) yv[i] = i % 10;
-    pe_feed feed[2] = {{cnn ? "img" : "x", x}, {"label", y}};
-    const char *fetch[] = {"loss"};
-    double *t = malloc(sizeof *t * (size_t)steps);
-    for (int s = 0; s < steps + 3; s++) {
-        double t0 = now();
-        if (pe_run(pe, feed, 2, fetch, 1, true, &loss) != PE_OK) return die("pe_run");
-        if (s >= 3) t[s - 3] = now() - t0;
-    }
-    qsort(t, (size_t)steps, sizeof *t, cmp_d);
-    *sec = t[steps / 2];
-    free(t);
-    pe_tensor_free(x);
-    pe_tensor_free(y);
-    pe_tensor_free(loss);
-    pe_parallel_executor_free(pe);
-    pe_executor_free(ex);
-    pe_scope_free(scope);
-    pe_program_free(prog);
-    pe_program_free(startup);
+    t->feed[0] = (pe_feed){cnn ? "img" : "x", t->x};
+    t->feed[1] = (pe_feed){"label", t->y};
     return 0;
 }
 
+/* Seconds for one training step. */
+static int trainer_step(trainer *t, double *sec) {
+    const char *fetch[] = {"loss"};
+    double t0 = now();
+    if (pe_run(t->pe, t->feed, 2, fetch, 1, true, &t->loss) != PE_OK) return die("pe_run");
+    *sec = now() - t0;
+    return 0;
+}
+
+/* The two trainers take turns, BLOCK steps each, so that whatever else the
+ * host runs meanwhile slows both alike; medians of STEPS steps each. (Turns
+ * of one step slowed both by ~7%: each step then starts with the other
+ * trainer's data in the caches.) */
+#define BLOCK 5
 static int bench(const char *model, int batch, int steps) {
-    double one, two;
-    if (time_steps(model, 1, 1, batch, steps, &one) || time_steps(model, 2, 2, batch, steps, &two)) return 1;
+    trainer one, two;
+    if (trainer_init(&one, model, 1, 1, batch) || trainer_init(&two, model, 2, 2, batch)) return 1;
+    double *t1 = malloc(sizeof *t1 * (size_t)steps), *t2 = malloc(sizeof *t2 * (size_t)steps), d;
+    for (int s = 0; s < 3; s++)
+        if (trainer_step(&one, &d) || trainer_step(&two, &d)) return 1;
+    for (int s = 0; s < steps; s += BLOCK) {
+        for (int k = s; k < s + BLOCK && k < steps; k++)
+            if (trainer_step(&one, &t1[k])) return 1;
+        for (int k = s; k < s + BLOCK && k < steps; k++)
+            if (trainer_step(&two, &t2[k])) return 1;
+    }
+    qsort(t1, (size_t)steps, sizeof *t1, cmp_d);
+    qsort(t2, (size_t)steps, sizeof *t2, cmp_d);
+    double a = t1[steps / 2], b = t2[steps / 2];
     printf("%s batch=%d: 1 place x 1 thread %.1f samples/s (%.2f ms/step); 2 places x 1 thread %.1f samples/s "
            "(%.2f ms/step)\nscaling_%s=%.2f\n",
-           model, batch, batch / one, one * 1e3, batch / two, two * 1e3, model, one / two);
+           model, batch, batch / a, a * 1e3, batch / b, b * 1e3, model, a / b);
+    free(t1);
+    free(t2);
+    trainer_free(&one);
+    trainer_free(&two);
     return 0;
 }
 
