@@ -65,6 +65,7 @@ void pe_pe_options_default(pe_pe_options *o) {
     o->build_strategy.gradient_scale_strategy = PE_GRAD_SCALE_BATCH_SHARE;
     o->build_strategy.fuse_grad_size_in_MB = 25;
     o->build_strategy.fuse_first_grad_size_in_MB = 1;
+    o->build_strategy.shard_optimizer = true;
     o->num_trainers = 1;
 }
 
@@ -325,8 +326,8 @@ static pe_status ensure_prepared(pe_parallel_executor *pe) {
     char pb[32];
     for (int h = 0; h < pe->g->n_h; h++) {
         const pe_handle *hd = &pe->g->h[h];
-        if (hd->kind != PE_HANDLE_OP) continue;
-        int p = hd->place;
+        if (hd->kind != PE_HANDLE_OP && hd->kind != PE_HANDLE_OPT_SHARD) continue;
+        int p = hd->kind == PE_HANDLE_OP ? hd->place : hd->root; /* shard i runs with place i's tensors */
         const pe_op *op = &pe->g->progs[p]->blocks[0].ops[hd->op_idx];
         pe_status st = pe_op_ctx_init(&pe->ctxs[h], op, pe->local[p], pe->places[p]);
         if (st != PE_OK) {
@@ -396,10 +397,151 @@ static pe_status run_collective(pe_parallel_executor *pe, const pe_handle *hd) {
     return st == PE_OK ? PE_OK : pe_error_wrap(st, "collective on '%s'", hd->var);
 }
 
+/* ---- sharded optimizer updates (shard_optimizer) -------------------------
+ * Shard i of k of an optimizer op owns elements [b, e) of its parameter
+ * (k equal ranges, multiples of 16 elements so no two shards write one
+ * cache line): it allreduces that range of the gradient over the places,
+ * runs the op's kernel once on views of that range of place i's tensors
+ * (whole tensors for the scalar slots: LearningRate, Beta1Pow, ...), and
+ * copies the range of every per-element output to each place whose storage
+ * is not the same memory (the places share it unless something replaced a
+ * buffer, e.g. a feed of the parameter). Place i's scalar outputs (adam's
+ * powers) are advanced by shard i; shard 0 also sets them on the places
+ * beyond k. */
+
+static const char *const k_elem_in[] = {"Param", "Grad", "Velocity", "Moment1", "Moment2"};
+static const char *const k_elem_out[] = {"ParamOut", "VelocityOut", "Moment1Out", "Moment2Out"};
+
+static bool in_list(const char *name, const char *const *list, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(name, list[i])) return true;
+    return false;
+}
+
+/* `t` restricted to elements [b, e) as a 1-D view (no reference taken). */
+static void range_view(pe_tensor *view, const pe_tensor *t, int64_t b, int64_t e) {
+    *view = *t;
+    view->ndim = 1;
+    view->dims[0] = e - b;
+    view->offset = t->offset + (size_t)b * pe_dtype_size(t->dtype);
+}
+
+static pe_status run_opt_shard(pe_parallel_executor *pe, int h) {
+    const pe_handle *hd = &pe->g->h[h];
+    pe_op_ctx *c = &pe->ctxs[h];
+    const pe_op_info *info = c->info;
+    const int s = hd->root, k = hd->n_shards;
+    char pb[32];
+    /* What the op's infer checks, read-only (the shards of one op run
+     * concurrently and must not write shared tensor metadata): every input
+     * has a value, the per-element ones as many elements as the parameter,
+     * of its dtype; the scalar ones at least one element. */
+    const pe_tensor *param = pe_ctx_in(c, "Param");
+    const int64_t n = param ? pe_tensor_numel(param) : 0;
+    for (int i = 0; i < info->n_inputs; i++)
+        for (int a = 0; a < c->n_in[i]; a++) {
+            const pe_tensor *t = c->in[i][a];
+            if (!t) continue;
+            bool elem = in_list(info->inputs[i].name, k_elem_in, 5);
+            if (!t->buf || (elem ? pe_tensor_numel(t) != n || t->dtype != param->dtype : pe_tensor_numel(t) < 1))
+                return pe_error(PE_ERR_INVALID, "op %s: input %s '%s' on %s %s", info->name, info->inputs[i].name,
+                                c->in_names[i][a], place_name(pe->places[s], pb),
+                                !t->buf ? "has no value"
+                                : elem  ? "does not have the parameter's element count and dtype"
+                                        : "is empty");
+        }
+    const size_t es = pe_dtype_size(param->dtype);
+    const int64_t per = ((n + k - 1) / k + 15) / 16 * 16;
+    const int64_t b = per * s < n ? per * s : n, e = b + per < n ? b + per : n;
+    if (b >= e) return PE_OK;
+
+    /* 1. the gradient's range, summed over the places on every place */
+    void *bufs[PE_MAX_PLACES];
+    for (int p = 0; p < pe->n; p++) {
+        const pe_tensor *g = pe_scope_find_var(pe->local[p], hd->var);
+        if (!g || !g->buf || pe_tensor_numel(g) != n || g->dtype != param->dtype)
+            return pe_error(PE_ERR_INVALID, "op %s: gradient '%s' on %s has %lld elements of %s, parameter '%s' %lld of %s",
+                            info->name, hd->var, place_name(pe->places[p], pb), g ? (long long)pe_tensor_numel(g) : 0LL,
+                            g ? pe_dtype_name(g->dtype) : "-", pe_ctx_in_name(c, "Param", 0), (long long)n,
+                            pe_dtype_name(param->dtype));
+        bufs[p] = (char *)pe_tensor_data(g) + (size_t)b * es;
+    }
+    pe_status st = pe_comm_allreduce(pe->comm, bufs, e - b, param->dtype);
+    if (st != PE_OK) return pe_error_wrap(st, "allreduce of '%s' (elements %lld..%lld)", hd->var, (long long)b, (long long)e);
+
+    /* 2. the update of the range, on views of place s's tensors */
+    pe_op_ctx v = *c;
+    pe_tensor views[2 * PE_MAX_SLOTS];
+    pe_tensor *vin[PE_MAX_SLOTS], *vout[PE_MAX_SLOTS];
+    int nv = 0;
+    for (int i = 0; i < info->n_inputs; i++)
+        if (c->n_in[i] == 1 && c->in[i][0] && in_list(info->inputs[i].name, k_elem_in, 5)) {
+            range_view(&views[nv], c->in[i][0], b, e);
+            vin[i] = &views[nv++];
+            v.in[i] = &vin[i];
+        }
+    for (int i = 0; i < info->n_outputs; i++)
+        if (c->n_out[i] == 1 && c->out[i][0] && in_list(info->outputs[i].name, k_elem_out, 4)) {
+            if (pe_tensor_numel(c->out[i][0]) != n || !c->out[i][0]->buf || c->out[i][0]->dtype != param->dtype)
+                return pe_error(PE_ERR_INVALID, "op %s: output %s '%s' on %s is not laid out like parameter '%s'", info->name,
+                                info->outputs[i].name, c->out_names[i][0], place_name(pe->places[s], pb),
+                                pe_ctx_in_name(c, "Param", 0));
+            range_view(&views[nv], c->out[i][0], b, e);
+            vout[i] = &views[nv++];
+            v.out[i] = &vout[i];
+        }
+    PE_CHECK(info->kernels[PE_PLACE_CPU](&v));
+
+    /* 3. the range to the places that do not share the storage; 4. scalar
+     * outputs to the places without a shard of their own */
+    for (int i = 0; i < info->n_outputs; i++) {
+        if (c->n_out[i] != 1 || !c->out[i][0]) continue;
+        bool elem = in_list(info->outputs[i].name, k_elem_out, 4);
+        if (!elem && s != 0) continue;
+        const pe_tensor *src = c->out[i][0];
+        const char *src_data = (const char *)pe_tensor_data(src) + (elem ? (size_t)b * es : 0);
+        size_t bytes = elem ? (size_t)(e - b) * es : pe_tensor_nbytes(src);
+        for (int q = elem ? 0 : k; q < pe->n; q++) {
+            if (q == s) continue;
+            pe_tensor *d = pe_scope_find_var(pe->local[q], c->out_names[i][0]);
+            if (!d || !d->buf || pe_tensor_nbytes(d) != pe_tensor_nbytes(src))
+                return pe_error(PE_ERR_INVALID, "op %s: '%s' on %s does not match its value on %s", info->name,
+                                c->out_names[i][0], place_name(pe->places[q], pb), place_name(pe->places[s], pb + 16));
+            char *dst = (char *)pe_tensor_data(d) + (elem ? (size_t)b * es : 0);
+            if (dst != src_data) memcpy(dst, src_data, bytes);
+        }
+    }
+    return PE_OK;
+}
+
+/* shard_optimizer: places 1..N-1 take place 0's storage of every parameter
+ * and accumulator a sharded update writes (one copy of the model state, and
+ * no copy-back after each update). */
+static void share_sharded_state(pe_parallel_executor *pe) {
+    for (int h = 0; h < pe->g->n_h; h++) {
+        const pe_handle *hd = &pe->g->h[h];
+        if (hd->kind != PE_HANDLE_OPT_SHARD || hd->root != 0) continue;
+        const pe_op *op = &pe->g->progs[0]->blocks[0].ops[hd->op_idx];
+        for (size_t k = 0; k < sizeof k_elem_in / sizeof k_elem_in[0]; k++) {
+            const char *name = strcmp(k_elem_in[k], "Grad") ? pe_op_input1(op, k_elem_in[k]) : NULL;
+            const pe_tensor *t0 = name ? pe_scope_find_var(pe->place_scope[0], name) : NULL;
+            if (!t0 || !t0->buf || t0->place.kind != PE_PLACE_CPU) continue;
+            for (int p = 1; p < pe->n; p++) {
+                pe_tensor *d = pe_scope_find_local_var(pe->place_scope[p], name);
+                if (!d || d->dtype != t0->dtype || pe_tensor_numel(d) != pe_tensor_numel(t0)) continue;
+                pe_tensor_share(d, t0);
+                d->place = pe->places[p];
+            }
+        }
+    }
+}
+
 static pe_status run_handle(void *user, int h) {
     pe_parallel_executor *pe = user;
     const pe_handle *hd = &pe->g->h[h];
     if (hd->kind == PE_HANDLE_ALLREDUCE_FUSED) return run_bucket(pe, h);
+    if (hd->kind == PE_HANDLE_OPT_SHARD) return run_opt_shard(pe, h);
+    if (hd->kind == PE_HANDLE_JOIN) return PE_OK;
     if (hd->kind != PE_HANDLE_OP) return run_collective(pe, hd);
     pe_status st = pe_op_run(&pe->ctxs[h]);
     if (st != PE_OK) {
@@ -440,7 +582,9 @@ static pe_status build_graph(const pe_parallel_executor *pe, pe_ssa_graph **out)
     char prefix[4096];
     if (path && snprintf(prefix, sizeof prefix, "%s.", path) >= (int)sizeof prefix)
         return pe_error(PE_ERR_INVALID, "debug_graphviz_path '%s' is too long", path);
-    pe_pass_opts po = {.n_places = pe->n, .loss_name = pe->opt.loss_name, .bs = &pe->opt.build_strategy,
+    pe_build_strategy bs = pe->opt.build_strategy;
+    if (pe->places[0].kind != PE_PLACE_CPU) bs.shard_optimizer = false; /* in-process CPU collectives only */
+    pe_pass_opts po = {.n_places = pe->n, .loss_name = pe->opt.loss_name, .bs = &bs,
                        .protect = (const char *const *)pe->protect, .n_protect = pe->n_protect,
                        .dump_prefix = path ? prefix : NULL, .final_dot = path};
     return pe_pass_manager_run(pe->prog, &po, out, NULL);
@@ -553,6 +697,7 @@ pe_status pe_parallel_executor_new(const pe_place *places, int n_places, const p
         goto fail;
     }
     if ((st = coalesce_optimizer_state(pe)) != PE_OK) goto fail;
+    if (!src) share_sharded_state(pe);
     pe->built = true;
     *out = pe;
     return PE_OK;

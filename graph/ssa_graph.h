@@ -2,7 +2,7 @@
  *
  * One op handle per (op, place), plus collective handles spanning places
  * (allreduce of a gradient; reduce to an owner place and broadcast back
- * for the `reduce` strategy). Vars are versioned per place: every write
+ * for the `reduce` strategy; sharded allreduce + optimizer update). Vars are versioned per place: every write
  * creates a new version whose producer is the writing handle, so the
  * dependencies are exact: read-after-write, and write-after-read/write on
  * the previous version. Built by passes/multi_device.c; scheduled by
@@ -24,6 +24,12 @@ typedef enum pe_handle_kind {
     PE_HANDLE_BCAST,     /* var on every place = var on root */
     PE_HANDLE_ALLREDUCE_FUSED, /* one allreduce over a bucket of gradients (vars), laid out
                                 * contiguously per place by the executor */
+    PE_HANDLE_OPT_SHARD, /* shard `root` of n_shards of an optimizer op (op_idx) on CPU places
+                          * (BuildStrategy.shard_optimizer): allreduce of its gradient `var`
+                          * over that element range, then the op's update of the range, once,
+                          * into every place's parameter and accumulators */
+    PE_HANDLE_JOIN,      /* no work: completes when an op's shards have (the new versions of
+                          * the vars they write are its) */
     PE_HANDLE_KIND_COUNT
 } pe_handle_kind;
 
@@ -43,7 +49,8 @@ typedef struct pe_handle {
                         * names borrowed) */
     int n_vars;
     int64_t bucket_bytes; /* ALLREDUCE_FUSED: bytes of the bucket (per place) */
-    int root;          /* REDUCE / BCAST: owner place */
+    int root;          /* REDUCE / BCAST: owner place; OPT_SHARD / JOIN: shard index (JOIN: 0) */
+    int n_shards;      /* OPT_SHARD / JOIN: shards of the op (shard i runs with place i's tensors) */
     int *succ;         /* handles that depend on this one */
     int n_succ, cap_succ;
     int n_deps;        /* number of predecessors */
@@ -59,6 +66,7 @@ typedef struct pe_ssa_graph {
     int loss_grad_op;        /* op index of the loss-gradient seed in each prog, -1 = none */
     int n_param_grads;       /* gradients exchanged between places */
     int n_buckets;           /* ALLREDUCE_FUSED handles (fuse_all_reduce_ops) */
+    int n_sharded_ops;       /* optimizer ops run as OPT_SHARD handles (shard_optimizer) */
 } pe_ssa_graph;
 
 void pe_ssa_graph_free(pe_ssa_graph *g); /* accepts NULL */

@@ -576,6 +576,21 @@ pe_status pe_mp_graph_new(const pe_ssa_graph *g, pe_mp_graph **out) {
                     int i = rc ? -1 : pe_strmap_get(&mg->pl[p].map, hd->vars[k]);
                     if (i >= 0) mg->pl[p].vars[i].bucketed = true;
                 }
+        } else if (hd->kind == PE_HANDLE_OPT_SHARD) {
+            /* reads every input of the op on every place and writes its
+             * outputs and the gradient (summed in place) on every place */
+            for (int p = 0; p < g->n_places && !rc; p++) {
+                const pe_op *op = &g->progs[p]->blocks[0].ops[hd->op_idx];
+                for (int s = 0; s < op->n_inputs && !rc; s++)
+                    for (int k = 0; k < op->inputs[s].n_args && !rc; k++)
+                        rc = touch(mg, p, op->inputs[s].args[k], h, false, true);
+                for (int s = 0; s < op->n_outputs && !rc; s++)
+                    for (int k = 0; k < op->outputs[s].n_args && !rc; k++)
+                        rc = touch(mg, p, op->outputs[s].args[k], h, true, true);
+                if (!rc) rc = touch(mg, p, hd->var, h, true, true);
+            }
+        } else if (hd->kind == PE_HANDLE_JOIN) {
+            /* no data */
         } else {
             for (int p = 0; p < g->n_places && !rc; p++) {
                 bool rd = hd->kind != PE_HANDLE_BCAST || p == hd->root;

@@ -10,6 +10,18 @@
  * (chosen greedily to balance bytes), whose optimizer ops then run only
  * there, followed by a broadcast of the updated parameter.
  *
+ * shard_optimizer (CPU places, all_reduce): an sgd / momentum / adam op
+ * whose gradient nothing else reads, and whose parameter and accumulators
+ * nothing else writes, becomes k = min(places, numel / SHARD_MIN_ELEMS)
+ * OPT_SHARD handles instead of one op handle per place plus an allreduce:
+ * shard i allreduces its element range of the gradient and runs the
+ * update of that range once (with place i's tensors), for every place —
+ * the places share the parameter's storage (executor/parallel_executor.c)
+ * or get the range copied. The shards wait for every place's gradient and
+ * every reader of the old values; a JOIN handle after them produces the
+ * new versions. Per element the arithmetic is the op's own, so the
+ * parameters are bitwise those of the unsharded graph.
+ *
  * Dependencies come from versioned vars per place: a read depends on the
  * producer of the current version; a write depends on that producer and on
  * every reader of the current version, then starts a new version. Handles
@@ -261,6 +273,153 @@ static pe_status plan_buckets(const pe_program *p, const pe_build_strategy *bs, 
     return PE_OK;
 }
 
+/* ---- shard_optimizer ---------------------------------------------------- */
+
+/* Below this many elements an update is not split (one shard). */
+#define SHARD_MIN_ELEMS 16384
+
+/* (input slot, output slot) pairs that hold one element per parameter
+ * element; every other slot (LearningRate, Beta1Pow, ...) is whole. */
+static const char *const k_shard_pairs[][2] = {
+    {"Param", "ParamOut"}, {"Velocity", "VelocityOut"}, {"Moment1", "Moment1Out"}, {"Moment2", "Moment2Out"}};
+
+static bool shardable_type(const char *t) { return !strcmp(t, "sgd") || !strcmp(t, "momentum") || !strcmp(t, "adam"); }
+
+static int64_t static_numel(const pe_program *p, const char *name) {
+    const pe_var *v = pe_program_find_var(p, 0, name);
+    if (!v) return -1;
+    int64_t n = 1;
+    for (int i = 0; i < v->ndim; i++) {
+        if (v->dims[i] < 0) return -1;
+        n *= v->dims[i];
+    }
+    return n;
+}
+
+static bool op_reads(const pe_op *op, const char *name) {
+    for (int s = 0; s < op->n_inputs; s++)
+        for (int k = 0; k < op->inputs[s].n_args; k++)
+            if (!strcmp(op->inputs[s].args[k], name)) return true;
+    return false;
+}
+
+static bool op_writes(const pe_op *op, const char *name) {
+    for (int s = 0; s < op->n_outputs; s++)
+        for (int k = 0; k < op->outputs[s].n_args; k++)
+            if (!strcmp(op->outputs[s].args[k], name)) return true;
+    return false;
+}
+
+static bool is_exchanged_grad(const pe_block *b, const char *grad) {
+    for (int i = 0; i < b->n_ops; i++) {
+        const pe_attr *rv = role_vars(&b->ops[i]);
+        int role = op_role(&b->ops[i]);
+        if (!rv || !(role & PE_ROLE_BACKWARD) || (role & PE_ROLE_OPTIMIZE)) continue;
+        for (int k = 0; k + 1 < rv->n; k += 2)
+            if (!strcmp(rv->strings[k + 1], grad)) return true;
+    }
+    return false;
+}
+
+/* Shards of optimizer op i (0 = not sharded): the op updates its parameter
+ * and accumulators in place, its gradient is an exchanged one that only it
+ * reads (after its last writer), and only it writes the per-element vars. */
+static int shard_count(const pe_program *p, int i, int n_places) {
+    const pe_block *b = &p->blocks[0];
+    const pe_op *op = &b->ops[i];
+    if (!shardable_type(op->type) || !(op_role(op) & PE_ROLE_OPTIMIZE)) return 0;
+    const char *grad = pe_op_input1(op, "Grad"), *param = pe_op_input1(op, "Param");
+    if (!grad || !param || !is_exchanged_grad(b, grad)) return 0;
+    int64_t n = static_numel(p, param);
+    if (n <= 0 || static_numel(p, grad) != n) return 0;
+    const char *mine[8];
+    int n_mine = 0;
+    for (size_t k = 0; k < sizeof k_shard_pairs / sizeof k_shard_pairs[0]; k++) {
+        const char *in = pe_op_input1(op, k_shard_pairs[k][0]), *out = pe_op_output1(op, k_shard_pairs[k][1]);
+        if (!in && !out) continue;
+        if (!in || !out || strcmp(in, out) || static_numel(p, in) != n) return 0;
+        const pe_var *v = pe_program_find_var(p, 0, in);
+        if (!v || !v->persistable) return 0;
+        mine[n_mine++] = in;
+    }
+    static const char *const pows[][2] = {{"Beta1Pow", "Beta1PowOut"}, {"Beta2Pow", "Beta2PowOut"}};
+    for (size_t k = 0; k < 2; k++) {
+        const char *out = pe_op_output1(op, pows[k][1]), *in = pe_op_input1(op, pows[k][0]);
+        if (out && strcmp(out, PE_EMPTY_VAR) && (!in || strcmp(in, out))) return 0;
+    }
+    int last_write = -1;
+    for (int j = 0; j < b->n_ops; j++)
+        if (j != i && op_writes(&b->ops[j], grad)) last_write = j;
+    if (last_write > i) return 0;
+    for (int j = 0; j < b->n_ops; j++) {
+        if (j == i) continue;
+        if (j > last_write && op_reads(&b->ops[j], grad)) return 0;
+        for (int k = 0; k < n_mine; k++)
+            if (op_writes(&b->ops[j], mine[k])) return 0;
+    }
+    int64_t k = n / SHARD_MIN_ELEMS;
+    return k < 1 ? 1 : k > n_places ? n_places : (int)k;
+}
+
+/* Handles for a sharded optimizer op: k shards reading every input on every
+ * place (so each waits for all places' gradients) and ordered after every
+ * reader of the vars they overwrite, then a JOIN that writes the new
+ * versions (shards of one op run concurrently: they touch disjoint
+ * ranges). */
+static pe_status add_opt_shards(pe_ssa_graph *g, place_state *ps, int op_idx, int k) {
+    int first = g->n_h;
+    for (int s = 0; s < k; s++) {
+        const pe_op *op0 = &g->progs[0]->blocks[0].ops[op_idx];
+        int h = add_handle(g, PE_HANDLE_OPT_SHARD, -1, op_idx, pe_op_input1(op0, "Grad"), s);
+        if (h < 0) return OOM();
+        g->h[h].n_shards = k;
+        for (int p = 0; p < g->n_places; p++) {
+            const pe_op *op = &g->progs[p]->blocks[0].ops[op_idx];
+            for (int a = 0; a < op->n_inputs; a++)
+                for (int j = 0; j < op->inputs[a].n_args; j++)
+                    if (strcmp(op->inputs[a].args[j], PE_EMPTY_VAR) && read_var(g, &ps[p], op->inputs[a].args[j], p, h))
+                        return OOM();
+            for (int a = 0; a < op->n_outputs; a++)
+                for (int j = 0; j < op->outputs[a].n_args; j++) {
+                    const char *name = op->outputs[a].args[j];
+                    if (!strcmp(name, PE_EMPTY_VAR)) continue;
+                    vstate *st = state_of(g, &ps[p], name, p);
+                    if (!st || add_edge(g, g->vars[st->ssa].producer, h)) return OOM();
+                    for (int r = 0; r < st->n_readers; r++)
+                        if (st->readers[r] < first && add_edge(g, st->readers[r], h)) return OOM();
+                }
+        }
+    }
+    if (k == 1) { /* no join needed: the one shard writes the new versions */
+        for (int p = 0; p < g->n_places; p++) {
+            const pe_op *op = &g->progs[p]->blocks[0].ops[op_idx];
+            for (int a = 0; a < op->n_outputs; a++)
+                for (int j = 0; j < op->outputs[a].n_args; j++)
+                    if (strcmp(op->outputs[a].args[j], PE_EMPTY_VAR) && write_var(g, &ps[p], op->outputs[a].args[j], p, first))
+                        return OOM();
+            if (write_var(g, &ps[p], g->h[first].var, p, first)) return OOM();
+        }
+        g->n_sharded_ops++;
+        return PE_OK;
+    }
+    int join = add_handle(g, PE_HANDLE_JOIN, -1, op_idx, g->h[first].var, 0);
+    if (join < 0) return OOM();
+    g->h[join].n_shards = k;
+    for (int s = 0; s < k; s++)
+        if (add_edge(g, first + s, join)) return OOM();
+    for (int p = 0; p < g->n_places; p++) {
+        const pe_op *op = &g->progs[p]->blocks[0].ops[op_idx];
+        for (int a = 0; a < op->n_outputs; a++)
+            for (int j = 0; j < op->outputs[a].n_args; j++)
+                if (strcmp(op->outputs[a].args[j], PE_EMPTY_VAR) && write_var(g, &ps[p], op->outputs[a].args[j], p, join))
+                    return OOM();
+        /* the gradient was summed in place */
+        if (write_var(g, &ps[p], g->h[first].var, p, join)) return OOM();
+    }
+    g->n_sharded_ops++;
+    return PE_OK;
+}
+
 pe_status pe_multi_device_build(const pe_program *prog, int n_places, const char *loss_name,
                                 const pe_build_strategy *bs, pe_ssa_graph **out) {
     *out = NULL;
@@ -273,6 +432,7 @@ pe_status pe_multi_device_build(const pe_program *prog, int n_places, const char
     pe_grad_info *fgrads = NULL; /* fuse_all_reduce_ops */
     int *fbucket = NULL, n_fgrads = 0, k_grad = 0;
     const char **fvars = NULL;
+    int *n_shards = NULL; /* shard_optimizer: per op of block 0 */
     pe_status st = PE_OK;
     if (!g || !ps || !skip) { st = OOM(); goto done; }
     g->n_places = n_places;
@@ -347,10 +507,21 @@ pe_status pe_multi_device_build(const pe_program *prog, int n_places, const char
         if ((st = plan_buckets(g->progs[0], bs, &fgrads, &fbucket, &n_fgrads)) != PE_OK) goto done;
         if (!(fvars = malloc(sizeof *fvars * (size_t)(n_fgrads ? n_fgrads : 1)))) { st = OOM(); goto done; }
     }
+    /* shard_optimizer: shards per optimizer op (0 = not sharded), and the
+     * gradients whose allreduce the shards do */
+    bool shard = bs->shard_optimizer && !reduce && !fuse && n_places > 1;
+    if (shard) {
+        if (!(n_shards = calloc((size_t)b0->n_ops, sizeof *n_shards))) { st = OOM(); goto done; }
+        for (int i = 0; i < b0->n_ops; i++) n_shards[i] = shard_count(g->progs[0], i, n_places);
+    }
     for (int i = 0; i < b0->n_ops; i++) {
         const pe_op *op = &b0->ops[i];
         int role = op_role(op);
         const pe_attr *rv = role_vars(op);
+        if (n_shards && n_shards[i] > 0) {
+            if ((st = add_opt_shards(g, ps, i, n_shards[i])) != PE_OK) goto done;
+            continue;
+        }
         memset(skip, 0, sizeof *skip * (size_t)n_places);
         if (reduce && (role & PE_ROLE_OPTIMIZE) && rv) {
             /* optimizer of one parameter: only on its owner */
@@ -378,7 +549,10 @@ pe_status pe_multi_device_build(const pe_program *prog, int n_places, const char
                     st = add_fused(g, ps, fvars, nv, bytes);
                 }
             } else if (!reduce) {
-                st = add_collective(g, ps, PE_HANDLE_ALLREDUCE, grad, 0);
+                bool by_shards = false; /* the optimizer's shards allreduce it */
+                for (int j = i + 1; n_shards && j < b0->n_ops && !by_shards; j++)
+                    by_shards = n_shards[j] > 0 && !strcmp(pe_op_input1(&b0->ops[j], "Grad"), grad);
+                if (!by_shards) st = add_collective(g, ps, PE_HANDLE_ALLREDUCE, grad, 0);
             } else {
                 int root = 0;
                 for (int j = 0; j < n_params; j++)
@@ -408,6 +582,7 @@ done:
     free(fgrads);
     free(fbucket);
     free(fvars);
+    free(n_shards);
     if (st != PE_OK) {
         pe_ssa_graph_free(g);
         return st;
@@ -419,7 +594,8 @@ done:
 /* ---- DOT export ---------------------------------------------------------- */
 
 pe_status pe_ssa_graph_write_dot(const pe_ssa_graph *g, const char *path) {
-    static const char *const kind_names[] = {"op", "allreduce", "reduce", "broadcast", "allreduce (bucket)"};
+    static const char *const kind_names[] = {"op", "allreduce", "reduce", "broadcast", "allreduce (bucket)",
+                                             "allreduce + update (shard)", "join"};
     size_t cap = 4096 + (size_t)g->n_h * 96, n = 0;
     char *buf = malloc(cap);
     if (!buf) return OOM();
@@ -441,6 +617,12 @@ pe_status pe_ssa_graph_write_dot(const pe_ssa_graph *g, const char *path) {
         const pe_handle *h = &g->h[i];
         if (h->kind == PE_HANDLE_OP)
             EMIT("  h%d [label=\"%s\\nplace %d\"];\n", i, g->progs[h->place]->blocks[0].ops[h->op_idx].type, h->place);
+        else if (h->kind == PE_HANDLE_JOIN)
+            EMIT("  h%d [label=\"%s\\n%s of %s\", style=filled, fillcolor=lightblue];\n", i, kind_names[h->kind],
+                 g->progs[0]->blocks[0].ops[h->op_idx].type, h->var);
+        else if (h->kind == PE_HANDLE_OPT_SHARD)
+            EMIT("  h%d [label=\"%s\\n%s %d/%d of %s\", style=filled, fillcolor=lightblue];\n", i, kind_names[h->kind],
+                 g->progs[0]->blocks[0].ops[h->op_idx].type, h->root + 1, h->n_shards, h->var);
         else if (h->kind == PE_HANDLE_ALLREDUCE_FUSED)
             EMIT("  h%d [label=\"%s\\n%d gradients from %s\", style=filled, fillcolor=lightblue];\n", i,
                  kind_names[h->kind], h->n_vars, h->var);

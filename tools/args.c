@@ -36,6 +36,7 @@ int pe_tool_parse_strategy(const char *cmd, const char *spec, pe_build_strategy 
         {"enable_inplace", offsetof(pe_build_strategy, enable_inplace)},
         {"memory_optimize", offsetof(pe_build_strategy, memory_optimize)},
         {"enable_sequential_execution", offsetof(pe_build_strategy, enable_sequential_execution)},
+        {"shard_optimizer", offsetof(pe_build_strategy, shard_optimizer)},
     };
     char buf[1024];
     if (strlen(spec) >= sizeof buf) return pe_tool_usage_error(cmd, "--strategy value is too long");
@@ -69,7 +70,7 @@ int pe_tool_parse_strategy(const char *cmd, const char *spec, pe_build_strategy 
             return pe_tool_usage_error(cmd, "--strategy: unknown key '%s' (fuse_gemm_epilogue, "
                                        "fuse_elewise_add_act_ops, fuse_all_optimizer_ops, fuse_all_reduce_ops, "
                                        "enable_inplace, memory_optimize, enable_sequential_execution, "
-                                       "reduce_strategy, gradient_scale_strategy)", key);
+                                       "shard_optimizer, reduce_strategy, gradient_scale_strategy)", key);
         }
     }
     return PE_EXIT_OK;

@@ -90,8 +90,9 @@ int pe_cmd_graph(int argc, char **argv) {
     graph_args a;
     memset(&a, 0, sizeof a);
     a.n_places = 1;
-    a.bs.reduce_strategy = PE_REDUCE_ALL_REDUCE;
-    a.bs.gradient_scale_strategy = PE_GRAD_SCALE_BATCH_SHARE;
+    pe_pe_options defaults; /* the executor's BuildStrategy defaults */
+    pe_pe_options_default(&defaults);
+    a.bs = defaults.build_strategy;
     a.fetch = calloc((size_t)argc, sizeof *a.fetch);
     if (!a.fetch) return pe_tool_fail("out of memory");
     int rc = parse_args(argc, argv, &a);

@@ -207,8 +207,9 @@ static int plan_program(const plan_args *a, const pe_program *prog, pe_scope *sc
 int pe_cmd_plan(int argc, char **argv) {
     plan_args a;
     memset(&a, 0, sizeof a);
-    a.bs.reduce_strategy = PE_REDUCE_ALL_REDUCE;
-    a.bs.gradient_scale_strategy = PE_GRAD_SCALE_BATCH_SHARE;
+    pe_pe_options defaults; /* the executor's BuildStrategy defaults */
+    pe_pe_options_default(&defaults);
+    a.bs = defaults.build_strategy;
     a.bs.enable_inplace = a.bs.memory_optimize = true;
     a.fetch = calloc((size_t)argc + 1, sizeof *a.fetch);
     if (!a.fetch) return pe_tool_fail("out of memory");

@@ -66,6 +66,11 @@ typedef struct pe_build_strategy {
                                        * starts early (default 1) */
     bool enable_inplace;
     bool memory_optimize;
+    bool shard_optimizer;             /* CPU places, all_reduce (default on): the places share one
+                                       * copy of each parameter and its optimizer accumulators,
+                                       * and every sgd / momentum / adam update runs once, split
+                                       * into one element range per place (each range's gradient
+                                       * allreduce fused into it), instead of N times. Same bits. */
     bool enable_sequential_execution;
     const char *debug_graphviz_path;  /* borrowed; NULL = none */
 } pe_build_strategy;

@@ -418,7 +418,8 @@ static PyObject *pe_new_(PyTypeObject *type, PyObject *args, PyObject *kw) {
         dict_bool(bs, "fuse_gemm_epilogue", &opt.build_strategy.fuse_gemm_epilogue) ||
         dict_bool(bs, "enable_inplace", &opt.build_strategy.enable_inplace) ||
         dict_bool(bs, "memory_optimize", &opt.build_strategy.memory_optimize) ||
-        dict_bool(bs, "enable_sequential_execution", &opt.build_strategy.enable_sequential_execution)) {
+        dict_bool(bs, "enable_sequential_execution", &opt.build_strategy.enable_sequential_execution) ||
+        dict_bool(bs, "shard_optimizer", &opt.build_strategy.shard_optimizer)) {
         Py_DECREF(keep);
         return NULL;
     }
