@@ -55,6 +55,8 @@ struct pe_parallel_executor {
     struct { pe_place place; void *ptr; size_t bytes; } *opt_mem; /* coalesced optimizer gradients */
     int n_opt_mem;
     int bucket_slots;       /* n_h * n when bucket_mem is allocated */
+    const char *const *run_fetch; /* the current run's fetch list (borrowed during the run) */
+    int run_n_fetch;
 };
 
 void pe_pe_options_default(pe_pe_options *o) {
@@ -400,8 +402,10 @@ static pe_status run_collective(pe_parallel_executor *pe, const pe_handle *hd) {
 /* ---- sharded optimizer updates (shard_optimizer) -------------------------
  * Shard i of k of an optimizer op owns elements [b, e) of its parameter
  * (k equal ranges, multiples of 16 elements so no two shards write one
- * cache line): it allreduces that range of the gradient over the places,
- * runs the op's kernel once on views of that range of place i's tensors
+ * cache line): it sums that range of the gradient over the places into
+ * place i's copy (every place's when the run fetches the gradient: nothing
+ * else reads it, shard_count in passes/multi_device.c), runs the op's
+ * kernel once on views of that range of place i's tensors
  * (whole tensors for the scalar slots: LearningRate, Beta1Pow, ...), and
  * copies the range of every per-element output to each place whose storage
  * is not the same memory (the places share it unless something replaced a
@@ -410,6 +414,14 @@ static pe_status run_collective(pe_parallel_executor *pe, const pe_handle *hd) {
  * beyond k. */
 
 static const char *const k_elem_in[] = {"Param", "Grad", "Velocity", "Moment1", "Moment2"};
+#define SHARD_TILE_ELEMS 16384 /* per kernel thread: a tile's 5 arrays fit a core's L2 */
+
+/* True when the current run fetches `name`. */
+static bool is_fetched(const pe_parallel_executor *pe, const char *name) {
+    for (int i = 0; i < pe->run_n_fetch; i++)
+        if (!strcmp(pe->run_fetch[i], name)) return true;
+    return false;
+}
 static const char *const k_elem_out[] = {"ParamOut", "VelocityOut", "Moment1Out", "Moment2Out"};
 
 static bool in_list(const char *name, const char *const *list, size_t n) {
@@ -455,7 +467,11 @@ static pe_status run_opt_shard(pe_parallel_executor *pe, int h) {
     const int64_t b = per * s < n ? per * s : n, e = b + per < n ? b + per : n;
     if (b >= e) return PE_OK;
 
-    /* 1. the gradient's range, summed over the places on every place */
+    /* 1+2. tile by tile (each tile's arrays stay in this core's cache): the
+     * gradient's tile summed over the places into place s's copy (into
+     * every place's when the run fetches the gradient), then the update of
+     * the tile on views of place s's tensors */
+    char *gbase[PE_MAX_PLACES];
     void *bufs[PE_MAX_PLACES];
     for (int p = 0; p < pe->n; p++) {
         const pe_tensor *g = pe_scope_find_var(pe->local[p], hd->var);
@@ -464,33 +480,42 @@ static pe_status run_opt_shard(pe_parallel_executor *pe, int h) {
                             info->name, hd->var, place_name(pe->places[p], pb), g ? (long long)pe_tensor_numel(g) : 0LL,
                             g ? pe_dtype_name(g->dtype) : "-", pe_ctx_in_name(c, "Param", 0), (long long)n,
                             pe_dtype_name(param->dtype));
-        bufs[p] = (char *)pe_tensor_data(g) + (size_t)b * es;
+        gbase[p] = pe_tensor_data(g);
     }
-    pe_status st = pe_comm_allreduce(pe->comm, bufs, e - b, param->dtype);
-    if (st != PE_OK) return pe_error_wrap(st, "allreduce of '%s' (elements %lld..%lld)", hd->var, (long long)b, (long long)e);
-
-    /* 2. the update of the range, on views of place s's tensors */
+    for (int i = 0; i < info->n_outputs; i++)
+        if (c->n_out[i] == 1 && c->out[i][0] && in_list(info->outputs[i].name, k_elem_out, 4) &&
+            (pe_tensor_numel(c->out[i][0]) != n || !c->out[i][0]->buf || c->out[i][0]->dtype != param->dtype))
+            return pe_error(PE_ERR_INVALID, "op %s: output %s '%s' on %s is not laid out like parameter '%s'", info->name,
+                            info->outputs[i].name, c->out_names[i][0], place_name(pe->places[s], pb),
+                            pe_ctx_in_name(c, "Param", 0));
+    const bool fetched = is_fetched(pe, hd->var);
+    const int64_t tile = SHARD_TILE_ELEMS * (int64_t)pe->kernel_threads;
     pe_op_ctx v = *c;
     pe_tensor views[2 * PE_MAX_SLOTS];
     pe_tensor *vin[PE_MAX_SLOTS], *vout[PE_MAX_SLOTS];
-    int nv = 0;
-    for (int i = 0; i < info->n_inputs; i++)
-        if (c->n_in[i] == 1 && c->in[i][0] && in_list(info->inputs[i].name, k_elem_in, 5)) {
-            range_view(&views[nv], c->in[i][0], b, e);
-            vin[i] = &views[nv++];
-            v.in[i] = &vin[i];
-        }
-    for (int i = 0; i < info->n_outputs; i++)
-        if (c->n_out[i] == 1 && c->out[i][0] && in_list(info->outputs[i].name, k_elem_out, 4)) {
-            if (pe_tensor_numel(c->out[i][0]) != n || !c->out[i][0]->buf || c->out[i][0]->dtype != param->dtype)
-                return pe_error(PE_ERR_INVALID, "op %s: output %s '%s' on %s is not laid out like parameter '%s'", info->name,
-                                info->outputs[i].name, c->out_names[i][0], place_name(pe->places[s], pb),
-                                pe_ctx_in_name(c, "Param", 0));
-            range_view(&views[nv], c->out[i][0], b, e);
-            vout[i] = &views[nv++];
-            v.out[i] = &vout[i];
-        }
-    PE_CHECK(info->kernels[PE_PLACE_CPU](&v));
+    for (int64_t t0 = b; t0 < e; t0 += tile) {
+        const int64_t t1 = t0 + tile < e ? t0 + tile : e;
+        for (int p = 0; p < pe->n; p++) bufs[p] = gbase[p] + (size_t)t0 * es;
+        pe_status st = fetched ? pe_comm_allreduce(pe->comm, bufs, t1 - t0, param->dtype)
+                               : pe_comm_reduce(pe->comm, bufs, t1 - t0, param->dtype, s);
+        if (st != PE_OK)
+            return pe_error_wrap(st, "summing '%s' over the places (elements %lld..%lld)", hd->var, (long long)t0,
+                                 (long long)t1);
+        int nv = 0;
+        for (int i = 0; i < info->n_inputs; i++)
+            if (c->n_in[i] == 1 && c->in[i][0] && in_list(info->inputs[i].name, k_elem_in, 5)) {
+                range_view(&views[nv], c->in[i][0], t0, t1);
+                vin[i] = &views[nv++];
+                v.in[i] = &vin[i];
+            }
+        for (int i = 0; i < info->n_outputs; i++)
+            if (c->n_out[i] == 1 && c->out[i][0] && in_list(info->outputs[i].name, k_elem_out, 4)) {
+                range_view(&views[nv], c->out[i][0], t0, t1);
+                vout[i] = &views[nv++];
+                v.out[i] = &vout[i];
+            }
+        PE_CHECK(info->kernels[PE_PLACE_CPU](&v));
+    }
 
     /* 3. the range to the places that do not share the storage; 4. scalar
      * outputs to the places without a shard of their own */
@@ -944,6 +969,8 @@ pe_status pe_run(pe_parallel_executor *pe, const pe_feed *feed, int n_feed, cons
     PE_CHECK(ensure_local(pe));
     PE_CHECK(feed_dict(pe, feed, n_feed));
     PE_CHECK(plan_memory(pe, &feed, &n_feed, 1, fetch, n_fetch));
+    pe->run_fetch = fetch;
+    pe->run_n_fetch = n_fetch;
     PE_CHECK(run_graph(pe));
     return finish(pe, fetch, n_fetch, return_merged, fetch_out);
 }
@@ -969,6 +996,8 @@ pe_status pe_run_list(pe_parallel_executor *pe, const pe_feed *const *feeds, con
         }
     }
     PE_CHECK(plan_memory(pe, feeds, n_feeds, n_lists, fetch, n_fetch));
+    pe->run_fetch = fetch;
+    pe->run_n_fetch = n_fetch;
     PE_CHECK(run_graph(pe));
     return finish(pe, fetch, n_fetch, return_merged, fetch_out);
 }
