@@ -489,10 +489,31 @@ static pe_status run_opt_shard(pe_parallel_executor *pe, int h) {
                             info->outputs[i].name, c->out_names[i][0], place_name(pe->places[s], pb),
                             pe_ctx_in_name(c, "Param", 0));
     const bool fetched = is_fetched(pe, hd->var);
-    const int64_t tile = SHARD_TILE_ELEMS * (int64_t)pe->kernel_threads;
+    int64_t tile = SHARD_TILE_ELEMS * (int64_t)pe->kernel_threads;
     pe_op_ctx v = *c;
     pe_tensor views[2 * PE_MAX_SLOTS];
     pe_tensor *vin[PE_MAX_SLOTS], *vout[PE_MAX_SLOTS];
+    /* The scalar outputs (adam's beta powers) alias their inputs and the
+     * kernel advances them on every call: every tile writes them into
+     * scratch, so every tile reads the step's values, and the real ones
+     * are set once at the end. */
+    _Alignas(64) char scratch[PE_MAX_SLOTS][64];
+    pe_buffer sbuf[PE_MAX_SLOTS];
+    pe_tensor stens[PE_MAX_SLOTS], *sout[PE_MAX_SLOTS];
+    for (int i = 0; i < info->n_outputs; i++) {
+        const pe_tensor *o = c->n_out[i] == 1 ? c->out[i][0] : NULL;
+        if (!o || in_list(info->outputs[i].name, k_elem_out, 4)) continue;
+        if (pe_tensor_nbytes(o) > sizeof scratch[i]) {
+            tile = e - b; /* one call: nothing to keep apart */
+            continue;
+        }
+        sbuf[i] = (pe_buffer){.data = scratch[i], .bytes = sizeof scratch[i], .place = o->place, .refcount = 1, .external = true};
+        stens[i] = *o;
+        stens[i].buf = &sbuf[i];
+        stens[i].offset = 0;
+        sout[i] = &stens[i];
+        v.out[i] = &sout[i];
+    }
     for (int64_t t0 = b; t0 < e; t0 += tile) {
         const int64_t t1 = t0 + tile < e ? t0 + tile : e;
         for (int p = 0; p < pe->n; p++) bufs[p] = gbase[p] + (size_t)t0 * es;
@@ -516,6 +537,8 @@ static pe_status run_opt_shard(pe_parallel_executor *pe, int h) {
             }
         PE_CHECK(info->kernels[PE_PLACE_CPU](&v));
     }
+    for (int i = 0; i < info->n_outputs; i++)
+        if (v.out[i] == &sout[i]) memcpy(pe_tensor_data(c->out[i][0]), scratch[i], pe_tensor_nbytes(c->out[i][0]));
 
     /* 3. the range to the places that do not share the storage; 4. scalar
      * outputs to the places without a shard of their own */

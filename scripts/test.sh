@@ -47,14 +47,15 @@ cmake --build build-asan -j"$jobs"
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 OMP_NUM_THREADS=1 \
   ctest --output-on-failure -j"$jobs" --timeout 900)
 
-step "TSan build (build-tsan/): the scheduler, ParallelExecutor and memory plan tests"
+step "TSan build (build-tsan/): the scheduler, ParallelExecutor, memory plan and sharded optimizer tests"
 # test_memory_plan trains with the memory plan on 1 and 3 places: two ops the
-# scheduler may run at once writing shared arena bytes would be a race here
+# scheduler may run at once writing shared arena bytes would be a race here;
+# test_shard_optimizer runs the shards of one update at once on shared storage
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DPE_SANITIZE=thread -DPE_WITH_CUDA=OFF \
   -DPE_BUILD_PYTHON=OFF >/dev/null
-cmake --build build-tsan -j"$jobs" --target test_parallel_executor test_memory_plan
+cmake --build build-tsan -j"$jobs" --target test_parallel_executor test_memory_plan test_shard_optimizer
 (cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 OMP_NUM_THREADS=1 \
-  ctest --output-on-failure --timeout 900 -R 'parallel_executor|scheduler|memory_plan')
+  ctest --output-on-failure --timeout 900 -R 'parallel_executor|scheduler|memory_plan|shard_optimizer')
 
 if [ -x tests/fuzz/run_short.sh ]; then
   step "short fuzz run"

@@ -1,7 +1,8 @@
 /* tests/unit/test_strategies.c — every combination of the BuildStrategy
  * switches trains to the same parameters (issue 5): fuse_gemm_epilogue (fc),
  * fuse_elewise_add_act_ops, fuse_all_optimizer_ops, fuse_all_reduce_ops,
- * enable_inplace and memory_optimize — all 64 combinations — for the MLP and
+ * enable_inplace, memory_optimize and shard_optimizer — all 128
+ * combinations — for the MLP and
  * the CNN on 1 and 3 places, compared with the run with every switch off
  * (float64, so any difference is a bug, not rounding: allclose rtol 1e-5).
  * Small caps make fuse_all_reduce_ops form several buckets. Also: the fused
@@ -28,6 +29,7 @@ static void train(const tm_model *m, int places, unsigned mask, pe_tensor **out)
     bs->fuse_all_reduce_ops = mask & 8;
     bs->enable_inplace = mask & 16;
     bs->memory_optimize = mask & 32;
+    bs->shard_optimizer = mask & 64;
     bs->fuse_grad_size_in_MB = 0.05;
     bs->fuse_first_grad_size_in_MB = 0.001;
     pe_parallel_executor *pe;
@@ -59,7 +61,7 @@ static void check(bool cnn) {
     for (int places = 1; places <= 3; places += 2) {
         pe_tensor *ref[16], *got[16];
         train(&m, places, 0, ref);
-        for (unsigned mask = 1; mask < 64; mask++) {
+        for (unsigned mask = 1; mask < 128; mask++) {
             train(&m, places, mask, got);
             for (int i = 0; i < m.n_params; i++)
                 for (int64_t e = 0; e < pe_tensor_numel(ref[i]); e++) {
