@@ -57,6 +57,20 @@ struct pe_parallel_executor {
     int bucket_slots;       /* n_h * n when bucket_mem is allocated */
     const char *const *run_fetch; /* the current run's fetch list (borrowed during the run) */
     int run_n_fetch;
+    struct feed_view *views; /* zero-copy feeds: one reusable buffer header per (place, var) */
+    int n_views, cap_views;
+};
+
+static void free_feed_views(pe_parallel_executor *pe);
+
+/* A fed var's view into the caller's tensor: `buf` (external, the
+ * executor's reference) is lent to the var for one run. written: some op of
+ * the program writes the var (then it is copied, not viewed). */
+struct feed_view {
+    int place;
+    char *name;
+    pe_buffer *buf;
+    bool written;
 };
 
 void pe_pe_options_default(pe_pe_options *o) {
@@ -562,26 +576,20 @@ static pe_status run_opt_shard(pe_parallel_executor *pe, int h) {
     return PE_OK;
 }
 
-/* shard_optimizer: places 1..N-1 take place 0's storage of every parameter
- * and accumulator a sharded update writes (one copy of the model state, and
- * no copy-back after each update). */
-static void share_sharded_state(pe_parallel_executor *pe) {
+/* shard_optimizer: true when `name` is a parameter or accumulator a sharded
+ * update writes; places 1..N-1 then take place 0's storage of it instead of
+ * a copy (one copy of the model state, no copy-back after each update). */
+static bool is_sharded_state(const pe_parallel_executor *pe, const char *name) {
     for (int h = 0; h < pe->g->n_h; h++) {
         const pe_handle *hd = &pe->g->h[h];
         if (hd->kind != PE_HANDLE_OPT_SHARD || hd->root != 0) continue;
         const pe_op *op = &pe->g->progs[0]->blocks[0].ops[hd->op_idx];
         for (size_t k = 0; k < sizeof k_elem_in / sizeof k_elem_in[0]; k++) {
-            const char *name = strcmp(k_elem_in[k], "Grad") ? pe_op_input1(op, k_elem_in[k]) : NULL;
-            const pe_tensor *t0 = name ? pe_scope_find_var(pe->place_scope[0], name) : NULL;
-            if (!t0 || !t0->buf || t0->place.kind != PE_PLACE_CPU) continue;
-            for (int p = 1; p < pe->n; p++) {
-                pe_tensor *d = pe_scope_find_local_var(pe->place_scope[p], name);
-                if (!d || d->dtype != t0->dtype || pe_tensor_numel(d) != pe_tensor_numel(t0)) continue;
-                pe_tensor_share(d, t0);
-                d->place = pe->places[p];
-            }
+            const char *a = strcmp(k_elem_in[k], "Grad") ? pe_op_input1(op, k_elem_in[k]) : NULL;
+            if (a && !strcmp(a, name)) return true;
         }
     }
+    return false;
 }
 
 static pe_status run_handle(void *user, int h) {
@@ -609,6 +617,7 @@ void pe_parallel_executor_free(pe_parallel_executor *pe) {
     if (!pe) return;
     pe_sched_free(pe->sched);
     pe_drop_local_exe_scopes(pe);
+    free_feed_views(pe);
     pe_mem_arenas_free(pe->arenas);
     free(pe->ctxs);
     for (int i = 0; i < pe->n_protect; i++) free(pe->protect[i]);
@@ -717,10 +726,17 @@ pe_status pe_parallel_executor_new(const pe_place *places, int n_places, const p
             if (!v->persistable) continue;
             const pe_tensor *t = pe_scope_find_var(scope, v->name);
             if (!t || !t->buf) continue; /* created by the program itself */
+            bool share = t->place.kind == PE_PLACE_CPU && places[0].kind == PE_PLACE_CPU &&
+                         pe_place_eq(t->place, places[0]) && is_sharded_state(pe, v->name);
             for (int p = 0; p < n_places; p++) {
                 if (p == 0 && pe_place_eq(t->place, places[0])) continue;
                 pe_tensor *d = pe_scope_var(pe->place_scope[p], v->name);
                 if (!d) { st = pe_error(PE_ERR_NOMEM, "out of memory"); goto fail; }
+                if (share) {
+                    pe_tensor_share(d, t);
+                    d->place = places[p];
+                    continue;
+                }
                 if ((st = pe_tensor_copy(d, t, places[p])) != PE_OK) {
                     st = pe_error_wrap(st, "broadcasting '%s' to %s", v->name, place_name(places[p], pb));
                     goto fail;
@@ -745,7 +761,6 @@ pe_status pe_parallel_executor_new(const pe_place *places, int n_places, const p
         goto fail;
     }
     if ((st = coalesce_optimizer_state(pe)) != PE_OK) goto fail;
-    if (!src) share_sharded_state(pe);
     pe->built = true;
     *out = pe;
     return PE_OK;
@@ -778,19 +793,103 @@ static pe_status check_piece(const pe_var *v, const char *name, int ndim, const 
                     place, pe_dims_str(ndim, dims, a, sizeof a), pe_dims_str(v->ndim, v->dims, b, sizeof b));
 }
 
+/* ---- zero-copy feeds -------------------------------------------------------
+ * A fed (non-persistable) var of a CPU place is not copied: for the run it
+ * becomes a view of the caller's rows (the caller keeps the tensor alive
+ * and unchanged until pe_run returns, as with any argument), and when the
+ * run ends the var is emptied, so nothing refers to the caller's memory
+ * afterwards (a feed lasts for its run). Fed vars are never in the memory
+ * plan's arenas and no op writes a fed var in place; a var some op of the
+ * program writes as an output is copied instead, so the caller's data is
+ * never written. The view headers are the executor's, reused from run to
+ * run: no allocation per step. Saves the per-place copy of the batch (its
+ * bytes and its memcpy). */
+
+static struct feed_view *find_view(pe_parallel_executor *pe, int p, const char *name) {
+    for (int i = 0; i < pe->n_views; i++)
+        if (pe->views[i].place == p && !strcmp(pe->views[i].name, name)) return &pe->views[i];
+    if (pe->n_views == pe->cap_views) {
+        int cap = pe->cap_views ? 2 * pe->cap_views : 8;
+        struct feed_view *nv = realloc(pe->views, sizeof *nv * (size_t)cap);
+        if (!nv) return NULL;
+        pe->views = nv;
+        pe->cap_views = cap;
+    }
+    struct feed_view *fv = &pe->views[pe->n_views];
+    fv->place = p;
+    fv->name = strdup(name);
+    fv->buf = pe_buffer_wrap(pe->places[p], NULL, 0);
+    fv->written = false;
+    const pe_block *b = &pe->g->progs[p]->blocks[0];
+    for (int i = 0; i < b->n_ops && !fv->written; i++)
+        for (int s = 0; s < b->ops[i].n_outputs && !fv->written; s++)
+            for (int k = 0; k < b->ops[i].outputs[s].n_args && !fv->written; k++)
+                fv->written = !strcmp(b->ops[i].outputs[s].args[k], name);
+    if (!fv->name || !fv->buf) {
+        free(fv->name);
+        pe_buffer_release(fv->buf);
+        return NULL;
+    }
+    pe->n_views++;
+    return fv;
+}
+
+/* Empties every var that holds a view of the caller's data (end of a run,
+ * failed or not). */
+static void release_feed_views(pe_parallel_executor *pe) {
+    for (int i = 0; i < pe->n_views; i++) {
+        struct feed_view *fv = &pe->views[i];
+        if (fv->buf->refcount > 1 && pe->local[fv->place]) {
+            pe_tensor *d = pe_scope_find_local_var(pe->local[fv->place], fv->name);
+            if (d && d->buf == fv->buf) pe_tensor_clear(d);
+        }
+        fv->buf->data = NULL;
+        fv->buf->bytes = 0;
+    }
+}
+
+static void free_feed_views(pe_parallel_executor *pe) {
+    for (int i = 0; i < pe->n_views; i++) {
+        free(pe->views[i].name);
+        pe_buffer_release(pe->views[i].buf);
+    }
+    free(pe->views);
+    pe->views = NULL;
+    pe->n_views = pe->cap_views = 0;
+}
+
+/* rows < 0: all of src (a persistable, or a list feed's tensor) */
 static pe_status feed_to(pe_parallel_executor *pe, int p, const char *name, const pe_tensor *src, int64_t row0,
                          int64_t rows, bool persistable) {
     pe_tensor *d = persistable ? pe_scope_var(pe->place_scope[p], name) : pe_scope_var(pe->local[p], name);
     if (!d) return pe_error(PE_ERR_NOMEM, "out of memory feeding '%s'", name);
-    if (rows < 0) return pe_tensor_copy(d, src, pe->places[p]);
+    if (persistable) return pe_tensor_copy(d, src, pe->places[p]);
     int64_t dims[PE_MAX_DIMS];
     memcpy(dims, src->dims, sizeof dims);
-    dims[0] = rows;
-    if (d->buf && d->buf->refcount > 1) pe_tensor_clear(d);
-    PE_CHECK(pe_tensor_resize(d, src->dtype, src->ndim, dims, pe->places[p]));
+    if (rows < 0) row0 = 0, rows = src->ndim ? src->dims[0] : 1;
+    if (src->ndim) dims[0] = rows;
     size_t row_bytes = (size_t)pe_dims_prod(src->dims, 1, src->ndim) * pe_dtype_size(src->dtype);
-    return pe_memcpy_places(pe_tensor_data(d), pe->places[p], (const char *)pe_tensor_data(src) + (size_t)row0 * row_bytes,
-                            src->place, (size_t)rows * row_bytes);
+    const char *rows_data = (const char *)pe_tensor_data(src) + (size_t)row0 * row_bytes;
+    struct feed_view *fv = NULL;
+    if (pe->places[p].kind == PE_PLACE_CPU && src->place.kind == PE_PLACE_CPU && src->buf) {
+        if (!(fv = find_view(pe, p, name))) return pe_error(PE_ERR_NOMEM, "out of memory feeding '%s'", name);
+        if (fv->written) fv = NULL;
+    }
+    if (fv) {
+        if (d->buf != fv->buf) {
+            pe_tensor_clear(d);
+            pe_buffer_retain(fv->buf);
+            d->buf = fv->buf;
+        }
+        fv->buf->data = (void *)rows_data;
+        fv->buf->bytes = (size_t)rows * row_bytes;
+        d->offset = 0;
+        d->place = pe->places[p];
+        return pe_tensor_set_meta(d, src->dtype, src->ndim, dims);
+    }
+    if (d->buf && (d->buf->refcount > 1 || d->buf->external)) pe_tensor_clear(d);
+    PE_CHECK(pe_tensor_resize(d, src->dtype, src->ndim, dims, pe->places[p]));
+    return pe_memcpy_places(pe_tensor_data(d), pe->places[p], rows_data, src->place, (size_t)rows * row_bytes);
 }
 
 static pe_status feed_dict(pe_parallel_executor *pe, const pe_feed *feed, int n_feed) {
@@ -990,23 +1089,18 @@ pe_status pe_run(pe_parallel_executor *pe, const pe_feed *feed, int n_feed, cons
     PE_CHECK(check_fetch_names(pe, fetch, n_fetch));
     PE_CHECK(ensure_fetchable(pe, fetch, n_fetch));
     PE_CHECK(ensure_local(pe));
-    PE_CHECK(feed_dict(pe, feed, n_feed));
-    PE_CHECK(plan_memory(pe, &feed, &n_feed, 1, fetch, n_fetch));
+    pe_status st = feed_dict(pe, feed, n_feed);
+    if (st == PE_OK) st = plan_memory(pe, &feed, &n_feed, 1, fetch, n_fetch);
     pe->run_fetch = fetch;
     pe->run_n_fetch = n_fetch;
-    PE_CHECK(run_graph(pe));
-    return finish(pe, fetch, n_fetch, return_merged, fetch_out);
+    if (st == PE_OK) st = run_graph(pe);
+    if (st == PE_OK) st = finish(pe, fetch, n_fetch, return_merged, fetch_out);
+    release_feed_views(pe);
+    return st;
 }
 
-pe_status pe_run_list(pe_parallel_executor *pe, const pe_feed *const *feeds, const int *n_feeds, int n_lists,
-                      const char *const *fetch, int n_fetch, bool return_merged, pe_tensor **fetch_out) {
-    if (!pe) return pe_error(PE_ERR_INVALID, "pe_run: NULL executor");
-    if (n_lists != pe->n)
-        return pe_error(PE_ERR_INVALID, "list feed has %d entries but the executor has %d places: give one dict per place",
-                        n_lists, pe->n);
-    PE_CHECK(check_fetch_names(pe, fetch, n_fetch));
-    PE_CHECK(ensure_fetchable(pe, fetch, n_fetch));
-    PE_CHECK(ensure_local(pe));
+/* List feed: feeds[p] as given on place p. */
+static pe_status feed_list(pe_parallel_executor *pe, const pe_feed *const *feeds, const int *n_feeds) {
     for (int p = 0; p < pe->n; p++) {
         pe->rows[p] = 1;
         for (int i = 0; i < n_feeds[p]; i++) {
@@ -1018,9 +1112,24 @@ pe_status pe_run_list(pe_parallel_executor *pe, const pe_feed *const *feeds, con
             if (i == 0 && f->tensor->ndim > 0) pe->rows[p] = f->tensor->dims[0];
         }
     }
-    PE_CHECK(plan_memory(pe, feeds, n_feeds, n_lists, fetch, n_fetch));
+    return PE_OK;
+}
+
+pe_status pe_run_list(pe_parallel_executor *pe, const pe_feed *const *feeds, const int *n_feeds, int n_lists,
+                      const char *const *fetch, int n_fetch, bool return_merged, pe_tensor **fetch_out) {
+    if (!pe) return pe_error(PE_ERR_INVALID, "pe_run: NULL executor");
+    if (n_lists != pe->n)
+        return pe_error(PE_ERR_INVALID, "list feed has %d entries but the executor has %d places: give one dict per place",
+                        n_lists, pe->n);
+    PE_CHECK(check_fetch_names(pe, fetch, n_fetch));
+    PE_CHECK(ensure_fetchable(pe, fetch, n_fetch));
+    PE_CHECK(ensure_local(pe));
+    pe_status st = feed_list(pe, feeds, n_feeds);
+    if (st == PE_OK) st = plan_memory(pe, feeds, n_feeds, n_lists, fetch, n_fetch);
     pe->run_fetch = fetch;
     pe->run_n_fetch = n_fetch;
-    PE_CHECK(run_graph(pe));
-    return finish(pe, fetch, n_fetch, return_merged, fetch_out);
+    if (st == PE_OK) st = run_graph(pe);
+    if (st == PE_OK) st = finish(pe, fetch, n_fetch, return_merged, fetch_out);
+    release_feed_views(pe);
+    return st;
 }

@@ -99,12 +99,17 @@ pe_status pe_parallel_executor_new(const pe_place *places, int n_places, const p
 void pe_parallel_executor_free(pe_parallel_executor *pe); /* accepts NULL */
 
 /* Dict feed: each tensor split along axis 0 across places (a persistable var
- * is copied to every place). fetch_out: n_fetch caller-owned tensors when
- * return_merged, else n_fetch * n_places ([fetch][place]). */
+ * is copied to every place). The feed tensors are borrowed for the call: on
+ * CPU places each place reads its rows in place (no copy), so they must
+ * stay alive and unchanged until pe_run returns; afterwards the executor
+ * holds no reference to them, and the fed vars are empty (a feed lasts for
+ * its run). fetch_out: n_fetch caller-owned tensors when return_merged, else
+ * n_fetch * n_places ([fetch][place]). */
 pe_status pe_run(pe_parallel_executor *pe, const pe_feed *feed, int n_feed, const char *const *fetch, int n_fetch,
                  bool return_merged, pe_tensor **fetch_out);
-/* List feed: feeds[i] (n_feeds[i] entries) used as given on place i;
- * n_lists must equal the place count. */
+/* List feed: feeds[i] (n_feeds[i] entries) used as given on place i
+ * (borrowed for the call, as with pe_run); n_lists must equal the place
+ * count. */
 pe_status pe_run_list(pe_parallel_executor *pe, const pe_feed *const *feeds, const int *n_feeds, int n_lists,
                       const char *const *fetch, int n_fetch, bool return_merged, pe_tensor **fetch_out);
 

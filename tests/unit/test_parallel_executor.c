@@ -309,6 +309,62 @@ static void test_share_vars_from(void **state) {
     pe_program_free(train);
 }
 
+/* A dict or list feed is a view of the caller's rows for its run (no
+ * copy) and is gone after it: a later run that does not feed x fails naming
+ * x instead of reading the caller's (possibly freed) memory; a fed var that
+ * an op of the program writes is copied, so the caller's data is never
+ * written. */
+static void test_feed_lasts_for_its_run(void **state) {
+    (void)state;
+    pe_program *p = make_prog();
+    /* z = scale(x) written back into x (an op writing the fed var) */
+    pe_program *q = make_prog();
+    pe_op *op = pe_block_add_op(&q->blocks[0], "scale");
+    pe_op_add_input(op, "X", "x");
+    pe_op_add_output(op, "Out", "x");
+    pe_op_set_float(op, "scale", 10.0);
+    for (int n = 1; n <= 2; n++) {
+        pe_scope *scope = scope_with_w();
+        pe_parallel_executor *pe = make_pe(p, scope, n, 0);
+        pe_tensor *x = rows_tensor(4), *y = pe_tensor_new();
+        pe_feed feed[] = {{"x", x}};
+        const char *fetch[] = {"y"};
+        assert_int_equal(pe_run(pe, feed, 1, fetch, 1, true, &y), PE_OK);
+        assert_float_equal(((float *)pe_tensor_data(y))[11], 24.0, 0);
+        pe_tensor_free(x); /* the executor keeps nothing of it */
+        pe_status st = pe_run(pe, NULL, 0, fetch, 1, true, &y);
+        assert_int_not_equal(st, PE_OK);
+        if (!strstr(pe_last_error(), "'x'")) fail_msg("%d places: %s", n, pe_last_error());
+        /* list feeds too */
+        pe_tensor *parts[2] = {rows_tensor(2), rows_tensor(3)};
+        pe_feed f0[] = {{"x", parts[0]}}, f1[] = {{"x", parts[1]}};
+        const pe_feed *lists[] = {f0, f1};
+        const int counts[] = {1, 1};
+        assert_int_equal(pe_run_list(pe, lists, counts, n, fetch, 1, true, &y), PE_OK);
+        assert_int_equal(y->dims[0], n == 1 ? 2 : 5);
+        assert_int_not_equal(pe_run(pe, NULL, 0, fetch, 1, true, &y), PE_OK);
+        pe_tensor_free(parts[0]);
+        pe_tensor_free(parts[1]);
+        pe_parallel_executor_free(pe);
+        pe_scope_free(scope);
+        /* the program that writes x: the caller's rows stay as they were */
+        scope = scope_with_w();
+        pe = make_pe(q, scope, n, 0);
+        x = rows_tensor(4);
+        const char *fx[] = {"x"};
+        pe_feed fq[] = {{"x", x}};
+        assert_int_equal(pe_run(pe, fq, 1, fx, 1, true, &y), PE_OK);
+        assert_float_equal(((float *)pe_tensor_data(y))[11], 120.0, 0);
+        assert_float_equal(((float *)pe_tensor_data(x))[11], 12.0, 0);
+        pe_tensor_free(x);
+        pe_tensor_free(y);
+        pe_parallel_executor_free(pe);
+        pe_scope_free(scope);
+    }
+    pe_program_free(p);
+    pe_program_free(q);
+}
+
 static void test_cpu_num(void **state) {
     (void)state;
     setenv("CPU_NUM", "3", 1);
@@ -330,6 +386,7 @@ int main(void) {
         cmocka_unit_test(test_error_on_one_place),
         cmocka_unit_test(test_drop_scopes_and_flat_memory),
         cmocka_unit_test(test_share_vars_from),
+        cmocka_unit_test(test_feed_lasts_for_its_run),
         cmocka_unit_test(test_cpu_num),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
