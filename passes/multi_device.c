@@ -420,6 +420,72 @@ static pe_status add_opt_shards(pe_ssa_graph *g, place_state *ps, int op_idx, in
     return PE_OK;
 }
 
+/* ---- memory_optimize on one place: updates early -------------------------
+ * An optimizer op needs only its gradient, but nothing in the graph makes
+ * it run before the rest of the backward pass, so the memory plan must
+ * keep every parameter gradient alive until the end of the backward pass
+ * (PyTorch holds them all until optimizer.step() too). With the memory plan
+ * on one place (no collectives to wait for), each optimizer op gets an edge
+ * to the first backward op after its gradient's producer: the update runs
+ * right away and its gradient's bytes serve the gradients that follow (for
+ * the MLP, fc_0.w's gradient reuses fc_1.w's). An edge that would close a
+ * cycle (a later backward op reading the parameter) is not added. */
+
+static bool reaches(const pe_ssa_graph *g, int from, int to, unsigned char *seen, int *stack) {
+    memset(seen, 0, (size_t)g->n_h);
+    int top = 0;
+    stack[top++] = from;
+    seen[from] = 1;
+    while (top) {
+        int h = stack[--top];
+        if (h == to) return true;
+        for (int i = 0; i < g->h[h].n_succ; i++) {
+            int v = g->h[h].succ[i];
+            if (!seen[v]) {
+                seen[v] = 1;
+                stack[top++] = v;
+            }
+        }
+    }
+    return false;
+}
+
+static pe_status order_updates_early(pe_ssa_graph *g) {
+    const pe_block *b = &g->progs[0]->blocks[0];
+    int *handle_of = malloc(sizeof *handle_of * (size_t)(b->n_ops ? b->n_ops : 1));
+    unsigned char *seen = malloc((size_t)(g->n_h ? g->n_h : 1));
+    int *stack = malloc(sizeof *stack * (size_t)(g->n_h ? g->n_h : 1));
+    pe_status st = PE_OK;
+    if (!handle_of || !seen || !stack) {
+        st = OOM();
+        goto done;
+    }
+    for (int i = 0; i < b->n_ops; i++) handle_of[i] = -1;
+    for (int h = 0; h < g->n_h; h++)
+        if (g->h[h].kind == PE_HANDLE_OP) handle_of[g->h[h].op_idx] = h;
+    for (int i = 0; i < b->n_ops; i++) {
+        const pe_op *op = &b->ops[i];
+        const char *grad = pe_op_input1(op, "Grad");
+        if (!(op_role(op) & PE_ROLE_OPTIMIZE) || !grad || handle_of[i] < 0) continue;
+        int producer = -1;
+        for (int j = i - 1; j >= 0 && producer < 0; j--)
+            if (op_writes(&b->ops[j], grad)) producer = j;
+        if (producer < 0) continue;
+        for (int j = producer + 1; j < b->n_ops; j++) {
+            int role = op_role(&b->ops[j]);
+            if (!(role & PE_ROLE_BACKWARD) || (role & PE_ROLE_OPTIMIZE) || handle_of[j] < 0) continue;
+            if (!reaches(g, handle_of[j], handle_of[i], seen, stack) && add_edge(g, handle_of[i], handle_of[j])) st = OOM();
+            break;
+        }
+        if (st != PE_OK) break;
+    }
+done:
+    free(handle_of);
+    free(seen);
+    free(stack);
+    return st;
+}
+
 pe_status pe_multi_device_build(const pe_program *prog, int n_places, const char *loss_name,
                                 const pe_build_strategy *bs, pe_ssa_graph **out) {
     *out = NULL;
@@ -567,6 +633,7 @@ pe_status pe_multi_device_build(const pe_program *prog, int n_places, const char
     if (reduce)
         for (int j = 0; j < n_params && st == PE_OK; j++)
             st = add_collective(g, ps, PE_HANDLE_BCAST, owned_params[j], owner[j]);
+    if (st == PE_OK && n_places == 1 && bs->memory_optimize) st = order_updates_early(g);
 
 done:
     if (ps)

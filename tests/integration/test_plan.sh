@@ -7,7 +7,8 @@
 # sizes computed here in Python from the JSON form (each non-persistable
 # var that is not fed or fetched, -1 = the place's rows, 64-byte aligned):
 # an independent check of the planner's shape inference and of what it
-# places; the plan is smaller (at most 60% for the CNN); --no-reuse
+# places; the plan is smaller (at most 60% for the CNN; on one place below
+# the parameter gradients' bytes for the MLP); --no-reuse
 # --no-inplace gives no saving; --strategy plans the fused graph; usage and
 # file errors exit 2 / 1 with one "pe: error:" line.
 set -u
@@ -81,6 +82,26 @@ for model in mlp cnn; do
         pass "$name: $(tr '\n' ';' <"$T/out")"
     done
 done
+
+# one place with memory_optimize: each momentum op runs right after its
+# gradient, so the gradients do not all live at once: the plan's peak is
+# below the bytes of the parameter gradients alone (2,143,272 for the MLP)
+peak=$("$PE" plan "$SRC/examples/mlp_train.pe" --places cpu:1 --batch 128 --fetch loss | sed -E 's/.*peak_bytes_reuse=//')
+grads=$("$PY" -c "
+import json
+b = json.load(open('$SRC/examples/mlp_train.json'))['blocks'][0]
+n = 0
+for v in b['vars']:
+    if v['name'].endswith('@GRAD') and v['name'][:-5] in {w['name'] for w in b['vars'] if w.get('is_parameter')}:
+        k = 4
+        for d in v['dims']: k *= d
+        n += k
+print(n)")
+if [ -n "$peak" ] && [ "$peak" -lt "$grads" ]; then
+    pass "updates run early: peak $peak < parameter gradients $grads"
+else
+    fail "updates run early" "peak '$peak', parameter gradients '$grads'"
+fi
 
 # the same program from its JSON form and with the startup's shapes
 "$PE" plan "$SRC/examples/mlp_train.pe" --places cpu:3 --batch 128 --fetch loss >"$T/a" 2>&1
