@@ -5,7 +5,8 @@
  * Trains examples/<model>_train.pe (forward + backward + momentum) with a
  * batch of BATCH rows (default 128) on 1 CPU place with 1 OpenMP thread,
  * and on 2 CPU places with 1 thread each (the batch split 64/64, gradients
- * allreduced), and prints samples/s for both and their ratio
+ * allreduced; with BENCH_PER_PLACE=1 the 2 places get 2 x BATCH rows,
+ * BATCH each), and prints samples/s for both and their ratio
  * (`scaling_<model>=<x>`; target >= 1.8). Both trainers are built first
  * and then take turns, 5 steps each (so a busy host slows both alike);
  * after 3 warm-up steps each, the median of STEPS (default 20) timings of
@@ -76,9 +77,11 @@ static int trainer_init(trainer *t, const char *model, int n, int threads, int b
     pe_pe_options_default(&o);
     o.loss_name = "loss";
     o.exec_strategy.num_iteration_per_drop_scope = 0;
-    /* BENCH_STRATEGY=reduce|fuse: the reduce strategy, or fuse_all_reduce_ops + fusion */
+    /* BENCH_STRATEGY=reduce|fuse|noshard: the reduce strategy, fuse_all_reduce_ops + fusion, or
+     * shard_optimizer off */
     const char *strat = getenv("BENCH_STRATEGY");
     if (strat && !strcmp(strat, "reduce")) o.build_strategy.reduce_strategy = PE_REDUCE_REDUCE;
+    if (strat && !strcmp(strat, "noshard")) o.build_strategy.shard_optimizer = false;
     if (strat && !strcmp(strat, "fuse")) {
         o.build_strategy.fuse_all_reduce_ops = o.build_strategy.fuse_all_optimizer_ops = true;
         o.build_strategy.fuse_gemm_epilogue = o.build_strategy.fuse_elewise_add_act_ops = true;
@@ -114,7 +117,10 @@ static int trainer_step(trainer *t, double *sec) {
 #define BLOCK 5
 static int bench(const char *model, int batch, int steps) {
     trainer one, two;
-    if (trainer_init(&one, model, 1, 1, batch) || trainer_init(&two, model, 2, 2, batch)) return 1;
+    /* BENCH_PER_PLACE=1: BATCH rows per place (2 places get 2 x BATCH), else BATCH split */
+    const bool per_place = getenv("BENCH_PER_PLACE") && !strcmp(getenv("BENCH_PER_PLACE"), "1");
+    const int batch2 = per_place ? 2 * batch : batch;
+    if (trainer_init(&one, model, 1, 1, batch) || trainer_init(&two, model, 2, 2, batch2)) return 1;
     double *t1 = malloc(sizeof *t1 * (size_t)steps), *t2 = malloc(sizeof *t2 * (size_t)steps), d;
     for (int s = 0; s < 3; s++)
         if (trainer_step(&one, &d) || trainer_step(&two, &d)) return 1;
@@ -127,9 +133,9 @@ static int bench(const char *model, int batch, int steps) {
     qsort(t1, (size_t)steps, sizeof *t1, cmp_d);
     qsort(t2, (size_t)steps, sizeof *t2, cmp_d);
     double a = t1[steps / 2], b = t2[steps / 2];
-    printf("%s batch=%d: 1 place x 1 thread %.1f samples/s (%.2f ms/step); 2 places x 1 thread %.1f samples/s "
-           "(%.2f ms/step)\nscaling_%s=%.2f\n",
-           model, batch, batch / a, a * 1e3, batch / b, b * 1e3, model, a / b);
+    printf("%s: 1 place x 1 thread, batch %d: %.1f samples/s (%.2f ms/step); 2 places x 1 thread, batch %d: %.1f "
+           "samples/s (%.2f ms/step)\nscaling_%s=%.2f\n",
+           model, batch, batch / a, a * 1e3, batch2, batch2 / b, b * 1e3, model, (batch2 / b) / (batch / a));
     free(t1);
     free(t2);
     trainer_free(&one);

@@ -43,7 +43,32 @@ static pe_status check_dtype(const char *what, pe_dtype dt) {
                     pe_dtype_name(dt));
 }
 
-/* mode 0 = allreduce, 1 = reduce to root */
+/* Chunk k of a reduction: summed tile by tile through an L1-resident
+ * accumulator on this thread's stack (collectives of different vars run
+ * concurrently on the scheduler's threads, so no shared scratch): each
+ * buffer is read once and written once, the minimum traffic.
+ * mode 0 = allreduce, 1 = reduce to root. */
+static void reduce_chunk(void *const *bufs, int n, int64_t k, int64_t chunk, int64_t numel, int64_t es, pe_dtype dt,
+                         int root, int mode) {
+    int64_t b = k * chunk, m = (b + chunk < numel ? b + chunk : numel) - b;
+    size_t off = (size_t)(b * es);
+    _Alignas(64) char acc[TILE_BYTES];
+    for (int64_t t0 = 0; t0 < m; t0 += TILE_ELEMS(es)) {
+        int64_t tm = m - t0 < TILE_ELEMS(es) ? m - t0 : TILE_ELEMS(es);
+        size_t toff = off + (size_t)(t0 * es), tlen = (size_t)(tm * es);
+        memcpy(acc, (char *)bufs[0] + toff, tlen);
+        for (int p = 1; p < n; p++) add_n(acc, (char *)bufs[p] + toff, tm, dt);
+        if (mode == 0)
+            for (int p = 0; p < n; p++) memcpy((char *)bufs[p] + toff, acc, tlen);
+        else
+            memcpy((char *)bufs[root] + toff, acc, tlen);
+    }
+}
+
+/* mode 0 = allreduce, 1 = reduce to root. One thread: no OpenMP construct at
+ * all (entering `omp parallel`, even with if(false), costs about a
+ * microsecond and a half on a scheduler thread — per call, and the sharded
+ * optimizer calls this once per tile). */
 static pe_status run(inproc_comm *c, void *const *bufs, int64_t numel, pe_dtype dt, int root, int mode) {
     PE_CHECK(check_dtype(mode ? "reduce" : "allreduce", dt));
     int n = c->base.n_places;
@@ -53,25 +78,11 @@ static pe_status run(inproc_comm *c, void *const *bufs, int64_t numel, pe_dtype 
     int64_t chunk = CHUNK_BYTES / es;
     int64_t n_chunks = (numel + chunk - 1) / chunk;
     int threads = (int)(n_chunks < c->threads ? n_chunks : c->threads);
-#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
-    for (int64_t k = 0; k < n_chunks; k++) {
-        int64_t b = k * chunk, m = (b + chunk < numel ? b + chunk : numel) - b;
-        size_t off = (size_t)(b * es);
-        /* Tile by tile through an L1-resident accumulator on this thread's
-         * stack (collectives of different vars run concurrently on the
-         * scheduler's threads, so no shared scratch): each buffer is read
-         * once and written once, the minimum traffic. */
-        _Alignas(64) char acc[TILE_BYTES];
-        for (int64_t t0 = 0; t0 < m; t0 += TILE_ELEMS(es)) {
-            int64_t tm = m - t0 < TILE_ELEMS(es) ? m - t0 : TILE_ELEMS(es);
-            size_t toff = off + (size_t)(t0 * es), tlen = (size_t)(tm * es);
-            memcpy(acc, (char *)bufs[0] + toff, tlen);
-            for (int p = 1; p < n; p++) add_n(acc, (char *)bufs[p] + toff, tm, dt);
-            if (mode == 0)
-                for (int p = 0; p < n; p++) memcpy((char *)bufs[p] + toff, acc, tlen);
-            else
-                memcpy((char *)bufs[root] + toff, acc, tlen);
-        }
+    if (threads > 1) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+        for (int64_t k = 0; k < n_chunks; k++) reduce_chunk(bufs, n, k, chunk, numel, es, dt, root, mode);
+    } else {
+        for (int64_t k = 0; k < n_chunks; k++) reduce_chunk(bufs, n, k, chunk, numel, es, dt, root, mode);
     }
     return PE_OK;
 }
@@ -84,6 +95,12 @@ static pe_status inproc_reduce(pe_comm *c, void *const *bufs, int64_t numel, pe_
     return run((inproc_comm *)c, bufs, numel, dt, root, 1);
 }
 
+static void bcast_chunk(void *const *bufs, int n, int64_t k, int64_t bytes, int root) {
+    int64_t b = k * CHUNK_BYTES, e = b + CHUNK_BYTES < bytes ? b + CHUNK_BYTES : bytes;
+    for (int p = 0; p < n; p++)
+        if (p != root) memcpy((char *)bufs[p] + b, (const char *)bufs[root] + b, (size_t)(e - b));
+}
+
 static pe_status inproc_broadcast(pe_comm *cm, void *const *bufs, int64_t numel, pe_dtype dt, int root) {
     inproc_comm *c = (inproc_comm *)cm;
     int n = c->base.n_places;
@@ -91,11 +108,11 @@ static pe_status inproc_broadcast(pe_comm *cm, void *const *bufs, int64_t numel,
     int64_t bytes = numel * (int64_t)pe_dtype_size(dt);
     int64_t n_chunks = (bytes + CHUNK_BYTES - 1) / CHUNK_BYTES;
     int threads = (int)(n_chunks < c->threads ? n_chunks : c->threads);
-#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
-    for (int64_t k = 0; k < n_chunks; k++) {
-        int64_t b = k * CHUNK_BYTES, e = b + CHUNK_BYTES < bytes ? b + CHUNK_BYTES : bytes;
-        for (int p = 0; p < n; p++)
-            if (p != root) memcpy((char *)bufs[p] + b, (const char *)bufs[root] + b, (size_t)(e - b));
+    if (threads > 1) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+        for (int64_t k = 0; k < n_chunks; k++) bcast_chunk(bufs, n, k, bytes, root);
+    } else {
+        for (int64_t k = 0; k < n_chunks; k++) bcast_chunk(bufs, n, k, bytes, root);
     }
     return PE_OK;
 }
