@@ -360,3 +360,10 @@ pe_status pe_mem_arenas_prepare(pe_mem_arenas *a, pe_scope *const *local) {
     if (a->views_valid && a->applied_id == e->id) return PE_OK;
     return install(a, local, e);
 }
+
+size_t pe_mem_arenas_bytes(const pe_mem_arenas *a) {
+    size_t total = 0;
+    for (int p = 0; a && p < a->n; p++)
+        if (a->arena[p]) total += a->arena[p]->bytes;
+    return total;
+}

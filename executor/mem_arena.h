@@ -42,6 +42,8 @@ pe_status pe_mem_arenas_prepare(pe_mem_arenas *a, pe_scope *const *local);
 /* Frees the arenas and forgets the views (their scopes are being dropped);
  * cached plans stay. Accepts NULL. */
 void pe_mem_arenas_release(pe_mem_arenas *a);
+/* Bytes of the arenas currently allocated (all places). */
+size_t pe_mem_arenas_bytes(const pe_mem_arenas *a);
 /* The plan of the last prepare, or NULL. Borrowed. */
 const pe_mem_plan *pe_mem_arenas_plan(const pe_mem_arenas *a);
 /* Plans made so far (cache misses), for tests. */

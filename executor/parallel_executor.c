@@ -305,10 +305,17 @@ void pe_drop_local_exe_scopes(pe_parallel_executor *pe) {
     free_opt_mem(pe);
 }
 
+/* The local scopes' own storage, plus what their vars view: the memory
+ * plan's arenas, the gradient buckets and the coalesced optimizer gradients
+ * (each byte once). */
 size_t pe_local_exe_scopes_bytes(const pe_parallel_executor *pe) {
-    size_t total = 0;
+    size_t total = pe_mem_arenas_bytes(pe->arenas);
     for (int p = 0; p < pe->n; p++)
         if (pe->local[p]) total += pe_scope_bytes(pe->local[p]);
+    for (int h = 0; pe->bucket_mem && h < pe->g->n_h; h++)
+        for (int p = 0; p < pe->n; p++)
+            if (pe->bucket_mem[h * pe->n + p]) total += (size_t)pe->g->h[h].bucket_bytes;
+    for (int i = 0; i < pe->n_opt_mem; i++) total += pe->opt_mem[i].bytes;
     return total;
 }
 

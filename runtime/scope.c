@@ -147,7 +147,7 @@ size_t pe_scope_bytes(const pe_scope *s) {
     size_t total = 0;
     for (int i = 0; i < s->cap; i++) {
         const char *n = s->slots[i].name;
-        if (!n || n == TOMB || !s->slots[i].t->buf) continue;
+        if (!n || n == TOMB || !s->slots[i].t->buf || s->slots[i].t->buf->external) continue;
         total += s->slots[i].t->buf->bytes;
     }
     return total;

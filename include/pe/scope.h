@@ -39,7 +39,8 @@ pe_scope *pe_scope_parent(const pe_scope *s);
 int pe_scope_size(const pe_scope *s);
 /* i-th variable name of s (table order, stable while s is unchanged), borrowed. */
 const char *pe_scope_var_name(const pe_scope *s, int i);
-/* Bytes held by the storage of this scope's own variables. */
+/* Bytes of storage this scope's own variables hold (views of memory owned
+ * elsewhere — a memory-plan arena, a caller's fed array — are not counted). */
 size_t pe_scope_bytes(const pe_scope *s);
 /* Frees all variables of s (the scope stays usable). */
 void pe_scope_clear(pe_scope *s);

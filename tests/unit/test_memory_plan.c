@@ -784,6 +784,13 @@ static int64_t step_peak(bool inplace, bool memopt) {
     pe_alloc_reset_peak(p0);
     step(&t, x, y, fetch, 1, &loss);
     int64_t peak = pe_alloc_get_stats(p0).peak_bytes - base;
+    /* what the local scopes hold is what the step left allocated (but the
+     * fetched loss, one small allocation), each byte counted once: arena
+     * views and the viewed feed are not counted twice */
+    int64_t held = pe_alloc_get_stats(p0).bytes_in_use - base, local = (int64_t)pe_local_exe_scopes_bytes(t.pe);
+    if (local > held || held - local > 256)
+        fail_msg("inplace=%d memory_optimize=%d: local scopes report %lld bytes, the step left %lld allocated", inplace,
+                 memopt, (long long)local, (long long)held);
     pe_tensor_free(x);
     pe_tensor_free(y);
     pe_tensor_free(loss);
