@@ -58,6 +58,8 @@ struct pe_parallel_executor {
     const char *const *run_fetch; /* the current run's fetch list (borrowed during the run) */
     int run_n_fetch;
     struct feed_view *views; /* zero-copy feeds: one reusable buffer header per (place, var) */
+    const char **shared_state; /* shard_optimizer: vars the places share (names borrowed from the graph) */
+    int n_shared_state;
     int n_views, cap_views;
 };
 
@@ -586,17 +588,50 @@ static pe_status run_opt_shard(pe_parallel_executor *pe, int h) {
 /* shard_optimizer: true when `name` is a parameter or accumulator a sharded
  * update writes; places 1..N-1 then take place 0's storage of it instead of
  * a copy (one copy of the model state, no copy-back after each update). */
-static bool is_sharded_state(const pe_parallel_executor *pe, const char *name) {
+/* shard_optimizer: the parameters and accumulators sharded updates write
+ * (names borrowed from place 0's program), collected once. */
+static pe_status collect_sharded_state(pe_parallel_executor *pe) {
     for (int h = 0; h < pe->g->n_h; h++) {
         const pe_handle *hd = &pe->g->h[h];
         if (hd->kind != PE_HANDLE_OPT_SHARD || hd->root != 0) continue;
         const pe_op *op = &pe->g->progs[0]->blocks[0].ops[hd->op_idx];
         for (size_t k = 0; k < sizeof k_elem_in / sizeof k_elem_in[0]; k++) {
-            const char *a = strcmp(k_elem_in[k], "Grad") ? pe_op_input1(op, k_elem_in[k]) : NULL;
-            if (a && !strcmp(a, name)) return true;
+            const char *name = strcmp(k_elem_in[k], "Grad") ? pe_op_input1(op, k_elem_in[k]) : NULL;
+            if (!name) continue;
+            const char **grown = realloc(pe->shared_state, sizeof *grown * (size_t)(pe->n_shared_state + 1));
+            if (!grown) return pe_error(PE_ERR_NOMEM, "out of memory listing the sharded optimizer state");
+            pe->shared_state = grown;
+            pe->shared_state[pe->n_shared_state++] = name;
         }
     }
+    return PE_OK;
+}
+
+static bool is_sharded_state(const pe_parallel_executor *pe, const char *name) {
+    for (int i = 0; i < pe->n_shared_state; i++)
+        if (!strcmp(pe->shared_state[i], name)) return true;
     return false;
+}
+
+/* Places 1..N-1 take place 0's storage of the sharded state: at
+ * construction (instead of a copy), and before each run again if something
+ * replaced a buffer since (a checkpoint loaded or a value set into the
+ * scope after construction, a persistable feed). Place 0's value is the
+ * parameter's value, as for fetches; the places stay one copy. */
+static pe_status share_sharded_state(pe_parallel_executor *pe) {
+    if (pe->opt.share_vars_from || pe->places[0].kind != PE_PLACE_CPU) return PE_OK;
+    for (int i = 0; i < pe->n_shared_state; i++) {
+        const pe_tensor *t0 = pe_scope_find_var(pe->place_scope[0], pe->shared_state[i]);
+        if (!t0 || !t0->buf || t0->place.kind != PE_PLACE_CPU) continue;
+        for (int p = 1; p < pe->n; p++) {
+            pe_tensor *d = pe_scope_var(pe->place_scope[p], pe->shared_state[i]);
+            if (!d) return pe_error(PE_ERR_NOMEM, "out of memory sharing '%s'", pe->shared_state[i]);
+            if (d->buf == t0->buf && d->offset == t0->offset) continue;
+            pe_tensor_share(d, t0);
+            d->place = pe->places[p];
+        }
+    }
+    return PE_OK;
 }
 
 static pe_status run_handle(void *user, int h) {
@@ -625,6 +660,7 @@ void pe_parallel_executor_free(pe_parallel_executor *pe) {
     pe_sched_free(pe->sched);
     pe_drop_local_exe_scopes(pe);
     free_feed_views(pe);
+    free(pe->shared_state);
     pe_mem_arenas_free(pe->arenas);
     free(pe->ctxs);
     for (int i = 0; i < pe->n_protect; i++) free(pe->protect[i]);
@@ -726,6 +762,7 @@ pe_status pe_parallel_executor_new(const pe_place *places, int n_places, const p
         pe->owns_place_scope[p] = src || p > 0;
         if (!pe->place_scope[p]) { st = pe_error(PE_ERR_NOMEM, "out of memory creating the scope of place %d", p); goto fail; }
     }
+    if ((st = collect_sharded_state(pe)) != PE_OK) goto fail;
     if (!src) {
         const pe_block *b = &main_program->blocks[0];
         for (int i = 0; i < b->n_vars; i++) {
@@ -733,17 +770,13 @@ pe_status pe_parallel_executor_new(const pe_place *places, int n_places, const p
             if (!v->persistable) continue;
             const pe_tensor *t = pe_scope_find_var(scope, v->name);
             if (!t || !t->buf) continue; /* created by the program itself */
-            bool share = t->place.kind == PE_PLACE_CPU && places[0].kind == PE_PLACE_CPU &&
-                         pe_place_eq(t->place, places[0]) && is_sharded_state(pe, v->name);
+            /* shared, not copied: share_sharded_state below */
+            bool shared = pe_place_eq(t->place, places[0]) && is_sharded_state(pe, v->name);
             for (int p = 0; p < n_places; p++) {
                 if (p == 0 && pe_place_eq(t->place, places[0])) continue;
+                if (shared) continue;
                 pe_tensor *d = pe_scope_var(pe->place_scope[p], v->name);
                 if (!d) { st = pe_error(PE_ERR_NOMEM, "out of memory"); goto fail; }
-                if (share) {
-                    pe_tensor_share(d, t);
-                    d->place = places[p];
-                    continue;
-                }
                 if ((st = pe_tensor_copy(d, t, places[p])) != PE_OK) {
                     st = pe_error_wrap(st, "broadcasting '%s' to %s", v->name, place_name(places[p], pb));
                     goto fail;
@@ -767,7 +800,7 @@ pe_status pe_parallel_executor_new(const pe_place *places, int n_places, const p
         st = pe_error_wrap(PE_ERR_UNSUPPORTED, "ParallelExecutor: collectives for %s", place_name(places[0], pb));
         goto fail;
     }
-    if ((st = coalesce_optimizer_state(pe)) != PE_OK) goto fail;
+    if ((st = coalesce_optimizer_state(pe)) != PE_OK || (st = share_sharded_state(pe)) != PE_OK) goto fail;
     pe->built = true;
     *out = pe;
     return PE_OK;
@@ -1097,6 +1130,7 @@ pe_status pe_run(pe_parallel_executor *pe, const pe_feed *feed, int n_feed, cons
     PE_CHECK(ensure_fetchable(pe, fetch, n_fetch));
     PE_CHECK(ensure_local(pe));
     pe_status st = feed_dict(pe, feed, n_feed);
+    if (st == PE_OK) st = share_sharded_state(pe);
     if (st == PE_OK) st = plan_memory(pe, &feed, &n_feed, 1, fetch, n_fetch);
     pe->run_fetch = fetch;
     pe->run_n_fetch = n_fetch;
@@ -1132,6 +1166,7 @@ pe_status pe_run_list(pe_parallel_executor *pe, const pe_feed *const *feeds, con
     PE_CHECK(ensure_fetchable(pe, fetch, n_fetch));
     PE_CHECK(ensure_local(pe));
     pe_status st = feed_list(pe, feeds, n_feeds);
+    if (st == PE_OK) st = share_sharded_state(pe);
     if (st == PE_OK) st = plan_memory(pe, feeds, n_feeds, n_lists, fetch, n_fetch);
     pe->run_fetch = fetch;
     pe->run_n_fetch = n_fetch;

@@ -14,11 +14,14 @@
  *   not adam's beta powers (each place advances its own);
  * - a fetched gradient comes back summed, as without sharding;
  * - feeding a parameter (a persistable feed is copied to every place, so
- *   the places stop sharing its storage) keeps training exact;
+ *   the places stop sharing its storage) keeps training exact, and the
+ *   next run shares it again; so does a value set into place 0's scope
+ *   after construction (every place trains from it);
  * - inputs that do not fit the parameter are an error naming op and var.
  */
 #include "tests/unit/models.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -206,9 +209,48 @@ static void test_fed_parameter_stays_exact(void **state) {
         step(&on, &m, s, &extra, s == 1, NULL, NULL);
     }
     assert_same_state(&m, &on, &off, 3, "after feeding fc_1.w_0");
+    /* the feed gave every place its own copy; the next run shared them again */
+    for (int p = 1; p < 3; p++)
+        assert_ptr_equal(pe_tensor_data(pe_scope_find_var(pe_place_scope(on.pe, p), "fc_1.w_0")),
+                         pe_tensor_data(pe_scope_find_var(pe_place_scope(on.pe, 0), "fc_1.w_0")));
     pe_tensor_free(w);
     trainer_free(&off);
     trainer_free(&on);
+    tm_model_free(&m);
+}
+
+/* A value set into the scope after construction (a checkpoint loaded into
+ * place 0's scope replaces the shared buffer) reaches every place at the
+ * next run: place 0's value is the parameter. */
+static void test_value_set_after_construction(void **state) {
+    (void)state;
+    tm_model m = make_mlp(PE_OPT_MOMENTUM);
+    pe_tensor *w = tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){64, 32}, NULL);
+    for (int64_t i = 0; i < pe_tensor_numel(w); i++) ((float *)pe_tensor_data(w))[i] = (float)(i % 7) * 0.05f;
+    pe_tensor *got[2];
+    for (int k = 0; k < 2; k++) { /* k = 0: 3 places, sharded; k = 1: one place, the reference */
+        trainer t;
+        trainer_new(&t, &m, k ? 1 : 3, true, NULL);
+        step(&t, &m, 0, NULL, 0, NULL, NULL);
+        pe_tensor *dst = pe_scope_find_var(pe_place_scope(t.pe, 0), "fc_1.w_0");
+        const void *before = pe_tensor_data(dst);
+        assert_int_equal(pe_tensor_copy(dst, w, pe_place_cpu(0)), PE_OK);
+        if (!k) assert_ptr_not_equal(pe_tensor_data(dst), before); /* shared: the copy took a new buffer */
+        got[k] = pe_tensor_new();
+        step(&t, &m, 1, NULL, 0, "fc_1.w_0", got[k]); /* fetched after the step's update */
+        for (int p = 1; p < (k ? 1 : 3); p++)
+            assert_ptr_equal(pe_tensor_data(pe_scope_find_var(pe_place_scope(t.pe, p), "fc_1.w_0")),
+                             pe_tensor_data(dst));
+        trainer_free(&t);
+    }
+    /* every place trained from the value set (3 places vs 1: summation order only) */
+    for (int64_t i = 0; i < pe_tensor_numel(got[0]); i++) {
+        float a = ((float *)pe_tensor_data(got[0]))[i], b = ((float *)pe_tensor_data(got[1]))[i];
+        if (fabsf(a - b) > 1e-5f + 1e-4f * fabsf(b)) fail_msg("fc_1.w_0[%lld]: 3 places %g, 1 place %g", (long long)i, a, b);
+    }
+    pe_tensor_free(got[0]);
+    pe_tensor_free(got[1]);
+    pe_tensor_free(w);
     tm_model_free(&m);
 }
 
@@ -243,6 +285,7 @@ int main(void) {
         cmocka_unit_test(test_graph_and_shared_storage),
         cmocka_unit_test(test_fetched_gradient_is_summed),
         cmocka_unit_test(test_fed_parameter_stays_exact),
+        cmocka_unit_test(test_value_set_after_construction),
         cmocka_unit_test(test_bad_accumulator_is_an_error),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
