@@ -20,7 +20,9 @@
  * or get the range copied. The shards wait for every place's gradient and
  * every reader of the old values; a JOIN handle after them produces the
  * new versions. Per element the arithmetic is the op's own, so the
- * parameters are bitwise those of the unsharded graph.
+ * parameters are bitwise those of the unsharded graph. Sharded gradients
+ * stay out of fuse_all_reduce_ops buckets (the pass manager does not merge
+ * optimizer ops on several places while shard_optimizer is on).
  *
  * Dependencies come from versioned vars per place: a read depends on the
  * producer of the current version; a write depends on that producer and on
@@ -233,8 +235,10 @@ static pe_status add_fused(pe_ssa_graph *g, place_state *ps, const char **vars, 
 
 /* The gradients exchanged, in production order, with their buckets
  * (fuse_all_reduce_ops). bucket[k] < 0: a plain allreduce. */
-static pe_status plan_buckets(const pe_program *p, const pe_build_strategy *bs, pe_grad_info **grads_out,
-                              int **bucket_out, int *n_out) {
+static bool sharded_grad(const pe_block *b, const int *n_shards, const char *grad);
+
+static pe_status plan_buckets(const pe_program *p, const pe_build_strategy *bs, const int *n_shards,
+                              pe_grad_info **grads_out, int **bucket_out, int *n_out) {
     const pe_block *b = &p->blocks[0];
     int n = 0, cap = 16;
     pe_grad_info *grads = malloc(sizeof *grads * (size_t)cap);
@@ -255,7 +259,8 @@ static pe_status plan_buckets(const pe_program *p, const pe_build_strategy *bs, 
             const pe_var *v = pe_program_find_var(p, 0, rv->strings[k + 1]);
             int64_t bytes = v ? (int64_t)pe_dtype_size(v->dtype) : -1;
             for (int d = 0; v && d < v->ndim; d++) bytes = v->dims[d] > 0 ? bytes * v->dims[d] : -1;
-            if (bytes < 0) bytes = -1;
+            /* unknown size, or summed by its optimizer's shards: a bucket of its own (-1) */
+            if (bytes < 0 || sharded_grad(b, n_shards, rv->strings[k + 1])) bytes = -1;
             grads[n++] = (pe_grad_info){rv->strings[k + 1], bytes, v ? v->dtype : PE_DTYPE_FP32};
         }
     }
@@ -486,6 +491,16 @@ done:
     return st;
 }
 
+/* True when the optimizer op that reads `grad` runs as shards (n_shards
+ * per op of b, may be NULL). */
+static bool sharded_grad(const pe_block *b, const int *n_shards, const char *grad) {
+    for (int i = 0; n_shards && i < b->n_ops; i++) {
+        const char *g = n_shards[i] > 0 ? pe_op_input1(&b->ops[i], "Grad") : NULL;
+        if (g && !strcmp(g, grad)) return true;
+    }
+    return false;
+}
+
 pe_status pe_multi_device_build(const pe_program *prog, int n_places, const char *loss_name,
                                 const pe_build_strategy *bs, pe_ssa_graph **out) {
     *out = NULL;
@@ -566,19 +581,19 @@ pe_status pe_multi_device_build(const pe_program *prog, int n_places, const char
         if (st != PE_OK) goto done;
     }
 
+    /* shard_optimizer: shards per optimizer op (0 = not sharded); their
+     * gradients are summed by the shards (no allreduce, no bucket) */
+    bool shard = bs->shard_optimizer && !reduce && n_places > 1;
+    if (shard) {
+        if (!(n_shards = calloc((size_t)b0->n_ops, sizeof *n_shards))) { st = OOM(); goto done; }
+        for (int i = 0; i < b0->n_ops; i++) n_shards[i] = shard_count(g->progs[0], i, n_places);
+    }
     bool fuse = bs->fuse_all_reduce_ops && !reduce && n_places > 1;
     if (bs->fuse_all_reduce_ops && reduce)
         pe_log(PE_LOG_WARN, "BuildStrategy.fuse_all_reduce_ops works with reduce_strategy all_reduce only: not applied");
     if (fuse) {
-        if ((st = plan_buckets(g->progs[0], bs, &fgrads, &fbucket, &n_fgrads)) != PE_OK) goto done;
+        if ((st = plan_buckets(g->progs[0], bs, n_shards, &fgrads, &fbucket, &n_fgrads)) != PE_OK) goto done;
         if (!(fvars = malloc(sizeof *fvars * (size_t)(n_fgrads ? n_fgrads : 1)))) { st = OOM(); goto done; }
-    }
-    /* shard_optimizer: shards per optimizer op (0 = not sharded), and the
-     * gradients whose allreduce the shards do */
-    bool shard = bs->shard_optimizer && !reduce && !fuse && n_places > 1;
-    if (shard) {
-        if (!(n_shards = calloc((size_t)b0->n_ops, sizeof *n_shards))) { st = OOM(); goto done; }
-        for (int i = 0; i < b0->n_ops; i++) n_shards[i] = shard_count(g->progs[0], i, n_places);
     }
     for (int i = 0; i < b0->n_ops; i++) {
         const pe_op *op = &b0->ops[i];
@@ -615,10 +630,8 @@ pe_status pe_multi_device_build(const pe_program *prog, int n_places, const char
                     st = add_fused(g, ps, fvars, nv, bytes);
                 }
             } else if (!reduce) {
-                bool by_shards = false; /* the optimizer's shards allreduce it */
-                for (int j = i + 1; n_shards && j < b0->n_ops && !by_shards; j++)
-                    by_shards = n_shards[j] > 0 && !strcmp(pe_op_input1(&b0->ops[j], "Grad"), grad);
-                if (!by_shards) st = add_collective(g, ps, PE_HANDLE_ALLREDUCE, grad, 0);
+                /* unless the optimizer's shards sum it */
+                if (!sharded_grad(b0, n_shards, grad)) st = add_collective(g, ps, PE_HANDLE_ALLREDUCE, grad, 0);
             } else {
                 int root = 0;
                 for (int j = 0; j < n_params; j++)

@@ -98,6 +98,14 @@ pe_status pe_pass_manager_run(const pe_program *prog, const pe_pass_opts *o, pe_
             record(res, pp->name, before, before, 0, true);
             continue;
         }
+        if (pp->fn == pe_fuse_all_optimizer_ops && bs->shard_optimizer && o->n_places > 1) {
+            /* the sharded update (passes/multi_device.c) already runs each update once, split over
+             * the places; merged ops would run every update on every place */
+            pe_log(PE_LOG_INFO, "BuildStrategy.fuse_all_optimizer_ops: not applied, shard_optimizer runs each "
+                   "update once over the %d places (set shard_optimizer off to merge the optimizer ops)", o->n_places);
+            record(res, pp->name, before, before, 0, true);
+            continue;
+        }
         st = pp->fn(p, &fo, &n_fused);
         if (st != PE_OK) break;
         pe_log(PE_LOG_INFO, "pass %s: %d fused, %d -> %d ops", pp->name, n_fused, before, p->blocks[0].n_ops);

@@ -380,10 +380,14 @@ static tm_model make_cnn(void) {
 
 enum { SW_FC = 1, SW_EA = 2, SW_OPT = 4 };
 
+/* shard_optimizer off: on several places it would take precedence over
+ * fuse_all_optimizer_ops, which these tests look at (test_strategies.c
+ * trains every combination of the two) */
 static void set_switches(pe_build_strategy *bs, int sw) {
     bs->fuse_gemm_epilogue = sw & SW_FC;
     bs->fuse_elewise_add_act_ops = sw & SW_EA;
     bs->fuse_all_optimizer_ops = sw & SW_OPT;
+    bs->shard_optimizer = false;
 }
 
 /* Trains `steps` steps; params_out[i] (new tensors) get the parameters. */

@@ -104,6 +104,7 @@ static void test_fused_optimizer_coalesces_parameters(void **state) {
     pe_pe_options_default(&o);
     o.loss_name = "loss";
     o.build_strategy.fuse_all_optimizer_ops = true;
+    o.build_strategy.shard_optimizer = false; /* which would take precedence on 2 places */
     pe_parallel_executor *pe;
     assert_int_equal(pe_parallel_executor_new(pl, 2, m.main, scope, &o, &pe), PE_OK);
     for (int p = 0; p < 2; p++)
