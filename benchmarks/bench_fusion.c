@@ -102,7 +102,7 @@ static int run_model(const char *dir, const char *model, int places, int batch, 
         o.loss_name = "loss";
         strategy(&o.build_strategy, k_cfg_bits[k]);
         if (pe_parallel_executor_new(pl, places, main_p, c[k].scope, &o, &c[k].pe) != PE_OK) { rc = die("executor"); break; }
-        pe_pass_opts po = {.n_places = 1, .loss_name = "loss", .bs = &o.build_strategy};
+        pe_pass_opts po = {.n_places = places, .loss_name = "loss", .bs = &o.build_strategy};
         pe_ssa_graph *g;
         if (pe_pass_manager_run(main_p, &po, &g, NULL) != PE_OK) { rc = die("passes"); break; }
         c[k].ops = g->progs[0]->blocks[0].n_ops;
