@@ -262,35 +262,44 @@ static void test_pool2d_grad_fd(void **state) {
     }
 }
 
+/* x [xd] -> pool2d (max, k x k, stride st, padding pad) -> y; pool2d_grad(x, y,
+ * dy) -> dx. Feed x and dy, fetch dx. */
+static pe_program *max_pool_grad_prog(pe_dtype dt, const int64_t *xd, const int64_t *yd, int64_t k, int64_t st,
+                                      int64_t pad) {
+    pe_program *p = pe_program_new();
+    decl(p, "x", dt, 4, xd);
+    decl(p, "y", dt, 4, yd);
+    decl(p, "dy", dt, 4, yd);
+    decl(p, "dx", dt, 4, xd);
+    pe_op *op = pe_block_add_op(&p->blocks[0], "pool2d");
+    pe_op_add_input(op, "X", "x");
+    pe_op_add_output(op, "Out", "y");
+    for (int g = 0; g < 2; g++) {
+        if (g) {
+            op = pe_block_add_op(&p->blocks[0], "pool2d_grad");
+            pe_op_add_input(op, "X", "x");
+            pe_op_add_input(op, "Out", "y");
+            pe_op_add_input(op, "Out@GRAD", "dy");
+            pe_op_add_output(op, "X@GRAD", "dx");
+        }
+        set_pair(op, "ksize", k, k);
+        set_pair(op, "strides", st, st);
+        set_pair(op, "paddings", pad, pad);
+    }
+    return p;
+}
+
 /* Max pooling with ties: the whole window's gradient goes to its first
  * maximum (row-major), as in Paddle and PyTorch. X is constant per plane. */
 static void test_pool2d_grad_max_ties(void **state) {
     (void)state;
     for (int f32 = 0; f32 < 2; f32++) {
         pe_dtype dt = f32 ? PE_DTYPE_FP32 : PE_DTYPE_FP64;
-        pe_program *p = pe_program_new();
         double xv[20], dyv[6] = {1, 2, 3, 4, 5, 6};
         for (int i = 0; i < 20; i++) xv[i] = 0.5;
         pe_tensor *x = tu_tensor(dt, 4, (int64_t[]){1, 1, 4, 5}, xv);
         pe_tensor *dy = tu_tensor(dt, 4, (int64_t[]){1, 1, 2, 3}, dyv);
-        decl(p, "x", dt, 4, x->dims);
-        decl(p, "y", dt, 4, dy->dims);
-        decl(p, "dy", dt, 4, dy->dims);
-        decl(p, "dx", dt, 4, x->dims);
-        pe_op *op = pe_block_add_op(&p->blocks[0], "pool2d");
-        pe_op_add_input(op, "X", "x");
-        pe_op_add_output(op, "Out", "y");
-        set_pair(op, "ksize", 3, 3);
-        set_pair(op, "strides", 2, 2);
-        set_pair(op, "paddings", 1, 1);
-        op = pe_block_add_op(&p->blocks[0], "pool2d_grad");
-        pe_op_add_input(op, "X", "x");
-        pe_op_add_input(op, "Out", "y");
-        pe_op_add_input(op, "Out@GRAD", "dy");
-        pe_op_add_output(op, "X@GRAD", "dx");
-        set_pair(op, "ksize", 3, 3);
-        set_pair(op, "strides", 2, 2);
-        set_pair(op, "paddings", 1, 1);
+        pe_program *p = max_pool_grad_prog(dt, x->dims, dy->dims, 3, 2, 1);
         pe_tensor *dx = pe_tensor_new();
         assert_int_equal(tu_run(p, (pe_feed[]){{"x", x}, {"dy", dy}}, 2, (const char *[]){"dx"}, 1, &dx), PE_OK);
         /* out 2x3; window rows [0,2) [1,4), cols [0,2) [1,4) [3,5); the first
@@ -300,6 +309,53 @@ static void test_pool2d_grad_max_ties(void **state) {
         tu_assert_close(dx, want, 20, 0);
         pe_tensor_free(dx); pe_tensor_free(x); pe_tensor_free(dy);
         pe_program_free(p);
+    }
+}
+
+/* 2x2 stride-2 max pooling that tiles X takes a branch-free path: it gives
+ * the bits of the general loop, which runs when X has a spare row and
+ * column (H = 2 oh + 1): ties (first maximum wins), NaN in X (a NaN never
+ * beats the first cell, and wins only as the first), and -0.0 in dY. */
+static void test_pool2d_grad_max2x2_matches_general(void **state) {
+    (void)state;
+    for (int f32 = 0; f32 < 2; f32++) {
+        pe_dtype dt = f32 ? PE_DTYPE_FP32 : PE_DTYPE_FP64;
+        const double vals[] = {-1.0, 0.0, 0.5, 0.5, 2.0, NAN, -0.0};
+        double xa[2 * 3 * 8 * 6], xb[2 * 3 * 9 * 7], dyv[2 * 3 * 4 * 3];
+        for (int i = 0; i < 2 * 3 * 9 * 7; i++) xb[i] = -3.0;
+        for (int nc = 0; nc < 6; nc++)
+            for (int r = 0; r < 8; r++)
+                for (int c = 0; c < 6; c++) {
+                    double v = vals[(nc * 31 + r * 7 + c * 3 + r * c) % 7];
+                    xa[(nc * 8 + r) * 6 + c] = v;
+                    xb[(nc * 9 + r) * 7 + c] = v;
+                }
+        for (int i = 0; i < 2 * 3 * 4 * 3; i++) dyv[i] = i % 5 == 0 ? -0.0 : (double)(i + 1) / 8;
+        pe_tensor *dx[2];
+        for (int k = 0; k < 2; k++) {
+            int64_t xd[4] = {2, 3, k ? 9 : 8, k ? 7 : 6};
+            pe_tensor *x = tu_tensor(dt, 4, xd, k ? xb : xa);
+            pe_tensor *dy = tu_tensor(dt, 4, (int64_t[]){2, 3, 4, 3}, dyv);
+            pe_program *p = max_pool_grad_prog(dt, xd, dy->dims, 2, 2, 0);
+            dx[k] = pe_tensor_new();
+            assert_int_equal(tu_run(p, (pe_feed[]){{"x", x}, {"dy", dy}}, 2, (const char *[]){"dx"}, 1, &dx[k]), PE_OK);
+            pe_tensor_free(x); pe_tensor_free(dy);
+            pe_program_free(p);
+        }
+        size_t es = pe_dtype_size(dt);
+        for (int nc = 0; nc < 6; nc++)
+            for (int r = 0; r < 9; r++)
+                for (int c = 0; c < 7; c++) {
+                    const char *b = (const char *)pe_tensor_data(dx[1]) + (size_t)((nc * 9 + r) * 7 + c) * es;
+                    if (r == 8 || c == 6) { /* the spare row and column: no window */
+                        assert_true(tu_get(dx[1], (nc * 9 + r) * 7 + c) == 0);
+                        continue;
+                    }
+                    const char *a = (const char *)pe_tensor_data(dx[0]) + (size_t)((nc * 8 + r) * 6 + c) * es;
+                    if (memcmp(a, b, es)) fail_msg("%s nc %d (%d, %d): fast path and general loop differ", f32 ? "f32" : "f64", nc, r, c);
+                }
+        pe_tensor_free(dx[0]);
+        pe_tensor_free(dx[1]);
     }
 }
 
@@ -681,6 +737,7 @@ int main(void) {
         cmocka_unit_test(test_conv2d_grad_fp32_vs_fp64),
         cmocka_unit_test(test_pool2d_grad_fd),
         cmocka_unit_test(test_pool2d_grad_max_ties),
+        cmocka_unit_test(test_pool2d_grad_max2x2_matches_general),
         cmocka_unit_test(test_pool2d_grad_fp32_vs_fp64),
         cmocka_unit_test(test_batch_norm_grad_fd),
         cmocka_unit_test(test_batch_norm_grad_needs_saved_stats),
