@@ -82,6 +82,38 @@ pe_status pe_bcast_plan_make(int x_ndim, const int64_t *x_dims, int y_ndim, cons
 /* Name of a kind ("same", "scalar_y", "row", "mid", "general"), for logs and tests. */
 const char *pe_bcast_kind_name(pe_bcast_kind kind);
 
+/* Offsets in x and y of the start of row r of the general iteration space
+ * (rows of the last plan dim; r over the product of the others). */
+static inline void pe_bcast_row_offsets(const pe_bcast_plan *pl, int64_t r, int64_t *xo, int64_t *yo) {
+    int64_t xa = 0, ya = 0;
+    for (int d = pl->ndim - 2; d >= 0; d--) {
+        const int64_t i = r % pl->dims[d];
+        r /= pl->dims[d];
+        xa += i * pl->x_strides[d];
+        ya += i * pl->y_strides[d];
+    }
+    *xo = xa;
+    *yo = ya;
+}
+
+/* Offsets in out (row-major strides ostr) and in x, y of the multi-index
+ * `lin` over the plan dims `which` (row-major in that order). */
+static inline void pe_bcast_offsets(const pe_bcast_plan *pl, const int *which, int nw, const int64_t *ostr,
+                                    int64_t lin, int64_t *oo, int64_t *xo, int64_t *yo) {
+    int64_t o = 0, xa = 0, ya = 0;
+    for (int j = nw - 1; j >= 0; j--) {
+        const int d = which[j];
+        const int64_t i = lin % pl->dims[d];
+        lin /= pl->dims[d];
+        o += i * ostr[d];
+        xa += i * pl->x_strides[d];
+        ya += i * pl->y_strides[d];
+    }
+    *oo = o;
+    *xo = xa;
+    *yo = ya;
+}
+
 #ifdef __cplusplus
 }
 #endif

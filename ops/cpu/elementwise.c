@@ -103,13 +103,8 @@ static inline int64_t div_i64(int64_t a, int64_t b) {
             const int64_t inner = pl->dims[nd - 1];                                               \
             const int64_t xs = pl->x_strides[nd - 1], ys = pl->y_strides[nd - 1];                 \
             PE_PAR_FOR(par, r, inner ? numel / inner : 0, {                                       \
-                int64_t xo = 0, yo = 0, rem = r;                                                  \
-                for (int d = nd - 2; d >= 0; d--) {                                               \
-                    const int64_t i = rem % pl->dims[d];                                          \
-                    rem /= pl->dims[d];                                                           \
-                    xo += i * pl->x_strides[d];                                                   \
-                    yo += i * pl->y_strides[d];                                                   \
-                }                                                                                 \
+                int64_t xo, yo;                                                                   \
+                pe_bcast_row_offsets(pl, r, &xo, &yo);                                            \
                 const T *xr = x + xo, *yr = y + yo;                                               \
                 T *orow = out + r * inner;                                                        \
                 if (xs == 1 && ys == 1)                                                           \
@@ -347,24 +342,6 @@ pe_status pe_cpu_cast(const pe_op_ctx *ctx) {
 #define PE_GRAD_MAX_BLOCKS 256  /* whole-tensor sums: at most this many partials */
 #define PE_GRAD_MIN_BLOCK 4096  /* ... of at least this many elements */
 
-/* Offsets of out (contiguous), x and y for the multi-index of `lin` over the
- * plan dims listed in `which` (row-major in that order). */
-static inline void plan_offsets(const pe_bcast_plan *pl, const int *which, int nw, const int64_t *ostr,
-                                int64_t lin, int64_t *oo, int64_t *xo, int64_t *yo) {
-    int64_t o = 0, xa = 0, ya = 0;
-    for (int j = nw - 1; j >= 0; j--) {
-        const int d = which[j];
-        const int64_t i = lin % pl->dims[d];
-        lin /= pl->dims[d];
-        o += i * ostr[d];
-        xa += i * pl->x_strides[d];
-        ya += i * pl->y_strides[d];
-    }
-    *oo = o;
-    *xo = xa;
-    *yo = ya;
-}
-
 /* One function per (op, dtype, side). side 0 fills dX (X's shape), side 1
  * fills dY. d[t] = sum over the output elements that read element t of the
  * side's operand of G(dout, x, y); when the operand is not broadcast the sum
@@ -385,7 +362,7 @@ static inline void plan_offsets(const pe_bcast_plan *pl, const int *which, int n
         if (nr == 0) { /* not broadcast: dst has out's layout */                                       \
             PE_PAR_FOR(par, t, nkept, {                                                                \
                 int64_t oo, xo, yo;                                                                    \
-                plan_offsets(pl, kept, nk, ostr, t, &oo, &xo, &yo);                                    \
+                pe_bcast_offsets(pl, kept, nk, ostr, t, &oo, &xo, &yo);                                    \
                 dst[SIDE ? yo : xo] = G(g[oo], x[xo], y[yo]);                                          \
             });                                                                                        \
             return;                                                                                    \
@@ -397,11 +374,11 @@ static inline void plan_offsets(const pe_bcast_plan *pl, const int *which, int n
         const int64_t nouter = nred / ln;                                                              \
         PE_PAR_FOR(par && nkept > 1, t, nkept, {                                                       \
             int64_t ob, xb, yb;                                                                        \
-            plan_offsets(pl, kept, nk, ostr, t, &ob, &xb, &yb);                                        \
+            pe_bcast_offsets(pl, kept, nk, ostr, t, &ob, &xb, &yb);                                        \
             double acc = 0;                                                                            \
             for (int64_t r = 0; r < nouter; r++) {                                                     \
                 int64_t oo, xo, yo;                                                                    \
-                plan_offsets(pl, red, nr - 1, ostr, r, &oo, &xo, &yo);                                 \
+                pe_bcast_offsets(pl, red, nr - 1, ostr, r, &oo, &xo, &yo);                                 \
                 const T *gp = g + ob + oo, *xp = x + xb + xo, *yp = y + yb + yo;                       \
                 for (int64_t j = 0; j < ln; j++) acc += (double)G(gp[j * lo], xp[j * lx], yp[j * ly]); \
             }                                                                                          \

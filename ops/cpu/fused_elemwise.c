@@ -76,13 +76,8 @@ static int act_of(const pe_op_ctx *ctx) {
             const int64_t inner = pl->dims[nd - 1];                                                    \
             const int64_t xs = pl->x_strides[nd - 1], ys = pl->y_strides[nd - 1];                      \
             PE_PAR_FOR(par, r, inner ? numel / inner : 0, {                                            \
-                int64_t xo = 0, yo = 0, rem = r;                                                       \
-                for (int d = nd - 2; d >= 0; d--) {                                                    \
-                    const int64_t i = rem % pl->dims[d];                                               \
-                    rem /= pl->dims[d];                                                                \
-                    xo += i * pl->x_strides[d];                                                        \
-                    yo += i * pl->y_strides[d];                                                        \
-                }                                                                                      \
+                int64_t xo, yo;                                                                        \
+                pe_bcast_row_offsets(pl, r, &xo, &yo);                                                 \
                 for (int64_t j = 0; j < inner; j++)                                                    \
                     FEA_ELEM(T, ACT, r * inner + j, x[xo + j * xs] + y[yo + j * ys]); });                      \
             break;                                                                                     \
@@ -136,24 +131,6 @@ typedef void (*dt_f32)(const float *, const float *, float *, int64_t, int);
 typedef void (*dt_f64)(const double *, const double *, double *, int64_t, int);
 static const dt_f32 k_dt_f32[4] = {NULL, dt_relu_f32, dt_sigmoid_f32, dt_tanh_f32};
 static const dt_f64 k_dt_f64[4] = {NULL, dt_relu_f64, dt_sigmoid_f64, dt_tanh_f64};
-
-/* Offsets in out (row-major strides ostr) and in x, y of the multi-index
- * `lin` over the plan dims `which` (row-major in that order). */
-static inline void plan_offsets(const pe_bcast_plan *pl, const int *which, int nw, const int64_t *ostr, int64_t lin,
-                                int64_t *oo, int64_t *xo, int64_t *yo) {
-    int64_t o = 0, xa = 0, ya = 0;
-    for (int j = nw - 1; j >= 0; j--) {
-        const int d = which[j];
-        const int64_t i = lin % pl->dims[d];
-        lin /= pl->dims[d];
-        o += i * ostr[d];
-        xa += i * pl->x_strides[d];
-        ya += i * pl->y_strides[d];
-    }
-    *oo = o;
-    *xo = xa;
-    *yo = ya;
-}
 
 /* dst (the side's operand shape) = sum of dt over the side's broadcast dims. */
 #define FEA_REDUCE(NAME, T)                                                                            \
@@ -213,11 +190,11 @@ static inline void plan_offsets(const pe_bcast_plan *pl, const int *which, int n
         const int64_t ln = pl->dims[last], lo = ostr[last], nouter = nred / ln;                        \
         PE_PAR_FOR(par && nkept > 1, t, nkept, {                                                       \
             int64_t ob, xb, yb;                                                                        \
-            plan_offsets(pl, kept, nk, ostr, t, &ob, &xb, &yb);                                        \
+            pe_bcast_offsets(pl, kept, nk, ostr, t, &ob, &xb, &yb);                                        \
             double acc = 0;                                                                            \
             for (int64_t r = 0; r < nouter; r++) {                                                     \
                 int64_t oo, xo, yo;                                                                    \
-                plan_offsets(pl, red, nr - 1, ostr, r, &oo, &xo, &yo);                                 \
+                pe_bcast_offsets(pl, red, nr - 1, ostr, r, &oo, &xo, &yo);                                 \
                 const T *gp = dt + ob + oo;                                                            \
                 for (int64_t j = 0; j < ln; j++) acc += (double)gp[j * lo];                            \
             }                                                                                          \
