@@ -23,26 +23,14 @@
  */
 #include "ops/op.h"
 #include "ops/cpu/par.h"
+#include "ops/cpu/optimizer.h"
 
 #include <math.h>
 #include <omp.h>
 #include <string.h>
 
-#define OPT_PAR_MIN 32768 /* as ops/cpu/optimizer.c */
-
-static double get_scalar(const pe_tensor *t) {
-    const void *d = pe_tensor_data(t);
-    return t->dtype == PE_DTYPE_FP32 ? (double)*(const float *)d : *(const double *)d;
-}
-
-static void set_scalar(pe_tensor *t, double v) {
-    void *d = pe_tensor_data(t);
-    if (t->dtype == PE_DTYPE_FP32) *(float *)d = (float)v;
-    else *(double *)d = v;
-}
-
 static double lr_of(const pe_op_ctx *ctx, int k) {
-    return get_scalar(pe_ctx_in_at(ctx, "LearningRate", pe_ctx_n_in(ctx, "LearningRate") > 1 ? k : 0));
+    return pe_opt_scalar(pe_ctx_in_at(ctx, "LearningRate", pe_ctx_n_in(ctx, "LearningRate") > 1 ? k : 0));
 }
 
 /* Runs body(k, begin, end) for every piece [begin, end) of parameter k that
@@ -80,8 +68,8 @@ static bool flat(const pe_op_ctx *ctx) {
     for (int k = 1; k < n; k++) {
         if (lr_of(ctx, k) != lr_of(ctx, 0)) return false;
         if (pe_op_info_input_index(info, "Beta1Pow") >= 0 &&
-            (get_scalar(pe_ctx_in_at(ctx, "Beta1Pow", k)) != get_scalar(pe_ctx_in_at(ctx, "Beta1Pow", 0)) ||
-             get_scalar(pe_ctx_in_at(ctx, "Beta2Pow", k)) != get_scalar(pe_ctx_in_at(ctx, "Beta2Pow", 0))))
+            (pe_opt_scalar(pe_ctx_in_at(ctx, "Beta1Pow", k)) != pe_opt_scalar(pe_ctx_in_at(ctx, "Beta1Pow", 0)) ||
+             pe_opt_scalar(pe_ctx_in_at(ctx, "Beta2Pow", k)) != pe_opt_scalar(pe_ctx_in_at(ctx, "Beta2Pow", 0))))
             return false;
     }
     return true;
@@ -191,8 +179,8 @@ typedef struct {
     static void NAME(const pe_op_ctx *ctx, int k, int64_t b, int64_t e, const void *arg) {           \
         const adam_arg *a = arg;                                                                     \
         const double lr = lr_of(ctx, k);                                                             \
-        const double b1p = get_scalar(pe_ctx_in_at(ctx, "Beta1Pow", k));                            \
-        const double b2p = get_scalar(pe_ctx_in_at(ctx, "Beta2Pow", k));                             \
+        const double b1p = pe_opt_scalar(pe_ctx_in_at(ctx, "Beta1Pow", k));                            \
+        const double b2p = pe_opt_scalar(pe_ctx_in_at(ctx, "Beta2Pow", k));                             \
         const T lr_t = (T)(lr * sqrt(1.0 - b2p) / (1.0 - b1p)), eps_t = (T)(a->eps * sqrt(1.0 - b2p)); \
         const T b1 = (T)a->b1, b2 = (T)a->b2, c1 = (T)(1.0 - a->b1), c2 = (T)(1.0 - a->b2);          \
         const T *p = DATA("Param", k), *g = DATA("Grad", k);                                         \
@@ -212,7 +200,7 @@ pe_status pe_cpu_merged_adam(const pe_op_ctx *ctx) {
     adam_arg a = {pe_ctx_float(ctx, "beta1"), pe_ctx_float(ctx, "beta2"), pe_ctx_float(ctx, "epsilon")};
     const int n = pe_ctx_n_in(ctx, "Param");
     for (int k = 0; k < n; k++) {
-        double b1p = get_scalar(pe_ctx_in_at(ctx, "Beta1Pow", k)), b2p = get_scalar(pe_ctx_in_at(ctx, "Beta2Pow", k));
+        double b1p = pe_opt_scalar(pe_ctx_in_at(ctx, "Beta1Pow", k)), b2p = pe_opt_scalar(pe_ctx_in_at(ctx, "Beta2Pow", k));
         if (!(b1p < 1.0) || !(b2p < 1.0) || !(b1p >= 0.0) || !(b2p >= 0.0))
             return pe_ctx_error(ctx, PE_ERR_INVALID,
                                 "Beta1Pow[%d] '%s' = %g, Beta2Pow[%d] '%s' = %g; they must be in [0, 1) (the startup "
@@ -223,9 +211,9 @@ pe_status pe_cpu_merged_adam(const pe_op_ctx *ctx) {
     /* every pow read above and in the pieces before this point: advance them */
     const bool out1 = pe_ctx_n_out(ctx, "Beta1PowOut") > 0, out2 = pe_ctx_n_out(ctx, "Beta2PowOut") > 0;
     for (int k = 0; k < n; k++) {
-        double b1p = get_scalar(pe_ctx_in_at(ctx, "Beta1Pow", k)), b2p = get_scalar(pe_ctx_in_at(ctx, "Beta2Pow", k));
-        if (out1) set_scalar(pe_ctx_out_at(ctx, "Beta1PowOut", k), b1p * a.b1);
-        if (out2) set_scalar(pe_ctx_out_at(ctx, "Beta2PowOut", k), b2p * a.b2);
+        double b1p = pe_opt_scalar(pe_ctx_in_at(ctx, "Beta1Pow", k)), b2p = pe_opt_scalar(pe_ctx_in_at(ctx, "Beta2Pow", k));
+        if (out1) pe_opt_set_scalar(pe_ctx_out_at(ctx, "Beta1PowOut", k), b1p * a.b1);
+        if (out2) pe_opt_set_scalar(pe_ctx_out_at(ctx, "Beta2PowOut", k), b2p * a.b2);
     }
     return PE_OK;
 }

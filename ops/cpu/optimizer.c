@@ -28,12 +28,11 @@
  */
 #include "ops/op.h"
 #include "ops/cpu/par.h"
+#include "ops/cpu/optimizer.h"
 
 #include <math.h>
 #include <string.h>
 
-/* Below this many elements a loop stays on the calling thread. */
-#define OPT_PAR_MIN 32768
 /* The squared-sum of a tensor this large is split into this many chunks. */
 #define NORM_CHUNKS 64
 
@@ -52,18 +51,6 @@
         }                                                                      \
     } while (0)
 
-/* t: [1] fp32|fp64 (checked by infer) */
-static double get_scalar(const pe_tensor *t) {
-    const void *d = pe_tensor_data(t);
-    return t->dtype == PE_DTYPE_FP32 ? (double)*(const float *)d : *(const double *)d;
-}
-
-static void set_scalar(pe_tensor *t, double v) {
-    void *d = pe_tensor_data(t);
-    if (t->dtype == PE_DTYPE_FP32) *(float *)d = (float)v;
-    else *(double *)d = v;
-}
-
 /* ---- sgd: param, grad: [n]; lr: [1] -> param_out: [n] -------------------- */
 
 #define SGD_LOOP(NAME, T)                                                          \
@@ -77,7 +64,7 @@ SGD_LOOP(sgd_f64, double)
 pe_status pe_cpu_sgd(const pe_op_ctx *ctx) {
     const pe_tensor *p = pe_ctx_in(ctx, "Param"), *g = pe_ctx_in(ctx, "Grad");
     pe_tensor *po = pe_ctx_out(ctx, "ParamOut");
-    double lr = get_scalar(pe_ctx_in(ctx, "LearningRate"));
+    double lr = pe_opt_scalar(pe_ctx_in(ctx, "LearningRate"));
     int64_t n = pe_tensor_numel(p);
     if (p->dtype == PE_DTYPE_FP32)
         sgd_f32(pe_tensor_data(po), pe_tensor_data(p), pe_tensor_data(g), lr, n, pe_kernel_threads(ctx));
@@ -106,7 +93,7 @@ MOMENTUM_LOOP(momentum_f64, double)
 pe_status pe_cpu_momentum(const pe_op_ctx *ctx) {
     const pe_tensor *p = pe_ctx_in(ctx, "Param"), *g = pe_ctx_in(ctx, "Grad"), *v = pe_ctx_in(ctx, "Velocity");
     pe_tensor *po = pe_ctx_out(ctx, "ParamOut"), *vo = pe_ctx_out(ctx, "VelocityOut");
-    double lr = get_scalar(pe_ctx_in(ctx, "LearningRate"));
+    double lr = pe_opt_scalar(pe_ctx_in(ctx, "LearningRate"));
     double mu = pe_ctx_float(ctx, "mu");
     bool nesterov = pe_ctx_bool(ctx, "use_nesterov");
     int64_t n = pe_tensor_numel(p);
@@ -144,8 +131,8 @@ pe_status pe_cpu_adam(const pe_op_ctx *ctx) {
     pe_tensor *po = pe_ctx_out(ctx, "ParamOut"), *m1o = pe_ctx_out(ctx, "Moment1Out"), *m2o = pe_ctx_out(ctx, "Moment2Out");
     pe_tensor *b1po = pe_ctx_out(ctx, "Beta1PowOut"), *b2po = pe_ctx_out(ctx, "Beta2PowOut");
     /* read every scalar before anything is written (the Out scalars alias them) */
-    double lr = get_scalar(pe_ctx_in(ctx, "LearningRate"));
-    double b1p = get_scalar(pe_ctx_in(ctx, "Beta1Pow")), b2p = get_scalar(pe_ctx_in(ctx, "Beta2Pow"));
+    double lr = pe_opt_scalar(pe_ctx_in(ctx, "LearningRate"));
+    double b1p = pe_opt_scalar(pe_ctx_in(ctx, "Beta1Pow")), b2p = pe_opt_scalar(pe_ctx_in(ctx, "Beta2Pow"));
     double b1 = pe_ctx_float(ctx, "beta1"), b2 = pe_ctx_float(ctx, "beta2"), eps = pe_ctx_float(ctx, "epsilon");
     if (!(b1p < 1.0) || !(b2p < 1.0) || !(b1p >= 0.0) || !(b2p >= 0.0))
         return pe_ctx_error(ctx, PE_ERR_INVALID,
@@ -160,8 +147,8 @@ pe_status pe_cpu_adam(const pe_op_ctx *ctx) {
     else
         adam_f64(pe_tensor_data(po), pe_tensor_data(m1o), pe_tensor_data(m2o), pe_tensor_data(p), pe_tensor_data(g),
                  pe_tensor_data(m1), pe_tensor_data(m2), &c, n, pe_kernel_threads(ctx));
-    if (b1po) set_scalar(b1po, b1p * b1);
-    if (b2po) set_scalar(b2po, b2p * b2);
+    if (b1po) pe_opt_set_scalar(b1po, b1p * b1);
+    if (b2po) pe_opt_set_scalar(b2po, b2p * b2);
     return PE_OK;
 }
 
