@@ -436,20 +436,12 @@ static pe_status run_collective(pe_parallel_executor *pe, const pe_handle *hd) {
  * powers) are advanced by shard i; shard 0 also sets them on the places
  * beyond k. */
 
-static const char *const k_elem_in[] = {"Param", "Grad", "Velocity", "Moment1", "Moment2"};
 #define SHARD_TILE_ELEMS 16384 /* per kernel thread: a tile's 5 arrays fit a core's L2 */
 
 /* True when the current run fetches `name`. */
 static bool is_fetched(const pe_parallel_executor *pe, const char *name) {
     for (int i = 0; i < pe->run_n_fetch; i++)
         if (!strcmp(pe->run_fetch[i], name)) return true;
-    return false;
-}
-static const char *const k_elem_out[] = {"ParamOut", "VelocityOut", "Moment1Out", "Moment2Out"};
-
-static bool in_list(const char *name, const char *const *list, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (!strcmp(name, list[i])) return true;
     return false;
 }
 
@@ -477,7 +469,7 @@ static pe_status run_opt_shard(pe_parallel_executor *pe, int h) {
         for (int a = 0; a < c->n_in[i]; a++) {
             const pe_tensor *t = c->in[i][a];
             if (!t) continue;
-            bool elem = in_list(info->inputs[i].name, k_elem_in, 5);
+            bool elem = pe_opt_elem_slot(info->inputs[i].name, false);
             if (!t->buf || (elem ? pe_tensor_numel(t) != n || t->dtype != param->dtype : pe_tensor_numel(t) < 1))
                 return pe_error(PE_ERR_INVALID, "op %s: input %s '%s' on %s %s", info->name, info->inputs[i].name,
                                 c->in_names[i][a], place_name(pe->places[s], pb),
@@ -506,7 +498,7 @@ static pe_status run_opt_shard(pe_parallel_executor *pe, int h) {
         gbase[p] = pe_tensor_data(g);
     }
     for (int i = 0; i < info->n_outputs; i++)
-        if (c->n_out[i] == 1 && c->out[i][0] && in_list(info->outputs[i].name, k_elem_out, 4) &&
+        if (c->n_out[i] == 1 && c->out[i][0] && pe_opt_elem_slot(info->outputs[i].name, true) &&
             (pe_tensor_numel(c->out[i][0]) != n || !c->out[i][0]->buf || c->out[i][0]->dtype != param->dtype))
             return pe_error(PE_ERR_INVALID, "op %s: output %s '%s' on %s is not laid out like parameter '%s'", info->name,
                             info->outputs[i].name, c->out_names[i][0], place_name(pe->places[s], pb),
@@ -525,7 +517,7 @@ static pe_status run_opt_shard(pe_parallel_executor *pe, int h) {
     pe_tensor stens[PE_MAX_SLOTS], *sout[PE_MAX_SLOTS];
     for (int i = 0; i < info->n_outputs; i++) {
         const pe_tensor *o = c->n_out[i] == 1 ? c->out[i][0] : NULL;
-        if (!o || in_list(info->outputs[i].name, k_elem_out, 4)) continue;
+        if (!o || pe_opt_elem_slot(info->outputs[i].name, true)) continue;
         if (pe_tensor_nbytes(o) > sizeof scratch[i]) {
             tile = e - b; /* one call: nothing to keep apart */
             continue;
@@ -547,13 +539,13 @@ static pe_status run_opt_shard(pe_parallel_executor *pe, int h) {
                                  (long long)t1);
         int nv = 0;
         for (int i = 0; i < info->n_inputs; i++)
-            if (c->n_in[i] == 1 && c->in[i][0] && in_list(info->inputs[i].name, k_elem_in, 5)) {
+            if (c->n_in[i] == 1 && c->in[i][0] && pe_opt_elem_slot(info->inputs[i].name, false)) {
                 range_view(&views[nv], c->in[i][0], t0, t1);
                 vin[i] = &views[nv++];
                 v.in[i] = &vin[i];
             }
         for (int i = 0; i < info->n_outputs; i++)
-            if (c->n_out[i] == 1 && c->out[i][0] && in_list(info->outputs[i].name, k_elem_out, 4)) {
+            if (c->n_out[i] == 1 && c->out[i][0] && pe_opt_elem_slot(info->outputs[i].name, true)) {
                 range_view(&views[nv], c->out[i][0], t0, t1);
                 vout[i] = &views[nv++];
                 v.out[i] = &vout[i];
@@ -567,7 +559,7 @@ static pe_status run_opt_shard(pe_parallel_executor *pe, int h) {
      * outputs to the places without a shard of their own */
     for (int i = 0; i < info->n_outputs; i++) {
         if (c->n_out[i] != 1 || !c->out[i][0]) continue;
-        bool elem = in_list(info->outputs[i].name, k_elem_out, 4);
+        bool elem = pe_opt_elem_slot(info->outputs[i].name, true);
         if (!elem && s != 0) continue;
         const pe_tensor *src = c->out[i][0];
         const char *src_data = (const char *)pe_tensor_data(src) + (elem ? (size_t)b * es : 0);
@@ -595,8 +587,8 @@ static pe_status collect_sharded_state(pe_parallel_executor *pe) {
         const pe_handle *hd = &pe->g->h[h];
         if (hd->kind != PE_HANDLE_OPT_SHARD || hd->root != 0) continue;
         const pe_op *op = &pe->g->progs[0]->blocks[0].ops[hd->op_idx];
-        for (size_t k = 0; k < sizeof k_elem_in / sizeof k_elem_in[0]; k++) {
-            const char *name = strcmp(k_elem_in[k], "Grad") ? pe_op_input1(op, k_elem_in[k]) : NULL;
+        for (int k = 0; k < PE_OPT_ELEM_PAIRS; k++) {
+            const char *name = pe_op_input1(op, pe_opt_elem_pairs[k][0]);
             if (!name) continue;
             const char **grown = realloc(pe->shared_state, sizeof *grown * (size_t)(pe->n_shared_state + 1));
             if (!grown) return pe_error(PE_ERR_NOMEM, "out of memory listing the sharded optimizer state");
@@ -874,8 +866,7 @@ static struct feed_view *find_view(pe_parallel_executor *pe, int p, const char *
     return fv;
 }
 
-/* Empties every var that holds a view of the caller's data (end of a run,
- * failed or not). */
+/* Empties every var that holds a view of the caller's data. */
 static void release_feed_views(pe_parallel_executor *pe) {
     for (int i = 0; i < pe->n_views; i++) {
         struct feed_view *fv = &pe->views[i];
@@ -886,6 +877,14 @@ static void release_feed_views(pe_parallel_executor *pe) {
         fv->buf->data = NULL;
         fv->buf->bytes = 0;
     }
+}
+
+/* The end of a run, failed or not: nothing keeps the caller's fetch list or
+ * feed data. */
+static void end_run(pe_parallel_executor *pe) {
+    pe->run_fetch = NULL;
+    pe->run_n_fetch = 0;
+    release_feed_views(pe);
 }
 
 static void free_feed_views(pe_parallel_executor *pe) {
@@ -1136,7 +1135,7 @@ pe_status pe_run(pe_parallel_executor *pe, const pe_feed *feed, int n_feed, cons
     pe->run_n_fetch = n_fetch;
     if (st == PE_OK) st = run_graph(pe);
     if (st == PE_OK) st = finish(pe, fetch, n_fetch, return_merged, fetch_out);
-    release_feed_views(pe);
+    end_run(pe);
     return st;
 }
 
@@ -1172,6 +1171,6 @@ pe_status pe_run_list(pe_parallel_executor *pe, const pe_feed *const *feeds, con
     pe->run_n_fetch = n_fetch;
     if (st == PE_OK) st = run_graph(pe);
     if (st == PE_OK) st = finish(pe, fetch, n_fetch, return_merged, fetch_out);
-    release_feed_views(pe);
+    end_run(pe);
     return st;
 }

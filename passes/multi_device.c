@@ -283,10 +283,15 @@ static pe_status plan_buckets(const pe_program *p, const pe_build_strategy *bs, 
 /* Below this many elements an update is not split (one shard). */
 #define SHARD_MIN_ELEMS 16384
 
-/* (input slot, output slot) pairs that hold one element per parameter
- * element; every other slot (LearningRate, Beta1Pow, ...) is whole. */
-static const char *const k_shard_pairs[][2] = {
+const char *const pe_opt_elem_pairs[PE_OPT_ELEM_PAIRS][2] = {
     {"Param", "ParamOut"}, {"Velocity", "VelocityOut"}, {"Moment1", "Moment1Out"}, {"Moment2", "Moment2Out"}};
+
+bool pe_opt_elem_slot(const char *name, bool out) {
+    if (!out && !strcmp(name, "Grad")) return true;
+    for (int k = 0; k < PE_OPT_ELEM_PAIRS; k++)
+        if (!strcmp(name, pe_opt_elem_pairs[k][out])) return true;
+    return false;
+}
 
 static bool shardable_type(const char *t) { return !strcmp(t, "sgd") || !strcmp(t, "momentum") || !strcmp(t, "adam"); }
 
@@ -339,8 +344,8 @@ static int shard_count(const pe_program *p, int i, int n_places) {
     if (n <= 0 || static_numel(p, grad) != n) return 0;
     const char *mine[8];
     int n_mine = 0;
-    for (size_t k = 0; k < sizeof k_shard_pairs / sizeof k_shard_pairs[0]; k++) {
-        const char *in = pe_op_input1(op, k_shard_pairs[k][0]), *out = pe_op_output1(op, k_shard_pairs[k][1]);
+    for (int k = 0; k < PE_OPT_ELEM_PAIRS; k++) {
+        const char *in = pe_op_input1(op, pe_opt_elem_pairs[k][0]), *out = pe_op_output1(op, pe_opt_elem_pairs[k][1]);
         if (!in && !out) continue;
         if (!in || !out || strcmp(in, out) || static_numel(p, in) != n) return 0;
         const pe_var *v = pe_program_find_var(p, 0, in);
