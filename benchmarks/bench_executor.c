@@ -9,6 +9,7 @@
  * Prints `key=value` lines; docs/benchmarks.md records them with the command.
  * Timings are medians of repeated runs (the machines are shared and noisy).
  */
+#include "benchmarks/bench_util.h"
 #include "pe/pe.h"
 #include "runtime/comm/comm.h"
 
@@ -16,27 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return v[n / 2];
-}
-
-static int die(const char *what) {
-    fprintf(stderr, "bench_executor: %s: %s\n", what, pe_last_error());
-    return 1;
-}
 
 static int overhead(int n_ops) {
     pe_program *p = pe_program_new();
@@ -65,13 +45,13 @@ static int overhead(int n_ops) {
     pe_scope *s = pe_scope_new(NULL);
     pe_executor *ex = pe_executor_new(pe_place_cpu(0));
     pe_executor_set_num_threads(ex, 1);
-    if (pe_executor_run(ex, p, 0, s, &feed, 1, fetch, 1, &out) != PE_OK) return die("executor");
+    if (pe_executor_run(ex, p, 0, s, &feed, 1, fetch, 1, &out) != PE_OK) return bench_die("executor");
     for (int r = 0; r < reps; r++) {
-        double t0 = now();
+        double t0 = bench_now();
         pe_executor_run(ex, p, 0, s, &feed, 1, fetch, 1, &out);
-        t[r] = now() - t0;
+        t[r] = bench_now() - t0;
     }
-    double ex_us = median(t, reps) / n_ops * 1e6;
+    double ex_us = bench_median(t, reps) / n_ops * 1e6;
     /* ParallelExecutor, one place, 1 and 2 scheduler threads */
     double pe_us[2];
     for (int k = 0; k < 2; k++) {
@@ -82,14 +62,14 @@ static int overhead(int n_ops) {
         pe_place pl = pe_place_cpu(0);
         pe_parallel_executor *pe;
         pe_scope *s2 = pe_scope_new(NULL);
-        if (pe_parallel_executor_new(&pl, 1, p, s2, &o, &pe) != PE_OK) return die("ParallelExecutor");
-        if (pe_run(pe, &feed, 1, fetch, 1, true, &out) != PE_OK) return die("pe_run");
+        if (pe_parallel_executor_new(&pl, 1, p, s2, &o, &pe) != PE_OK) return bench_die("ParallelExecutor");
+        if (pe_run(pe, &feed, 1, fetch, 1, true, &out) != PE_OK) return bench_die("pe_run");
         for (int r = 0; r < reps; r++) {
-            double t0 = now();
+            double t0 = bench_now();
             pe_run(pe, &feed, 1, fetch, 1, true, &out);
-            t[r] = now() - t0;
+            t[r] = bench_now() - t0;
         }
-        pe_us[k] = median(t, reps) / n_ops * 1e6;
+        pe_us[k] = bench_median(t, reps) / n_ops * 1e6;
         pe_parallel_executor_free(pe);
         pe_scope_free(s2);
     }
@@ -108,23 +88,23 @@ static int allreduce(int mb) {
     size_t bytes = (size_t)numel * 4;
     float *b0 = pe_place_alloc(pe_place_cpu(0), bytes), *b1 = pe_place_alloc(pe_place_cpu(1), bytes);
     float *c = pe_place_alloc(pe_place_cpu(0), bytes);
-    if (!b0 || !b1 || !c) return die("alloc");
+    if (!b0 || !b1 || !c) return bench_die("alloc");
     for (int64_t i = 0; i < numel; i++) b0[i] = b1[i] = c[i] = 1.0f;
     void *bufs[2] = {b0, b1};
     pe_comm *comm = pe_comm_inproc_new(2, 2);
     double t[9];
     for (int r = 0; r < 9; r++) {
-        double t0 = now();
+        double t0 = bench_now();
         pe_comm_allreduce(comm, bufs, numel, PE_DTYPE_FP32);
-        t[r] = now() - t0;
+        t[r] = bench_now() - t0;
     }
-    double ar = median(t, 9);
+    double ar = bench_median(t, 9);
     for (int r = 0; r < 9; r++) {
-        double t0 = now();
+        double t0 = bench_now();
         memcpy(c, b0, bytes);
-        t[r] = now() - t0;
+        t[r] = bench_now() - t0;
     }
-    double mc = median(t, 9);
+    double mc = bench_median(t, 9);
     /* algorithm bandwidth: bytes of the buffer / time (NCCL's algbw) */
     printf("allreduce_mb=%d\nallreduce_s=%.4f\nmemcpy_s=%.4f\nallreduce_GBps=%.2f\nmemcpy_GBps=%.2f\n"
            "allreduce_vs_memcpy=%.2f\n", mb, ar, mc, bytes / ar / 1e9, bytes / mc / 1e9, mc / ar);

@@ -17,6 +17,7 @@
  * fused ops are bitwise equal), so the timing compares equal work.
  */
 #include "passes/pass_manager.h"
+#include "benchmarks/bench_util.h"
 #include "pe/pe.h"
 
 #include <math.h>
@@ -28,22 +29,6 @@
 enum { N_CFG = 5 };
 static const char *const k_cfg_names[N_CFG] = {"off", "fc", "elewise_act", "optimizer", "all"};
 static const int k_cfg_bits[N_CFG] = {0, 1, 2, 4, 7};
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static int die(const char *what) {
-    fprintf(stderr, "bench_fusion: %s: %s\n", what, pe_last_error());
-    return 1;
-}
 
 static void strategy(pe_build_strategy *bs, int bits) {
     bs->fuse_gemm_epilogue = bits & 1;
@@ -85,7 +70,7 @@ static int run_model(const char *dir, const char *model, int places, int batch, 
     snprintf(spath, sizeof spath, "%s/%s_startup.pe", dir, model);
     pe_program *main_p = NULL, *start_p = NULL;
     if (pe_program_load_file(path, &main_p) != PE_OK || pe_program_load_file(spath, &start_p) != PE_OK)
-        return die(path);
+        return bench_die(path);
     bool cnn = !strcmp(model, "cnn");
     const char *xname = cnn ? "img" : "x";
     pe_place pl[16];
@@ -96,15 +81,15 @@ static int run_model(const char *dir, const char *model, int places, int batch, 
     int rc = 0;
     for (int k = 0; k < N_CFG && !rc; k++) {
         c[k].scope = pe_scope_new(NULL);
-        if (pe_executor_run(ex, start_p, 0, c[k].scope, NULL, 0, NULL, 0, NULL) != PE_OK) { rc = die("startup"); break; }
+        if (pe_executor_run(ex, start_p, 0, c[k].scope, NULL, 0, NULL, 0, NULL) != PE_OK) { rc = bench_die("startup"); break; }
         pe_pe_options o;
         pe_pe_options_default(&o);
         o.loss_name = "loss";
         strategy(&o.build_strategy, k_cfg_bits[k]);
-        if (pe_parallel_executor_new(pl, places, main_p, c[k].scope, &o, &c[k].pe) != PE_OK) { rc = die("executor"); break; }
+        if (pe_parallel_executor_new(pl, places, main_p, c[k].scope, &o, &c[k].pe) != PE_OK) { rc = bench_die("executor"); break; }
         pe_pass_opts po = {.n_places = places, .loss_name = "loss", .bs = &o.build_strategy};
         pe_ssa_graph *g;
-        if (pe_pass_manager_run(main_p, &po, &g, NULL) != PE_OK) { rc = die("passes"); break; }
+        if (pe_pass_manager_run(main_p, &po, &g, NULL) != PE_OK) { rc = bench_die("passes"); break; }
         c[k].ops = g->progs[0]->blocks[0].n_ops;
         pe_ssa_graph_free(g);
         c[k].t = calloc((size_t)(steps * reps), sizeof *c[k].t);
@@ -120,9 +105,9 @@ static int run_model(const char *dir, const char *model, int places, int batch, 
         pe_feed feed[2] = {{xname, x}, {"label", y}};
         for (int j = 0; j < N_CFG && !rc; j++) {
             int k = (j + s) % N_CFG;
-            double t0 = now();
-            if (pe_run(c[k].pe, feed, 2, fetch, 1, true, &loss) != PE_OK) rc = die("run");
-            double t1 = now();
+            double t0 = bench_now();
+            if (pe_run(c[k].pe, feed, 2, fetch, 1, true, &loss) != PE_OK) rc = bench_die("run");
+            double t1 = bench_now();
             if (s >= 3) c[k].t[c[k].n_t++] = (t1 - t0) * 1e3;
         }
     }
@@ -140,7 +125,7 @@ static int run_model(const char *dir, const char *model, int places, int batch, 
     if (!rc) {
         double base = 0;
         for (int k = 0; k < N_CFG; k++) {
-            qsort(c[k].t, (size_t)c[k].n_t, sizeof *c[k].t, cmp_d);
+            qsort(c[k].t, (size_t)c[k].n_t, sizeof *c[k].t, bench_cmp_d);
             double med = c[k].t[c[k].n_t / 2], p10 = c[k].t[c[k].n_t / 10];
             if (k == 0) base = med;
             printf("model=%s places=%d batch=%d config=%s ops=%d step_ms_median=%.3f step_ms_p10=%.3f "

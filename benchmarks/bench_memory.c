@@ -23,28 +23,13 @@
  * Prints `key=value` lines; docs/benchmarks.md records them with the
  * command. Random inputs of a fixed seed; the figures do not depend on them.
  */
+#include "benchmarks/bench_util.h"
 #include "pe/pe.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static int die(const char *what) {
-    fprintf(stderr, "bench_memory: %s: %s\n", what, pe_last_error());
-    return 1;
-}
 
 typedef struct {
     int64_t step_peak, run_peak, allocs_per_step;
@@ -78,14 +63,14 @@ static int run(const char *dir, const char *model, int places, int batch, int st
     snprintf(spath, sizeof spath, "%s/%s_startup.pe", dir, model);
     pe_program *prog = NULL, *startup = NULL;
     if (pe_program_load_file(path, &prog) != PE_OK || pe_program_load_file(spath, &startup) != PE_OK)
-        return die("loading the example programs (run scripts/make_train_examples.py)");
+        return bench_die("loading the example programs (run scripts/make_train_examples.py)");
     bool cnn = !strcmp(model, "cnn");
     const char *xname = cnn ? "img" : "x";
     pe_tensor *x = pe_tensor_new(), *y = pe_tensor_new(), *loss = pe_tensor_new();
     int64_t xd[4] = {batch, 1, 28, 28}, x2[2] = {batch, 784}, yd[2] = {batch, 1};
     if (pe_tensor_resize(x, PE_DTYPE_FP32, cnn ? 4 : 2, cnn ? xd : x2, pe_place_cpu(0)) != PE_OK ||
         pe_tensor_resize(y, PE_DTYPE_INT64, 2, yd, pe_place_cpu(0)) != PE_OK)
-        return die("feeds");
+        return bench_die("feeds");
     uint64_t s = 42;
     float *xf = pe_tensor_data(x);
     for (int64_t i = 0; i < pe_tensor_numel(x); i++) {
@@ -98,7 +83,7 @@ static int run(const char *dir, const char *model, int places, int batch, int st
     reset_peaks(start, places);
     pe_scope *scope = pe_scope_new(NULL);
     pe_executor *ex = pe_executor_new(pe_place_cpu(0));
-    if (pe_executor_run(ex, startup, 0, scope, NULL, 0, NULL, 0, NULL) != PE_OK) return die("startup");
+    if (pe_executor_run(ex, startup, 0, scope, NULL, 0, NULL, 0, NULL) != PE_OK) return bench_die("startup");
     pe_place pl[64];
     for (int p = 0; p < places; p++) pl[p] = pe_place_cpu(p);
     pe_pe_options o;
@@ -107,7 +92,7 @@ static int run(const char *dir, const char *model, int places, int batch, int st
     o.build_strategy.enable_inplace = inplace;
     o.build_strategy.memory_optimize = memopt;
     pe_parallel_executor *pe;
-    if (pe_parallel_executor_new(pl, places, prog, scope, &o, &pe) != PE_OK) return die("ParallelExecutor");
+    if (pe_parallel_executor_new(pl, places, prog, scope, &o, &pe) != PE_OK) return bench_die("ParallelExecutor");
     /* built: parameters, velocities and their replicas are in use */
     int64_t built[64];
     for (int p = 0; p < places; p++) built[p] = pe_alloc_get_stats(pe_place_cpu(p)).bytes_in_use;
@@ -119,9 +104,9 @@ static int run(const char *dir, const char *model, int places, int batch, int st
     int64_t allocs0 = 0;
     for (int i = 0; i < steps; i++) {
         if (i == 2) allocs0 = n_allocs(places);
-        double t0 = now();
-        if (pe_run(pe, feed, 2, fetch, 1, true, &loss) != PE_OK) return die("step");
-        t[i] = now() - t0;
+        double t0 = bench_now();
+        if (pe_run(pe, feed, 2, fetch, 1, true, &loss) != PE_OK) return bench_die("step");
+        t[i] = bench_now() - t0;
     }
     r->allocs_per_step = steps > 2 ? (n_allocs(places) - allocs0) / (steps - 2) : 0;
     r->step_peak = peaks_above(at_reset, places);
@@ -129,8 +114,7 @@ static int run(const char *dir, const char *model, int places, int batch, int st
     int64_t base = 0;
     for (int p = 0; p < places; p++) base += built[p] - start[p];
     r->run_peak = base + r->step_peak > run_peak_until_built ? base + r->step_peak : run_peak_until_built;
-    qsort(t + 2, (size_t)(steps - 2), sizeof *t, cmp_d);
-    r->ms = steps > 2 ? t[2 + (steps - 2) / 2] * 1e3 : t[0] * 1e3;
+    r->ms = (steps > 2 ? bench_median(t + 2, steps - 2) : t[0]) * 1e3; /* after 2 warm-up steps */
     free(t);
     pe_parallel_executor_free(pe);
     pe_executor_free(ex);

@@ -12,6 +12,7 @@
  * after 3 warm-up steps each, the median of STEPS (default 20) timings of
  * each. Run from the repository root.
  */
+#include "benchmarks/bench_util.h"
 #include "pe/pe.h"
 
 #include <omp.h>
@@ -19,22 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static int die(const char *what) {
-    fprintf(stderr, "bench_scaling: %s: %s\n", what, pe_last_error());
-    return 1;
-}
 
 /* One trainer: the model's programs, a scope with its parameters and a
  * ParallelExecutor on n places, with a fixed batch to feed. */
@@ -66,12 +51,12 @@ static int trainer_init(trainer *t, const char *model, int n, int threads, int b
     snprintf(path, sizeof path, "examples/%s_train.pe", model);
     snprintf(spath, sizeof spath, "examples/%s_startup.pe", model);
     if (pe_program_load_file(path, &t->prog) != PE_OK || pe_program_load_file(spath, &t->startup) != PE_OK)
-        return die("loading the example programs (run from the repository root)");
+        return bench_die("loading the example programs (run from the repository root)");
     bool cnn = !strcmp(model, "cnn");
     omp_set_num_threads(threads);
     t->scope = pe_scope_new(NULL);
     t->ex = pe_executor_new(pe_place_cpu(0));
-    if (pe_executor_run(t->ex, t->startup, 0, t->scope, NULL, 0, NULL, 0, NULL) != PE_OK) return die("startup");
+    if (pe_executor_run(t->ex, t->startup, 0, t->scope, NULL, 0, NULL, 0, NULL) != PE_OK) return bench_die("startup");
     pe_place places[2] = {pe_place_cpu(0), pe_place_cpu(1)};
     pe_pe_options o;
     pe_pe_options_default(&o);
@@ -86,12 +71,12 @@ static int trainer_init(trainer *t, const char *model, int n, int threads, int b
         o.build_strategy.fuse_all_reduce_ops = o.build_strategy.fuse_all_optimizer_ops = true;
         o.build_strategy.fuse_gemm_epilogue = o.build_strategy.fuse_elewise_add_act_ops = true;
     }
-    if (pe_parallel_executor_new(places, n, t->prog, t->scope, &o, &t->pe) != PE_OK) return die("ParallelExecutor");
+    if (pe_parallel_executor_new(places, n, t->prog, t->scope, &o, &t->pe) != PE_OK) return bench_die("ParallelExecutor");
     t->x = pe_tensor_new(), t->y = pe_tensor_new(), t->loss = pe_tensor_new();
     int64_t xd[4] = {batch, 1, 28, 28}, xm[2] = {batch, 784}, yd[2] = {batch, 1};
     if (pe_tensor_resize(t->x, PE_DTYPE_FP32, cnn ? 4 : 2, cnn ? xd : xm, pe_place_cpu(0)) != PE_OK ||
         pe_tensor_resize(t->y, PE_DTYPE_INT64, 2, yd, pe_place_cpu(0)) != PE_OK)
-        return die("feeds");
+        return bench_die("feeds");
     float *xv = pe_tensor_data(t->x);
     int64_t *yv = pe_tensor_data(t->y);
     for (int64_t i = 0; i < pe_tensor_numel(t->x); i++) xv[i] = (float)((i * 2654435761u) % 1000) / 1000.0f;
@@ -104,9 +89,9 @@ static int trainer_init(trainer *t, const char *model, int n, int threads, int b
 /* Seconds for one training step. */
 static int trainer_step(trainer *t, double *sec) {
     const char *fetch[] = {"loss"};
-    double t0 = now();
-    if (pe_run(t->pe, t->feed, 2, fetch, 1, true, &t->loss) != PE_OK) return die("pe_run");
-    *sec = now() - t0;
+    double t0 = bench_now();
+    if (pe_run(t->pe, t->feed, 2, fetch, 1, true, &t->loss) != PE_OK) return bench_die("pe_run");
+    *sec = bench_now() - t0;
     return 0;
 }
 
@@ -130,9 +115,7 @@ static int bench(const char *model, int batch, int steps) {
         for (int k = s; k < s + BLOCK && k < steps; k++)
             if (trainer_step(&two, &t2[k])) return 1;
     }
-    qsort(t1, (size_t)steps, sizeof *t1, cmp_d);
-    qsort(t2, (size_t)steps, sizeof *t2, cmp_d);
-    double a = t1[steps / 2], b = t2[steps / 2];
+    double a = bench_median(t1, steps), b = bench_median(t2, steps);
     printf("%s: 1 place x 1 thread, batch %d: %.1f samples/s (%.2f ms/step); 2 places x 1 thread, batch %d: %.1f "
            "samples/s (%.2f ms/step)\nscaling_%s=%.2f\n",
            model, batch, batch / a, a * 1e3, batch2, batch2 / b, b * 1e3, model, (batch2 / b) / (batch / a));
