@@ -39,6 +39,8 @@ static inline double pe_fused_sigmoid_f64(double v) {
     return v >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
 }
 
+/* Pass values, not array reads: `g` is evaluated only when o > 0, and a
+ * conditional load compiles to a branch per element (see the loop below). */
 #define PE_FUSED_RELU_G(o, g) ((o) > 0 ? (g) : 0)
 #define PE_FUSED_SIGMOID_G(o, g) ((g) * (o) * (1 - (o)))
 #define PE_FUSED_TANH_G(o, g) ((g) * (1 - (o) * (o)))
