@@ -17,7 +17,10 @@
  *  - a fetch of a var a fusion removed still works (the executor rebuilds
  *    its graph with the var kept) and gives the unfused value;
  *  - DOT dumps: debug_graphviz_path writes one file per pass and the final
- *    SSA graph, each a non-empty "digraph" with balanced braces.
+ *    SSA graph, each a non-empty "digraph" with balanced braces;
+ *  - collectives start as soon as their gradients are ready: on 2 places,
+ *    no allreduce, fuse_all_reduce_ops bucket or sharded update of the
+ *    later layers depends on the op that makes the last gradient.
  */
 #include "tests/unit/models.h"
 #include "graph/program_dot.h"
@@ -631,6 +634,84 @@ static void test_dot_dumps(void **state) {
     tm_model_free(&m);
 }
 
+/* ---- collectives start as soon as their gradients are ready ---------------------- */
+
+static bool handles_grad(const pe_handle *h, const char *grad) {
+    if (h->kind == PE_HANDLE_ALLREDUCE_FUSED) {
+        for (int k = 0; k < h->n_vars; k++)
+            if (!strcmp(h->vars[k], grad)) return true;
+        return false;
+    }
+    return !strcmp(h->var, grad);
+}
+
+/* Marks in `seen` every handle reachable from `from`. */
+static void mark_reachable(const pe_ssa_graph *g, int from, char *seen) {
+    int *stack = malloc(sizeof *stack * (size_t)g->n_h), top = 0;
+    assert_non_null(stack);
+    stack[top++] = from;
+    seen[from] = 1;
+    while (top) {
+        int h = stack[--top];
+        for (int i = 0; i < g->h[h].n_succ; i++)
+            if (!seen[g->h[h].succ[i]]) {
+                seen[g->h[h].succ[i]] = 1;
+                stack[top++] = g->h[h].succ[i];
+            }
+    }
+    free(stack);
+}
+
+/* The gradient exchange of the later layers must not wait for the end of
+ * the backward pass: no allreduce, gradient bucket or sharded update that
+ * does not carry fc_0.w_0@GRAD (the last gradient made) is reachable from
+ * the ops that make it, with plain allreduces, with fuse_all_reduce_ops
+ * buckets and with shard_optimizer. */
+static void test_collectives_start_when_their_gradients_are_ready(void **state) {
+    (void)state;
+    tm_model m = make_mlp(PE_OPT_MOMENTUM, false);
+    const char *last = "fc_0.w_0@GRAD";
+    for (int mode = 0; mode < 3; mode++) {
+        pe_build_strategy bs;
+        memset(&bs, 0, sizeof bs);
+        bs.fuse_all_reduce_ops = mode == 1;
+        bs.fuse_grad_size_in_MB = 0.5;          /* fc_0.w_0's gradient (0.8 MB) alone */
+        bs.fuse_first_grad_size_in_MB = 0.01;
+        bs.shard_optimizer = mode == 2;
+        pe_pass_opts po = {.n_places = 2, .loss_name = "loss", .bs = &bs};
+        pe_ssa_graph *g;
+        assert_int_equal(pe_pass_manager_run(m.main, &po, &g, NULL), PE_OK);
+        char *late = calloc((size_t)g->n_h, 1);
+        assert_non_null(late);
+        for (int h = 0; h < g->n_h; h++) {
+            const pe_handle *hd = &g->h[h];
+            if (hd->kind != PE_HANDLE_OP) continue;
+            const pe_op *op = &g->progs[hd->place]->blocks[0].ops[hd->op_idx];
+            for (int s2 = 0; s2 < op->n_outputs; s2++)
+                for (int k = 0; k < op->outputs[s2].n_args; k++)
+                    if (!strcmp(op->outputs[s2].args[k], last)) mark_reachable(g, h, late);
+        }
+        int checked = 0, carrying = 0;
+        const pe_handle_kind kind = mode == 0 ? PE_HANDLE_ALLREDUCE : mode == 1 ? PE_HANDLE_ALLREDUCE_FUSED : PE_HANDLE_OPT_SHARD;
+        for (int h = 0; h < g->n_h; h++) {
+            const pe_handle *hd = &g->h[h];
+            if (hd->kind != kind) continue;
+            if (handles_grad(hd, last)) { /* the control: these do wait for it */
+                assert_true(late[h]);
+                carrying++;
+                continue;
+            }
+            if (late[h]) fail_msg("mode %d: the collective of '%s' waits for %s", mode, hd->var, last);
+            checked++;
+        }
+        assert_true(carrying >= 1);
+        assert_true(checked >= (mode == 1 ? 2 : 5)); /* the other 5 gradients (in >= 2 buckets) */
+        free(late);
+        pe_ssa_graph_free(g);
+    }
+    tm_model_free(&m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fc_structure),
@@ -643,6 +724,7 @@ int main(void) {
         cmocka_unit_test(test_train_cnn),
         cmocka_unit_test(test_fetch_fused_var),
         cmocka_unit_test(test_dot_dumps),
+        cmocka_unit_test(test_collectives_start_when_their_gradients_are_ready),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
