@@ -16,7 +16,7 @@
  * concatenate fetches along axis 0 in place order.
  */
 #include "pe/parallel_executor.h"
-#include "executor/mem_arena.h"
+#include "executor/memory_plan/arena.h"
 #include "executor/scheduler.h"
 #include "ops/op.h"
 #include "passes/multi_device.h"
@@ -1090,7 +1090,7 @@ static void set_loss_scale(pe_parallel_executor *pe) {
 }
 
 /* The memory plan of this run's feed shapes: fed and fetched names are
- * never placed in the arenas (passes/memory_plan.c, executor/mem_arena.c). */
+ * never placed in the arenas (executor/memory_plan/plan.c, executor/memory_plan/arena.c). */
 static pe_status plan_memory(pe_parallel_executor *pe, const pe_feed *const *feeds, const int *n_feeds, int n_lists,
                              const char *const *fetch, int n_fetch) {
     if (!pe->arenas) return PE_OK;

@@ -10,7 +10,7 @@
  * every var the program reads before writing it (the feeds) the batch
  * split the executor would use (B rows over N places, earlier places take
  * the extra rows) in its -1 axis 0, infers every temporary's shape, and
- * runs the memory planner (passes/memory_plan.c) as the ParallelExecutor
+ * runs the memory planner (executor/memory_plan/plan.c) as the ParallelExecutor
  * would with enable_inplace and memory_optimize on (--strategy may set any
  * BuildStrategy field, as for `pe graph`; --loss names the loss). Per place it prints
  * the bytes the temporaries take without reuse (each its own allocation,
@@ -24,7 +24,7 @@
  */
 #include "tools/tool.h"
 #include "graph/ssa_graph.h"
-#include "passes/memory_plan.h"
+#include "executor/memory_plan/plan.h"
 #include "passes/pass_manager.h"
 
 #include <errno.h>

@@ -21,9 +21,9 @@
  */
 #include "tests/unit/models.h"
 
-#include "executor/mem_arena.h"
+#include "executor/memory_plan/arena.h"
 #include "graph/ssa_graph.h"
-#include "passes/memory_plan.h"
+#include "executor/memory_plan/plan.h"
 #include "passes/multi_device.h"
 
 #include <stdlib.h>

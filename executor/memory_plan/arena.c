@@ -1,11 +1,11 @@
-/* executor/mem_arena.c — applies the static memory plan to the local
+/* executor/memory_plan/arena.c — applies the static memory plan to the local
  * scopes of a ParallelExecutor: one arena per place, planned temporaries as
  * views into it, plans cached per feed-shape signature.
  *
  * How: before each run (after the feeds are in place) the signature — the
  * dtype and dims of every var each place reads before writing — is looked
  * up among the cached plans (at most PE_MEM_PLAN_CACHE, least recently used
- * evicted); a miss runs the planner (passes/memory_plan.c) with shapes read
+ * evicted); a miss runs the planner (executor/memory_plan/plan.c) with shapes read
  * from the scopes. Switching plans detaches the views of vars that are no
  * longer planned (copying their bytes out, so a var that is now fed keeps
  * its fed value), grows an arena that is too small, and points every
@@ -18,7 +18,7 @@
  * the first run, and a training loop alternating batch sizes (the last
  * partial batch) must not re-plan every time.
  */
-#include "executor/mem_arena.h"
+#include "executor/memory_plan/arena.h"
 #include "graph/strmap.h"
 #include "runtime/internal.h"
 

@@ -1,5 +1,5 @@
-/* executor/mem_arena.h — the memory plan applied to a ParallelExecutor's
- * local scopes (internal; see passes/memory_plan.h for the plan itself).
+/* executor/memory_plan/arena.h — the memory plan applied to a ParallelExecutor's
+ * local scopes (internal; see executor/memory_plan/plan.h for the plan itself).
  *
  *     pe_mem_arenas *ma;
  *     pe_mem_arenas_new(graph, places, reuse, inplace, &ma);   // memory_optimize / enable_inplace
@@ -19,10 +19,10 @@
  * the steady state) and a tensor that outgrows its slot gets its own buffer
  * instead of writing past it.
  */
-#ifndef PE_EXECUTOR_MEM_ARENA_H
-#define PE_EXECUTOR_MEM_ARENA_H
+#ifndef PE_EXECUTOR_MEMORY_PLAN_ARENA_H
+#define PE_EXECUTOR_MEMORY_PLAN_ARENA_H
 
-#include "passes/memory_plan.h"
+#include "executor/memory_plan/plan.h"
 #include "pe/scope.h"
 
 typedef struct pe_mem_arenas pe_mem_arenas;

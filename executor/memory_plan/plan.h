@@ -1,4 +1,4 @@
-/* passes/memory_plan.h — the static memory plan (internal).
+/* executor/memory_plan/plan.h — the static memory plan (internal).
  *
  * Two layers:
  *
@@ -26,8 +26,8 @@
  *        pe_mp_plan_build(mg, places, meta_fn, user, protect, n_protect, true, true, &plan);  // per feed shapes
  *        for each place p, plan->place[p].vars[i]: name -> offset, bytes in p's arena
  */
-#ifndef PE_PASSES_MEMORY_PLAN_H
-#define PE_PASSES_MEMORY_PLAN_H
+#ifndef PE_EXECUTOR_MEMORY_PLAN_PLAN_H
+#define PE_EXECUTOR_MEMORY_PLAN_PLAN_H
 
 #include "graph/ssa_graph.h"
 #include "pe/tensor.h"

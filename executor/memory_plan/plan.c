@@ -1,4 +1,4 @@
-/* passes/memory_plan.c — the static memory plan: liveness, in-place reuse
+/* executor/memory_plan/plan.c — the static memory plan: liveness, in-place reuse
  * and one arena per place (issue 5, point 3).
  *
  * What: every non-persistable temporary of a place (not fed, not fetched,
@@ -35,13 +35,13 @@
  * in topological order, over meta-only tensors in a scratch scope, starting
  * from the shapes of the feeds and persistables (the caller's meta_fn), so
  * the plan is made before the first run, for the actual batch. The
- * executor caches one plan per feed-shape signature (executor/mem_arena.c).
+ * executor caches one plan per feed-shape signature (executor/memory_plan/arena.c).
  *
  * Why this way: sound under concurrency without serialising the graph;
  * best fit over a coalesced free list is what caching allocators do, and
  * in-place pairs come from the single op registry, never a second list.
  */
-#include "passes/memory_plan.h"
+#include "executor/memory_plan/plan.h"
 #include "graph/strmap.h"
 #include "ops/op.h"
 #include "pe/scope.h"
