@@ -9,6 +9,7 @@
  * programs and optimizers write where later runs read.
  */
 #include "pe/executor.h"
+#include "executor/feed_fetch.h"
 #include "ops/op.h"
 #include "runtime/internal.h"
 
@@ -120,38 +121,21 @@ static pe_status prepare(pe_executor *ex, const pe_program *prog, int block_idx,
     return PE_OK;
 }
 
-static pe_status check_feed(const pe_program *prog, int block_idx, const pe_feed *f) {
-    char want[128], got[128];
-    const pe_var *v = pe_program_find_var(prog, block_idx, f->name);
-    if (!v) return pe_error(PE_ERR_NOT_FOUND, "feed '%s' is not a variable of the program", f->name);
-    const pe_tensor *t = f->tensor;
-    if (!t || (!t->buf && pe_tensor_numel(t) != 0))
-        return pe_error(PE_ERR_INVALID, "feed '%s' has no data", f->name);
-    if (t->dtype != v->dtype)
-        return pe_error(PE_ERR_INVALID, "feed '%s' has dtype %s, the program declares %s", f->name,
-                        pe_dtype_name(t->dtype), pe_dtype_name(v->dtype));
-    bool ok = t->ndim == v->ndim;
-    for (int i = 0; ok && i < v->ndim; i++) ok = v->dims[i] < 0 || v->dims[i] == t->dims[i];
-    if (!ok)
-        return pe_error(PE_ERR_INVALID, "feed '%s' has shape %s, the program declares %s (-1 = any)",
-                        f->name, pe_dims_str(t->ndim, t->dims, got, sizeof got),
-                        pe_dims_str(v->ndim, v->dims, want, sizeof want));
-    return PE_OK;
-}
-
 pe_status pe_executor_run(pe_executor *ex, const pe_program *prog, int block_idx, pe_scope *scope,
                           const pe_feed *feeds, int n_feeds, const char *const *fetch, int n_fetch,
                           pe_tensor **fetch_out) {
     if (!ex || !prog || !scope) return pe_error(PE_ERR_INVALID, "pe_executor_run: NULL executor, program or scope");
     if (block_idx < 0 || block_idx >= prog->n_blocks)
         return pe_error(PE_ERR_INVALID, "block %d does not exist (the program has %d)", block_idx, prog->n_blocks);
-    for (int i = 0; i < n_feeds; i++) PE_CHECK(check_feed(prog, block_idx, &feeds[i]));
-    for (int i = 0; i < n_fetch; i++)
-        if (!pe_program_find_var(prog, block_idx, fetch[i]))
-            return pe_error(PE_ERR_NOT_FOUND,
-                            "fetch '%s' is not a variable of the program (check the name; a var "
-                            "removed by a pass or only in another block cannot be fetched)",
-                            fetch[i]);
+    for (int i = 0; i < n_feeds; i++) {
+        const pe_var *v;
+        const pe_tensor *t = feeds[i].tensor;
+        PE_CHECK(pe_feed_check_decl(prog, block_idx, &feeds[i], &v));
+        PE_CHECK(pe_feed_check_piece(v, feeds[i].name, t->ndim, t->dims, -1));
+    }
+    PE_CHECK(pe_fetch_check_names(prog, block_idx, fetch, n_fetch,
+                                  " (check the name; a var removed by a pass or only in another block cannot be "
+                                  "fetched)"));
     PE_CHECK(prepare(ex, prog, block_idx, scope));
     for (int i = 0; i < n_feeds; i++) {
         pe_tensor *dst = pe_scope_find_var(ex->local, feeds[i].name);
@@ -165,9 +149,8 @@ pe_status pe_executor_run(pe_executor *ex, const pe_program *prog, int block_idx
         if (st != PE_OK) return pe_error_wrap(st, "block %d op %d", block_idx, i);
     }
     for (int i = 0; i < n_fetch; i++) {
-        const pe_tensor *src = pe_scope_find_var(ex->local, fetch[i]);
-        if (!src || (!src->buf && pe_tensor_numel(src) != 0))
-            return pe_error(PE_ERR_NOT_FOUND, "fetch '%s' has no value after the run (no op computes it and it was not fed)", fetch[i]);
+        const pe_tensor *src;
+        PE_CHECK(pe_fetch_value(ex->local, fetch[i], "", &src));
         PE_CHECK(pe_tensor_copy(fetch_out[i], src, pe_place_cpu(0)));
     }
     return PE_OK;

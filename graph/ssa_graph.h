@@ -17,6 +17,12 @@
 extern "C" {
 #endif
 
+/* The per-place [1] float64 var the loss-gradient seed (a fill_constant)
+ * reads its value from: passes/multi_device.c declares it and wires it as
+ * the seed's ValueTensor; the executor sets it before every run to the
+ * place's gradient scale (BuildStrategy.gradient_scale_strategy). */
+#define PE_LOSS_SCALE_VAR "@LOSS_SCALE@"
+
 typedef enum pe_handle_kind {
     PE_HANDLE_OP = 0,
     PE_HANDLE_ALLREDUCE, /* var on every place = sum over places */

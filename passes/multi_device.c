@@ -545,6 +545,15 @@ pe_status pe_multi_device_build(const pe_program *prog, int n_places, const char
             for (int p = 0; p < n_places; p++) pe_block_remove_op(&g->progs[p]->blocks[0], g->loss_grad_op);
             g->loss_grad_op = -1;
         }
+        /* the seed's value: a [1] float64 var per place the executor sets
+         * before each run (the place's share of the batch) */
+        for (int p = 0; g->loss_grad_op >= 0 && p < n_places && st == PE_OK; p++) {
+            pe_block *bp = &g->progs[p]->blocks[0];
+            pe_var *v = pe_block_add_var(bp, PE_LOSS_SCALE_VAR, PE_DTYPE_FP64, 1, (int64_t[]){1});
+            if (v) v->stop_gradient = true;
+            if (!v || pe_op_add_input(&bp->ops[g->loss_grad_op], "ValueTensor", PE_LOSS_SCALE_VAR) != PE_OK) st = OOM();
+        }
+        if (st != PE_OK) goto done;
     }
 
     const pe_block *b0 = &g->progs[0]->blocks[0];

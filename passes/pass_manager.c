@@ -66,8 +66,13 @@ static void record(pe_pass_result *res, const char *name, int before, int after,
     res->s[res->n++] = (pe_pass_stat){name, before, after, n_fused, skipped};
 }
 
+static long g_calls;
+
+long pe_pass_manager_calls(void) { return __atomic_load_n(&g_calls, __ATOMIC_RELAXED); }
+
 pe_status pe_pass_manager_run(const pe_program *prog, const pe_pass_opts *o, pe_ssa_graph **out,
                               pe_pass_result *res) {
+    __atomic_add_fetch(&g_calls, 1, __ATOMIC_RELAXED);
     *out = NULL;
     if (res) memset(res, 0, sizeof *res);
     if (!prog || prog->n_blocks < 1) return pe_error(PE_ERR_INVALID, "pass manager: no program");

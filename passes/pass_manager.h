@@ -55,4 +55,8 @@ typedef struct pe_pass_result {
 pe_status pe_pass_manager_run(const pe_program *prog, const pe_pass_opts *o, pe_ssa_graph **out,
                               pe_pass_result *res);
 
+/* How many times pe_pass_manager_run was called in this process (any
+ * thread): the tests' proof that the executor builds only at construction. */
+long pe_pass_manager_calls(void);
+
 #endif

@@ -3,10 +3,13 @@
 
 #include <string.h>
 
-/* out: [any] <- value */
+/* out: [any] <- value, or ValueTensor [1] (float32/64, checked by infer) */
 pe_status pe_cpu_fill_any_like(const pe_op_ctx *ctx) {
     pe_tensor *out = pe_ctx_out(ctx, "Out");
-    double v = pe_ctx_float(ctx, "value");
+    const pe_tensor *vt = pe_ctx_in(ctx, "ValueTensor");
+    double v = !vt                            ? pe_ctx_float(ctx, "value")
+               : vt->dtype == PE_DTYPE_FP64 ? *(const double *)pe_tensor_data(vt)
+                                            : *(const float *)pe_tensor_data(vt);
     int64_t n = pe_tensor_numel(out);
     void *d = pe_tensor_data(out);
     switch (out->dtype) {

@@ -14,8 +14,10 @@
  *    parameters allclose (rtol 1e-5) to the run with every switch off (in
  *    fact bitwise: the fused kernels do the same arithmetic); sgd and adam
  *    (with per-parameter learning rates) through the merged optimizer ops;
- *  - a fetch of a var a fusion removed still works (the executor rebuilds
- *    its graph with the var kept) and gives the unfused value;
+ *  - a fetch of a var a fusion removed still works (the executor switches
+ *    to the graph it built at construction with the removed vars kept) and
+ *    gives the unfused value; no training calls the pass manager after the
+ *    executor's construction (pe_pass_manager_calls);
  *  - DOT dumps: debug_graphviz_path writes one file per pass and the final
  *    SSA graph, each a non-empty "digraph" with balanced braces;
  *  - collectives start as soon as their gradients are ready: on 2 places,
@@ -406,7 +408,12 @@ static void train(const tm_model *m, int places, int sw, int steps, pe_tensor **
     set_switches(&o.build_strategy, sw);
     o.build_strategy.debug_graphviz_path = dot;
     pe_parallel_executor *pe;
+    long builds = pe_pass_manager_calls();
     if (pe_parallel_executor_new(pl, places, m->main, scope, &o, &pe) != PE_OK) fail_msg("%s", pe_last_error());
+    /* the executor builds its graphs at construction (a second one when a
+     * fusion removed vars a run may fetch), and never while it runs */
+    assert_true(pe_pass_manager_calls() > builds);
+    builds = pe_pass_manager_calls();
     const char *fetch[2] = {"loss", extra_fetch};
     pe_tensor *outs[2] = {pe_tensor_new(), extra_out};
     for (int step = 0; step < steps; step++) {
@@ -418,6 +425,9 @@ static void train(const tm_model *m, int places, int sw, int steps, pe_tensor **
         pe_tensor_free(x);
         pe_tensor_free(y);
     }
+    if (pe_pass_manager_calls() != builds)
+        fail_msg("switches %d, %d places: the pass manager ran %ld times during the runs", sw, places,
+                 pe_pass_manager_calls() - builds);
     tm_fetch_params(m, pe, params_out);
     pe_tensor_free(outs[0]);
     pe_parallel_executor_free(pe);
@@ -550,7 +560,9 @@ static void test_optimizer_reduce_strategy(void **state) {
     tm_model_free(&m);
 }
 
-/* A fetch of a var removed by fusion: the executor rebuilds with it kept. */
+/* A fetch of a var removed by fusion: the executor runs the graph it built
+ * at construction with the removed vars kept (train() checks that no pass
+ * runs during the runs). */
 static void test_fetch_fused_var(void **state) {
     (void)state;
     tm_model m = make_mlp(PE_OPT_MOMENTUM, false);

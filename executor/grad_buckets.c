@@ -1,0 +1,255 @@
+/* executor/grad_buckets.c — gradients laid out for few, large collectives,
+ * and the collectives of single vars.
+ *
+ * fuse_all_reduce_ops: each ALLREDUCE_FUSED handle's gradients are laid out
+ * back to back in one buffer per place; every gradient var of the local
+ * scope becomes a view (pe_buffer_wrap, refcount 1, so kernels write in
+ * place) at its offset, and the handle reduces the whole buffer with one
+ * collective call. The buffers live with the local scopes.
+ *
+ * fuse_all_optimizer_ops: a merged_sgd / merged_momentum / merged_adam op's
+ * parameters, accumulators and gradients are laid out back to back per
+ * place, so its kernel runs one flat loop over one contiguous buffer
+ * (ops/cpu/fused_optimizer.c falls back to per-parameter pieces whenever a
+ * var has left its place, e.g. after a user wrote a parameter).
+ * Persistables move into one ref-counted buffer (each tensor holds a
+ * reference at its offset, so the caller's scope stays valid after the
+ * executor is gone); gradients, which live in the local scopes, become
+ * views into executor-owned memory freed with them. Gradients already laid
+ * out in allreduce buckets stay there.
+ *
+ * Why here and not in a pass: the layout is memory of the local scopes,
+ * made when they are (first run, after a drop), from the graph's buckets.
+ */
+#include "executor/pe_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void pe_pe_free_buckets(pe_parallel_executor *pe) {
+    if (!pe->bucket_mem) return;
+    for (int h = 0; h < pe->bucket_slots / (pe->n ? pe->n : 1); h++) {
+        const pe_handle *hd = h < pe->g->n_h ? &pe->g->h[h] : NULL;
+        for (int p = 0; p < pe->n; p++) {
+            void *m = pe->bucket_mem[h * pe->n + p];
+            if (m && hd) pe_place_free(pe->places[p], m, (size_t)hd->bucket_bytes);
+        }
+    }
+    free(pe->bucket_mem);
+    pe->bucket_mem = NULL;
+    pe->bucket_slots = 0;
+}
+
+/* Bytes of a bucketed gradient, from its (fully known) declaration. */
+static size_t grad_bytes(const pe_program *p, const char *name, const pe_var **v) {
+    *v = pe_program_find_var(p, 0, name);
+    return *v ? (size_t)pe_dims_prod((*v)->dims, 0, (*v)->ndim) * pe_dtype_size((*v)->dtype) : 0;
+}
+
+/* Makes local var `names[k]` of place p a view (pe_buffer_wrap, refcount 1,
+ * so kernels write in place) of its declared size at the next offset of
+ * `base`, in order. Used for allreduce buckets and coalesced gradients. */
+static pe_status lay_out_views(pe_parallel_executor *pe, int p, const char *const *names, int n, char *base) {
+    size_t off = 0;
+    for (int k = 0; k < n; k++) {
+        const pe_var *v;
+        size_t bytes = grad_bytes(pe->g->progs[p], names[k], &v);
+        pe_tensor *t = pe_scope_var(pe->local[p], names[k]);
+        pe_buffer *b = t && v ? pe_buffer_wrap(pe->places[p], base + off, bytes) : NULL;
+        if (!b) return pe_error(PE_ERR_NOMEM, "out of memory laying out gradient '%s'", names[k]);
+        pe_tensor_clear(t);
+        PE_CHECK(pe_tensor_set_meta(t, v->dtype, v->ndim, v->dims));
+        t->buf = b;
+        t->offset = 0;
+        t->place = pe->places[p];
+        off += bytes;
+    }
+    return PE_OK;
+}
+
+pe_status pe_pe_lay_out_buckets(pe_parallel_executor *pe) {
+    if (!pe->g->n_buckets || pe->bucket_mem) return PE_OK;
+    pe->bucket_mem = calloc((size_t)pe->g->n_h * (size_t)pe->n, sizeof *pe->bucket_mem);
+    if (!pe->bucket_mem) return pe_error(PE_ERR_NOMEM, "out of memory laying out gradient buckets");
+    pe->bucket_slots = pe->g->n_h * pe->n;
+    for (int h = 0; h < pe->g->n_h; h++) {
+        const pe_handle *hd = &pe->g->h[h];
+        if (hd->kind != PE_HANDLE_ALLREDUCE_FUSED) continue;
+        size_t total = (size_t)hd->bucket_bytes;
+        for (int p = 0; p < pe->n; p++) {
+            char *base = pe_place_alloc(pe->places[p], total);
+            if (!base) return pe_error_wrap(PE_ERR_NOMEM, "gradient bucket of %zu bytes", total);
+            pe->bucket_mem[h * pe->n + p] = base;
+            PE_CHECK(lay_out_views(pe, p, hd->vars, hd->n_vars, base));
+        }
+    }
+    return PE_OK;
+}
+
+static bool is_merged_opt(const pe_op *op) { return !strncmp(op->type, "merged_", 7); }
+
+static pe_status coalesce_persistables(pe_parallel_executor *pe, int p, const pe_op *op, const char *slot) {
+    const pe_slot *s = pe_op_input(op, slot);
+    if (!s || s->n_args < 2) return PE_OK;
+    size_t total = 0;
+    pe_tensor *t0 = NULL;
+    for (int k = 0; k < s->n_args; k++) {
+        pe_tensor *t = pe_scope_find_local_var(pe->place_scope[p], s->args[k]);
+        if (!t || !t->buf || (t0 && (t->dtype != t0->dtype || !pe_place_eq(t->place, t0->place)))) return PE_OK;
+        if (!t0) t0 = t;
+        total += pe_tensor_nbytes(t);
+    }
+    pe_buffer *b = pe_buffer_new(pe->places[p], total);
+    if (!b) return pe_error_wrap(PE_ERR_NOMEM, "coalescing %s of %s", slot, op->type);
+    size_t off = 0;
+    for (int k = 0; k < s->n_args; k++) {
+        pe_tensor *t = pe_scope_find_local_var(pe->place_scope[p], s->args[k]);
+        size_t bytes = pe_tensor_nbytes(t);
+        pe_status st = pe_memcpy_places((char *)b->data + off, pe->places[p], pe_tensor_data(t), t->place, bytes);
+        if (st != PE_OK) {
+            pe_buffer_release(b);
+            return st;
+        }
+        pe_buffer_retain(b);
+        pe_buffer_release(t->buf);
+        t->buf = b;
+        t->offset = off;
+        t->place = pe->places[p];
+        off += bytes;
+    }
+    pe_buffer_release(b);
+    return PE_OK;
+}
+
+pe_status pe_pe_coalesce_optimizer_state(pe_parallel_executor *pe) {
+    static const char *const slots[] = {"Param", "Velocity", "Moment1", "Moment2"};
+    if (!pe->opt.build_strategy.fuse_all_optimizer_ops || pe->opt.share_vars_from) return PE_OK;
+    for (int p = 0; p < pe->n; p++) {
+        const pe_block *b = &pe->g->progs[p]->blocks[0];
+        for (int i = 0; i < b->n_ops; i++)
+            for (size_t k = 0; is_merged_opt(&b->ops[i]) && k < sizeof slots / sizeof slots[0]; k++)
+                PE_CHECK(coalesce_persistables(pe, p, &b->ops[i], slots[k]));
+    }
+    return PE_OK;
+}
+
+void pe_pe_free_opt_mem(pe_parallel_executor *pe) {
+    for (int i = 0; i < pe->n_opt_mem; i++) pe_place_free(pe->opt_mem[i].place, pe->opt_mem[i].ptr, pe->opt_mem[i].bytes);
+    free(pe->opt_mem);
+    pe->opt_mem = NULL;
+    pe->n_opt_mem = 0;
+}
+
+/* After the local scopes are made: each merged op's gradients as views into
+ * one block per place (unless a gradient is already in an allreduce bucket). */
+pe_status pe_pe_lay_out_opt_grads(pe_parallel_executor *pe) {
+    if (!pe->opt.build_strategy.fuse_all_optimizer_ops || pe->opt_mem) return PE_OK;
+    for (int p = 0; p < pe->n; p++) {
+        const pe_block *b = &pe->g->progs[p]->blocks[0];
+        for (int i = 0; i < b->n_ops; i++) {
+            const pe_slot *s = is_merged_opt(&b->ops[i]) ? pe_op_input(&b->ops[i], "Grad") : NULL;
+            if (!s || s->n_args < 2) continue;
+            size_t total = 0;
+            bool ok = true;
+            for (int k = 0; k < s->n_args && ok; k++) {
+                const pe_var *v = pe_program_find_var(pe->g->progs[p], 0, s->args[k]);
+                const pe_tensor *t = pe_scope_find_local_var(pe->local[p], s->args[k]);
+                ok = v && t && !(t->buf && t->buf->external) && v->dtype == pe_program_find_var(pe->g->progs[p], 0, s->args[0])->dtype;
+                for (int d = 0; ok && v && d < v->ndim; d++) ok = v->dims[d] >= 0;
+                if (ok) total += (size_t)pe_dims_prod(v->dims, 0, v->ndim) * pe_dtype_size(v->dtype);
+            }
+            if (!ok || !total) continue;
+            void *mem = pe_place_alloc(pe->places[p], total);
+            void *grown = mem ? realloc(pe->opt_mem, sizeof *pe->opt_mem * (size_t)(pe->n_opt_mem + 1)) : NULL;
+            if (!grown) {
+                pe_place_free(pe->places[p], mem, total);
+                return pe_error(PE_ERR_NOMEM, "out of memory coalescing the gradients of %s", b->ops[i].type);
+            }
+            pe->opt_mem = grown;
+            pe->opt_mem[pe->n_opt_mem].place = pe->places[p];
+            pe->opt_mem[pe->n_opt_mem].ptr = mem;
+            pe->opt_mem[pe->n_opt_mem].bytes = total;
+            pe->n_opt_mem++;
+            PE_CHECK(lay_out_views(pe, p, (const char *const *)s->args, s->n_args, mem));
+        }
+    }
+    return PE_OK;
+}
+
+/* Bucketed and coalesced gradients of graph g stay out of its arenas. */
+pe_status pe_pe_protect_buckets(pe_parallel_executor *pe, pe_mem_arenas *arenas, const pe_ssa_graph *g) {
+    for (int h = 0; arenas && h < g->n_h; h++)
+        for (int k = 0; k < g->h[h].n_vars; k++) PE_CHECK(pe_mem_arenas_protect(arenas, g->h[h].vars[k]));
+    const pe_block *b = &g->progs[0]->blocks[0];
+    for (int i = 0; arenas && pe->opt.build_strategy.fuse_all_optimizer_ops && i < b->n_ops; i++) {
+        const pe_slot *s = is_merged_opt(&b->ops[i]) ? pe_op_input(&b->ops[i], "Grad") : NULL;
+        for (int k = 0; s && k < s->n_args; k++) PE_CHECK(pe_mem_arenas_protect(arenas, s->args[k]));
+    }
+    return PE_OK;
+}
+
+/* Bytes of the buckets and coalesced gradients (all places). */
+size_t pe_pe_bucket_bytes(const pe_parallel_executor *pe) {
+    size_t total = 0;
+    for (int h = 0; pe->bucket_mem && h < pe->g->n_h; h++)
+        for (int p = 0; p < pe->n; p++)
+            if (pe->bucket_mem[h * pe->n + p]) total += (size_t)pe->g->h[h].bucket_bytes;
+    for (int i = 0; i < pe->n_opt_mem; i++) total += pe->opt_mem[i].bytes;
+    return total;
+}
+
+/* ---- the collectives ---------------------------------------------------- */
+
+pe_status pe_pe_run_bucket(pe_parallel_executor *pe, int h) {
+    const pe_handle *hd = &pe->g->h[h];
+    void *bufs[PE_MAX_PLACES];
+    char pb[32];
+    const pe_var *v;
+    pe_dtype dt = PE_DTYPE_FP32;
+    for (int p = 0; p < pe->n; p++) {
+        char *base = pe->bucket_mem[h * pe->n + p];
+        size_t off = 0;
+        for (int k = 0; k < hd->n_vars; k++) {
+            const pe_tensor *t = pe_scope_find_var(pe->local[p], hd->vars[k]);
+            size_t bytes = grad_bytes(pe->g->progs[p], hd->vars[k], &v);
+            /* a kernel that resized the gradient moved it out of its bucket */
+            if (!t || pe_tensor_data(t) != base + off || pe_tensor_nbytes(t) != bytes)
+                return pe_error(PE_ERR_INTERNAL, "allreduce bucket: gradient '%s' on %s is not at its place in "
+                                "the bucket (its shape differs from its declaration?)", hd->vars[k],
+                                pe_pe_place_name(pe, p, pb));
+            dt = t->dtype;
+            off += bytes;
+        }
+        bufs[p] = base;
+    }
+    pe_status st = pe_comm_allreduce(pe->comm, bufs, hd->bucket_bytes / (int64_t)pe_dtype_size(dt), dt);
+    return st == PE_OK ? PE_OK : pe_error_wrap(st, "allreduce of the bucket of %d gradients from '%s'", hd->n_vars, hd->var);
+}
+
+pe_status pe_pe_run_collective(pe_parallel_executor *pe, int h) {
+    const pe_handle *hd = &pe->g->h[h];
+    void *bufs[PE_MAX_PLACES];
+    const pe_tensor *t0 = NULL;
+    char pb[32];
+    for (int p = 0; p < pe->n; p++) {
+        const pe_tensor *t = pe_scope_find_var(pe->local[p], hd->var);
+        if (!t || (!t->buf && pe_tensor_numel(t) > 0))
+            return pe_error(PE_ERR_NOT_FOUND, "%s of '%s': the var has no value on %s",
+                            hd->kind == PE_HANDLE_BCAST ? "broadcast" : "allreduce", hd->var,
+                            pe_pe_place_name(pe, p, pb));
+        if (!t0) t0 = t;
+        if (t->dtype != t0->dtype || pe_tensor_numel(t) != pe_tensor_numel(t0))
+            return pe_error(PE_ERR_INVALID, "allreduce of '%s': %s has %lld elements of %s, place 0 has %lld of %s",
+                            hd->var, pe_pe_place_name(pe, p, pb), (long long)pe_tensor_numel(t),
+                            pe_dtype_name(t->dtype), (long long)pe_tensor_numel(t0), pe_dtype_name(t0->dtype));
+        bufs[p] = pe_tensor_data(t);
+    }
+    int64_t numel = pe_tensor_numel(t0);
+    pe_status st;
+    switch (hd->kind) {
+    case PE_HANDLE_ALLREDUCE: st = pe_comm_allreduce(pe->comm, bufs, numel, t0->dtype); break;
+    case PE_HANDLE_REDUCE: st = pe_comm_reduce(pe->comm, bufs, numel, t0->dtype, hd->root); break;
+    default: st = pe_comm_broadcast(pe->comm, bufs, numel, t0->dtype, hd->root); break;
+    }
+    return st == PE_OK ? PE_OK : pe_error_wrap(st, "collective on '%s'", hd->var);
+}

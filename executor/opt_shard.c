@@ -1,0 +1,212 @@
+/* executor/opt_shard.c — shard_optimizer: each optimizer update runs once,
+ * split into one element range per place (OPT_SHARD handles).
+ *
+ * Shard i of k of an optimizer op owns elements [b, e) of its parameter
+ * (k equal ranges, multiples of 16 elements so no two shards write one
+ * cache line): it sums that range of the gradient over the places into
+ * place i's copy (every place's when the run fetches the gradient: nothing
+ * else reads it, shard_count in passes/multi_device.c), runs the op's
+ * kernel once on views of that range of place i's tensors
+ * (whole tensors for the scalar slots: LearningRate, Beta1Pow, ...), and
+ * copies the range of every per-element output to each place whose storage
+ * is not the same memory (the places share it unless something replaced a
+ * buffer, e.g. a feed of the parameter). Place i's scalar outputs (adam's
+ * powers) are advanced by shard i; shard 0 also sets them on the places
+ * beyond k.
+ *
+ * Why in the executor: the split is of tensors at run time (views of
+ * element ranges), not of the program; the pass (passes/multi_device.c)
+ * only decides which ops shard and makes their handles.
+ */
+#include "executor/pe_internal.h"
+#include "passes/multi_device.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define SHARD_TILE_ELEMS 16384 /* per kernel thread: a tile's 5 arrays fit a core's L2 */
+
+/* True when the current run fetches `name`. */
+static bool is_fetched(const pe_parallel_executor *pe, const char *name) {
+    for (int i = 0; i < pe->run_n_fetch; i++)
+        if (!strcmp(pe->run_fetch[i], name)) return true;
+    return false;
+}
+
+/* `t` restricted to elements [b, e) as a 1-D view (no reference taken). */
+static void range_view(pe_tensor *view, const pe_tensor *t, int64_t b, int64_t e) {
+    *view = *t;
+    view->ndim = 1;
+    view->dims[0] = e - b;
+    view->offset = t->offset + (size_t)b * pe_dtype_size(t->dtype);
+}
+
+pe_status pe_pe_run_opt_shard(pe_parallel_executor *pe, int h) {
+    const pe_handle *hd = &pe->g->h[h];
+    pe_op_ctx *c = &pe->ctxs[h];
+    const pe_op_info *info = c->info;
+    const int s = hd->root, k = hd->n_shards;
+    char pb[32];
+    /* What the op's infer checks, read-only (the shards of one op run
+     * concurrently and must not write shared tensor metadata): every input
+     * has a value, the per-element ones as many elements as the parameter,
+     * of its dtype; the scalar ones at least one element. */
+    const pe_tensor *param = pe_ctx_in(c, "Param");
+    const int64_t n = param ? pe_tensor_numel(param) : 0;
+    for (int i = 0; i < info->n_inputs; i++)
+        for (int a = 0; a < c->n_in[i]; a++) {
+            const pe_tensor *t = c->in[i][a];
+            if (!t) continue;
+            bool elem = pe_opt_elem_slot(info->inputs[i].name, false);
+            if (!t->buf || (elem ? pe_tensor_numel(t) != n || t->dtype != param->dtype : pe_tensor_numel(t) < 1))
+                return pe_error(PE_ERR_INVALID, "op %s: input %s '%s' on %s %s", info->name, info->inputs[i].name,
+                                c->in_names[i][a], pe_pe_place_name(pe, s, pb),
+                                !t->buf ? "has no value"
+                                : elem  ? "does not have the parameter's element count and dtype"
+                                        : "is empty");
+        }
+    const size_t es = pe_dtype_size(param->dtype);
+    const int64_t per = ((n + k - 1) / k + 15) / 16 * 16;
+    const int64_t b = per * s < n ? per * s : n, e = b + per < n ? b + per : n;
+    if (b >= e) return PE_OK;
+
+    /* 1+2. tile by tile (each tile's arrays stay in this core's cache): the
+     * gradient's tile summed over the places into place s's copy (into
+     * every place's when the run fetches the gradient), then the update of
+     * the tile on views of place s's tensors */
+    char *gbase[PE_MAX_PLACES];
+    void *bufs[PE_MAX_PLACES];
+    for (int p = 0; p < pe->n; p++) {
+        const pe_tensor *g = pe_scope_find_var(pe->local[p], hd->var);
+        if (!g || !g->buf || pe_tensor_numel(g) != n || g->dtype != param->dtype)
+            return pe_error(PE_ERR_INVALID, "op %s: gradient '%s' on %s has %lld elements of %s, parameter '%s' %lld of %s",
+                            info->name, hd->var, pe_pe_place_name(pe, p, pb), g ? (long long)pe_tensor_numel(g) : 0LL,
+                            g ? pe_dtype_name(g->dtype) : "-", pe_ctx_in_name(c, "Param", 0), (long long)n,
+                            pe_dtype_name(param->dtype));
+        gbase[p] = pe_tensor_data(g);
+    }
+    for (int i = 0; i < info->n_outputs; i++)
+        if (c->n_out[i] == 1 && c->out[i][0] && pe_opt_elem_slot(info->outputs[i].name, true) &&
+            (pe_tensor_numel(c->out[i][0]) != n || !c->out[i][0]->buf || c->out[i][0]->dtype != param->dtype))
+            return pe_error(PE_ERR_INVALID, "op %s: output %s '%s' on %s is not laid out like parameter '%s'", info->name,
+                            info->outputs[i].name, c->out_names[i][0], pe_pe_place_name(pe, s, pb),
+                            pe_ctx_in_name(c, "Param", 0));
+    const bool fetched = is_fetched(pe, hd->var);
+    int64_t tile = SHARD_TILE_ELEMS * (int64_t)pe->kernel_threads;
+    pe_op_ctx v = *c;
+    pe_tensor views[2 * PE_MAX_SLOTS];
+    pe_tensor *vin[PE_MAX_SLOTS], *vout[PE_MAX_SLOTS];
+    /* The scalar outputs (adam's beta powers) alias their inputs and the
+     * kernel advances them on every call: every tile writes them into
+     * scratch, so every tile reads the step's values, and the real ones
+     * are set once at the end. */
+    _Alignas(64) char scratch[PE_MAX_SLOTS][64];
+    pe_buffer sbuf[PE_MAX_SLOTS];
+    pe_tensor stens[PE_MAX_SLOTS], *sout[PE_MAX_SLOTS];
+    for (int i = 0; i < info->n_outputs; i++) {
+        const pe_tensor *o = c->n_out[i] == 1 ? c->out[i][0] : NULL;
+        if (!o || pe_opt_elem_slot(info->outputs[i].name, true)) continue;
+        if (pe_tensor_nbytes(o) > sizeof scratch[i]) {
+            tile = e - b; /* one call: nothing to keep apart */
+            continue;
+        }
+        sbuf[i] = (pe_buffer){.data = scratch[i], .bytes = sizeof scratch[i], .place = o->place, .refcount = 1, .external = true};
+        stens[i] = *o;
+        stens[i].buf = &sbuf[i];
+        stens[i].offset = 0;
+        sout[i] = &stens[i];
+        v.out[i] = &sout[i];
+    }
+    for (int64_t t0 = b; t0 < e; t0 += tile) {
+        const int64_t t1 = t0 + tile < e ? t0 + tile : e;
+        for (int p = 0; p < pe->n; p++) bufs[p] = gbase[p] + (size_t)t0 * es;
+        pe_status st = fetched ? pe_comm_allreduce(pe->comm, bufs, t1 - t0, param->dtype)
+                               : pe_comm_reduce(pe->comm, bufs, t1 - t0, param->dtype, s);
+        if (st != PE_OK)
+            return pe_error_wrap(st, "summing '%s' over the places (elements %lld..%lld)", hd->var, (long long)t0,
+                                 (long long)t1);
+        int nv = 0;
+        for (int i = 0; i < info->n_inputs; i++)
+            if (c->n_in[i] == 1 && c->in[i][0] && pe_opt_elem_slot(info->inputs[i].name, false)) {
+                range_view(&views[nv], c->in[i][0], t0, t1);
+                vin[i] = &views[nv++];
+                v.in[i] = &vin[i];
+            }
+        for (int i = 0; i < info->n_outputs; i++)
+            if (c->n_out[i] == 1 && c->out[i][0] && pe_opt_elem_slot(info->outputs[i].name, true)) {
+                range_view(&views[nv], c->out[i][0], t0, t1);
+                vout[i] = &views[nv++];
+                v.out[i] = &vout[i];
+            }
+        PE_CHECK(info->kernels[PE_PLACE_CPU](&v));
+    }
+    for (int i = 0; i < info->n_outputs; i++)
+        if (v.out[i] == &sout[i]) memcpy(pe_tensor_data(c->out[i][0]), scratch[i], pe_tensor_nbytes(c->out[i][0]));
+
+    /* 3. the range to the places that do not share the storage; 4. scalar
+     * outputs to the places without a shard of their own */
+    for (int i = 0; i < info->n_outputs; i++) {
+        if (c->n_out[i] != 1 || !c->out[i][0]) continue;
+        bool elem = pe_opt_elem_slot(info->outputs[i].name, true);
+        if (!elem && s != 0) continue;
+        const pe_tensor *src = c->out[i][0];
+        const char *src_data = (const char *)pe_tensor_data(src) + (elem ? (size_t)b * es : 0);
+        size_t bytes = elem ? (size_t)(e - b) * es : pe_tensor_nbytes(src);
+        for (int q = elem ? 0 : k; q < pe->n; q++) {
+            if (q == s) continue;
+            pe_tensor *d = pe_scope_find_var(pe->local[q], c->out_names[i][0]);
+            if (!d || !d->buf || pe_tensor_nbytes(d) != pe_tensor_nbytes(src))
+                return pe_error(PE_ERR_INVALID, "op %s: '%s' on %s does not match its value on %s", info->name,
+                                c->out_names[i][0], pe_pe_place_name(pe, q, pb), pe_pe_place_name(pe, s, pb + 16));
+            char *dst = (char *)pe_tensor_data(d) + (elem ? (size_t)b * es : 0);
+            if (dst != src_data) memcpy(dst, src_data, bytes);
+        }
+    }
+    return PE_OK;
+}
+
+/* shard_optimizer: the parameters and accumulators sharded updates write
+ * (names borrowed from place 0's program), collected once. */
+pe_status pe_pe_collect_sharded_state(pe_parallel_executor *pe) {
+    for (int h = 0; h < pe->g->n_h; h++) {
+        const pe_handle *hd = &pe->g->h[h];
+        if (hd->kind != PE_HANDLE_OPT_SHARD || hd->root != 0) continue;
+        const pe_op *op = &pe->g->progs[0]->blocks[0].ops[hd->op_idx];
+        for (int k = 0; k < PE_OPT_ELEM_PAIRS; k++) {
+            const char *name = pe_op_input1(op, pe_opt_elem_pairs[k][0]);
+            if (!name) continue;
+            const char **grown = realloc(pe->shared_state, sizeof *grown * (size_t)(pe->n_shared_state + 1));
+            if (!grown) return pe_error(PE_ERR_NOMEM, "out of memory listing the sharded optimizer state");
+            pe->shared_state = grown;
+            pe->shared_state[pe->n_shared_state++] = name;
+        }
+    }
+    return PE_OK;
+}
+
+bool pe_pe_is_sharded_state(const pe_parallel_executor *pe, const char *name) {
+    for (int i = 0; i < pe->n_shared_state; i++)
+        if (!strcmp(pe->shared_state[i], name)) return true;
+    return false;
+}
+
+/* Places 1..N-1 take place 0's storage of the sharded state: at
+ * construction (instead of a copy), and before each run again if something
+ * replaced a buffer since (a checkpoint loaded or a value set into the
+ * scope after construction, a persistable feed). Place 0's value is the
+ * parameter's value, as for fetches; the places stay one copy. */
+pe_status pe_pe_share_sharded_state(pe_parallel_executor *pe) {
+    if (pe->opt.share_vars_from || pe->places[0].kind != PE_PLACE_CPU) return PE_OK;
+    for (int i = 0; i < pe->n_shared_state; i++) {
+        const pe_tensor *t0 = pe_scope_find_var(pe->place_scope[0], pe->shared_state[i]);
+        if (!t0 || !t0->buf || t0->place.kind != PE_PLACE_CPU) continue;
+        for (int p = 1; p < pe->n; p++) {
+            pe_tensor *d = pe_scope_var(pe->place_scope[p], pe->shared_state[i]);
+            if (!d) return pe_error(PE_ERR_NOMEM, "out of memory sharing '%s'", pe->shared_state[i]);
+            if (d->buf == t0->buf && d->offset == t0->offset) continue;
+            pe_tensor_share(d, t0);
+            d->place = pe->places[p];
+        }
+    }
+    return PE_OK;
+}

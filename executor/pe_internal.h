@@ -1,0 +1,117 @@
+/* executor/pe_internal.h — the ParallelExecutor's state, shared by the files
+ * that each do one job of it (internal to executor/).
+ *
+ *   parallel_executor.c  options, construction (every decision a run needs is
+ *                        made here), free, the run body and the table from
+ *                        handle kind to its run function
+ *   local_scopes.c       place scopes, the broadcast of persistables, local
+ *                        execution scopes, op contexts, drop, byte counts
+ *   feed_fetch.c         feed checks, split and zero-copy views, fetch merge
+ *                        (the checks are shared with the single-place executor)
+ *   grad_buckets.c       fuse_all_reduce_ops buckets, coalesced optimizer
+ *                        state, the bucket and per-var collectives
+ *   opt_shard.c          shard_optimizer: the sharded updates and their
+ *                        shared state
+ *
+ * Why one struct in a header: the jobs act on the same per-place scopes and
+ * graph; splitting the state would only add getters. Each field notes which
+ * file owns it (creates, changes and frees it); the others only read it.
+ */
+#ifndef PE_EXECUTOR_PE_INTERNAL_H
+#define PE_EXECUTOR_PE_INTERNAL_H
+
+#include "executor/feed_fetch.h"
+#include "executor/memory_plan/arena.h"
+#include "executor/scheduler.h"
+#include "ops/op.h"
+#include "pe/parallel_executor.h"
+#include "runtime/comm/comm.h"
+#include "runtime/internal.h"
+
+struct feed_view; /* feed_fetch.c */
+
+/* One built graph with what is derived from it (a second one exists when a
+ * fusion pass removed vars: the same program with them kept, for a run
+ * that fetches one). Owned by parallel_executor.c. */
+typedef struct pe_graph_variant {
+    pe_ssa_graph *g;
+    pe_mem_arenas *arenas;  /* memory plan (memory_optimize / enable_inplace); NULL = off */
+} pe_graph_variant;
+
+struct pe_parallel_executor {
+    int n;
+    pe_place places[PE_MAX_PLACES];
+    const pe_program *prog;
+    pe_pe_options opt;
+    bool built;
+    /* parallel_executor.c: the graph the runs use (one of variants[]), and
+     * the variant that keeps every var fusion removed (NULL when none was) */
+    pe_ssa_graph *g;
+    pe_mem_arenas *arenas;
+    pe_graph_variant variants[2];
+    int cur_variant;
+    pe_sched *sched;
+    pe_comm *comm;
+    int kernel_threads;
+    int64_t iter;
+    /* local_scopes.c */
+    pe_scope *global;
+    pe_scope *place_scope[PE_MAX_PLACES];
+    bool owns_place_scope[PE_MAX_PLACES];
+    pe_scope *local[PE_MAX_PLACES];
+    pe_op_ctx *ctxs;        /* per handle of g; valid while prepared */
+    bool prepared;
+    /* feed_fetch.c: rows fed to each place this run (the loss scale) */
+    int64_t rows[PE_MAX_PLACES];
+    struct feed_view *views; /* zero-copy feeds: one reusable buffer header per (place, var) */
+    int n_views, cap_views;
+    /* grad_buckets.c */
+    void **bucket_mem;      /* fuse_all_reduce_ops: [handle * n + place] contiguous gradients, or NULL */
+    int bucket_slots;       /* n_h * n when bucket_mem is allocated */
+    struct { pe_place place; void *ptr; size_t bytes; } *opt_mem; /* coalesced optimizer gradients */
+    int n_opt_mem;
+    /* opt_shard.c */
+    const char **shared_state; /* vars the places share (names borrowed from the graph) */
+    int n_shared_state;
+    /* the current run's fetch list (borrowed during the run) */
+    const char *const *run_fetch;
+    int run_n_fetch;
+};
+
+static inline const char *pe_pe_place_name(const pe_parallel_executor *pe, int p, char *buf) {
+    return pe_place_str(pe->places[p], buf, 32);
+}
+
+/* local_scopes.c */
+pe_status pe_pe_make_place_scopes(pe_parallel_executor *pe, pe_scope *scope);
+pe_status pe_pe_broadcast_persistables(pe_parallel_executor *pe);
+pe_status pe_pe_ensure_local(pe_parallel_executor *pe);
+pe_status pe_pe_ensure_prepared(pe_parallel_executor *pe);
+void pe_pe_release_ctxs(pe_parallel_executor *pe);
+void pe_pe_free_place_scopes(pe_parallel_executor *pe);
+
+/* feed_fetch.c (its checks: executor/feed_fetch.h) */
+pe_status pe_pe_feed_dict(pe_parallel_executor *pe, const pe_feed *feed, int n_feed);
+pe_status pe_pe_feed_list(pe_parallel_executor *pe, const pe_feed *const *feeds, const int *n_feeds);
+pe_status pe_pe_fetch(pe_parallel_executor *pe, const char *const *fetch, int n_fetch, bool merged, pe_tensor **out);
+void pe_pe_release_feed_views(pe_parallel_executor *pe);
+void pe_pe_free_feed_views(pe_parallel_executor *pe);
+
+/* grad_buckets.c */
+pe_status pe_pe_lay_out_buckets(pe_parallel_executor *pe);
+pe_status pe_pe_lay_out_opt_grads(pe_parallel_executor *pe);
+pe_status pe_pe_coalesce_optimizer_state(pe_parallel_executor *pe);
+pe_status pe_pe_protect_buckets(pe_parallel_executor *pe, pe_mem_arenas *arenas, const pe_ssa_graph *g);
+void pe_pe_free_buckets(pe_parallel_executor *pe);
+void pe_pe_free_opt_mem(pe_parallel_executor *pe);
+size_t pe_pe_bucket_bytes(const pe_parallel_executor *pe);
+pe_status pe_pe_run_bucket(pe_parallel_executor *pe, int h);
+pe_status pe_pe_run_collective(pe_parallel_executor *pe, int h);
+
+/* opt_shard.c */
+pe_status pe_pe_collect_sharded_state(pe_parallel_executor *pe);
+bool pe_pe_is_sharded_state(const pe_parallel_executor *pe, const char *name);
+pe_status pe_pe_share_sharded_state(pe_parallel_executor *pe);
+pe_status pe_pe_run_opt_shard(pe_parallel_executor *pe, int h);
+
+#endif
