@@ -34,6 +34,9 @@
 
 #define PE_MP_ALIGN 64
 
+/* b rounded up to a multiple of PE_MP_ALIGN. */
+static inline int64_t pe_mp_align_up(int64_t b) { return (b + PE_MP_ALIGN - 1) / PE_MP_ALIGN * PE_MP_ALIGN; }
+
 /* ---- reachability over a DAG ------------------------------------------- */
 
 typedef struct pe_mp_reach pe_mp_reach;
