@@ -193,8 +193,6 @@ static pe_status lay_out_buckets(pe_parallel_executor *pe) {
  * scopes, become views into executor-owned memory freed with them. Gradients
  * already laid out in allreduce buckets stay there. */
 
-static bool is_merged_opt(const pe_op *op) { return !strncmp(op->type, "merged_", 7); }
-
 static pe_status coalesce_persistables(pe_parallel_executor *pe, int p, const pe_op *op, const char *slot) {
     const pe_slot *s = pe_op_input(op, slot);
     if (!s || s->n_args < 2) return PE_OK;
@@ -228,14 +226,17 @@ static pe_status coalesce_persistables(pe_parallel_executor *pe, int p, const pe
     return PE_OK;
 }
 
+/* The per-element state of each merged op (its per-element in-place inputs:
+ * Param, Velocity, Moment1, Moment2; ops.def PE_OPT). */
 static pe_status coalesce_optimizer_state(pe_parallel_executor *pe) {
-    static const char *const slots[] = {"Param", "Velocity", "Moment1", "Moment2"};
     if (!pe->opt.build_strategy.fuse_all_optimizer_ops || pe->opt.share_vars_from) return PE_OK;
     for (int p = 0; p < pe->n; p++) {
         const pe_block *b = &pe->g->progs[p]->blocks[0];
-        for (int i = 0; i < b->n_ops; i++)
-            for (size_t k = 0; is_merged_opt(&b->ops[i]) && k < sizeof slots / sizeof slots[0]; k++)
-                PE_CHECK(coalesce_persistables(pe, p, &b->ops[i], slots[k]));
+        for (int i = 0; i < b->n_ops; i++) {
+            const pe_op_info *info = pe_op_info_find(b->ops[i].type);
+            for (int k = 0; pe_op_info_is_merged(info) && k < info->n_elem_pairs; k++)
+                PE_CHECK(coalesce_persistables(pe, p, &b->ops[i], info->inputs[info->elem_pairs[k][0]].name));
+        }
     }
     return PE_OK;
 }
@@ -254,7 +255,7 @@ static pe_status lay_out_opt_grads(pe_parallel_executor *pe) {
     for (int p = 0; p < pe->n; p++) {
         const pe_block *b = &pe->g->progs[p]->blocks[0];
         for (int i = 0; i < b->n_ops; i++) {
-            const pe_slot *s = is_merged_opt(&b->ops[i]) ? pe_op_input(&b->ops[i], "Grad") : NULL;
+            const pe_slot *s = pe_op_info_is_merged(pe_op_info_find(b->ops[i].type)) ? pe_op_input(&b->ops[i], "Grad") : NULL;
             if (!s || s->n_args < 2) continue;
             size_t total = 0;
             bool ok = true;
@@ -289,7 +290,7 @@ static pe_status protect_buckets(pe_parallel_executor *pe) {
         for (int k = 0; k < pe->g->h[h].n_vars; k++) PE_CHECK(pe_mem_arenas_protect(pe->arenas, pe->g->h[h].vars[k]));
     const pe_block *b = &pe->g->progs[0]->blocks[0];
     for (int i = 0; pe->arenas && pe->opt.build_strategy.fuse_all_optimizer_ops && i < b->n_ops; i++) {
-        const pe_slot *s = is_merged_opt(&b->ops[i]) ? pe_op_input(&b->ops[i], "Grad") : NULL;
+        const pe_slot *s = pe_op_info_is_merged(pe_op_info_find(b->ops[i].type)) ? pe_op_input(&b->ops[i], "Grad") : NULL;
         for (int k = 0; s && k < s->n_args; k++) PE_CHECK(pe_mem_arenas_protect(pe->arenas, s->args[k]));
     }
     return PE_OK;
@@ -469,7 +470,7 @@ static pe_status run_opt_shard(pe_parallel_executor *pe, int h) {
         for (int a = 0; a < c->n_in[i]; a++) {
             const pe_tensor *t = c->in[i][a];
             if (!t) continue;
-            bool elem = pe_opt_elem_slot(info->inputs[i].name, false);
+            bool elem = pe_op_info_elem_input(info, i);
             if (!t->buf || (elem ? pe_tensor_numel(t) != n || t->dtype != param->dtype : pe_tensor_numel(t) < 1))
                 return pe_error(PE_ERR_INVALID, "op %s: input %s '%s' on %s %s", info->name, info->inputs[i].name,
                                 c->in_names[i][a], place_name(pe->places[s], pb),
@@ -498,7 +499,7 @@ static pe_status run_opt_shard(pe_parallel_executor *pe, int h) {
         gbase[p] = pe_tensor_data(g);
     }
     for (int i = 0; i < info->n_outputs; i++)
-        if (c->n_out[i] == 1 && c->out[i][0] && pe_opt_elem_slot(info->outputs[i].name, true) &&
+        if (c->n_out[i] == 1 && c->out[i][0] && pe_op_info_elem_output(info, i) &&
             (pe_tensor_numel(c->out[i][0]) != n || !c->out[i][0]->buf || c->out[i][0]->dtype != param->dtype))
             return pe_error(PE_ERR_INVALID, "op %s: output %s '%s' on %s is not laid out like parameter '%s'", info->name,
                             info->outputs[i].name, c->out_names[i][0], place_name(pe->places[s], pb),
@@ -517,7 +518,7 @@ static pe_status run_opt_shard(pe_parallel_executor *pe, int h) {
     pe_tensor stens[PE_MAX_SLOTS], *sout[PE_MAX_SLOTS];
     for (int i = 0; i < info->n_outputs; i++) {
         const pe_tensor *o = c->n_out[i] == 1 ? c->out[i][0] : NULL;
-        if (!o || pe_opt_elem_slot(info->outputs[i].name, true)) continue;
+        if (!o || pe_op_info_elem_output(info, i)) continue;
         if (pe_tensor_nbytes(o) > sizeof scratch[i]) {
             tile = e - b; /* one call: nothing to keep apart */
             continue;
@@ -539,13 +540,13 @@ static pe_status run_opt_shard(pe_parallel_executor *pe, int h) {
                                  (long long)t1);
         int nv = 0;
         for (int i = 0; i < info->n_inputs; i++)
-            if (c->n_in[i] == 1 && c->in[i][0] && pe_opt_elem_slot(info->inputs[i].name, false)) {
+            if (c->n_in[i] == 1 && c->in[i][0] && pe_op_info_elem_input(info, i)) {
                 range_view(&views[nv], c->in[i][0], t0, t1);
                 vin[i] = &views[nv++];
                 v.in[i] = &vin[i];
             }
         for (int i = 0; i < info->n_outputs; i++)
-            if (c->n_out[i] == 1 && c->out[i][0] && pe_opt_elem_slot(info->outputs[i].name, true)) {
+            if (c->n_out[i] == 1 && c->out[i][0] && pe_op_info_elem_output(info, i)) {
                 range_view(&views[nv], c->out[i][0], t0, t1);
                 vout[i] = &views[nv++];
                 v.out[i] = &vout[i];
@@ -559,7 +560,7 @@ static pe_status run_opt_shard(pe_parallel_executor *pe, int h) {
      * outputs to the places without a shard of their own */
     for (int i = 0; i < info->n_outputs; i++) {
         if (c->n_out[i] != 1 || !c->out[i][0]) continue;
-        bool elem = pe_opt_elem_slot(info->outputs[i].name, true);
+        bool elem = pe_op_info_elem_output(info, i);
         if (!elem && s != 0) continue;
         const pe_tensor *src = c->out[i][0];
         const char *src_data = (const char *)pe_tensor_data(src) + (elem ? (size_t)b * es : 0);
@@ -587,8 +588,9 @@ static pe_status collect_sharded_state(pe_parallel_executor *pe) {
         const pe_handle *hd = &pe->g->h[h];
         if (hd->kind != PE_HANDLE_OPT_SHARD || hd->root != 0) continue;
         const pe_op *op = &pe->g->progs[0]->blocks[0].ops[hd->op_idx];
-        for (int k = 0; k < PE_OPT_ELEM_PAIRS; k++) {
-            const char *name = pe_op_input1(op, pe_opt_elem_pairs[k][0]);
+        const pe_op_info *info = pe_op_info_find(op->type);
+        for (int k = 0; k < info->n_elem_pairs; k++) {
+            const char *name = pe_op_input1(op, info->inputs[info->elem_pairs[k][0]].name);
             if (!name) continue;
             const char **grown = realloc(pe->shared_state, sizeof *grown * (size_t)(pe->n_shared_state + 1));
             if (!grown) return pe_error(PE_ERR_NOMEM, "out of memory listing the sharded optimizer state");
