@@ -1,9 +1,10 @@
 /* ops/op.h — the op registry and the kernel contract (internal to PE).
  *
- * ops/ops.def is the single list of op types (an X-macro). From it this
- * header generates the declarations of every infer/kernel function, the
- * registry table and the dispatch: a new op is one line in ops.def plus its
- * functions, never a second hand-kept list.
+ * ops/ops.def is the single list of op types (X-macros: PE_OP, one line per
+ * op, and PE_OPT, the optimizer facts). From it this header generates the
+ * declarations of every infer/kernel function, the registry table and the
+ * dispatch: a new op is one line in ops.def plus its functions, never a
+ * second hand-kept list.
  *
  * Kernel contract:
  *
