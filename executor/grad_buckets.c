@@ -86,7 +86,8 @@ pe_status pe_pe_lay_out_buckets(pe_parallel_executor *pe) {
     return PE_OK;
 }
 
-static bool is_merged_opt(const pe_op *op) { return !strncmp(op->type, "merged_", 7); }
+/* merged_sgd / merged_momentum / merged_adam (ops.def) */
+static bool is_merged_opt(const pe_op *op) { return pe_op_info_is_merged(pe_op_info_find(op->type)); }
 
 static pe_status coalesce_persistables(pe_parallel_executor *pe, int p, const pe_op *op, const char *slot) {
     const pe_slot *s = pe_op_input(op, slot);
@@ -122,13 +123,15 @@ static pe_status coalesce_persistables(pe_parallel_executor *pe, int p, const pe
 }
 
 pe_status pe_pe_coalesce_optimizer_state(pe_parallel_executor *pe) {
-    static const char *const slots[] = {"Param", "Velocity", "Moment1", "Moment2"};
     if (!pe->opt.build_strategy.fuse_all_optimizer_ops || pe->opt.share_vars_from) return PE_OK;
     for (int p = 0; p < pe->n; p++) {
         const pe_block *b = &pe->g->progs[p]->blocks[0];
-        for (int i = 0; i < b->n_ops; i++)
-            for (size_t k = 0; is_merged_opt(&b->ops[i]) && k < sizeof slots / sizeof slots[0]; k++)
-                PE_CHECK(coalesce_persistables(pe, p, &b->ops[i], slots[k]));
+        for (int i = 0; i < b->n_ops; i++) {
+            /* the per-element slots of ops.def (Param, Velocity, Moment1, Moment2) */
+            const pe_op_info *info = pe_op_info_find(b->ops[i].type);
+            for (int k = 0; pe_op_info_is_merged(info) && k < info->n_elem_pairs; k++)
+                PE_CHECK(coalesce_persistables(pe, p, &b->ops[i], info->inputs[info->elem_pairs[k][0]].name));
+        }
     }
     return PE_OK;
 }

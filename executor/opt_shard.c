@@ -19,7 +19,6 @@
  * only decides which ops shard and makes their handles.
  */
 #include "executor/pe_internal.h"
-#include "passes/multi_device.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -57,7 +56,7 @@ pe_status pe_pe_run_opt_shard(pe_parallel_executor *pe, int h) {
         for (int a = 0; a < c->n_in[i]; a++) {
             const pe_tensor *t = c->in[i][a];
             if (!t) continue;
-            bool elem = pe_opt_elem_slot(info->inputs[i].name, false);
+            bool elem = pe_op_info_elem_input(info, i);
             if (!t->buf || (elem ? pe_tensor_numel(t) != n || t->dtype != param->dtype : pe_tensor_numel(t) < 1))
                 return pe_error(PE_ERR_INVALID, "op %s: input %s '%s' on %s %s", info->name, info->inputs[i].name,
                                 c->in_names[i][a], pe_pe_place_name(pe, s, pb),
@@ -86,7 +85,7 @@ pe_status pe_pe_run_opt_shard(pe_parallel_executor *pe, int h) {
         gbase[p] = pe_tensor_data(g);
     }
     for (int i = 0; i < info->n_outputs; i++)
-        if (c->n_out[i] == 1 && c->out[i][0] && pe_opt_elem_slot(info->outputs[i].name, true) &&
+        if (c->n_out[i] == 1 && c->out[i][0] && pe_op_info_elem_output(info, i) &&
             (pe_tensor_numel(c->out[i][0]) != n || !c->out[i][0]->buf || c->out[i][0]->dtype != param->dtype))
             return pe_error(PE_ERR_INVALID, "op %s: output %s '%s' on %s is not laid out like parameter '%s'", info->name,
                             info->outputs[i].name, c->out_names[i][0], pe_pe_place_name(pe, s, pb),
@@ -105,7 +104,7 @@ pe_status pe_pe_run_opt_shard(pe_parallel_executor *pe, int h) {
     pe_tensor stens[PE_MAX_SLOTS], *sout[PE_MAX_SLOTS];
     for (int i = 0; i < info->n_outputs; i++) {
         const pe_tensor *o = c->n_out[i] == 1 ? c->out[i][0] : NULL;
-        if (!o || pe_opt_elem_slot(info->outputs[i].name, true)) continue;
+        if (!o || pe_op_info_elem_output(info, i)) continue;
         if (pe_tensor_nbytes(o) > sizeof scratch[i]) {
             tile = e - b; /* one call: nothing to keep apart */
             continue;
@@ -127,13 +126,13 @@ pe_status pe_pe_run_opt_shard(pe_parallel_executor *pe, int h) {
                                  (long long)t1);
         int nv = 0;
         for (int i = 0; i < info->n_inputs; i++)
-            if (c->n_in[i] == 1 && c->in[i][0] && pe_opt_elem_slot(info->inputs[i].name, false)) {
+            if (c->n_in[i] == 1 && c->in[i][0] && pe_op_info_elem_input(info, i)) {
                 range_view(&views[nv], c->in[i][0], t0, t1);
                 vin[i] = &views[nv++];
                 v.in[i] = &vin[i];
             }
         for (int i = 0; i < info->n_outputs; i++)
-            if (c->n_out[i] == 1 && c->out[i][0] && pe_opt_elem_slot(info->outputs[i].name, true)) {
+            if (c->n_out[i] == 1 && c->out[i][0] && pe_op_info_elem_output(info, i)) {
                 range_view(&views[nv], c->out[i][0], t0, t1);
                 vout[i] = &views[nv++];
                 v.out[i] = &vout[i];
@@ -147,7 +146,7 @@ pe_status pe_pe_run_opt_shard(pe_parallel_executor *pe, int h) {
      * outputs to the places without a shard of their own */
     for (int i = 0; i < info->n_outputs; i++) {
         if (c->n_out[i] != 1 || !c->out[i][0]) continue;
-        bool elem = pe_opt_elem_slot(info->outputs[i].name, true);
+        bool elem = pe_op_info_elem_output(info, i);
         if (!elem && s != 0) continue;
         const pe_tensor *src = c->out[i][0];
         const char *src_data = (const char *)pe_tensor_data(src) + (elem ? (size_t)b * es : 0);
@@ -172,8 +171,9 @@ pe_status pe_pe_collect_sharded_state(pe_parallel_executor *pe) {
         const pe_handle *hd = &pe->g->h[h];
         if (hd->kind != PE_HANDLE_OPT_SHARD || hd->root != 0) continue;
         const pe_op *op = &pe->g->progs[0]->blocks[0].ops[hd->op_idx];
-        for (int k = 0; k < PE_OPT_ELEM_PAIRS; k++) {
-            const char *name = pe_op_input1(op, pe_opt_elem_pairs[k][0]);
+        const pe_op_info *info = pe_op_info_find(op->type);
+        for (int k = 0; k < info->n_elem_pairs; k++) {
+            const char *name = pe_op_input1(op, info->inputs[info->elem_pairs[k][0]].name);
             if (!name) continue;
             const char **grown = realloc(pe->shared_state, sizeof *grown * (size_t)(pe->n_shared_state + 1));
             if (!grown) return pe_error(PE_ERR_NOMEM, "out of memory listing the sharded optimizer state");

@@ -1,6 +1,7 @@
-/* ops/activation.c — shape inference and grad makers of the activation
- * ops that came with training: leaky_relu, gelu, log_softmax, dropout (the
- * older activations relu/sigmoid/tanh live with the elementwise family).
+/* ops/activation.c — shape inference of the activation ops that came with
+ * training: leaky_relu, gelu, log_softmax, dropout (the older activations
+ * relu/sigmoid/tanh live with the elementwise family), and dropout's grad
+ * maker (the others' gradients are wired in ops.def, PE_GRAD_WIRE).
  *
  * dropout's random state. The mask of element i is drawn from Philox4x32-10
  * (runtime/rng.h) with the stream key pe_rng_key(program seed, seed attr
@@ -21,7 +22,6 @@
 #include "ops/op.h"
 
 #include <string.h>
-
 
 static pe_status need_float(pe_op_ctx *ctx, const char *slot, const pe_tensor *t) {
     if (pe_dtype_is_float(t->dtype)) return PE_OK;
@@ -129,24 +129,6 @@ pe_status pe_infer_dropout_grad(pe_op_ctx *ctx) {
 }
 
 /* ---- grad makers -------------------------------------------------------------- */
-
-/* <type>(X, Out@GRAD) -> X@GRAD: leaky_relu, gelu */
-static pe_status grad_from_x(pe_grad_ctx *g, const char *type) {
-    PE_CHECK(pe_grad_new_op(g, type));
-    PE_CHECK(pe_grad_fwd_input(g, "X", "X"));
-    PE_CHECK(pe_grad_out_grad(g, "Out", "Out@GRAD"));
-    return pe_grad_in_grad(g, "X", "X@GRAD");
-}
-pe_status pe_grad_leaky_relu(pe_grad_ctx *g) { return grad_from_x(g, "leaky_relu_grad"); }
-pe_status pe_grad_gelu(pe_grad_ctx *g) { return grad_from_x(g, "gelu_grad"); }
-
-/* log_softmax_grad(Out, Out@GRAD) -> X@GRAD */
-pe_status pe_grad_log_softmax(pe_grad_ctx *g) {
-    PE_CHECK(pe_grad_new_op(g, "log_softmax_grad"));
-    PE_CHECK(pe_grad_fwd_output(g, "Out", "Out"));
-    PE_CHECK(pe_grad_out_grad(g, "Out", "Out@GRAD"));
-    return pe_grad_in_grad(g, "X", "X@GRAD");
-}
 
 /* dropout_grad(Mask (training only), Out@GRAD) -> X@GRAD */
 pe_status pe_grad_dropout(pe_grad_ctx *g) {

@@ -13,9 +13,10 @@
  * the out_dtype attr (pe_dtype values 0..5). cast's in_dtype attr is ignored
  * (the input tensor's own dtype is authoritative, as in Paddle's kernel).
  *
- * Also the grad makers of the family (ops/grad.h) and the shape inference
- * of their grad ops: elementwise_*_grad (X, Y, Out@GRAD -> X@GRAD?, Y@GRAD?
- * of X's and Y's shapes), relu/sigmoid/tanh_grad (from Out), scale (its
+ * Also scale's grad maker (ops/grad.h; the family's other gradients are
+ * wired in ops.def, PE_GRAD_WIRE) and the shape inference of the grad ops:
+ * elementwise_*_grad (X, Y, Out@GRAD -> X@GRAD?, Y@GRAD? of X's and Y's
+ * shapes), relu/sigmoid/tanh_grad (from Out), scale (its
  * gradient is a `scale` op by the same factor without bias) and cast_grad
  * (Out@GRAD cast back to X's dtype; X is an input so the dtype comes from
  * the tensor, not from an in_dtype attr that may be left at its default).
@@ -292,43 +293,10 @@ pe_status pe_infer_cast_grad(pe_op_ctx *ctx) {
 
 /* ---- grad makers -------------------------------------------------------------- */
 
-/* elementwise_*: <type>(X, Y, Out@GRAD) -> X@GRAD, Y@GRAD */
-static pe_status grad_binary(pe_grad_ctx *g, const char *type) {
-    PE_CHECK(pe_grad_new_op(g, type));
-    PE_CHECK(pe_grad_fwd_input(g, "X", "X"));
-    PE_CHECK(pe_grad_fwd_input(g, "Y", "Y"));
-    PE_CHECK(pe_grad_out_grad(g, "Out", "Out@GRAD"));
-    PE_CHECK(pe_grad_in_grad(g, "X", "X@GRAD"));
-    return pe_grad_in_grad(g, "Y", "Y@GRAD");
-}
-pe_status pe_grad_elementwise_add(pe_grad_ctx *g) { return grad_binary(g, "elementwise_add_grad"); }
-pe_status pe_grad_elementwise_sub(pe_grad_ctx *g) { return grad_binary(g, "elementwise_sub_grad"); }
-pe_status pe_grad_elementwise_mul(pe_grad_ctx *g) { return grad_binary(g, "elementwise_mul_grad"); }
-pe_status pe_grad_elementwise_div(pe_grad_ctx *g) { return grad_binary(g, "elementwise_div_grad"); }
-
-/* relu, sigmoid, tanh: <type>(Out, Out@GRAD) -> X@GRAD */
-static pe_status grad_from_out(pe_grad_ctx *g, const char *type) {
-    PE_CHECK(pe_grad_new_op(g, type));
-    PE_CHECK(pe_grad_fwd_output(g, "Out", "Out"));
-    PE_CHECK(pe_grad_out_grad(g, "Out", "Out@GRAD"));
-    return pe_grad_in_grad(g, "X", "X@GRAD");
-}
-pe_status pe_grad_relu(pe_grad_ctx *g) { return grad_from_out(g, "relu_grad"); }
-pe_status pe_grad_sigmoid(pe_grad_ctx *g) { return grad_from_out(g, "sigmoid_grad"); }
-pe_status pe_grad_tanh(pe_grad_ctx *g) { return grad_from_out(g, "tanh_grad"); }
-
 /* scale: X@GRAD = scale(Out@GRAD, scale, bias 0) — the bias does not reach X. */
 pe_status pe_grad_scale_op(pe_grad_ctx *g) {
     PE_CHECK(pe_grad_new_op(g, "scale"));
     PE_CHECK(pe_op_set_float(pe_grad_cur_op(g), "bias", 0.0));
     PE_CHECK(pe_grad_out_grad(g, "Out", "X"));
     return pe_grad_in_grad(g, "X", "Out");
-}
-
-/* cast: cast_grad(X, Out@GRAD) -> X@GRAD (Out@GRAD cast to X's dtype) */
-pe_status pe_grad_cast(pe_grad_ctx *g) {
-    PE_CHECK(pe_grad_new_op(g, "cast_grad"));
-    PE_CHECK(pe_grad_fwd_input(g, "X", "X"));
-    PE_CHECK(pe_grad_out_grad(g, "Out", "Out@GRAD"));
-    return pe_grad_in_grad(g, "X", "X@GRAD");
 }

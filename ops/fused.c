@@ -141,13 +141,13 @@ pe_status pe_infer_fc_grad(pe_op_ctx *ctx) {
 
 /* functor_list must be [relu|sigmoid|tanh, elementwise_add]. */
 static pe_status check_functors(const pe_op_ctx *ctx) {
-    const pe_attr *a = pe_op_attr(ctx->op, "functor_list");
-    bool ok = a && a->type == PE_ATTR_STRINGS && a->n == 2 && !strcmp(a->strings[1], "elementwise_add") &&
-              (!strcmp(a->strings[0], "relu") || !strcmp(a->strings[0], "sigmoid") || !strcmp(a->strings[0], "tanh"));
+    int n = 0;
+    const char *const *f = pe_ctx_strings(ctx, "functor_list", &n);
+    bool ok = n == 2 && !strcmp(f[1], "elementwise_add") &&
+              (!strcmp(f[0], "relu") || !strcmp(f[0], "sigmoid") || !strcmp(f[0], "tanh"));
     if (ok) return PE_OK;
     return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "functor_list [%s%s%s] is not supported: [relu|sigmoid|tanh, "
-                        "elementwise_add] (act(X + Y)) is", a && a->n > 0 ? a->strings[0] : "",
-                        a && a->n > 1 ? ", " : "", a && a->n > 1 ? a->strings[1] : "");
+                        "elementwise_add] (act(X + Y)) is", n > 0 ? f[0] : "", n > 1 ? ", " : "", n > 1 ? f[1] : "");
 }
 
 static pe_status fea_plan(pe_op_ctx *ctx, pe_bcast_plan *pl) {

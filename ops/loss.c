@@ -1,6 +1,6 @@
-/* ops/loss.c — shape inference and grad makers of the loss ops:
+/* ops/loss.c — shape inference of the loss ops and their grad ops:
  * softmax_with_cross_entropy, cross_entropy, square_error_cost (Paddle's
- * names, slots and attrs).
+ * names, slots and attrs; their gradients are wired in ops.def, PE_GRAD_WIRE).
  *
  *   softmax_with_cross_entropy  Logits [.., D, ..] (class dim at `axis`),
  *       Label: hard int64/int32 with Logits' dims and 1 at axis (or the axis
@@ -17,7 +17,6 @@
 #include "ops/op.h"
 
 #include <stdio.h>
-
 
 static bool dims_eq(int na, const int64_t *a, int nb, const int64_t *b) {
     if (na != nb) return false;
@@ -165,34 +164,4 @@ pe_status pe_infer_square_error_cost_grad(pe_op_ctx *ctx) {
     }
     PE_CHECK(pe_infer_set_out(ctx, "X@GRAD", x->dtype, x->ndim, x->dims));
     return pe_infer_set_out(ctx, "Y@GRAD", y->dtype, y->ndim, y->dims);
-}
-
-/* ---- grad makers -------------------------------------------------------------- */
-
-/* softmax_with_cross_entropy_grad(Label, Softmax, Loss@GRAD) -> Logits@GRAD */
-pe_status pe_grad_softmax_with_cross_entropy(pe_grad_ctx *g) {
-    PE_CHECK(pe_grad_new_op(g, "softmax_with_cross_entropy_grad"));
-    PE_CHECK(pe_grad_fwd_input(g, "Label", "Label"));
-    PE_CHECK(pe_grad_fwd_output(g, "Softmax", "Softmax"));
-    PE_CHECK(pe_grad_out_grad(g, "Loss", "Loss@GRAD"));
-    return pe_grad_in_grad(g, "Logits", "Logits@GRAD");
-}
-
-/* cross_entropy_grad(X, Label, Y@GRAD) -> X@GRAD */
-pe_status pe_grad_cross_entropy(pe_grad_ctx *g) {
-    PE_CHECK(pe_grad_new_op(g, "cross_entropy_grad"));
-    PE_CHECK(pe_grad_fwd_input(g, "X", "X"));
-    PE_CHECK(pe_grad_fwd_input(g, "Label", "Label"));
-    PE_CHECK(pe_grad_out_grad(g, "Y", "Y@GRAD"));
-    return pe_grad_in_grad(g, "X", "X@GRAD");
-}
-
-/* square_error_cost_grad(X, Y, Out@GRAD) -> X@GRAD, Y@GRAD */
-pe_status pe_grad_square_error_cost(pe_grad_ctx *g) {
-    PE_CHECK(pe_grad_new_op(g, "square_error_cost_grad"));
-    PE_CHECK(pe_grad_fwd_input(g, "X", "X"));
-    PE_CHECK(pe_grad_fwd_input(g, "Y", "Y"));
-    PE_CHECK(pe_grad_out_grad(g, "Out", "Out@GRAD"));
-    PE_CHECK(pe_grad_in_grad(g, "X", "X@GRAD"));
-    return pe_grad_in_grad(g, "Y", "Y@GRAD");
 }

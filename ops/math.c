@@ -1,6 +1,6 @@
-/* ops/math.c — shape inference and grad makers of the math family: mul,
- * matmul, matmul_v2 and their grads, lookup_table(_v2) (embedding) and
- * layer_norm.
+/* ops/math.c — shape inference of the math family: mul, matmul, matmul_v2
+ * and their grads, lookup_table(_v2) (embedding) and layer_norm (their grad
+ * ops are wired in ops.def, PE_GRAD_WIRE).
  *
  * mul follows Paddle's flatten-to-2-D rule; matmul and matmul_v2 follow
  * numpy's matmul (1-D operands promoted and the added dim removed, batch
@@ -206,22 +206,6 @@ pe_status pe_infer_matmul_grad(pe_op_ctx *ctx) {
     return set_like(ctx, "Y@GRAD", y);
 }
 
-/* mul / matmul / matmul_v2 -> <type>_grad(X, Y, Out@GRAD) -> X@GRAD?, Y@GRAD? */
-static pe_status grad_xy(pe_grad_ctx *g, const char *type) {
-    PE_CHECK(pe_grad_new_op(g, type));
-    PE_CHECK(pe_grad_fwd_input(g, "X", "X"));
-    PE_CHECK(pe_grad_fwd_input(g, "Y", "Y"));
-    PE_CHECK(pe_grad_out_grad(g, "Out", "Out@GRAD"));
-    PE_CHECK(pe_grad_in_grad(g, "X", "X@GRAD"));
-    return pe_grad_in_grad(g, "Y", "Y@GRAD");
-}
-
-pe_status pe_grad_mul(pe_grad_ctx *g) { return grad_xy(g, "mul_grad"); }
-
-pe_status pe_grad_matmul(pe_grad_ctx *g) {
-    return grad_xy(g, !strcmp(pe_grad_fwd(g)->type, "matmul_v2") ? "matmul_v2_grad" : "matmul_grad");
-}
-
 /* ---- lookup_table / lookup_table_v2 ---------------------------------------
  * w: [V, D], ids: [...] (v2) or [..., 1] (v1), int64 or int32
  * -> out: [..., D] (ids' dims with D appended (v2) or replacing the last 1 (v1)) */
@@ -282,16 +266,6 @@ pe_status pe_infer_lookup_table_grad(pe_op_ctx *ctx) {
                             pe_ctx_in_name(ctx, "W", 0), pe_dtype_name(w->dtype));
     PE_CHECK(pe_infer_check_grad(ctx, "Out@GRAD", g, w->dtype, on, od));
     return set_like(ctx, "W@GRAD", w);
-}
-
-/* lookup_table(_v2) -> <type>_grad(W, Ids, Out@GRAD) -> W@GRAD */
-pe_status pe_grad_lookup_table(pe_grad_ctx *g) {
-    PE_CHECK(pe_grad_new_op(g, !strcmp(pe_grad_fwd(g)->type, "lookup_table") ? "lookup_table_grad"
-                                                                                : "lookup_table_v2_grad"));
-    PE_CHECK(pe_grad_fwd_input(g, "W", "W"));
-    PE_CHECK(pe_grad_fwd_input(g, "Ids", "Ids"));
-    PE_CHECK(pe_grad_out_grad(g, "Out", "Out@GRAD"));
-    return pe_grad_in_grad(g, "W", "W@GRAD");
 }
 
 /* ---- layer_norm -------------------------------------------------------------
@@ -368,18 +342,4 @@ pe_status pe_infer_layer_norm_grad(pe_op_ctx *ctx) {
         PE_CHECK(set_like(ctx, gslot, p));
     }
     return PE_OK;
-}
-
-/* layer_norm -> layer_norm_grad(X, Scale?, Bias?, Mean, Variance, Y@GRAD) -> X@GRAD?, Scale@GRAD?, Bias@GRAD? */
-pe_status pe_grad_layer_norm(pe_grad_ctx *g) {
-    PE_CHECK(pe_grad_new_op(g, "layer_norm_grad"));
-    PE_CHECK(pe_grad_fwd_input(g, "X", "X"));
-    PE_CHECK(pe_grad_fwd_input(g, "Scale", "Scale"));
-    PE_CHECK(pe_grad_fwd_input(g, "Bias", "Bias"));
-    PE_CHECK(pe_grad_fwd_output(g, "Mean", "Mean"));
-    PE_CHECK(pe_grad_fwd_output(g, "Variance", "Variance"));
-    PE_CHECK(pe_grad_out_grad(g, "Y", "Y@GRAD"));
-    PE_CHECK(pe_grad_in_grad(g, "X", "X@GRAD"));
-    PE_CHECK(pe_grad_in_grad(g, "Scale", "Scale@GRAD"));
-    return pe_grad_in_grad(g, "Bias", "Bias@GRAD");
 }

@@ -1,5 +1,6 @@
 /* ops/nn.c — shape inference of the nn family (conv2d, pool2d, batch_norm)
- * and of their gradient ops, and the grad makers (ops/grad.h).
+ * and of their gradient ops, and batch_norm's grad maker (ops/grad.h;
+ * conv2d's and pool2d's are wired in ops.def, PE_GRAD_WIRE).
  *
  * How: pe_conv_geom_get / pe_pool_geom_get turn the op's inputs and attrs
  * into one validated geometry struct (ops/nn.h) using Paddle's rules:
@@ -30,7 +31,6 @@
 static bool layout_is_nchw(const char *s) {
     return !s[0] || !strcmp(s, "NCHW") || !strcmp(s, "AnyLayout");
 }
-
 
 /* A 2-value int list attr (strides, dilations, ksize) into out; each >= min. */
 static pe_status read_pair(const pe_op_ctx *ctx, const char *name, int64_t min, int64_t out[2]) {
@@ -355,28 +355,6 @@ pe_status pe_infer_batch_norm_grad(pe_op_ctx *ctx) {
 }
 
 /* ---- grad makers --------------------------------------------------------- */
-
-/* conv2d: Output = conv(Input, Filter) + Bias ->
- * conv2d_grad(Input, Filter, Bias?, Output@GRAD) -> Input@GRAD, Filter@GRAD, Bias@GRAD */
-pe_status pe_grad_conv2d(pe_grad_ctx *g) {
-    PE_CHECK(pe_grad_new_op(g, "conv2d_grad"));
-    PE_CHECK(pe_grad_fwd_input(g, "Input", "Input"));
-    PE_CHECK(pe_grad_fwd_input(g, "Filter", "Filter"));
-    PE_CHECK(pe_grad_fwd_input(g, "Bias", "Bias"));
-    PE_CHECK(pe_grad_out_grad(g, "Output", "Output@GRAD"));
-    PE_CHECK(pe_grad_in_grad(g, "Input", "Input@GRAD"));
-    PE_CHECK(pe_grad_in_grad(g, "Filter", "Filter@GRAD"));
-    return pe_grad_in_grad(g, "Bias", "Bias@GRAD");
-}
-
-/* pool2d: Out = pool(X) -> pool2d_grad(X, Out, Out@GRAD) -> X@GRAD */
-pe_status pe_grad_pool2d(pe_grad_ctx *g) {
-    PE_CHECK(pe_grad_new_op(g, "pool2d_grad"));
-    PE_CHECK(pe_grad_fwd_input(g, "X", "X"));
-    PE_CHECK(pe_grad_fwd_output(g, "Out", "Out"));
-    PE_CHECK(pe_grad_out_grad(g, "Out", "Out@GRAD"));
-    return pe_grad_in_grad(g, "X", "X@GRAD");
-}
 
 static bool fwd_bool(const pe_op *op, const char *name) {
     const pe_attr *a = pe_op_attr(op, name);

@@ -1,9 +1,10 @@
 /* ops/op.h — the op registry and the kernel contract (internal to PE).
  *
- * ops/ops.def is the single list of op types (an X-macro). From it this
- * header generates the declarations of every infer/kernel function, the
- * registry table and the dispatch: a new op is one line in ops.def plus its
- * functions, never a second hand-kept list.
+ * ops/ops.def is the single list of op types (X-macros: PE_OP, one line per
+ * op, and PE_OPT, the optimizer facts). From it this header generates the
+ * declarations of every infer/kernel function, the registry table and the
+ * dispatch: a new op is one line in ops.def plus its functions, never a
+ * second hand-kept list.
  *
  * Kernel contract:
  *
@@ -20,6 +21,20 @@
  * allocates the outputs on ctx->place and calls the kernel for that place
  * kind. Kernels may use ctx->num_threads OpenMP threads and must not allocate
  * from the system allocator in the steady state.
+ *
+ * The context is all an infer function or kernel sees: the op's tensors and
+ * var names by slot, its attrs through the typed accessors (pe_ctx_int ...
+ * pe_ctx_strings), the op type as ctx->info->name, the place, and the place's
+ * runtime services (ctx->svc: stream, library handles, workspace, transport;
+ * filled by the executor). It holds no pointer to the graph's op, so a
+ * context can be made from something other than a program (a remote request,
+ * a replayed trace), and kernels cannot depend on the graph around them.
+ *
+ * Every per-op fact (slots, attrs, in-place pairs, how the gradient is made,
+ * which optimizer slots are per element, the merged partner of an optimizer
+ * op) is a column or table of ops.def, documented there, parsed once into
+ * pe_op_info; passes and executors ask the registry instead of keeping their
+ * own lists of op types or slot names.
  *
  * Slot spec strings (ops.def): space-separated slot names, with a suffix
  * "?" = dispensable (0 or 1 arg), "*" = duplicable (1 or more), "*?" = any.
@@ -45,6 +60,7 @@ extern "C" {
 typedef struct pe_op_info pe_op_info;
 typedef struct pe_op_ctx pe_op_ctx;
 struct pe_grad_ctx; /* defined by passes/backward (autodiff) */
+struct pe_comm;     /* runtime/comm/comm.h */
 
 typedef pe_status (*pe_infer_fn)(pe_op_ctx *ctx);
 typedef pe_status (*pe_kernel_fn)(const pe_op_ctx *ctx);
@@ -75,7 +91,21 @@ struct pe_op_info {
     pe_infer_fn infer;
     pe_grad_fn grad;                  /* NULL: not differentiable */
     pe_kernel_fn kernels[PE_PLACE_KIND_COUNT];
+    /* PE_GRAD_WIRE: the grad op and its wiring, in call order (grad = pe_grad_wired) */
+    int grad_op_id;                   /* -1 unless the gradient is wired */
+    int n_grad_wire;
+    struct { int kind; const char *fslot, *gslot; } grad_wire[2 * PE_MAX_SLOTS]; /* kind: PE_WIRE_* */
+    /* optimizer facts (ops.def PE_OPT; -1 and 0 for every other op) */
+    int merged_id;                    /* sgd: PE_OP_merged_sgd, the op over n parameters */
+    int fused_from_id;                /* merged_sgd: PE_OP_sgd, the op type it merges */
+    unsigned elem_in_mask;            /* bit i: inputs[i] holds one value per parameter element */
+    unsigned elem_out_mask;           /* bit i: outputs[i] likewise */
+    int n_elem_pairs; int elem_pairs[PE_MAX_SLOTS][2]; /* per-element (input, output) updated in place */
+    unsigned shared_in_mask;          /* bit i: members of the merged op may share inputs[i] */
 };
+
+/* How PE_GRAD_WIRE wires one slot of the grad op (ops/grad.h functions). */
+enum { PE_WIRE_FWD_INPUT = 0, PE_WIRE_FWD_OUTPUT, PE_WIRE_OUT_GRAD, PE_WIRE_IN_GRAD };
 
 /* ---- generated declarations and op ids -------------------------------- */
 
@@ -83,6 +113,7 @@ struct pe_op_info {
 #define PE_NO_CUDA pe_cuda_none
 #define PE_GRAD(fn) fn
 #define PE_NO_GRAD pe_grad_none
+#define PE_GRAD_WIRE(type, ins, outs) pe_grad_wired
 #define PE_OP(name, ins, outs, attrs, infer, grad, inplace, cpu, cuda) \
     pe_status infer(pe_op_ctx *ctx);                                    \
     pe_status cpu(const pe_op_ctx *ctx);                                \
@@ -94,6 +125,7 @@ struct pe_op_info {
 #undef PE_NO_CUDA
 #undef PE_GRAD
 #undef PE_NO_GRAD
+#undef PE_GRAD_WIRE
 
 typedef enum pe_op_id {
 #define PE_OP(name, ...) PE_OP_##name,
@@ -113,13 +145,48 @@ int pe_op_info_output_index(const pe_op_info *info, const char *slot);
 const pe_attr_info *pe_op_info_attr(const pe_op_info *info, const char *name);
 /* Attrs every op may carry (op_role, op_role_var, op_namescope, ...). */
 const pe_attr_info *pe_common_attr(const char *name);
+/* PE_OP_<type>, or -1 when `type` is not registered: passes test op types
+ * with it (`pe_op_type_id(op->type) == PE_OP_sgd`), never with strcmp. */
+int pe_op_type_id(const char *type);
+
+/* Optimizer facts (ops.def PE_OPT), by slot index; false for other ops. */
+static inline bool pe_op_info_elem_input(const pe_op_info *info, int slot) {
+    return slot >= 0 && slot < PE_MAX_SLOTS && (info->elem_in_mask >> slot & 1u);
+}
+static inline bool pe_op_info_elem_output(const pe_op_info *info, int slot) {
+    return slot >= 0 && slot < PE_MAX_SLOTS && (info->elem_out_mask >> slot & 1u);
+}
+static inline bool pe_op_info_shared_input(const pe_op_info *info, int slot) {
+    return slot >= 0 && slot < PE_MAX_SLOTS && (info->shared_in_mask >> slot & 1u);
+}
+/* An optimizer op over one parameter (sgd, momentum, adam: one with a merged form). */
+static inline bool pe_op_info_is_optimizer(const pe_op_info *info) { return info && info->merged_id >= 0; }
+/* A merged optimizer op (merged_sgd, ...: one made from an optimizer op). */
+static inline bool pe_op_info_is_merged(const pe_op_info *info) { return info && info->fused_from_id >= 0; }
 
 /* ---- op context -------------------------------------------------------- */
 
+/* Runtime services of one place, for the kernels that need them. The
+ * executor fills one per place when it makes the place's op contexts (today
+ * every field is NULL / 0: the CPU kernels need none of them, and the CUDA
+ * kernels use the default stream); a kernel must accept NULL for each. The
+ * services are the executor's, borrowed by the context. */
+typedef struct pe_place_services {
+    void *stream;                           /* cudaStream_t of the place's compute stream */
+    void *blas;                             /* cublasHandle_t bound to `stream` */
+    void *dnn;                              /* cudnnHandle_t bound to `stream` */
+    void *workspace;                        /* scratch the kernel may use during one call */
+    size_t workspace_bytes;
+    struct pe_comm *comm;                   /* transport for ops that talk to other places */
+} pe_place_services;
+
+/* What a kernel or infer function sees of one op: its tensors, attrs and
+ * place, never the graph (the pe_op it was made from is not kept). Made by
+ * pe_op_ctx_init; the executor keeps one per op and place. */
 struct pe_op_ctx {
-    const pe_op *op;
-    const pe_op_info *info;
+    const pe_op_info *info;                 /* the op type: info->name, slots, attrs */
     pe_place place;
+    const pe_place_services *svc;           /* borrowed; NULL where the executor gives none */
     int num_threads;                        /* OpenMP threads the kernel may use */
     uint64_t program_seed;                  /* Program.random_seed, for random ops */
     int n_in[PE_MAX_SLOTS];                 /* per info->inputs[i] */
@@ -133,8 +200,10 @@ struct pe_op_ctx {
 };
 
 /* Resolves op's inputs (found in scope or its parents) and outputs (created
- * in `scope` when not found in it or a parent). Fails naming the op and var
- * when an input is missing. `ctx` owns internal arrays: pe_op_ctx_release. */
+ * in `scope` when not found in it or a parent) and its attrs (op's own or the
+ * registry default; pointers into `op`, which must outlive the context).
+ * ctx->svc starts NULL. Fails naming the op and var when an input is missing.
+ * `ctx` owns internal arrays: pe_op_ctx_release. */
 pe_status pe_op_ctx_init(pe_op_ctx *ctx, const pe_op *op, pe_scope *scope, pe_place place);
 void pe_op_ctx_release(pe_op_ctx *ctx);
 /* infer -> allocate outputs on ctx->place -> kernel. Errors name op and place. */
@@ -158,8 +227,10 @@ const char *pe_ctx_string(const pe_op_ctx *ctx, const char *name);
 /* List attrs: returns element pointer and count in *n. */
 const int64_t *pe_ctx_ints(const pe_op_ctx *ctx, const char *name, int *n);
 const double *pe_ctx_floats(const pe_op_ctx *ctx, const char *name, int *n);
+const char *const *pe_ctx_strings(const pe_op_ctx *ctx, const char *name, int *n);
 
-/* Error helper for infer/kernels: "op <type> (out <var>) on <place>: <msg>". */
+/* Error helper for infer/kernels: "op <type> (output '<var>') on <place>: <msg>"
+ * (type: ctx->info->name; var: the first arg of the first output slot given). */
 pe_status pe_ctx_error(const pe_op_ctx *ctx, pe_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

@@ -1,8 +1,8 @@
 /* ops/reduce.c — shape inference of the reductions: mean, sum, arg_max,
  * top_k, accuracy, reduce_sum / reduce_mean over dims (softmax keeps X's
  * shape and is checked by pe_infer_unary in ops/elementwise.c, where ops.def
- * routes it); the grad makers of mean, sum, softmax, reduce_sum and
- * reduce_mean and the shape inference of their grad ops.
+ * routes it) and the shape inference of the grad ops of mean, sum, softmax,
+ * reduce_sum and reduce_mean (their grad makers are wired in ops.def).
  *
  * Shapes follow Paddle before 0-D tensors existed: a full reduction gives
  * shape [1], never rank 0, so per-place results concatenate along axis 0.
@@ -298,32 +298,4 @@ pe_status pe_infer_reduce_grad(pe_op_ctx *ctx) {
     int on = reduce_out_dims(x, red, pe_ctx_bool(ctx, "keep_dim"), od);
     PE_CHECK(check_grad(ctx, "Out@GRAD", g, x->dtype, pe_dims_prod(od, 0, on), "Out"));
     return pe_infer_set_out(ctx, "X@GRAD", x->dtype, x->ndim, x->dims);
-}
-
-/* ---- grad makers -------------------------------------------------------------- */
-
-/* <type>(X, Out@GRAD) -> X@GRAD: mean, reduce_sum, reduce_mean (X for its shape). */
-static pe_status grad_with_x(pe_grad_ctx *g, const char *type) {
-    PE_CHECK(pe_grad_new_op(g, type));
-    PE_CHECK(pe_grad_fwd_input(g, "X", "X"));
-    PE_CHECK(pe_grad_out_grad(g, "Out", "Out@GRAD"));
-    return pe_grad_in_grad(g, "X", "X@GRAD");
-}
-pe_status pe_grad_mean(pe_grad_ctx *g) { return grad_with_x(g, "mean_grad"); }
-pe_status pe_grad_reduce_sum(pe_grad_ctx *g) { return grad_with_x(g, "reduce_sum_grad"); }
-pe_status pe_grad_reduce_mean(pe_grad_ctx *g) { return grad_with_x(g, "reduce_mean_grad"); }
-
-/* sum: sum_grad(Out@GRAD) -> X@GRAD (one output per input, @EMPTY@ where none is needed) */
-pe_status pe_grad_sum(pe_grad_ctx *g) {
-    PE_CHECK(pe_grad_new_op(g, "sum_grad"));
-    PE_CHECK(pe_grad_out_grad(g, "Out", "Out@GRAD"));
-    return pe_grad_in_grad(g, "X", "X@GRAD");
-}
-
-/* softmax: softmax_grad(Out, Out@GRAD) -> X@GRAD */
-pe_status pe_grad_softmax(pe_grad_ctx *g) {
-    PE_CHECK(pe_grad_new_op(g, "softmax_grad"));
-    PE_CHECK(pe_grad_fwd_output(g, "Out", "Out"));
-    PE_CHECK(pe_grad_out_grad(g, "Out", "Out@GRAD"));
-    return pe_grad_in_grad(g, "X", "X@GRAD");
 }

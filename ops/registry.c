@@ -3,6 +3,10 @@
  *
  * The slot and attr specs of ops.def are strings parsed once at first use
  * (pthread_once) into pe_op_info tables; a bad spec is a PE bug and asserts.
+ * The derived facts are parsed in the same pass, after every op: the
+ * PE_GRAD_WIRE wiring (checked against the slots of the op and of its grad
+ * op) and the optimizer facts of the PE_OPT table (given to the op and to its
+ * merged partner alike, so both answer pe_op_info_elem_input the same way).
  * Attr accessors resolve to the op's own attr or the registry default, so
  * kernels never handle a missing attr. The program checker has already
  * verified attr types, so accessors only assert.
@@ -20,11 +24,14 @@ typedef struct {
     const char *name, *ins, *outs, *attrs, *inplace;
     pe_infer_fn infer;
     pe_grad_fn grad;
+    int grad_op;                        /* PE_GRAD_WIRE: the grad op's id, else -1 */
+    const char *grad_ins, *grad_outs;   /* PE_GRAD_WIRE: the wiring, else NULL */
     pe_kernel_fn cpu, cuda;
 } op_spec;
 
-#define PE_GRAD(fn) fn
-#define PE_NO_GRAD NULL
+#define PE_GRAD(fn) fn, -1, NULL, NULL
+#define PE_NO_GRAD NULL, -1, NULL, NULL
+#define PE_GRAD_WIRE(type, ins, outs) pe_grad_wired, PE_OP_##type, ins, outs
 #ifdef PE_WITH_CUDA
 #define PE_CUDA(fn) fn
 #else
@@ -41,6 +48,19 @@ static const op_spec k_specs[] = {
 #undef PE_NO_CUDA
 #undef PE_GRAD
 #undef PE_NO_GRAD
+#undef PE_GRAD_WIRE
+
+/* The optimizer facts (second table of ops.def). */
+typedef struct {
+    int id, merged;
+    const char *elem, *shared;
+} opt_spec;
+
+static const opt_spec k_opts[] = {
+#define PE_OPT(name, merged, elem, shared) {PE_OP_##name, PE_OP_##merged, elem, shared},
+#include "ops/ops.def"
+#undef PE_OPT
+};
 
 static pe_op_info g_infos[PE_OP_COUNT];
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -58,15 +78,26 @@ static char *dup_range(const char *b, const char *e) {
     return s;
 }
 
+/* The next space-separated token of a spec at *p: [*b, *e); false at the end. */
+static bool next_token(const char **p, const char **b, const char **e) {
+    while (**p == ' ') (*p)++;
+    if (!**p) return false;
+    *b = *p;
+    while (**p && **p != ' ') (*p)++;
+    *e = *p;
+    return true;
+}
+
+static int slot_index(const pe_slot_info *slots, int n, const char *b, const char *e) {
+    for (int i = 0; i < n; i++)
+        if (strlen(slots[i].name) == (size_t)(e - b) && !strncmp(slots[i].name, b, (size_t)(e - b))) return i;
+    return -1;
+}
+
 static int parse_slots(const char *spec, pe_slot_info *out) {
     int n = 0;
-    const char *p = spec;
-    while (*p) {
-        while (*p == ' ') p++;
-        if (!*p) break;
-        const char *b = p;
-        while (*p && *p != ' ') p++;
-        const char *e = p;
+    const char *p = spec, *b, *e;
+    while (next_token(&p, &b, &e)) {
         int arity = PE_ARITY_ONE;
         if (e - b >= 2 && e[-2] == '*' && e[-1] == '?') { arity = PE_ARITY_ANY; e -= 2; }
         else if (e[-1] == '*') { arity = PE_ARITY_MANY; e--; }
@@ -125,29 +156,109 @@ static void parse_default(pe_attr *a, const char *v) {
 
 static int parse_attrs(const char *spec, pe_attr_info *out, int max) {
     int n = 0;
-    const char *p = spec;
-    while (*p) {
-        while (*p == ' ') p++;
-        if (!*p) break;
-        const char *b = p;
-        while (*p && *p != ' ') p++;
-        const char *colon = memchr(b, ':', (size_t)(p - b));
+    const char *p = spec, *b, *e;
+    while (next_token(&p, &b, &e)) {
+        const char *colon = memchr(b, ':', (size_t)(e - b));
         PE_ASSERT(colon);
-        const char *eq = memchr(colon, '=', (size_t)(p - colon));
+        const char *eq = memchr(colon, '=', (size_t)(e - colon));
         PE_ASSERT(n < max);
         pe_attr_info *ai = &out[n++];
         memset(ai, 0, sizeof *ai);
         ai->name = dup_range(b, colon);
-        const char *te = eq ? eq : p;
+        const char *te = eq ? eq : e;
         PE_ASSERT(parse_attr_type(colon + 1, (size_t)(te - colon - 1), &ai->type));
         ai->def.name = (char *)ai->name;
         ai->def.type = ai->type;
         ai->required = eq == NULL;
-        char *v = eq ? dup_range(eq + 1, p) : strdup("");
+        char *v = eq ? dup_range(eq + 1, e) : strdup("");
         parse_default(&ai->def, v);
         free(v);
     }
     return n;
+}
+
+static bool ends_grad(const char *b, const char *e) {
+    size_t n = strlen(PE_GRAD_SUFFIX);
+    return (size_t)(e - b) > n && !strncmp(e - n, PE_GRAD_SUFFIX, n);
+}
+
+/* PE_GRAD_WIRE input token: "F@GRAD" (gradient of forward output F) or the
+ * name of a forward input or output slot (never both). */
+static void wire_in(pe_op_info *info, const pe_op_info *go, const char *b, const char *e) {
+    int gi = slot_index(go->inputs, go->n_inputs, b, e);
+    PE_ASSERT(gi >= 0 && info->n_grad_wire < 2 * PE_MAX_SLOTS);
+    int kind, fi;
+    if (ends_grad(b, e)) {
+        kind = PE_WIRE_OUT_GRAD;
+        fi = slot_index(info->outputs, info->n_outputs, b, e - strlen(PE_GRAD_SUFFIX));
+        PE_ASSERT(fi >= 0);
+    } else {
+        int ii = slot_index(info->inputs, info->n_inputs, b, e), oi = slot_index(info->outputs, info->n_outputs, b, e);
+        PE_ASSERT((ii >= 0) != (oi >= 0));
+        kind = ii >= 0 ? PE_WIRE_FWD_INPUT : PE_WIRE_FWD_OUTPUT;
+        fi = ii >= 0 ? ii : oi;
+    }
+    info->grad_wire[info->n_grad_wire].kind = kind;
+    info->grad_wire[info->n_grad_wire].fslot = kind == PE_WIRE_FWD_INPUT ? info->inputs[fi].name : info->outputs[fi].name;
+    info->grad_wire[info->n_grad_wire].gslot = go->inputs[gi].name;
+    info->n_grad_wire++;
+}
+
+/* PE_GRAD_WIRE output token: "F@GRAD", the gradients of forward input F. */
+static void wire_out(pe_op_info *info, const pe_op_info *go, const char *b, const char *e) {
+    int gi = slot_index(go->outputs, go->n_outputs, b, e);
+    PE_ASSERT(gi >= 0 && ends_grad(b, e) && info->n_grad_wire < 2 * PE_MAX_SLOTS);
+    int fi = slot_index(info->inputs, info->n_inputs, b, e - strlen(PE_GRAD_SUFFIX));
+    PE_ASSERT(fi >= 0);
+    info->grad_wire[info->n_grad_wire].kind = PE_WIRE_IN_GRAD;
+    info->grad_wire[info->n_grad_wire].fslot = info->inputs[fi].name;
+    info->grad_wire[info->n_grad_wire].gslot = go->outputs[gi].name;
+    info->n_grad_wire++;
+}
+
+/* PE_OPT per-element token: "In>Out" (an in-place pair of the op) or "In". */
+static void elem_slot(pe_op_info *info, const char *b, const char *e) {
+    const char *gt = memchr(b, '>', (size_t)(e - b));
+    int ii = slot_index(info->inputs, info->n_inputs, b, gt ? gt : e);
+    PE_ASSERT(ii >= 0);
+    info->elem_in_mask |= 1u << ii;
+    if (!gt) return;
+    int oi = slot_index(info->outputs, info->n_outputs, gt + 1, e);
+    bool inplace = false;
+    for (int k = 0; k < info->n_inplace; k++) inplace |= info->inplace[k][0] == ii && info->inplace[k][1] == oi;
+    PE_ASSERT(oi >= 0 && inplace && info->n_elem_pairs < PE_MAX_SLOTS);
+    info->elem_out_mask |= 1u << oi;
+    info->elem_pairs[info->n_elem_pairs][0] = ii;
+    info->elem_pairs[info->n_elem_pairs][1] = oi;
+    info->n_elem_pairs++;
+}
+
+static void shared_slot(pe_op_info *info, const char *b, const char *e) {
+    int ii = slot_index(info->inputs, info->n_inputs, b, e);
+    PE_ASSERT(ii >= 0);
+    info->shared_in_mask |= 1u << ii;
+}
+
+/* After every op is parsed: the wiring of PE_GRAD_WIRE ops, the optimizer facts. */
+static void init_facts(void) {
+    const char *p, *b, *e;
+    for (int i = 0; i < PE_OP_COUNT; i++) {
+        const op_spec *s = &k_specs[i];
+        if (s->grad_op < 0) continue;
+        g_infos[i].grad_op_id = s->grad_op;
+        for (p = s->grad_ins; next_token(&p, &b, &e);) wire_in(&g_infos[i], &g_infos[s->grad_op], b, e);
+        for (p = s->grad_outs; next_token(&p, &b, &e);) wire_out(&g_infos[i], &g_infos[s->grad_op], b, e);
+    }
+    for (size_t k = 0; k < sizeof k_opts / sizeof k_opts[0]; k++) {
+        const opt_spec *o = &k_opts[k];
+        g_infos[o->id].merged_id = o->merged;
+        g_infos[o->merged].fused_from_id = o->id;
+        const int ids[2] = {o->id, o->merged};
+        for (int j = 0; j < 2; j++) {
+            for (p = o->elem; next_token(&p, &b, &e);) elem_slot(&g_infos[ids[j]], b, e);
+            for (p = o->shared; next_token(&p, &b, &e);) shared_slot(&g_infos[ids[j]], b, e);
+        }
+    }
 }
 
 static void init_registry(void) {
@@ -166,33 +277,26 @@ static void init_registry(void) {
         info->grad = s->grad;
         info->kernels[PE_PLACE_CPU] = s->cpu;
         info->kernels[PE_PLACE_CUDA] = s->cuda;
+        info->grad_op_id = info->merged_id = info->fused_from_id = -1;
         /* inplace pairs "X>Out Y>Out2"; "-X": X's data is never read */
-        const char *p = s->inplace;
-        while (*p) {
-            while (*p == ' ') p++;
-            if (!*p) break;
-            const char *b = p;
-            while (*p && *p != ' ') p++;
+        const char *p = s->inplace, *b, *e;
+        while (next_token(&p, &b, &e)) {
             if (*b == '-') {
-                char *in = dup_range(b + 1, p);
-                int ii = pe_op_info_input_index(info, in);
+                int ii = slot_index(info->inputs, info->n_inputs, b + 1, e);
                 PE_ASSERT(ii >= 0);
                 info->no_buffer[ii] = true;
-                free(in);
                 continue;
             }
-            const char *gt = memchr(b, '>', (size_t)(p - b));
+            const char *gt = memchr(b, '>', (size_t)(e - b));
             PE_ASSERT(gt);
-            char *in = dup_range(b, gt), *out = dup_range(gt + 1, p);
-            int ii = pe_op_info_input_index(info, in), oi = pe_op_info_output_index(info, out);
+            int ii = slot_index(info->inputs, info->n_inputs, b, gt), oi = slot_index(info->outputs, info->n_outputs, gt + 1, e);
             PE_ASSERT(ii >= 0 && oi >= 0 && info->n_inplace < PE_MAX_SLOTS);
             info->inplace[info->n_inplace][0] = ii;
             info->inplace[info->n_inplace][1] = oi;
             info->n_inplace++;
-            free(in);
-            free(out);
         }
     }
+    init_facts();
 }
 
 static void ensure_init(void) { pthread_once(&g_once, init_registry); }
@@ -211,6 +315,11 @@ const pe_op_info *pe_op_info_get(int id) {
 }
 
 int pe_op_info_count(void) { return PE_OP_COUNT; }
+
+int pe_op_type_id(const char *type) {
+    const pe_op_info *info = pe_op_info_find(type);
+    return info ? info->id : -1;
+}
 
 int pe_op_info_input_index(const pe_op_info *info, const char *slot) {
     for (int i = 0; i < info->n_inputs; i++)
@@ -249,7 +358,6 @@ pe_status pe_op_ctx_init(pe_op_ctx *ctx, const pe_op *op, pe_scope *scope, pe_pl
     memset(ctx, 0, sizeof *ctx);
     const pe_op_info *info = pe_op_info_find(op->type);
     if (!info) return pe_error(PE_ERR_NOT_FOUND, "unknown op type '%s'", op->type);
-    ctx->op = op;
     ctx->info = info;
     ctx->place = place;
     ctx->num_threads = 1;
@@ -433,6 +541,11 @@ const double *pe_ctx_floats(const pe_op_ctx *ctx, const char *name, int *n) {
     const pe_attr *a = ctx_attr(ctx, name);
     *n = a->n;
     return a->floats;
+}
+const char *const *pe_ctx_strings(const pe_op_ctx *ctx, const char *name, int *n) {
+    const pe_attr *a = ctx_attr(ctx, name);
+    *n = a->n;
+    return (const char *const *)a->strings;
 }
 
 pe_status pe_ctx_error(const pe_op_ctx *ctx, pe_status st, const char *fmt, ...) {

@@ -1,4 +1,5 @@
-/* ops/tensor.c — shape inference and grad makers of the tensor family:
+/* ops/tensor.c — shape inference of the tensor family (and the grad maker
+ * of the reshaping ops; the others' are wired in ops.def):
  * reshape2, transpose2, concat, split, slice, flatten_contiguous_range,
  * flatten2, squeeze2, unsqueeze2 (and their grads), fill_constant,
  * assign_value.
@@ -398,13 +399,6 @@ pe_status pe_infer_split_grad(pe_op_ctx *ctx) {
     return pe_infer_set_meta(ctx, dx, g0->dtype, r, d);
 }
 
-/* split -> split_grad(Out@GRAD*) -> X@GRAD */
-pe_status pe_grad_split(pe_grad_ctx *g) {
-    PE_CHECK(pe_grad_new_op(g, "split_grad"));
-    PE_CHECK(pe_grad_out_grad(g, "Out", "Out@GRAD"));
-    return pe_grad_in_grad(g, "X", "X@GRAD");
-}
-
 /* ---- concat_grad -------------------------------------------------------------- */
 
 /* X_i: [..., a_i, ...], Out@GRAD: [..., sum a_i, ...] -> X@GRAD_i like X_i (absent ones skipped) */
@@ -422,14 +416,6 @@ pe_status pe_infer_concat_grad(pe_op_ctx *ctx) {
         if (dx) PE_CHECK(pe_infer_set_meta(ctx, dx, x->dtype, x->ndim, x->dims));
     }
     return PE_OK;
-}
-
-/* concat -> concat_grad(X*, Out@GRAD) -> X@GRAD*? */
-pe_status pe_grad_concat(pe_grad_ctx *g) {
-    PE_CHECK(pe_grad_new_op(g, "concat_grad"));
-    PE_CHECK(pe_grad_fwd_input(g, "X", "X"));
-    PE_CHECK(pe_grad_out_grad(g, "Out", "Out@GRAD"));
-    return pe_grad_in_grad(g, "X", "X@GRAD");
 }
 
 /* ---- reshaping ops' gradients --------------------------------------------------- */
@@ -502,14 +488,6 @@ pe_status pe_infer_transpose2_grad(pe_op_ctx *ctx) {
         return pe_ctx_error(ctx, PE_ERR_INVALID, "XShape '%s' does not match Out@GRAD '%s' and axis",
                             pe_ctx_in_name(ctx, "XShape", 0), pe_ctx_in_name(ctx, "Out@GRAD", 0));
     return pe_infer_set_meta(ctx, dx, g->dtype, n, d);
-}
-
-/* transpose2 -> transpose2_grad(XShape?, Out@GRAD) -> X@GRAD */
-pe_status pe_grad_transpose2(pe_grad_ctx *g) {
-    PE_CHECK(pe_grad_new_op(g, "transpose2_grad"));
-    PE_CHECK(pe_grad_fwd_output(g, "XShape", "XShape"));
-    PE_CHECK(pe_grad_out_grad(g, "Out", "Out@GRAD"));
-    return pe_grad_in_grad(g, "X", "X@GRAD");
 }
 
 /* ---- flatten_contiguous_range, flatten2, squeeze2, unsqueeze2 ------------------- */
@@ -685,12 +663,4 @@ pe_status pe_infer_slice_grad(pe_op_ctx *ctx) {
     PE_CHECK(pe_slice_plan_make(ctx, "Input", in, &sp));
     PE_CHECK(pe_infer_check_grad(ctx, "Out@GRAD", g, in->dtype, sp.out_ndim, sp.out_dims));
     return pe_infer_set_meta(ctx, dx, in->dtype, in->ndim, in->dims);
-}
-
-/* slice -> slice_grad(Input, Out@GRAD) -> Input@GRAD */
-pe_status pe_grad_slice(pe_grad_ctx *g) {
-    PE_CHECK(pe_grad_new_op(g, "slice_grad"));
-    PE_CHECK(pe_grad_fwd_input(g, "Input", "Input"));
-    PE_CHECK(pe_grad_out_grad(g, "Out", "Out@GRAD"));
-    return pe_grad_in_grad(g, "Input", "Input@GRAD");
 }

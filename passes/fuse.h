@@ -23,6 +23,7 @@
 #define PE_PASSES_FUSE_H
 
 #include "graph/strmap.h"
+#include "ops/op.h"
 #include "pe/program.h"
 
 typedef struct pe_fuse_opts {
@@ -88,6 +89,12 @@ const char *pe_fuse_in(const pe_op *op, const char *slot);
 const char *pe_fuse_out(const pe_op *op, const char *slot);
 /* An int attr (default when absent). */
 int64_t pe_fuse_attr_int(const pe_op *op, const char *name, int64_t def);
+/* The one reader of `var` of op type `type_id` (PE_OP_<name>) whose input
+ * slot `slot` is `var`; -1 when there is none or more than one. */
+int pe_fuse_reader_of(const pe_block *b, const pe_use_index *ix, const char *var, int type_id, const char *slot);
+/* True for the activations the fused kernels implement (relu, sigmoid, tanh:
+ * ops/cpu/fused_act.h), by op id. */
+bool pe_fuse_is_act(int type_id);
 
 /* A growable list of owned strings (names copied out of ops before the
  * block is edited). */

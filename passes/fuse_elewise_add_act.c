@@ -30,20 +30,7 @@ typedef struct {
     bool keep_g;
 } ea_match;
 
-static bool is_act(const char *t) { return !strcmp(t, "relu") || !strcmp(t, "sigmoid") || !strcmp(t, "tanh"); }
 static bool streq(const char *a, const char *b) { return a && b && !strcmp(a, b); }
-
-static int reader_of(const pe_block *b, const pe_use_index *ix, const char *var, const char *type, const char *slot) {
-    const pe_var_uses *u = var ? pe_uses_get(ix, var) : NULL;
-    int found = -1;
-    for (int i = 0; u && i < u->n_readers; i++) {
-        const pe_op *op = &b->ops[u->readers[i]];
-        if (strcmp(op->type, type) || !streq(pe_fuse_in(op, slot), var)) continue;
-        if (found >= 0) return -1;
-        found = u->readers[i];
-    }
-    return found;
-}
 
 /* Declared dims of a and b are equal (and fully comparable). */
 static bool same_decl(const pe_block *b, const char *x, const char *y) {
@@ -57,23 +44,21 @@ static bool same_decl(const pe_block *b, const char *x, const char *y) {
 static bool match(const pe_program *p, const pe_use_index *ix, const pe_fuse_opts *o, int i, ea_match *m) {
     const pe_block *b = &p->blocks[0];
     const pe_op *add = &b->ops[i];
-    if (strcmp(add->type, "elementwise_add")) return false;
+    if (pe_op_type_id(add->type) != PE_OP_elementwise_add) return false;
     const char *a = pe_fuse_in(add, "X"), *y = pe_fuse_in(add, "Y"), *t = pe_fuse_out(add, "Out");
     if (!a || !y || !t) return false;
     const pe_var_uses *ut = pe_uses_get(ix, t);
     if (!ut || ut->n_readers != 1) return false;
     *m = (ea_match){.add = i, .act = ut->readers[0], .act_grad = -1, .add_grad = -1};
     const pe_op *act = &b->ops[m->act];
-    if (!is_act(act->type) || !streq(pe_fuse_in(act, "X"), t)) return false;
+    if (!pe_fuse_is_act(pe_op_type_id(act->type)) || !streq(pe_fuse_in(act, "X"), t)) return false;
     const char *out = pe_fuse_out(act, "Out");
     if (!out) return false;
     int64_t axis = pe_fuse_attr_int(add, "axis", -1);
 
-    char gt[64];
-    snprintf(gt, sizeof gt, "%s_grad", act->type);
-    m->act_grad = reader_of(b, ix, out, gt, "Out");
+    m->act_grad = pe_fuse_reader_of(b, ix, out, pe_op_info_find(act->type)->grad_op_id, "Out");
     const char *g = m->act_grad >= 0 ? pe_fuse_out(&b->ops[m->act_grad], "X@GRAD") : NULL;
-    m->add_grad = reader_of(b, ix, g, "elementwise_add_grad", "Out@GRAD");
+    m->add_grad = pe_fuse_reader_of(b, ix, g, PE_OP_elementwise_add_grad, "Out@GRAD");
     if (m->act_grad >= 0) {
         if (m->add_grad < 0) return false;
         const pe_op *ag = &b->ops[m->add_grad];

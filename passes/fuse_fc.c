@@ -32,29 +32,12 @@ typedef struct {
     int act_grad, add_grad, mul_grad; /* -1 = no backward */
 } fc_match;
 
-static bool is_act(const char *t) { return !strcmp(t, "relu") || !strcmp(t, "sigmoid") || !strcmp(t, "tanh"); }
-
-/* The one reader of `var` of type `type` whose slot `slot` is `var`; -1
- * when there is none or more than one. */
-static int reader_of(const pe_block *b, const pe_use_index *ix, const char *var, const char *type, const char *slot) {
-    const pe_var_uses *u = var ? pe_uses_get(ix, var) : NULL;
-    int found = -1;
-    for (int i = 0; u && i < u->n_readers; i++) {
-        const pe_op *op = &b->ops[u->readers[i]];
-        const char *a = pe_fuse_in(op, slot);
-        if (strcmp(op->type, type) || !a || strcmp(a, var)) continue;
-        if (found >= 0) return -1;
-        found = u->readers[i];
-    }
-    return found;
-}
-
 static bool streq(const char *a, const char *b) { return a && b && !strcmp(a, b); }
 
 static bool match(const pe_program *p, const pe_use_index *ix, const pe_fuse_opts *o, int i, fc_match *m) {
     const pe_block *b = &p->blocks[0];
     const pe_op *mul = &b->ops[i];
-    if (strcmp(mul->type, "mul")) return false;
+    if (pe_op_type_id(mul->type) != PE_OP_mul) return false;
     const char *x = pe_fuse_in(mul, "X"), *w = pe_fuse_in(mul, "Y"), *t1 = pe_fuse_out(mul, "Out");
     if (!x || !w || !t1 || pe_fuse_attr_int(mul, "y_num_col_dims", 1) != 1) return false;
     int64_t xcd = pe_fuse_attr_int(mul, "x_num_col_dims", 1);
@@ -62,7 +45,7 @@ static bool match(const pe_program *p, const pe_use_index *ix, const pe_fuse_opt
     if (!wv || wv->ndim != 2 || wv->dims[1] <= 0 || !t1v || t1v->ndim != xcd + 1) return false;
 
     *m = (fc_match){.mul = i, .add = -1, .act = -1, .act_grad = -1, .add_grad = -1, .mul_grad = -1};
-    m->add = reader_of(b, ix, t1, "elementwise_add", "X");
+    m->add = pe_fuse_reader_of(b, ix, t1, PE_OP_elementwise_add, "X");
     if (m->add < 0) return false;
     const pe_op *add = &b->ops[m->add];
     const char *bias = pe_fuse_in(add, "Y"), *t2 = pe_fuse_out(add, "Out");
@@ -72,7 +55,7 @@ static bool match(const pe_program *p, const pe_use_index *ix, const pe_fuse_opt
 
     /* the activation: the only reader of t2 */
     const pe_var_uses *u2 = pe_uses_get(ix, t2);
-    if (u2 && u2->n_readers == 1 && is_act(b->ops[u2->readers[0]].type) &&
+    if (u2 && u2->n_readers == 1 && pe_fuse_is_act(pe_op_type_id(b->ops[u2->readers[0]].type)) &&
         streq(pe_fuse_in(&b->ops[u2->readers[0]], "X"), t2)) {
         int fwd2[2] = {m->add, u2->readers[0]};
         if (pe_fuse_is_intermediate(p, ix, o, t2, fwd2, 2)) m->act = u2->readers[0];
@@ -81,14 +64,12 @@ static bool match(const pe_program *p, const pe_use_index *ix, const pe_fuse_opt
     if (!out) return false;
 
     /* the backward, all or nothing */
-    char gt[64];
     const char *g_pre = NULL; /* gradient reaching t2 */
     if (m->act >= 0) {
-        snprintf(gt, sizeof gt, "%s_grad", b->ops[m->act].type);
-        m->act_grad = reader_of(b, ix, out, gt, "Out");
+        m->act_grad = pe_fuse_reader_of(b, ix, out, pe_op_info_find(b->ops[m->act].type)->grad_op_id, "Out");
         if (m->act_grad >= 0) g_pre = pe_fuse_out(&b->ops[m->act_grad], "X@GRAD");
     }
-    m->add_grad = reader_of(b, ix, t1, "elementwise_add_grad", "X");
+    m->add_grad = pe_fuse_reader_of(b, ix, t1, PE_OP_elementwise_add_grad, "X");
     bool any_bwd = m->act_grad >= 0 || m->add_grad >= 0;
     if (any_bwd) {
         if (m->add_grad < 0 || (m->act >= 0 && m->act_grad < 0)) return false;
@@ -96,7 +77,7 @@ static bool match(const pe_program *p, const pe_use_index *ix, const pe_fuse_opt
         if (!streq(pe_fuse_in(ag, "Y"), bias) || pe_fuse_attr_int(ag, "axis", -1) != axis) return false;
         if (m->act >= 0 && !streq(pe_fuse_in(ag, "Out@GRAD"), g_pre)) return false;
         const char *g1 = pe_fuse_out(ag, "X@GRAD");
-        m->mul_grad = reader_of(b, ix, g1, "mul_grad", "Out@GRAD");
+        m->mul_grad = pe_fuse_reader_of(b, ix, g1, PE_OP_mul_grad, "Out@GRAD");
         if (m->mul_grad < 0) return false;
         const pe_op *mg = &b->ops[m->mul_grad];
         if (!streq(pe_fuse_in(mg, "X"), x) || !streq(pe_fuse_in(mg, "Y"), w) ||

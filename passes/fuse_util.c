@@ -182,6 +182,21 @@ const char *pe_fuse_arg(const pe_slot *s) {
 const char *pe_fuse_in(const pe_op *op, const char *slot) { return pe_fuse_arg(pe_op_input(op, slot)); }
 const char *pe_fuse_out(const pe_op *op, const char *slot) { return pe_fuse_arg(pe_op_output(op, slot)); }
 
+int pe_fuse_reader_of(const pe_block *b, const pe_use_index *ix, const char *var, int type_id, const char *slot) {
+    const pe_var_uses *u = var ? pe_uses_get(ix, var) : NULL;
+    int found = -1;
+    for (int i = 0; u && i < u->n_readers; i++) {
+        const pe_op *op = &b->ops[u->readers[i]];
+        const char *a = pe_fuse_in(op, slot);
+        if (pe_op_type_id(op->type) != type_id || !a || strcmp(a, var)) continue;
+        if (found >= 0) return -1;
+        found = u->readers[i];
+    }
+    return found;
+}
+
+bool pe_fuse_is_act(int type_id) { return type_id == PE_OP_relu || type_id == PE_OP_sigmoid || type_id == PE_OP_tanh; }
+
 int64_t pe_fuse_attr_int(const pe_op *op, const char *name, int64_t def) {
     const pe_attr *a = pe_op_attr(op, name);
     return a ? a->i : def;

@@ -11,8 +11,9 @@
  * there, followed by a broadcast of the updated parameter.
  *
  * shard_optimizer (CPU places, all_reduce): an sgd / momentum / adam op
- * whose gradient nothing else reads, and whose parameter and accumulators
- * nothing else writes, becomes k = min(places, numel / SHARD_MIN_ELEMS)
+ * (an optimizer op of the registry, ops.def PE_OPT, whose per-element slots
+ * say what splits) whose gradient nothing else reads, and whose parameter
+ * and accumulators nothing else writes, becomes k = min(places, numel / SHARD_MIN_ELEMS)
  * OPT_SHARD handles instead of one op handle per place plus an allreduce:
  * shard i allreduces its element range of the gradient and runs the
  * update of that range once (with place i's tensors), for every place —
@@ -32,6 +33,7 @@
  */
 #include "passes/multi_device.h"
 #include "passes/fuse_all_reduce.h"
+#include "ops/op.h"
 #include "graph/strmap.h"
 #include "runtime/internal.h"
 
@@ -283,18 +285,6 @@ static pe_status plan_buckets(const pe_program *p, const pe_build_strategy *bs, 
 /* Below this many elements an update is not split (one shard). */
 #define SHARD_MIN_ELEMS 16384
 
-const char *const pe_opt_elem_pairs[PE_OPT_ELEM_PAIRS][2] = {
-    {"Param", "ParamOut"}, {"Velocity", "VelocityOut"}, {"Moment1", "Moment1Out"}, {"Moment2", "Moment2Out"}};
-
-bool pe_opt_elem_slot(const char *name, bool out) {
-    if (!out && !strcmp(name, "Grad")) return true;
-    for (int k = 0; k < PE_OPT_ELEM_PAIRS; k++)
-        if (!strcmp(name, pe_opt_elem_pairs[k][out])) return true;
-    return false;
-}
-
-static bool shardable_type(const char *t) { return !strcmp(t, "sgd") || !strcmp(t, "momentum") || !strcmp(t, "adam"); }
-
 static int64_t static_numel(const pe_program *p, const char *name) {
     const pe_var *v = pe_program_find_var(p, 0, name);
     if (!v) return -1;
@@ -331,30 +321,36 @@ static bool is_exchanged_grad(const pe_block *b, const char *grad) {
     return false;
 }
 
-/* Shards of optimizer op i (0 = not sharded): the op updates its parameter
- * and accumulators in place, its gradient is an exchanged one that only it
- * reads (after its last writer), and only it writes the per-element vars. */
+/* Shards of optimizer op i (0 = not sharded): an optimizer op over one
+ * parameter (ops.def PE_OPT) that updates its parameter and accumulators (its
+ * per-element in-place pairs) in place, whose gradient is an exchanged one
+ * that only it reads (after its last writer), and only it writes the
+ * per-element vars. */
 static int shard_count(const pe_program *p, int i, int n_places) {
     const pe_block *b = &p->blocks[0];
     const pe_op *op = &b->ops[i];
-    if (!shardable_type(op->type) || !(op_role(op) & PE_ROLE_OPTIMIZE)) return 0;
+    const pe_op_info *info = pe_op_info_find(op->type);
+    if (!pe_op_info_is_optimizer(info) || !(op_role(op) & PE_ROLE_OPTIMIZE)) return 0;
     const char *grad = pe_op_input1(op, "Grad"), *param = pe_op_input1(op, "Param");
     if (!grad || !param || !is_exchanged_grad(b, grad)) return 0;
     int64_t n = static_numel(p, param);
     if (n <= 0 || static_numel(p, grad) != n) return 0;
-    const char *mine[8];
+    const char *mine[PE_MAX_SLOTS];
     int n_mine = 0;
-    for (int k = 0; k < PE_OPT_ELEM_PAIRS; k++) {
-        const char *in = pe_op_input1(op, pe_opt_elem_pairs[k][0]), *out = pe_op_output1(op, pe_opt_elem_pairs[k][1]);
+    for (int k = 0; k < info->n_elem_pairs; k++) {
+        const char *in = pe_op_input1(op, info->inputs[info->elem_pairs[k][0]].name),
+                   *out = pe_op_output1(op, info->outputs[info->elem_pairs[k][1]].name);
         if (!in && !out) continue;
         if (!in || !out || strcmp(in, out) || static_numel(p, in) != n) return 0;
         const pe_var *v = pe_program_find_var(p, 0, in);
         if (!v || !v->persistable) return 0;
         mine[n_mine++] = in;
     }
-    static const char *const pows[][2] = {{"Beta1Pow", "Beta1PowOut"}, {"Beta2Pow", "Beta2PowOut"}};
-    for (size_t k = 0; k < 2; k++) {
-        const char *out = pe_op_output1(op, pows[k][1]), *in = pe_op_input1(op, pows[k][0]);
+    /* the whole in-place outputs (adam's beta powers) must alias their inputs */
+    for (int k = 0; k < info->n_inplace; k++) {
+        if (pe_op_info_elem_output(info, info->inplace[k][1])) continue;
+        const char *out = pe_op_output1(op, info->outputs[info->inplace[k][1]].name),
+                   *in = pe_op_input1(op, info->inputs[info->inplace[k][0]].name);
         if (out && strcmp(out, PE_EMPTY_VAR) && (!in || strcmp(in, out))) return 0;
     }
     int last_write = -1;
@@ -562,7 +558,7 @@ pe_status pe_multi_device_build(const pe_program *prog, int n_places, const char
      * reduce strategy leaves partial sums on non-owner places, so each place
      * would clip with a different norm. Refuse rather than train wrongly. */
     for (int i = 0; reduce && i < b0->n_ops; i++)
-        if (!strcmp(b0->ops[i].type, "clip_by_global_norm")) {
+        if (pe_op_type_id(b0->ops[i].type) == PE_OP_clip_by_global_norm) {
             st = pe_error(PE_ERR_UNSUPPORTED,
                           "reduce_strategy 'reduce' cannot run clip_by_global_norm (block 0 op %d): each place "
                           "holds only its own parameters' summed gradients, so the global norm would differ per "

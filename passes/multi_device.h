@@ -11,15 +11,8 @@
 pe_status pe_multi_device_build(const pe_program *prog, int n_places, const char *loss_name,
                                 const pe_build_strategy *bs, pe_ssa_graph **out);
 
-/* shard_optimizer: the (input, output) slot pairs of sgd / momentum / adam
- * that hold one element per parameter element and are updated in place
- * (Param, Velocity, Moment1, Moment2). Grad is read per element too; every
- * other slot (LearningRate, Beta1Pow, ...) is whole. The pass decides what
- * to shard with them, the executor splits the kernel's tensors with them. */
-#define PE_OPT_ELEM_PAIRS 4
-extern const char *const pe_opt_elem_pairs[PE_OPT_ELEM_PAIRS][2];
-/* True when slot `name` of an optimizer op is per element (an input of
- * pe_opt_elem_pairs or Grad when `out` is false; an output when true). */
-bool pe_opt_elem_slot(const char *name, bool out);
+/* shard_optimizer decides what it can shard with the optimizer facts of the
+ * op registry (ops/ops.def PE_OPT: pe_op_info.elem_pairs, elem_in_mask ...),
+ * as the executor does to split the kernel's tensors. */
 
 #endif

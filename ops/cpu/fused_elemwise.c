@@ -32,8 +32,9 @@
 #define FEA_MIN_BLOCK 4096   /* as PE_GRAD_MIN_BLOCK */
 
 static int act_of(const pe_op_ctx *ctx) {
-    const pe_attr *a = pe_op_attr(ctx->op, "functor_list");
-    return a && a->type == PE_ATTR_STRINGS && a->n == 2 ? pe_fused_act_parse(a->strings[0]) : -1;
+    int n = 0;
+    const char *const *f = pe_ctx_strings(ctx, "functor_list", &n);
+    return n == 2 ? pe_fused_act_parse(f[0]) : -1;
 }
 
 /* ---- forward ------------------------------------------------------------- */

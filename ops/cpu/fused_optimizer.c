@@ -53,24 +53,20 @@ static bool contiguous(const pe_op_ctx *ctx, const char *slot, bool out) {
 }
 
 /* The whole op is one flat update over one contiguous buffer when every data
- * slot is contiguous and the per-parameter scalars (learning rate; adam's
- * beta powers) are equal: piece 0 then spans all parameters — the same
+ * slot (the per-element slots of ops.def PE_OPT) is contiguous and the
+ * per-parameter scalars of the other inputs (learning rate; adam's beta
+ * powers) are equal: piece 0 then spans all parameters — the same
  * per-element arithmetic with the same scalars, so the same bits. */
 static bool flat(const pe_op_ctx *ctx) {
-    static const char *const ins[] = {"Param", "Grad", "Velocity", "Moment1", "Moment2"};
-    static const char *const outs[] = {"ParamOut", "VelocityOut", "Moment1Out", "Moment2Out"};
     const pe_op_info *info = ctx->info;
-    for (size_t i = 0; i < sizeof ins / sizeof ins[0]; i++)
-        if (pe_op_info_input_index(info, ins[i]) >= 0 && !contiguous(ctx, ins[i], false)) return false;
-    for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
-        if (pe_op_info_output_index(info, outs[i]) >= 0 && !contiguous(ctx, outs[i], true)) return false;
-    const int n = pe_ctx_n_in(ctx, "Param");
-    for (int k = 1; k < n; k++) {
-        if (lr_of(ctx, k) != lr_of(ctx, 0)) return false;
-        if (pe_op_info_input_index(info, "Beta1Pow") >= 0 &&
-            (pe_opt_scalar(pe_ctx_in_at(ctx, "Beta1Pow", k)) != pe_opt_scalar(pe_ctx_in_at(ctx, "Beta1Pow", 0)) ||
-             pe_opt_scalar(pe_ctx_in_at(ctx, "Beta2Pow", k)) != pe_opt_scalar(pe_ctx_in_at(ctx, "Beta2Pow", 0))))
-            return false;
+    for (int i = 0; i < info->n_inputs; i++)
+        if (pe_op_info_elem_input(info, i) && !contiguous(ctx, info->inputs[i].name, false)) return false;
+    for (int i = 0; i < info->n_outputs; i++)
+        if (pe_op_info_elem_output(info, i) && !contiguous(ctx, info->outputs[i].name, true)) return false;
+    for (int i = 0; i < info->n_inputs; i++) {
+        const char *s = info->inputs[i].name;
+        for (int k = 1; !pe_op_info_elem_input(info, i) && k < pe_ctx_n_in(ctx, s); k++)
+            if (pe_opt_scalar(pe_ctx_in_at(ctx, s, k)) != pe_opt_scalar(pe_ctx_in_at(ctx, s, 0))) return false;
     }
     return true;
 }

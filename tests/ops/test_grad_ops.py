@@ -53,9 +53,9 @@ FP64_RTOL, FP64_ATOL_SCALE = 1e-9, 1e-11
 
 
 def grad_ops():
-    """Op types with a grad maker (PE_GRAD(...)) in ops/ops.def."""
+    """Op types with a grad maker (PE_GRAD(...) or PE_GRAD_WIRE(...)) in ops/ops.def."""
     text = re.sub(r"/\*.*?\*/", "", open(os.path.join(REPO, "ops", "ops.def")).read(), flags=re.S)
-    return {m.group(1) for m in re.finditer(r"^\s*PE_OP\(\s*(\w+)\s*,.*PE_GRAD\(", text, flags=re.M)}
+    return {m.group(1) for m in re.finditer(r"^\s*PE_OP\(\s*(\w+)\s*,.*PE_GRAD(_WIRE)?\(", text, flags=re.M)}
 
 
 # Per op: the input slots never differentiated, and the outputs the loss reads
