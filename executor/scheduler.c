@@ -93,7 +93,10 @@ static void finish(pe_sched *s, int h, int *next) {
         else pthread_cond_broadcast(&s->cv_work);
         pthread_mutex_unlock(&s->mu);
     }
-    if (atomic_fetch_add_explicit(&s->completed, 1, memory_order_acq_rel) + 1 == g->n_h) {
+    /* n_h is read before the count: once another thread's increment is
+     * the last, the run returns and the caller may free the graph */
+    int n_h = g->n_h;
+    if (atomic_fetch_add_explicit(&s->completed, 1, memory_order_acq_rel) + 1 == n_h) {
         /* the last handle: wake the caller (under the lock, so the wake
          * cannot fall between its check and its wait) */
         pthread_mutex_lock(&s->mu);

@@ -58,20 +58,20 @@ void pe_group_free(pe_comm_group *g) {
     free(g);
 }
 
-/* The group's own argument checks, with the messages of the place API. */
+/* The group's own argument checks, with the messages of the place API
+ * (formatted only on failure: this runs before every group collective). */
 static pe_status group_check(const pe_comm_group *g, pe_coll op, int64_t numel, pe_dtype dt, int root) {
-    const char *what = pe_coll_name(op);
+    bool sum_ok = dt == PE_DTYPE_FP32 || dt == PE_DTYPE_FP64 || dt == PE_DTYPE_INT32 || dt == PE_DTYPE_INT64;
+    bool root_ok = op == PE_COLL_ALLREDUCE || (root >= 0 && root < g->n_places);
+    if ((sum_ok || op == PE_COLL_BROADCAST) && pe_dtype_valid((int)dt) && root_ok) return PE_OK;
     char desc[160];
-    snprintf(desc, sizeof desc, "%s: %s of %lld %s elements over %d places", g->ops->name, what, (long long)numel,
-             pe_dtype_name(dt), g->n_places);
-    if (op != PE_COLL_BROADCAST && dt != PE_DTYPE_FP32 && dt != PE_DTYPE_FP64 && dt != PE_DTYPE_INT32 &&
-        dt != PE_DTYPE_INT64)
+    snprintf(desc, sizeof desc, "%s: %s of %lld %s elements over %d places", g->ops->name, pe_coll_name(op),
+             (long long)numel, pe_dtype_name(dt), g->n_places);
+    if (op != PE_COLL_BROADCAST && !sum_ok)
         return pe_error(PE_ERR_UNSUPPORTED, "%s: dtype %s is not supported (float32, float64, int32, int64)", desc,
                         pe_dtype_name(dt));
     if (!pe_dtype_valid((int)dt)) return pe_error(PE_ERR_INVALID, "%s: dtype %d is not a PE dtype", desc, (int)dt);
-    if (op != PE_COLL_ALLREDUCE && (root < 0 || root >= g->n_places))
-        return pe_error(PE_ERR_INVALID, "%s: root %d is not a place (0..%d)", desc, root, g->n_places - 1);
-    return PE_OK;
+    return pe_error(PE_ERR_INVALID, "%s: root %d is not a place (0..%d)", desc, root, g->n_places - 1);
 }
 
 typedef struct {
