@@ -39,6 +39,7 @@ typedef struct {
     pe_comm **inner; /* [P], owned */
     int P;
     _Atomic int live;
+    _Atomic bool closing; /* being freed: pending chains issue nothing more */
 } hier_shared;
 
 typedef struct {
@@ -49,7 +50,8 @@ typedef struct {
 
 typedef struct {
     pe_work *w; /* the caller's */
-    hier_rank *r;
+    hier_shared *sh;
+    pe_comm view; /* the calling rank, for messages (it may be freed first) */
     pe_coll_args call; /* the caller's, for messages */
     pe_coll_args steps[MAX_STEPS];
     pe_comm *on[MAX_STEPS]; /* NULL: this place skips the step */
@@ -75,7 +77,7 @@ static void advance(hier_op *op) {
     while (op->next < op->n_steps) {
         int k = op->next++;
         pe_comm *c = op->on[k];
-        if (!c) continue;
+        if (!c || atomic_load(&op->sh->closing)) continue;
         pe_coll_args a = op->steps[k];
         if (op->st != PE_OK) {
             /* tell this step's other ranks, then go on to the next */
@@ -99,7 +101,7 @@ static void advance(hier_op *op) {
     pe_status st = op->st;
     char msg[sizeof op->msg + 200], desc[192];
     if (st != PE_OK) {
-        snprintf(msg, sizeof msg, "%s: %s", pe_coll_desc(&op->r->base, &op->call, desc, sizeof desc), op->msg);
+        snprintf(msg, sizeof msg, "%s: %s", pe_coll_desc(&op->view, &op->call, desc, sizeof desc), op->msg);
     }
     free(op);
     pe_work_complete(w, st, st != PE_OK ? msg : NULL);
@@ -129,7 +131,8 @@ static pe_status hier_start(pe_comm *c, const pe_coll_args *a, pe_work **out) {
         free(op);
         return pe_error(PE_ERR_NOMEM, "%s: out of memory", pe_coll_desc(c, a, desc, sizeof desc));
     }
-    op->r = r;
+    op->sh = sh;
+    op->view = *c;
     int64_t n = a->count;
     size_t es = pe_dtype_size(a->dt);
     switch (a->op) {
@@ -179,6 +182,8 @@ static void hier_free(pe_comm *c) {
     hier_shared *sh = r->sh;
     free(r);
     if (atomic_fetch_sub(&sh->live, 1) != 1) return;
+    /* freeing the inner ranks cancels collectives still pending there */
+    atomic_store(&sh->closing, true);
     for (int p = 0; p < sh->P; p++) pe_comm_free(sh->inner[p]);
     free(sh->inner);
     free(sh);

@@ -353,10 +353,16 @@ static void inproc_free(pe_comm *c) {
     bool last = --w->live == 0;
     pthread_mutex_unlock(&w->mu);
     if (!last) return;
+    /* Collectives some rank never joined (a rank that failed its own
+     * checks alone, say): their works end cancelled, back to the pool. */
     for (int b = 0; b < N_BUCKETS; b++)
         while (w->bucket[b]) {
             entry *e = w->bucket[b];
             w->bucket[b] = e->next;
+            for (int r = 0; r < w->n; r++)
+                if (e->works[r])
+                    pe_work_complete(e->works[r], PE_ERR_CANCELLED,
+                                     "inproc: the ranks were freed before every rank joined this collective");
             entry_free(e);
         }
     while (w->free_entries) {
