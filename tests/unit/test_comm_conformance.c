@@ -11,7 +11,9 @@
  *   - threads: each rank on its own pthread, issuing a batch of cases with
  *     consecutive tags and waiting for them in reverse order;
  *   - driver: one thread issues every rank's calls (last rank first) and
- *     waits for the works in a scrambled order, as the executor's group does.
+ *     waits for the works in a scrambled order, as the executor's group does;
+ *     and the group helpers themselves (pe_group_start, pe_group_allreduce,
+ *     ...) over in-process and two-level ranks.
  * Results must equal the expectation bit for bit (memcmp), on every run
  * (each ladder runs twice). Sizes: 1, 7, 4097, 65537 and more elements
  * (chunk and tile edges), 1..4 ranks, a 64 MB fp32 allreduce on 2 ranks.
@@ -430,6 +432,74 @@ static void test_inproc_allreduce_64mb(void **state) {
     world_free(&w);
 }
 
+/* ---- groups: one thread, every rank's buffer --------------------------------------------------- */
+
+/* pe_group_* over a world's ranks (not the in-process fast path): the
+ * non-blocking start waited out of order, and the blocking calls. */
+static void group_cases(world *w) {
+    pe_comm_group *g = pe_comm_group_new(w->rank, w->size); /* owns the ranks now */
+    assert_non_null(g);
+    assert_int_equal(g->n_places, w->size);
+    static const int64_t sizes[] = {1, 7, 4097, 65537};
+    for (int op = PE_COLL_ALLREDUCE; op <= PE_COLL_BROADCAST; op++) {
+        if (!world_has(w, (pe_coll)op)) continue;
+        prepared pr[4];
+        pe_work *wk[4];
+        for (int k = 0; k < 4; k++) {
+            tcase c = {.op = (pe_coll)op, .dt = k % 2 ? PE_DTYPE_FP64 : PE_DTYPE_FP32, .count = sizes[k],
+                       .root = (k + 1) % w->size};
+            prepare(&pr[k], w, c, 50 + (uint64_t)k);
+            assert_int_equal(pe_group_start(g, c.op, pr[k].buf, c.count, c.dt, c.root, &wk[k]), PE_OK);
+        }
+        for (int k = 3; k >= 0; k--) {
+            assert_int_equal(pe_work_wait(wk[k]), PE_OK);
+            pe_work_free(wk[k]);
+        }
+        /* the blocking calls on fresh copies of the first case */
+        prepared b;
+        prepare(&b, w, pr[0].c, 50);
+        pe_status st = op == PE_COLL_ALLREDUCE ? pe_group_allreduce(g, b.buf, b.c.count, b.c.dt)
+                       : op == PE_COLL_REDUCE  ? pe_group_reduce(g, b.buf, b.c.count, b.c.dt, b.c.root)
+                                               : pe_group_broadcast(g, b.buf, b.c.count, b.c.dt, b.c.root);
+        assert_int_equal(st, PE_OK);
+        char why[512];
+        for (int r = 0; r < w->size; r++) {
+            for (int k = 0; k < 4; k++)
+                if (!check(&pr[k], r, w->name, why, sizeof why)) fail_msg("group start: %s", why);
+            if (!check(&b, r, w->name, why, sizeof why)) fail_msg("group call: %s", why);
+        }
+        for (int k = 0; k < 4; k++) release(&pr[k]);
+        release(&b);
+    }
+    /* the place API's messages */
+    float x[4] = {0}, *bufs[MAX_RANKS];
+    for (int r = 0; r < w->size; r++) bufs[r] = x;
+    assert_int_equal(pe_group_broadcast(g, (void *const *)bufs, 4, PE_DTYPE_FP32, w->size), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "is not a place"));
+    pe_group_free(g);
+    for (int p = 0; p < w->R; p++) pe_comm_free(w->outer[p]);
+}
+
+static void test_group_driver(void **state) {
+    (void)state;
+    world w;
+    world_inproc(&w, 3, 1);
+    group_cases(&w);
+    world_hier(&w, 2, 2, 1);
+    group_cases(&w);
+    /* the in-process group's own (fast-path) ranks, started non-blocking */
+    pe_comm_group *g = pe_comm_inproc_new(2, 1);
+    assert_non_null(g);
+    int64_t a[3] = {1, 2, 3}, b[3] = {10, 20, 30};
+    void *bufs[2] = {a, b};
+    pe_work *wk;
+    assert_int_equal(pe_group_start(g, PE_COLL_ALLREDUCE, bufs, 3, PE_DTYPE_INT64, 0, &wk), PE_OK);
+    assert_int_equal(pe_work_wait(wk), PE_OK);
+    pe_work_free(wk);
+    for (int i = 0; i < 3; i++) assert_true(a[i] == 11 * (i + 1) && b[i] == a[i]);
+    pe_group_free(g);
+}
+
 /* ---- callbacks and work lifetime ------------------------------------------------------------ */
 
 typedef struct {
@@ -607,6 +677,7 @@ int main(void) {
         cmocka_unit_test(test_inproc_ladder),
         cmocka_unit_test(test_hier_ladder),
         cmocka_unit_test(test_inproc_allreduce_64mb),
+        cmocka_unit_test(test_group_driver),
         cmocka_unit_test(test_callbacks_and_lifetime),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_nccl_conformance),
