@@ -24,7 +24,8 @@
  * is done. The ranks' calls of one collective are matched by a caller-chosen
  * 64-bit tag (every rank passes the same tag; calls issued from different
  * threads in different orders still match; a tag can be reused once the
- * collective has completed on every rank). All ranks of a tag must pass the
+ * collective has completed on every rank; NCCL ranks match by issue order
+ * instead, see pe_coll_args). All ranks of a tag must pass the
  * same op, dtype, count and root, or every rank's work fails with a message
  * naming the rank that differs. Argument errors a rank can see alone (bad
  * root, bad dtype) are returned by the call itself, and the other ranks'
@@ -132,13 +133,16 @@ typedef enum pe_coll {
 const char *pe_coll_name(pe_coll op); /* "allreduce", ... */
 
 /* One rank's call, as a backend sees it (already checked against this
- * rank's view: dtype, root, counts, non-NULL buffers). */
+ * rank's view: dtype, root, counts, non-NULL buffers — unless err is set).
+ * The NCCL backend ignores the tag for matching: NCCL pairs a
+ * communicator's collectives by issue order, so its ranks must issue in
+ * the same order (a group does). */
 typedef struct pe_coll_args {
     pe_coll op;
     const void *send;      /* allgather, reduce_scatter: the input (never NULL here) */
     void *recv;            /* the buffer written (allreduce/reduce/broadcast: in place) */
     int64_t count;         /* allgather: per rank; reduce_scatter: this rank's chunk; else the buffer */
-    const int64_t *counts; /* reduce_scatter: chunk of every rank (a copy owned by the frontend) */
+    const int64_t *counts; /* reduce_scatter: chunk of every rank (borrowed for the start call only) */
     int64_t total;         /* reduce_scatter: sum of counts; allgather: size * count */
     pe_dtype dt;
     int root;
