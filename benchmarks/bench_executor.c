@@ -91,11 +91,11 @@ static int allreduce(int mb) {
     if (!b0 || !b1 || !c) return bench_die("alloc");
     for (int64_t i = 0; i < numel; i++) b0[i] = b1[i] = c[i] = 1.0f;
     void *bufs[2] = {b0, b1};
-    pe_comm *comm = pe_comm_inproc_new(2, 2);
+    pe_comm_group *comm = pe_comm_inproc_new(2, 2);
     double t[9];
     for (int r = 0; r < 9; r++) {
         double t0 = bench_now();
-        pe_comm_allreduce(comm, bufs, numel, PE_DTYPE_FP32);
+        pe_group_allreduce(comm, bufs, numel, PE_DTYPE_FP32);
         t[r] = bench_now() - t0;
     }
     double ar = bench_median(t, 9);
@@ -108,7 +108,7 @@ static int allreduce(int mb) {
     /* algorithm bandwidth: bytes of the buffer / time (NCCL's algbw) */
     printf("allreduce_mb=%d\nallreduce_s=%.4f\nmemcpy_s=%.4f\nallreduce_GBps=%.2f\nmemcpy_GBps=%.2f\n"
            "allreduce_vs_memcpy=%.2f\n", mb, ar, mc, bytes / ar / 1e9, bytes / mc / 1e9, mc / ar);
-    pe_comm_free(comm);
+    pe_group_free(comm);
     pe_place_free(pe_place_cpu(0), b0, bytes);
     pe_place_free(pe_place_cpu(1), b1, bytes);
     pe_place_free(pe_place_cpu(0), c, bytes);

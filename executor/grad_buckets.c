@@ -23,6 +23,7 @@
  */
 #include "executor/pe_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -201,7 +202,58 @@ size_t pe_pe_bucket_bytes(const pe_parallel_executor *pe) {
     return total;
 }
 
-/* ---- the collectives ---------------------------------------------------- */
+/* ---- the collectives ----------------------------------------------------
+ * Issued through the place group (runtime/comm/comm.h). The in-process
+ * group sums on the calling thread (pe->comm->direct: the pool thread does
+ * the work, it waits for nothing). A backend that completes later (NCCL,
+ * across processes) gets a work whose callback tells the scheduler
+ * (pe_sched_done): the handle returns PE_SCHED_PENDING and no pool thread
+ * blocks in the call. Without a scheduler (enable_sequential_execution) the
+ * run waits for the work. */
+
+/* What handle h exchanges, for messages. */
+static const char *coll_what(const pe_parallel_executor *pe, int h, char *buf, size_t n) {
+    const pe_handle *hd = &pe->g->h[h];
+    if (hd->kind == PE_HANDLE_ALLREDUCE_FUSED)
+        snprintf(buf, n, "allreduce of the bucket of %d gradients from '%s'", hd->n_vars, hd->var);
+    else snprintf(buf, n, "collective on '%s'", hd->var);
+    return buf;
+}
+
+static void coll_done(pe_work *w, pe_status st, void *user) {
+    pe_coll_done *d = user;
+    if (st != PE_OK) {
+        char what[512];
+        pe_error(st, "%s: %s", coll_what(d->pe, d->h, what, sizeof what), pe_work_message(w));
+    }
+    pe_sched_done(d->pe->sched, d->h, st);
+}
+
+static pe_status issue(pe_parallel_executor *pe, int h, pe_coll op, void *const *bufs, int64_t numel, pe_dtype dt,
+                       int root) {
+    char what[512];
+    pe_status st;
+    if (pe->comm->direct || pe->n == 1) {
+        switch (op) {
+        case PE_COLL_ALLREDUCE: st = pe_group_allreduce(pe->comm, bufs, numel, dt); break;
+        case PE_COLL_REDUCE: st = pe_group_reduce(pe->comm, bufs, numel, dt, root); break;
+        default: st = pe_group_broadcast(pe->comm, bufs, numel, dt, root); break;
+        }
+        return st == PE_OK ? PE_OK : pe_error_wrap(st, "%s", coll_what(pe, h, what, sizeof what));
+    }
+    pe_work *w;
+    st = pe_group_start(pe->comm, op, bufs, numel, dt, root, &w);
+    if (st != PE_OK) return pe_error_wrap(st, "%s", coll_what(pe, h, what, sizeof what));
+    if (!pe->sched) {
+        st = pe_work_wait(w);
+        if (st != PE_OK) pe_error(st, "%s: %s", coll_what(pe, h, what, sizeof what), pe_work_message(w));
+        pe_work_free(w);
+        return st;
+    }
+    pe_work_on_done(w, coll_done, &pe->coll_done[h]);
+    pe_work_free(w); /* a pending work frees itself when done; its callback still runs */
+    return PE_SCHED_PENDING;
+}
 
 pe_status pe_pe_run_bucket(pe_parallel_executor *pe, int h) {
     const pe_handle *hd = &pe->g->h[h];
@@ -225,8 +277,7 @@ pe_status pe_pe_run_bucket(pe_parallel_executor *pe, int h) {
         }
         bufs[p] = base;
     }
-    pe_status st = pe_comm_allreduce(pe->comm, bufs, hd->bucket_bytes / (int64_t)pe_dtype_size(dt), dt);
-    return st == PE_OK ? PE_OK : pe_error_wrap(st, "allreduce of the bucket of %d gradients from '%s'", hd->n_vars, hd->var);
+    return issue(pe, h, PE_COLL_ALLREDUCE, bufs, hd->bucket_bytes / (int64_t)pe_dtype_size(dt), dt, 0);
 }
 
 pe_status pe_pe_run_collective(pe_parallel_executor *pe, int h) {
@@ -247,12 +298,8 @@ pe_status pe_pe_run_collective(pe_parallel_executor *pe, int h) {
                             pe_dtype_name(t->dtype), (long long)pe_tensor_numel(t0), pe_dtype_name(t0->dtype));
         bufs[p] = pe_tensor_data(t);
     }
-    int64_t numel = pe_tensor_numel(t0);
-    pe_status st;
-    switch (hd->kind) {
-    case PE_HANDLE_ALLREDUCE: st = pe_comm_allreduce(pe->comm, bufs, numel, t0->dtype); break;
-    case PE_HANDLE_REDUCE: st = pe_comm_reduce(pe->comm, bufs, numel, t0->dtype, hd->root); break;
-    default: st = pe_comm_broadcast(pe->comm, bufs, numel, t0->dtype, hd->root); break;
-    }
-    return st == PE_OK ? PE_OK : pe_error_wrap(st, "collective on '%s'", hd->var);
+    pe_coll op = hd->kind == PE_HANDLE_ALLREDUCE ? PE_COLL_ALLREDUCE
+                 : hd->kind == PE_HANDLE_REDUCE  ? PE_COLL_REDUCE
+                                                 : PE_COLL_BROADCAST;
+    return issue(pe, h, op, bufs, pe_tensor_numel(t0), t0->dtype, hd->root);
 }

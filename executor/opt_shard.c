@@ -14,6 +14,13 @@
  * powers) are advanced by shard i; shard 0 also sets them on the places
  * beyond k.
  *
+ * The exchange is a reduce-scatter (each shard's range of the gradient
+ * summed into its place, through the place group of runtime/comm, tile by
+ * tile so the tile is still in cache for the update) and an all-gather of
+ * the updated ranges, which in-process places skip by sharing the storage.
+ * Across processes both halves go through the rank API
+ * (pe_comm_reduce_scatterv, pe_comm_allgather) instead.
+ *
  * Why in the executor: the split is of tensors at run time (views of
  * element ranges), not of the program; the pass (passes/multi_device.c)
  * only decides which ops shard and makes their handles.
@@ -119,8 +126,9 @@ pe_status pe_pe_run_opt_shard(pe_parallel_executor *pe, int h) {
     for (int64_t t0 = b; t0 < e; t0 += tile) {
         const int64_t t1 = t0 + tile < e ? t0 + tile : e;
         for (int p = 0; p < pe->n; p++) bufs[p] = gbase[p] + (size_t)t0 * es;
-        pe_status st = fetched ? pe_comm_allreduce(pe->comm, bufs, t1 - t0, param->dtype)
-                               : pe_comm_reduce(pe->comm, bufs, t1 - t0, param->dtype, s);
+        /* the reduce-scatter half: shard s's range summed into place s */
+        pe_status st = fetched ? pe_group_allreduce(pe->comm, bufs, t1 - t0, param->dtype)
+                               : pe_group_reduce(pe->comm, bufs, t1 - t0, param->dtype, s);
         if (st != PE_OK)
             return pe_error_wrap(st, "summing '%s' over the places (elements %lld..%lld)", hd->var, (long long)t0,
                                  (long long)t1);
@@ -142,8 +150,10 @@ pe_status pe_pe_run_opt_shard(pe_parallel_executor *pe, int h) {
     for (int i = 0; i < info->n_outputs; i++)
         if (v.out[i] == &sout[i]) memcpy(pe_tensor_data(c->out[i][0]), scratch[i], pe_tensor_nbytes(c->out[i][0]));
 
-    /* 3. the range to the places that do not share the storage; 4. scalar
-     * outputs to the places without a shard of their own */
+    /* 3. the all-gather half: the range to the places that do not share
+     * the storage (in-process places share it, so this copies only after a
+     * buffer was replaced); 4. scalar outputs to the places without a shard
+     * of their own */
     for (int i = 0; i < info->n_outputs; i++) {
         if (c->n_out[i] != 1 || !c->out[i][0]) continue;
         bool elem = pe_op_info_elem_output(info, i);

@@ -110,8 +110,9 @@ void pe_parallel_executor_free(pe_parallel_executor *pe) {
     pe_pe_free_feed_views(pe);
     free(pe->shared_state);
     free(pe->ctxs);
+    free(pe->coll_done);
     pe_pe_free_place_scopes(pe);
-    pe_comm_free(pe->comm);
+    pe_group_free(pe->comm);
     for (int i = 0; i < 2; i++) free_variant(&pe->variants[i]);
     free(pe);
 }
@@ -159,9 +160,13 @@ static pe_status build_graphs(pe_parallel_executor *pe) {
 /* What the places hold of the graph in use: contexts, the sharded state
  * and the coalesced optimizer state. */
 static pe_status adopt_graph(pe_parallel_executor *pe) {
+    size_t n_h = (size_t)(pe->g->n_h ? pe->g->n_h : 1);
     free(pe->ctxs);
-    pe->ctxs = calloc((size_t)(pe->g->n_h ? pe->g->n_h : 1), sizeof *pe->ctxs);
-    if (!pe->ctxs) return pe_error(PE_ERR_NOMEM, "out of memory");
+    free(pe->coll_done);
+    pe->ctxs = calloc(n_h, sizeof *pe->ctxs);
+    pe->coll_done = calloc(n_h, sizeof *pe->coll_done);
+    if (!pe->ctxs || !pe->coll_done) return pe_error(PE_ERR_NOMEM, "out of memory");
+    for (int h = 0; h < pe->g->n_h; h++) pe->coll_done[h] = (pe_coll_done){pe, h};
     free(pe->shared_state);
     pe->shared_state = NULL;
     pe->n_shared_state = 0;
@@ -270,6 +275,17 @@ pe_status pe_parallel_executor_new(const pe_place *places, int n_places, const p
 fail:
     pe_parallel_executor_free(pe);
     return st;
+}
+
+pe_status pe_pe_replace_comm(pe_parallel_executor *pe, pe_comm_group *g) {
+    if (!g || g->n_places != pe->n) {
+        pe_group_free(g);
+        return pe_error(PE_ERR_INVALID, "ParallelExecutor: collectives for %d places, the executor has %d",
+                        g ? g->n_places : 0, pe->n);
+    }
+    pe_group_free(pe->comm);
+    pe->comm = g;
+    return PE_OK;
 }
 
 /* ---- run ------------------------------------------------------------- */

@@ -30,6 +30,13 @@
 
 struct feed_view; /* feed_fetch.c */
 
+/* What a collective's completion callback needs to tell the scheduler
+ * (grad_buckets.c): one per handle of the graph in use. */
+typedef struct pe_coll_done {
+    pe_parallel_executor *pe;
+    int h;
+} pe_coll_done;
+
 /* One built graph with what is derived from it (a second one exists when a
  * fusion pass removed vars: the same program with them kept, for a run
  * that fetches one). Owned by parallel_executor.c. */
@@ -51,7 +58,8 @@ struct pe_parallel_executor {
     pe_graph_variant variants[2];
     int cur_variant;
     pe_sched *sched;
-    pe_comm *comm;
+    pe_comm_group *comm;    /* the places' collectives (runtime/comm) */
+    pe_coll_done *coll_done; /* per handle of g (grad_buckets.c) */
     int kernel_threads;
     int64_t iter;
     /* local_scopes.c */
@@ -78,9 +86,21 @@ struct pe_parallel_executor {
     int run_n_fetch;
 };
 
+/* parallel_executor.c: replaces the places' collectives with g (ownership
+ * transferred; g->n_places must be the place count), e.g. a group over
+ * rank communicators that complete through work callbacks. For tests of
+ * the asynchronous path; between runs only. */
+pe_status pe_pe_replace_comm(pe_parallel_executor *pe, pe_comm_group *g);
+
 static inline const char *pe_pe_place_name(const pe_parallel_executor *pe, int p, char *buf) {
     return pe_place_str(pe->places[p], buf, 32);
 }
+
+/* parallel_executor.c: replaces the places' collectives with g (ownership
+ * transferred; g->n_places must be the place count), e.g. a group over
+ * rank communicators that complete through work callbacks. For tests of
+ * the asynchronous path; between runs only. */
+pe_status pe_pe_replace_comm(pe_parallel_executor *pe, pe_comm_group *g);
 
 /* local_scopes.c */
 pe_status pe_pe_make_place_scopes(pe_parallel_executor *pe, pe_scope *scope);

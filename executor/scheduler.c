@@ -12,6 +12,15 @@
  * thread-local buffer) is kept and a cancel flag is set; handles that start
  * afterwards are skipped but still complete, so the run always drains and
  * returns — nothing hangs, and the next run starts clean.
+ *
+ * Asynchronous handles (collectives): a handle function may start its work
+ * and return PE_SCHED_PENDING; whoever finishes the work (a communication
+ * thread, a collective's completion callback on another pool thread)
+ * calls pe_sched_done, which does what a worker does after a synchronous
+ * handle (record the error, release the successors, count it completed),
+ * except that every ready successor goes to the queue: the completing
+ * thread is not necessarily ours. So no pool thread ever blocks on a
+ * collective, and synchronous handles pay one compare for it.
  */
 #include "executor/scheduler.h"
 
@@ -53,48 +62,67 @@ static void record_error(pe_sched *s, pe_status st) {
     atomic_store(&s->cancelled, true);
 }
 
-static void run_chain(pe_sched *s, int h) {
+/* Handle h is finished: decrement its successors' counts; the first that
+ * becomes ready goes to *next (the caller runs it: no queue round trip,
+ * warm caches) unless next is NULL, the others to the queue in one locked
+ * push. Then counts h as completed and wakes the caller after the last. */
+static void finish(pe_sched *s, int h, int *next) {
     const pe_ssa_graph *g = s->g;
-    int ready[64];
+    int ready[64], n_ready = 0;
+    const pe_handle *ph = &g->h[h];
+    for (int i = 0; i < ph->n_succ; i++) {
+        int v = ph->succ[i];
+        if (atomic_fetch_sub_explicit(&s->pending[v], 1, memory_order_acq_rel) != 1) continue;
+        if (next && *next < 0) {
+            *next = v;
+        } else {
+            ready[n_ready++] = v;
+            if (n_ready == (int)(sizeof ready / sizeof ready[0])) {
+                pthread_mutex_lock(&s->mu);
+                for (int k = 0; k < n_ready; k++) s->queue[s->tail++] = ready[k];
+                pthread_cond_broadcast(&s->cv_work);
+                pthread_mutex_unlock(&s->mu);
+                n_ready = 0;
+            }
+        }
+    }
+    if (n_ready) {
+        pthread_mutex_lock(&s->mu);
+        for (int k = 0; k < n_ready; k++) s->queue[s->tail++] = ready[k];
+        if (n_ready == 1) pthread_cond_signal(&s->cv_work);
+        else pthread_cond_broadcast(&s->cv_work);
+        pthread_mutex_unlock(&s->mu);
+    }
+    /* n_h is read before the count: once another thread's increment is
+     * the last, the run returns and the caller may free the graph */
+    int n_h = g->n_h;
+    if (atomic_fetch_add_explicit(&s->completed, 1, memory_order_acq_rel) + 1 == n_h) {
+        /* the last handle: wake the caller (under the lock, so the wake
+         * cannot fall between its check and its wait) */
+        pthread_mutex_lock(&s->mu);
+        pthread_cond_broadcast(&s->cv_done);
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
+static void run_chain(pe_sched *s, int h) {
     while (h >= 0) {
         if (!atomic_load_explicit(&s->cancelled, memory_order_acquire)) {
             pe_status st = s->fn(s->user, h);
+            /* started, finishes later through pe_sched_done (maybe already
+             * has, from inside fn): h is no longer this thread's */
+            if (st == PE_SCHED_PENDING) return;
             if (st != PE_OK) record_error(s, st);
         }
-        int next = -1, n_ready = 0;
-        const pe_handle *ph = &g->h[h];
-        for (int i = 0; i < ph->n_succ; i++) {
-            int v = ph->succ[i];
-            if (atomic_fetch_sub_explicit(&s->pending[v], 1, memory_order_acq_rel) != 1) continue;
-            if (next < 0) {
-                next = v;
-            } else {
-                ready[n_ready++] = v;
-                if (n_ready == (int)(sizeof ready / sizeof ready[0])) {
-                    pthread_mutex_lock(&s->mu);
-                    for (int k = 0; k < n_ready; k++) s->queue[s->tail++] = ready[k];
-                    pthread_cond_broadcast(&s->cv_work);
-                    pthread_mutex_unlock(&s->mu);
-                    n_ready = 0;
-                }
-            }
-        }
-        if (n_ready) {
-            pthread_mutex_lock(&s->mu);
-            for (int k = 0; k < n_ready; k++) s->queue[s->tail++] = ready[k];
-            if (n_ready == 1) pthread_cond_signal(&s->cv_work);
-            else pthread_cond_broadcast(&s->cv_work);
-            pthread_mutex_unlock(&s->mu);
-        }
-        if (atomic_fetch_add_explicit(&s->completed, 1, memory_order_acq_rel) + 1 == g->n_h) {
-            /* the last handle: wake the caller (under the lock, so the wake
-             * cannot fall between its check and its wait) */
-            pthread_mutex_lock(&s->mu);
-            pthread_cond_broadcast(&s->cv_done);
-            pthread_mutex_unlock(&s->mu);
-        }
+        int next = -1;
+        finish(s, h, &next);
         h = next;
     }
+}
+
+void pe_sched_done(pe_sched *s, int h, pe_status st) {
+    if (st != PE_OK) record_error(s, st);
+    finish(s, h, NULL);
 }
 
 static void *worker(void *arg) {

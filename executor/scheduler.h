@@ -6,8 +6,15 @@
 #include "graph/ssa_graph.h"
 
 typedef struct pe_sched pe_sched;
-/* Runs handle h; called from pool threads, never twice at once for one h. */
+/* Runs handle h; called from pool threads, never twice at once for one h.
+ * Returns PE_OK / an error when h is finished, or PE_SCHED_PENDING when it
+ * started work that finishes later: then exactly one pe_sched_done(s, h,
+ * status) must follow, from any thread (also from inside fn itself). */
 typedef pe_status (*pe_sched_fn)(void *user, int h);
+
+/* "Started; pe_sched_done will say when it has finished." Not a pe_status
+ * any PE function returns. */
+#define PE_SCHED_PENDING ((pe_status)0x5ced)
 
 /* A pool of num_threads workers (>= 1), alive until pe_sched_free. */
 pe_sched *pe_sched_new(int num_threads);
@@ -18,5 +25,11 @@ void pe_sched_free(pe_sched *s); /* accepts NULL */
  * thread. One run at a time per scheduler. */
 pe_status pe_sched_run(pe_sched *s, const pe_ssa_graph *g, pe_sched_fn fn, void *user);
 int pe_sched_threads(const pe_sched *s);
+/* Handle h of the current run, which returned PE_SCHED_PENDING, has
+ * finished with st (its message in this thread's pe_last_error() when st
+ * != PE_OK): its successors become ready; an error cancels the rest of the
+ * run as a synchronous failure does. Any thread; once per pending handle,
+ * before the run returns (the run waits for it). */
+void pe_sched_done(pe_sched *s, int h, pe_status st);
 
 #endif

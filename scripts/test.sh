@@ -47,15 +47,19 @@ cmake --build build-asan -j"$jobs"
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 OMP_NUM_THREADS=1 \
   ctest --output-on-failure -j"$jobs" --timeout 900)
 
-step "TSan build (build-tsan/): the scheduler, ParallelExecutor, memory plan and sharded optimizer tests"
+step "TSan build (build-tsan/): the scheduler, collectives, ParallelExecutor, memory plan and sharded optimizer tests"
 # test_memory_plan trains with the memory plan on 1 and 3 places: two ops the
 # scheduler may run at once writing shared arena bytes would be a race here;
-# test_shard_optimizer runs the shards of one update at once on shared storage
+# test_shard_optimizer runs the shards of one update at once on shared storage;
+# test_comm_conformance and test_scheduler complete collectives and handles
+# from other threads than the ones that started them; test_pe_async_comm runs
+# the executor's collectives through works and their callbacks
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DPE_SANITIZE=thread -DPE_WITH_CUDA=OFF \
   -DPE_BUILD_PYTHON=OFF >/dev/null
-cmake --build build-tsan -j"$jobs" --target test_parallel_executor test_memory_plan test_shard_optimizer
+cmake --build build-tsan -j"$jobs" --target test_parallel_executor test_memory_plan test_shard_optimizer test_comm \
+  test_comm_conformance test_scheduler test_pe_async_comm
 (cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 OMP_NUM_THREADS=1 \
-  ctest --output-on-failure --timeout 900 -R 'parallel_executor|scheduler|memory_plan|shard_optimizer')
+  ctest --output-on-failure --timeout 900 -R 'parallel_executor|scheduler|memory_plan|shard_optimizer|test_comm|pe_async_comm')
 
 if [ -x tests/fuzz/run_short.sh ]; then
   step "short fuzz run"

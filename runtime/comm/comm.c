@@ -1,6 +1,15 @@
-/* runtime/comm/comm.c — picks the collective backend for a set of places.
+/* runtime/comm/comm.c — groups (one thread driving the ranks of every
+ * place of this process) and the choice of backend for a set of places.
  *
- *     pe_comm *c = pe_comm_new_for_places(places, n, threads);
+ *     pe_comm_group *g = pe_comm_new_for_places(places, n, threads);
+ *     pe_group_allreduce(g, bufs, numel, PE_DTYPE_FP32);
+ *
+ * A group call issues every rank's part of one collective with one fresh
+ * tag (inside the backend's group_begin/group_end, which NCCL needs when one
+ * thread drives several devices) and waits for all of them, or returns one
+ * work that completes when all have. The in-process backend also offers a
+ * direct path for the blocking calls: the calling thread runs the whole
+ * collective with no rendezvous, as fast as the pre-rank API was.
  *
  * All CPU places share one address space: the in-process backend
  * (runtime/comm/inproc.c). Two or more CUDA places: NCCL
@@ -15,7 +24,164 @@
 #include "runtime/comm/comm.h"
 #include "runtime/internal.h"
 
-pe_comm *pe_comm_new_for_places(const pe_place *places, int n, int threads) {
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- groups ------------------------------------------------------------------ */
+
+/* Group tags live in the upper half of the tag space, apart from the tags a
+ * caller of the rank API picks for the same ranks. */
+#define GROUP_TAG_BIT (1ull << 63)
+
+pe_comm_group *pe_comm_group_new(pe_comm **ranks, int n) {
+    pe_comm_group *g = calloc(1, sizeof *g);
+    pe_comm **r = malloc(sizeof *r * (size_t)(n > 0 ? n : 1));
+    if (!g || !r) {
+        free(g);
+        free(r);
+        for (int i = 0; i < n; i++) pe_comm_free(ranks[i]);
+        pe_error(PE_ERR_NOMEM, "out of memory creating a group of %d ranks", n);
+        return NULL;
+    }
+    memcpy(r, ranks, sizeof *r * (size_t)n);
+    g->ops = ranks[0]->ops;
+    g->n_places = n;
+    g->ranks = r;
+    return g;
+}
+
+void pe_group_free(pe_comm_group *g) {
+    if (!g) return;
+    for (int i = 0; i < g->n_places; i++) pe_comm_free(g->ranks[i]);
+    free(g->ranks);
+    free(g);
+}
+
+/* The group's own argument checks, with the messages of the place API
+ * (formatted only on failure: this runs before every group collective). */
+static pe_status group_check(const pe_comm_group *g, pe_coll op, int64_t numel, pe_dtype dt, int root) {
+    bool sum_ok = dt == PE_DTYPE_FP32 || dt == PE_DTYPE_FP64 || dt == PE_DTYPE_INT32 || dt == PE_DTYPE_INT64;
+    bool root_ok = op == PE_COLL_ALLREDUCE || (root >= 0 && root < g->n_places);
+    if ((sum_ok || op == PE_COLL_BROADCAST) && pe_dtype_valid((int)dt) && root_ok) return PE_OK;
+    char desc[160];
+    snprintf(desc, sizeof desc, "%s: %s of %lld %s elements over %d places", g->ops->name, pe_coll_name(op),
+             (long long)numel, pe_dtype_name(dt), g->n_places);
+    if (op != PE_COLL_BROADCAST && !sum_ok)
+        return pe_error(PE_ERR_UNSUPPORTED, "%s: dtype %s is not supported (float32, float64, int32, int64)", desc,
+                        pe_dtype_name(dt));
+    if (!pe_dtype_valid((int)dt)) return pe_error(PE_ERR_INVALID, "%s: dtype %d is not a PE dtype", desc, (int)dt);
+    return pe_error(PE_ERR_INVALID, "%s: root %d is not a place (0..%d)", desc, root, g->n_places - 1);
+}
+
+typedef struct {
+    pe_work w;
+    _Atomic int left;
+    _Atomic int failed; /* first failing part claims it */
+} group_work;
+
+static void finish_group(group_work *gw) {
+    char msg[sizeof gw->w.msg];
+    snprintf(msg, sizeof msg, "%s", gw->w.msg);
+    pe_work_complete(&gw->w, gw->w.st, msg);
+}
+
+static void group_part_done(pe_work *part, pe_status st, void *user) {
+    group_work *gw = user;
+    if (st != PE_OK && atomic_exchange(&gw->failed, 1) == 0) {
+        snprintf(gw->w.msg, sizeof gw->w.msg, "%s", part->msg);
+        gw->w.st = st; /* read by the last part's thread (ordered by `left`) */
+    }
+    pe_work_free(part);
+    if (atomic_fetch_sub(&gw->left, 1) == 1) finish_group(gw);
+}
+
+pe_status pe_group_start(pe_comm_group *g, pe_coll op, void *const *bufs, int64_t numel, pe_dtype dt, int root,
+                         pe_work **out) {
+    *out = NULL;
+    if (op != PE_COLL_ALLREDUCE && op != PE_COLL_REDUCE && op != PE_COLL_BROADCAST)
+        return pe_error(PE_ERR_UNSUPPORTED, "%s: group %s: only allreduce, reduce and broadcast", g->ops->name,
+                        pe_coll_name(op));
+    PE_CHECK(group_check(g, op, numel, dt, root));
+    if (g->n_places == 1 || numel <= 0) {
+        *out = pe_work_new_done(PE_OK);
+        return *out ? PE_OK : pe_error(PE_ERR_NOMEM, "out of memory for a work");
+    }
+    group_work *gw = malloc(sizeof *gw);
+    if (!gw) return pe_error(PE_ERR_NOMEM, "out of memory for a work");
+    pe_work_init_once(&gw->w, NULL);
+    pe_work_reset(&gw->w);
+    atomic_store(&gw->failed, 0);
+    /* one count for the issuing loop itself, so no part completes the group early */
+    atomic_store(&gw->left, g->n_places + 1);
+    uint64_t tag = GROUP_TAG_BIT | atomic_fetch_add(&g->next_tag, 1);
+    pe_status st = g->ops->group_begin ? g->ops->group_begin(g->ranks[0]) : PE_OK;
+    int issued = 0;
+    for (int i = 0; i < g->n_places && st == PE_OK; i++) {
+        pe_work *part = NULL;
+        switch (op) {
+        case PE_COLL_ALLREDUCE: st = pe_comm_allreduce(g->ranks[i], bufs[i], numel, dt, tag, &part); break;
+        case PE_COLL_REDUCE: st = pe_comm_reduce(g->ranks[i], bufs[i], numel, dt, root, tag, &part); break;
+        default: st = pe_comm_broadcast(g->ranks[i], bufs[i], numel, dt, root, tag, &part); break;
+        }
+        if (st != PE_OK) break;
+        issued++;
+        pe_work_on_done(part, group_part_done, gw);
+    }
+    if (g->ops->group_end) {
+        pe_status est = g->ops->group_end(g->ranks[0]);
+        if (st == PE_OK) st = est;
+    }
+    if (st != PE_OK && issued == 0) {
+        pe_work_destroy(&gw->w);
+        free(gw);
+        return st;
+    }
+    if (st != PE_OK) {
+        /* Parts never issued count as done; the issued ones finish or fail
+         * on their own (in-process: they wait for the missing ranks, so a
+         * group whose backend refuses a rank mid-way can hang; the checks
+         * above catch every argument error before anything is issued). */
+        gw->w.st = st;
+        atomic_store(&gw->failed, 1);
+        snprintf(gw->w.msg, sizeof gw->w.msg, "%s", pe_last_error());
+        atomic_fetch_sub(&gw->left, g->n_places - issued);
+    }
+    *out = &gw->w;
+    if (atomic_fetch_sub(&gw->left, 1) == 1) finish_group(gw);
+    return PE_OK;
+}
+
+static pe_status group_call(pe_comm_group *g, pe_coll op, void *const *bufs, int64_t numel, pe_dtype dt, int root) {
+    PE_CHECK(group_check(g, op, numel, dt, root));
+    if (g->n_places == 1 || numel <= 0) return PE_OK;
+    if (g->direct) {
+        pe_coll_args a = {.op = op, .recv = bufs[0], .count = numel, .dt = dt, .root = root};
+        pe_status st;
+        if (g->direct(g, &a, bufs, &st)) return st;
+    }
+    pe_work *w;
+    PE_CHECK(pe_group_start(g, op, bufs, numel, dt, root, &w));
+    pe_status st = pe_work_wait(w);
+    pe_work_free(w);
+    return st;
+}
+
+pe_status pe_group_allreduce(pe_comm_group *g, void *const *bufs, int64_t numel, pe_dtype dt) {
+    return group_call(g, PE_COLL_ALLREDUCE, bufs, numel, dt, 0);
+}
+
+pe_status pe_group_reduce(pe_comm_group *g, void *const *bufs, int64_t numel, pe_dtype dt, int root) {
+    return group_call(g, PE_COLL_REDUCE, bufs, numel, dt, root);
+}
+
+pe_status pe_group_broadcast(pe_comm_group *g, void *const *bufs, int64_t numel, pe_dtype dt, int root) {
+    return group_call(g, PE_COLL_BROADCAST, bufs, numel, dt, root);
+}
+
+/* ---- the backend for a set of places ------------------------------------------- */
+
+pe_comm_group *pe_comm_new_for_places(const pe_place *places, int n, int threads) {
     char pb[32], qb[32];
     if (!places || n < 1 || n > PE_MAX_PLACES) {
         pe_error(PE_ERR_INVALID, "collectives need 1..%d places (got %d%s)", PE_MAX_PLACES, n,

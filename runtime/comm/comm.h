@@ -1,75 +1,303 @@
-/* runtime/comm/comm.h — collectives across places, behind one interface.
+/* runtime/comm/comm.h — collectives between ranks, behind one backend
+ * interface, with asynchronous work handles (c10d's ProcessGroup + Work).
  *
- *     pe_comm *c = pe_comm_inproc_new(n_places, threads);
- *     void *bufs[4] = {g0, g1, g2, g3};                 // one buffer per place
- *     pe_comm_allreduce(c, bufs, numel, PE_DTYPE_FP32); // every buffer = sum
- *     pe_comm_free(c);
+ *     // four in-process ranks, each driven by its own thread
+ *     pe_comm *rank[4];
+ *     pe_comm_inproc_world_new(4, threads, rank);
+ *     ...                                            // on the thread of rank r:
+ *     pe_work *w;
+ *     if (pe_comm_allreduce(rank[r], grad, numel, PE_DTYPE_FP32, tag, &w) != PE_OK) return error;
+ *     pe_work_on_done(w, grad_ready, ctx);           // or pe_work_test / pe_work_wait
+ *     ...
+ *     pe_status st = pe_work_wait(w);                // st + pe_last_error() say what failed
+ *     pe_work_free(w);
+ *     for (int r = 0; r < 4; r++) pe_comm_free(rank[r]);
  *
- * A backend implements the vtable; the in-process CPU backend
- * (runtime/comm/inproc.c) sums across the places' buffers in one address
- * space, NCCL (runtime/comm/nccl.cu, CUDA builds) across GPUs, and a
- * multi-process backend (MPI) can be added behind the same calls.
- * All sums are in a fixed place order (0, 1, ..., N-1) so results are
- * bitwise reproducible.
+ *     // one thread driving every place of this process (the executor)
+ *     pe_comm_group *g = pe_comm_new_for_places(places, n, threads);
+ *     void *bufs[4] = {g0, g1, g2, g3};              // one buffer per place
+ *     pe_group_allreduce(g, bufs, numel, PE_DTYPE_FP32);  // every buffer = sum
+ *     pe_group_free(g);
+ *
+ * A pe_comm is ONE rank's view of a group of `size` ranks. Each collective
+ * call returns at once with a pe_work that completes when this rank's part
+ * is done. The ranks' calls of one collective are matched by a caller-chosen
+ * 64-bit tag (every rank passes the same tag; calls issued from different
+ * threads in different orders still match; a tag can be reused once the
+ * collective has completed on every rank; NCCL ranks match by issue order
+ * instead, see pe_coll_args). All ranks of a tag must pass the
+ * same op, dtype, count and root, or every rank's work fails with a message
+ * naming the rank that differs. Argument errors a rank can see alone (bad
+ * root, bad dtype) are returned by the call itself, and the other ranks'
+ * works of that tag fail too instead of waiting forever.
+ *
+ * Sums (allreduce, reduce, reduce_scatter) take fp32, fp64, int32, int64;
+ * broadcast and allgather move bytes, so they take every dtype.
+ *
+ * Backends (a vtable, pe_comm_ops): in-process ranks sharing one address
+ * space (runtime/comm/inproc.c), two-level composition of places inside a
+ * process and processes (runtime/comm/hier.c), NCCL (runtime/comm/nccl.cu,
+ * CUDA builds); MPI can be added behind the same calls. The in-process
+ * backend and the two-level composition over it sum in a fixed rank order
+ * (0, 1, ..., N-1), so their results are bitwise reproducible.
+ *
+ * Ownership: a pe_comm is owned by the caller (pe_comm_free); works are
+ * owned by the caller (pe_work_free, allowed before completion: the work
+ * then frees itself when done, and its callback still runs) and must be
+ * freed before the pe_comm that made them. Buffers are borrowed until the
+ * work completes.
  */
 #ifndef PE_RUNTIME_COMM_H
 #define PE_RUNTIME_COMM_H
 
 #include "pe/tensor.h"
 
+#include <pthread.h>
+#include <stdbool.h>
+#ifndef __cplusplus
+#include <stdatomic.h>
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 typedef struct pe_comm pe_comm;
+typedef struct pe_work pe_work;
+typedef struct pe_comm_group pe_comm_group;
+
+/* ---- rank API ------------------------------------------------------------ */
+
+int pe_comm_rank(const pe_comm *c);
+int pe_comm_size(const pe_comm *c);
+const char *pe_comm_backend(const pe_comm *c); /* "inproc", "hier", "nccl"; borrowed */
+
+/* Each returns PE_OK and *out = a work (owned by the caller), or an error
+ * (and *out = NULL) for arguments this rank can see are wrong. */
+
+/* buf: count elements on every rank; afterwards each = the sum over ranks. */
+pe_status pe_comm_allreduce(pe_comm *c, void *buf, int64_t count, pe_dtype dt, uint64_t tag, pe_work **out);
+/* buf of root = the sum over ranks; other ranks' buffers unchanged. */
+pe_status pe_comm_reduce(pe_comm *c, void *buf, int64_t count, pe_dtype dt, int root, uint64_t tag,
+                         pe_work **out);
+/* every rank's buf = root's buf. */
+pe_status pe_comm_broadcast(pe_comm *c, void *buf, int64_t count, pe_dtype dt, int root, uint64_t tag,
+                            pe_work **out);
+/* recv[size * count] = every rank's send[count], in rank order. send may be
+ * NULL: in place, this rank's part already at recv + rank * count. */
+pe_status pe_comm_allgather(pe_comm *c, const void *send, void *recv, int64_t count, pe_dtype dt, uint64_t tag,
+                            pe_work **out);
+/* send[size * count]; recv[count] of rank r = the sum over ranks of chunk r
+ * (elements r*count .. r*count+count). */
+pe_status pe_comm_reduce_scatter(pe_comm *c, const void *send, void *recv, int64_t count, pe_dtype dt, uint64_t tag,
+                                 pe_work **out);
+/* Uneven chunks: counts[0..size) (the same array contents on every rank);
+ * chunk r starts at counts[0] + ... + counts[r-1]. */
+pe_status pe_comm_reduce_scatterv(pe_comm *c, const void *send, void *recv, const int64_t *counts, pe_dtype dt,
+                                  uint64_t tag, pe_work **out);
+/* Completes when every rank has called it with this tag. */
+pe_status pe_comm_barrier(pe_comm *c, uint64_t tag, pe_work **out);
+
+void pe_comm_free(pe_comm *c); /* accepts NULL; every work of c must be freed first */
+
+/* ---- work handles ---------------------------------------------------------- */
+
+typedef void (*pe_work_cb)(pe_work *w, pe_status st, void *user);
+
+/* Blocks until w is done; its status (and pe_last_error() on this thread). */
+pe_status pe_work_wait(pe_work *w);
+/* Non-blocking: true when done (*st, when not NULL, gets its status). */
+bool pe_work_test(pe_work *w, pe_status *st);
+/* cb(w, status, user) exactly once: now on this thread when w is done
+ * already, otherwise on whichever thread completes it (keep it short; do
+ * not wait on other works inside it; NCCL works call it from a CUDA host
+ * function, where no CUDA call is allowed). One callback per work. The
+ * message of a failed work is pe_work_message(w). */
+void pe_work_on_done(pe_work *w, pe_work_cb cb, void *user);
+/* The message of a failed work ("" while pending or on success). Borrowed. */
+const char *pe_work_message(const pe_work *w);
+void pe_work_free(pe_work *w); /* accepts NULL; a pending work frees itself when done */
+
+/* ---- backends -------------------------------------------------------------- */
+
+typedef enum pe_coll {
+    PE_COLL_ALLREDUCE,
+    PE_COLL_REDUCE,
+    PE_COLL_BROADCAST,
+    PE_COLL_ALLGATHER,
+    PE_COLL_REDUCE_SCATTER,
+    PE_COLL_BARRIER,
+    PE_COLL_COUNT
+} pe_coll;
+
+const char *pe_coll_name(pe_coll op); /* "allreduce", ... */
+
+/* One rank's call, as a backend sees it (already checked against this
+ * rank's view: dtype, root, counts, non-NULL buffers — unless err is set).
+ * The NCCL backend ignores the tag for matching: NCCL pairs a
+ * communicator's collectives by issue order, so its ranks must issue in
+ * the same order (a group does). */
+typedef struct pe_coll_args {
+    pe_coll op;
+    const void *send;      /* allgather, reduce_scatter: the input (never NULL here) */
+    void *recv;            /* the buffer written (allreduce/reduce/broadcast: in place) */
+    int64_t count;         /* allgather: per rank; reduce_scatter: this rank's chunk; else the buffer */
+    const int64_t *counts; /* reduce_scatter: chunk of every rank (borrowed for the start call only) */
+    int64_t total;         /* reduce_scatter: sum of counts; allgather: size * count */
+    pe_dtype dt;
+    int root;
+    uint64_t tag;
+    /* != PE_OK: this rank's call failed its own checks (err_msg says why);
+     * a backend that can tell the other ranks fails their works too, and
+     * the frontend frees the returned work. */
+    pe_status err;
+    const char *err_msg;
+} pe_coll_args;
 
 typedef struct pe_comm_ops {
     const char *name;
-    /* bufs[i]: numel elements of dtype on place i; afterwards each = sum. */
-    pe_status (*allreduce)(pe_comm *c, void *const *bufs, int64_t numel, pe_dtype dt);
-    /* bufs[root] = sum over places; other buffers unchanged. */
-    pe_status (*reduce)(pe_comm *c, void *const *bufs, int64_t numel, pe_dtype dt, int root);
-    /* every buffer = bufs[root]. */
-    pe_status (*broadcast)(pe_comm *c, void *const *bufs, int64_t numel, pe_dtype dt, int root);
+    /* Starts a's collective on c; *out = a pending or done work. A non-OK
+     * return means nothing was started. */
+    pe_status (*start)(pe_comm *c, const pe_coll_args *a, pe_work **out);
+    /* Optional: bracket the calls of several ranks issued by one thread
+     * (NCCL's ncclGroupStart/End); NULL when not needed. */
+    pe_status (*group_begin)(pe_comm *c);
+    pe_status (*group_end)(pe_comm *c);
     void (*free)(pe_comm *c);
 } pe_comm_ops;
 
 struct pe_comm {
     const pe_comm_ops *ops;
-    int n_places;
+    int rank, size;
 };
 
-/* In-process CPU collectives over n_places buffers, using up to `threads`
- * OpenMP threads per call (reduce-scatter + all-gather by chunks). Owned by
- * caller (pe_comm_free). */
-pe_comm *pe_comm_inproc_new(int n_places, int threads);
+/* A work: backends allocate it with pe_work_new (or a pool of their own)
+ * and finish it exactly once with pe_work_complete. */
+typedef struct pe_work_ops {
+    /* Optional: poll for completion (may call pe_work_complete). */
+    void (*poll)(pe_work *w);
+    /* Optional: block until complete (must end in pe_work_complete);
+     * NULL: wait on the work's condition variable. */
+    void (*wait)(pe_work *w);
+    /* Called once when the last reference is dropped (return to a pool). */
+    void (*release)(pe_work *w);
+} pe_work_ops;
+
+#ifndef __cplusplus /* C++ backends (nccl.cu) use the functions only */
+struct pe_work {
+    const pe_work_ops *ops;
+    void *backend; /* backend data */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    _Atomic int done;
+    _Atomic int refs;
+    pe_status st;
+    pe_work_cb cb;
+    void *cb_user;
+    bool cb_called;
+    char msg[512];
+};
+#endif
+
+/* Initializes w (state pending, 2 references: the caller's and the
+ * completion's). For pooled works: call on every reuse after pe_work_init_once. */
+void pe_work_init_once(pe_work *w, const pe_work_ops *ops);
+void pe_work_reset(pe_work *w);
+void pe_work_destroy(pe_work *w); /* the mutex and condvar */
+/* malloc'd work released with free() (or ops->release). NULL on out of memory. */
+pe_work *pe_work_new(const pe_work_ops *ops);
+/* The same with its backend pointer set; pe_work_backend reads it back. */
+pe_work *pe_work_new_for(const pe_work_ops *ops, void *backend);
+void *pe_work_backend(const pe_work *w);
+/* One more reference (dropped by pe_work_free), for a backend that needs
+ * the work alive past its completion. */
+void pe_work_retain(pe_work *w);
+/* Finishes w with st (message msg when st != PE_OK), runs the callback,
+ * wakes waiters, drops the completion's reference. Exactly once per work. */
+void pe_work_complete(pe_work *w, pe_status st, const char *msg);
+/* A work already complete with st (and the current pe_last_error() as its
+ * message when st != PE_OK). NULL on out of memory. */
+pe_work *pe_work_new_done(pe_status st);
+
+/* "inproc rank 1/4: allreduce of 7 float32 elements (tag 3)" into buf. */
+const char *pe_coll_desc(const pe_comm *c, const pe_coll_args *a, char *buf, size_t size);
+
+/* ---- in-process backend ---------------------------------------------------- */
+
+/* n ranks sharing one rendezvous table: ranks_out[r] = rank r of n. The rank
+ * of a tag's collective that arrives last runs it in its own thread, with
+ * up to `threads` OpenMP threads, and completes every rank's work; earlier
+ * ranks' calls return a pending work at once. Each rank is owned by the
+ * caller (pe_comm_free; the table goes with the last). */
+pe_status pe_comm_inproc_world_new(int n, int threads, pe_comm **ranks_out);
+
+/* ---- two-level composition (runtime/comm/hier.c) ----------------------------- */
+
+/* The n_places places of this process over `outer` (borrowed, must outlive
+ * them; one rank per process, rank = this process, size = processes):
+ * ranks_out[p] has global rank outer_rank * n_places + p of
+ * outer_size * n_places. Sums reduce inside the process in place order,
+ * then across processes through outer, then broadcast inside: a fixed
+ * order, bitwise repeatable for a given layout. Supports allreduce,
+ * broadcast, allgather and barrier (others: PE_ERR_UNSUPPORTED). */
+pe_status pe_comm_hier_new(pe_comm *outer, int n_places, int threads, pe_comm **ranks_out);
+
+/* ---- a group: one thread driving every place of this process ---------------- */
+
+/* The ranks of one in-process world (or NCCL ranks of this process), driven
+ * together: each call issues every rank's part with one tag and waits.
+ * Safe to call from several threads at once (each call gets its own tag). */
+#ifndef __cplusplus
+struct pe_comm_group {
+    const pe_comm_ops *ops; /* the ranks' backend (ops->name: "inproc", "nccl") */
+    int n_places;
+    pe_comm **ranks;
+    _Atomic uint64_t next_tag;
+    /* Optional whole-group fast path (in-process: run the collective on the
+     * calling thread, no rendezvous): 1 = handled. */
+    int (*direct)(pe_comm_group *g, const pe_coll_args *a, void *const *bufs, pe_status *st);
+};
+#endif
+
+/* In-process collectives over n_places buffers, using up to `threads`
+ * OpenMP threads per call. Owned by caller (pe_group_free). */
+pe_comm_group *pe_comm_inproc_new(int n_places, int threads);
+/* A group over ranks[0..n) (ownership transferred: freed with the group). */
+pe_comm_group *pe_comm_group_new(pe_comm **ranks, int n);
 
 /* The backend for places[0..n) (runtime/comm/comm.c): all CPU, or a single
  * place -> in-process (`threads` as above; with one place nothing is read or
  * written); 2+ CUDA places, distinct visible devices -> NCCL (CUDA builds
  * with NCCL; buffer i is device memory of places[i]). Otherwise NULL
- * and pe_last_error() says why. Owned by caller (pe_comm_free). */
-pe_comm *pe_comm_new_for_places(const pe_place *places, int n, int threads);
+ * and pe_last_error() says why. Owned by caller (pe_group_free). */
+pe_comm_group *pe_comm_new_for_places(const pe_place *places, int n, int threads);
+
+/* bufs[i]: numel elements of dtype on place i; afterwards each = sum. */
+pe_status pe_group_allreduce(pe_comm_group *g, void *const *bufs, int64_t numel, pe_dtype dt);
+/* bufs[root] = sum over places; other buffers unchanged. */
+pe_status pe_group_reduce(pe_comm_group *g, void *const *bufs, int64_t numel, pe_dtype dt, int root);
+/* every buffer = bufs[root]. */
+pe_status pe_group_broadcast(pe_comm_group *g, void *const *bufs, int64_t numel, pe_dtype dt, int root);
+/* Non-blocking: one work (owned by the caller) done when every place's is.
+ * op: PE_COLL_ALLREDUCE, PE_COLL_REDUCE or PE_COLL_BROADCAST. */
+pe_status pe_group_start(pe_comm_group *g, pe_coll op, void *const *bufs, int64_t numel, pe_dtype dt, int root,
+                         pe_work **out);
+void pe_group_free(pe_comm_group *g); /* accepts NULL */
 
 #ifdef PE_WITH_NCCL
-/* NCCL collectives over devices[0..n) (distinct, visible), rank i on
- * devices[i], on each device's PE stream (pe_cuda_stream); every call
- * returns when the result is in place. NULL + message on failure. */
-pe_comm *pe_comm_nccl_new(const int *devices, int n);
+/* NCCL group over devices[0..n) (distinct, visible) of this process, rank i
+ * on devices[i] (ncclCommInitRank of each, inside one ncclGroupStart/End).
+ * NULL + message on failure. */
+pe_comm_group *pe_comm_nccl_new(const int *devices, int n);
+/* NCCL unique id for pe_comm_nccl_rank_new (send it to every process). */
+typedef struct pe_nccl_id {
+    char bytes[128];
+} pe_nccl_id;
+pe_status pe_nccl_get_id(pe_nccl_id *id);
+/* Rank `rank` of `size` on `device`, for ranks spanning processes (every
+ * rank calls it with the same id; it blocks until all have). */
+pe_status pe_comm_nccl_rank_new(const pe_nccl_id *id, int rank, int size, int device, pe_comm **out);
 #endif
-
-static inline pe_status pe_comm_allreduce(pe_comm *c, void *const *bufs, int64_t numel, pe_dtype dt) {
-    return c->ops->allreduce(c, bufs, numel, dt);
-}
-static inline pe_status pe_comm_reduce(pe_comm *c, void *const *bufs, int64_t numel, pe_dtype dt, int root) {
-    return c->ops->reduce(c, bufs, numel, dt, root);
-}
-static inline pe_status pe_comm_broadcast(pe_comm *c, void *const *bufs, int64_t numel, pe_dtype dt, int root) {
-    return c->ops->broadcast(c, bufs, numel, dt, root);
-}
-static inline void pe_comm_free(pe_comm *c) {
-    if (c) c->ops->free(c);
-}
 
 #ifdef __cplusplus
 }

@@ -1,29 +1,45 @@
-/* runtime/comm/nccl.cu — collectives across CUDA places with NCCL.
+/* runtime/comm/nccl.cu — the NCCL backend: one rank per GPU place.
  *
- * The pe_comm backend for GPUs (runtime/comm/comm.h): one NCCL communicator
- * per device, all created at once by ncclCommInitAll in this process (rank
- * i = place i = devices[i]). A call issues the collective on every device's
- * PE stream (pe_cuda_stream, where that place's kernels run, so it starts
- * after the kernels that produced the gradient) inside one
- * ncclGroupStart/ncclGroupEnd, then synchronizes those streams: like the
- * CPU backend, the result is in every buffer when the call returns.
+ * Each rank is one NCCL communicator made by ncclCommInitRank from a
+ * unique id the caller passes in, so ranks can span processes
+ * (pe_comm_nccl_rank_new); pe_comm_nccl_new makes every rank of this
+ * process at once (ncclGroupStart/End around the ncclCommInitRank calls)
+ * and returns them as a group.
  *
- * Calls on different vars come from several scheduler threads at once;
- * NCCL needs the operations of a communicator in the same order on every
- * rank, so issuing (not waiting) is serialized by a mutex per pe_comm.
+ * A call never synchronizes a stream. The collective runs on the rank's
+ * own communication stream, which first waits on an event recorded on the
+ * place's compute stream (pe_cuda_stream: the kernels that produced the
+ * data), so communication overlaps later compute. After the collective a
+ * "done" event is recorded and a host function is queued behind it:
+ *   - pe_work_test polls cudaEventQuery(done),
+ *   - pe_work_wait is cudaEventSynchronize(done) plus ncclCommGetAsyncError,
+ *   - callbacks run from the host function (cudaLaunchHostFunc): no
+ *     progress thread to own, start or stop, and the callback runs as soon
+ *     as the stream passes the collective. The price: a callback must not
+ *     call CUDA (the scheduler's pe_sched_done only queues handles).
+ * Whichever of the three sees the end first completes the work (an atomic
+ * flag makes that exactly once). Works and their events are pooled per
+ * rank; a work released on the host-function thread only goes back to the
+ * pool (no CUDA call there).
  *
- * Determinism: NCCL's ring/tree sum order is fixed for a given topology,
- * device count, size and NCCL version, so results are reproducible from run
- * to run, but they are NOT bitwise equal to the in-process backend's
- * place-order sum (floating-point sums in another order round differently);
- * integer results are exact either way.
+ * Matching: NCCL matches a communicator's collectives by issue order, not
+ * by tag, so every rank must issue them in the same order; the tag only
+ * names the call in messages. A group issues all its ranks' parts inside
+ * ncclGroupStart/End under one mutex, so group calls from several threads
+ * keep one order on every rank. Inside a group the events and host
+ * functions are queued after ncclGroupEnd (NCCL launches at the end).
  *
- * Broadcast moves bytes, so it takes every dtype (as the CPU backend does);
- * allreduce and reduce sum fp32, fp64, int32 and int64.
+ * Determinism: NCCL's ring/tree sum order is fixed for a topology, device
+ * count, size and NCCL version: reproducible run to run, but not bitwise
+ * equal to the in-process backend's rank-order sum. Broadcast and
+ * allgather move bytes (every dtype); sums take fp32, fp64, int32, int64.
+ * Uneven reduce_scatter is one ncclReduce per chunk in a group.
  */
 #include "runtime/comm/comm.h"
 #include "runtime/cuda/cuda_internal.h"
 
+#include <atomic>
+#include <new>
 #include <nccl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -32,55 +48,37 @@
 
 namespace {
 
-struct nccl_comm {
-    pe_comm base; /* first: pe_comm * and nccl_comm * convert both ways */
-    pthread_mutex_t mu;
-    int devices[PE_MAX_PLACES];
-    ncclComm_t comms[PE_MAX_PLACES];
-    cudaStream_t streams[PE_MAX_PLACES];
+struct nccl_rank;
+
+/* Shared by the ranks of one group (one per rank otherwise). */
+struct nccl_shared {
+    pthread_mutex_t issue_mu;
+    std::atomic<int> refs;
+    struct nccl_work *pending; /* issued inside the current group */
 };
 
-enum class coll { allreduce, reduce, broadcast };
-
-const char *call_name(coll k) {
-    switch (k) {
-    case coll::allreduce: return "ncclAllReduce";
-    case coll::reduce: return "ncclReduce";
-    default: return "ncclBroadcast";
-    }
-}
-
-/* Restores the thread's current device at the end of the scope: NCCL
- * switches devices internally while it sets up and launches. */
-class device_restore {
-public:
-    device_restore() {
-        if (cudaGetDevice(&prev_) != cudaSuccess) {
-            (void)cudaGetLastError();
-            prev_ = -1;
-        }
-    }
-    ~device_restore() {
-        if (prev_ >= 0) (void)cudaSetDevice(prev_);
-    }
-    device_restore(const device_restore &) = delete;
-    device_restore &operator=(const device_restore &) = delete;
-
-private:
-    int prev_ = -1;
+struct nccl_work {
+    nccl_work *next;
+    pe_work *w;
+    nccl_rank *r;
+    cudaEvent_t done_ev;
+    std::atomic<int> finished;
+    char desc[192];
 };
 
-/* "cuda:0,cuda:1" into buf. */
-const char *device_list(const int *devices, int n, char *buf, size_t size) {
-    size_t o = 0;
-    buf[0] = '\0';
-    for (int i = 0; i < n && o < size; i++) {
-        int w = snprintf(buf + o, size - o, "%scuda:%d", i ? "," : "", devices[i]);
-        if (w < 0) break;
-        o += (size_t)w;
-    }
-    return buf;
-}
+struct nccl_rank {
+    pe_comm base; /* first: pe_comm * and nccl_rank * convert both ways */
+    nccl_shared *sh;
+    ncclComm_t comm;
+    int device;
+    cudaStream_t compute, stream;
+    cudaEvent_t ready_ev;
+    int *scratch; /* one int on the device: the barrier's allreduce */
+    pthread_mutex_t pool_mu;
+    nccl_work *pool;
+};
+
+thread_local nccl_shared *tls_in_group = nullptr;
 
 /* NCCL's code string plus its last detailed message, when it has one. */
 void nccl_message(ncclResult_t r, char *buf, size_t size) {
@@ -99,165 +97,425 @@ bool nccl_sum_dtype(pe_dtype dt, ncclDataType_t *out) {
     }
 }
 
-pe_status run(nccl_comm *c, void *const *bufs, int64_t numel, pe_dtype dt, int root, coll k) {
-    const char *what = k == coll::allreduce ? "allreduce" : k == coll::reduce ? "reduce" : "broadcast";
-    int n = c->base.n_places;
-    ncclDataType_t ndt = ncclUint8;
-    size_t count = 0;
-    if (k == coll::broadcast) {
-        if (!pe_dtype_valid((int)dt))
-            return pe_error(PE_ERR_INVALID, "broadcast: dtype %d is not a PE dtype", (int)dt);
-        count = (size_t)(numel > 0 ? numel : 0) * pe_dtype_size(dt); /* bytes, as ncclUint8 */
-    } else {
-        if (!nccl_sum_dtype(dt, &ndt))
-            return pe_error(PE_ERR_UNSUPPORTED, "%s: dtype %s is not supported (float32, float64, int32, int64)",
-                            what, pe_dtype_name(dt));
-        count = (size_t)(numel > 0 ? numel : 0);
-    }
-    if (root < 0 || root >= n) return pe_error(PE_ERR_INVALID, "%s: root %d is not a place (0..%d)", what, root, n - 1);
-    if (n == 1 || count == 0) return PE_OK;
-    for (int i = 0; i < n; i++)
-        if (!bufs[i])
-            return pe_error(PE_ERR_INVALID, "%s of %lld %s elements: the buffer of cuda:%d (place %d) is NULL", what,
-                            (long long)numel, pe_dtype_name(dt), c->devices[i], i);
+void finish(nccl_work *nw, pe_status st, const char *msg) {
+    if (nw->finished.exchange(1) == 0) pe_work_complete(nw->w, st, msg);
+}
 
-    /* "ncclReduce of 2048 float32 elements to place 1", for messages */
-    char desc[160], msg[512];
-    snprintf(desc, sizeof desc, "%s of %lld %s elements%s", call_name(k), (long long)numel, pe_dtype_name(dt),
-             k == coll::allreduce ? "" : k == coll::reduce ? " to place " : " from place ");
-    if (k != coll::allreduce) snprintf(desc + strlen(desc), sizeof desc - strlen(desc), "%d", root);
-    int failed = -1;
-    ncclResult_t r = ncclSuccess, rg;
-    {
-        device_restore keep;
-        pthread_mutex_lock(&c->mu);
-        rg = ncclGroupStart();
-        if (rg == ncclSuccess) {
-            for (int i = 0; i < n && r == ncclSuccess; i++) {
-                void *b = bufs[i]; /* in place: send buffer = receive buffer */
-                switch (k) {
-                case coll::allreduce: r = ncclAllReduce(b, b, count, ndt, ncclSum, c->comms[i], c->streams[i]); break;
-                case coll::reduce: r = ncclReduce(b, b, count, ndt, ncclSum, root, c->comms[i], c->streams[i]); break;
-                default: r = ncclBroadcast(b, b, count, ndt, root, c->comms[i], c->streams[i]); break;
-                }
-                if (r != ncclSuccess) failed = i;
-            }
-            /* The group must be closed even after a failed call; NCCL then
-             * launches nothing and reports the error again. */
-            rg = ncclGroupEnd();
+/* Host function behind the done event: no CUDA calls allowed here. It
+ * holds a reference of its own, so a work that poll or wait completed
+ * first is not back in the pool (and reused) before this has run. */
+void CUDART_CB host_done(void *arg) {
+    nccl_work *nw = static_cast<nccl_work *>(arg);
+    finish(nw, PE_OK, nullptr);
+    pe_work_free(nw->w);
+}
+
+/* A work whose host function was never queued: complete it and drop the
+ * reference the host function would have dropped. */
+void fail_unarmed(nccl_work *nw, pe_status st, const char *msg) {
+    finish(nw, st, msg);
+    pe_work_free(nw->w);
+}
+
+void work_poll(pe_work *w) {
+    nccl_work *nw = static_cast<nccl_work *>(pe_work_backend(w));
+    cudaError_t e = cudaEventQuery(nw->done_ev);
+    if (e == cudaSuccess) {
+        finish(nw, PE_OK, nullptr);
+    } else if (e != cudaErrorNotReady) {
+        (void)cudaGetLastError();
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s: the stream of cuda:%d failed: %s", nw->desc, nw->r->device,
+                 cudaGetErrorString(e));
+        finish(nw, PE_ERR_DEVICE, msg);
+    }
+}
+
+void work_wait(pe_work *w) {
+    nccl_work *nw = static_cast<nccl_work *>(pe_work_backend(w));
+    char msg[768];
+    cudaError_t e = cudaEventSynchronize(nw->done_ev);
+    ncclResult_t ar = ncclSuccess;
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        snprintf(msg, sizeof msg, "%s: the stream of cuda:%d failed: %s", nw->desc, nw->r->device,
+                 cudaGetErrorString(e));
+        finish(nw, PE_ERR_DEVICE, msg);
+    } else if (ncclCommGetAsyncError(nw->r->comm, &ar) == ncclSuccess && ar != ncclSuccess && ar != ncclInProgress) {
+        char nm[512];
+        nccl_message(ar, nm, sizeof nm);
+        snprintf(msg, sizeof msg, "%s: %s", nw->desc, nm);
+        finish(nw, PE_ERR_DEVICE, msg);
+    } else {
+        finish(nw, PE_OK, nullptr);
+    }
+}
+
+void work_release(pe_work *w) {
+    nccl_work *nw = static_cast<nccl_work *>(pe_work_backend(w));
+    pthread_mutex_lock(&nw->r->pool_mu);
+    nw->next = nw->r->pool;
+    nw->r->pool = nw;
+    pthread_mutex_unlock(&nw->r->pool_mu);
+}
+
+const pe_work_ops k_work_ops = {work_poll, work_wait, work_release};
+
+/* A pooled work of r (device r->device current). */
+nccl_work *take_work(nccl_rank *r) {
+    pthread_mutex_lock(&r->pool_mu);
+    nccl_work *nw = r->pool;
+    if (nw) r->pool = nw->next;
+    pthread_mutex_unlock(&r->pool_mu);
+    if (nw) {
+        pe_work_reset(nw->w);
+    } else {
+        nw = new (std::nothrow) nccl_work();
+        if (!nw) return nullptr;
+        nw->r = r;
+        if (!(nw->w = pe_work_new_for(&k_work_ops, nw))) {
+            delete nw;
+            return nullptr;
         }
-        pthread_mutex_unlock(&c->mu);
-    }
-    if (failed >= 0) {
-        nccl_message(r, msg, sizeof msg);
-        return pe_error(PE_ERR_DEVICE, "%s: cuda:%d (place %d) failed: %s", desc, c->devices[failed], failed, msg);
-    }
-    if (rg != ncclSuccess) {
-        char dl[256];
-        nccl_message(rg, msg, sizeof msg);
-        return pe_error(PE_ERR_DEVICE, "%s over %s: ncclGroupEnd failed: %s", desc,
-                        device_list(c->devices, n, dl, sizeof dl), msg);
-    }
-    /* Wait outside the lock: other vars' collectives may be issued meanwhile. */
-    pe_status st = PE_OK;
-    for (int i = 0; i < n; i++) {
-        cudaError_t e = cudaStreamSynchronize(c->streams[i]);
-        ncclResult_t ar = ncclSuccess;
-        if (e != cudaSuccess) {
+        if (cudaEventCreateWithFlags(&nw->done_ev, cudaEventDisableTiming) != cudaSuccess) {
             (void)cudaGetLastError();
-            if (st == PE_OK)
-                st = pe_error(PE_ERR_DEVICE, "%s: the stream of cuda:%d (place %d) failed: %s", desc, c->devices[i],
-                              i, cudaGetErrorString(e));
-        } else if (ncclCommGetAsyncError(c->comms[i], &ar) == ncclSuccess && ar != ncclSuccess && ar != ncclInProgress) {
-            nccl_message(ar, msg, sizeof msg);
-            if (st == PE_OK)
-                st = pe_error(PE_ERR_DEVICE, "%s: cuda:%d (place %d) failed: %s", desc, c->devices[i], i, msg);
+            pe_work_destroy(nw->w);
+            free(nw->w);
+            delete nw;
+            return nullptr;
         }
     }
+    pe_work_retain(nw->w); /* the host function's reference */
+    nw->finished.store(0);
+    nw->next = nullptr;
+    return nw;
+}
+
+/* The collective itself, on r->stream. */
+ncclResult_t issue(nccl_rank *r, const pe_coll_args *a) {
+    ncclDataType_t ndt = ncclUint8;
+    size_t es = pe_dtype_size(a->dt);
+    void *buf = a->recv;
+    switch (a->op) {
+    case PE_COLL_ALLREDUCE:
+        nccl_sum_dtype(a->dt, &ndt);
+        return ncclAllReduce(buf, buf, (size_t)a->count, ndt, ncclSum, r->comm, r->stream);
+    case PE_COLL_REDUCE:
+        nccl_sum_dtype(a->dt, &ndt);
+        return ncclReduce(buf, buf, (size_t)a->count, ndt, ncclSum, a->root, r->comm, r->stream);
+    case PE_COLL_BROADCAST:
+        return ncclBroadcast(buf, buf, (size_t)a->count * es, ncclUint8, a->root, r->comm, r->stream);
+    case PE_COLL_ALLGATHER:
+        return ncclAllGather(a->send, a->recv, (size_t)a->count * es, ncclUint8, r->comm, r->stream);
+    case PE_COLL_BARRIER:
+        return ncclAllReduce(r->scratch, r->scratch, 1, ncclInt32, ncclSum, r->comm, r->stream);
+    case PE_COLL_REDUCE_SCATTER: {
+        nccl_sum_dtype(a->dt, &ndt);
+        bool even = true;
+        for (int q = 0; q < r->base.size; q++) even = even && a->counts[q] == a->counts[0];
+        if (even) return ncclReduceScatter(a->send, a->recv, (size_t)a->count, ndt, ncclSum, r->comm, r->stream);
+        ncclResult_t res = ncclGroupStart();
+        int64_t off = 0;
+        for (int q = 0; q < r->base.size && res == ncclSuccess; q++) {
+            /* recvbuff is only written on the root of each chunk */
+            res = ncclReduce((const char *)a->send + off * (int64_t)es, a->recv, (size_t)a->counts[q], ndt, ncclSum,
+                             q, r->comm, r->stream);
+            off += a->counts[q];
+        }
+        ncclResult_t e = ncclGroupEnd();
+        return res != ncclSuccess ? res : e;
+    }
+    default: return ncclInvalidArgument;
+    }
+}
+
+/* Queues the done event and the host function behind the collective. */
+pe_status arm(nccl_work *nw) {
+    nccl_rank *r = nw->r;
+    cudaError_t e = cudaEventRecord(nw->done_ev, r->stream);
+    if (e == cudaSuccess) e = cudaLaunchHostFunc(r->stream, host_done, nw);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return pe_error(PE_ERR_DEVICE, "%s: cannot queue the completion on cuda:%d: %s", nw->desc, r->device,
+                        cudaGetErrorString(e));
+    }
+    return PE_OK;
+}
+
+pe_status nccl_start(pe_comm *c, const pe_coll_args *a, pe_work **out) {
+    nccl_rank *r = reinterpret_cast<nccl_rank *>(c);
+    char desc[192];
+    pe_coll_desc(c, a, desc, sizeof desc);
+    /* NCCL cannot fail the other ranks' calls for us: they would hang */
+    if (a->err != PE_OK) return a->err;
+    pe_cuda_device_scope dev(r->device);
+    if (!dev.ok()) return pe_error_wrap(PE_ERR_DEVICE, "%s", desc);
+    nccl_work *nw = take_work(r);
+    if (!nw) return pe_error(PE_ERR_NOMEM, "%s: out of memory (or no CUDA event) for a work", desc);
+    snprintf(nw->desc, sizeof nw->desc, "%s", desc);
+    bool grouped = tls_in_group == r->sh;
+    if (!grouped) pthread_mutex_lock(&r->sh->issue_mu);
+    /* communication starts after the kernels that produced the data */
+    cudaError_t e = cudaEventRecord(r->ready_ev, r->compute);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(r->stream, r->ready_ev, 0);
+    ncclResult_t res = ncclSuccess;
+    if (e == cudaSuccess) res = issue(r, a);
+    pe_status st = PE_OK;
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        st = pe_error(PE_ERR_DEVICE, "%s: cannot order cuda:%d's streams: %s", desc, r->device,
+                      cudaGetErrorString(e));
+    } else if (res != ncclSuccess) {
+        char msg[512];
+        nccl_message(res, msg, sizeof msg);
+        st = pe_error(PE_ERR_DEVICE, "%s: cuda:%d failed: %s", desc, r->device, msg);
+    } else if (grouped) {
+        nw->next = r->sh->pending; /* armed after ncclGroupEnd */
+        r->sh->pending = nw;
+    } else {
+        st = arm(nw);
+    }
+    if (!grouped) pthread_mutex_unlock(&r->sh->issue_mu);
+    if (st != PE_OK) {
+        pe_work_free(nw->w); /* the caller's reference */
+        fail_unarmed(nw, st, pe_last_error());
+        return st;
+    }
+    *out = nw->w;
+    return PE_OK;
+}
+
+pe_status nccl_group_begin(pe_comm *c) {
+    nccl_rank *r = reinterpret_cast<nccl_rank *>(c);
+    pthread_mutex_lock(&r->sh->issue_mu);
+    tls_in_group = r->sh;
+    ncclResult_t res = ncclGroupStart();
+    if (res != ncclSuccess) {
+        tls_in_group = nullptr;
+        pthread_mutex_unlock(&r->sh->issue_mu);
+        char msg[512];
+        nccl_message(res, msg, sizeof msg);
+        return pe_error(PE_ERR_DEVICE, "nccl: ncclGroupStart failed: %s", msg);
+    }
+    return PE_OK;
+}
+
+pe_status nccl_group_end(pe_comm *c) {
+    nccl_rank *r = reinterpret_cast<nccl_rank *>(c);
+    ncclResult_t res = ncclGroupEnd();
+    pe_status st = PE_OK;
+    char msg[512];
+    if (res != ncclSuccess) {
+        nccl_message(res, msg, sizeof msg);
+        st = pe_error(PE_ERR_DEVICE, "nccl: ncclGroupEnd failed: %s", msg);
+    }
+    for (nccl_work *nw = r->sh->pending, *next; nw; nw = next) {
+        next = nw->next;
+        pe_status ast = PE_OK;
+        if (st == PE_OK) {
+            pe_cuda_device_scope dev(nw->r->device);
+            ast = dev.ok() ? arm(nw) : PE_ERR_DEVICE;
+        }
+        /* not armed: nothing will ever complete it, so fail it here */
+        if (st != PE_OK || ast != PE_OK) fail_unarmed(nw, st != PE_OK ? st : ast, pe_last_error());
+    }
+    r->sh->pending = nullptr;
+    tls_in_group = nullptr;
+    pthread_mutex_unlock(&r->sh->issue_mu);
     return st;
 }
 
-pe_status nccl_allreduce(pe_comm *c, void *const *bufs, int64_t numel, pe_dtype dt) {
-    return run(reinterpret_cast<nccl_comm *>(c), bufs, numel, dt, 0, coll::allreduce);
-}
-
-pe_status nccl_reduce(pe_comm *c, void *const *bufs, int64_t numel, pe_dtype dt, int root) {
-    return run(reinterpret_cast<nccl_comm *>(c), bufs, numel, dt, root, coll::reduce);
-}
-
-pe_status nccl_broadcast(pe_comm *c, void *const *bufs, int64_t numel, pe_dtype dt, int root) {
-    return run(reinterpret_cast<nccl_comm *>(c), bufs, numel, dt, root, coll::broadcast);
-}
-
-void nccl_free(pe_comm *cm) {
-    nccl_comm *c = reinterpret_cast<nccl_comm *>(cm);
+void nccl_free(pe_comm *c) {
+    nccl_rank *r = reinterpret_cast<nccl_rank *>(c);
     {
-        device_restore keep;
-        for (int i = 0; i < c->base.n_places; i++) {
-            if (!c->comms[i]) continue;
-            ncclResult_t r = ncclCommDestroy(c->comms[i]);
-            if (r != ncclSuccess)
-                pe_log(PE_LOG_ERROR, "ncclCommDestroy on cuda:%d failed: %s", c->devices[i], ncclGetErrorString(r));
+        pe_cuda_device_scope dev(r->device);
+        if (r->stream) (void)cudaStreamSynchronize(r->stream);
+        while (r->pool) {
+            nccl_work *nw = r->pool;
+            r->pool = nw->next;
+            (void)cudaEventDestroy(nw->done_ev);
+            pe_work_destroy(nw->w);
+            free(nw->w);
+            delete nw;
         }
+        if (r->comm) {
+            ncclResult_t res = ncclCommDestroy(r->comm);
+            if (res != ncclSuccess)
+                pe_log(PE_LOG_ERROR, "ncclCommDestroy on cuda:%d failed: %s", r->device, ncclGetErrorString(res));
+        }
+        if (r->ready_ev) (void)cudaEventDestroy(r->ready_ev);
+        if (r->stream) (void)cudaStreamDestroy(r->stream);
+        if (r->scratch) (void)cudaFree(r->scratch);
     }
-    pthread_mutex_destroy(&c->mu);
-    free(c);
+    if (r->sh->refs.fetch_sub(1) == 1) {
+        pthread_mutex_destroy(&r->sh->issue_mu);
+        delete r->sh;
+    }
+    pthread_mutex_destroy(&r->pool_mu);
+    delete r;
 }
 
-const pe_comm_ops k_nccl_ops = {"nccl", nccl_allreduce, nccl_reduce, nccl_broadcast, nccl_free};
+const pe_comm_ops k_nccl_ops = {"nccl", nccl_start, nccl_group_begin, nccl_group_end, nccl_free};
+
+nccl_shared *shared_new(int refs) {
+    nccl_shared *sh = new (std::nothrow) nccl_shared();
+    if (!sh) return nullptr;
+    pthread_mutex_init(&sh->issue_mu, nullptr);
+    sh->refs.store(refs);
+    sh->pending = nullptr;
+    return sh;
+}
+
+/* Rank `rank` of `size` on `device`, its streams and events; the NCCL
+ * communicator is made by the caller. */
+pe_status rank_new(nccl_shared *sh, int rank, int size, int device, nccl_rank **out) {
+    *out = nullptr;
+    nccl_rank *r = new (std::nothrow) nccl_rank();
+    if (!r) return pe_error(PE_ERR_NOMEM, "nccl rank %d/%d on cuda:%d: out of memory", rank, size, device);
+    r->base.ops = &k_nccl_ops;
+    r->base.rank = rank;
+    r->base.size = size;
+    r->sh = sh;
+    r->device = device;
+    pthread_mutex_init(&r->pool_mu, nullptr);
+    r->compute = static_cast<cudaStream_t>(pe_cuda_stream(device));
+    if (!r->compute) {
+        r->sh = nullptr;
+        pthread_mutex_destroy(&r->pool_mu);
+        delete r;
+        return pe_error_wrap(PE_ERR_DEVICE, "nccl rank %d/%d on cuda:%d", rank, size, device);
+    }
+    pe_cuda_device_scope dev(device);
+    cudaError_t e = dev.ok() ? cudaStreamCreateWithFlags(&r->stream, cudaStreamNonBlocking) : cudaErrorInvalidDevice;
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&r->ready_ev, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaMalloc(&r->scratch, sizeof(int));
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        pe_status st = pe_error(PE_ERR_DEVICE, "nccl rank %d/%d on cuda:%d: %s", rank, size, device,
+                                cudaGetErrorString(e));
+        if (r->ready_ev) (void)cudaEventDestroy(r->ready_ev);
+        if (r->stream) (void)cudaStreamDestroy(r->stream);
+        pthread_mutex_destroy(&r->pool_mu);
+        delete r;
+        return st;
+    }
+    *out = r;
+    return PE_OK;
+}
 
 } // namespace
 
-extern "C" pe_comm *pe_comm_nccl_new(const int *devices, int n) {
-    char dl[256];
+extern "C" pe_status pe_nccl_get_id(pe_nccl_id *id) {
+    static_assert(sizeof(ncclUniqueId) <= sizeof(pe_nccl_id), "pe_nccl_id too small");
+    ncclUniqueId u;
+    ncclResult_t res = ncclGetUniqueId(&u);
+    if (res != ncclSuccess) {
+        char msg[512];
+        nccl_message(res, msg, sizeof msg);
+        return pe_error(PE_ERR_DEVICE, "ncclGetUniqueId failed: %s", msg);
+    }
+    memset(id, 0, sizeof *id);
+    memcpy(id->bytes, &u, sizeof u);
+    return PE_OK;
+}
+
+extern "C" pe_status pe_comm_nccl_rank_new(const pe_nccl_id *id, int rank, int size, int device, pe_comm **out) {
+    *out = nullptr;
+    if (!id || size < 1 || rank < 0 || rank >= size)
+        return pe_error(PE_ERR_INVALID, "nccl rank %d of %d on cuda:%d: bad rank, size or id", rank, size, device);
+    nccl_shared *sh = shared_new(1);
+    if (!sh) return pe_error(PE_ERR_NOMEM, "nccl rank %d/%d: out of memory", rank, size);
+    nccl_rank *r;
+    pe_status st = rank_new(sh, rank, size, device, &r);
+    if (st != PE_OK) {
+        pthread_mutex_destroy(&sh->issue_mu);
+        delete sh;
+        return st;
+    }
+    ncclUniqueId u;
+    memcpy(&u, id->bytes, sizeof u);
+    ncclResult_t res;
+    {
+        pe_cuda_device_scope dev(device);
+        res = ncclCommInitRank(&r->comm, size, u, rank);
+    }
+    if (res != ncclSuccess) {
+        char msg[512];
+        nccl_message(res, msg, sizeof msg);
+        r->comm = nullptr;
+        nccl_free(&r->base);
+        return pe_error(PE_ERR_DEVICE, "ncclCommInitRank of rank %d/%d on cuda:%d failed: %s", rank, size, device,
+                        msg);
+    }
+    *out = &r->base;
+    return PE_OK;
+}
+
+extern "C" pe_comm_group *pe_comm_nccl_new(const int *devices, int n) {
     if (!devices || n < 1 || n > PE_MAX_PLACES) {
         pe_error(PE_ERR_INVALID, "NCCL collectives need 1..%d devices (got %d%s)", PE_MAX_PLACES, n,
                  devices ? "" : ", devices is NULL");
         return nullptr;
     }
-    device_list(devices, n, dl, sizeof dl);
     int visible = pe_cuda_device_count();
     for (int i = 0; i < n; i++) {
         if (devices[i] < 0 || devices[i] >= visible) {
-            pe_error(PE_ERR_INVALID, "NCCL collectives over %s: cuda:%d is not a visible device (%d visible)", dl,
-                     devices[i], visible);
+            pe_error(PE_ERR_INVALID, "NCCL collectives: cuda:%d is not a visible device (%d visible)", devices[i],
+                     visible);
             return nullptr;
         }
         for (int j = 0; j < i; j++)
             if (devices[j] == devices[i]) {
-                pe_error(PE_ERR_INVALID, "NCCL collectives over %s: cuda:%d appears twice (one rank per device)", dl,
-                         devices[i]);
+                pe_error(PE_ERR_INVALID, "NCCL collectives: cuda:%d appears twice (one rank per device)", devices[i]);
                 return nullptr;
             }
     }
-    nccl_comm *c = static_cast<nccl_comm *>(calloc(1, sizeof(nccl_comm)));
-    if (!c) {
-        pe_error(PE_ERR_NOMEM, "out of memory creating NCCL collectives over %s", dl);
+    pe_nccl_id id;
+    if (pe_nccl_get_id(&id) != PE_OK) return nullptr;
+    nccl_shared *sh = shared_new(0);
+    if (!sh) {
+        pe_error(PE_ERR_NOMEM, "out of memory creating NCCL collectives over %d devices", n);
         return nullptr;
     }
-    c->base.ops = &k_nccl_ops;
-    c->base.n_places = n;
-    for (int i = 0; i < n; i++) {
-        c->devices[i] = devices[i];
-        c->streams[i] = static_cast<cudaStream_t>(pe_cuda_stream(devices[i]));
-        if (!c->streams[i]) {
-            pe_error_wrap(PE_ERR_DEVICE, "NCCL collectives over %s", dl);
-            free(c);
-            return nullptr;
+    nccl_rank *ranks[PE_MAX_PLACES] = {};
+    pe_status st = PE_OK;
+    for (int i = 0; i < n && st == PE_OK; i++) {
+        st = rank_new(sh, i, n, devices[i], &ranks[i]);
+        if (st == PE_OK) sh->refs.fetch_add(1);
+    }
+    ncclResult_t res = ncclSuccess;
+    if (st == PE_OK) {
+        ncclUniqueId u;
+        memcpy(&u, id.bytes, sizeof u);
+        res = ncclGroupStart();
+        for (int i = 0; i < n && res == ncclSuccess; i++) {
+            pe_cuda_device_scope dev(devices[i]);
+            res = ncclCommInitRank(&ranks[i]->comm, n, u, i);
+        }
+        ncclResult_t e = ncclGroupEnd();
+        if (res == ncclSuccess) res = e;
+        if (res != ncclSuccess) {
+            char msg[512];
+            nccl_message(res, msg, sizeof msg);
+            st = pe_error(PE_ERR_DEVICE, "ncclCommInitRank over %d devices failed: %s", n, msg);
         }
     }
-    ncclResult_t r;
-    {
-        device_restore keep;
-        r = ncclCommInitAll(c->comms, n, c->devices);
-    }
-    if (r != ncclSuccess) {
-        char msg[512];
-        nccl_message(r, msg, sizeof msg);
-        pe_error(PE_ERR_DEVICE, "ncclCommInitAll over %s failed: %s", dl, msg);
-        free(c);
+    if (st != PE_OK) {
+        char keep[1024];
+        snprintf(keep, sizeof keep, "%s", pe_last_error());
+        for (int i = 0; i < n; i++)
+            if (ranks[i]) {
+                if (res != ncclSuccess) ranks[i]->comm = nullptr;
+                nccl_free(&ranks[i]->base);
+            }
+        if (!ranks[0]) {
+            pthread_mutex_destroy(&sh->issue_mu);
+            delete sh;
+        }
+        pe_error(st, "%s", keep);
         return nullptr;
     }
-    pthread_mutex_init(&c->mu, nullptr);
-    return &c->base;
+    pe_comm *cs[PE_MAX_PLACES];
+    for (int i = 0; i < n; i++) cs[i] = &ranks[i]->base;
+    return pe_comm_group_new(cs, n);
 }

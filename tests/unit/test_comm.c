@@ -147,7 +147,7 @@ static void test_inproc_matches_place_order_sum(void **state) {
     bufset_init(&b, (size_t)MAX_NUMEL * 8);
     for (int threads = 1; threads <= 2; threads++)
         for (int n = 1; n <= 4; n++) {
-            pe_comm *c = pe_comm_inproc_new(n, threads);
+            pe_comm_group *c = pe_comm_inproc_new(n, threads);
             assert_non_null(c);
             assert_int_equal(c->n_places, n);
             for (int di = 0; di < N_DTYPES; di++)
@@ -161,7 +161,7 @@ static void test_inproc_matches_place_order_sum(void **state) {
                     ref_sum(b.ref, b.orig, n, numel, dt);
 
                     reset(&b, n, bytes);
-                    assert_int_equal(pe_comm_allreduce(c, b.bufs, numel, dt), PE_OK);
+                    assert_int_equal(pe_group_allreduce(c, b.bufs, numel, dt), PE_OK);
                     for (int p = 0; p < n; p++)
                         ASSERT_SAME(b.bufs[p], b.ref, numel, es, "allreduce %s n=%d numel=%lld threads=%d place %d",
                                     pe_dtype_name(dt), n, (long long)numel, threads, p);
@@ -170,7 +170,7 @@ static void test_inproc_matches_place_order_sum(void **state) {
                     for (int ri = 0; ri < 2; ri++) {
                         int root = roots[ri];
                         reset(&b, n, bytes);
-                        assert_int_equal(pe_comm_reduce(c, b.bufs, numel, dt, root), PE_OK);
+                        assert_int_equal(pe_group_reduce(c, b.bufs, numel, dt, root), PE_OK);
                         for (int p = 0; p < n; p++)
                             ASSERT_SAME(b.bufs[p], p == root ? b.ref : b.orig[p], numel, es,
                                         "reduce %s n=%d numel=%lld threads=%d root %d place %d", pe_dtype_name(dt), n,
@@ -178,13 +178,13 @@ static void test_inproc_matches_place_order_sum(void **state) {
                     }
 
                     reset(&b, n, bytes);
-                    assert_int_equal(pe_comm_broadcast(c, b.bufs, numel, dt, n - 1), PE_OK);
+                    assert_int_equal(pe_group_broadcast(c, b.bufs, numel, dt, n - 1), PE_OK);
                     for (int p = 0; p < n; p++)
                         ASSERT_SAME(b.bufs[p], b.orig[n - 1], numel, es,
                                     "broadcast %s n=%d numel=%lld threads=%d place %d", pe_dtype_name(dt), n,
                                     (long long)numel, threads, p);
                 }
-            pe_comm_free(c);
+            pe_group_free(c);
         }
     bufset_free(&b);
 }
@@ -199,26 +199,26 @@ static void test_inproc_reduce_nonzero_root(void **state) {
         assert_non_null(v[p]);
         for (int i = 0; i < M; i++) v[p][i] = (double)i * (p + 1);
     }
-    pe_comm *c = pe_comm_inproc_new(N, 2);
+    pe_comm_group *c = pe_comm_inproc_new(N, 2);
     assert_non_null(c);
-    assert_int_equal(pe_comm_reduce(c, (void *const *)v, M, PE_DTYPE_FP64, 2), PE_OK);
+    assert_int_equal(pe_group_reduce(c, (void *const *)v, M, PE_DTYPE_FP64, 2), PE_OK);
     for (int i = 0; i < M; i++) {
         if (v[0][i] != (double)i || v[1][i] != 2.0 * i || v[2][i] != 6.0 * i)
             fail_msg("reduce to place 2, element %d: got %g %g %g, want %g %g %g", i, v[0][i], v[1][i], v[2][i],
                      (double)i, 2.0 * i, 6.0 * i);
     }
     /* broadcast from place 1: everyone gets 2i */
-    assert_int_equal(pe_comm_broadcast(c, (void *const *)v, M, PE_DTYPE_FP64, 1), PE_OK);
+    assert_int_equal(pe_group_broadcast(c, (void *const *)v, M, PE_DTYPE_FP64, 1), PE_OK);
     for (int i = 0; i < M; i++)
         if (v[0][i] != 2.0 * i || v[1][i] != 2.0 * i || v[2][i] != 2.0 * i)
             fail_msg("broadcast from place 1, element %d: got %g %g %g, want %g", i, v[0][i], v[1][i], v[2][i],
                      2.0 * i);
     /* allreduce: 3 * 2i */
-    assert_int_equal(pe_comm_allreduce(c, (void *const *)v, M, PE_DTYPE_FP64), PE_OK);
+    assert_int_equal(pe_group_allreduce(c, (void *const *)v, M, PE_DTYPE_FP64), PE_OK);
     for (int i = 0; i < M; i++)
         if (v[0][i] != 6.0 * i || v[1][i] != 6.0 * i || v[2][i] != 6.0 * i)
             fail_msg("allreduce, element %d: got %g %g %g, want %g", i, v[0][i], v[1][i], v[2][i], 6.0 * i);
-    pe_comm_free(c);
+    pe_group_free(c);
     for (int p = 0; p < N; p++) free(v[p]);
 }
 
@@ -227,12 +227,12 @@ static void test_inproc_broadcast_any_dtype(void **state) {
     (void)state;
     uint16_t a[3] = {1, 2, 3}, b[3] = {7, 8, 9};
     void *bufs[2] = {a, b};
-    pe_comm *c = pe_comm_inproc_new(2, 1);
+    pe_comm_group *c = pe_comm_inproc_new(2, 1);
     assert_non_null(c);
-    assert_int_equal(pe_comm_broadcast(c, bufs, 3, PE_DTYPE_FP16, 1), PE_OK);
+    assert_int_equal(pe_group_broadcast(c, bufs, 3, PE_DTYPE_FP16, 1), PE_OK);
     assert_memory_equal(a, b, sizeof a);
     assert_int_equal(a[0], 7);
-    pe_comm_free(c);
+    pe_group_free(c);
 }
 
 static void test_inproc_errors(void **state) {
@@ -240,36 +240,36 @@ static void test_inproc_errors(void **state) {
     float a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8};
     const float a0[4] = {1, 2, 3, 4}, b0[4] = {5, 6, 7, 8};
     void *bufs[2] = {a, b};
-    pe_comm *c = pe_comm_inproc_new(2, 2);
+    pe_comm_group *c = pe_comm_inproc_new(2, 2);
     assert_non_null(c);
     assert_string_equal(c->ops->name, "inproc");
 
-    assert_int_equal(pe_comm_allreduce(c, bufs, 4, PE_DTYPE_FP16), PE_ERR_UNSUPPORTED);
+    assert_int_equal(pe_group_allreduce(c, bufs, 4, PE_DTYPE_FP16), PE_ERR_UNSUPPORTED);
     assert_non_null(strstr(pe_last_error(), "allreduce"));
     assert_non_null(strstr(pe_last_error(), "float16"));
-    assert_int_equal(pe_comm_reduce(c, bufs, 4, PE_DTYPE_BOOL, 0), PE_ERR_UNSUPPORTED);
+    assert_int_equal(pe_group_reduce(c, bufs, 4, PE_DTYPE_BOOL, 0), PE_ERR_UNSUPPORTED);
     assert_non_null(strstr(pe_last_error(), "reduce"));
     assert_non_null(strstr(pe_last_error(), "bool"));
-    assert_int_equal(pe_comm_allreduce(c, bufs, 4, (pe_dtype)99), PE_ERR_UNSUPPORTED);
+    assert_int_equal(pe_group_allreduce(c, bufs, 4, (pe_dtype)99), PE_ERR_UNSUPPORTED);
 
-    assert_int_equal(pe_comm_reduce(c, bufs, 4, PE_DTYPE_FP32, 2), PE_ERR_INVALID);
+    assert_int_equal(pe_group_reduce(c, bufs, 4, PE_DTYPE_FP32, 2), PE_ERR_INVALID);
     assert_non_null(strstr(pe_last_error(), "root 2 is not a place (0..1)"));
-    assert_int_equal(pe_comm_reduce(c, bufs, 4, PE_DTYPE_FP32, -1), PE_ERR_INVALID);
+    assert_int_equal(pe_group_reduce(c, bufs, 4, PE_DTYPE_FP32, -1), PE_ERR_INVALID);
     assert_non_null(strstr(pe_last_error(), "root -1"));
-    assert_int_equal(pe_comm_broadcast(c, bufs, 4, PE_DTYPE_FP32, 2), PE_ERR_INVALID);
+    assert_int_equal(pe_group_broadcast(c, bufs, 4, PE_DTYPE_FP32, 2), PE_ERR_INVALID);
     assert_non_null(strstr(pe_last_error(), "broadcast"));
     /* a bad root is an error even with nothing to move */
-    assert_int_equal(pe_comm_reduce(c, bufs, 0, PE_DTYPE_FP32, 5), PE_ERR_INVALID);
+    assert_int_equal(pe_group_reduce(c, bufs, 0, PE_DTYPE_FP32, 5), PE_ERR_INVALID);
 
     /* nothing was touched by the failed calls */
     assert_memory_equal(a, a0, sizeof a);
     assert_memory_equal(b, b0, sizeof b);
-    pe_comm_free(c);
+    pe_group_free(c);
 
     pe_clear_error();
     assert_null(pe_comm_inproc_new(0, 1));
     assert_non_null(strstr(pe_last_error(), "at least one place"));
-    pe_comm_free(NULL);
+    pe_group_free(NULL);
 }
 
 /* ---- concurrency ----------------------------------------------------------- */
@@ -278,7 +278,7 @@ static void test_inproc_errors(void **state) {
  * comm, each checked against its reference; failures are counted (cmocka's
  * asserts are for the main thread). */
 typedef struct {
-    pe_comm *comm;
+    pe_comm_group *comm;
     pthread_barrier_t *start;
     int n, iters, mode; /* mode 0: allreduce; 1: reduce to place n-1 then broadcast from it */
     int64_t numel;
@@ -294,9 +294,9 @@ static void *worker_main(void *arg) {
     pthread_barrier_wait(w->start);
     for (int it = 0; it < w->iters && !w->bad; it++) {
         reset(&w->b, w->n, bytes);
-        pe_status st = w->mode == 0 ? pe_comm_allreduce(w->comm, w->b.bufs, w->numel, w->dt)
-                                    : pe_comm_reduce(w->comm, w->b.bufs, w->numel, w->dt, w->n - 1);
-        if (st == PE_OK && w->mode == 1) st = pe_comm_broadcast(w->comm, w->b.bufs, w->numel, w->dt, w->n - 1);
+        pe_status st = w->mode == 0 ? pe_group_allreduce(w->comm, w->b.bufs, w->numel, w->dt)
+                                    : pe_group_reduce(w->comm, w->b.bufs, w->numel, w->dt, w->n - 1);
+        if (st == PE_OK && w->mode == 1) st = pe_group_broadcast(w->comm, w->b.bufs, w->numel, w->dt, w->n - 1);
         if (st != PE_OK) {
             snprintf(w->why, sizeof w->why, "iteration %d: %s", it, pe_last_error());
             w->bad = 1;
@@ -316,7 +316,7 @@ static void *worker_main(void *arg) {
 }
 
 /* Two pthreads, two vars, one comm (as the scheduler does with gradients). */
-static void run_concurrent(pe_comm *c, int n, int mode_b) {
+static void run_concurrent(pe_comm_group *c, int n, int mode_b) {
     pthread_barrier_t start;
     pthread_barrier_init(&start, NULL, 2);
     worker w[2];
@@ -347,11 +347,11 @@ static void run_concurrent(pe_comm *c, int n, int mode_b) {
 static void test_inproc_concurrent_collectives(void **state) {
     (void)state;
     for (int threads = 1; threads <= 2; threads++) {
-        pe_comm *c = pe_comm_inproc_new(3, threads);
+        pe_comm_group *c = pe_comm_inproc_new(3, threads);
         assert_non_null(c);
         run_concurrent(c, 3, 0); /* allreduce || allreduce */
         run_concurrent(c, 3, 1); /* allreduce || reduce + broadcast */
-        pe_comm_free(c);
+        pe_group_free(c);
     }
 }
 
@@ -360,7 +360,7 @@ static void test_inproc_concurrent_collectives(void **state) {
 static void test_factory_cpu(void **state) {
     (void)state;
     pe_place places[4] = {pe_place_cpu(0), pe_place_cpu(1), pe_place_cpu(2), pe_place_cpu(3)};
-    pe_comm *c = pe_comm_new_for_places(places, 4, 2);
+    pe_comm_group *c = pe_comm_new_for_places(places, 4, 2);
     assert_non_null(c);
     assert_string_equal(c->ops->name, "inproc");
     assert_int_equal(c->n_places, 4);
@@ -370,15 +370,15 @@ static void test_factory_cpu(void **state) {
         bufs[p] = v[p];
         for (int i = 0; i < 5; i++) v[p][i] = 10 * p + i;
     }
-    assert_int_equal(pe_comm_allreduce(c, bufs, 5, PE_DTYPE_INT32), PE_OK);
+    assert_int_equal(pe_group_allreduce(c, bufs, 5, PE_DTYPE_INT32), PE_OK);
     for (int p = 0; p < 4; p++)
         for (int i = 0; i < 5; i++) assert_int_equal(v[p][i], 60 + 4 * i);
-    pe_comm_free(c);
+    pe_group_free(c);
 
     c = pe_comm_new_for_places(places, 1, 1);
     assert_non_null(c);
     assert_int_equal(c->n_places, 1);
-    pe_comm_free(c);
+    pe_group_free(c);
 }
 
 /* One CUDA place needs no NCCL and no GPU to build the comm: its collectives
@@ -387,15 +387,15 @@ static void test_factory_cpu(void **state) {
 static void test_factory_single_cuda_place(void **state) {
     (void)state;
     pe_place one[1] = {pe_place_cuda(0)};
-    pe_comm *c = pe_comm_new_for_places(one, 1, 4);
+    pe_comm_group *c = pe_comm_new_for_places(one, 1, 4);
     assert_non_null(c);
     assert_int_equal(c->n_places, 1);
     void *bufs[1] = {(void *)(uintptr_t)0x10};
-    assert_int_equal(pe_comm_allreduce(c, bufs, 1000, PE_DTYPE_FP32), PE_OK);
-    assert_int_equal(pe_comm_reduce(c, bufs, 1000, PE_DTYPE_INT64, 0), PE_OK);
-    assert_int_equal(pe_comm_broadcast(c, bufs, 1000, PE_DTYPE_FP64, 0), PE_OK);
-    assert_int_equal(pe_comm_reduce(c, bufs, 1000, PE_DTYPE_FP32, 1), PE_ERR_INVALID);
-    pe_comm_free(c);
+    assert_int_equal(pe_group_allreduce(c, bufs, 1000, PE_DTYPE_FP32), PE_OK);
+    assert_int_equal(pe_group_reduce(c, bufs, 1000, PE_DTYPE_INT64, 0), PE_OK);
+    assert_int_equal(pe_group_broadcast(c, bufs, 1000, PE_DTYPE_FP64, 0), PE_OK);
+    assert_int_equal(pe_group_reduce(c, bufs, 1000, PE_DTYPE_FP32, 1), PE_ERR_INVALID);
+    pe_group_free(c);
 }
 
 static void test_factory_errors(void **state) {
@@ -493,10 +493,10 @@ static void test_nccl_matches_cpu(void **state) {
             d[p] = pe_place_alloc(places[p], (size_t)MAX_NUMEL * 8);
             assert_non_null(d[p]);
         }
-        pe_comm *g = pe_comm_new_for_places(places, n, 1);
+        pe_comm_group *g = pe_comm_new_for_places(places, n, 1);
         if (!g) fail_msg("NCCL comm over %d GPUs: %s", n, pe_last_error());
         assert_string_equal(g->ops->name, "nccl");
-        pe_comm *cpu = pe_comm_inproc_new(n, 1);
+        pe_comm_group *cpu = pe_comm_inproc_new(n, 1);
         assert_non_null(cpu);
         for (int di = 0; di < N_DTYPES; di++)
             for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
@@ -508,41 +508,41 @@ static void test_nccl_matches_cpu(void **state) {
                 for (int p = 0; p < n; p++) fill(h.orig[p], numel, dt, &g_rng);
                 /* CPU result */
                 reset(&h, n, bytes);
-                assert_int_equal(pe_comm_allreduce(cpu, h.bufs, numel, dt), PE_OK);
+                assert_int_equal(pe_group_allreduce(cpu, h.bufs, numel, dt), PE_OK);
                 memcpy(h.ref, h.bufs[0], bytes);
                 /* allreduce, twice: close to the CPU, bitwise repeatable */
                 to_devices(d, h.orig, n, bytes);
-                if (pe_comm_allreduce(g, d, numel, dt) != PE_OK) fail_msg("allreduce %s: %s", what, pe_last_error());
+                if (pe_group_allreduce(g, d, numel, dt) != PE_OK) fail_msg("allreduce %s: %s", what, pe_last_error());
                 from_devices(got.bufs, d, n, bytes);
                 for (int p = 0; p < n; p++) assert_close_sum(got.bufs[p], h.ref, h.orig, n, numel, dt, what);
                 for (int p = 1; p < n; p++) ASSERT_SAME(got.bufs[p], got.bufs[0], numel, es, "allreduce %s: place %d vs 0", what, p);
                 memcpy(got.ref, got.bufs[0], bytes);
                 to_devices(d, h.orig, n, bytes);
-                assert_int_equal(pe_comm_allreduce(g, d, numel, dt), PE_OK);
+                assert_int_equal(pe_group_allreduce(g, d, numel, dt), PE_OK);
                 from_devices(got.bufs, d, n, bytes);
                 ASSERT_SAME(got.bufs[0], got.ref, numel, es, "allreduce %s: second run", what);
                 /* reduce to the last place: others unchanged */
                 to_devices(d, h.orig, n, bytes);
-                if (pe_comm_reduce(g, d, numel, dt, n - 1) != PE_OK) fail_msg("reduce %s: %s", what, pe_last_error());
+                if (pe_group_reduce(g, d, numel, dt, n - 1) != PE_OK) fail_msg("reduce %s: %s", what, pe_last_error());
                 from_devices(got.bufs, d, n, bytes);
                 assert_close_sum(got.bufs[n - 1], h.ref, h.orig, n, numel, dt, what);
                 for (int p = 0; p < n - 1; p++)
                     ASSERT_SAME(got.bufs[p], h.orig[p], numel, es, "reduce %s: place %d changed", what, p);
                 /* broadcast from the last place */
                 to_devices(d, h.orig, n, bytes);
-                if (pe_comm_broadcast(g, d, numel, dt, n - 1) != PE_OK) fail_msg("broadcast %s: %s", what, pe_last_error());
+                if (pe_group_broadcast(g, d, numel, dt, n - 1) != PE_OK) fail_msg("broadcast %s: %s", what, pe_last_error());
                 from_devices(got.bufs, d, n, bytes);
                 for (int p = 0; p < n; p++)
                     ASSERT_SAME(got.bufs[p], h.orig[n - 1], numel, es, "broadcast %s: place %d", what, p);
             }
         /* errors, as the CPU backend reports them */
-        assert_int_equal(pe_comm_allreduce(g, d, 4, PE_DTYPE_FP16), PE_ERR_UNSUPPORTED);
+        assert_int_equal(pe_group_allreduce(g, d, 4, PE_DTYPE_FP16), PE_ERR_UNSUPPORTED);
         assert_non_null(strstr(pe_last_error(), "float16"));
-        assert_int_equal(pe_comm_reduce(g, d, 4, PE_DTYPE_FP32, n), PE_ERR_INVALID);
+        assert_int_equal(pe_group_reduce(g, d, 4, PE_DTYPE_FP32, n), PE_ERR_INVALID);
         assert_non_null(strstr(pe_last_error(), "root"));
-        assert_int_equal(pe_comm_broadcast(g, d, 4, PE_DTYPE_FP32, -1), PE_ERR_INVALID);
-        pe_comm_free(cpu);
-        pe_comm_free(g);
+        assert_int_equal(pe_group_broadcast(g, d, 4, PE_DTYPE_FP32, -1), PE_ERR_INVALID);
+        pe_group_free(cpu);
+        pe_group_free(g);
         for (int p = 0; p < n; p++) pe_place_free(places[p], d[p], (size_t)MAX_NUMEL * 8);
     }
     bufset_free(&h);
@@ -552,7 +552,7 @@ static void test_nccl_matches_cpu(void **state) {
 
 #ifdef PE_WITH_NCCL
 typedef struct {
-    pe_comm *comm;
+    pe_comm_group *comm;
     pthread_barrier_t *start;
     int n, iters;
     int64_t numel;
@@ -572,7 +572,7 @@ static void *gpu_worker_main(void *arg) {
         pe_status st = PE_OK;
         for (int p = 0; p < w->n && st == PE_OK; p++)
             st = pe_memcpy_places(w->d[p], pe_place_cuda(p), w->h[p], pe_place_cpu(0), bytes);
-        if (st == PE_OK) st = pe_comm_allreduce(w->comm, w->d, w->numel, PE_DTYPE_FP64);
+        if (st == PE_OK) st = pe_group_allreduce(w->comm, w->d, w->numel, PE_DTYPE_FP64);
         for (int p = 0; p < w->n && st == PE_OK; p++) {
             double *back = malloc(bytes);
             if (!back) { st = PE_ERR_NOMEM; break; }
@@ -602,7 +602,7 @@ static void test_nccl_concurrent(void **state) {
     skip();
 #else
     pe_place places[2] = {pe_place_cuda(0), pe_place_cuda(1)};
-    pe_comm *g = pe_comm_new_for_places(places, 2, 1);
+    pe_comm_group *g = pe_comm_new_for_places(places, 2, 1);
     if (!g) fail_msg("%s", pe_last_error());
     pthread_barrier_t start;
     pthread_barrier_init(&start, NULL, 2);
@@ -639,7 +639,7 @@ static void test_nccl_concurrent(void **state) {
         }
         free(w[k].ref);
     }
-    pe_comm_free(g);
+    pe_group_free(g);
 #endif
 }
 
