@@ -125,6 +125,7 @@ pe_status pe_pe_ensure_prepared(pe_parallel_executor *pe) {
             pe_pe_release_ctxs(pe);
             return pe_error_wrap(st, "preparing op %d (%s) on %s", hd->op_idx, op->type, pe_pe_place_name(pe, p, pb));
         }
+        pe->ctxs[h].svc = &pe->svc[p];
         pe->ctxs[h].num_threads = pe->kernel_threads;
         pe->ctxs[h].program_seed = (uint64_t)pe->prog->random_seed;
     }

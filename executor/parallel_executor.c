@@ -197,6 +197,14 @@ static pe_status select_graph(pe_parallel_executor *pe, const char *const *fetch
     return PE_OK;
 }
 
+/* The runtime services each place's kernels see (ctx->svc): the place's
+ * rank of the collectives for ops that talk to other places; the CUDA
+ * stream and handles come with the CUDA backend. Contexts are remade
+ * after a change (they borrow the struct, which stays put). */
+static void set_services(pe_parallel_executor *pe) {
+    for (int p = 0; p < pe->n; p++) pe->svc[p] = (pe_place_services){.comm = pe->comm ? pe->comm->ranks[p] : NULL};
+}
+
 static pe_status check_places(const pe_place *places, int n_places) {
     char pb[32], qb[32];
     for (int i = 0; i < n_places; i++) {
@@ -268,6 +276,7 @@ pe_status pe_parallel_executor_new(const pe_place *places, int n_places, const p
         st = pe_error_wrap(PE_ERR_UNSUPPORTED, "ParallelExecutor: collectives for %s", pe_place_str(places[0], pb, sizeof pb));
         goto fail;
     }
+    set_services(pe);
     if ((st = pe_pe_coalesce_optimizer_state(pe)) != PE_OK || (st = pe_pe_share_sharded_state(pe)) != PE_OK) goto fail;
     pe->built = true;
     *out = pe;
@@ -285,6 +294,7 @@ pe_status pe_pe_replace_comm(pe_parallel_executor *pe, pe_comm_group *g) {
     }
     pe_group_free(pe->comm);
     pe->comm = g;
+    set_services(pe);
     return PE_OK;
 }
 

@@ -59,6 +59,7 @@ struct pe_parallel_executor {
     int cur_variant;
     pe_sched *sched;
     pe_comm_group *comm;    /* the places' collectives (runtime/comm) */
+    pe_place_services svc[PE_MAX_PLACES]; /* what each place's kernels get (ctx->svc): its comm rank */
     pe_coll_done *coll_done; /* per handle of g (grad_buckets.c) */
     int kernel_threads;
     int64_t iter;

@@ -110,11 +110,49 @@ static void test_replace_checks_places(void **state) {
     tm_model_free(&m);
 }
 
+/* Every op's context carries its place's services: the place's rank of
+ * the collectives (for ops that talk to other places). */
+static void test_kernels_get_their_place_services(void **state) {
+    (void)state;
+    tm_model m = tm_model_new(PE_DTYPE_FP32, 0.0, false);
+    tm_mlp(&m, 8, "relu", 8, "relu");
+    pe_scope *scope = pe_scope_new(NULL);
+    pe_executor *ex = pe_executor_new(pe_place_cpu(0));
+    assert_int_equal(pe_executor_run(ex, m.startup, 0, scope, NULL, 0, NULL, 0, NULL), PE_OK);
+    pe_place pl[PLACES] = {pe_place_cpu(0), pe_place_cpu(1), pe_place_cpu(2)};
+    pe_parallel_executor *pe;
+    assert_int_equal(pe_parallel_executor_new(pl, PLACES, m.main, scope, NULL, &pe), PE_OK);
+    pe_tensor *x, *y, *out = pe_tensor_new();
+    tm_batch(&m, 0, 6, &x, &y);
+    pe_feed feed[2] = {{m.input, x}, {"label", y}};
+    const char *fetch[] = {"loss"};
+    assert_int_equal(pe_run(pe, feed, 2, fetch, 1, true, &out), PE_OK);
+    int n_ops = 0;
+    for (int h = 0; h < pe->g->n_h; h++) {
+        if (pe->g->h[h].kind != PE_HANDLE_OP) continue;
+        const pe_op_ctx *c = &pe->ctxs[h];
+        assert_non_null(c->svc);
+        assert_non_null(c->svc->comm);
+        assert_int_equal(pe_comm_rank(c->svc->comm), pe->g->h[h].place);
+        assert_int_equal(pe_comm_size(c->svc->comm), PLACES);
+        n_ops++;
+    }
+    assert_true(n_ops > 0);
+    pe_tensor_free(x);
+    pe_tensor_free(y);
+    pe_tensor_free(out);
+    pe_parallel_executor_free(pe);
+    pe_executor_free(ex);
+    pe_scope_free(scope);
+    tm_model_free(&m);
+}
+
 int main(void) {
     omp_set_num_threads(1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_bits_through_works),
         cmocka_unit_test(test_replace_checks_places),
+        cmocka_unit_test(test_kernels_get_their_place_services),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
