@@ -288,9 +288,9 @@ fail:
 
 pe_status pe_pe_replace_comm(pe_parallel_executor *pe, pe_comm_group *g) {
     if (!g || g->n_places != pe->n) {
+        int n = g ? g->n_places : 0;
         pe_group_free(g);
-        return pe_error(PE_ERR_INVALID, "ParallelExecutor: collectives for %d places, the executor has %d",
-                        g ? g->n_places : 0, pe->n);
+        return pe_error(PE_ERR_INVALID, "ParallelExecutor: collectives for %d places, the executor has %d", n, pe->n);
     }
     pe_group_free(pe->comm);
     pe->comm = g;
