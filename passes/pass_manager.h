@@ -24,7 +24,7 @@
 #define PE_PASSES_PASS_MANAGER_H
 
 #include "graph/ssa_graph.h"
-#include "pe/parallel_executor.h"
+#include "pe/strategy.h"
 
 typedef struct pe_pass_opts {
     int n_places;
