@@ -23,6 +23,7 @@ pe_status pe_build_graph(const pe_program *prog, const pe_build_opts *o, pe_buil
             report->s[i] = (pe_build_pass_stat){res.s[i].name, res.s[i].ops_before, res.s[i].ops_after,
                                                 res.s[i].n_fused, res.s[i].skipped};
         report->n_handles = g->n_h;
+        report->n_ops = g->progs[0]->blocks[0].n_ops;
     }
     pe_ssa_graph_free(g);
     return st;

@@ -53,6 +53,7 @@ typedef struct pe_build_report {
     int n;                               /* passes run, in order */
     pe_build_pass_stat s[PE_BUILD_MAX_PASSES];
     int n_handles;                       /* handles of the final graph */
+    int n_ops;                           /* ops of block 0 of the program place 0 runs */
 } pe_build_report;
 
 /* Runs the build passes for prog (borrowed) and drops the graph; report
