@@ -12,6 +12,9 @@
 #     compile. No source of a stage may include with "../" (a quoted include
 #     is first looked up next to the including file, which would bypass the
 #     per-stage include roots).
+#     The public-API-only consumers — tools/ and the Python extension
+#     (bindings/python/pe/), when built — reach include/pe/pe.h and no
+#     stage's header.
 # (b) symbols: every undefined pe_ symbol of a stage library is defined in
 #     the same or an earlier stage library, so the stages link in data-path
 #     order only.
@@ -45,7 +48,7 @@ endmacro()
 file(READ ${BUILD}/compile_commands.json cc_json)
 string(JSON n_cmds LENGTH "${cc_json}")
 math(EXPR last "${n_cmds} - 1")
-foreach(stage ${STAGES})
+foreach(stage ${STAGES} tools bindings)
   set(cmd_${stage} "")
 endforeach()
 foreach(i RANGE ${last})
@@ -56,7 +59,7 @@ foreach(i RANGE ${last})
   endif()
   string(JSON dir GET "${cc_json}" ${i} directory)
   string(JSON cmd GET "${cc_json}" ${i} command)
-  foreach(stage ${STAGES})
+  foreach(stage ${STAGES} tools bindings)
     if(rel MATCHES "^${stage}/" AND cmd_${stage} STREQUAL "")
       set(cmd_${stage} "${cmd}")
       set(dir_${stage} "${dir}")
@@ -146,8 +149,38 @@ foreach(stage ${STAGES})
   endforeach()
 endforeach()
 
-# "../" includes would bypass the include roots.
-foreach(stage ${STAGES})
+# The public API only: tools/ and bindings/ (when built).
+foreach(user tools bindings)
+  if(cmd_${user} STREQUAL "")
+    if(user STREQUAL "tools")
+      violation("no compile command for a tools/*.c source in ${BUILD}/compile_commands.json")
+    endif()
+    continue()
+  endif()
+  file(WRITE ${probe_dir}/${user}_control.c
+    "#include \"pe/pe.h\"\nint pe_stage_probe(void);\nint pe_stage_probe(void) { return 0; }\n")
+  compile_probe(${user} ${probe_dir}/${user}_control.c)
+  math(EXPR n_probes "${n_probes} + 1")
+  if(NOT ok)
+    violation("the positive control of ${user}/ (pe/pe.h) does not compile with its flags:\n${out}")
+  endif()
+  foreach(stage ${STAGES})
+    set(h ${CONTROL_${stage}})
+    string(MAKE_C_IDENTIFIER "${user}_includes_${h}" name)
+    file(WRITE ${probe_dir}/${name}.c "#include \"${h}\"\nint pe_stage_probe(void);\nint pe_stage_probe(void) { return 0; }\n")
+    compile_probe(${user} ${probe_dir}/${name}.c)
+    math(EXPR n_probes "${n_probes} + 1")
+    if(ok)
+      violation("${user}/ can include ${h}, an internal header of stage ${stage} (public API only: include/pe/)")
+    elseif(NOT out MATCHES "No such file|file not found")
+      violation("including ${h} from ${user}/ failed for another reason than the header being out of reach:\n${out}")
+    endif()
+  endforeach()
+endforeach()
+
+# "../" includes would bypass the include roots (and tools' and bindings'
+# public-only include path).
+foreach(stage ${STAGES} tools bindings)
   file(GLOB_RECURSE files ${SRC}/${stage}/*.c ${SRC}/${stage}/*.h ${SRC}/${stage}/*.cc ${SRC}/${stage}/*.cu
     ${SRC}/${stage}/*.def)
   foreach(f ${files})
