@@ -16,7 +16,6 @@
  * that every configuration ends with the same parameters as `off` (the
  * fused ops are bitwise equal), so the timing compares equal work.
  */
-#include "passes/pass_manager.h"
 #include "benchmarks/bench_util.h"
 #include "pe/pe.h"
 
@@ -87,11 +86,10 @@ static int run_model(const char *dir, const char *model, int places, int batch, 
         o.loss_name = "loss";
         strategy(&o.build_strategy, k_cfg_bits[k]);
         if (pe_parallel_executor_new(pl, places, main_p, c[k].scope, &o, &c[k].pe) != PE_OK) { rc = bench_die("executor"); break; }
-        pe_pass_opts po = {.n_places = places, .loss_name = "loss", .bs = &o.build_strategy};
-        pe_ssa_graph *g;
-        if (pe_pass_manager_run(main_p, &po, &g, NULL) != PE_OK) { rc = bench_die("passes"); break; }
-        c[k].ops = g->progs[0]->blocks[0].n_ops;
-        pe_ssa_graph_free(g);
+        pe_build_opts bo = {.n_places = places, .loss_name = "loss", .bs = &o.build_strategy};
+        pe_build_report r;
+        if (pe_build_graph(main_p, &bo, &r) != PE_OK) { rc = bench_die("passes"); break; }
+        c[k].ops = r.n_ops;
         c[k].t = calloc((size_t)(steps * reps), sizeof *c[k].t);
     }
     pe_tensor *x = pe_tensor_new(), *y = pe_tensor_new(), *loss = pe_tensor_new();

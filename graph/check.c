@@ -23,11 +23,13 @@
  *
  * How: one open-addressing hash map per block from var name to var, and one
  * per block from var name to the first op writing it, so the check is linear
- * in the size of the program. Messages name the source, block, op index, op
+ * in the size of the program. The registry belongs to the ops stage, a later
+ * one: its facts come through the lookup table that stage installs
+ * (graph/op_lookup.h). Messages name the source, block, op index, op
  * type, slot and var: "mlp.pe: block 0 op 3 (mul): input X 'fc_0.tmp' is not
  * a declared variable".
  */
-#include "ops/op.h"
+#include "graph/op_lookup.h"
 #include "pe/program.h"
 
 #include <stdint.h>
@@ -90,12 +92,23 @@ static int map_get(const name_map *m, const char *key) {
     return -1;
 }
 
+/* ---- the op registry, as the ops stage installed it -------------------- */
+
+/* Set once by a constructor of the ops stage (ops/op_describe.c), before
+ * main; read-only afterwards. */
+static const pe_op_lookup *g_op_lookup;
+
+void pe_graph_set_op_lookup(const pe_op_lookup *l) { g_op_lookup = l; }
+
+const pe_op_lookup *pe_graph_op_lookup(void) { return g_op_lookup; }
+
 /* ---- the checker ------------------------------------------------------- */
 
 typedef struct checker {
     const pe_program *p;
     const char *what;
     name_map *vars; /* per block: var name -> index in block->vars */
+    const pe_op_lookup *ops; /* the op registry, installed by the ops stage */
 } checker;
 
 #define OP_FMT "%s: block %d op %d (%s): "
@@ -159,30 +172,38 @@ static pe_status check_vars(const checker *ck, int bi) {
     return PE_OK;
 }
 
+/* Slot k of op type ot (an input or output slot): its spec. */
+static pe_op_slot_desc spec_slot(const pe_op_lookup *l, int ot, bool is_input, int k) {
+    pe_op_slot_desc d = {"", PE_SLOT_ANY};
+    if (is_input) l->input(ot, k, &d);
+    else l->output(ot, k, &d);
+    return d;
+}
+
 /* "X, Y, Bias" — the slot names of a spec, for messages. */
-static void slot_list(char *buf, size_t n, const pe_slot_info *spec, int n_spec) {
+static void slot_list(char *buf, size_t n, const pe_op_lookup *l, int ot, bool is_input, int n_spec) {
     buf[0] = '\0';
     if (n_spec == 0) snprintf(buf, n, "none");
     for (int i = 0; i < n_spec; i++) {
         size_t len = strlen(buf);
-        snprintf(buf + len, n - len, "%s%s", i ? ", " : "", spec[i].name);
+        snprintf(buf + len, n - len, "%s%s", i ? ", " : "", spec_slot(l, ot, is_input, i).name);
     }
 }
 
 static const char *arity_text(int arity) {
     switch (arity) {
-    case PE_ARITY_ONE: return "exactly one var";
-    case PE_ARITY_OPTIONAL: return "at most one var";
-    case PE_ARITY_MANY: return "one or more vars";
+    case PE_SLOT_ONE: return "exactly one var";
+    case PE_SLOT_OPTIONAL: return "at most one var";
+    case PE_SLOT_MANY: return "one or more vars";
     default: return "any number of vars";
     }
 }
 
-static pe_status check_slots(const checker *ck, int bi, int oi, const pe_op *op, bool is_input) {
-    const pe_op_info *info = pe_op_info_find(op->type);
+static pe_status check_slots(const checker *ck, int bi, int oi, const pe_op *op, int ot, const pe_op_desc *info,
+                             bool is_input) {
+    const pe_op_lookup *l = ck->ops;
     const pe_slot *slots = is_input ? op->inputs : op->outputs;
     int n = is_input ? op->n_inputs : op->n_outputs;
-    const pe_slot_info *spec = is_input ? info->inputs : info->outputs;
     int n_spec = is_input ? info->n_inputs : info->n_outputs;
     const char *dir = is_input ? "input" : "output";
     if (n < 0 || (n && !slots)) return pe_error(PE_ERR_INVALID, OP_FMT "malformed %s list", OP_ARGS(ck, bi, oi, op), dir);
@@ -190,10 +211,10 @@ static pe_status check_slots(const checker *ck, int bi, int oi, const pe_op *op,
         const pe_slot *sl = &slots[s];
         if (!sl->name) return pe_error(PE_ERR_INVALID, OP_FMT "%s slot %d has no name", OP_ARGS(ck, bi, oi, op), dir, s);
         int k = 0;
-        while (k < n_spec && strcmp(spec[k].name, sl->name)) k++;
+        while (k < n_spec && strcmp(spec_slot(l, ot, is_input, k).name, sl->name)) k++;
         if (k == n_spec) {
             char names[256];
-            slot_list(names, sizeof names, spec, n_spec);
+            slot_list(names, sizeof names, l, ot, is_input, n_spec);
             return pe_error(PE_ERR_INVALID, OP_FMT "%s has no %s slot '%s' (its %ss: %s)", OP_ARGS(ck, bi, oi, op),
                             op->type, dir, sl->name, dir, names);
         }
@@ -201,11 +222,11 @@ static pe_status check_slots(const checker *ck, int bi, int oi, const pe_op *op,
             if (!strcmp(slots[t].name, sl->name))
                 return pe_error(PE_ERR_INVALID, OP_FMT "%s slot %s appears twice", OP_ARGS(ck, bi, oi, op), dir,
                                 sl->name);
-        int arity = spec[k].arity;
+        int arity = spec_slot(l, ot, is_input, k).arity;
         bool ok = sl->n_args >= 0 && (sl->n_args == 0 || sl->args);
-        if (ok && arity == PE_ARITY_ONE) ok = sl->n_args == 1;
-        if (ok && arity == PE_ARITY_OPTIONAL) ok = sl->n_args <= 1;
-        if (ok && arity == PE_ARITY_MANY) ok = sl->n_args >= 1;
+        if (ok && arity == PE_SLOT_ONE) ok = sl->n_args == 1;
+        if (ok && arity == PE_SLOT_OPTIONAL) ok = sl->n_args <= 1;
+        if (ok && arity == PE_SLOT_MANY) ok = sl->n_args >= 1;
         if (!ok)
             return pe_error(PE_ERR_INVALID, OP_FMT "%s %s takes %s, got %d", OP_ARGS(ck, bi, oi, op), dir, sl->name,
                             arity_text(arity), sl->n_args);
@@ -215,7 +236,7 @@ static pe_status check_slots(const checker *ck, int bi, int oi, const pe_op *op,
                 return pe_error(PE_ERR_INVALID, OP_FMT "%s %s arg %d is empty", OP_ARGS(ck, bi, oi, op), dir,
                                 sl->name, a);
             if (!strcmp(arg, PE_EMPTY_VAR)) {
-                if (arity == PE_ARITY_ONE)
+                if (arity == PE_SLOT_ONE)
                     return pe_error(PE_ERR_INVALID,
                                     OP_FMT "%s %s is required, but its arg is " PE_EMPTY_VAR " (no var)",
                                     OP_ARGS(ck, bi, oi, op), dir, sl->name);
@@ -227,12 +248,13 @@ static pe_status check_slots(const checker *ck, int bi, int oi, const pe_op *op,
         }
     }
     for (int k = 0; k < n_spec; k++) {
-        if (spec[k].arity != PE_ARITY_ONE && spec[k].arity != PE_ARITY_MANY) continue;
+        pe_op_slot_desc sk = spec_slot(l, ot, is_input, k);
+        if (sk.arity != PE_SLOT_ONE && sk.arity != PE_SLOT_MANY) continue;
         int s = 0;
-        while (s < n && strcmp(slots[s].name, spec[k].name)) s++;
+        while (s < n && strcmp(slots[s].name, sk.name)) s++;
         if (s == n)
             return pe_error(PE_ERR_INVALID, OP_FMT "required %s %s is missing", OP_ARGS(ck, bi, oi, op), dir,
-                            spec[k].name);
+                            sk.name);
     }
     return PE_OK;
 }
@@ -245,8 +267,8 @@ static bool attr_type_fits(pe_attr_type want, pe_attr_type got) {
     return (want_int && got_int) || (want_ints && got_ints);
 }
 
-static pe_status check_attrs(const checker *ck, int bi, int oi, const pe_op *op) {
-    const pe_op_info *info = pe_op_info_find(op->type);
+static pe_status check_attrs(const checker *ck, int bi, int oi, const pe_op *op, int ot, const pe_op_desc *info) {
+    const pe_op_lookup *l = ck->ops;
     if (op->n_attrs < 0 || (op->n_attrs && !op->attrs))
         return pe_error(PE_ERR_INVALID, OP_FMT "malformed attr list", OP_ARGS(ck, bi, oi, op));
     for (int k = 0; k < op->n_attrs; k++) {
@@ -282,26 +304,29 @@ static pe_status check_attrs(const checker *ck, int bi, int oi, const pe_op *op)
                 return pe_error(PE_ERR_INVALID, OP_FMT "attr '%s' refers to the op's own block %d",
                                 OP_ARGS(ck, bi, oi, op), a->name, bi);
         }
-        const pe_attr_info *ai = pe_op_info_attr(info, a->name);
-        if (!ai) ai = pe_common_attr(a->name);
-        if (!ai) {
+        pe_op_attr_desc ai;
+        if (!l->find_attr(ot, a->name, &ai) && !l->common_attr(a->name, &ai)) {
             char names[512] = "";
             for (int j = 0; j < info->n_attrs; j++) {
+                pe_op_attr_desc aj = {.name = ""};
+                l->attr(ot, j, &aj);
                 size_t len = strlen(names);
-                snprintf(names + len, sizeof names - len, "%s%s", j ? ", " : "", info->attrs[j].name);
+                snprintf(names + len, sizeof names - len, "%s%s", j ? ", " : "", aj.name);
             }
             return pe_error(PE_ERR_INVALID, OP_FMT "'%s' is not an attr of %s (its attrs: %s; and the common op_role, "
                             "op_role_var, op_namescope, op_callstack, op_device, with_quant_attr)",
                             OP_ARGS(ck, bi, oi, op), a->name, op->type, info->n_attrs ? names : "none");
         }
-        if (!attr_type_fits(ai->type, a->type))
+        if (!attr_type_fits(ai.type, a->type))
             return pe_error(PE_ERR_INVALID, OP_FMT "attr '%s' is %s, but %s expects %s", OP_ARGS(ck, bi, oi, op),
-                            a->name, pe_attr_type_name(a->type), op->type, pe_attr_type_name(ai->type));
+                            a->name, pe_attr_type_name(a->type), op->type, pe_attr_type_name(ai.type));
     }
-    for (int j = 0; j < info->n_attrs; j++)
-        if (info->attrs[j].required && !pe_op_attr(op, info->attrs[j].name))
+    for (int j = 0; j < info->n_attrs; j++) {
+        pe_op_attr_desc aj;
+        if (l->attr(ot, j, &aj) && aj.required && !pe_op_attr(op, aj.name))
             return pe_error(PE_ERR_INVALID, OP_FMT "required attr '%s' (%s) is missing", OP_ARGS(ck, bi, oi, op),
-                            info->attrs[j].name, pe_attr_type_name(info->attrs[j].type));
+                            aj.name, pe_attr_type_name(aj.type));
+    }
     return PE_OK;
 }
 
@@ -309,12 +334,14 @@ static pe_status check_op(const checker *ck, int bi, int oi) {
     const pe_op *op = &ck->p->blocks[bi].ops[oi];
     if (!op->type || !*op->type)
         return pe_error(PE_ERR_INVALID, "%s: block %d op %d has no type", ck->what, bi, oi);
-    if (!pe_op_info_find(op->type))
+    int ot = ck->ops->find(op->type);
+    pe_op_desc info;
+    if (ot < 0 || !ck->ops->get(ot, &info))
         return pe_error(PE_ERR_INVALID, OP_FMT "unknown op type '%s' (not in ops/ops.def)", OP_ARGS(ck, bi, oi, op),
                         op->type);
-    PE_CHECK(check_slots(ck, bi, oi, op, true));
-    PE_CHECK(check_slots(ck, bi, oi, op, false));
-    return check_attrs(ck, bi, oi, op);
+    PE_CHECK(check_slots(ck, bi, oi, op, ot, &info, true));
+    PE_CHECK(check_slots(ck, bi, oi, op, ot, &info, false));
+    return check_attrs(ck, bi, oi, op, ot, &info);
 }
 
 /* Backward data edges: op i reading a non-persistable var whose first
@@ -361,7 +388,10 @@ static pe_status check_order(const checker *ck, int bi) {
 pe_status pe_program_check(const pe_program *p, const char *what) {
     if (!what || !*what) what = "program";
     if (!p) return pe_error(PE_ERR_INVALID, "%s: the program is NULL", what);
-    checker ck = {p, what, NULL};
+    checker ck = {p, what, NULL, pe_graph_op_lookup()};
+    if (!ck.ops)
+        return pe_error(PE_ERR_INTERNAL, "%s: cannot check the program: no op registry is linked (the ops stage "
+                        "installs it)", what);
     PE_CHECK(check_blocks(&ck));
     ck.vars = calloc((size_t)p->n_blocks, sizeof *ck.vars);
     if (!ck.vars) return pe_error(PE_ERR_NOMEM, "%s: out of memory checking the program", what);

@@ -6,7 +6,7 @@
  * creates a new version whose producer is the writing handle, so the
  * dependencies are exact: read-after-write, and write-after-read/write on
  * the previous version. Built by passes/multi_device.c; scheduled by
- * executor/scheduler.c; printed by pe_ssa_graph_dot.
+ * executor/scheduler.c; freed and written as DOT by graph/ssa_graph.c.
  */
 #ifndef PE_GRAPH_SSA_GRAPH_H
 #define PE_GRAPH_SSA_GRAPH_H

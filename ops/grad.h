@@ -1,6 +1,7 @@
 /* ops/grad.h — the contract between the autodiff pass (passes/backward.c)
  * and each op's grad maker (named in ops/ops.def with PE_GRAD(fn), or
- * PE_GRAD_WIRE for the generic one of ops/grad_wire.c).
+ * PE_GRAD_WIRE for the generic one of ops/grad_wire.c). The helpers are
+ * implemented in ops/grad.c; the pass drives them through ops/grad_ctx.h.
  *
  * A grad maker appends the backward op(s) of one forward op to the block,
  * wiring them with these helpers, so that naming, gradient accumulation,

@@ -59,7 +59,7 @@ extern "C" {
 
 typedef struct pe_op_info pe_op_info;
 typedef struct pe_op_ctx pe_op_ctx;
-struct pe_grad_ctx; /* defined by passes/backward (autodiff) */
+struct pe_grad_ctx; /* defined in ops/grad_ctx.h (driven by passes/backward.c) */
 struct pe_comm;     /* runtime/comm/comm.h */
 
 typedef pe_status (*pe_infer_fn)(pe_op_ctx *ctx);

@@ -5,7 +5,10 @@
  * stop_gradient and the no-grad set); (2) backward sweep from the targets —
  * an op is differentiated when one of its outputs reaches a target and one
  * of its inputs requires grad; (3) reverse walk over those ops calling each
- * op's grad maker (ops/ops.def PE_GRAD) through the helpers of ops/grad.h.
+ * op's grad maker (ops/ops.def PE_GRAD). The makers wire their ops with the
+ * helpers of ops/grad.h (ops/grad.c), which ask this pass — through the
+ * driver callbacks of ops/grad_ctx.h — which vars need a gradient and how
+ * gradients and their contributions are named.
  *
  * Gradient accumulation: every contribution to d/dv gets its own var
  * (v@GRAD, v@GRAD@RENAME@1, ...). Because ops are visited in reverse, all
@@ -18,7 +21,7 @@
  * search rather than a hash map.
  */
 #include "pe/passes.h"
-#include "ops/grad.h"
+#include "ops/grad_ctx.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,19 +35,19 @@ typedef struct {
     bool folded;      /* v@GRAD final (summed or single) */
 } contrib_t;
 
-struct pe_grad_ctx {
-    pe_program *p;
-    int fwd_idx;      /* index of the forward op in block 0 */
-    int cur_idx;      /* index of the current grad op, -1 = none */
+/* The pass's state; gc is what the grad makers see (ops/grad_ctx.h), its
+ * driver callbacks below answer from this state. */
+typedef struct autodiff {
+    pe_grad_ctx gc;
     char **req;       /* vars requiring grad */
     int n_req;
     char **nograd;
     int n_nograd;
     contrib_t *c;
     int n_c, cap_c;
-};
+} autodiff;
 
-static pe_block *blk(const pe_grad_ctx *g) { return &g->p->blocks[0]; }
+static pe_block *blk(const autodiff *g) { return &g->gc.p->blocks[0]; }
 
 static bool in_list(char *const *list, int n, const char *s) {
     for (int i = 0; i < n; i++)
@@ -72,7 +75,7 @@ static bool is_float(pe_dtype dt) {
     return dt == PE_DTYPE_FP32 || dt == PE_DTYPE_FP64 || dt == PE_DTYPE_FP16 || dt == PE_DTYPE_BF16;
 }
 
-static contrib_t *contrib(pe_grad_ctx *g, const char *var, bool create) {
+static contrib_t *contrib(autodiff *g, const char *var, bool create) {
     for (int i = 0; i < g->n_c; i++)
         if (!strcmp(g->c[i].var, var)) return &g->c[i];
     if (!create) return NULL;
@@ -100,27 +103,11 @@ static void grad_name(const char *var, int k, char *buf, size_t n) {
     if (r < 0 || (size_t)r >= n) buf[n - 1] = '\0';
 }
 
-/* Declares `name` like var `like` (dtype, dims), not persistable. */
-static pe_status declare_like(pe_grad_ctx *g, const char *name, const char *like) {
-    pe_block *b = blk(g);
-    if (pe_block_find_var(b, name)) return PE_OK;
-    const pe_var *v = pe_program_find_var(g->p, 0, like);
-    if (!v) return pe_error(PE_ERR_NOT_FOUND, "append_backward: var '%s' is not declared", like);
-    pe_dtype dt = v->dtype;
-    int ndim = v->ndim;
-    int64_t dims[8];
-    memcpy(dims, v->dims, sizeof dims);
-    pe_var *nv = pe_block_add_var(b, name, dt, ndim, dims);
-    if (!nv) return pe_error(PE_ERR_NOMEM, "append_backward: out of memory declaring '%s'", name);
-    nv->stop_gradient = true;
-    return PE_OK;
-}
-
 static pe_status set_role(pe_op *op, int role) { return pe_op_set_int(op, "op_role", role); }
 
 /* Emits `sum` of v's contributions into v@GRAD at position pos (or appends
  * when pos < 0); a single contribution is already v@GRAD. */
-static pe_status fold(pe_grad_ctx *g, contrib_t *c, int pos) {
+static pe_status fold(autodiff *g, contrib_t *c, int pos) {
     if (c->folded) return PE_OK;
     c->folded = true;
     if (c->n <= 1) return PE_OK;
@@ -137,111 +124,36 @@ static pe_status fold(pe_grad_ctx *g, contrib_t *c, int pos) {
     return set_role(op, PE_ROLE_BACKWARD);
 }
 
-/* ---- helpers of ops/grad.h -------------------------------------------- */
+/* ---- the driver of the grad makers' helpers (ops/grad.c) --------------- */
 
-const pe_op *pe_grad_fwd(const pe_grad_ctx *g) { return &blk(g)->ops[g->fwd_idx]; }
-
-pe_op *pe_grad_cur_op(pe_grad_ctx *g) { return g->cur_idx >= 0 ? &blk(g)->ops[g->cur_idx] : NULL; }
-
-pe_status pe_grad_new_op(pe_grad_ctx *g, const char *type) {
-    pe_block *b = blk(g);
-    pe_op *op = pe_block_add_op(b, type);
-    if (!op) return pe_error(PE_ERR_NOMEM, "append_backward: out of memory adding %s", type);
-    g->cur_idx = b->n_ops - 1;
-    const pe_op *f = pe_grad_fwd(g);
-    op = pe_grad_cur_op(g);
-    for (int i = 0; i < f->n_attrs; i++) {
-        const char *n = f->attrs[i].name;
-        if (!strcmp(n, "op_role") || !strcmp(n, "op_role_var")) continue;
-        PE_CHECK(pe_op_set_attr(op, &f->attrs[i]));
-    }
-    return set_role(op, PE_ROLE_BACKWARD);
+static bool drv_needs(const pe_grad_ctx *gc, const char *var) {
+    const autodiff *g = gc->user;
+    return in_list(g->req, g->n_req, var) && !in_list(g->nograd, g->n_nograd, var);
 }
 
-static const pe_slot *fwd_in(const pe_grad_ctx *g, const char *fslot) { return pe_op_input(pe_grad_fwd(g), fslot); }
-static const pe_slot *fwd_out(const pe_grad_ctx *g, const char *fslot) { return pe_op_output(pe_grad_fwd(g), fslot); }
-
-static pe_status add_args(pe_grad_ctx *g, bool as_input, const char *gslot, const pe_slot *s) {
-    if (!s) return PE_OK;
-    for (int k = 0; k < s->n_args; k++) {
-        pe_op *op = pe_grad_cur_op(g);
-        PE_CHECK(as_input ? pe_op_add_input(op, gslot, s->args[k]) : pe_op_add_output(op, gslot, s->args[k]));
+static pe_status drv_out_grad(pe_grad_ctx *gc, const char *var, char *name, size_t n, bool *reached) {
+    autodiff *g = gc->user;
+    contrib_t *c = contrib(g, var, true);
+    if (!c) return pe_error(PE_ERR_NOMEM, "append_backward: out of memory");
+    grad_name(var, 0, name, n);
+    *reached = c->n != 0;
+    if (!*reached) { /* the zeros the helper inserts are var's gradient */
+        c->n = 1;
+        c->folded = true;
     }
     return PE_OK;
 }
 
-pe_status pe_grad_fwd_input(pe_grad_ctx *g, const char *fslot, const char *gslot) {
-    return add_args(g, true, gslot, fwd_in(g, fslot));
-}
-
-pe_status pe_grad_fwd_output(pe_grad_ctx *g, const char *fslot, const char *gslot) {
-    return add_args(g, true, gslot, fwd_out(g, fslot));
-}
-
-pe_status pe_grad_out_grad(pe_grad_ctx *g, const char *fslot, const char *gslot) {
-    const pe_slot *s = fwd_out(g, fslot);
-    if (!s) return PE_OK;
-    char name[512];
-    for (int k = 0; k < s->n_args; k++) {
-        /* copy: inserting ops may move the forward op */
-        char var[512];
-        snprintf(var, sizeof var, "%s", fwd_out(g, fslot)->args[k]);
-        const pe_var *v = pe_program_find_var(g->p, 0, var);
-        if (!v || !is_float(v->dtype)) {
-            PE_CHECK(pe_op_add_input(pe_grad_cur_op(g), gslot, PE_EMPTY_VAR));
-            continue;
-        }
-        contrib_t *c = contrib(g, var, true);
-        if (!c) return pe_error(PE_ERR_NOMEM, "append_backward: out of memory");
-        grad_name(var, 0, name, sizeof name);
-        if (c->n == 0) {
-            /* No gradient reaches this output: zeros, inserted before the grad op. */
-            PE_CHECK(declare_like(g, name, var));
-            pe_op *z = pe_block_insert_op(blk(g), g->cur_idx, "fill_any_like");
-            if (!z) return pe_error(PE_ERR_NOMEM, "append_backward: out of memory");
-            PE_CHECK(pe_op_add_input(z, "X", var));
-            PE_CHECK(pe_op_add_output(z, "Out", name));
-            PE_CHECK(pe_op_set_float(z, "value", 0.0));
-            PE_CHECK(set_role(z, PE_ROLE_BACKWARD));
-            g->cur_idx++;
-            c = contrib(g, var, false);
-            c->n = 1;
-            c->folded = true;
-        }
-        PE_CHECK(pe_op_add_input(pe_grad_cur_op(g), gslot, name));
-    }
+static pe_status drv_new_contrib(pe_grad_ctx *gc, const char *var, char *name, size_t n) {
+    autodiff *g = gc->user;
+    contrib_t *c = contrib(g, var, true);
+    if (!c) return pe_error(PE_ERR_NOMEM, "append_backward: out of memory");
+    grad_name(var, c->n, name, n);
+    c->n++;
     return PE_OK;
 }
 
-bool pe_grad_needs(const pe_grad_ctx *g, const char *fslot, int k) {
-    const pe_slot *s = fwd_in(g, fslot);
-    if (!s || k >= s->n_args) return false;
-    const char *v = s->args[k];
-    return in_list(g->req, g->n_req, v) && !in_list(g->nograd, g->n_nograd, v);
-}
-
-pe_status pe_grad_in_grad(pe_grad_ctx *g, const char *fslot, const char *gslot) {
-    const pe_slot *s = fwd_in(g, fslot);
-    if (!s) return PE_OK;
-    int any = 0;
-    for (int k = 0; k < s->n_args; k++) any += pe_grad_needs(g, fslot, k);
-    if (!any) return PE_OK;
-    char name[512], var[512];
-    for (int k = 0; k < fwd_in(g, fslot)->n_args; k++) {
-        if (!pe_grad_needs(g, fslot, k)) {
-            PE_CHECK(pe_op_add_output(pe_grad_cur_op(g), gslot, PE_EMPTY_VAR));
-            continue;
-        }
-        snprintf(var, sizeof var, "%s", fwd_in(g, fslot)->args[k]);
-        contrib_t *c = contrib(g, var, true);
-        if (!c) return pe_error(PE_ERR_NOMEM, "append_backward: out of memory");
-        grad_name(var, c->n, name, sizeof name);
-        c->n++;
-        PE_CHECK(declare_like(g, name, var));
-        PE_CHECK(pe_op_add_output(pe_grad_cur_op(g), gslot, name));
-    }
-    return PE_OK;
-}
+static const pe_grad_driver k_driver = {drv_needs, drv_out_grad, drv_new_contrib};
 
 /* ---- the pass ------------------------------------------------------------ */
 
@@ -259,7 +171,7 @@ static bool op_writes(const pe_op *op, char *const *set, int n) {
     return false;
 }
 
-static void ctx_free(pe_grad_ctx *g) {
+static void ctx_free(autodiff *g) {
     list_free(g->req, g->n_req);
     list_free(g->nograd, g->n_nograd);
     for (int i = 0; i < g->n_c; i++) free(g->c[i].var);
@@ -268,10 +180,10 @@ static void ctx_free(pe_grad_ctx *g) {
 
 /* The shared core: seeds = targets (gradient = ones), sources = vars whose
  * gradients are wanted. */
-static pe_status run_backward(pe_grad_ctx *g, const char *const *targets, int n_targets,
+static pe_status run_backward(autodiff *g, const char *const *targets, int n_targets,
                               const char *const *sources, int n_sources, const char *const *no_grad,
                               int n_no_grad) {
-    pe_program *p = g->p;
+    pe_program *p = g->gc.p;
     pe_block *b = blk(g);
     int n_fwd = b->n_ops;
     for (int i = 0; i < n_targets; i++) {
@@ -319,7 +231,7 @@ static pe_status run_backward(pe_grad_ctx *g, const char *const *targets, int n_
     for (int i = 0; i < n_targets && st == PE_OK; i++) {
         char name[512];
         grad_name(targets[i], 0, name, sizeof name);
-        if ((st = declare_like(g, name, targets[i])) != PE_OK) break;
+        if ((st = pe_grad_declare_like(&g->gc, name, targets[i])) != PE_OK) break;
         pe_op *op = pe_block_add_op(b, "fill_any_like");
         if (!op) { st = pe_error(PE_ERR_NOMEM, "append_backward: out of memory"); break; }
         if ((st = pe_op_add_input(op, "X", targets[i])) || (st = pe_op_add_output(op, "Out", name)) ||
@@ -353,9 +265,9 @@ static pe_status run_backward(pe_grad_ctx *g, const char *const *targets, int n_
                           i, info->name, b->ops[i].n_outputs && b->ops[i].outputs[0].n_args ? b->ops[i].outputs[0].args[0] : "");
             break;
         }
-        g->fwd_idx = i;
-        g->cur_idx = -1;
-        st = info->grad(g);
+        g->gc.fwd_idx = i;
+        g->gc.cur_idx = -1;
+        st = info->grad(&g->gc);
         if (st != PE_OK) st = pe_error_wrap(st, "append_backward: gradient of block 0 op %d (%s)", i, info->name);
     }
     free(active);
@@ -366,7 +278,7 @@ static pe_status run_backward(pe_grad_ctx *g, const char *const *targets, int n_
 }
 
 /* Marks op_role_var on the op writing each parameter's final gradient. */
-static pe_status mark_role_var(pe_grad_ctx *g, const char *param, const char *grad) {
+static pe_status mark_role_var(autodiff *g, const char *param, const char *grad) {
     pe_block *b = blk(g);
     for (int i = b->n_ops - 1; i >= 0; i--) {
         pe_op *op = &b->ops[i];
@@ -415,7 +327,8 @@ pe_status pe_append_backward(pe_program *p, const char *loss, const char *const 
         for (int i = 0; i < b->n_vars && st == PE_OK; i++)
             if (b->vars[i].is_parameter && !b->vars[i].stop_gradient) st = list_add(&plist, &np, b->vars[i].name);
     }
-    pe_grad_ctx g = {.p = p, .cur_idx = -1};
+    autodiff g = {.gc = {.p = p, .cur_idx = -1, .drv = &k_driver}};
+    g.gc.user = &g;
     if (st == PE_OK) st = run_backward(&g, &loss, 1, (const char *const *)plist, np, no_grad, n_no_grad);
     pe_param_grad *res = NULL;
     int nres = 0;
@@ -460,7 +373,8 @@ pe_status pe_gradients(pe_program *p, const char *const *targets, int n_targets,
         if (!pe_program_find_var(p, 0, inputs[i]))
             return pe_error(PE_ERR_NOT_FOUND, "gradients: input '%s' is not a variable of block 0", inputs[i]);
     }
-    pe_grad_ctx g = {.p = p, .cur_idx = -1};
+    autodiff g = {.gc = {.p = p, .cur_idx = -1, .drv = &k_driver}};
+    g.gc.user = &g;
     pe_status st = run_backward(&g, targets, n_targets, inputs, n_inputs, NULL, 0);
     for (int i = 0; i < n_inputs && st == PE_OK; i++) {
         contrib_t *c = contrib(&g, inputs[i], false);

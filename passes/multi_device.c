@@ -55,20 +55,6 @@ typedef struct {
 
 #define OOM() pe_error(PE_ERR_NOMEM, "multi_device pass: out of memory")
 
-void pe_ssa_graph_free(pe_ssa_graph *g) {
-    if (!g) return;
-    for (int i = 0; i < g->n_h; i++) {
-        free(g->h[i].succ);
-        free(g->h[i].vars);
-    }
-    free(g->h);
-    free(g->vars);
-    if (g->progs)
-        for (int p = 0; p < g->n_places; p++) pe_program_free(g->progs[p]);
-    free(g->progs);
-    free(g);
-}
-
 static int add_handle(pe_ssa_graph *g, pe_handle_kind kind, int place, int op_idx, const char *var, int root) {
     if (g->n_h == g->cap_h) {
         int cap = g->cap_h ? g->cap_h * 2 : 256;
@@ -679,51 +665,4 @@ done:
     }
     *out = g;
     return PE_OK;
-}
-
-/* ---- DOT export ---------------------------------------------------------- */
-
-pe_status pe_ssa_graph_write_dot(const pe_ssa_graph *g, const char *path) {
-    static const char *const kind_names[] = {"op", "allreduce", "reduce", "broadcast", "allreduce (bucket)",
-                                             "allreduce + update (shard)", "join"};
-    size_t cap = 4096 + (size_t)g->n_h * 96, n = 0;
-    char *buf = malloc(cap);
-    if (!buf) return OOM();
-#define EMIT(...)                                                                    \
-    do {                                                                             \
-        int r_ = snprintf(buf + n, cap - n, __VA_ARGS__);                            \
-        if (r_ < 0) break;                                                           \
-        if (n + (size_t)r_ >= cap) {                                                 \
-            cap = (cap + (size_t)r_) * 2;                                            \
-            char *nb_ = realloc(buf, cap);                                           \
-            if (!nb_) { free(buf); return OOM(); }                                   \
-            buf = nb_;                                                               \
-            r_ = snprintf(buf + n, cap - n, __VA_ARGS__);                            \
-        }                                                                            \
-        n += (size_t)r_;                                                             \
-    } while (0)
-    EMIT("digraph pe_ssa {\n  rankdir=TB;\n  node [shape=box, fontsize=10];\n");
-    for (int i = 0; i < g->n_h; i++) {
-        const pe_handle *h = &g->h[i];
-        if (h->kind == PE_HANDLE_OP)
-            EMIT("  h%d [label=\"%s\\nplace %d\"];\n", i, g->progs[h->place]->blocks[0].ops[h->op_idx].type, h->place);
-        else if (h->kind == PE_HANDLE_JOIN)
-            EMIT("  h%d [label=\"%s\\n%s of %s\", style=filled, fillcolor=lightblue];\n", i, kind_names[h->kind],
-                 g->progs[0]->blocks[0].ops[h->op_idx].type, h->var);
-        else if (h->kind == PE_HANDLE_OPT_SHARD)
-            EMIT("  h%d [label=\"%s\\n%s %d/%d of %s\", style=filled, fillcolor=lightblue];\n", i, kind_names[h->kind],
-                 g->progs[0]->blocks[0].ops[h->op_idx].type, h->root + 1, h->n_shards, h->var);
-        else if (h->kind == PE_HANDLE_ALLREDUCE_FUSED)
-            EMIT("  h%d [label=\"%s\\n%d gradients from %s\", style=filled, fillcolor=lightblue];\n", i,
-                 kind_names[h->kind], h->n_vars, h->var);
-        else
-            EMIT("  h%d [label=\"%s\\n%s\", style=filled, fillcolor=lightblue];\n", i, kind_names[h->kind], h->var);
-    }
-    for (int i = 0; i < g->n_h; i++)
-        for (int k = 0; k < g->h[i].n_succ; k++) EMIT("  h%d -> h%d;\n", i, g->h[i].succ[k]);
-    EMIT("}\n");
-#undef EMIT
-    pe_status st = pe_write_file_atomic(path, buf, n);
-    free(buf);
-    return st;
 }

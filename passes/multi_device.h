@@ -3,7 +3,7 @@
 #define PE_PASSES_MULTI_DEVICE_H
 
 #include "graph/ssa_graph.h"
-#include "pe/parallel_executor.h"
+#include "pe/strategy.h"
 
 /* Replicates block 0 of prog on n_places, inserts the gradient collectives
  * found through op_role_var, and records the loss-gradient seed op.

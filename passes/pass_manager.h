@@ -1,5 +1,6 @@
 /* passes/pass_manager.h — runs the build passes in BuildStrategy order
- * (internal; used by the ParallelExecutor and `pe graph`).
+ * (internal; used by the ParallelExecutor, pe/build.h (passes/build.c) and
+ * pe/plan.h (executor/memory_plan/report.c)).
  *
  *     pe_pass_opts po = {.n_places = 2, .loss_name = "loss", .bs = &bs,
  *                        .protect = fetch, .n_protect = n_fetch,
@@ -24,7 +25,7 @@
 #define PE_PASSES_PASS_MANAGER_H
 
 #include "graph/ssa_graph.h"
-#include "pe/parallel_executor.h"
+#include "pe/strategy.h"
 
 typedef struct pe_pass_opts {
     int n_places;

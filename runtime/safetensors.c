@@ -1,10 +1,12 @@
-/* runtime/safetensors.c — safetensors files and checkpoints of persistables.
+/* runtime/safetensors.c — safetensors files.
  *
  * What: reads and writes the safetensors format (8-byte little-endian header
  * length N, N bytes of UTF-8 JSON {"name": {"dtype", "shape",
- * "data_offsets"}, "__metadata__": {..}}, then the raw little-endian data),
- * and on top of it pe_checkpoint_save/load, which tie a file to the
- * persistable vars of a program's block 0.
+ * "data_offsets"}, "__metadata__": {..}}, then the raw little-endian data):
+ * whole files into and out of a scope, and an opened file's entries one by
+ * one (pe_safetensors_open), on which graph/checkpoint.c builds
+ * pe_checkpoint_save/load (a file tied to the persistable vars of a
+ * program's block 0 — a program is the graph stage's, not the runtime's).
  *
  * How: the whole image is validated before any scope is touched — header
  * length within the file and below 100 MB, UTF-8, one JSON object (cJSON),
@@ -13,7 +15,7 @@
  * end - begin = numel * dtype size, the last ending at the end of the file),
  * as the reference Rust implementation requires. Saving builds the image in
  * memory and hands it to pe_write_file_atomic (temporary file, fsync,
- * rename), so a crash mid-save leaves the previous checkpoint intact.
+ * rename), so a crash mid-save leaves the previous file intact.
  *
  * Why this format: PyTorch and numpy users read and write it with their own
  * tools; it holds raw data with no code execution on load (unlike pickle).
@@ -472,89 +474,55 @@ done:
     return st;
 }
 
-/* ---- checkpoints ---------------------------------------------------------- */
+/* ---- an opened file: entries for a later stage (graph/checkpoint.c) ---- */
 
-/* Shape of a tensor against a program var: same rank, equal dims where the
- * program's is not -1. */
-static bool st_shape_fits(const pe_var *v, int ndim, const int64_t *dims) {
-    if (v->ndim != ndim) return false;
-    for (int i = 0; i < ndim; i++)
-        if (v->dims[i] != -1 && v->dims[i] != dims[i]) return false;
-    return true;
-}
+struct pe_safetensors_file {
+    void *data;            /* the whole image (owned) */
+    const char *path;      /* borrowed from the caller of open: names the file in messages */
+    st_file f;
+};
 
-pe_status pe_checkpoint_save(const char *path, const pe_program *prog, const pe_scope *scope) {
-    if (!path || !prog || !scope || prog->n_blocks < 1)
-        return pe_error(PE_ERR_INVALID, "pe_checkpoint_save: bad argument");
-    const pe_block *b = &prog->blocks[0];
-    const char **names = calloc(b->n_vars ? (size_t)b->n_vars : 1, sizeof *names);
-    if (!names) return pe_error(PE_ERR_NOMEM, "cannot save '%s': out of memory", path);
-    int n = 0;
-    char s1[200], s2[200];
-    for (int i = 0; i < b->n_vars; i++) {
-        const pe_var *v = &b->vars[i];
-        if (!v->persistable) continue;
-        const pe_tensor *t = pe_scope_find_var(scope, v->name);
-        if (!t) continue;
-        /* A file the same program could not load back is refused now. */
-        if (t->dtype != v->dtype || !st_shape_fits(v, t->ndim, t->dims)) {
-            pe_status st = pe_error(PE_ERR_INVALID, "cannot save '%s': var '%s' holds %s %s but the program "
-                                    "declares %s %s", path, v->name, pe_dtype_name(t->dtype),
-                                    pe_dims_str(t->ndim, t->dims, s1, sizeof s1), pe_dtype_name(v->dtype),
-                                    pe_dims_str(v->ndim, v->dims, s2, sizeof s2));
-            free(names);
-            return st;
-        }
-        names[n++] = v->name;
-    }
-    pe_status st = pe_safetensors_write(path, scope, names, n);
-    free(names);
-    return st;
-}
-
-pe_status pe_checkpoint_load(const char *path, const pe_program *prog, pe_scope *scope) {
-    if (!path || !prog || !scope || prog->n_blocks < 1)
-        return pe_error(PE_ERR_INVALID, "pe_checkpoint_load: bad argument");
+pe_status pe_safetensors_open(const char *path, pe_safetensors_file **out) {
+    *out = NULL;
     void *data;
     size_t size;
     PE_CHECK(pe_read_file(path, &data, &size));
-    st_file f;
-    pe_status st = st_parse(data, size, path, &f);
+    pe_safetensors_file *sf = calloc(1, sizeof *sf);
+    if (!sf) {
+        free(data);
+        return pe_error(PE_ERR_NOMEM, "%s: out of memory", path);
+    }
+    pe_status st = st_parse(data, size, path, &sf->f);
     if (st != PE_OK) {
         free(data);
+        free(sf);
         return st;
     }
-    const pe_block *b = &prog->blocks[0];
-    char s1[200], s2[200];
-    /* Every persistable var is in the file with the declared dtype and shape ... */
-    for (int i = 0; i < b->n_vars && st == PE_OK; i++) {
-        const pe_var *v = &b->vars[i];
-        if (!v->persistable) continue;
-        const st_entry *e = st_find(&f, v->name);
-        if (!e)
-            st = pe_error(PE_ERR_NOT_FOUND, "%s: persistable var '%s' of the program is missing from the "
-                          "checkpoint", path, v->name);
-        else if (e->dt != v->dtype)
-            st = pe_error(PE_ERR_INVALID, "%s: var '%s': the checkpoint holds %s, the program declares %s",
-                          path, v->name, pe_dtype_name(e->dt), pe_dtype_name(v->dtype));
-        else if (!st_shape_fits(v, e->ndim, e->dims))
-            st = pe_error(PE_ERR_INVALID, "%s: var '%s': the checkpoint holds shape %s, the program declares %s",
-                          path, v->name, pe_dims_str(e->ndim, e->dims, s1, sizeof s1),
-                          pe_dims_str(v->ndim, v->dims, s2, sizeof s2));
-    }
-    /* ... and every tensor of the file is one of them. */
-    for (int i = 0; i < f.n && st == PE_OK; i++) {
-        const pe_var *v = pe_block_find_var(b, f.e[i].name);
-        if (!v || !v->persistable)
-            st = pe_error(PE_ERR_INVALID, "%s: tensor '%s' of the checkpoint is not a persistable var of the "
-                          "program%s", path, f.e[i].name, v ? " (the program declares it non-persistable)" : "");
-    }
-    for (int i = 0; i < f.n && st == PE_OK; i++) {
-        pe_tensor *t = pe_scope_var(scope, f.e[i].name);
-        st = t ? st_load_entry(&f, &f.e[i], t, path)
-               : pe_error(PE_ERR_NOMEM, "%s: out of memory creating var '%s'", path, f.e[i].name);
-    }
-    st_file_free(&f);
-    free(data);
-    return st;
+    sf->data = data;
+    sf->path = path;
+    *out = sf;
+    return PE_OK;
+}
+
+void pe_safetensors_close(pe_safetensors_file *sf) {
+    if (!sf) return;
+    st_file_free(&sf->f);
+    free(sf->data);
+    free(sf);
+}
+
+int pe_safetensors_count(const pe_safetensors_file *sf) { return sf->f.n; }
+
+pe_safetensors_entry pe_safetensors_entry_at(const pe_safetensors_file *sf, int i) {
+    const st_entry *e = &sf->f.e[i];
+    return (pe_safetensors_entry){e->name, e->dt, e->ndim, e->dims};
+}
+
+int pe_safetensors_find(const pe_safetensors_file *sf, const char *name) {
+    const st_entry *e = st_find(&sf->f, name);
+    return e ? (int)(e - sf->f.e) : -1;
+}
+
+pe_status pe_safetensors_load(const pe_safetensors_file *sf, int i, pe_tensor *t) {
+    return st_load_entry(&sf->f, &sf->f.e[i], t, sf->path);
 }

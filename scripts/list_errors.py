@@ -35,11 +35,11 @@ PY_DIR = "bindings/python/pe"
 # Which section of docs/guide.md explains the messages of a source file (first match wins).
 SECTIONS = [
     ("graph/program_io.cc", "11.2"), ("graph/check.c", "11.2"), ("graph/program.c", "11.12"),
-    ("graph/program_dot.c", "11.7"),
+    ("graph/program_dot.c", "11.7"), ("graph/ssa_graph.c", "11.7"), ("graph/checkpoint.c", "11.11"),
     ("passes/backward.c", "11.4"), ("passes/optimizer.c", "11.4"), ("passes/initializer.c", "11.4"),
     ("passes/", "11.7"),
     ("executor/executor.c", "11.5"), ("executor/parallel_executor.c", "11.7"), ("executor/", "11.7"),
-    ("ops/registry.c", "11.6"), ("ops/cpu/dnnl_util.c", "11.10"), ("ops/", "11.8"),
+    ("ops/registry.c", "11.6"), ("ops/grad.c", "11.4"), ("ops/cpu/dnnl_util.c", "11.10"), ("ops/", "11.8"),
     ("runtime/comm/", "11.9"), ("runtime/cuda/", "11.10"), ("runtime/npy.c", "11.11"),
     ("runtime/safetensors.c", "11.11"), ("runtime/alloc.c", "11.11"), ("runtime/", "11.12"),
     ("tools/", "8 and docs/cli.md"),

@@ -8,7 +8,7 @@
  * Why: pe graph, pe plan and pe run parsed the same flags with their own
  * copies; one parser gives them the same accepted forms and messages.
  */
-#include "tools/tool.h"
+#include "tool.h"
 
 #include <errno.h>
 #include <stddef.h>

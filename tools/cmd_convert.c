@@ -5,7 +5,7 @@
  * Only .json and .pe are accepted as output extensions, so a typo such as
  * "out.jsn" is a usage error instead of a silently binary file.
  */
-#include "tools/tool.h"
+#include "tool.h"
 
 #include <string.h>
 

@@ -8,8 +8,8 @@
  *     pass multi_device: 14 ops -> 32 handles on 2 places
  *     wrote mlp.dot
  *
- * Runs the build passes exactly as pe_parallel_executor_new does (the pass
- * manager, passes/pass_manager.c) with the BuildStrategy switches given by
+ * Runs the build passes exactly as pe_parallel_executor_new does
+ * (pe_build_graph, pe/build.h) with the BuildStrategy switches given by
  * --strategy, writes the final multi-device SSA graph to -o, and with
  * --dump-dir one DOT file per pass (DIR/00_input.dot, DIR/01_<pass>.dot, ...:
  * program graphs with ops as boxes and vars as ellipses, then the SSA
@@ -18,8 +18,7 @@
  * away, as a fetch does in the executor. One summary line per pass goes to
  * stdout.
  */
-#include "tools/tool.h"
-#include "passes/pass_manager.h"
+#include "tool.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -116,16 +115,15 @@ int pe_cmd_graph(int argc, char **argv) {
         if (!pe_program_find_var(p, 0, a.fetch[i]))
             rc = pe_tool_fail("--fetch '%s' is not a variable of block 0 of %s", a.fetch[i], a.program);
     if (rc == PE_EXIT_OK) {
-        pe_pass_opts po = {.n_places = a.n_places, .loss_name = a.loss, .bs = &a.bs, .protect = a.fetch,
-                           .n_protect = a.n_fetch, .dump_prefix = a.dump_dir ? prefix : NULL, .final_dot = a.out};
-        pe_ssa_graph *g = NULL;
-        pe_pass_result res;
-        pe_status st = pe_pass_manager_run(p, &po, &g, &res);
+        pe_build_opts bo = {.n_places = a.n_places, .loss_name = a.loss, .bs = &a.bs, .protect = a.fetch,
+                            .n_protect = a.n_fetch, .dump_prefix = a.dump_dir ? prefix : NULL, .final_dot = a.out};
+        pe_build_report res;
+        pe_status st = pe_build_graph(p, &bo, &res);
         if (st != PE_OK) {
             rc = pe_tool_fail_status(st, "building the graph of %s", a.program);
         } else {
             for (int i = 0; i < res.n; i++) {
-                const pe_pass_stat *s = &res.s[i];
+                const pe_build_pass_stat *s = &res.s[i];
                 if (!strcmp(s->name, "multi_device"))
                     printf("pass %s: %d ops -> %d handles on %d place%s\n", s->name, s->ops_before, s->ops_after,
                            a.n_places, a.n_places > 1 ? "s" : "");
@@ -137,7 +135,6 @@ int pe_cmd_graph(int argc, char **argv) {
             if (a.dump_dir) printf("wrote per-pass graphs to %s\n", a.dump_dir);
             printf("wrote %s\n", a.out);
         }
-        pe_ssa_graph_free(g);
     }
     pe_program_free(p);
     free(a.fetch);

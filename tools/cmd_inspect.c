@@ -8,7 +8,7 @@
  * and their bytes. Sizes are computed with overflow checks because the dims
  * come from a file.
  */
-#include "tools/tool.h"
+#include "tool.h"
 
 #include <inttypes.h>
 #include <string.h>

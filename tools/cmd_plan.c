@@ -4,13 +4,13 @@
  *     place=0 peak_bytes_no_reuse=3337216 peak_bytes_reuse=2277760
  *     place=1 peak_bytes_no_reuse=3337216 peak_bytes_reuse=2277760
  *
- * Builds the graph the ParallelExecutor would run — the build passes of
- * passes/pass_manager.c (the fusion passes --strategy turns on, then the
- * multi-device pass) over N CPU places — gives
+ * Builds the graph the ParallelExecutor would run — the build passes (the
+ * fusion passes --strategy turns on, then the multi-device pass) over N CPU
+ * places — gives
  * every var the program reads before writing it (the feeds) the batch
  * split the executor would use (B rows over N places, earlier places take
  * the extra rows) in its -1 axis 0, infers every temporary's shape, and
- * runs the memory planner (executor/memory_plan/plan.c) as the ParallelExecutor
+ * runs the memory planner (pe_plan_new, pe/plan.h) as the ParallelExecutor
  * would with enable_inplace and memory_optimize on (--strategy may set any
  * BuildStrategy field, as for `pe graph`; --loss names the loss). Per place it prints
  * the bytes the temporaries take without reuse (each its own allocation,
@@ -22,10 +22,7 @@
  * model-sized, not batch-sized, and fuse_all_reduce_ops keeps them in
  * gradient buckets), --verbose lists every planned var with its offset.
  */
-#include "tools/tool.h"
-#include "graph/ssa_graph.h"
-#include "executor/memory_plan/plan.h"
-#include "passes/pass_manager.h"
+#include "tool.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -167,40 +164,35 @@ static const char **protected_names(const plan_args *a, const pe_program *prog, 
 }
 
 static int plan_program(const plan_args *a, const pe_program *prog, pe_scope *scope) {
-    pe_ssa_graph *g = NULL;
-    pe_mp_graph *mg = NULL;
-    pe_mem_plan *plan = NULL;
-    pe_pass_opts po = {.n_places = a->n_places, .loss_name = a->loss, .bs = &a->bs,
-                       .protect = a->fetch, .n_protect = a->n_fetch};
-    pe_status st = pe_pass_manager_run(prog, &po, &g, NULL);
-    if (st == PE_OK) st = pe_mp_graph_new(g, &mg);
+    pe_plan *plan = NULL;
     meta_user u = {a, scope};
     int n_prot = 0;
     const char **prot = protected_names(a, prog, &n_prot);
-    if (st == PE_OK && !prot) st = pe_error(PE_ERR_NOMEM, "out of memory");
-    if (st == PE_OK)
-        st = pe_mp_plan_build(mg, NULL, tool_meta, &u, prot, n_prot, a->bs.memory_optimize, a->bs.enable_inplace,
-                              &plan);
+    pe_status st = PE_OK;
+    if (!prot) st = pe_error(PE_ERR_NOMEM, "out of memory");
+    /* protected_names lists the fetches first: the passes keep those too. */
+    pe_plan_opts po = {.n_places = a->n_places, .loss_name = a->loss, .bs = &a->bs, .protect = a->fetch,
+                       .n_protect = a->n_fetch, .exclude = prot ? prot + a->n_fetch : NULL,
+                       .n_exclude = prot ? n_prot - a->n_fetch : 0, .meta = tool_meta, .user = &u};
+    if (st == PE_OK) st = pe_plan_new(prog, &po, &plan);
     free(prot);
     int rc = PE_EXIT_OK;
     if (st != PE_OK) {
         rc = pe_tool_fail_status(st, "planning %s", a->program);
     } else {
-        for (int p = 0; p < plan->n_places; p++) {
-            const pe_mp_place_plan *pp = &plan->place[p];
+        for (int p = 0; p < pe_plan_n_places(plan); p++) {
+            const pe_plan_place *pp = pe_plan_place_at(plan, p);
             printf("place=%d peak_bytes_no_reuse=%" PRId64 " peak_bytes_reuse=%" PRId64 "\n", p,
-                   pp->stats.no_reuse_bytes, pp->stats.arena_bytes);
+                   pp->no_reuse_bytes, pp->arena_bytes);
             if (!a->verbose) continue;
             printf("  %d temporaries, %d written in place of an input, %d over dead bytes\n", pp->n_vars,
-                   pp->stats.n_inplace, pp->stats.n_shared);
+                   pp->n_inplace, pp->n_shared);
             for (int i = 0; i < pp->n_vars; i++)
                 printf("  %-40s offset=%-10" PRId64 " bytes=%-10" PRId64 "%s\n", pp->vars[i].name, pp->vars[i].offset,
                        pp->vars[i].bytes, pp->vars[i].inplaced ? " in-place" : "");
         }
     }
-    pe_mem_plan_free(plan);
-    pe_mp_graph_free(mg);
-    pe_ssa_graph_free(g);
+    pe_plan_free(plan);
     return rc;
 }
 

@@ -18,7 +18,7 @@
  * but this message tells a CLI user which flag is missing before anything
  * runs.
  */
-#include "tools/tool.h"
+#include "tool.h"
 
 #include <errno.h>
 #include <inttypes.h>

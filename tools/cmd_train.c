@@ -27,7 +27,7 @@
  * machine, the CPU time of a one-thread run is what the wall time would be
  * without the other load).
  */
-#include "tools/tool.h"
+#include "tool.h"
 
 #include <errno.h>
 #include <math.h>

@@ -13,7 +13,7 @@
  * library's messages are flattened to a single line here, because a message
  * built from a hostile file may carry newlines or control characters.
  */
-#include "tools/tool.h"
+#include "tool.h"
 
 #include <stdarg.h>
 #include <stdlib.h>

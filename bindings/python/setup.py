@@ -3,7 +3,7 @@
 How _core is built: this script drives the project's own CMake build
 (CMakeLists.txt, PE_BUILD_PYTHON block) rather than compiling the sources
 itself, so the extension is compiled and linked exactly as in build/ (the
-static libpe, OpenBLAS, oneDNN, flatbuffers, cJSON, OpenMP, CUDA when nvcc
+static stage libraries pe_runtime ... pe_executor, OpenBLAS, oneDNN, flatbuffers, cJSON, OpenMP, CUDA when nvcc
 exists):
 
   - PE_BUILD_DIR=<dir> (an existing CMake build of this tree, e.g. build/):

@@ -31,8 +31,13 @@
 #include "pe/executor.h"
 #include "pe/checkpoint.h"
 #include "pe/passes.h"
+#include "pe/strategy.h"
 #include "pe/parallel_executor.h"
 #include "pe/optimizer.h"
+#include "pe/device.h"
+#include "pe/ops.h"
+#include "pe/build.h"
+#include "pe/plan.h"
 
 #define PE_VERSION_STRING "0.1.0"
 

@@ -1,5 +1,5 @@
 /* tests/unit/test_safetensors.c — safetensors files and checkpoints
- * (runtime/safetensors.c).
+ * (runtime/safetensors.c; checkpoints: graph/checkpoint.c).
  *
  * A fixture built byte by byte in Python (tests/data/safetensors/) is read
  * and checked against recomputed values; every dtype round-trips bitwise;

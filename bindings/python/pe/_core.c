@@ -32,9 +32,7 @@
  * small surface, and the numbers a Python user sees are the C engine's.
  */
 #define PE_CORE_MAIN /* this file imports the numpy C API */
-#include "bindings/python/pe/_core.h"
-#include "ops/op.h"
-#include "runtime/internal.h"
+#include "_core.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -309,11 +307,14 @@ static PyObject *attr_default(const pe_attr *a) {
     }
 }
 
-static PyObject *slots_list(const pe_slot_info *s, int n) {
+static PyObject *slots_list(int op, bool inputs, int n) {
     static const char *const arity[] = {"one", "optional", "many", "any"};
     PyObject *l = PyList_New(n);
     for (int i = 0; l && i < n; i++) {
-        PyObject *t = Py_BuildValue("(ss)", s[i].name, arity[s[i].arity & 3]);
+        pe_op_slot_desc s = {"", PE_SLOT_ONE};
+        if (inputs) pe_op_type_input(op, i, &s);
+        else pe_op_type_output(op, i, &s);
+        PyObject *t = Py_BuildValue("(ss)", s.name, arity[s.arity & 3]);
         if (!t) Py_CLEAR(l);
         else PyList_SET_ITEM(l, i, t);
     }
@@ -327,26 +328,27 @@ static PyObject *py_op_registry(PyObject *m, PyObject *unused) {
     (void)unused;
     PyObject *d = PyDict_New();
     if (!d) return NULL;
-    int n = pe_op_info_count();
+    int n = pe_op_type_count();
     for (int i = 0; i < n; i++) {
-        const pe_op_info *info = pe_op_info_get(i);
-        if (!info) continue;
+        pe_op_desc info;
+        if (!pe_op_type_get(i, &info)) continue;
         PyObject *attrs = PyDict_New();
-        for (int k = 0; attrs && k < info->n_attrs; k++) {
-            const pe_attr_info *a = &info->attrs[k];
-            PyObject *def = a->required ? (Py_INCREF(Py_None), Py_None) : attr_default(&a->def);
-            PyObject *t = def ? Py_BuildValue("(sON)", pe_attr_type_name(a->type), a->required ? Py_True : Py_False, def)
+        for (int k = 0; attrs && k < info.n_attrs; k++) {
+            pe_op_attr_desc a;
+            if (!pe_op_type_attr(i, k, &a)) continue;
+            PyObject *def = a.required ? (Py_INCREF(Py_None), Py_None) : attr_default(a.def);
+            PyObject *t = def ? Py_BuildValue("(sON)", pe_attr_type_name(a.type), a.required ? Py_True : Py_False, def)
                               : NULL;
-            if (!t || PyDict_SetItemString(attrs, a->name, t)) Py_CLEAR(attrs);
+            if (!t || PyDict_SetItemString(attrs, a.name, t)) Py_CLEAR(attrs);
             Py_XDECREF(t);
         }
-        PyObject *e = attrs ? Py_BuildValue("{sNsNsNsOsOsO}", "inputs", slots_list(info->inputs, info->n_inputs),
-                                            "outputs", slots_list(info->outputs, info->n_outputs), "attrs", attrs,
-                                            "has_grad", info->grad ? Py_True : Py_False,
-                                            "cpu", info->kernels[PE_PLACE_CPU] ? Py_True : Py_False,
-                                            "cuda", info->kernels[PE_PLACE_CUDA] ? Py_True : Py_False)
+        PyObject *e = attrs ? Py_BuildValue("{sNsNsNsOsOsO}", "inputs", slots_list(i, true, info.n_inputs),
+                                            "outputs", slots_list(i, false, info.n_outputs), "attrs", attrs,
+                                            "has_grad", info.has_grad ? Py_True : Py_False,
+                                            "cpu", info.has_cpu_kernel ? Py_True : Py_False,
+                                            "cuda", info.has_cuda_kernel ? Py_True : Py_False)
                             : NULL;
-        if (!e || PyDict_SetItemString(d, info->name, e)) {
+        if (!e || PyDict_SetItemString(d, info.name, e)) {
             Py_XDECREF(e);
             Py_DECREF(d);
             return NULL;
@@ -363,9 +365,9 @@ static PyObject *py_common_attrs(PyObject *m, PyObject *unused) {
                                         "is_test", "use_mkldnn", "use_cudnn", "with_quant_attr", NULL};
     PyObject *d = PyDict_New();
     for (int i = 0; d && names[i]; i++) {
-        const pe_attr_info *a = pe_common_attr(names[i]);
-        if (!a) continue;
-        PyObject *t = PyUnicode_FromString(pe_attr_type_name(a->type));
+        pe_op_attr_desc a;
+        if (!pe_op_common_attr(names[i], &a)) continue;
+        PyObject *t = PyUnicode_FromString(pe_attr_type_name(a.type));
         if (!t || PyDict_SetItemString(d, names[i], t)) Py_CLEAR(d);
         Py_XDECREF(t);
     }

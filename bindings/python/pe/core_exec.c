@@ -1,7 +1,6 @@
 /* bindings/python/pe/core_exec.c — feeds, and the Executor and ParallelExecutor types.
  * (part of pe._core; see _core.c for the design). */
-#include "bindings/python/pe/_core.h"
-#include "runtime/internal.h"
+#include "_core.h"
 
 #include <stdlib.h>
 #include <string.h>

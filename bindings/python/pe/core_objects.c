@@ -1,6 +1,6 @@
 /* bindings/python/pe/core_objects.c — the Program, Scope, Tensor and ScopeVariable types.
  * (part of pe._core; see _core.c for the design). */
-#include "bindings/python/pe/_core.h"
+#include "_core.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 /* bindings/python/pe/core_passes.c — autodiff, optimizer and initializer passes; checkpoints.
  * (part of pe._core; see _core.c for the design). */
-#include "bindings/python/pe/_core.h"
+#include "_core.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -387,58 +387,10 @@ class Variable:
 
     __str__ = __repr__
 
-    # Python operators build ops (pe.tensor), like Paddle's math_op_patch.
-    def _binary(self, other, op, reverse=False):
-        from . import tensor
-        return tensor._binary_op(self, other, op, reverse)
-
-    def __add__(self, o):
-        return self._binary(o, "elementwise_add")
-
-    def __radd__(self, o):
-        return self._binary(o, "elementwise_add", True)
-
-    def __sub__(self, o):
-        return self._binary(o, "elementwise_sub")
-
-    def __rsub__(self, o):
-        return self._binary(o, "elementwise_sub", True)
-
-    def __mul__(self, o):
-        return self._binary(o, "elementwise_mul")
-
-    def __rmul__(self, o):
-        return self._binary(o, "elementwise_mul", True)
-
-    def __truediv__(self, o):
-        return self._binary(o, "elementwise_div")
-
-    def __rtruediv__(self, o):
-        return self._binary(o, "elementwise_div", True)
-
-    def __neg__(self):
-        from . import tensor
-        return tensor.scale(self, -1.0)
-
-    def __matmul__(self, o):
-        from . import tensor
-        return tensor.matmul(self, o)
-
-    def astype(self, dtype):
-        from . import tensor
-        return tensor.cast(self, dtype)
-
-    def reshape(self, shape):
-        from . import tensor
-        return tensor.reshape(self, shape)
-
-    def mean(self, axis=None, keepdim=False):
-        from . import tensor
-        return tensor.mean(self, axis, keepdim)
-
-    def sum(self, axis=None, keepdim=False):
-        from . import tensor
-        return tensor.sum(self, axis, keepdim=keepdim)
+    # The Python operators (+ - * / @, unary -, astype, reshape, mean, sum)
+    # build ops: pe.tensor installs them on this class when the package is
+    # imported (pe.tensor._install_variable_operators, like Paddle's
+    # math_op_patch), so this module does not depend on pe.tensor.
 
     __hash__ = object.__hash__
 

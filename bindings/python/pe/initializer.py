@@ -12,7 +12,7 @@ from the startup program's random_seed and the var name.
 import numpy as np
 
 from . import _core
-from .framework import Variable
+from .framework import Block, Program, Variable, default_startup_program
 
 __all__ = ["Initializer", "Constant", "Uniform", "Normal", "TruncatedNormal", "XavierUniform", "XavierNormal",
            "KaimingUniform", "KaimingNormal", "Assign", "calculate_gain"]
@@ -29,7 +29,6 @@ class Initializer:
     def __call__(self, var, block=None):
         """Declares `var` in the startup program (block: a startup block or
         program; default: the default startup program) and appends its init op."""
-        from .framework import Block, Program, default_startup_program
         if block is None:
             prog = default_startup_program()
         elif isinstance(block, Block):

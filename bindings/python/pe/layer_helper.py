@@ -6,7 +6,7 @@ fc_<n>.tmp_<k>, so programs built here carry the names Paddle users (and
 checkpoints) expect.
 """
 from . import _core
-from .framework import Parameter, Variable, default_main_program, default_startup_program
+from .framework import Parameter, Variable, default_main_program, default_startup_program, require_op
 from .initializer import Constant, XavierUniform
 from .param_attr import ParamAttr
 from .utils import unique_name
@@ -102,7 +102,6 @@ class LayerHelper:
             attrs = act
         else:
             act_type, attrs = act, {}
-        from .framework import require_op
         require_op(act_type, "activation '%s'" % act_type)
         out = self.create_variable_for_type_inference(x.dtype, shape=x.shape)
         self.append_op(act_type, {"X": [x]}, {"Out": [out]}, attrs)

@@ -1,5 +1,7 @@
 """pe.ParamAttr — how a layer creates its parameter (Paddle's ParamAttr)."""
+from . import _core
 from .initializer import Initializer
+from .regularizer import L2Decay
 
 __all__ = ["ParamAttr", "WeightNormParamAttr"]
 
@@ -36,7 +38,6 @@ class ParamAttr:
             return ParamAttr(name=arg)
         if isinstance(arg, Initializer):
             return ParamAttr(initializer=arg)
-        from .regularizer import L2Decay
         if isinstance(arg, L2Decay):
             return ParamAttr(regularizer=arg)
         if arg is True:
@@ -50,5 +51,4 @@ class ParamAttr:
 
 class WeightNormParamAttr(ParamAttr):
     def __init__(self, *a, **k):
-        from . import _core
         raise _core.UnsupportedError("WeightNormParamAttr is not supported by PE")

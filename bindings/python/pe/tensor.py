@@ -10,7 +10,8 @@ computed by the C kernels when the program runs.
 import numpy as np
 
 from . import _core
-from .framework import DTYPE_ENUM, Variable, convert_dtype, has_op, require_op
+from .framework import (DTYPE_ENUM, Variable, convert_dtype, default_main_program, default_startup_program,
+                        has_op, require_op)
 from .layer_helper import LayerHelper, check_variable
 
 __all__ = [
@@ -492,6 +493,40 @@ def square_error_cost(input, label):
 
 def seed(s):
     """paddle.seed: sets the random_seed of the default main and startup programs."""
-    from .framework import default_main_program, default_startup_program
     default_main_program().random_seed = int(s)
     default_startup_program().random_seed = int(s)
+
+
+# ---- Variable's Python operators (Paddle's math_op_patch) ----------------------
+
+def _install_variable_operators(cls):
+    """Gives Variable (and so Parameter) its operators: each builds the op the
+    matching function of this module builds. Installed here, at import, so
+    that pe.framework (which defines Variable) never imports pe.tensor."""
+
+    def _binary(self, other, op, reverse=False):
+        return _binary_op(self, other, op, reverse)
+
+    def binary(op, reverse=False):
+        def method(self, o):
+            return self._binary(o, op, reverse)
+        return method
+
+    cls._binary = _binary
+    cls.__add__ = binary("elementwise_add")
+    cls.__radd__ = binary("elementwise_add", True)
+    cls.__sub__ = binary("elementwise_sub")
+    cls.__rsub__ = binary("elementwise_sub", True)
+    cls.__mul__ = binary("elementwise_mul")
+    cls.__rmul__ = binary("elementwise_mul", True)
+    cls.__truediv__ = binary("elementwise_div")
+    cls.__rtruediv__ = binary("elementwise_div", True)
+    cls.__neg__ = lambda self: scale(self, -1.0)
+    cls.__matmul__ = lambda self, o: matmul(self, o)
+    cls.astype = lambda self, dtype: cast(self, dtype)
+    cls.reshape = lambda self, shape: reshape(self, shape)
+    cls.mean = lambda self, axis=None, keepdim=False: mean(self, axis, keepdim)
+    cls.sum = lambda self, axis=None, keepdim=False: sum(self, axis, keepdim=keepdim)
+
+
+_install_variable_operators(Variable)

@@ -10,7 +10,7 @@ import numpy as np
 
 from .. import _core
 from .. import tensor as _t
-from ..framework import Variable, require_op
+from ..framework import Variable, has_op, require_op
 from ..layer_helper import LayerHelper, check_variable
 from ..initializer import Constant
 
@@ -316,7 +316,6 @@ def embedding(x, weight, padding_idx=None, sparse=False, name=None):
     if pad < -1:
         pad += weight.shape[0]
     helper = LayerHelper("embedding", name)
-    from ..framework import has_op
     if has_op("lookup_table_v2"):
         op_type, shape = "lookup_table_v2", list(x.shape) + [weight.shape[1]]
     else:

@@ -1,6 +1,6 @@
 """pe.static — Paddle's static-graph API: programs, data, executors, autodiff, checkpoints."""
 from ..framework import (Program, Variable, Parameter, Operator, Block, program_guard,  # noqa: F401
-                         default_main_program, default_startup_program, CPUPlace, CUDAPlace)
+                         default_main_program, default_startup_program, CPUPlace, CUDAPlace, convert_dtype)
 from .executor import (Executor, ParallelExecutor, CompiledProgram, ExecutionStrategy,  # noqa: F401
                        BuildStrategy, global_scope, scope_guard, Scope, cpu_places, cuda_places)
 from .backward import append_backward, gradients  # noqa: F401
@@ -16,7 +16,6 @@ __all__ = ["Program", "program_guard", "default_main_program", "default_startup_
 
 def data(name, shape, dtype=None, lod_level=0):
     """A feed variable of the default main program (None / -1 dims: any size)."""
-    from ..framework import convert_dtype
     if not isinstance(name, str):
         raise TypeError("data: name must be a str, got %s" % type(name).__name__)
     block = default_main_program().global_block()

@@ -1,0 +1,103 @@
+/* graph/checkpoint.c — checkpoints of persistables (pe/checkpoint.h):
+ * pe_checkpoint_save/load tie a safetensors file to the persistable vars of
+ * a program's block 0.
+ *
+ * How: saving checks that every persistable var found in the scope holds
+ * the dtype and shape the program declares (a file the same program could
+ * not load back is refused) and writes those vars with
+ * pe_safetensors_write. Loading opens and validates the whole file
+ * (pe_safetensors_open), checks that every persistable var is in it with the
+ * declared dtype and shape and that every tensor of the file is one of
+ * them, and only then loads the tensors into the scope — so a mismatch
+ * leaves the scope untouched.
+ *
+ * Why here: it walks a program, which the graph stage owns; the file format
+ * itself stays in the runtime (runtime/safetensors.c).
+ */
+#include "pe/checkpoint.h"
+#include "runtime/internal.h"
+#include "runtime/safetensors_internal.h"
+
+#include <stdlib.h>
+
+/* Shape of a tensor against a program var: same rank, equal dims where the
+ * program's is not -1. */
+static bool shape_fits(const pe_var *v, int ndim, const int64_t *dims) {
+    if (v->ndim != ndim) return false;
+    for (int i = 0; i < ndim; i++)
+        if (v->dims[i] != -1 && v->dims[i] != dims[i]) return false;
+    return true;
+}
+
+pe_status pe_checkpoint_save(const char *path, const pe_program *prog, const pe_scope *scope) {
+    if (!path || !prog || !scope || prog->n_blocks < 1)
+        return pe_error(PE_ERR_INVALID, "pe_checkpoint_save: bad argument");
+    const pe_block *b = &prog->blocks[0];
+    const char **names = calloc(b->n_vars ? (size_t)b->n_vars : 1, sizeof *names);
+    if (!names) return pe_error(PE_ERR_NOMEM, "cannot save '%s': out of memory", path);
+    int n = 0;
+    char s1[200], s2[200];
+    for (int i = 0; i < b->n_vars; i++) {
+        const pe_var *v = &b->vars[i];
+        if (!v->persistable) continue;
+        const pe_tensor *t = pe_scope_find_var(scope, v->name);
+        if (!t) continue;
+        /* A file the same program could not load back is refused now. */
+        if (t->dtype != v->dtype || !shape_fits(v, t->ndim, t->dims)) {
+            pe_status st = pe_error(PE_ERR_INVALID, "cannot save '%s': var '%s' holds %s %s but the program "
+                                    "declares %s %s", path, v->name, pe_dtype_name(t->dtype),
+                                    pe_dims_str(t->ndim, t->dims, s1, sizeof s1), pe_dtype_name(v->dtype),
+                                    pe_dims_str(v->ndim, v->dims, s2, sizeof s2));
+            free(names);
+            return st;
+        }
+        names[n++] = v->name;
+    }
+    pe_status st = pe_safetensors_write(path, scope, names, n);
+    free(names);
+    return st;
+}
+
+pe_status pe_checkpoint_load(const char *path, const pe_program *prog, pe_scope *scope) {
+    if (!path || !prog || !scope || prog->n_blocks < 1)
+        return pe_error(PE_ERR_INVALID, "pe_checkpoint_load: bad argument");
+    pe_safetensors_file *f;
+    PE_CHECK(pe_safetensors_open(path, &f));
+    pe_status st = PE_OK;
+    const pe_block *b = &prog->blocks[0];
+    char s1[200], s2[200];
+    /* Every persistable var is in the file with the declared dtype and shape ... */
+    for (int i = 0; i < b->n_vars && st == PE_OK; i++) {
+        const pe_var *v = &b->vars[i];
+        if (!v->persistable) continue;
+        int k = pe_safetensors_find(f, v->name);
+        pe_safetensors_entry e = k >= 0 ? pe_safetensors_entry_at(f, k) : (pe_safetensors_entry){0};
+        if (k < 0)
+            st = pe_error(PE_ERR_NOT_FOUND, "%s: persistable var '%s' of the program is missing from the "
+                          "checkpoint", path, v->name);
+        else if (e.dtype != v->dtype)
+            st = pe_error(PE_ERR_INVALID, "%s: var '%s': the checkpoint holds %s, the program declares %s",
+                          path, v->name, pe_dtype_name(e.dtype), pe_dtype_name(v->dtype));
+        else if (!shape_fits(v, e.ndim, e.dims))
+            st = pe_error(PE_ERR_INVALID, "%s: var '%s': the checkpoint holds shape %s, the program declares %s",
+                          path, v->name, pe_dims_str(e.ndim, e.dims, s1, sizeof s1),
+                          pe_dims_str(v->ndim, v->dims, s2, sizeof s2));
+    }
+    /* ... and every tensor of the file is one of them. */
+    int n = pe_safetensors_count(f);
+    for (int i = 0; i < n && st == PE_OK; i++) {
+        const char *name = pe_safetensors_entry_at(f, i).name;
+        const pe_var *v = pe_block_find_var(b, name);
+        if (!v || !v->persistable)
+            st = pe_error(PE_ERR_INVALID, "%s: tensor '%s' of the checkpoint is not a persistable var of the "
+                          "program%s", path, name, v ? " (the program declares it non-persistable)" : "");
+    }
+    for (int i = 0; i < n && st == PE_OK; i++) {
+        const char *name = pe_safetensors_entry_at(f, i).name;
+        pe_tensor *t = pe_scope_var(scope, name);
+        st = t ? pe_safetensors_load(f, i, t)
+               : pe_error(PE_ERR_NOMEM, "%s: out of memory creating var '%s'", path, name);
+    }
+    pe_safetensors_close(f);
+    return st;
+}
