@@ -254,15 +254,9 @@ static void fail_all(mpi_comm *m, const char *msg) {
         m->sub_head = m->sub_tail = NULL;
     }
     pthread_mutex_unlock(&m->mu);
-    /* the requests are left to MPI (no cancelling a collective); chunks go:
-     * first those waiting for their second step, then those in flight */
-    for (chunk *k = m->b_head; k;) {
-        chunk *nx = k->next;
-        if (k->a_done) chunk_free(k);
-        k = nx;
-    }
-    for (int i = 0; i < m->n_act; i++)
-        if (m->act[i].lane != LANE_HDR) chunk_free(m->act[i].owner);
+    /* The requests stay with MPI (a started collective cannot be
+     * cancelled), and so do their buffers: headers, chunks and scratch are
+     * left allocated, since MPI may still write them. */
     m->n_act = 0;
     m->b_head = m->b_tail = NULL;
     m->alive = 0;
@@ -272,9 +266,6 @@ static void fail_all(mpi_comm *m, const char *msg) {
         m->ops_head = op->next;
         snprintf(full, sizeof full, "%s: %s", pe_coll_desc(&m->base, &op->a, desc, sizeof desc), msg);
         pe_work_complete(op->w, PE_ERR_IO, full);
-        free(op->counts);
-        free(op->all);
-        free(op);
     }
     m->ops_tail = NULL;
     m->a_cur = NULL;

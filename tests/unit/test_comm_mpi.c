@@ -20,7 +20,9 @@
  *     fails with a message, nothing hangs, and the communicator works after;
  *   - the two-level composition with 2 places per process (driven by
  *     threads, as in one process) over the MPI communicator, checked
- *     against the fixed-order sum (places, then processes).
+ *     against the fixed-order sum (places, then processes);
+ *   - a collective only rank 0 issues: its work fails after PE_MPI_TIMEOUT
+ *     (1 s here) with a message, and the communicator refuses new calls.
  * Built without MPI, it prints a SKIPPED line and exits 77 (ctest: skipped).
  */
 #include "tests/unit/comm_harness.h"
@@ -205,6 +207,30 @@ static void test_hier_over_mpi(void **state) {
     pe_comm_free(outer);
 }
 
+/* A collective no peer joins: rank 0's work fails within PE_MPI_TIMEOUT
+ * (1 s here) instead of hanging, and its communicator refuses new calls. */
+static void test_mpi_no_progress_timeout(void **state) {
+    (void)state;
+    setenv("PE_MPI_TIMEOUT", "1", 1);
+    pe_comm *c = new_mpi();
+    unsetenv("PE_MPI_TIMEOUT");
+    if (pe_comm_rank(c) == 0 && pe_comm_size(c) > 1) {
+        pe_work *w;
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        assert_int_equal(pe_comm_barrier(c, 5, &w), PE_OK);
+        assert_int_equal(pe_work_wait(w), PE_ERR_IO);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if (!strstr(pe_last_error(), "no progress for 1 s")) fail_msg("'%s'", pe_last_error());
+        assert_true(t1.tv_sec - t0.tv_sec < 20);
+        pe_work_free(w);
+        assert_int_equal(pe_comm_barrier(c, 6, &w), PE_ERR_IO);
+        assert_non_null(strstr(pe_last_error(), "unusable"));
+    }
+    MPI_Barrier(MPI_COMM_WORLD); /* the others wait for rank 0's timeout */
+    pe_comm_free(c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mpi_basics),
@@ -214,6 +240,7 @@ int main(void) {
         cmocka_unit_test(test_mpi_callbacks),
         cmocka_unit_test(test_mpi_errors),
         cmocka_unit_test(test_hier_over_mpi),
+        cmocka_unit_test(test_mpi_no_progress_timeout), /* last: leaves a request pending on rank 0 */
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
