@@ -25,12 +25,11 @@
  *     (1 s here) with a message, and the communicator refuses new calls.
  * Built without MPI, it prints a SKIPPED line and exits 77 (ctest: skipped).
  */
+#ifdef PE_WITH_MPI
 #include "tests/unit/comm_harness.h"
 
-#include <time.h>
-
-#ifdef PE_WITH_MPI
 #include <mpi.h>
+#include <time.h>
 
 static pe_comm *new_mpi(void) {
     pe_comm *c = NULL;
@@ -246,6 +245,7 @@ int main(void) {
 }
 
 #else
+#include <stdio.h>
 
 int main(void) {
     printf("[  SKIPPED ] test_comm_mpi: PE was built without MPI (-DPE_WITH_MPI=OFF, or MPI not found)\n");
