@@ -21,7 +21,10 @@
  * freed before completion, tags reused, and errors — a bad root or dtype
  * on one rank, counts that differ between the ranks of one tag — end with
  * a clear message on every rank, never a hang. A backend that must skip
- * (NCCL without a GPU) prints a visible "[  SKIPPED ]" line.
+ * (NCCL without a GPU) prints a visible "[  SKIPPED ]" line. The harness
+ * (worlds, data, drivers, the ladder, the error cases) lives in
+ * tests/unit/comm_harness.h, shared with test_comm_mpi.c (MPI, one rank
+ * per process).
  */
 #include "tests/unit/comm_harness.h"
 

@@ -56,6 +56,19 @@ static void test_mpi_basics(void **state) {
     assert_int_equal(pe_comm_size(c), size);
     assert_string_equal(pe_comm_backend(c), "mpi");
     if (size > MAX_RANKS / 2) fail_msg("run with at most %d processes", MAX_RANKS / 2);
+    /* two communicators at once, each with its own order: interleaved */
+    pe_comm *d = new_mpi();
+    int64_t x[3] = {rank, 1, 2}, y[3] = {10 * rank, 3, 4};
+    pe_work *wx, *wy;
+    assert_int_equal(pe_comm_allreduce(d, y, 3, PE_DTYPE_INT64, 1, &wy), PE_OK);
+    assert_int_equal(pe_comm_allreduce(c, x, 3, PE_DTYPE_INT64, 1, &wx), PE_OK);
+    assert_int_equal(pe_work_wait(wx), PE_OK);
+    assert_int_equal(pe_work_wait(wy), PE_OK);
+    pe_work_free(wx);
+    pe_work_free(wy);
+    assert_true(x[0] == size * (size - 1) / 2 && x[1] == size && x[2] == 2 * size);
+    assert_true(y[0] == 10 * x[0] && y[1] == 3 * size && y[2] == 4 * size);
+    pe_comm_free(d);
     pe_comm_free(c);
 }
 
