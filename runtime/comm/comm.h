@@ -24,8 +24,8 @@
  * is done. The ranks' calls of one collective are matched by a caller-chosen
  * 64-bit tag (every rank passes the same tag; calls issued from different
  * threads in different orders still match; a tag can be reused once the
- * collective has completed on every rank; NCCL ranks match by issue order
- * instead, see pe_coll_args). All ranks of a tag must pass the
+ * collective has completed on every rank; NCCL and MPI ranks match by
+ * issue order instead, see pe_coll_args). All ranks of a tag must pass the
  * same op, dtype, count and root, or every rank's work fails with a message
  * naming the rank that differs. Argument errors a rank can see alone (bad
  * root, bad dtype) are returned by the call itself, and the other ranks'
@@ -37,9 +37,10 @@
  * Backends (a vtable, pe_comm_ops): in-process ranks sharing one address
  * space (runtime/comm/inproc.c), two-level composition of places inside a
  * process and processes (runtime/comm/hier.c), NCCL (runtime/comm/nccl.cu,
- * CUDA builds); MPI can be added behind the same calls. The in-process
- * backend and the two-level composition over it sum in a fixed rank order
- * (0, 1, ..., N-1), so their results are bitwise reproducible.
+ * CUDA builds), MPI (runtime/comm/mpi.c, one rank per process; builds
+ * with MPI). The in-process and MPI backends and the two-level composition
+ * over them sum in a fixed rank order (0, 1, ..., N-1), so their results
+ * are bitwise reproducible.
  *
  * Ownership: a pe_comm is owned by the caller (pe_comm_free); works are
  * owned by the caller (pe_work_free, allowed before completion: the work
@@ -70,7 +71,7 @@ typedef struct pe_comm_group pe_comm_group;
 
 int pe_comm_rank(const pe_comm *c);
 int pe_comm_size(const pe_comm *c);
-const char *pe_comm_backend(const pe_comm *c); /* "inproc", "hier", "nccl"; borrowed */
+const char *pe_comm_backend(const pe_comm *c); /* "inproc", "hier", "nccl", "mpi"; borrowed */
 
 /* Each returns PE_OK and *out = a work (owned by the caller), or an error
  * (and *out = NULL) for arguments this rank can see are wrong. */
@@ -219,6 +220,10 @@ void pe_work_complete(pe_work *w, pe_status st, const char *msg);
  * message when st != PE_OK). NULL on out of memory. */
 pe_work *pe_work_new_done(pe_status st);
 
+/* d[0..n) += s[0..n) elementwise, for the sum dtypes (fp32, fp64, int32,
+ * int64); each element one add, so a caller's order of adds is the order. */
+void pe_comm_add(void *d, const void *s, int64_t n, pe_dtype dt);
+
 /* "inproc rank 1/4: allreduce of 7 float32 elements (tag 3)" into buf. */
 const char *pe_coll_desc(const pe_comm *c, const pe_coll_args *a, char *buf, size_t size);
 
@@ -283,6 +288,21 @@ pe_status pe_group_broadcast(pe_comm_group *g, void *const *bufs, int64_t numel,
 pe_status pe_group_start(pe_comm_group *g, pe_coll op, void *const *bufs, int64_t numel, pe_dtype dt, int root,
                          pe_work **out);
 void pe_group_free(pe_comm_group *g); /* accepts NULL */
+
+#ifdef PE_WITH_MPI
+/* One rank per process over MPI (runtime/comm/mpi.c): rank and size of
+ * MPI_COMM_WORLD (duplicated: PE's traffic never meets the program's).
+ * Initializes MPI (MPI_THREAD_MULTIPLE) when the program has not; then PE
+ * calls MPI_Finalize at exit, once. The ranks must issue their collectives
+ * in the same order (as NCCL); a call that differs between the ranks
+ * (another op, count, root, dtype or tag) fails on every rank. Sums are
+ * in rank order 0..N-1, bitwise equal on every rank and run to run.
+ * Environment: PE_MPI_CHUNK_BYTES (pieces, default 4 MiB),
+ * PE_MPI_WINDOW (chunks in flight, default 4), PE_MPI_TIMEOUT (seconds
+ * without progress before every pending work fails, default 600).
+ * Owned by the caller (pe_comm_free, before exit). */
+pe_status pe_comm_mpi_new(pe_comm **out);
+#endif
 
 #ifdef PE_WITH_NCCL
 /* NCCL group over devices[0..n) (distinct, visible) of this process, rank i

@@ -79,8 +79,8 @@ typedef struct {
 
 /* ---- the algorithm ----------------------------------------------------------- */
 
-/* d[0..n) += s[0..n) */
-static void add_n(void *d, const void *s, int64_t n, pe_dtype dt) {
+/* d[0..n) += s[0..n) (also the MPI backend's local sums) */
+void pe_comm_add(void *d, const void *s, int64_t n, pe_dtype dt) {
     switch (dt) {
     case PE_DTYPE_FP32: { float *x = d; const float *y = s; for (int64_t i = 0; i < n; i++) x[i] += y[i]; } break;
     case PE_DTYPE_FP64: { double *x = d; const double *y = s; for (int64_t i = 0; i < n; i++) x[i] += y[i]; } break;
@@ -100,7 +100,7 @@ static void sum_range(const void *const *src, size_t soff, int n, void *const *d
         int64_t tm = m - t0 < TILE_ELEMS(es) ? m - t0 : TILE_ELEMS(es);
         size_t to = (size_t)(t0 * es), tlen = (size_t)(tm * es);
         memcpy(acc, (const char *)src[0] + soff + to, tlen);
-        for (int p = 1; p < n; p++) add_n(acc, (const char *)src[p] + soff + to, tm, dt);
+        for (int p = 1; p < n; p++) pe_comm_add(acc, (const char *)src[p] + soff + to, tm, dt);
         for (int p = 0; p < n_dst; p++) memcpy((char *)dst[p] + doff + to, acc, tlen);
     }
 }

@@ -1,0 +1,811 @@
+/* runtime/comm/mpi.c — collectives between processes over MPI (Open MPI on
+ * CPU clusters): one rank per process, behind the rank API of comm.h.
+ *
+ *     pe_comm *c;
+ *     if (pe_comm_mpi_new(&c) != PE_OK) return error;   // rank/size of MPI_COMM_WORLD
+ *     pe_comm_allreduce(c, grad, n, PE_DTYPE_FP32, tag, &w);  ...  pe_work_wait(w);
+ *     pe_comm_hier_new(c, places, threads, ranks);     // places of this process on top
+ *
+ * What: allreduce, reduce, broadcast, allgather, reduce_scatter(v) and
+ * barrier, non-blocking: a call queues the collective and returns a work;
+ * ONE progress thread per communicator issues MPI's non-blocking calls in
+ * queue order, polls them (MPI_Testsome) and completes the works, so
+ * callbacks run on that thread. Every MPI call is made there (constructor
+ * and free aside), which needs MPI_THREAD_SERIALIZED; PE asks for
+ * MPI_THREAD_MULTIPLE when it initializes MPI itself (so the program may
+ * call MPI too) and refuses a level below SERIALIZED.
+ *
+ * How: each collective starts with a header: an MPI_Iallgather of every
+ * rank's (tag, op, dtype, count, root, counts hash, own-check error and
+ * the end of its message). All
+ * ranks see the same headers, so they take the same decision: when a rank
+ * failed its own checks (bad root, bad dtype) or the calls differ (another
+ * count, another op, another tag: the ranks issued in different orders),
+ * every rank's work fails with a message naming the rank and the
+ * difference, and no data moves; nobody waits forever for a call that
+ * never comes. Then the data, in chunks of PE_MPI_CHUNK_BYTES (default 4
+ * MiB), at most `window` chunks holding scratch at once:
+ *   sums (allreduce, reduce, reduce_scatter): an MPI_Ialltoallv gives each
+ *     rank every rank's piece of its part of the chunk; the rank sums them
+ *     in rank order 0, 1, ..., N-1 (pe_comm_add, one element at a time);
+ *     then allreduce shares the sums (MPI_Iallgatherv, in place) and reduce
+ *     gathers them at the root (MPI_Igatherv). Bandwidth is the ring's
+ *     (each byte sent about twice), and every element is summed once, by
+ *     its owner, in one fixed order: results are bitwise repeatable, equal
+ *     on every rank, and equal to the sequential sum in rank order for any
+ *     rank count and any MPI algorithm. (MPI_Iallreduce with a
+ *     non-commutative user op keeps the rank order but MPI may associate
+ *     freely — Open MPI's binomial tree computes (a0+a1)+(a2+a3) — so floats
+ *     would not match the sequential sum from 4 ranks on.)
+ *   broadcast: MPI_Ibcast of each chunk; allgather: MPI_Iallgather of each
+ *     rank's piece of the chunk into scratch, then copied to its place;
+ *     barrier: MPI_Ibarrier.
+ * MPI pairs the collectives of a communicator by issue order, so the
+ * headers, the first data step and the second data step each run on their
+ * own duplicate of the communicator, and each is issued strictly in queue
+ * order: every rank issues the same sequence on each, whatever the timing.
+ * Data moves as MPI_BYTE, so MPI never reduces anything.
+ *
+ * Order: as with NCCL, the ranks' calls on one communicator must be issued
+ * in the same order (the tag must still match; a mismatch is reported, see
+ * above). Errors: the communicators return MPI errors (MPI_ERRORS_RETURN);
+ * an MPI error, or no progress for PE_MPI_TIMEOUT seconds (default 600)
+ * while a collective is pending, fails every pending work with a message
+ * (MPI_Error_string, or what was pending) and leaves the communicator
+ * unusable: MPI cannot cancel a started collective, so its buffers may still
+ * be written; the process should exit. When a peer process dies, Open MPI
+ * (4.x) ends the whole job itself ("mpirun noticed that process rank 1 ...
+ * exited on signal 9"; measured here: about 2 s after the kill, every
+ * process gone, mpirun's exit status non-zero): an error, not a hang.
+ * Callbacks run on the progress thread: they must not wait on works or
+ * free the communicator. MPI_Finalize: at process exit (atexit), once, and only when
+ * PE initialized MPI and no communicator is left; every pe_comm must be
+ * freed before exit (free waits for the queued collectives).
+ */
+#include "runtime/comm/comm.h"
+#include "runtime/internal.h"
+
+#include <mpi.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define DESC_N 8
+#define DESC_MSG 192
+#define DESC_MAGIC 0x50456d7069ll /* "PEmpi" */
+#define DEFAULT_CHUNK (4 << 20)
+#define DEFAULT_WINDOW 4
+#define DEFAULT_TIMEOUT_S 600.0
+
+enum { LANE_HDR, LANE_A, LANE_B, N_LANES };
+
+typedef struct mpi_comm mpi_comm;
+
+/* A rank's call as every rank sees it: d = tag, op, dtype, count, root,
+ * this rank's own-check status, hash of the per-rank counts, magic; msg =
+ * the end of its own-check message. Sent as bytes (ranks of one machine
+ * architecture). */
+typedef struct {
+    int64_t d[DESC_N];
+    char msg[DESC_MSG];
+} header;
+typedef struct mpi_op mpi_op;
+
+/* One chunk of an op: its first data step on LANE_A, a second on LANE_B
+ * for allreduce and reduce. */
+typedef struct chunk {
+    struct chunk *next; /* LANE_B queue */
+    mpi_op *op;
+    int64_t j;          /* chunk index */
+    int64_t b, m;       /* elements [b, b+m) of the buffer (allreduce, reduce, broadcast) */
+    int64_t part;       /* elements of this rank's piece */
+    char *scratch;
+    int *cnt;           /* [4n]: send counts, send displs, recv counts, recv displs (bytes) */
+    bool a_done;
+} chunk;
+
+struct mpi_op {
+    mpi_op *next;
+    pe_work *w;
+    pe_coll_args a;     /* a.counts: the copy below */
+    int64_t *counts;    /* reduce_scatter: [n] per rank, then [n + 1] offsets */
+    header hdr;
+    header *all;        /* [n] every rank's header */
+    bool hdr_done, checked;
+    pe_status st;
+    char msg[400];
+    int64_t n_chunks, next_chunk, chunks_left;
+};
+
+typedef struct {
+    MPI_Request req;
+    int lane;
+    void *owner; /* mpi_op (header) or chunk */
+} active;
+
+struct mpi_comm {
+    pe_comm base;
+    MPI_Comm lane[N_LANES];
+    pthread_t thread;
+    pthread_mutex_t mu; /* the submit queue and the flags */
+    pthread_cond_t cv;
+    mpi_op *sub_head, *sub_tail; /* submitted, not yet taken */
+    bool stop;
+    _Atomic int broken;
+    char broken_msg[400];
+    /* progress thread only */
+    mpi_op *ops_head, *ops_tail; /* taken, in queue order */
+    mpi_op *a_cur;               /* next op whose chunks go to LANE_A */
+    chunk *b_head, *b_tail;
+    active *act;
+    int n_act, cap_act;
+    MPI_Request *reqs;
+    int *idx;
+    int alive; /* chunks holding scratch */
+    int64_t chunk_bytes;
+    int window;
+    double timeout_s, last_progress;
+};
+
+/* ---- MPI itself: init once, finalize at exit ------------------------------------- */
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static int g_live;         /* pe_comms alive */
+static bool g_we_init;     /* PE called MPI_Init_thread */
+static int g_level = -1;
+
+static void finalize_at_exit(void) {
+    int fin = 0;
+    MPI_Finalized(&fin);
+    pthread_mutex_lock(&g_mu);
+    int live = g_live;
+    pthread_mutex_unlock(&g_mu);
+    if (!fin && live == 0) MPI_Finalize();
+}
+
+static const char *mpi_err_str(int code, char *buf) {
+    int len = 0;
+    if (MPI_Error_string(code, buf, &len) != MPI_SUCCESS) snprintf(buf, MPI_MAX_ERROR_STRING, "MPI error %d", code);
+    return buf;
+}
+
+/* Under g_mu. */
+static pe_status mpi_init_once(void) {
+    int inited = 0, fin = 0;
+    MPI_Finalized(&fin);
+    if (fin) return pe_error(PE_ERR_UNSUPPORTED, "mpi: MPI was finalized already in this process");
+    MPI_Initialized(&inited);
+    if (!inited) {
+        int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &g_level);
+        if (rc != MPI_SUCCESS) {
+            char e[MPI_MAX_ERROR_STRING];
+            return pe_error(PE_ERR_IO, "mpi: MPI_Init_thread failed: %s", mpi_err_str(rc, e));
+        }
+        g_we_init = true;
+        atexit(finalize_at_exit);
+    } else if (g_level < 0) {
+        MPI_Query_thread(&g_level);
+    }
+    if (g_level < MPI_THREAD_SERIALIZED)
+        return pe_error(PE_ERR_UNSUPPORTED, "mpi: MPI provides thread level %d; PE's progress thread needs "
+                        "MPI_THREAD_SERIALIZED (initialize MPI with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...))",
+                        g_level);
+    if (g_level < MPI_THREAD_MULTIPLE && g_live > 0)
+        return pe_error(PE_ERR_UNSUPPORTED, "mpi: MPI provides MPI_THREAD_SERIALIZED only: one PE communicator at "
+                        "a time (MPI_THREAD_MULTIPLE allows more)");
+    return PE_OK;
+}
+
+/* ---- helpers ---------------------------------------------------------------------- */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double env_num(const char *name, double dflt, double lo, double hi) {
+    const char *s = getenv(name);
+    if (!s || !*s) return dflt;
+    char *end;
+    double v = strtod(s, &end);
+    return *end || v < lo || v > hi ? dflt : v;
+}
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+static void fail_op(mpi_op *op, pe_status st, const char *msg) {
+    if (op->st != PE_OK) return;
+    op->st = st;
+    snprintf(op->msg, sizeof op->msg, "%s", msg);
+}
+
+static void push_active(mpi_comm *m, MPI_Request r, int lane, void *owner) {
+    if (m->n_act == m->cap_act) {
+        int cap = m->cap_act ? 2 * m->cap_act : 16;
+        active *a = realloc(m->act, sizeof *a * (size_t)cap);
+        MPI_Request *q = realloc(m->reqs, sizeof *q * (size_t)cap);
+        int *ix = realloc(m->idx, sizeof *ix * (size_t)cap);
+        if (a) m->act = a;
+        if (q) m->reqs = q;
+        if (ix) m->idx = ix;
+        PE_ASSERT(a && q && ix); /* a few dozen entries at most */
+        m->cap_act = cap;
+    }
+    m->act[m->n_act++] = (active){r, lane, owner};
+    m->last_progress = now_s();
+}
+
+static void chunk_free(chunk *k) {
+    free(k->scratch);
+    free(k->cnt);
+    free(k);
+}
+
+/* Every pending work fails with msg; the communicator is unusable after. */
+static void fail_all(mpi_comm *m, const char *msg) {
+    pthread_mutex_lock(&m->mu);
+    if (!atomic_load(&m->broken)) snprintf(m->broken_msg, sizeof m->broken_msg, "%s", msg);
+    atomic_store(&m->broken, 1);
+    if (m->sub_head) {
+        if (m->ops_tail) m->ops_tail->next = m->sub_head;
+        else m->ops_head = m->sub_head;
+        m->ops_tail = m->sub_tail;
+        m->sub_head = m->sub_tail = NULL;
+    }
+    pthread_mutex_unlock(&m->mu);
+    /* The requests stay with MPI (a started collective cannot be
+     * cancelled), and so do their buffers: headers, chunks and scratch are
+     * left allocated, since MPI may still write them. */
+    m->n_act = 0;
+    m->b_head = m->b_tail = NULL;
+    m->alive = 0;
+    char desc[192], full[sizeof m->broken_msg + 256];
+    while (m->ops_head) {
+        mpi_op *op = m->ops_head;
+        m->ops_head = op->next;
+        snprintf(full, sizeof full, "%s: %s", pe_coll_desc(&m->base, &op->a, desc, sizeof desc), msg);
+        pe_work_complete(op->w, PE_ERR_IO, full);
+    }
+    m->ops_tail = NULL;
+    m->a_cur = NULL;
+}
+
+static bool mpi_failed(mpi_comm *m, int rc, const char *what) {
+    if (rc == MPI_SUCCESS) return false;
+    char e[MPI_MAX_ERROR_STRING], msg[MPI_MAX_ERROR_STRING + 128];
+    snprintf(msg, sizeof msg, "%s failed: %s (the communicator is unusable now)", what, mpi_err_str(rc, e));
+    fail_all(m, msg);
+    return true;
+}
+
+/* ---- the header: every rank's call, checked by all alike ----------------------------- */
+
+static uint64_t hash_counts(const int64_t *c, int n) {
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < n; i++) h = (h ^ (uint64_t)c[i]) * 1099511628211ull;
+    return h;
+}
+
+/* Sets op->st/msg when the ranks' headers say the collective cannot run. */
+static void check_headers(mpi_comm *m, mpi_op *op) {
+    int n = m->base.size;
+    const int64_t *f = op->all[0].d;
+    char why[320];
+    for (int q = 0; q < n; q++) {
+        const int64_t *d = op->all[q].d;
+        if (d[7] != DESC_MAGIC) {
+            snprintf(why, sizeof why, "rank %d sent a header that is not PE's (another MPI collective on this "
+                     "communicator?)", q);
+            fail_op(op, PE_ERR_INTERNAL, why);
+            return;
+        }
+        if (d[5] == PE_OK) continue;
+        char *msg = op->all[q].msg;
+        msg[DESC_MSG - 1] = '\0';
+        snprintf(why, sizeof why, "rank %d failed its call: %s", q, msg[0] ? msg : pe_status_name((pe_status)d[5]));
+        fail_op(op, (pe_status)d[5], why);
+        return;
+    }
+    for (int q = 1; q < n; q++) {
+        const int64_t *d = op->all[q].d;
+        if (d[0] != f[0])
+            snprintf(why, sizeof why, "rank %d issued tag %llu (%s) where rank 0 issued tag %llu (%s): the ranks "
+                     "must issue their collectives on an MPI communicator in the same order", q,
+                     (unsigned long long)d[0], pe_coll_name((pe_coll)d[1]), (unsigned long long)f[0],
+                     pe_coll_name((pe_coll)f[1]));
+        else if (d[1] != f[1])
+            snprintf(why, sizeof why, "rank %d called %s, rank 0 called %s", q, pe_coll_name((pe_coll)d[1]),
+                     pe_coll_name((pe_coll)f[1]));
+        else if (d[2] != f[2])
+            snprintf(why, sizeof why, "rank %d passed dtype %s, rank 0 %s", q, pe_dtype_name((pe_dtype)d[2]),
+                     pe_dtype_name((pe_dtype)f[2]));
+        else if (d[4] != f[4])
+            snprintf(why, sizeof why, "rank %d passed root %lld, rank 0 root %lld", q, (long long)d[4], (long long)f[4]);
+        else if (d[3] != f[3])
+            snprintf(why, sizeof why, "rank %d passed %lld elements, rank 0 %lld", q, (long long)d[3], (long long)f[3]);
+        else if (d[6] != f[6])
+            snprintf(why, sizeof why, "rank %d passed other per-rank counts than rank 0", q);
+        else
+            continue;
+        char full[400];
+        snprintf(full, sizeof full, "the ranks' calls differ: %s", why);
+        fail_op(op, PE_ERR_INVALID, full);
+        return;
+    }
+}
+
+/* After the header: how many chunks (0: nothing moves). */
+static void plan_chunks(mpi_comm *m, mpi_op *op) {
+    op->checked = true;
+    check_headers(m, op);
+    if (op->st != PE_OK || op->a.err != PE_OK) {
+        op->n_chunks = 0;
+        return;
+    }
+    const pe_coll_args *a = &op->a;
+    int64_t es = (int64_t)pe_dtype_size(a->dt);
+    switch (a->op) {
+    case PE_COLL_BARRIER: op->n_chunks = 1; break;
+    case PE_COLL_ALLGATHER:
+    case PE_COLL_REDUCE_SCATTER: op->n_chunks = a->total > 0 ? ceil_div(a->total * es, m->chunk_bytes) : 0; break;
+    default: op->n_chunks = a->count > 0 ? ceil_div(a->count, m->chunk_bytes / es) : 0; break;
+    }
+    op->chunks_left = op->n_chunks;
+}
+
+/* ---- data steps -------------------------------------------------------------------- */
+
+/* The first step of chunk j of op (LANE_A); NULL + failed comm on MPI errors. */
+static chunk *issue_a(mpi_comm *m, mpi_op *op, int64_t j) {
+    const pe_coll_args *a = &op->a;
+    int n = m->base.size, me = m->base.rank;
+    int64_t es = (int64_t)pe_dtype_size(a->dt), K = op->n_chunks;
+    chunk *k = calloc(1, sizeof *k);
+    int *cnt = k ? calloc((size_t)(4 * n), sizeof *cnt) : NULL;
+    if (!cnt) {
+        free(k);
+        fail_all(m, "out of memory for an MPI chunk");
+        return NULL;
+    }
+    k->op = op;
+    k->j = j;
+    k->cnt = cnt;
+    int *sc = cnt, *sd = cnt + n, *rc = cnt + 2 * n, *rd = cnt + 3 * n;
+    MPI_Request r = MPI_REQUEST_NULL;
+    MPI_Comm cm = m->lane[LANE_A];
+    int rcode = MPI_SUCCESS;
+    const char *what = "";
+    switch (a->op) {
+    case PE_COLL_ALLREDUCE:
+    case PE_COLL_REDUCE:
+    case PE_COLL_REDUCE_SCATTER: {
+        /* piece of rank q of this chunk: elements [lo(q), lo(q) + sz(q)) of send */
+        size_t send_bytes = 0;
+        const char *send = a->recv;
+        for (int q = 0; q < n; q++) {
+            int64_t lo, hi;
+            if (a->op == PE_COLL_REDUCE_SCATTER) {
+                lo = op->counts[n + q] + op->counts[q] * j / K;
+                hi = op->counts[n + q] + op->counts[q] * (j + 1) / K;
+            } else {
+                int64_t ch = m->chunk_bytes / es;
+                k->b = j * ch;
+                k->m = (k->b + ch < a->count ? k->b + ch : a->count) - k->b;
+                lo = k->b + k->m * q / n;
+                hi = k->b + k->m * (q + 1) / n;
+            }
+            if (q == me) k->part = hi - lo;
+            sc[q] = (int)((hi - lo) * es);
+            sd[q] = (int)send_bytes;
+            send_bytes += (size_t)sc[q];
+        }
+        bool pack = a->op == PE_COLL_REDUCE_SCATTER;
+        size_t part_bytes = (size_t)(k->part * es);
+        /* scratch: [packed send] [n pieces received] [the sum (reduce, not root)] */
+        k->scratch = malloc((pack ? send_bytes : 0) + part_bytes * (size_t)(n + 1) + 1);
+        if (!k->scratch) {
+            free(cnt);
+            free(k);
+            fail_all(m, "out of memory for an MPI chunk");
+            return NULL;
+        }
+        if (pack) {
+            char *p = k->scratch;
+            for (int q = 0; q < n; q++) {
+                int64_t lo = op->counts[n + q] + op->counts[q] * j / K;
+                memcpy(p + sd[q], (const char *)a->send + lo * es, (size_t)sc[q]);
+            }
+            send = k->scratch;
+        } else {
+            send = (const char *)a->recv + k->b * es;
+        }
+        char *recv = k->scratch + (pack ? send_bytes : 0);
+        for (int q = 0; q < n; q++) {
+            rc[q] = (int)part_bytes;
+            rd[q] = (int)(part_bytes * (size_t)q);
+        }
+        what = "MPI_Ialltoallv";
+        rcode = MPI_Ialltoallv(send, sc, sd, MPI_BYTE, recv, rc, rd, MPI_BYTE, cm, &r);
+    } break;
+    case PE_COLL_ALLGATHER: {
+        int64_t lo = a->count * j / K, hi = a->count * (j + 1) / K;
+        k->b = lo;
+        k->part = hi - lo;
+        k->scratch = malloc((size_t)(k->part * es) * (size_t)n + 1);
+        if (!k->scratch) {
+            free(cnt);
+            free(k);
+            fail_all(m, "out of memory for an MPI chunk");
+            return NULL;
+        }
+        what = "MPI_Iallgather";
+        int bytes = (int)(k->part * es);
+        rcode = MPI_Iallgather((const char *)a->send + lo * es, bytes, MPI_BYTE, k->scratch, bytes, MPI_BYTE, cm, &r);
+    } break;
+    case PE_COLL_BROADCAST: {
+        int64_t ch = m->chunk_bytes / es;
+        k->b = j * ch;
+        k->m = (k->b + ch < a->count ? k->b + ch : a->count) - k->b;
+        what = "MPI_Ibcast";
+        rcode = MPI_Ibcast((char *)a->recv + k->b * es, (int)(k->m * es), MPI_BYTE, a->root, cm, &r);
+    } break;
+    default:
+        what = "MPI_Ibarrier";
+        rcode = MPI_Ibarrier(cm, &r);
+        break;
+    }
+    if (rcode != MPI_SUCCESS) {
+        free(k->scratch);
+        free(cnt);
+        free(k);
+        mpi_failed(m, rcode, what);
+        return NULL;
+    }
+    m->alive++;
+    push_active(m, r, LANE_A, k);
+    if (a->op == PE_COLL_ALLREDUCE || a->op == PE_COLL_REDUCE) {
+        if (m->b_tail) m->b_tail->next = k;
+        else m->b_head = k;
+        m->b_tail = k;
+    }
+    return k;
+}
+
+/* The first step of k is done: sum or unpack. */
+static void finish_a(mpi_comm *m, chunk *k) {
+    mpi_op *op = k->op;
+    const pe_coll_args *a = &op->a;
+    int n = m->base.size, me = m->base.rank;
+    int64_t es = (int64_t)pe_dtype_size(a->dt);
+    size_t part_bytes = (size_t)(k->part * es);
+    switch (a->op) {
+    case PE_COLL_ALLREDUCE:
+    case PE_COLL_REDUCE:
+    case PE_COLL_REDUCE_SCATTER: {
+        size_t packed = 0;
+        if (a->op == PE_COLL_REDUCE_SCATTER)
+            for (int q = 0; q < n; q++) packed += (size_t)k->cnt[q];
+        const char *pieces = k->scratch + packed;
+        char *dst;
+        if (a->op == PE_COLL_REDUCE_SCATTER) dst = (char *)a->recv + (op->counts[me] * k->j / op->n_chunks) * es;
+        else if (a->op == PE_COLL_REDUCE && me != a->root) dst = k->scratch + part_bytes * (size_t)n;
+        else dst = (char *)a->recv + (k->b + k->m * me / n) * es;
+        /* rank order: ((p0 + p1) + p2) + ... */
+        memcpy(dst, pieces, part_bytes);
+        for (int q = 1; q < n; q++) pe_comm_add(dst, pieces + part_bytes * (size_t)q, k->part, a->dt);
+    } break;
+    case PE_COLL_ALLGATHER:
+        for (int q = 0; q < n; q++)
+            memmove((char *)a->recv + (q * a->count + k->b) * es, k->scratch + part_bytes * (size_t)q, part_bytes);
+        break;
+    default: break;
+    }
+}
+
+/* The second step of k (LANE_B): share (allreduce) or gather (reduce) the sums. */
+static bool issue_b(mpi_comm *m, chunk *k) {
+    const pe_coll_args *a = &k->op->a;
+    int n = m->base.size, me = m->base.rank;
+    int64_t es = (int64_t)pe_dtype_size(a->dt);
+    int *rc = k->cnt + 2 * n, *rd = k->cnt + 3 * n;
+    for (int q = 0; q < n; q++) {
+        int64_t lo = k->m * q / n, hi = k->m * (q + 1) / n;
+        rc[q] = (int)((hi - lo) * es);
+        rd[q] = (int)(lo * es);
+    }
+    char *base = (char *)a->recv + k->b * es;
+    MPI_Request r = MPI_REQUEST_NULL;
+    int rcode;
+    if (a->op == PE_COLL_ALLREDUCE)
+        rcode = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_BYTE, base, rc, rd, MPI_BYTE, m->lane[LANE_B], &r);
+    else if (me == a->root)
+        rcode = MPI_Igatherv(MPI_IN_PLACE, 0, MPI_BYTE, base, rc, rd, MPI_BYTE, a->root, m->lane[LANE_B], &r);
+    else
+        rcode = MPI_Igatherv(k->scratch + (size_t)(k->part * es) * (size_t)n, rc[me], MPI_BYTE, NULL, NULL, NULL,
+                             MPI_BYTE, a->root, m->lane[LANE_B], &r);
+    if (mpi_failed(m, rcode, a->op == PE_COLL_ALLREDUCE ? "MPI_Iallgatherv" : "MPI_Igatherv")) return false;
+    push_active(m, r, LANE_B, k);
+    return true;
+}
+
+static void chunk_done(mpi_comm *m, chunk *k) {
+    k->op->chunks_left--;
+    m->alive--;
+    chunk_free(k);
+}
+
+/* ---- the progress thread ---------------------------------------------------------------- */
+
+static bool issue_header(mpi_comm *m, mpi_op *op) {
+    MPI_Request r = MPI_REQUEST_NULL;
+    int rc = MPI_Iallgather(&op->hdr, (int)sizeof(header), MPI_BYTE, op->all, (int)sizeof(header), MPI_BYTE,
+                            m->lane[LANE_HDR], &r);
+    if (mpi_failed(m, rc, "MPI_Iallgather (the header)")) return false;
+    push_active(m, r, LANE_HDR, op);
+    return true;
+}
+
+/* Issues whatever may go now, in queue order on each lane. */
+static bool issue_ready(mpi_comm *m) {
+    bool did = false;
+    while (m->a_cur && m->a_cur->hdr_done) {
+        mpi_op *op = m->a_cur;
+        if (!op->checked) plan_chunks(m, op);
+        if (op->next_chunk < op->n_chunks) {
+            if (m->alive >= m->window) break;
+            if (!issue_a(m, op, op->next_chunk)) return true;
+            op->next_chunk++;
+            did = true;
+            continue;
+        }
+        m->a_cur = op->next;
+    }
+    while (m->b_head && m->b_head->a_done) {
+        chunk *k = m->b_head;
+        m->b_head = k->next;
+        if (!m->b_head) m->b_tail = NULL;
+        if (!issue_b(m, k)) return true;
+        did = true;
+    }
+    return did;
+}
+
+/* Completes the ops that are done (any order: each its own work). */
+static void complete_done(mpi_comm *m) {
+    mpi_op **pp = &m->ops_head, *prev = NULL;
+    while (*pp) {
+        mpi_op *op = *pp;
+        if (!(op->checked && op->next_chunk == op->n_chunks && op->chunks_left == 0)) {
+            prev = op;
+            pp = &op->next;
+            continue;
+        }
+        *pp = op->next;
+        if (m->ops_tail == op) m->ops_tail = prev;
+        if (m->a_cur == op) m->a_cur = op->next;
+        char desc[192], full[sizeof op->msg + 200];
+        if (op->st != PE_OK)
+            snprintf(full, sizeof full, "%s: %s", pe_coll_desc(&m->base, &op->a, desc, sizeof desc), op->msg);
+        pe_work_complete(op->w, op->st, op->st != PE_OK ? full : NULL);
+        free(op->counts);
+        free(op->all);
+        free(op);
+    }
+}
+
+/* Polls the requests in flight; true when any completed. */
+static bool poll_active(mpi_comm *m) {
+    if (m->n_act == 0) return false;
+    for (int i = 0; i < m->n_act; i++) m->reqs[i] = m->act[i].req;
+    int outcount = 0;
+    int rc = MPI_Testsome(m->n_act, m->reqs, &outcount, m->idx, MPI_STATUSES_IGNORE);
+    if (mpi_failed(m, rc, "MPI_Testsome")) return true;
+    if (outcount == MPI_UNDEFINED || outcount == 0) return false;
+    for (int i = 0; i < outcount; i++) {
+        active *ac = &m->act[m->idx[i]];
+        ac->req = MPI_REQUEST_NULL;
+        if (ac->lane == LANE_HDR) {
+            ((mpi_op *)ac->owner)->hdr_done = true;
+        } else if (ac->lane == LANE_A) {
+            chunk *k = ac->owner;
+            finish_a(m, k);
+            k->a_done = true;
+            if (k->op->a.op != PE_COLL_ALLREDUCE && k->op->a.op != PE_COLL_REDUCE) chunk_done(m, k);
+        } else {
+            chunk_done(m, ac->owner);
+        }
+    }
+    int w = 0;
+    for (int i = 0; i < m->n_act; i++)
+        if (m->act[i].req != MPI_REQUEST_NULL) m->act[w++] = m->act[i];
+    m->n_act = w;
+    m->last_progress = now_s();
+    return true;
+}
+
+static void *progress_main(void *arg) {
+    mpi_comm *m = arg;
+    int idle = 0;
+    for (;;) {
+        pthread_mutex_lock(&m->mu);
+        while (!m->sub_head && !m->ops_head && !m->stop) pthread_cond_wait(&m->cv, &m->mu);
+        mpi_op *got = m->sub_head;
+        m->sub_head = m->sub_tail = NULL;
+        bool stop = m->stop;
+        pthread_mutex_unlock(&m->mu);
+        if (!got && !m->ops_head && stop) break;
+        bool did = false;
+        while (got) {
+            mpi_op *op = got;
+            got = op->next;
+            op->next = NULL;
+            if (m->ops_tail) m->ops_tail->next = op;
+            else m->ops_head = op;
+            m->ops_tail = op;
+            if (!m->a_cur) m->a_cur = op;
+            if (atomic_load(&m->broken)) continue;
+            issue_header(m, op);
+            did = true;
+        }
+        if (atomic_load(&m->broken)) {
+            fail_all(m, m->broken_msg);
+            continue;
+        }
+        did |= poll_active(m);
+        if (!atomic_load(&m->broken)) did |= issue_ready(m);
+        complete_done(m);
+        if (did) {
+            idle = 0;
+            continue;
+        }
+        if (m->n_act > 0 && now_s() - m->last_progress > m->timeout_s) {
+            char msg[300];
+            snprintf(msg, sizeof msg, "no progress for %.0f s (PE_MPI_TIMEOUT): a peer process has died or has "
+                     "not issued this collective; the communicator is unusable now", m->timeout_s);
+            fail_all(m, msg);
+            continue;
+        }
+        /* nothing moved: yield, then sleep a little longer each time (<= 100 us) */
+        if (++idle < 64) {
+            sched_yield();
+        } else {
+            struct timespec ts = {0, (idle < 256 ? 10 : 100) * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    return NULL;
+}
+
+/* ---- the rank API ---------------------------------------------------------------------- */
+
+static pe_status mpi_start(pe_comm *c, const pe_coll_args *a, pe_work **out) {
+    mpi_comm *m = (mpi_comm *)c;
+    int n = c->size;
+    char desc[192];
+    if (atomic_load(&m->broken)) {
+        pthread_mutex_lock(&m->mu);
+        pe_status st = pe_error(PE_ERR_IO, "%s: %s", pe_coll_desc(c, a, desc, sizeof desc), m->broken_msg);
+        pthread_mutex_unlock(&m->mu);
+        return st;
+    }
+    mpi_op *op = calloc(1, sizeof *op);
+    header *all = op ? calloc((size_t)n, sizeof *all) : NULL;
+    pe_work *w = all ? pe_work_new(NULL) : NULL;
+    int64_t *counts = NULL;
+    if (w && a->op == PE_COLL_REDUCE_SCATTER && a->err == PE_OK) {
+        counts = malloc(sizeof *counts * (size_t)(2 * n + 1));
+        if (counts) {
+            memcpy(counts, a->counts, sizeof *counts * (size_t)n);
+            counts[n] = 0;
+            for (int q = 0; q < n; q++) counts[n + q + 1] = counts[n + q] + counts[q];
+        }
+    }
+    if (!w || (a->op == PE_COLL_REDUCE_SCATTER && a->err == PE_OK && !counts)) {
+        free(op);
+        free(all);
+        free(counts);
+        if (w) { /* both references: it never runs */
+            pe_work_free(w);
+            pe_work_free(w);
+        }
+        return pe_error(PE_ERR_NOMEM, "%s: out of memory", pe_coll_desc(c, a, desc, sizeof desc));
+    }
+    op->w = w;
+    op->a = *a;
+    op->a.counts = counts;
+    op->a.err_msg = NULL;
+    op->counts = counts;
+    op->all = all;
+    int64_t cnt = a->op == PE_COLL_REDUCE_SCATTER ? a->total : a->count; /* allgather: per rank */
+    int64_t d[DESC_N] = {(int64_t)a->tag, a->op, a->dt, cnt, a->root, a->err,
+                         counts ? (int64_t)hash_counts(counts, n) : 0, DESC_MAGIC};
+    if (a->op == PE_COLL_BARRIER) d[2] = d[3] = d[4] = 0;
+    if (a->op == PE_COLL_ALLREDUCE || a->op == PE_COLL_ALLGATHER || a->op == PE_COLL_REDUCE_SCATTER) d[4] = 0;
+    memcpy(op->hdr.d, d, sizeof d);
+    if (a->err != PE_OK && a->err_msg) { /* its end: the reason */
+        size_t len = strlen(a->err_msg), keep = DESC_MSG - 1;
+        snprintf(op->hdr.msg, DESC_MSG, "%s%s", len > keep ? "..." : "", a->err_msg + (len > keep ? len - keep + 3 : 0));
+    }
+    *out = w;
+    pthread_mutex_lock(&m->mu);
+    if (m->sub_tail) m->sub_tail->next = op;
+    else m->sub_head = op;
+    m->sub_tail = op;
+    pthread_cond_signal(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+    return PE_OK;
+}
+
+static void mpi_free(pe_comm *c) {
+    mpi_comm *m = (mpi_comm *)c;
+    pthread_mutex_lock(&m->mu);
+    m->stop = true;
+    pthread_cond_signal(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+    pthread_join(m->thread, NULL); /* after the queued collectives (or the timeout) */
+    for (int l = 0; l < N_LANES; l++) MPI_Comm_free(&m->lane[l]);
+    pthread_mutex_destroy(&m->mu);
+    pthread_cond_destroy(&m->cv);
+    free(m->act);
+    free(m->reqs);
+    free(m->idx);
+    free(m);
+    pthread_mutex_lock(&g_mu);
+    g_live--;
+    pthread_mutex_unlock(&g_mu);
+}
+
+static const pe_comm_ops k_mpi_ops = {"mpi", mpi_start, NULL, NULL, mpi_free};
+
+pe_status pe_comm_mpi_new(pe_comm **out) {
+    if (!out) return pe_error(PE_ERR_INVALID, "mpi: out is NULL");
+    *out = NULL;
+    pthread_mutex_lock(&g_mu);
+    pe_status st = mpi_init_once();
+    if (st != PE_OK) {
+        pthread_mutex_unlock(&g_mu);
+        return st;
+    }
+    mpi_comm *m = calloc(1, sizeof *m);
+    if (!m) {
+        pthread_mutex_unlock(&g_mu);
+        return pe_error(PE_ERR_NOMEM, "mpi: out of memory for a communicator");
+    }
+    int rc = MPI_SUCCESS, l = 0;
+    for (; l < N_LANES && rc == MPI_SUCCESS; l++) {
+        rc = MPI_Comm_dup(MPI_COMM_WORLD, &m->lane[l]);
+        if (rc == MPI_SUCCESS) MPI_Comm_set_errhandler(m->lane[l], MPI_ERRORS_RETURN);
+    }
+    if (rc != MPI_SUCCESS) {
+        for (int q = 0; q < l - 1; q++) MPI_Comm_free(&m->lane[q]);
+        free(m);
+        pthread_mutex_unlock(&g_mu);
+        char e[MPI_MAX_ERROR_STRING];
+        return pe_error(PE_ERR_IO, "mpi: MPI_Comm_dup of MPI_COMM_WORLD failed: %s", mpi_err_str(rc, e));
+    }
+    MPI_Comm_rank(m->lane[0], &m->base.rank);
+    MPI_Comm_size(m->lane[0], &m->base.size);
+    m->base.ops = &k_mpi_ops;
+    m->chunk_bytes = (int64_t)env_num("PE_MPI_CHUNK_BYTES", DEFAULT_CHUNK, 4096, 256.0 * (1 << 20));
+    m->chunk_bytes &= ~(int64_t)7; /* whole elements of every dtype */
+    m->window = (int)env_num("PE_MPI_WINDOW", DEFAULT_WINDOW, 1, 64);
+    m->timeout_s = env_num("PE_MPI_TIMEOUT", DEFAULT_TIMEOUT_S, 0.1, 1e9);
+    m->last_progress = now_s();
+    pthread_mutex_init(&m->mu, NULL);
+    pthread_cond_init(&m->cv, NULL);
+    if (pthread_create(&m->thread, NULL, progress_main, m) != 0) {
+        for (int q = 0; q < N_LANES; q++) MPI_Comm_free(&m->lane[q]);
+        pthread_mutex_destroy(&m->mu);
+        pthread_cond_destroy(&m->cv);
+        free(m);
+        pthread_mutex_unlock(&g_mu);
+        return pe_error(PE_ERR_NOMEM, "mpi: cannot start the progress thread");
+    }
+    g_live++;
+    pthread_mutex_unlock(&g_mu);
+    *out = &m->base;
+    return PE_OK;
+}

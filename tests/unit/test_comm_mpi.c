@@ -1,0 +1,268 @@
+/* tests/unit/test_comm_mpi.c — the MPI backend (runtime/comm/mpi.c) against
+ * the conformance harness (tests/unit/comm_harness.h), one rank per
+ * process. Every process runs this program under mpirun:
+ *
+ *     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+ *       mpirun --oversubscribe -np 3 --mca btl self,vader build/bin/test_comm_mpi
+ *
+ * (ctest runs it with -np 2 and -np 3 through tests/unit/run_mpi.sh.) Each
+ * process prepares every rank's inputs, drives its own rank and checks its
+ * results bit for bit against the sequential sum in rank order:
+ *   - the ladder (every collective at 1, 7, 4097, 65537 elements, every sum
+ *     dtype, twice, issued from one thread and waited out of order), with
+ *     the default 4 MiB chunks and again with 64 KiB chunks and a window of
+ *     2 (many chunks per collective, reduce_scatter's packing);
+ *   - a 16 MiB fp32 allreduce, twice;
+ *   - callbacks (exactly once, registered before and after completion, on
+ *     a work freed while pending);
+ *   - errors every rank sees: one rank's bad root or dtype, sizes that
+ *     differ, calls issued in different orders — every rank's call or work
+ *     fails with a message, nothing hangs, and the communicator works after;
+ *   - the two-level composition with 2 places per process (driven by
+ *     threads, as in one process) over the MPI communicator, checked
+ *     against the fixed-order sum (places, then processes);
+ *   - a collective only rank 0 issues: its work fails after PE_MPI_TIMEOUT
+ *     (1 s here) with a message, and the communicator refuses new calls.
+ * Built without MPI, it prints a SKIPPED line and exits 77 (ctest: skipped).
+ */
+#ifdef PE_WITH_MPI
+#include "tests/unit/comm_harness.h"
+
+#include <mpi.h>
+#include <time.h>
+
+static pe_comm *new_mpi(void) {
+    pe_comm *c = NULL;
+    if (pe_comm_mpi_new(&c) != PE_OK) fail_msg("pe_comm_mpi_new: %s", pe_last_error());
+    return c;
+}
+
+static void world_mpi(world *w, pe_comm *c) {
+    memset(w, 0, sizeof *w);
+    w->name = "mpi";
+    w->size = w->P = pe_comm_size(c);
+    w->lo = pe_comm_rank(c);
+    w->hi = w->lo + 1;
+    w->rank[w->lo] = c;
+}
+
+static void test_mpi_basics(void **state) {
+    (void)state;
+    pe_comm *c = new_mpi();
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    assert_int_equal(pe_comm_rank(c), rank);
+    assert_int_equal(pe_comm_size(c), size);
+    assert_string_equal(pe_comm_backend(c), "mpi");
+    if (size > MAX_RANKS / 2) fail_msg("run with at most %d processes", MAX_RANKS / 2);
+    /* two communicators at once, each with its own order: interleaved */
+    pe_comm *d = new_mpi();
+    int64_t x[3] = {rank, 1, 2}, y[3] = {10 * rank, 3, 4};
+    pe_work *wx, *wy;
+    assert_int_equal(pe_comm_allreduce(d, y, 3, PE_DTYPE_INT64, 1, &wy), PE_OK);
+    assert_int_equal(pe_comm_allreduce(c, x, 3, PE_DTYPE_INT64, 1, &wx), PE_OK);
+    assert_int_equal(pe_work_wait(wx), PE_OK);
+    assert_int_equal(pe_work_wait(wy), PE_OK);
+    pe_work_free(wx);
+    pe_work_free(wy);
+    assert_true(x[0] == size * (size - 1) / 2 && x[1] == size && x[2] == 2 * size);
+    assert_true(y[0] == 10 * x[0] && y[1] == 3 * size && y[2] == 4 * size);
+    pe_comm_free(d);
+    pe_comm_free(c);
+}
+
+static void test_mpi_ladder(void **state) {
+    (void)state;
+    world w;
+    world_mpi(&w, new_mpi());
+    run_ladder(&w);
+    pe_comm_free(w.rank[w.lo]);
+}
+
+static void test_mpi_ladder_small_chunks(void **state) {
+    (void)state;
+    setenv("PE_MPI_CHUNK_BYTES", "65536", 1);
+    setenv("PE_MPI_WINDOW", "2", 1);
+    world w;
+    world_mpi(&w, new_mpi());
+    unsetenv("PE_MPI_CHUNK_BYTES");
+    unsetenv("PE_MPI_WINDOW");
+    run_ladder(&w);
+    pe_comm_free(w.rank[w.lo]);
+}
+
+/* 16 MiB of fp32 per rank (4 chunks), twice: the same bits both times. */
+static void test_mpi_allreduce_16mb(void **state) {
+    (void)state;
+    world w;
+    world_mpi(&w, new_mpi());
+    tcase c = {.op = PE_COLL_ALLREDUCE, .dt = PE_DTYPE_FP32, .count = 4 << 20};
+    run_batch(&w, &c, 1, true, 7, 1);
+    run_batch(&w, &c, 1, false, 7, 2);
+    pe_comm_free(w.rank[w.lo]);
+}
+
+static void wait_calls(cb_count *cb, int want) {
+    for (int i = 0; i < 60000 && atomic_load(&cb->calls) < want; i++) {
+        struct timespec ts = {0, 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    assert_int_equal(atomic_load(&cb->calls), want);
+}
+
+static void test_mpi_callbacks(void **state) {
+    (void)state;
+    pe_comm *c = new_mpi();
+    int me = pe_comm_rank(c), n = pe_comm_size(c);
+    int32_t v[5], u[5];
+    for (int i = 0; i < 5; i++) v[i] = u[i] = me * 10 + i;
+    cb_count cb[3];
+    memset(cb, 0, sizeof cb);
+    pe_work *w0, *w1;
+    /* registered at once (most likely still pending), then waited */
+    assert_int_equal(pe_comm_allreduce(c, v, 5, PE_DTYPE_INT32, 1, &w0), PE_OK);
+    pe_work_on_done(w0, count_cb, &cb[0]);
+    /* freed while pending: its callback still runs */
+    assert_int_equal(pe_comm_allreduce(c, u, 5, PE_DTYPE_INT32, 2, &w1), PE_OK);
+    pe_work_on_done(w1, count_cb, &cb[1]);
+    pe_work_free(w1);
+    assert_int_equal(pe_work_wait(w0), PE_OK);
+    wait_calls(&cb[0], 1);
+    wait_calls(&cb[1], 1);
+    assert_int_equal(atomic_load(&cb[1].status), PE_OK);
+    pe_status st = PE_ERR_INTERNAL;
+    assert_true(pe_work_test(w0, &st));
+    assert_int_equal(st, PE_OK);
+    pe_work_free(w0);
+    /* registered after completion: runs now, on this thread */
+    pe_work *w2;
+    assert_int_equal(pe_comm_barrier(c, 3, &w2), PE_OK);
+    assert_int_equal(pe_work_wait(w2), PE_OK);
+    pe_work_on_done(w2, count_cb, &cb[2]);
+    assert_int_equal(atomic_load(&cb[2].calls), 1);
+    pe_work_free(w2);
+    for (int i = 0; i < 5; i++) {
+        int32_t want = 10 * n * (n - 1) / 2 + n * i;
+        assert_int_equal(v[i], want);
+        assert_int_equal(u[i], want);
+    }
+    wait_calls(&cb[0], 1); /* still exactly once */
+    pe_comm_free(c);
+}
+
+static void test_mpi_errors(void **state) {
+    (void)state;
+    world w;
+    pe_comm *c = new_mpi();
+    world_mpi(&w, c);
+    int me = w.lo, n = w.size;
+    errors_on(&w);
+    /* every rank's call fails alike: nothing is sent, nothing waits */
+    float x[4] = {0};
+    pe_work *wk;
+    char want[128];
+    assert_int_equal(pe_comm_reduce(c, x, 4, PE_DTYPE_FP16, 0, 1, &wk), PE_ERR_UNSUPPORTED);
+    snprintf(want, sizeof want, "mpi rank %d/%d: reduce of 4 float16 elements to root 0", me, n);
+    if (!strstr(pe_last_error(), want)) fail_msg("'%s' lacks '%s'", pe_last_error(), want);
+    assert_null(wk);
+    assert_int_equal(pe_comm_broadcast(c, x, 4, PE_DTYPE_FP32, n, 2, &wk), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "is not a rank"));
+    assert_int_equal(pe_comm_allgather(c, x, x, 4, (pe_dtype)99, 3, &wk), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "is not a PE dtype"));
+    /* issued in different orders: both collectives fail on every rank */
+    if (n > 1) {
+        double a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8};
+        pe_work *wa, *wb;
+        if (me == 0) {
+            assert_int_equal(pe_comm_allreduce(c, a, 4, PE_DTYPE_FP64, 21, &wa), PE_OK);
+            assert_int_equal(pe_comm_allreduce(c, b, 4, PE_DTYPE_FP64, 22, &wb), PE_OK);
+        } else {
+            assert_int_equal(pe_comm_allreduce(c, b, 4, PE_DTYPE_FP64, 22, &wb), PE_OK);
+            assert_int_equal(pe_comm_allreduce(c, a, 4, PE_DTYPE_FP64, 21, &wa), PE_OK);
+        }
+        assert_int_equal(pe_work_wait(wa), PE_ERR_INVALID);
+        assert_non_null(strstr(pe_last_error(), "in the same order"));
+        assert_int_equal(pe_work_wait(wb), PE_ERR_INVALID);
+        assert_non_null(strstr(pe_last_error(), "in the same order"));
+        for (int i = 0; i < 4; i++) assert_true(a[i] == i + 1 && b[i] == i + 5); /* untouched */
+        pe_work_free(wa);
+        pe_work_free(wb);
+    }
+    /* and the communicator still works */
+    tcase t = {.op = PE_COLL_ALLREDUCE, .dt = PE_DTYPE_FP32, .count = 33};
+    run_batch(&w, &t, 1, true, 11, 30);
+    pe_comm_free(c);
+}
+
+/* The two-level composition, 2 places per process, over MPI. */
+static void test_hier_over_mpi(void **state) {
+    (void)state;
+    pe_comm *outer = new_mpi();
+    int me = pe_comm_rank(outer), n = pe_comm_size(outer);
+    world w;
+    memset(&w, 0, sizeof w);
+    w.name = "hier";
+    w.R = n;
+    w.P = 2;
+    w.size = 2 * n;
+    w.lo = 2 * me;
+    w.hi = 2 * me + 2;
+    assert_int_equal(pe_comm_hier_new(outer, 2, 1, &w.rank[w.lo]), PE_OK);
+    for (int r = w.lo; r < w.hi; r++) {
+        assert_int_equal(pe_comm_rank(w.rank[r]), r);
+        assert_int_equal(pe_comm_size(w.rank[r]), 2 * n);
+    }
+    run_ladder(&w);
+    errors_on(&w);
+    for (int r = w.lo; r < w.hi; r++) pe_comm_free(w.rank[r]);
+    pe_comm_free(outer);
+}
+
+/* A collective no peer joins: rank 0's work fails within PE_MPI_TIMEOUT
+ * (1 s here) instead of hanging, and its communicator refuses new calls. */
+static void test_mpi_no_progress_timeout(void **state) {
+    (void)state;
+    setenv("PE_MPI_TIMEOUT", "1", 1);
+    pe_comm *c = new_mpi();
+    unsetenv("PE_MPI_TIMEOUT");
+    if (pe_comm_rank(c) == 0 && pe_comm_size(c) > 1) {
+        pe_work *w;
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        assert_int_equal(pe_comm_barrier(c, 5, &w), PE_OK);
+        assert_int_equal(pe_work_wait(w), PE_ERR_IO);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if (!strstr(pe_last_error(), "no progress for 1 s")) fail_msg("'%s'", pe_last_error());
+        assert_true(t1.tv_sec - t0.tv_sec < 20);
+        pe_work_free(w);
+        assert_int_equal(pe_comm_barrier(c, 6, &w), PE_ERR_IO);
+        assert_non_null(strstr(pe_last_error(), "unusable"));
+    }
+    MPI_Barrier(MPI_COMM_WORLD); /* the others wait for rank 0's timeout */
+    pe_comm_free(c);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_mpi_basics),
+        cmocka_unit_test(test_mpi_ladder),
+        cmocka_unit_test(test_mpi_ladder_small_chunks),
+        cmocka_unit_test(test_mpi_allreduce_16mb),
+        cmocka_unit_test(test_mpi_callbacks),
+        cmocka_unit_test(test_mpi_errors),
+        cmocka_unit_test(test_hier_over_mpi),
+        cmocka_unit_test(test_mpi_no_progress_timeout), /* last: leaves a request pending on rank 0 */
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
+
+#else
+#include <stdio.h>
+
+int main(void) {
+    printf("[  SKIPPED ] test_comm_mpi: PE was built without MPI (-DPE_WITH_MPI=OFF, or MPI not found)\n");
+    return 77;
+}
+
+#endif
