@@ -30,4 +30,7 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 # suppression can name them) read as leaks at exit; leak checking is off
 # for these tests, every other ASan/UBSan check stays on.
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+# TSan builds: Open MPI's internal handoffs are invisible to TSan
+# (tests/unit/tsan_mpi.supp says which accesses are ignored).
+export TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}suppressions=$(cd "$(dirname "$0")" && pwd)/tsan_mpi.supp"
 exec timeout -k 5 "${PE_MPI_TEST_LIMIT:-100}" mpirun --oversubscribe -np "$np" --mca btl self,vader "$prog"
