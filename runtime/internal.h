@@ -24,7 +24,8 @@ pe_status pe_cuda_sync(int device);
 /* pe_memcpy_places (copies bytes between any two places): pe/device.h */
 
 /* Why t's data cannot be read (to write it to a file), or NULL when it can:
- * no buffer, or a buffer smaller than t's dtype and shape need. A tensor of
+ * "no data (never initialized?)", or "a buffer of N bytes where <dtype>
+ * <shape> needs M". A tensor of
  * 0 elements needs no buffer. The reason is written into buf (n bytes). */
 const char *pe_tensor_data_problem(const pe_tensor *t, char *buf, size_t n);
 

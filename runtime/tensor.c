@@ -85,7 +85,7 @@ const char *pe_tensor_data_problem(const pe_tensor *t, char *buf, size_t n) {
     }
     if (t->offset > t->buf->bytes || t->buf->bytes - t->offset < need) {
         char ds[200];
-        snprintf(buf, n, "its buffer holds %zu bytes but %s %s needs %zu", t->offset > t->buf->bytes ? 0 :
+        snprintf(buf, n, "a buffer of %zu bytes where %s %s needs %zu", t->offset > t->buf->bytes ? 0 :
                  t->buf->bytes - t->offset, pe_dtype_name(t->dtype), pe_dims_str(t->ndim, t->dims, ds, sizeof ds),
                  need);
         return buf;

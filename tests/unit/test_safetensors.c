@@ -626,7 +626,7 @@ static void test_save_refuses_incomplete(void **state) {
     pe_tensor *step = pe_scope_find_var(s, "step");
     assert_int_equal(pe_tensor_resize(step, PE_DTYPE_FP32, 1, (int64_t[]){1}, pe_place_cpu(0)), PE_OK);
     expect_refused(path, old, old_n, pe_checkpoint_save(path, p, s), PE_ERR_INVALID,
-                   (const char *[]){"'moment' (no data", "'lr' (not in the scope)", "'b' (its buffer holds 8 bytes",
+                   (const char *[]){"'moment' (no data", "'lr' (not in the scope)", "'b' (a buffer of 8 bytes where float32 [64] needs 256)",
                                     "'step' (holds float32 [1] but the program declares int64 [1])", NULL});
     /* Many absent: the first 12 named, the rest counted. */
     pe_program *q = pe_program_new();
