@@ -13,9 +13,11 @@
  * each entry's dtype, shape and offsets; sorted by offset, the tensors must
  * tile the data buffer exactly (start at 0, no gap, no overlap, each
  * end - begin = numel * dtype size, the last ending at the end of the file),
- * as the reference Rust implementation requires. Saving builds the image in
- * memory and hands it to pe_write_file_atomic (temporary file, fsync,
- * rename), so a crash mid-save leaves the previous file intact.
+ * as the reference Rust implementation requires. Saving first checks that
+ * every named var is in the scope with its data (else an error listing
+ * each one, and nothing is written), builds the image in memory and hands
+ * it to pe_write_file_atomic (a fresh temporary, fsync, rename), so a crash
+ * mid-save leaves the previous file intact.
  *
  * Why this format: PyTorch and numpy users read and write it with their own
  * tools; it holds raw data with no code execution on load (unlike pickle).
