@@ -35,6 +35,7 @@ import json
 import os
 import struct
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -202,10 +203,28 @@ def save_checkpoint(pe, ckpt_dir, epoch, main, test, scope, args, test_acc):
     pe.static.save_program(test, os.path.join(d, "infer.pe"))
     meta = {"epoch": epoch, "path": "epoch_%d/model" % epoch, "model": args.model, "optimizer": args.optimizer,
             "lr": args.lr, "batch_size": args.batch_size, "seed": args.seed, "test_accuracy": test_acc}
-    tmp = _meta_path(ckpt_dir) + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(meta, f, indent=1)
-    os.replace(tmp, _meta_path(ckpt_dir))
+    # As PE writes its files (guide §7): a fresh temporary that no planted
+    # name can redirect (mkstemp: O_EXCL, mode 0600, then the usual mode),
+    # fsync, rename over latest.json, fsync of the directory.
+    fd, tmp = tempfile.mkstemp(dir=ckpt_dir, prefix="latest.json.tmp.%d." % os.getpid())
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
+        with os.fdopen(fd, "w") as f:
+            json.dump(meta, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, _meta_path(ckpt_dir))
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    dfd = os.open(ckpt_dir, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
     return d
 
 

@@ -2,10 +2,13 @@
  * pe_checkpoint_save/load tie a safetensors file to the persistable vars of
  * a program's block 0.
  *
- * How: saving checks that every persistable var found in the scope holds
- * the dtype and shape the program declares (a file the same program could
- * not load back is refused) and writes those vars with
- * pe_safetensors_write. Loading opens and validates the whole file
+ * How: saving checks that every persistable var of the program is in the
+ * scope, holds data, and has the dtype and shape the program declares; if
+ * any is not, the save is refused with the list of them and nothing is
+ * written (a partial file, or one the same program could not load back,
+ * would replace a good checkpoint). Then it writes them all with
+ * pe_safetensors_write (atomic: the old file stays until the new one is
+ * complete). Loading opens and validates the whole file
  * (pe_safetensors_open), checks that every persistable var is in it with the
  * declared dtype and shape and that every tensor of the file is one of
  * them, and only then loads the tensors into the scope — so a mismatch
@@ -18,6 +21,7 @@
 #include "runtime/internal.h"
 #include "runtime/safetensors_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 /* Shape of a tensor against a program var: same rank, equal dims where the
@@ -35,25 +39,38 @@ pe_status pe_checkpoint_save(const char *path, const pe_program *prog, const pe_
     const pe_block *b = &prog->blocks[0];
     const char **names = calloc(b->n_vars ? (size_t)b->n_vars : 1, sizeof *names);
     if (!names) return pe_error(PE_ERR_NOMEM, "cannot save '%s': out of memory", path);
-    int n = 0;
-    char s1[200], s2[200];
+    int n = 0, n_persist = 0, n_absent = 0;
+    char s1[200], s2[200], why[512];
+    pe_namelist bad = {0};
+    /* Every persistable var must be written: one that is absent, has no
+     * value, or that the same program could not load back is listed, and
+     * then nothing is written. */
     for (int i = 0; i < b->n_vars; i++) {
         const pe_var *v = &b->vars[i];
         if (!v->persistable) continue;
+        n_persist++;
         const pe_tensor *t = pe_scope_find_var(scope, v->name);
-        if (!t) continue;
-        /* A file the same program could not load back is refused now. */
-        if (t->dtype != v->dtype || !shape_fits(v, t->ndim, t->dims)) {
-            pe_status st = pe_error(PE_ERR_INVALID, "cannot save '%s': var '%s' holds %s %s but the program "
-                                    "declares %s %s", path, v->name, pe_dtype_name(t->dtype),
-                                    pe_dims_str(t->ndim, t->dims, s1, sizeof s1), pe_dtype_name(v->dtype),
-                                    pe_dims_str(v->ndim, v->dims, s2, sizeof s2));
-            free(names);
-            return st;
+        if (!t) {
+            pe_namelist_add(&bad, v->name, "not in the scope");
+            n_absent++;
+        } else if (pe_tensor_data_problem(t, why, sizeof why)) {
+            pe_namelist_add(&bad, v->name, why);
+        } else if (t->dtype != v->dtype || !shape_fits(v, t->ndim, t->dims)) {
+            snprintf(why, sizeof why, "holds %s %s but the program declares %s %s", pe_dtype_name(t->dtype),
+                     pe_dims_str(t->ndim, t->dims, s1, sizeof s1), pe_dtype_name(v->dtype),
+                     pe_dims_str(v->ndim, v->dims, s2, sizeof s2));
+            pe_namelist_add(&bad, v->name, why);
+        } else {
+            names[n++] = v->name;
         }
-        names[n++] = v->name;
     }
-    pe_status st = pe_safetensors_write(path, scope, names, n);
+    pe_status st = bad.n
+        ? pe_error(n_absent == bad.n ? PE_ERR_NOT_FOUND : PE_ERR_INVALID, "cannot save '%s': %d of the %d "
+                   "persistable vars of the program (block 0) cannot be written from the scope (%d vars of its "
+                   "own%s): %s; nothing was written (run the startup program or load a checkpoint into this "
+                   "scope first)", path, bad.n, n_persist, pe_scope_size(scope),
+                   pe_scope_parent(scope) ? ", and its parents'" : "", pe_namelist_str(&bad))
+        : pe_safetensors_write(path, scope, names, n);
     free(names);
     return st;
 }

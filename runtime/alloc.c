@@ -1,9 +1,15 @@
-/* runtime/alloc.c — place allocators with byte accounting.
+/* runtime/alloc.c — place allocators with byte accounting, and whole-file
+ * reads and atomic writes.
  *
  * CPU memory is 64-byte aligned (cache line / AVX-512) and counted per place:
  * bytes in use, peak, and the number of system allocations, which tests use
  * to show that steady-state runs do not allocate. CUDA memory goes through
  * runtime/cuda/ when PE is built with CUDA.
+ *
+ * Every file PE writes (.npy, safetensors, programs, DOT) goes through
+ * pe_write_file_atomic: a fresh temporary in the target's directory that no
+ * planted name can redirect, renamed over the target once it is complete
+ * and on disk (the rules are at its definition below).
  */
 #include "runtime/internal.h"
 
@@ -12,9 +18,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <time.h>
 #include <unistd.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 
 typedef struct {
@@ -147,35 +157,168 @@ pe_status pe_read_file(const char *path, void **data, size_t *size) {
     return PE_OK;
 }
 
-pe_status pe_write_file_atomic(const char *path, const void *data, size_t size) {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
-        return pe_error(PE_ERR_INVALID, "path too long: '%s'", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) return pe_error(PE_ERR_IO, "cannot create '%s': %s", tmp, strerror(errno));
+/* ---- atomic file writes ------------------------------------------------
+ *
+ * pe_write_file_atomic(path) never writes through a name someone else could
+ * have prepared, and never leaves path half-written:
+ *
+ * - The directory of path is opened once; every later step is relative to
+ *   it (openat, fchmod, renameat, unlinkat, fsync of the directory).
+ * - The data goes to a new temporary "<base>.tmp.<pid>.<6 letters or
+ *   digits>" created with O_CREAT | O_EXCL | O_NOFOLLOW, mode 0600: a name
+ *   that exists — a planted symlink included — is never opened (another
+ *   random name is tried, TMP_ATTEMPTS in all).
+ * - Mode: an existing regular file at path keeps its permission bits; a new
+ *   file gets 0666 & ~umask, as open(2) or fopen would create it (umask from
+ *   /proc/self/status: umask(2) cannot be read without setting it, which
+ *   would race with other threads; 022 when /proc is unavailable).
+ * - write, fchmod, fsync, close, renameat over path (a symlink at path is
+ *   replaced, never followed), fsync of the directory.
+ * - A killed save leaves its temporary behind. Every save first removes the
+ *   temporaries of the same target whose process is gone: regular files of
+ *   this user named exactly "<base>.tmp.<pid>.<6 letters or digits>" (or
+ *   "<base>.tmp.<pid>", the name older versions used) where pid is not this
+ *   process and kill(pid, 0) fails with ESRCH. A live process's temporary
+ *   (another user's process: EPERM) is never touched. Pids are those of
+ *   this machine's pid namespace: do not save one path from two machines.
+ */
+#define TMP_RAND 6
+#define TMP_ATTEMPTS 100
+
+void (*pe_tmp_suffix_hook)(int attempt, char suffix[TMP_RAND + 1]);
+
+static const char k_tmp_alnum[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+
+static void tmp_suffix(int attempt, char out[TMP_RAND + 1]) {
+    if (pe_tmp_suffix_hook) {
+        pe_tmp_suffix_hook(attempt, out);
+        out[TMP_RAND] = '\0';
+        return;
+    }
+    static _Atomic uint64_t counter;
+    unsigned char r[TMP_RAND];
+    if (getrandom(r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t x = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15u ^ atomic_fetch_add(&counter, 1) ^
+                     (uint64_t)getpid() << 32;
+        for (int i = 0; i < TMP_RAND; i++, x >>= 8) r[i] = (unsigned char)x;
+    }
+    for (int i = 0; i < TMP_RAND; i++) out[i] = k_tmp_alnum[r[i] % (sizeof k_tmp_alnum - 1)];
+    out[TMP_RAND] = '\0';
+}
+
+static mode_t process_umask(void) {
+    unsigned m = 022;
+    FILE *f = fopen("/proc/self/status", "re");
+    if (!f) return (mode_t)m;
+    char line[256];
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "Umask: %o", &m) == 1) break;
+    fclose(f);
+    return (mode_t)(m & 0777);
+}
+
+/* The pid of a temporary of `base` ("<base>.tmp.<pid>.<TMP_RAND alnum>" or
+ * "<base>.tmp.<pid>"), or -1 when name is anything else. */
+static long tmp_owner(const char *name, const char *base) {
+    size_t blen = strlen(base);
+    if (strncmp(name, base, blen) || strncmp(name + blen, ".tmp.", 5)) return -1;
+    const char *p = name + blen + 5;
+    if (*p < '1' || *p > '9') return -1;
+    long pid = 0;
+    for (; *p >= '0' && *p <= '9'; p++)
+        if ((pid = pid * 10 + (*p - '0')) > INT32_MAX) return -1;
+    if (!*p) return pid;
+    if (*p++ != '.') return -1;
+    for (int i = 0; i < TMP_RAND; i++, p++)
+        if (!*p || !strchr(k_tmp_alnum, *p)) return -1;
+    return *p ? -1 : pid;
+}
+
+/* Best effort: a temporary that cannot be removed does not stop the save. */
+static void remove_stale_temporaries(int dfd, const char *base) {
+    int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0) close(fd);
+        return;
+    }
+    pid_t self = getpid();
+    uid_t me = geteuid();
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        long pid = tmp_owner(e->d_name, base);
+        struct stat sb;
+        if (pid <= 0 || pid == (long)self) continue;
+        if (fstatat(dfd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode) || sb.st_uid != me)
+            continue;
+        if (kill((pid_t)pid, 0) == -1 && errno == ESRCH) unlinkat(dfd, e->d_name, 0);
+    }
+    closedir(d);
+}
+
+static pe_status write_all(int fd, const void *data, size_t size, const char *tmp) {
     const char *p = data;
-    size_t left = size;
-    while (left) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            int e = errno;
-            close(fd);
-            unlink(tmp);
-            return pe_error(PE_ERR_IO, "write to '%s' failed: %s", tmp, strerror(e));
-        }
+    while (size) {
+        ssize_t w = write(fd, p, size);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) return pe_error(PE_ERR_IO, "write to '%s' failed: %s", tmp, strerror(errno));
         p += w;
-        left -= (size_t)w;
-    }
-    if (fsync(fd) != 0 || close(fd) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return pe_error(PE_ERR_IO, "cannot flush '%s': %s", tmp, strerror(e));
-    }
-    if (rename(tmp, path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return pe_error(PE_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, path, strerror(e));
+        size -= (size_t)w;
     }
     return PE_OK;
+}
+
+pe_status pe_write_file_atomic(const char *path, const void *data, size_t size) {
+    if (!path || (!data && size)) return pe_error(PE_ERR_INVALID, "pe_write_file_atomic: NULL argument");
+    char dir[4096], tmp[4096];
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    size_t dlen = slash ? (slash == path ? 1 : (size_t)(slash - path)) : 1;
+    if (strlen(path) + 32 >= sizeof tmp) return pe_error(PE_ERR_INVALID, "path too long: '%s'", path);
+    if (!*base || !strcmp(base, ".") || !strcmp(base, ".."))
+        return pe_error(PE_ERR_INVALID, "cannot write '%s': the path names a directory, not a file", path);
+    memcpy(dir, slash ? path : ".", dlen);
+    dir[dlen] = '\0';
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return pe_error(PE_ERR_IO, "cannot write '%s': cannot open its directory '%s': %s", path, dir, strerror(errno));
+    remove_stale_temporaries(dfd, base);
+
+    struct stat old;
+    mode_t mode = fstatat(dfd, base, &old, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(old.st_mode)
+                      ? (old.st_mode & 0777) : (0666 & ~process_umask());
+    int fd = -1, err = 0;
+    char suffix[TMP_RAND + 1];
+    const char *tbase = tmp; /* the temporary's name inside dir */
+    for (int attempt = 0; attempt < TMP_ATTEMPTS && fd < 0; attempt++) {
+        tmp_suffix(attempt, suffix);
+        snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%s", path, (long)getpid(), suffix);
+        tbase = tmp + (slash ? (size_t)(slash - path) + 1 : 0);
+        fd = openat(dfd, tbase, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        err = errno;
+        if (fd < 0 && err != EEXIST) break;
+    }
+    if (fd < 0) {
+        close(dfd);
+        return pe_error(PE_ERR_IO, "cannot create a temporary file for '%s' (last tried '%s'): %s", path, tmp,
+                        strerror(err));
+    }
+    pe_status st = write_all(fd, data, size, tmp);
+    if (st == PE_OK && fchmod(fd, mode) != 0)
+        st = pe_error(PE_ERR_IO, "cannot set the mode of '%s' to %03o: %s", tmp, (unsigned)mode, strerror(errno));
+    if (st == PE_OK && fsync(fd) != 0)
+        st = pe_error(PE_ERR_IO, "cannot flush '%s': %s", tmp, strerror(errno));
+    if (close(fd) != 0 && st == PE_OK)
+        st = pe_error(PE_ERR_IO, "cannot flush '%s': %s", tmp, strerror(errno));
+    if (st == PE_OK && renameat(dfd, tbase, dfd, base) != 0)
+        st = pe_error(PE_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
+    if (st != PE_OK) {
+        unlinkat(dfd, tbase, 0);
+    } else if (fsync(dfd) != 0 && errno != EINVAL) { /* EINVAL: the file system cannot sync a directory */
+        st = pe_error(PE_ERR_IO, "wrote '%s' but cannot sync its directory '%s': %s", path, dir, strerror(errno));
+    }
+    close(dfd);
+    return st;
 }

@@ -23,10 +23,39 @@ pe_status pe_cuda_sync(int device);
 
 /* pe_memcpy_places (copies bytes between any two places): pe/device.h */
 
+/* Why t's data cannot be read (to write it to a file), or NULL when it can:
+ * "no data (never initialized?)", or "a buffer of N bytes where <dtype>
+ * <shape> needs M". A tensor of
+ * 0 elements needs no buffer. The reason is written into buf (n bytes). */
+const char *pe_tensor_data_problem(const pe_tensor *t, char *buf, size_t n);
+
+/* A list of names for one error message: "'a' (why), 'b' (why) and 3 more".
+ * Keeps the first PE_NAMELIST_SHOWN, counts all. Zero-initialize it. */
+#define PE_NAMELIST_SHOWN 12
+typedef struct pe_namelist {
+    char text[1200];
+    size_t len;
+    int n;          /* names added */
+    int shown;      /* names in text */
+} pe_namelist;
+void pe_namelist_add(pe_namelist *l, const char *name, const char *why);
+/* The list (borrowed from l, valid until the next add). */
+const char *pe_namelist_str(pe_namelist *l);
+
 /* Reads a whole file into a malloc'ed buffer (caller frees). Errors name the path. */
 pe_status pe_read_file(const char *path, void **data, size_t *size);
-/* Writes atomically: path.tmp.<pid>, fsync, rename. Errors name the path. */
+/* Writes atomically: a new temporary "<path>.tmp.<pid>.<6 random letters or
+ * digits>" created with O_EXCL | O_NOFOLLOW (never a planted name), given
+ * the mode of the file it replaces (a new file: 0666 & ~umask), fsync,
+ * rename over path, fsync of the directory. Removes the temporaries of path
+ * left by processes that no longer exist. path either holds the old bytes
+ * or all of the new ones; on error the old file is untouched. Errors name
+ * the path and the system's reason. Rules: runtime/alloc.c. */
 pe_status pe_write_file_atomic(const char *path, const void *data, size_t size);
+/* Tests only: when set, gives the random part of the temporary's name of
+ * each attempt (suffix: 6 letters or digits), so a test can plant files at
+ * every name a save will try. */
+extern void (*pe_tmp_suffix_hook)(int attempt, char suffix[7]);
 
 #ifdef __cplusplus
 }

@@ -383,8 +383,9 @@ pe_status pe_npy_save(const char *path, const pe_tensor *t) {
     if (t->ndim < 0 || t->ndim > PE_MAX_DIMS)
         return pe_error(PE_ERR_INVALID, "cannot save '%s': tensor rank %d is invalid", path, t->ndim);
     size_t nbytes = pe_tensor_nbytes(t);
-    if (nbytes && !pe_tensor_has_data(t))
-        return pe_error(PE_ERR_INVALID, "cannot save '%s': the tensor has no data", path);
+    char why[320];
+    if (pe_tensor_data_problem(t, why, sizeof why))
+        return pe_error(PE_ERR_INVALID, "cannot save '%s': the tensor has %s", path, why);
 
     /* Header text exactly as numpy's _write_array_header builds it: sorted
      * keys, repr() values, spare spaces for growing axis 0, newline-terminated

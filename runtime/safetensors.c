@@ -13,9 +13,11 @@
  * each entry's dtype, shape and offsets; sorted by offset, the tensors must
  * tile the data buffer exactly (start at 0, no gap, no overlap, each
  * end - begin = numel * dtype size, the last ending at the end of the file),
- * as the reference Rust implementation requires. Saving builds the image in
- * memory and hands it to pe_write_file_atomic (temporary file, fsync,
- * rename), so a crash mid-save leaves the previous file intact.
+ * as the reference Rust implementation requires. Saving first checks that
+ * every named var is in the scope with its data (else an error listing
+ * each one, and nothing is written), builds the image in memory and hands
+ * it to pe_write_file_atomic (a fresh temporary, fsync, rename), so a crash
+ * mid-save leaves the previous file intact.
  *
  * Why this format: PyTorch and numpy users read and write it with their own
  * tools; it holds raw data with no code execution on load (unlike pickle).
@@ -399,7 +401,9 @@ pe_status pe_safetensors_write(const char *path, const pe_scope *scope, const ch
     st_buf h = {0};
     unsigned char *img = NULL;
     uint64_t off = 0;
-    char num[96];
+    char num[96], whybuf[320];
+    pe_namelist unwritable = {0};
+    int n_absent = 0;
 
     st_puts(&h, "{\"__metadata__\":{\"producer\":\"pe\"}");
     for (int i = 0; i < n; i++) {
@@ -414,10 +418,12 @@ pe_status pe_safetensors_write(const char *path, const pe_scope *scope, const ch
                 st = pe_error(PE_ERR_INVALID, "cannot save '%s': tensor '%s' is listed twice", path, nm);
                 goto done;
             }
+        /* Every var that cannot be written is listed; nothing is written then. */
         const pe_tensor *t = pe_scope_find_var(scope, nm);
         if (!t) {
-            st = pe_error(PE_ERR_NOT_FOUND, "cannot save '%s': var '%s' is not in the scope", path, nm);
-            goto done;
+            pe_namelist_add(&unwritable, nm, "not in the scope");
+            n_absent++;
+            continue;
         }
         const char *dname = st_dtype_name(t->dtype);
         size_t nb = pe_tensor_nbytes(t);
@@ -425,9 +431,10 @@ pe_status pe_safetensors_write(const char *path, const pe_scope *scope, const ch
             st = pe_error(PE_ERR_INVALID, "cannot save '%s': var '%s' has an invalid dtype or rank", path, nm);
             goto done;
         }
-        if (nb && !pe_tensor_has_data(t)) {
-            st = pe_error(PE_ERR_INVALID, "cannot save '%s': var '%s' has no data (not initialized?)", path, nm);
-            goto done;
+        const char *why = pe_tensor_data_problem(t, whybuf, sizeof whybuf);
+        if (why) {
+            pe_namelist_add(&unwritable, nm, why);
+            continue;
         }
         ts[i] = t;
         st_puts(&h, ",");
@@ -443,6 +450,12 @@ pe_status pe_safetensors_write(const char *path, const pe_scope *scope, const ch
                  (unsigned long long)(off + nb));
         st_puts(&h, num);
         off += nb;
+    }
+    if (unwritable.n) {
+        st = pe_error(n_absent == unwritable.n ? PE_ERR_NOT_FOUND : PE_ERR_INVALID, "cannot save '%s': %d of the "
+                      "%d vars to write cannot be: %s; nothing was written", path, unwritable.n, n,
+                      pe_namelist_str(&unwritable));
+        goto done;
     }
     st_puts(&h, "}");
     /* Pad with spaces so the data starts 8-byte aligned, as the reference writer does. */

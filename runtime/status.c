@@ -6,6 +6,7 @@
  * concurrent places never overwrite each other's messages.
  */
 #include "pe/status.h"
+#include "runtime/internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,6 +57,28 @@ pe_status pe_error_wrap(pe_status st, const char *fmt, ...) {
     memcpy(tl_msg + n + 2, old, m);
     tl_msg[n + 2 + m] = '\0';
     return st;
+}
+
+/* ---- name lists for messages ---------------------------------------------- */
+
+void pe_namelist_add(pe_namelist *l, const char *name, const char *why) {
+    l->n++;
+    if (l->shown >= PE_NAMELIST_SHOWN || l->len >= sizeof l->text - 1) return;
+    int k = snprintf(l->text + l->len, sizeof l->text - l->len, "%s'%s'%s%s%s", l->shown ? ", " : "", name,
+                     why ? " (" : "", why ? why : "", why ? ")" : "");
+    if (k < 0 || (size_t)k >= sizeof l->text - l->len) {
+        l->text[l->len] = '\0'; /* a name that does not fit is counted, not cut */
+        return;
+    }
+    l->len += (size_t)k;
+    l->shown++;
+}
+
+const char *pe_namelist_str(pe_namelist *l) {
+    if (l->n > l->shown && l->len < sizeof l->text)
+        snprintf(l->text + l->len, sizeof l->text - l->len, "%s%d more", l->shown ? " and " : "",
+                 l->n - l->shown);
+    return l->text;
 }
 
 /* ---- logging ------------------------------------------------------------ */

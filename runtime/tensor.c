@@ -76,6 +76,23 @@ int64_t pe_tensor_numel(const pe_tensor *t) { return pe_dims_prod(t->dims, 0, t-
 
 size_t pe_tensor_nbytes(const pe_tensor *t) { return (size_t)pe_tensor_numel(t) * pe_dtype_size(t->dtype); }
 
+const char *pe_tensor_data_problem(const pe_tensor *t, char *buf, size_t n) {
+    size_t need = pe_tensor_nbytes(t);
+    if (!need) return NULL;
+    if (!t->buf || !t->buf->data) {
+        snprintf(buf, n, "no data (never initialized?)");
+        return buf;
+    }
+    if (t->offset > t->buf->bytes || t->buf->bytes - t->offset < need) {
+        char ds[200];
+        snprintf(buf, n, "a buffer of %zu bytes where %s %s needs %zu", t->offset > t->buf->bytes ? 0 :
+                 t->buf->bytes - t->offset, pe_dtype_name(t->dtype), pe_dims_str(t->ndim, t->dims, ds, sizeof ds),
+                 need);
+        return buf;
+    }
+    return NULL;
+}
+
 char *pe_dims_str(int ndim, const int64_t *dims, char *buf, size_t n) {
     size_t k = 0;
     k += (size_t)snprintf(buf + k, n - k, "[");

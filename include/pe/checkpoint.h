@@ -7,8 +7,10 @@
  * The file is plain safetensors (8-byte little-endian header length, JSON
  * header {"name": {"dtype": "F32", "shape": [..], "data_offsets": [b, e]}},
  * "__metadata__" allowed, then the raw little-endian data), so PyTorch and
- * numpy users read it with their own tools. Saving is atomic (temporary
- * file, fsync, rename): a crash while saving leaves the previous file intact.
+ * numpy users read it with their own tools. Saving is atomic (a fresh
+ * temporary file, fsync, rename): a crash while saving leaves the previous
+ * file intact, and a save that cannot write every tensor is refused before
+ * anything is written.
  * Loading checks the header (JSON, offsets in bounds, non-overlapping, sizes
  * = numel * dtype size), and the dtype and shape of every persistable var of
  * block 0 of the program against the file, naming any mismatch.
@@ -23,7 +25,11 @@
 extern "C" {
 #endif
 
-/* Saves every persistable var of prog's block 0 found in scope (borrowed). */
+/* Saves every persistable var of prog's block 0 from scope (borrowed). A
+ * persistable var absent from the scope (and its parents), without data, or
+ * not of the declared dtype and shape is an error naming each such var (up
+ * to 12, then a count); nothing is written then and the file at path keeps
+ * its old bytes. */
 pe_status pe_checkpoint_save(const char *path, const pe_program *prog, const pe_scope *scope);
 /* Loads every persistable var of prog's block 0 from path into scope (vars
  * created in scope when absent). A var missing from the file, an extra
@@ -31,7 +37,8 @@ pe_status pe_checkpoint_save(const char *path, const pe_program *prog, const pe_
 pe_status pe_checkpoint_load(const char *path, const pe_program *prog, pe_scope *scope);
 
 /* Lower level: read every tensor of a safetensors file into scope, and
- * write named tensors of a scope. */
+ * write named tensors of a scope (every name must be in scope with data:
+ * otherwise an error listing them, and nothing is written). */
 pe_status pe_safetensors_read(const char *path, pe_scope *scope);
 pe_status pe_safetensors_write(const char *path, const pe_scope *scope, const char *const *names, int n);
 

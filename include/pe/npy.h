@@ -23,7 +23,9 @@ extern "C" {
  * messages (a path, "<buffer>"). */
 pe_status pe_npy_load(const char *path, pe_tensor *out);
 pe_status pe_npy_load_buffer(const void *data, size_t size, const char *what, pe_tensor *out);
-/* Writes t (must be on CPU) atomically (temp file + rename). */
+/* Writes t (must be on CPU) atomically (a fresh temporary, fsync, rename:
+ * docs/guide.md §7). A tensor without its data (never set, or a buffer
+ * smaller than its shape) is an error, and a file at path keeps its bytes. */
 pe_status pe_npy_save(const char *path, const pe_tensor *t);
 
 #ifdef __cplusplus

@@ -4,12 +4,16 @@ save() writes every persistable (parameters, optimizer accumulators, the
 learning rate, dropout step counters) as safetensors plus the program as
 .pe; load() restores them so training resumes bit-identically; the .pe file
 round-trips through load_program; the safetensors file is readable by a
-plain reader (8-byte header length + JSON header + raw data).
+plain reader (8-byte header length + JSON header + raw data); a save that
+cannot write every persistable (absent from the scope, never initialized)
+is refused naming each one, and both old files keep their bytes.
 """
 import json
+import os
 import struct
 
 import numpy as np
+import pytest
 
 import pe
 from pe.utils import unique_name
@@ -77,3 +81,51 @@ def test_files_are_standard(tmp_path):
     pe.static.save_program(main, str(tmp_path / "m.json"))
     assert pe.static.load_program(str(tmp_path / "m.json")).to_json() == main.to_json()
     assert pe.static.Program.parse_from_string(main.serialize_to_string()).to_json() == main.to_json()
+
+
+def test_incomplete_save_is_refused_and_keeps_the_old_files(tmp_path):
+    main, startup, loss = build()
+    scope = pe.static.Scope()
+    pe.static.Executor().run(startup, scope=scope)
+    model = str(tmp_path / "m")
+    pe.static.save(main, model, scope=scope)
+    old = {f: (tmp_path / f).read_bytes() for f in ("m.safetensors", "m.pe")}
+
+    def refused(program, scope, error, *names):
+        with pytest.raises(error) as e:
+            pe.static.save(program, model, scope=scope)
+        msg = str(e.value)
+        assert "m.safetensors" in msg and "nothing was written" in msg, msg
+        for n in names:
+            assert n in msg, (n, msg)
+        for f, b in old.items():
+            assert (tmp_path / f).read_bytes() == b, f
+        assert not [f for f in os.listdir(tmp_path) if ".tmp." in f]
+
+    # Two persistables erased from the scope: both named.
+    s2 = pe.static.Scope()
+    pe.static.Executor().run(startup, scope=s2)
+    assert s2.erase_var("fc_0.w_0") and s2.erase_var("fc_0.w_0_moment1_0")
+    refused(main, s2, pe.NotFoundError, "'fc_0.w_0' (not in the scope)", "'fc_0.w_0_moment1_0' (not in the scope)")
+    # In the scope but never given a value.
+    s2.var("fc_0.w_0")
+    refused(main, s2, pe.InvalidArgumentError, "'fc_0.w_0' (no data", "'fc_0.w_0_moment1_0' (not in the scope)")
+    # Nothing run into the scope: every persistable is missing (a count past the first 12).
+    n = len([v for v in main.list_vars() if v.persistable])
+    refused(main, pe.static.Scope(), pe.NotFoundError, "%d of the %d persistable vars" % (n, n), "more")
+    # Another program (one more layer) whose new parameters the scope lacks:
+    # the old program file is not replaced either.
+    main2, startup2 = pe.static.Program(), pe.static.Program()
+    with pe.static.program_guard(main2, startup2), unique_name.guard():
+        x = pe.static.data("x", [None, 6], "float32")
+        pe.static.nn.fc(pe.static.nn.fc(pe.static.nn.fc(x, 8), 3), 2)
+    refused(main2, scope, pe.NotFoundError, "'fc_2.w_0'", "'fc_2.b_0'")
+
+    # A complete save still round-trips.
+    pe.static.save(main, model, scope=scope)
+    s3 = pe.static.Scope()
+    pe.static.load(main, model, scope=s3)
+    for v in main.list_vars():
+        if v.persistable:
+            np.testing.assert_array_equal(np.array(s3.find_var(v.name).get_tensor()),
+                                          np.array(scope.find_var(v.name).get_tensor()))

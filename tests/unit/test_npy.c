@@ -5,7 +5,8 @@
  * byte for byte with numpy's; then every hostile header the parser must
  * refuse, every truncation of valid files and seeded random bit flips — each
  * an error (never a crash), the destination tensor untouched, no bytes
- * leaked from PE's allocator (LeakSanitizer covers malloc in the ASan build).
+ * leaked from PE's allocator (LeakSanitizer covers malloc in the ASan build);
+ * a save refused for a tensor without its data leaves the old file as it was.
  */
 #include "tests/unit/op_test_util.h"
 
@@ -239,6 +240,52 @@ static void test_save_errors(void **state) {
     assert_non_null(strstr(pe_last_error(), "no/such/dir/x.npy"));
     assert_int_equal(pe_npy_load(g_tmpdir, t), PE_ERR_IO); /* a directory */
     pe_tensor_free(t);
+}
+
+/* A save that cannot write the tensor's data (never set, a view emptied to
+ * no memory, a buffer smaller than the shape) is refused, and a good file at
+ * the path keeps its bytes; nothing past a buffer is read. */
+static void test_refused_save_keeps_old_file(void **state) {
+    (void)state;
+    char path[512];
+    tmp_path(path, sizeof path, "keep.npy");
+    pe_tensor *t = pe_tensor_new();
+    assert_int_equal(pe_tensor_resize(t, PE_DTYPE_FP32, 1, (int64_t[]){4}, pe_place_cpu(0)), PE_OK);
+    memset(pe_tensor_data(t), 0x3f, 16);
+    assert_int_equal(pe_npy_save(path, t), PE_OK);
+    size_t old_n, now_n;
+    unsigned char *old = slurp(path, &old_n);
+
+    pe_tensor *unset = pe_tensor_new(); /* a fresh scope var: fp32 scalar, no storage */
+    pe_tensor *view = pe_tensor_new();
+    view->buf = pe_buffer_wrap(pe_place_cpu(0), NULL, 0); /* a feed view after its run */
+    pe_tensor *small = pe_tensor_new();
+    assert_int_equal(pe_tensor_resize(small, PE_DTYPE_FP32, 1, (int64_t[]){2}, pe_place_cpu(0)), PE_OK);
+    assert_int_equal(pe_tensor_set_meta(small, PE_DTYPE_FP32, 1, (int64_t[]){1000}), PE_OK);
+    pe_tensor *cases[] = {unset, view, small};
+    const char *why[] = {"no data", "no data", "has a buffer of 8 bytes where float32 [1000] needs 4000"};
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(pe_npy_save(path, cases[i]), PE_ERR_INVALID);
+        if (!strstr(pe_last_error(), path) || !strstr(pe_last_error(), why[i]))
+            fail_msg("message '%s' lacks the path or '%s'", pe_last_error(), why[i]);
+        unsigned char *now = slurp(path, &now_n);
+        assert_int_equal(now_n, old_n);
+        assert_memory_equal(now, old, old_n);
+        free(now);
+        pe_tensor_free(cases[i]);
+    }
+    /* A tensor of 0 elements needs no storage. */
+    pe_tensor *zero = pe_tensor_new();
+    assert_int_equal(pe_tensor_set_meta(zero, PE_DTYPE_FP32, 2, (int64_t[]){0, 3}), PE_OK);
+    assert_int_equal(pe_npy_save(path, zero), PE_OK);
+    pe_tensor *back = pe_tensor_new();
+    assert_int_equal(pe_npy_load(path, back), PE_OK);
+    assert_int_equal(pe_tensor_numel(back), 0);
+    pe_tensor_free(back);
+    pe_tensor_free(zero);
+    pe_tensor_free(t);
+    free(old);
+    unlink(path);
 }
 
 /* ---- hostile input ------------------------------------------------------ */
@@ -515,6 +562,7 @@ int main(void) {
         cmocka_unit_test(test_bytes_match_numpy),
         cmocka_unit_test(test_roundtrip_every_dtype),
         cmocka_unit_test(test_save_errors),
+        cmocka_unit_test(test_refused_save_keeps_old_file),
         cmocka_unit_test(test_hostile_headers),
         cmocka_unit_test(test_hostile_preamble),
         cmocka_unit_test(test_failed_load_keeps_output),

@@ -5,12 +5,16 @@
  * and checked against recomputed values; every dtype round-trips bitwise;
  * hostile headers, every truncation and random bit flips give errors without
  * crash or leak; checkpoint/program mismatches name file, var and problem;
- * and a child SIGKILLed in the middle of pe_checkpoint_save leaves the
- * previous checkpoint bitwise intact.
+ * a child SIGKILLed in the middle of pe_checkpoint_save leaves the
+ * previous checkpoint bitwise intact (and its temporary is removed by the
+ * next save); a save that cannot write every persistable (absent from the
+ * scope, without data, too small a buffer) is refused, naming each one, and
+ * leaves the old file byte-identical.
  */
 #include "tests/unit/op_test_util.h"
 #include "runtime/safetensors_internal.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -475,6 +479,24 @@ static void test_checkpoint_roundtrip_and_mismatches(void **state) {
     pe_program_free(p);
 }
 
+/* The temporary "<path>.tmp.<pid>.XXXXXX" of process pid, into out; false when there is none. */
+static bool find_tmp(const char *path, pid_t pid, char *out, size_t n) {
+    const char *slash = strrchr(path, '/');
+    char prefix[600];
+    snprintf(prefix, sizeof prefix, "%s.tmp.%ld.", slash + 1, (long)pid);
+    DIR *d = opendir(g_tmpdir);
+    assert_non_null(d);
+    struct dirent *e;
+    bool found = false;
+    while (!found && (e = readdir(d)))
+        if (!strncmp(e->d_name, prefix, strlen(prefix)) && strlen(e->d_name) == strlen(prefix) + 6) {
+            snprintf(out, n, "%s/%s", g_tmpdir, e->d_name);
+            found = true;
+        }
+    closedir(d);
+    return found;
+}
+
 /* A child saving a large checkpoint is SIGKILLed while it writes; the
  * previous checkpoint must still be there, bitwise identical. */
 static void test_checkpoint_atomic_under_sigkill(void **state) {
@@ -494,6 +516,7 @@ static void test_checkpoint_atomic_under_sigkill(void **state) {
     unsigned char *old = slurp(path, &old_n);
 
     bool killed_mid_write = false;
+    char tmp[600] = "";
     for (int attempt = 0; attempt < 5 && !killed_mid_write; attempt++) {
         pid_t pid = fork();
         assert_true(pid >= 0);
@@ -501,13 +524,12 @@ static void test_checkpoint_atomic_under_sigkill(void **state) {
             for (int i = 0; i < N; i++) x[i] = -1.0f;
             _exit(pe_checkpoint_save(path, p, s) == PE_OK ? 0 : 1);
         }
-        char tmp[600];
-        snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)pid);
         /* Wait until the child's temporary file has some but not all bytes. */
         struct timespec nap = {0, 20000};
         for (int spin = 0; spin < 2000000; spin++) {
             struct stat sb;
-            if (stat(tmp, &sb) == 0 && sb.st_size > 0 && (size_t)sb.st_size < old_n) {
+            if (find_tmp(path, pid, tmp, sizeof tmp) && stat(tmp, &sb) == 0 && sb.st_size > 0 &&
+                (size_t)sb.st_size < old_n) {
                 kill(pid, SIGKILL);
                 killed_mid_write = true;
                 print_message("killed the saving child with %lld of %zu bytes written (attempt %d)\n",
@@ -526,7 +548,6 @@ static void test_checkpoint_atomic_under_sigkill(void **state) {
                 assert_int_equal(WTERMSIG(wst), SIGKILL);
             }
         }
-        unlink(tmp);
         if (!killed_mid_write) {
             /* The child won the race and replaced the file: start again from the old one. */
             for (int i = 0; i < N; i++) x[i] = (float)i * 0.5f;
@@ -543,11 +564,106 @@ static void test_checkpoint_atomic_under_sigkill(void **state) {
     if (pe_checkpoint_load(path, p, r) != PE_OK) fail_msg("%s", pe_last_error());
     assert_same_var(s, r, "big");
     pe_scope_free(r);
+    /* The dead child's temporary is still there; the next save removes it. */
+    assert_int_equal(access(tmp, F_OK), 0);
+    assert_int_equal(pe_checkpoint_save(path, p, s), PE_OK);
+    if (access(tmp, F_OK) == 0) fail_msg("the next save left the dead child's temporary %s", tmp);
     free(now);
     free(old);
     unlink(path);
     pe_scope_free(s);
     pe_program_free(p);
+}
+
+/* A save that cannot write every persistable is refused before anything is
+ * written: each such var is named (absent, no data, a buffer too small for
+ * its shape, a mismatch), the old file keeps its bytes and no temporary is
+ * left; pe_safetensors_write lists every name it cannot write the same way. */
+static void expect_refused(const char *path, const unsigned char *old, size_t old_n, pe_status got,
+                           pe_status want, const char *const *names) {
+    if (got != want) fail_msg("expected %s, got %s (%s)", pe_status_name(want), pe_status_name(got), pe_last_error());
+    const char *msg = pe_last_error();
+    if (!strstr(msg, path)) fail_msg("message '%s' does not name %s", msg, path);
+    for (int i = 0; names[i]; i++)
+        if (!strstr(msg, names[i])) fail_msg("message '%s' does not name %s", msg, names[i]);
+    size_t now_n;
+    unsigned char *now = slurp(path, &now_n);
+    assert_int_equal(now_n, old_n);
+    assert_memory_equal(now, old, old_n);
+    free(now);
+    char tmp[600];
+    assert_false(find_tmp(path, getpid(), tmp, sizeof tmp));
+}
+
+static void test_save_refuses_incomplete(void **state) {
+    (void)state;
+    char path[512];
+    tmp_path(path, sizeof path, "keep.safetensors");
+    pe_program *p = mk_program();
+    add_var(p, "moment", PE_DTYPE_FP32, 1, (int64_t[]){2}, true);
+    add_var(p, "lr", PE_DTYPE_FP32, 1, (int64_t[]){1}, true);
+    pe_scope *s = mk_scope(7);
+    assert_int_equal(pe_tensor_resize(pe_scope_var(s, "moment"), PE_DTYPE_FP32, 1, (int64_t[]){2}, pe_place_cpu(0)),
+                     PE_OK);
+    assert_int_equal(pe_tensor_resize(pe_scope_var(s, "lr"), PE_DTYPE_FP32, 1, (int64_t[]){1}, pe_place_cpu(0)),
+                     PE_OK);
+    if (pe_checkpoint_save(path, p, s) != PE_OK) fail_msg("%s", pe_last_error());
+    size_t old_n;
+    unsigned char *old = slurp(path, &old_n);
+
+    /* Two persistables absent from the scope: both named, NOT_FOUND. */
+    assert_true(pe_scope_erase_var(s, "moment"));
+    assert_true(pe_scope_erase_var(s, "lr"));
+    expect_refused(path, old, old_n, pe_checkpoint_save(path, p, s), PE_ERR_NOT_FOUND,
+                   (const char *[]){"'moment' (not in the scope)", "'lr' (not in the scope)", "2 of the 5", NULL});
+    /* Every persistable absent (an empty scope). */
+    pe_scope *empty = pe_scope_new(NULL);
+    expect_refused(path, old, old_n, pe_checkpoint_save(path, p, empty), PE_ERR_NOT_FOUND,
+                   (const char *[]){"'w'", "'b'", "'step'", "'moment'", "'lr'", "5 of the 5", NULL});
+    /* In the scope without a value, with too small a buffer, and a mismatch, next to an absent one. */
+    pe_scope_var(s, "moment");
+    assert_int_equal(pe_tensor_set_meta(pe_scope_find_var(s, "b"), PE_DTYPE_FP32, 1, (int64_t[]){64}), PE_OK);
+    pe_tensor *step = pe_scope_find_var(s, "step");
+    assert_int_equal(pe_tensor_resize(step, PE_DTYPE_FP32, 1, (int64_t[]){1}, pe_place_cpu(0)), PE_OK);
+    expect_refused(path, old, old_n, pe_checkpoint_save(path, p, s), PE_ERR_INVALID,
+                   (const char *[]){"'moment' (no data", "'lr' (not in the scope)", "'b' (a buffer of 8 bytes where float32 [64] needs 256)",
+                                    "'step' (holds float32 [1] but the program declares int64 [1])", NULL});
+    /* Many absent: the first 12 named, the rest counted. */
+    pe_program *q = pe_program_new();
+    for (int i = 0; i < 40; i++) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "absent_%d", i);
+        add_var(q, nm, PE_DTYPE_FP32, 1, (int64_t[]){1}, true);
+    }
+    expect_refused(path, old, old_n, pe_checkpoint_save(path, q, s), PE_ERR_NOT_FOUND,
+                   (const char *[]){"'absent_0'", "'absent_11'", "and 28 more", NULL});
+    assert_null(strstr(pe_last_error(), "'absent_12'"));
+    pe_program_free(q);
+    /* The raw writer: every name it cannot write, nothing written. */
+    expect_refused(path, old, old_n, pe_safetensors_write(path, s, (const char *[]){"w", "zz", "moment", "yy"}, 4),
+                   PE_ERR_INVALID, (const char *[]){"'zz' (not in the scope)", "'yy'", "'moment' (no data", NULL});
+    expect_refused(path, old, old_n, pe_safetensors_write(path, empty, (const char *[]){"w", "b"}, 2),
+                   PE_ERR_NOT_FOUND, (const char *[]){"'w'", "'b'", NULL});
+
+    /* A complete save still round-trips. */
+    pe_scope_free(s);
+    s = mk_scope(8);
+    assert_int_equal(pe_tensor_resize(pe_scope_var(s, "moment"), PE_DTYPE_FP32, 1, (int64_t[]){2}, pe_place_cpu(0)),
+                     PE_OK);
+    assert_int_equal(pe_tensor_resize(pe_scope_var(s, "lr"), PE_DTYPE_FP32, 1, (int64_t[]){1}, pe_place_cpu(0)),
+                     PE_OK);
+    if (pe_checkpoint_save(path, p, s) != PE_OK) fail_msg("%s", pe_last_error());
+    pe_scope *r = pe_scope_new(NULL);
+    if (pe_checkpoint_load(path, p, r) != PE_OK) fail_msg("%s", pe_last_error());
+    assert_same_var(s, r, "w");
+    assert_same_var(s, r, "b");
+    assert_same_var(s, r, "step");
+    pe_scope_free(r);
+    pe_scope_free(empty);
+    pe_scope_free(s);
+    pe_program_free(p);
+    free(old);
+    unlink(path);
 }
 
 static int setup(void **state) {
@@ -570,6 +686,7 @@ int main(void) {
         cmocka_unit_test(test_every_truncation_and_bit_flips),
         cmocka_unit_test(test_checkpoint_roundtrip_and_mismatches),
         cmocka_unit_test(test_checkpoint_atomic_under_sigkill),
+        cmocka_unit_test(test_save_refuses_incomplete),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

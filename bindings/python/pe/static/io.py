@@ -1,10 +1,12 @@
 """pe.static.save / load — checkpoints of a program's persistables (safetensors) and the program itself.
 
 save(program, path) writes path + ".safetensors" (every persistable of the
-program found in the scope: parameters, optimizer state, step counters;
+program, from the scope: parameters, optimizer state, step counters;
 readable by numpy/PyTorch users) and path + ".pe" (the program, binary
-form). load(program, path) reads the tensors back into the scope, checking
-every persistable's dtype and shape (pe_checkpoint_load). Writes are atomic.
+form). A persistable absent from the scope or without a value is an error
+naming each one, and then neither file is touched. load(program, path)
+reads the tensors back into the scope, checking every persistable's dtype
+and shape (pe_checkpoint_load). Writes are atomic (pe_write_file_atomic).
 """
 import os
 
@@ -26,7 +28,9 @@ def _ckpt_path(model_path):
 
 def save(program, model_path, protocol=4, scope=None, **configs):
     """Saves the persistables of program (from scope, default the global scope)
-    to model_path.safetensors and the program to model_path.pe."""
+    to model_path.safetensors and the program to model_path.pe. Raises
+    NotFoundError / InvalidArgumentError naming every persistable that is not
+    in the scope or has no value, leaving both files as they were."""
     if not isinstance(program, Program):
         raise TypeError("save: program must be a Program, got %s" % type(program).__name__)
     path = _ckpt_path(model_path)
@@ -35,6 +39,10 @@ def save(program, model_path, protocol=4, scope=None, **configs):
         os.makedirs(d, exist_ok=True)
     scope = global_scope() if scope is None else scope
     c = program._core_program()
+    # Everything that can be refused is checked before either file is
+    # replaced: the program serializes, and checkpoint_save writes every
+    # persistable or nothing (an error naming each one it cannot write).
+    c.to_bytes()
     _core.checkpoint_save(path, c, scope)
     c.save(path[:-len(_SUFFIX)] + ".pe")
 
