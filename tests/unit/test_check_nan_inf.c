@@ -6,11 +6,13 @@
  * the element and what it holds — on 1 and 3 places and with the
  * single-place executor; the same programs run without error when the
  * switch is off; the collectives' sums are checked (an allreduce that
- * overflows, with and without the sharded optimizer); a training run with
+ * overflows, with and without the sharded optimizer, completing at once or
+ * through a work's callback on another thread); a training run with
  * the switch on gives the bits of the run with it off; the runtime scan
  * finds the first non-finite value of every float dtype. (PE has no log or
  * exp op; 0/0 and overflowing products make the same values.) */
 #include "tests/unit/models.h"
+#include "executor/pe_internal.h"
 #include "runtime/internal.h"
 
 #include <math.h>
@@ -120,8 +122,10 @@ static void test_single_place_executor(void **state) {
 
 /* w@GRAD = mean(x) per place (x [-1, 1]), allreduced across the places;
  * with `sgd` also w -= lr * w@GRAD (sharded or not). 3e38 on each of 3
- * places is finite; their sum is +Inf. */
-static void check_allreduce_overflow(bool sgd, bool shard) {
+ * places is finite; their sum is +Inf. `ranks`: over a group of rank
+ * communicators, whose works complete through callbacks (the check then
+ * runs in the callback: grad_buckets.c:coll_done). */
+static void check_allreduce_overflow(bool sgd, bool shard, bool ranks) {
     pe_program *p = pe_program_new();
     tm_var(p, "x", PE_DTYPE_FP32, 2, (int64_t[]){-1, 1});
     tm_var(p, "w@GRAD", PE_DTYPE_FP32, 1, (int64_t[]){1});
@@ -152,12 +156,19 @@ static void check_allreduce_overflow(bool sgd, bool shard) {
     o.build_strategy.shard_optimizer = shard;
     pe_parallel_executor *pe;
     if (pe_parallel_executor_new(pl, 3, p, scope, &o, &pe) != PE_OK) fail_msg("%s", pe_last_error());
+    if (ranks) {
+        pe_comm *r[3];
+        assert_int_equal(pe_comm_inproc_world_new(3, 1, r), PE_OK);
+        pe_comm_group *g = pe_comm_group_new(r, 3);
+        assert_non_null(g);
+        assert_int_equal(pe_pe_replace_comm(pe, g), PE_OK);
+    }
     pe_tensor *x = tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){3, 1}, (double[]){3e38, 3e38, 3e38});
     pe_feed feed = {"x", x};
     assert_int_equal(pe_run(pe, &feed, 1, NULL, 0, true, NULL), PE_ERR_INVALID);
     const char *m = pe_last_error();
     if (!strstr(m, "allreduce on cpu:") || !strstr(m, ": output 'w@GRAD' has +Inf at element 0 (FLAGS_check_nan_inf)"))
-        fail_msg("sgd %d shard %d: %s", sgd, shard, m);
+        fail_msg("sgd %d shard %d ranks %d: %s", sgd, shard, ranks, m);
     pe_tensor_free(x);
     pe_tensor_free(one);
     pe_parallel_executor_free(pe);
@@ -167,9 +178,11 @@ static void check_allreduce_overflow(bool sgd, bool shard) {
 
 static void test_collective_sums_are_checked(void **state) {
     (void)state;
-    check_allreduce_overflow(false, false);
-    check_allreduce_overflow(true, false);
-    check_allreduce_overflow(true, true);
+    check_allreduce_overflow(false, false, false);
+    check_allreduce_overflow(true, false, false);
+    check_allreduce_overflow(true, true, false);
+    check_allreduce_overflow(false, false, true);
+    check_allreduce_overflow(true, false, true);
 }
 
 /* The MLP trained 4 steps with the switch on and off: the same bits. */
