@@ -303,7 +303,7 @@ static int dict_int(PyObject *d, const char *key, int *out) {
         x = LONG_MAX; /* refused below, as any value out of an int's range */
     }
     if (x < INT_MIN || x > INT_MAX) {
-        raise_msg(PE_ERR_INVALID, "ExecutionStrategy.%s = %ld is out of range: it does not fit a C int", key, x);
+        raise_msg(PE_ERR_INVALID, "ExecutionStrategy.%s is out of range: it does not fit a C int", key);
         return -1;
     }
     *out = (int)x;
