@@ -18,6 +18,11 @@
  * collective handles call runtime/comm: grad_buckets.c, opt_shard.c), then
  * fetches concatenated along axis 0 in place order. pe_run (dict feed) and
  * pe_run_list (one dict per place) share one body.
+ *
+ * Strategy values out of range are refused at construction
+ * (pe_pe_options_check), never clamped. With check_nan_inf
+ * (FLAGS_check_nan_inf) run_handle checks what each handle wrote
+ * (executor/nan_inf.c) behind one flag test.
  */
 #include "executor/nan_inf.h"
 #include "executor/pe_internal.h"
