@@ -318,7 +318,7 @@ pe_status pe_pe_check_collective(pe_parallel_executor *pe, int h) {
         for (int k = 0; k < (fused ? hd->n_vars : 1); k++) {
             const char *name = fused ? hd->vars[k] : hd->var;
             const pe_tensor *t = pe_scope_find_var(pe->local[p], name);
-            if (t) PE_CHECK(pe_nan_inf_check(t, 0, -1, who, pe->places[p], NULL, name));
+            if (t) PE_CHECK(pe_nan_inf_check(t, 0, -1, -1, who, pe->places[p], NULL, name));
         }
     }
     return PE_OK;

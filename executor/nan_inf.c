@@ -14,26 +14,25 @@
 
 #include <stdio.h>
 
-pe_status pe_nan_inf_check(const pe_tensor *t, int64_t b, int64_t e, const char *who, pe_place place,
+pe_status pe_nan_inf_check(const pe_tensor *t, int64_t b, int64_t e, int op_idx, const char *who, pe_place place,
                            const char *slot, const char *name) {
     int64_t i = 0;
     pe_nonfinite k;
     PE_CHECK(pe_tensor_find_nonfinite(t, b, e, &i, &k));
     if (k == PE_FINITE) return PE_OK;
-    char pb[32];
-    return pe_error(PE_ERR_INVALID, "%s on %s: output %s%s'%s' has %s at element %lld (FLAGS_check_nan_inf)", who,
-                    pe_place_str(place, pb, sizeof pb), slot ? slot : "", slot ? " " : "", name, pe_nonfinite_name(k),
-                    (long long)i);
+    char pb[32], op[96] = "";
+    if (op_idx >= 0) snprintf(op, sizeof op, "op %d (%s)", op_idx, who);
+    return pe_error(PE_ERR_INVALID, "%s on %s: output %s%s'%s' has %s at element %lld (FLAGS_check_nan_inf)",
+                    op_idx >= 0 ? op : who, pe_place_str(place, pb, sizeof pb), slot ? slot : "", slot ? " " : "", name,
+                    pe_nonfinite_name(k), (long long)i);
 }
 
 pe_status pe_nan_inf_check_op(const pe_op_ctx *ctx, int op_idx) {
     const pe_op_info *info = ctx->info;
-    char who[96];
-    snprintf(who, sizeof who, "op %d (%s)", op_idx, info->name);
     for (int i = 0; i < info->n_outputs; i++)
         for (int j = 0; j < ctx->n_out[i]; j++)
             if (ctx->out[i][j])
-                PE_CHECK(pe_nan_inf_check(ctx->out[i][j], 0, -1, who, ctx->place, info->outputs[i].name,
+                PE_CHECK(pe_nan_inf_check(ctx->out[i][j], 0, -1, op_idx, info->name, ctx->place, info->outputs[i].name,
                                           ctx->out_names[i][j]));
     return PE_OK;
 }

@@ -12,9 +12,10 @@
 
 #include "ops/op.h"
 
-/* Elements [b, e) of t (e < 0: to the end), written by `who` (e.g. "op 12
- * (log)", "allreduce") on `place`, as output `slot` (NULL: none) `name`. */
-pe_status pe_nan_inf_check(const pe_tensor *t, int64_t b, int64_t e, const char *who, pe_place place,
+/* Elements [b, e) of t (e < 0: to the end), written on `place` as output
+ * `slot` (NULL: none) `name` by op `op_idx` of type `who` (op_idx < 0: by
+ * `who`, e.g. "allreduce"). The message is only made for a value found. */
+pe_status pe_nan_inf_check(const pe_tensor *t, int64_t b, int64_t e, int op_idx, const char *who, pe_place place,
                            const char *slot, const char *name);
 /* Every output of the op context of op `op_idx` of its block, slot by slot. */
 pe_status pe_nan_inf_check_op(const pe_op_ctx *ctx, int op_idx);

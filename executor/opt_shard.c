@@ -28,7 +28,6 @@
 #include "executor/nan_inf.h"
 #include "executor/pe_internal.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -198,14 +197,12 @@ pe_status pe_pe_check_opt_shard(pe_parallel_executor *pe, int h) {
     if (b >= e) return PE_OK;
     const pe_place place = pe->places[hd->root];
     const pe_tensor *g = pe_scope_find_var(pe->local[hd->root], hd->var);
-    if (g) PE_CHECK(pe_nan_inf_check(g, b, e, "allreduce", place, NULL, hd->var));
-    char who[96];
-    snprintf(who, sizeof who, "op %d (%s)", hd->op_idx, info->name);
+    if (g) PE_CHECK(pe_nan_inf_check(g, b, e, -1, "allreduce", place, NULL, hd->var));
     for (int i = 0; i < info->n_outputs; i++) {
         if (c->n_out[i] != 1 || !c->out[i][0]) continue;
         bool elem = pe_op_info_elem_output(info, i);
-        PE_CHECK(pe_nan_inf_check(c->out[i][0], elem ? b : 0, elem ? e : -1, who, place, info->outputs[i].name,
-                                  c->out_names[i][0]));
+        PE_CHECK(pe_nan_inf_check(c->out[i][0], elem ? b : 0, elem ? e : -1, hd->op_idx, info->name, place,
+                                  info->outputs[i].name, c->out_names[i][0]));
     }
     return PE_OK;
 }
