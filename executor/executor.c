@@ -6,10 +6,13 @@
  * infer -> (re)size outputs (no allocation once sizes are stable) -> kernel,
  * copy fetches out. Temporaries live in a local child scope; persistables are
  * created in the caller's scope before the first run so that startup
- * programs and optimizers write where later runs read.
+ * programs and optimizers write where later runs read. With
+ * FLAGS_check_nan_inf (or pe_executor_set_check_nan_inf) every op's
+ * floating-point outputs are checked after its kernel (executor/nan_inf.c).
  */
 #include "pe/executor.h"
 #include "executor/feed_fetch.h"
+#include "executor/nan_inf.h"
 #include "ops/op.h"
 #include "runtime/internal.h"
 
@@ -21,6 +24,7 @@
 struct pe_executor {
     pe_place place;
     int num_threads;
+    bool check_nan_inf;
     /* cache of the prepared block */
     const pe_program *prog;
     int block_idx;
@@ -52,6 +56,7 @@ pe_executor *pe_executor_new(pe_place place) {
     }
     ex->place = place;
     ex->num_threads = omp_get_max_threads();
+    ex->check_nan_inf = pe_flag_check_nan_inf();
     return ex;
 }
 
@@ -81,6 +86,8 @@ void pe_executor_set_num_threads(pe_executor *ex, int n) {
     ex->num_threads = n > 0 ? n : 1;
     for (int i = 0; i < ex->n_ctxs; i++) ex->ctxs[i].num_threads = ex->num_threads;
 }
+
+void pe_executor_set_check_nan_inf(pe_executor *ex, bool on) { ex->check_nan_inf = on; }
 
 static pe_status prepare(pe_executor *ex, const pe_program *prog, int block_idx, pe_scope *scope) {
     if (ex->prog == prog && ex->block_idx == block_idx && ex->scope == scope) return PE_OK;
@@ -147,6 +154,7 @@ pe_status pe_executor_run(pe_executor *ex, const pe_program *prog, int block_idx
     for (int i = 0; i < ex->n_ctxs; i++) {
         pe_status st = pe_op_run(&ex->ctxs[i]);
         if (st != PE_OK) return pe_error_wrap(st, "block %d op %d", block_idx, i);
+        if (__builtin_expect(ex->check_nan_inf, 0)) PE_CHECK(pe_nan_inf_check_op(&ex->ctxs[i], i));
     }
     for (int i = 0; i < n_fetch; i++) {
         const pe_tensor *src;

@@ -21,6 +21,7 @@
  * Why here and not in a pass: the layout is memory of the local scopes,
  * made when they are (first run, after a drop), from the graph's buckets.
  */
+#include "executor/nan_inf.h"
 #include "executor/pe_internal.h"
 
 #include <stdio.h>
@@ -225,6 +226,8 @@ static void coll_done(pe_work *w, pe_status st, void *user) {
     if (st != PE_OK) {
         char what[512];
         pe_error(st, "%s: %s", coll_what(d->pe, d->h, what, sizeof what), pe_work_message(w));
+    } else if (d->pe->check_nan_inf) {
+        st = pe_pe_check_collective(d->pe, d->h);
     }
     pe_sched_done(d->pe->sched, d->h, st);
 }
@@ -302,4 +305,21 @@ pe_status pe_pe_run_collective(pe_parallel_executor *pe, int h) {
                  : hd->kind == PE_HANDLE_REDUCE  ? PE_COLL_REDUCE
                                                  : PE_COLL_BROADCAST;
     return issue(pe, h, op, bufs, pe_tensor_numel(t0), t0->dtype, hd->root);
+}
+
+/* check_nan_inf: what handle h's collective wrote — the summed gradients
+ * on every place (a reduce: on its root). */
+pe_status pe_pe_check_collective(pe_parallel_executor *pe, int h) {
+    const pe_handle *hd = &pe->g->h[h];
+    const bool fused = hd->kind == PE_HANDLE_ALLREDUCE_FUSED;
+    const char *who = hd->kind == PE_HANDLE_REDUCE ? "reduce" : hd->kind == PE_HANDLE_BCAST ? "broadcast" : "allreduce";
+    for (int p = 0; p < pe->n; p++) {
+        if (hd->kind == PE_HANDLE_REDUCE && p != hd->root) continue;
+        for (int k = 0; k < (fused ? hd->n_vars : 1); k++) {
+            const char *name = fused ? hd->vars[k] : hd->var;
+            const pe_tensor *t = pe_scope_find_var(pe->local[p], name);
+            if (t) PE_CHECK(pe_nan_inf_check(t, 0, -1, -1, who, pe->places[p], NULL, name));
+        }
+    }
+    return PE_OK;
 }

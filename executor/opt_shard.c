@@ -25,6 +25,7 @@
  * element ranges), not of the program; the pass (passes/multi_device.c)
  * only decides which ops shard and makes their handles.
  */
+#include "executor/nan_inf.h"
 #include "executor/pe_internal.h"
 
 #include <stdlib.h>
@@ -45,6 +46,15 @@ static void range_view(pe_tensor *view, const pe_tensor *t, int64_t b, int64_t e
     view->ndim = 1;
     view->dims[0] = e - b;
     view->offset = t->offset + (size_t)b * pe_dtype_size(t->dtype);
+}
+
+/* Shard s of k of a parameter of n elements: elements [*b, *e), k equal
+ * ranges of multiples of 16 elements (empty for the last shards of a small
+ * parameter). */
+static void shard_range(int64_t n, int s, int k, int64_t *b, int64_t *e) {
+    const int64_t per = ((n + k - 1) / k + 15) / 16 * 16;
+    *b = per * s < n ? per * s : n;
+    *e = *b + per < n ? *b + per : n;
 }
 
 pe_status pe_pe_run_opt_shard(pe_parallel_executor *pe, int h) {
@@ -72,8 +82,8 @@ pe_status pe_pe_run_opt_shard(pe_parallel_executor *pe, int h) {
                                         : "is empty");
         }
     const size_t es = pe_dtype_size(param->dtype);
-    const int64_t per = ((n + k - 1) / k + 15) / 16 * 16;
-    const int64_t b = per * s < n ? per * s : n, e = b + per < n ? b + per : n;
+    int64_t b, e;
+    shard_range(n, s, k, &b, &e);
     if (b >= e) return PE_OK;
 
     /* 1+2. tile by tile (each tile's arrays stay in this core's cache): the
@@ -170,6 +180,29 @@ pe_status pe_pe_run_opt_shard(pe_parallel_executor *pe, int h) {
             char *dst = (char *)pe_tensor_data(d) + (elem ? (size_t)b * es : 0);
             if (dst != src_data) memcpy(dst, src_data, bytes);
         }
+    }
+    return PE_OK;
+}
+
+/* check_nan_inf: what shard h wrote — its range of the summed gradient on
+ * its place, then its range of every per-element output and its place's
+ * scalar outputs (no other shard writes them). */
+pe_status pe_pe_check_opt_shard(pe_parallel_executor *pe, int h) {
+    const pe_handle *hd = &pe->g->h[h];
+    const pe_op_ctx *c = &pe->ctxs[h];
+    const pe_op_info *info = c->info;
+    const pe_tensor *param = pe_ctx_in(c, "Param");
+    int64_t b, e;
+    shard_range(param ? pe_tensor_numel(param) : 0, hd->root, hd->n_shards, &b, &e);
+    if (b >= e) return PE_OK;
+    const pe_place place = pe->places[hd->root];
+    const pe_tensor *g = pe_scope_find_var(pe->local[hd->root], hd->var);
+    if (g) PE_CHECK(pe_nan_inf_check(g, b, e, -1, "allreduce", place, NULL, hd->var));
+    for (int i = 0; i < info->n_outputs; i++) {
+        if (c->n_out[i] != 1 || !c->out[i][0]) continue;
+        bool elem = pe_op_info_elem_output(info, i);
+        PE_CHECK(pe_nan_inf_check(c->out[i][0], elem ? b : 0, elem ? e : -1, hd->op_idx, info->name, place,
+                                  info->outputs[i].name, c->out_names[i][0]));
     }
     return PE_OK;
 }

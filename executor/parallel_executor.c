@@ -18,10 +18,18 @@
  * collective handles call runtime/comm: grad_buckets.c, opt_shard.c), then
  * fetches concatenated along axis 0 in place order. pe_run (dict feed) and
  * pe_run_list (one dict per place) share one body.
+ *
+ * Strategy values out of range are refused at construction
+ * (pe_pe_options_check), never clamped. With check_nan_inf
+ * (FLAGS_check_nan_inf) the run hands the scheduler run_handle_checked,
+ * which checks what each handle wrote (executor/nan_inf.c); with it off
+ * the handles run exactly as before.
  */
+#include "executor/nan_inf.h"
 #include "executor/pe_internal.h"
 #include "passes/pass_manager.h"
 
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,9 +97,28 @@ static const handle_fn k_handle_run[PE_HANDLE_KIND_COUNT] = {
     [PE_HANDLE_JOIN] = run_join,
 };
 
+/* check_nan_inf: what handle h wrote (a collective that completes later is
+ * checked by its callback: grad_buckets.c:coll_done). */
+static pe_status check_nan_inf(pe_parallel_executor *pe, int h) {
+    const pe_handle *hd = &pe->g->h[h];
+    switch (hd->kind) {
+    case PE_HANDLE_OP: return pe_nan_inf_check_op(&pe->ctxs[h], hd->op_idx);
+    case PE_HANDLE_OPT_SHARD: return pe_pe_check_opt_shard(pe, h);
+    case PE_HANDLE_JOIN: return PE_OK;
+    default: return pe_pe_check_collective(pe, h);
+    }
+}
+
 static pe_status run_handle(void *user, int h) {
     pe_parallel_executor *pe = user;
     return k_handle_run[pe->g->h[h].kind](pe, h);
+}
+
+/* run_handle, then check_nan_inf: the function a run hands the scheduler
+ * when the switch is on, so a run with it off costs nothing per handle. */
+static pe_status run_handle_checked(void *user, int h) {
+    pe_status st = run_handle(user, h);
+    return st == PE_OK ? check_nan_inf(user, h) : st;
 }
 
 /* ---- construction ------------------------------------------------------ */
@@ -225,6 +252,39 @@ static pe_status check_places(const pe_place *places, int n_places) {
     return PE_OK;
 }
 
+/* The strategy values a run can use: everything else is refused here,
+ * naming the field, the value and what is allowed (nothing is clamped). */
+pe_status pe_pe_options_check(const pe_pe_options *o) {
+    const pe_exec_strategy *es = &o->exec_strategy;
+    const pe_build_strategy *bs = &o->build_strategy;
+    if (es->num_threads < 0 || es->num_threads > PE_MAX_NUM_THREADS)
+        return pe_error(PE_ERR_INVALID, "ExecutionStrategy.num_threads = %d is out of range: allowed 0 (automatic: "
+                        "places x 2 on CPU, places x 4 on CUDA) or 1 to %d", es->num_threads, PE_MAX_NUM_THREADS);
+    if (es->num_iteration_per_drop_scope < 0)
+        return pe_error(PE_ERR_INVALID, "ExecutionStrategy.num_iteration_per_drop_scope = %d is out of range: allowed "
+                        "0 (never drop the local scopes) or a positive count of runs",
+                        es->num_iteration_per_drop_scope);
+    if (es->num_iteration_per_run < 1)
+        return pe_error(PE_ERR_INVALID, "ExecutionStrategy.num_iteration_per_run = %d is out of range: allowed a "
+                        "positive count of iterations (1 or more)", es->num_iteration_per_run);
+    const struct { const char *name; double v; } sizes[] = {
+        {"fuse_grad_size_in_MB", bs->fuse_grad_size_in_MB},
+        {"fuse_first_grad_size_in_MB", bs->fuse_first_grad_size_in_MB}};
+    for (int i = 0; i < 2; i++)
+        if (!isfinite(sizes[i].v) || sizes[i].v <= 0)
+            return pe_error(PE_ERR_INVALID, "BuildStrategy.%s = %g is out of range: allowed a finite size in MB "
+                            "greater than 0", sizes[i].name, sizes[i].v);
+    if ((unsigned)bs->reduce_strategy >= PE_REDUCE_COUNT)
+        return pe_error(PE_ERR_INVALID, "BuildStrategy.reduce_strategy = %d is out of range: allowed %d (all_reduce) "
+                        "or %d (reduce)", (int)bs->reduce_strategy, PE_REDUCE_ALL_REDUCE, PE_REDUCE_REDUCE);
+    if ((unsigned)bs->gradient_scale_strategy >= PE_GRAD_SCALE_COUNT)
+        return pe_error(PE_ERR_INVALID, "BuildStrategy.gradient_scale_strategy = %d is out of range: allowed %d "
+                        "(batch_share), %d (coeff_num_device), %d (one) or %d (customized)",
+                        (int)bs->gradient_scale_strategy, PE_GRAD_SCALE_BATCH_SHARE, PE_GRAD_SCALE_COEFF_NUM_DEVICE,
+                        PE_GRAD_SCALE_ONE, PE_GRAD_SCALE_CUSTOMIZED);
+    return PE_OK;
+}
+
 pe_status pe_parallel_executor_new(const pe_place *places, int n_places, const pe_program *main_program,
                                    pe_scope *scope, const pe_pe_options *opt, pe_parallel_executor **out) {
     *out = NULL;
@@ -236,6 +296,7 @@ pe_status pe_parallel_executor_new(const pe_place *places, int n_places, const p
     pe_pe_options o;
     if (opt) o = *opt;
     else pe_pe_options_default(&o);
+    PE_CHECK(pe_pe_options_check(&o));
     if (o.num_trainers > 1)
         return pe_error(PE_ERR_UNSUPPORTED, "ParallelExecutor: num_trainers=%d needs the multi-process (MPI/NCCL) "
                         "backend, which this build does not have yet; use num_trainers=1", o.num_trainers);
@@ -256,6 +317,7 @@ pe_status pe_parallel_executor_new(const pe_place *places, int n_places, const p
     memcpy(pe->places, places, sizeof *places * (size_t)n_places);
     pe->prog = main_program;
     pe->opt = o;
+    pe->check_nan_inf = o.exec_strategy.check_nan_inf || pe_flag_check_nan_inf();
     pe_status st;
     if ((st = build_graphs(pe)) != PE_OK || (st = adopt_graph(pe)) != PE_OK ||
         (st = pe_pe_make_place_scopes(pe, scope)) != PE_OK || (st = pe_pe_broadcast_persistables(pe)) != PE_OK)
@@ -265,7 +327,7 @@ pe_status pe_parallel_executor_new(const pe_place *places, int n_places, const p
     int cores = omp_get_max_threads();
     pe->kernel_threads = cores / n_places > 0 ? cores / n_places : 1;
     int nt = o.exec_strategy.num_threads;
-    if (nt <= 0) nt = n_places * (places[0].kind == PE_PLACE_CUDA ? 4 : 2);
+    if (nt == 0) nt = n_places * (places[0].kind == PE_PLACE_CUDA ? 4 : 2);
     if (!o.build_strategy.enable_sequential_execution && !(pe->sched = pe_sched_new(nt))) { st = PE_ERR_NOMEM; goto fail; }
     /* A collective runs on a scheduler thread while the other places keep
      * computing: it gets one place's share of the OpenMP budget. (More
@@ -333,12 +395,12 @@ static pe_status plan_memory(pe_parallel_executor *pe, const pe_feed *const *fee
 
 static pe_status run_graph(pe_parallel_executor *pe) {
     PE_CHECK(pe_pe_ensure_prepared(pe));
-    int reps = pe->opt.exec_strategy.num_iteration_per_run > 0 ? pe->opt.exec_strategy.num_iteration_per_run : 1;
-    for (int r = 0; r < reps; r++) {
+    const pe_sched_fn fn = pe->check_nan_inf ? run_handle_checked : run_handle;
+    for (int r = 0; r < pe->opt.exec_strategy.num_iteration_per_run; r++) {
         if (pe->sched) {
-            PE_CHECK(pe_sched_run(pe->sched, pe->g, run_handle, pe));
+            PE_CHECK(pe_sched_run(pe->sched, pe->g, fn, pe));
         } else {
-            for (int h = 0; h < pe->g->n_h; h++) PE_CHECK(run_handle(pe, h));
+            for (int h = 0; h < pe->g->n_h; h++) PE_CHECK(fn(pe, h));
         }
     }
     return PE_OK;

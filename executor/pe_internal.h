@@ -62,6 +62,7 @@ struct pe_parallel_executor {
     pe_place_services svc[PE_MAX_PLACES]; /* what each place's kernels get (ctx->svc): its comm rank */
     pe_coll_done *coll_done; /* per handle of g (grad_buckets.c) */
     int kernel_threads;
+    bool check_nan_inf;     /* exec_strategy.check_nan_inf or FLAGS_check_nan_inf (executor/nan_inf.c) */
     int64_t iter;
     /* local_scopes.c */
     pe_scope *global;
@@ -128,11 +129,13 @@ void pe_pe_free_opt_mem(pe_parallel_executor *pe);
 size_t pe_pe_bucket_bytes(const pe_parallel_executor *pe);
 pe_status pe_pe_run_bucket(pe_parallel_executor *pe, int h);
 pe_status pe_pe_run_collective(pe_parallel_executor *pe, int h);
+pe_status pe_pe_check_collective(pe_parallel_executor *pe, int h); /* check_nan_inf: its outputs */
 
 /* opt_shard.c */
 pe_status pe_pe_collect_sharded_state(pe_parallel_executor *pe);
 bool pe_pe_is_sharded_state(const pe_parallel_executor *pe, const char *name);
 pe_status pe_pe_share_sharded_state(pe_parallel_executor *pe);
 pe_status pe_pe_run_opt_shard(pe_parallel_executor *pe, int h);
+pe_status pe_pe_check_opt_shard(pe_parallel_executor *pe, int h); /* check_nan_inf: its range */
 
 #endif

@@ -57,6 +57,19 @@ pe_status pe_write_file_atomic(const char *path, const void *data, size_t size);
  * every name a save will try. */
 extern void (*pe_tmp_suffix_hook)(int attempt, char suffix[7]);
 
+/* NaN / Inf checks (runtime/nan_inf.c). */
+typedef enum pe_nonfinite { PE_FINITE = 0, PE_NAN, PE_POS_INF, PE_NEG_INF } pe_nonfinite;
+/* The first NaN or infinity of n host values of dtype dt (float32, float64,
+ * float16, bfloat16; other dtypes: PE_FINITE); *index set when found. */
+pe_nonfinite pe_find_nonfinite(const void *data, pe_dtype dt, int64_t n, int64_t *index);
+/* The same over elements [b, e) of t (e < 0: to the end; any place: copied
+ * to the host first). *kind = PE_FINITE when there is none or t is empty;
+ * *index is t's element index. Fails only when the copy does. */
+pe_status pe_tensor_find_nonfinite(const pe_tensor *t, int64_t b, int64_t e, int64_t *index, pe_nonfinite *kind);
+const char *pe_nonfinite_name(pe_nonfinite k); /* "NaN", "+Inf", "-Inf" */
+/* FLAGS_check_nan_inf=1 (or true) in the environment, read once. */
+bool pe_flag_check_nan_inf(void);
+
 #ifdef __cplusplus
 }
 #endif

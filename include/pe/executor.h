@@ -49,6 +49,10 @@ pe_status pe_executor_run(pe_executor *ex, const pe_program *prog, int block_idx
 
 /* Threads each kernel may use (default: all cores). */
 void pe_executor_set_num_threads(pe_executor *ex, int n);
+/* Checks every floating-point output of every op for NaN / Inf after its
+ * kernel; the first fails the run naming the op, place, output and element
+ * (default: FLAGS_check_nan_inf=1 in the environment, else off). */
+void pe_executor_set_check_nan_inf(pe_executor *ex, bool on);
 /* Frees the local scope of temporaries. */
 void pe_executor_drop_local_scope(pe_executor *ex);
 

@@ -51,6 +51,10 @@ typedef struct pe_pe_options {
 } pe_pe_options;
 
 void pe_pe_options_default(pe_pe_options *o);
+/* PE_OK when every strategy value is in its range (pe/strategy.h), else
+ * PE_ERR_INVALID naming the field, the value and what is allowed.
+ * pe_parallel_executor_new makes this check first. */
+pe_status pe_pe_options_check(const pe_pe_options *o);
 
 /* CPU_NUM from the environment (default 1, with a warning when unset on a
  * multi-core machine). Invalid values are an error (returns -1 + message). */

@@ -21,19 +21,29 @@
 extern "C" {
 #endif
 
-typedef enum pe_reduce_strategy { PE_REDUCE_ALL_REDUCE = 0, PE_REDUCE_REDUCE } pe_reduce_strategy;
+typedef enum pe_reduce_strategy { PE_REDUCE_ALL_REDUCE = 0, PE_REDUCE_REDUCE, PE_REDUCE_COUNT } pe_reduce_strategy;
 
 typedef enum pe_grad_scale {
     PE_GRAD_SCALE_BATCH_SHARE = 0,  /* place i: rows_i / total_rows (default) */
     PE_GRAD_SCALE_COEFF_NUM_DEVICE, /* 1 / places (Paddle's default) */
     PE_GRAD_SCALE_ONE,              /* 1 */
-    PE_GRAD_SCALE_CUSTOMIZED        /* the user feeds loss@GRAD */
+    PE_GRAD_SCALE_CUSTOMIZED,       /* the user feeds loss@GRAD */
+    PE_GRAD_SCALE_COUNT
 } pe_grad_scale;
 
+/* pe_parallel_executor_new refuses values out of these ranges, naming the
+ * field, the value and what is allowed (pe_pe_options_check). */
+#define PE_MAX_NUM_THREADS 1024 /* ExecutionStrategy.num_threads: 0 (automatic) or 1..1024 */
+
 typedef struct pe_exec_strategy {
-    int num_threads;                  /* scheduler pool; 0 = places*2 (CPU), places*4 (CUDA) */
-    int num_iteration_per_drop_scope; /* default 100 */
-    int num_iteration_per_run;        /* default 1 */
+    int num_threads;                  /* scheduler pool; 0 = places*2 (CPU), places*4 (CUDA); at most
+                                       * PE_MAX_NUM_THREADS */
+    int num_iteration_per_drop_scope; /* local scopes dropped after every k-th run (default 100; 0 = never) */
+    int num_iteration_per_run;        /* the graph runs k times per pe_run (default 1; >= 1) */
+    bool check_nan_inf;               /* every floating-point output of every op and collective checked
+                                       * for NaN / Inf; the first fails the run naming the op, place,
+                                       * output and element (default off; FLAGS_check_nan_inf=1 in the
+                                       * environment turns it on too) */
 } pe_exec_strategy;
 
 typedef struct pe_build_strategy {
@@ -43,10 +53,10 @@ typedef struct pe_build_strategy {
     bool fuse_elewise_add_act_ops;
     bool fuse_all_optimizer_ops;
     bool fuse_all_reduce_ops;         /* gradients in contiguous buckets, one allreduce each */
-    double fuse_grad_size_in_MB;      /* bucket capacity (default 25) */
+    double fuse_grad_size_in_MB;      /* bucket capacity (default 25; finite, > 0) */
     double fuse_first_grad_size_in_MB; /* capacity of the first bucket filled in the backward
                                        * pass — the last layers' gradients — so communication
-                                       * starts early (default 1) */
+                                       * starts early (default 1; finite, > 0) */
     bool enable_inplace;
     bool memory_optimize;
     bool shard_optimizer;             /* CPU places, all_reduce (default on): the places share one

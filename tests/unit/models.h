@@ -4,7 +4,8 @@
  * What: builders for Paddle-style layers (fc = mul + elementwise_add [+ act],
  * conv2d + relu + pool2d, softmax_with_cross_entropy + mean), the two models
  * made of them, the optimizer step, the deterministic class-dependent batches
- * they train on, and copying the trained parameters back from place 0:
+ * they train on, a whole training run (tm_train), and copying the trained
+ * parameters back from place 0:
  *
  *     tm_model m = tm_model_new(PE_DTYPE_FP64, 0.0, false);
  *     tm_mlp(&m, 128, "relu", 64, "tanh");   // x [N, 784] -> 10 classes, "loss"
@@ -218,6 +219,37 @@ static inline void tm_fetch_params(const tm_model *m, pe_parallel_executor *pe, 
         assert_int_equal(pe_tensor_copy(out[i], pe_scope_find_var(pe_place_scope(pe, 0), m->params[i]), pe_place_cpu(0)),
                          PE_OK);
     }
+}
+
+/* Trains m `steps` steps (batches of `rows` rows, fetching the loss) on
+ * `places` CPU places with options o (loss_name "loss"), from a fresh scope
+ * its startup program initialised; out[i] (new tensors) get the parameters
+ * as place 0 holds them. `what` starts the failure messages. */
+static inline void tm_train(const tm_model *m, int places, pe_pe_options *o, int steps, int64_t rows, const char *what,
+                            pe_tensor **out) {
+    pe_scope *scope = pe_scope_new(NULL);
+    pe_executor *ex = pe_executor_new(pe_place_cpu(0));
+    assert_int_equal(pe_executor_run(ex, m->startup, 0, scope, NULL, 0, NULL, 0, NULL), PE_OK);
+    pe_place pl[PE_MAX_PLACES];
+    for (int p = 0; p < places; p++) pl[p] = pe_place_cpu(p);
+    o->loss_name = "loss";
+    pe_parallel_executor *pe;
+    if (pe_parallel_executor_new(pl, places, m->main, scope, o, &pe) != PE_OK) fail_msg("%s: %s", what, pe_last_error());
+    const char *fetch[] = {"loss"};
+    pe_tensor *loss = pe_tensor_new();
+    for (int s = 0; s < steps; s++) {
+        pe_tensor *x, *y;
+        tm_batch(m, s, rows, &x, &y);
+        pe_feed feed[2] = {{m->input, x}, {"label", y}};
+        if (pe_run(pe, feed, 2, fetch, 1, true, &loss) != PE_OK) fail_msg("%s step %d: %s", what, s, pe_last_error());
+        pe_tensor_free(x);
+        pe_tensor_free(y);
+    }
+    tm_fetch_params(m, pe, out);
+    pe_tensor_free(loss);
+    pe_parallel_executor_free(pe);
+    pe_executor_free(ex);
+    pe_scope_free(scope);
 }
 
 static inline void tm_free_params(const tm_model *m, pe_tensor **p) {

@@ -1,9 +1,12 @@
 /* tests/unit/test_parallel_executor.c — ParallelExecutor semantics on CPU
  * places (DESIGN.md §4): feed split, list feeds, fetch merge, persistables
  * fetched once, allreduce across places, error propagation without hangs,
- * dropped local scopes, share_vars_from, num_threads independence. */
+ * dropped local scopes (on demand, and every num_iteration_per_drop_scope
+ * runs with the allocator's bytes), share_vars_from, num_threads
+ * independence, strategy values out of range refused. */
 #include "tests/unit/op_test_util.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -376,6 +379,98 @@ static void test_cpu_num(void **state) {
     assert_int_equal(pe_cpu_place_count(), 1);
 }
 
+/* num_iteration_per_drop_scope = 3: the local scopes are dropped right
+ * after every 3rd run, not after the 1st or 2nd, and the allocator's bytes
+ * in use fall by what they held. */
+static void test_drop_scope_every_k_runs(void **state) {
+    (void)state;
+    pe_program *p = make_prog();
+    pe_scope *scope = scope_with_w();
+    pe_pe_options o;
+    pe_pe_options_default(&o);
+    o.exec_strategy.num_iteration_per_drop_scope = 3;
+    pe_parallel_executor *pe = NULL;
+    assert_int_equal(pe_parallel_executor_new(g_places, 2, p, scope, &o, &pe), PE_OK);
+    pe_tensor *x = rows_tensor(64);
+    pe_feed feed = {"x", x};
+    const char *fetch[] = {"loss"};
+    pe_tensor *out = pe_tensor_new();
+    for (int cycle = 0; cycle < 2; cycle++) {
+        int64_t in_use[4];
+        size_t held = 0;
+        for (int run = 1; run <= 3; run++) {
+            assert_int_equal(pe_run(pe, &feed, 1, fetch, 1, true, &out), PE_OK);
+            in_use[run] = pe_alloc_get_stats(g_places[0]).bytes_in_use + pe_alloc_get_stats(g_places[1]).bytes_in_use;
+            if (run < 3) {
+                held = pe_local_exe_scopes_bytes(pe);
+                assert_true(held >= 64 * 3 * sizeof(float)); /* y, on the places */
+            } else {
+                assert_int_equal(pe_local_exe_scopes_bytes(pe), 0);
+            }
+        }
+        assert_int_equal(in_use[2], in_use[1]);
+        assert_true(in_use[3] <= in_use[2] - (int64_t)held);
+    }
+    pe_tensor_free(out);
+    pe_tensor_free(x);
+    pe_parallel_executor_free(pe);
+    pe_scope_free(scope);
+    pe_program_free(p);
+}
+
+/* Strategy values out of range: pe_parallel_executor_new refuses them,
+ * naming the field, the value and what is allowed; the bounds themselves
+ * are accepted. */
+static void test_invalid_strategy_values(void **state) {
+    (void)state;
+    pe_program *p = make_prog();
+    pe_scope *scope = scope_with_w();
+    enum { THREADS, DROP, PER_RUN, GRAD_MB, FIRST_MB, REDUCE, SCALE };
+    const struct { int field; double v; const char *words; } cases[] = {
+        {THREADS, -1, "ExecutionStrategy.num_threads = -1 is out of range: allowed 0 (automatic"},
+        {THREADS, PE_MAX_NUM_THREADS + 1, "ExecutionStrategy.num_threads = 1025 is out of range"},
+        {DROP, -1, "ExecutionStrategy.num_iteration_per_drop_scope = -1 is out of range: allowed 0 (never drop"},
+        {PER_RUN, 0, "ExecutionStrategy.num_iteration_per_run = 0 is out of range: allowed a positive count"},
+        {PER_RUN, -5, "ExecutionStrategy.num_iteration_per_run = -5 is out of range"},
+        {GRAD_MB, NAN, "BuildStrategy.fuse_grad_size_in_MB = nan is out of range: allowed a finite size in MB "
+                       "greater than 0"},
+        {GRAD_MB, -1, "BuildStrategy.fuse_grad_size_in_MB = -1 is out of range"},
+        {GRAD_MB, 0, "BuildStrategy.fuse_grad_size_in_MB = 0 is out of range"},
+        {FIRST_MB, INFINITY, "BuildStrategy.fuse_first_grad_size_in_MB = inf is out of range"},
+        {REDUCE, 2, "BuildStrategy.reduce_strategy = 2 is out of range: allowed 0 (all_reduce) or 1 (reduce)"},
+        {SCALE, -1, "BuildStrategy.gradient_scale_strategy = -1 is out of range: allowed 0 (batch_share), "
+                    "1 (coeff_num_device), 2 (one) or 3 (customized)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        pe_pe_options o;
+        pe_pe_options_default(&o);
+        switch (cases[i].field) {
+        case THREADS: o.exec_strategy.num_threads = (int)cases[i].v; break;
+        case DROP: o.exec_strategy.num_iteration_per_drop_scope = (int)cases[i].v; break;
+        case PER_RUN: o.exec_strategy.num_iteration_per_run = (int)cases[i].v; break;
+        case GRAD_MB: o.build_strategy.fuse_grad_size_in_MB = cases[i].v; break;
+        case FIRST_MB: o.build_strategy.fuse_first_grad_size_in_MB = cases[i].v; break;
+        case REDUCE: o.build_strategy.reduce_strategy = (pe_reduce_strategy)(int)cases[i].v; break;
+        default: o.build_strategy.gradient_scale_strategy = (pe_grad_scale)(int)cases[i].v; break;
+        }
+        pe_parallel_executor *pe = NULL;
+        assert_int_equal(pe_parallel_executor_new(g_places, 2, p, scope, &o, &pe), PE_ERR_INVALID);
+        assert_null(pe);
+        if (!strstr(pe_last_error(), cases[i].words)) fail_msg("case %zu: %s", i, pe_last_error());
+    }
+    pe_pe_options o;
+    pe_pe_options_default(&o);
+    assert_int_equal(pe_pe_options_check(&o), PE_OK);
+    o.exec_strategy.num_threads = PE_MAX_NUM_THREADS;
+    o.exec_strategy.num_iteration_per_drop_scope = 0;
+    o.build_strategy.reduce_strategy = PE_REDUCE_REDUCE;
+    o.build_strategy.gradient_scale_strategy = PE_GRAD_SCALE_CUSTOMIZED;
+    o.build_strategy.fuse_grad_size_in_MB = 1e-6;
+    assert_int_equal(pe_pe_options_check(&o), PE_OK);
+    pe_scope_free(scope);
+    pe_program_free(p);
+}
+
 int main(void) {
     setup_places();
     const struct CMUnitTest tests[] = {
@@ -388,6 +483,8 @@ int main(void) {
         cmocka_unit_test(test_share_vars_from),
         cmocka_unit_test(test_feed_lasts_for_its_run),
         cmocka_unit_test(test_cpu_num),
+        cmocka_unit_test(test_drop_scope_every_k_runs),
+        cmocka_unit_test(test_invalid_strategy_values),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,13 +15,8 @@
 #define ROWS 9 /* splits 3,3,3 */
 
 static void train(const tm_model *m, int places, unsigned mask, pe_tensor **out) {
-    pe_scope *scope = pe_scope_new(NULL);
-    pe_executor *ex = pe_executor_new(pe_place_cpu(0));
-    assert_int_equal(pe_executor_run(ex, m->startup, 0, scope, NULL, 0, NULL, 0, NULL), PE_OK);
-    pe_place pl[3] = {pe_place_cpu(0), pe_place_cpu(1), pe_place_cpu(2)};
     pe_pe_options o;
     pe_pe_options_default(&o);
-    o.loss_name = "loss";
     pe_build_strategy *bs = &o.build_strategy;
     bs->fuse_gemm_epilogue = mask & 1;
     bs->fuse_elewise_add_act_ops = mask & 2;
@@ -32,25 +27,9 @@ static void train(const tm_model *m, int places, unsigned mask, pe_tensor **out)
     bs->shard_optimizer = mask & 64;
     bs->fuse_grad_size_in_MB = 0.05;
     bs->fuse_first_grad_size_in_MB = 0.001;
-    pe_parallel_executor *pe;
-    if (pe_parallel_executor_new(pl, places, m->main, scope, &o, &pe) != PE_OK)
-        fail_msg("switches 0x%x: %s", mask, pe_last_error());
-    const char *fetch[] = {"loss"};
-    pe_tensor *loss = pe_tensor_new();
-    for (int s = 0; s < STEPS; s++) {
-        pe_tensor *x, *y;
-        tm_batch(m, s, ROWS, &x, &y);
-        pe_feed feed[2] = {{m->input, x}, {"label", y}};
-        if (pe_run(pe, feed, 2, fetch, 1, true, &loss) != PE_OK)
-            fail_msg("switches 0x%x step %d: %s", mask, s, pe_last_error());
-        pe_tensor_free(x);
-        pe_tensor_free(y);
-    }
-    tm_fetch_params(m, pe, out);
-    pe_tensor_free(loss);
-    pe_parallel_executor_free(pe);
-    pe_executor_free(ex);
-    pe_scope_free(scope);
+    char what[32];
+    snprintf(what, sizeof what, "switches 0x%x", mask);
+    tm_train(m, places, &o, STEPS, ROWS, what, out);
 }
 
 static void check(bool cnn) {

@@ -457,6 +457,9 @@ static PyMethodDef module_methods[] = {
     {"op_registry", py_op_registry, METH_NOARGS, "Every registered op type with its slots and attrs."},
     {"common_attrs", py_common_attrs, METH_NOARGS, "Attrs every op may carry, with their types."},
     {"cpu_place_count", py_cpu_place_count, METH_NOARGS, "CPU_NUM (default 1)."},
+    {"check_strategy", (PyCFunction)(void (*)(void))pe_check_strategy, METH_VARARGS | METH_KEYWORDS,
+     "check_strategy(exec_strategy=None, build_strategy=None): raise InvalidArgumentError for a value out of "
+     "range (the strategy setters' check)."},
     {"cuda_device_count", py_cuda_device_count, METH_NOARGS, "Visible CUDA devices (0 without CUDA)."},
     {"with_cuda", py_with_cuda, METH_NOARGS, "Whether PE was built with CUDA."},
     {"alloc_stats", py_alloc_stats, METH_VARARGS, "alloc_stats(place=None) -> dict of allocator counters."},

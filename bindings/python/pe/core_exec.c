@@ -2,6 +2,7 @@
  * (part of pe._core; see _core.c for the design). */
 #include "_core.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -294,7 +295,15 @@ static int dict_int(PyObject *d, const char *key, int *out) {
     if (!v || v == Py_None) return 0;
     long x = PyLong_AsLong(v);
     if (x == -1 && PyErr_Occurred()) {
-        PyErr_Format(PyExc_TypeError, "strategy field %s must be an int", key);
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            PyErr_Format(PyExc_TypeError, "strategy field %s must be an int", key);
+            return -1;
+        }
+        PyErr_Clear();
+        x = LONG_MAX; /* refused below, as any value out of an int's range */
+    }
+    if (x < INT_MIN || x > INT_MAX) {
+        raise_msg(PE_ERR_INVALID, "ExecutionStrategy.%s is out of range: it does not fit a C int", key);
         return -1;
     }
     *out = (int)x;
@@ -324,7 +333,7 @@ static int dict_double(PyObject *d, const char *key, double *out) {
     return 0;
 }
 
-static int dict_enum(PyObject *d, const char *key, const char *const *names, int n, int *out) {
+static int dict_enum(PyObject *d, const char *key, const char *const *names, int n, const char *allowed, int *out) {
     if (!d || d == Py_None) return 0;
     PyObject *v = PyDict_GetItemString(d, key);
     if (!v || v == Py_None) return 0;
@@ -335,17 +344,68 @@ static int dict_enum(PyObject *d, const char *key, const char *const *names, int
                 *out = i;
                 return 0;
             }
-        raise_msg(PE_ERR_INVALID, "strategy field %s: unknown value '%s'", key, s ? s : "?");
+        raise_msg(PE_ERR_INVALID, "BuildStrategy.%s = '%s' is not a known value: allowed %s", key, s ? s : "?",
+                  allowed);
         return -1;
     }
     long x = PyLong_AsLong(v);
-    if ((x == -1 && PyErr_Occurred()) || x < 0 || x >= n) {
-        PyErr_Clear();
-        raise_msg(PE_ERR_INVALID, "strategy field %s: value out of range", key);
+    if (x == -1 && PyErr_Occurred()) {
+        PyErr_Format(PyExc_TypeError, "strategy field %s must be a str (%s) or an int", key, allowed);
         return -1;
     }
-    *out = (int)x;
+    *out = x < INT_MIN ? INT_MIN : x > INT_MAX ? INT_MAX : (int)x; /* out of range: pe_pe_options_check names it */
     return 0;
+}
+
+/* The strategy fields of the exec_strategy / build_strategy dicts (absent
+ * or None: o's value) into o; debug_graphviz_path is left to the caller. */
+static int strategies_from_dicts(PyObject *es, PyObject *bs, pe_pe_options *o) {
+    static const char *const reduce_names[] = {"all_reduce", "reduce"};
+    static const char *const scale_names[] = {"batch_share", "coeff_num_device", "one", "customized"};
+    int rs = o->build_strategy.reduce_strategy, gs = o->build_strategy.gradient_scale_strategy;
+    pe_exec_strategy *e = &o->exec_strategy;
+    pe_build_strategy *b = &o->build_strategy;
+    if (dict_int(es, "num_threads", &e->num_threads) ||
+        dict_int(es, "num_iteration_per_drop_scope", &e->num_iteration_per_drop_scope) ||
+        dict_int(es, "num_iteration_per_run", &e->num_iteration_per_run) ||
+        dict_bool(es, "check_nan_inf", &e->check_nan_inf) ||
+        dict_enum(bs, "reduce_strategy", reduce_names, 2, "all_reduce or reduce", &rs) ||
+        dict_enum(bs, "gradient_scale_strategy", scale_names, 4, "batch_share, coeff_num_device, one or customized",
+                  &gs) ||
+        dict_bool(bs, "fuse_elewise_add_act_ops", &b->fuse_elewise_add_act_ops) ||
+        dict_bool(bs, "fuse_all_optimizer_ops", &b->fuse_all_optimizer_ops) ||
+        dict_bool(bs, "fuse_all_reduce_ops", &b->fuse_all_reduce_ops) ||
+        dict_double(bs, "fuse_grad_size_in_MB", &b->fuse_grad_size_in_MB) ||
+        dict_double(bs, "fuse_first_grad_size_in_MB", &b->fuse_first_grad_size_in_MB) ||
+        dict_bool(bs, "fuse_gemm_epilogue", &b->fuse_gemm_epilogue) ||
+        dict_bool(bs, "enable_inplace", &b->enable_inplace) ||
+        dict_bool(bs, "memory_optimize", &b->memory_optimize) ||
+        dict_bool(bs, "enable_sequential_execution", &b->enable_sequential_execution) ||
+        dict_bool(bs, "shard_optimizer", &b->shard_optimizer))
+        return -1;
+    b->reduce_strategy = (pe_reduce_strategy)rs;
+    b->gradient_scale_strategy = (pe_grad_scale)gs;
+    return 0;
+}
+
+/* check_strategy(exec_strategy=None, build_strategy=None): the strategy
+ * setters' check — the dicts' values over the defaults, checked as
+ * pe_parallel_executor_new checks them (same words). */
+PyObject *pe_check_strategy(PyObject *mod, PyObject *args, PyObject *kw) {
+    (void)mod;
+    static char *kwlist[] = {"exec_strategy", "build_strategy", NULL};
+    PyObject *es = Py_None, *bs = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO", kwlist, &es, &bs)) return NULL;
+    if ((es != Py_None && !PyDict_Check(es)) || (bs != Py_None && !PyDict_Check(bs))) {
+        PyErr_SetString(PyExc_TypeError, "check_strategy: exec_strategy / build_strategy must be dicts");
+        return NULL;
+    }
+    pe_pe_options opt;
+    pe_pe_options_default(&opt);
+    if (strategies_from_dicts(es, bs, &opt)) return NULL;
+    pe_status st = pe_pe_options_check(&opt);
+    if (st != PE_OK) return raise_status(st);
+    Py_RETURN_NONE;
 }
 
 static PyObject *pe_new_(PyTypeObject *type, PyObject *args, PyObject *kw) {
@@ -401,29 +461,10 @@ static PyObject *pe_new_(PyTypeObject *type, PyObject *args, PyObject *kw) {
             return NULL;
         }
     }
-    static const char *const reduce_names[] = {"all_reduce", "reduce"};
-    static const char *const scale_names[] = {"batch_share", "coeff_num_device", "one", "customized"};
-    int rs = opt.build_strategy.reduce_strategy, gs = opt.build_strategy.gradient_scale_strategy;
-    if (dict_int(es, "num_threads", &opt.exec_strategy.num_threads) ||
-        dict_int(es, "num_iteration_per_drop_scope", &opt.exec_strategy.num_iteration_per_drop_scope) ||
-        dict_int(es, "num_iteration_per_run", &opt.exec_strategy.num_iteration_per_run) ||
-        dict_enum(bs, "reduce_strategy", reduce_names, 2, &rs) ||
-        dict_enum(bs, "gradient_scale_strategy", scale_names, 4, &gs) ||
-        dict_bool(bs, "fuse_elewise_add_act_ops", &opt.build_strategy.fuse_elewise_add_act_ops) ||
-        dict_bool(bs, "fuse_all_optimizer_ops", &opt.build_strategy.fuse_all_optimizer_ops) ||
-        dict_bool(bs, "fuse_all_reduce_ops", &opt.build_strategy.fuse_all_reduce_ops) ||
-        dict_double(bs, "fuse_grad_size_in_MB", &opt.build_strategy.fuse_grad_size_in_MB) ||
-        dict_double(bs, "fuse_first_grad_size_in_MB", &opt.build_strategy.fuse_first_grad_size_in_MB) ||
-        dict_bool(bs, "fuse_gemm_epilogue", &opt.build_strategy.fuse_gemm_epilogue) ||
-        dict_bool(bs, "enable_inplace", &opt.build_strategy.enable_inplace) ||
-        dict_bool(bs, "memory_optimize", &opt.build_strategy.memory_optimize) ||
-        dict_bool(bs, "enable_sequential_execution", &opt.build_strategy.enable_sequential_execution) ||
-        dict_bool(bs, "shard_optimizer", &opt.build_strategy.shard_optimizer)) {
+    if (strategies_from_dicts(es, bs, &opt)) {
         Py_DECREF(keep);
         return NULL;
     }
-    opt.build_strategy.reduce_strategy = (pe_reduce_strategy)rs;
-    opt.build_strategy.gradient_scale_strategy = (pe_grad_scale)gs;
     PyObject *gv = bs != Py_None ? PyDict_GetItemString(bs, "debug_graphviz_path") : NULL;
     if (gv && gv != Py_None) {
         if (!PyUnicode_Check(gv)) {

@@ -9,6 +9,7 @@ pe._core.Program (rebuilt only when the Python program changed) and return
 fetches as numpy arrays that view the fetched tensors (no copy).
 """
 import collections
+import operator
 import os
 import warnings
 import weakref
@@ -190,20 +191,40 @@ class _Strategy:
         elif k not in self._fields:
             raise AttributeError("%s has no field %r (fields: %s)" % (type(self).__name__, k,
                                                                        ", ".join(sorted(self._fields))))
+        else:
+            self._check(k, v)
         object.__setattr__(self, k, v)
+
+    def _check(self, k, v):
+        """Raises pe.InvalidArgumentError (a ValueError) for a value out of
+        range, with the words of pe_parallel_executor_new (pe_pe_options_check)."""
 
     def __repr__(self):
         return "%s(%s)" % (type(self).__name__, ", ".join("%s=%r" % (k, getattr(self, k)) for k in self._fields))
 
 
+def _as_int(owner, k, v):
+    try:
+        return operator.index(v)
+    except TypeError:
+        raise TypeError("%s.%s must be an int, got %r" % (owner, k, v)) from None
+
+
 class ExecutionStrategy(_Strategy):
-    """num_threads (0: places*2 on CPU), num_iteration_per_drop_scope (100), num_iteration_per_run (1)."""
-    _fields = {"num_threads": 0, "num_iteration_per_drop_scope": 100, "num_iteration_per_run": 1}
+    """num_threads (0: places*2 on CPU; at most 1024), num_iteration_per_drop_scope (100; 0: never),
+    num_iteration_per_run (1; >= 1), check_nan_inf (False: FLAGS_check_nan_inf)."""
+    _fields = {"num_threads": 0, "num_iteration_per_drop_scope": 100, "num_iteration_per_run": 1,
+               "check_nan_inf": False}
     _ignored = {"use_thread_barrier": False, "allow_op_delay": False, "use_experimental_executor": False,
                 "use_cuda": False}
 
+    def _check(self, k, v):
+        if k != "check_nan_inf":
+            _core.check_strategy(exec_strategy={k: _as_int("ExecutionStrategy", k, v)})
+
     def _to_dict(self):
-        return {k: int(getattr(self, k)) for k in self._fields}
+        return {k: bool(v) if k == "check_nan_inf" else int(v) for k, v in
+                ((k, getattr(self, k)) for k in self._fields)}
 
 
 class _ReduceStrategy:
@@ -241,23 +262,33 @@ class BuildStrategy(_Strategy):
                 "nccl_comm_num": 1, "use_hierarchical_allreduce": False, "fix_op_run_order": False,
                 "allow_cuda_graph_capture": False}
 
+    _enums = {"reduce_strategy": (_REDUCE_NAMES, "ReduceStrategy"),
+              "gradient_scale_strategy": (_SCALE_NAMES, "GradientScaleStrategy")}
+
+    def _check(self, k, v):
+        if k in self._enums:
+            names, cls = self._enums[k]
+            if _as_int("BuildStrategy", k, v) not in names:
+                raise _core.InvalidArgumentError("BuildStrategy.%s = %r is out of range: allowed %s" % (
+                    k, v, ", ".join("%d (%s.%s)" % (i, cls, n) for i, n in sorted(
+                        (i, n) for n, i in vars(getattr(self, cls)).items() if not n.startswith("_")))))
+        elif k in ("fuse_grad_size_in_MB", "fuse_first_grad_size_in_MB"):
+            try:
+                size = float(v)
+            except (TypeError, ValueError):
+                raise TypeError("BuildStrategy.%s must be a number, got %r" % (k, v)) from None
+            _core.check_strategy(build_strategy={k: size})
+
     def _to_dict(self):
         d = {k: getattr(self, k) for k in self._fields}
-        rs, gs = d["reduce_strategy"], d["gradient_scale_strategy"]
-        if int(rs) not in _REDUCE_NAMES:
-            raise _core.InvalidArgumentError("BuildStrategy.reduce_strategy must be ReduceStrategy.AllReduce or Reduce")
-        if int(gs) not in _SCALE_NAMES:
-            raise _core.InvalidArgumentError("BuildStrategy.gradient_scale_strategy must be a GradientScaleStrategy")
-        d["reduce_strategy"] = _REDUCE_NAMES[int(rs)]
-        d["gradient_scale_strategy"] = _SCALE_NAMES[int(gs)]
+        d["reduce_strategy"] = _REDUCE_NAMES[int(d["reduce_strategy"])]
+        d["gradient_scale_strategy"] = _SCALE_NAMES[int(d["gradient_scale_strategy"])]
         d["debug_graphviz_path"] = str(d["debug_graphviz_path"] or "")
         for k in ("fuse_elewise_add_act_ops", "fuse_all_optimizer_ops", "fuse_all_reduce_ops", "fuse_gemm_epilogue",
                   "enable_inplace", "memory_optimize", "enable_sequential_execution", "shard_optimizer"):
             d[k] = bool(d[k])
         for k in ("fuse_grad_size_in_MB", "fuse_first_grad_size_in_MB"):
             d[k] = float(d[k])
-            if d[k] <= 0:
-                raise _core.InvalidArgumentError("BuildStrategy.%s must be positive (got %r)" % (k, d[k]))
         return d
 
 
