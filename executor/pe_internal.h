@@ -141,14 +141,6 @@ pe_status pe_pe_broadcast_from_trainer0(pe_parallel_executor *pe);
 pe_status pe_pe_global_rows(pe_parallel_executor *pe, int64_t *total);
 pe_status pe_pe_chain_collectives(pe_ssa_graph *g);
 
-/* trainers.c: across processes (num_trainers > 1) */
-pe_status pe_pe_make_comm(pe_parallel_executor *pe);
-void pe_pe_free_comm(pe_parallel_executor *pe);
-int pe_pe_world_places(const pe_parallel_executor *pe);
-pe_status pe_pe_broadcast_from_trainer0(pe_parallel_executor *pe);
-pe_status pe_pe_global_rows(pe_parallel_executor *pe, int64_t *total);
-pe_status pe_pe_chain_collectives(pe_ssa_graph *g);
-
 /* opt_shard.c */
 pe_status pe_pe_collect_sharded_state(pe_parallel_executor *pe);
 bool pe_pe_is_sharded_state(const pe_parallel_executor *pe, const char *name);
