@@ -236,7 +236,7 @@ static pe_status issue(pe_parallel_executor *pe, int h, pe_coll op, void *const 
                        int root) {
     char what[512];
     pe_status st;
-    if (pe->comm->direct || pe->n == 1) {
+    if (pe->comm->direct) {
         switch (op) {
         case PE_COLL_ALLREDUCE: st = pe_group_allreduce(pe->comm, bufs, numel, dt); break;
         case PE_COLL_REDUCE: st = pe_group_reduce(pe->comm, bufs, numel, dt, root); break;

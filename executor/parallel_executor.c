@@ -139,7 +139,7 @@ void pe_parallel_executor_free(pe_parallel_executor *pe) {
     free(pe->ctxs);
     free(pe->coll_done);
     pe_pe_free_place_scopes(pe);
-    pe_group_free(pe->comm);
+    pe_pe_free_comm(pe);
     for (int i = 0; i < 2; i++) free_variant(&pe->variants[i]);
     free(pe);
 }
@@ -156,9 +156,15 @@ static pe_status build_variant(const pe_parallel_executor *pe, const char *const
         return pe_error(PE_ERR_INVALID, "debug_graphviz_path '%s' is too long", path);
     pe_build_strategy bs = pe->opt.build_strategy;
     if (pe->places[0].kind != PE_PLACE_CPU) bs.shard_optimizer = false; /* in-process CPU collectives only */
-    pe_pass_opts po = {.n_places = pe->n, .loss_name = pe->opt.loss_name, .bs = &bs, .protect = protect,
+    if (pe->opt.num_trainers > 1 && bs.shard_optimizer) {
+        bs.shard_optimizer = false; /* its exchange runs inside one process */
+        if (dump) pe_log(PE_LOG_INFO, "BuildStrategy.shard_optimizer: not applied across processes (num_trainers=%d)",
+                         pe->opt.num_trainers);
+    }
+    pe_pass_opts po = {.n_places = pe->n, .n_trainers = pe->opt.num_trainers, .loss_name = pe->opt.loss_name, .bs = &bs, .protect = protect,
                        .n_protect = n_protect, .dump_prefix = path ? prefix : NULL, .final_dot = path};
     PE_CHECK(pe_pass_manager_run(pe->prog, &po, &out->g, NULL));
+    if (pe->opt.num_trainers > 1) PE_CHECK(pe_pe_chain_collectives(out->g)); /* one issue order on every trainer */
     if (bs.memory_optimize || bs.enable_inplace) {
         PE_CHECK(pe_mem_arenas_new(out->g, pe->places, bs.memory_optimize, bs.enable_inplace, &out->arenas));
         PE_CHECK(pe_mem_arenas_protect(out->arenas, PE_LOSS_SCALE_VAR));
@@ -288,7 +294,6 @@ pe_status pe_pe_options_check(const pe_pe_options *o) {
 pe_status pe_parallel_executor_new(const pe_place *places, int n_places, const pe_program *main_program,
                                    pe_scope *scope, const pe_pe_options *opt, pe_parallel_executor **out) {
     *out = NULL;
-    char pb[32];
     if (!places || !main_program || !scope)
         return pe_error(PE_ERR_INVALID, "ParallelExecutor: places, main_program and scope are required");
     if (n_places < 1 || n_places > PE_MAX_PLACES)
@@ -297,9 +302,8 @@ pe_status pe_parallel_executor_new(const pe_place *places, int n_places, const p
     if (opt) o = *opt;
     else pe_pe_options_default(&o);
     PE_CHECK(pe_pe_options_check(&o));
-    if (o.num_trainers > 1)
-        return pe_error(PE_ERR_UNSUPPORTED, "ParallelExecutor: num_trainers=%d needs the multi-process (MPI/NCCL) "
-                        "backend, which this build does not have yet; use num_trainers=1", o.num_trainers);
+    if (o.num_trainers < 1)
+        return pe_error(PE_ERR_INVALID, "ParallelExecutor: num_trainers=%d (1 = this process only)", o.num_trainers);
     PE_CHECK(check_places(places, n_places));
     const pe_parallel_executor *src = o.share_vars_from;
     if (src && (!src->built || src->n != n_places))
@@ -318,27 +322,27 @@ pe_status pe_parallel_executor_new(const pe_place *places, int n_places, const p
     pe->prog = main_program;
     pe->opt = o;
     pe->check_nan_inf = o.exec_strategy.check_nan_inf || pe_flag_check_nan_inf();
-    pe_status st;
-    if ((st = build_graphs(pe)) != PE_OK || (st = adopt_graph(pe)) != PE_OK ||
-        (st = pe_pe_make_place_scopes(pe, scope)) != PE_OK || (st = pe_pe_broadcast_persistables(pe)) != PE_OK)
-        goto fail;
     /* Intra-op threads: the OpenMP budget (OMP_NUM_THREADS, default the
      * cores) shared by the places, never more threads than that in total. */
     int cores = omp_get_max_threads();
     pe->kernel_threads = cores / n_places > 0 ? cores / n_places : 1;
+    /* The collectives first: across processes, every trainer checks the
+     * world before anything can fail on one trainer alone. A collective
+     * runs on a scheduler thread while the other places keep computing: it
+     * gets one place's share of the OpenMP budget. (More threads would
+     * oversubscribe the cores, and libgomp's idle team threads spin for a
+     * while after each region, stealing the other places' cores: 2 places
+     * on 2 cores trained the MLP slower than one.) */
+    pe_status st = pe_pe_make_comm(pe);
+    if (st != PE_OK) goto fail;
+    set_services(pe);
+    if ((st = build_graphs(pe)) != PE_OK || (st = adopt_graph(pe)) != PE_OK ||
+        (st = pe_pe_make_place_scopes(pe, scope)) != PE_OK || (st = pe_pe_broadcast_persistables(pe)) != PE_OK)
+        goto fail;
     int nt = o.exec_strategy.num_threads;
     if (nt == 0) nt = n_places * (places[0].kind == PE_PLACE_CUDA ? 4 : 2);
     if (!o.build_strategy.enable_sequential_execution && !(pe->sched = pe_sched_new(nt))) { st = PE_ERR_NOMEM; goto fail; }
-    /* A collective runs on a scheduler thread while the other places keep
-     * computing: it gets one place's share of the OpenMP budget. (More
-     * threads would oversubscribe the cores, and libgomp's idle team
-     * threads spin for a while after each region, stealing the other
-     * places' cores: 2 places on 2 cores trained the MLP slower than one.) */
-    if (!(pe->comm = pe_comm_new_for_places(places, n_places, pe->kernel_threads))) {
-        st = pe_error_wrap(PE_ERR_UNSUPPORTED, "ParallelExecutor: collectives for %s", pe_place_str(places[0], pb, sizeof pb));
-        goto fail;
-    }
-    set_services(pe);
+    if ((st = pe_pe_broadcast_from_trainer0(pe)) != PE_OK) goto fail;
     if ((st = pe_pe_coalesce_optimizer_state(pe)) != PE_OK || (st = pe_pe_share_sharded_state(pe)) != PE_OK) goto fail;
     pe->built = true;
     *out = pe;
@@ -362,17 +366,19 @@ pe_status pe_pe_replace_comm(pe_parallel_executor *pe, pe_comm_group *g) {
 
 /* ---- run ------------------------------------------------------------- */
 
-/* Place p's share of the loss gradient, into its PE_LOSS_SCALE_VAR. */
+/* Place p's share of the loss gradient (of the global batch across
+ * trainers), into its PE_LOSS_SCALE_VAR. */
 static pe_status set_loss_scale(pe_parallel_executor *pe) {
     if (pe->g->loss_grad_op < 0) return PE_OK;
-    int64_t total = 0;
-    for (int p = 0; p < pe->n; p++) total += pe->rows[p];
+    int64_t total; /* rows of every place of every trainer */
+    PE_CHECK(pe_pe_global_rows(pe, &total));
+    const int world = pe_pe_world_places(pe);
     for (int p = 0; p < pe->n; p++) {
         double s;
         switch (pe->opt.build_strategy.gradient_scale_strategy) {
-        case PE_GRAD_SCALE_COEFF_NUM_DEVICE: s = 1.0 / pe->n; break;
+        case PE_GRAD_SCALE_COEFF_NUM_DEVICE: s = 1.0 / world; break;
         case PE_GRAD_SCALE_ONE: s = 1.0; break;
-        default: s = total > 0 ? (double)pe->rows[p] / (double)total : 1.0 / pe->n; break;
+        default: s = total > 0 ? (double)pe->rows[p] / (double)total : 1.0 / world; break;
         }
         pe_tensor *t = pe_scope_var(pe->local[p], PE_LOSS_SCALE_VAR);
         if (!t) return pe_error(PE_ERR_NOMEM, "out of memory setting the loss scale");

@@ -12,6 +12,9 @@
  *                        state, the bucket and per-var collectives
  *   opt_shard.c          shard_optimizer: the sharded updates and their
  *                        shared state
+ *   trainers.c           num_trainers > 1: the world of processes (MPI),
+ *                        its checks, the broadcast from trainer 0, the
+ *                        global batch and the collectives' fixed order
  *
  * Why one struct in a header: the jobs act on the same per-place scopes and
  * graph; splitting the state would only add getters. Each field notes which
@@ -59,6 +62,7 @@ struct pe_parallel_executor {
     int cur_variant;
     pe_sched *sched;
     pe_comm_group *comm;    /* the places' collectives (runtime/comm) */
+    pe_comm *outer;         /* num_trainers > 1: this process's MPI rank (trainers.c) */
     pe_place_services svc[PE_MAX_PLACES]; /* what each place's kernels get (ctx->svc): its comm rank */
     pe_coll_done *coll_done; /* per handle of g (grad_buckets.c) */
     int kernel_threads;
@@ -130,6 +134,14 @@ size_t pe_pe_bucket_bytes(const pe_parallel_executor *pe);
 pe_status pe_pe_run_bucket(pe_parallel_executor *pe, int h);
 pe_status pe_pe_run_collective(pe_parallel_executor *pe, int h);
 pe_status pe_pe_check_collective(pe_parallel_executor *pe, int h); /* check_nan_inf: its outputs */
+
+/* trainers.c: across processes (num_trainers > 1) */
+pe_status pe_pe_make_comm(pe_parallel_executor *pe);
+void pe_pe_free_comm(pe_parallel_executor *pe);
+int pe_pe_world_places(const pe_parallel_executor *pe);
+pe_status pe_pe_broadcast_from_trainer0(pe_parallel_executor *pe);
+pe_status pe_pe_global_rows(pe_parallel_executor *pe, int64_t *total);
+pe_status pe_pe_chain_collectives(pe_ssa_graph *g);
 
 /* opt_shard.c */
 pe_status pe_pe_collect_sharded_state(pe_parallel_executor *pe);

@@ -72,3 +72,20 @@ pe_status pe_ssa_graph_write_dot(const pe_ssa_graph *g, const char *path) {
     free(buf);
     return st;
 }
+
+int pe_ssa_graph_add_edge(pe_ssa_graph *g, int from, int to) {
+    if (from < 0 || from == to) return 0;
+    pe_handle *f = &g->h[from];
+    for (int i = f->n_succ - 1; i >= 0; i--)
+        if (f->succ[i] == to) return 0;
+    if (f->n_succ == f->cap_succ) {
+        int cap = f->cap_succ ? f->cap_succ * 2 : 4;
+        int *ns = realloc(f->succ, sizeof *ns * (size_t)cap);
+        if (!ns) return -1;
+        f->succ = ns;
+        f->cap_succ = cap;
+    }
+    f->succ[f->n_succ++] = to;
+    g->h[to].n_deps++;
+    return 0;
+}

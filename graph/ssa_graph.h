@@ -76,6 +76,9 @@ typedef struct pe_ssa_graph {
 } pe_ssa_graph;
 
 void pe_ssa_graph_free(pe_ssa_graph *g); /* accepts NULL */
+/* Handle `to` waits for handle `from` (no-op when from < 0, from == to or
+ * the edge exists). The caller keeps the graph acyclic. -1: out of memory. */
+int pe_ssa_graph_add_edge(pe_ssa_graph *g, int from, int to);
 /* Writes the graph as Graphviz DOT (atomic). */
 pe_status pe_ssa_graph_write_dot(const pe_ssa_graph *g, const char *path);
 

@@ -73,22 +73,6 @@ static int add_handle(pe_ssa_graph *g, pe_handle_kind kind, int place, int op_id
     return g->n_h++;
 }
 
-static int add_edge(pe_ssa_graph *g, int from, int to) {
-    if (from < 0 || from == to) return 0;
-    pe_handle *f = &g->h[from];
-    for (int i = f->n_succ - 1; i >= 0; i--)
-        if (f->succ[i] == to) return 0;
-    if (f->n_succ == f->cap_succ) {
-        int cap = f->cap_succ ? f->cap_succ * 2 : 4;
-        int *ns = realloc(f->succ, sizeof *ns * (size_t)cap);
-        if (!ns) return -1;
-        f->succ = ns;
-        f->cap_succ = cap;
-    }
-    f->succ[f->n_succ++] = to;
-    g->h[to].n_deps++;
-    return 0;
-}
 
 static int new_version(pe_ssa_graph *g, const char *name, int place, int version, int producer) {
     if (g->n_vars == g->cap_vars) {
@@ -122,7 +106,7 @@ static vstate *state_of(pe_ssa_graph *g, place_state *ps, const char *name, int 
 
 static int read_var(pe_ssa_graph *g, place_state *ps, const char *name, int place, int h) {
     vstate *s = state_of(g, ps, name, place);
-    if (!s || add_edge(g, g->vars[s->ssa].producer, h) != 0) return -1;
+    if (!s || pe_ssa_graph_add_edge(g, g->vars[s->ssa].producer, h) != 0) return -1;
     if (s->n_readers == s->cap_readers) {
         int cap = s->cap_readers ? s->cap_readers * 2 : 4;
         int *nr = realloc(s->readers, sizeof *nr * (size_t)cap);
@@ -138,8 +122,8 @@ static int write_var(pe_ssa_graph *g, place_state *ps, const char *name, int pla
     vstate *s = state_of(g, ps, name, place);
     if (!s) return -1;
     for (int i = 0; i < s->n_readers; i++)
-        if (add_edge(g, s->readers[i], h) != 0) return -1;
-    if (add_edge(g, g->vars[s->ssa].producer, h) != 0) return -1;
+        if (pe_ssa_graph_add_edge(g, s->readers[i], h) != 0) return -1;
+    if (pe_ssa_graph_add_edge(g, g->vars[s->ssa].producer, h) != 0) return -1;
     int v = new_version(g, name, place, g->vars[s->ssa].version + 1, h);
     if (v < 0) return -1;
     s->ssa = v;
@@ -376,9 +360,9 @@ static pe_status add_opt_shards(pe_ssa_graph *g, place_state *ps, int op_idx, in
                     const char *name = op->outputs[a].args[j];
                     if (!strcmp(name, PE_EMPTY_VAR)) continue;
                     vstate *st = state_of(g, &ps[p], name, p);
-                    if (!st || add_edge(g, g->vars[st->ssa].producer, h)) return OOM();
+                    if (!st || pe_ssa_graph_add_edge(g, g->vars[st->ssa].producer, h)) return OOM();
                     for (int r = 0; r < st->n_readers; r++)
-                        if (st->readers[r] < first && add_edge(g, st->readers[r], h)) return OOM();
+                        if (st->readers[r] < first && pe_ssa_graph_add_edge(g, st->readers[r], h)) return OOM();
                 }
         }
     }
@@ -398,7 +382,7 @@ static pe_status add_opt_shards(pe_ssa_graph *g, place_state *ps, int op_idx, in
     if (join < 0) return OOM();
     g->h[join].n_shards = k;
     for (int s = 0; s < k; s++)
-        if (add_edge(g, first + s, join)) return OOM();
+        if (pe_ssa_graph_add_edge(g, first + s, join)) return OOM();
     for (int p = 0; p < g->n_places; p++) {
         const pe_op *op = &g->progs[p]->blocks[0].ops[op_idx];
         for (int a = 0; a < op->n_outputs; a++)
@@ -466,7 +450,7 @@ static pe_status order_updates_early(pe_ssa_graph *g) {
         for (int j = producer + 1; j < b->n_ops; j++) {
             int role = op_role(&b->ops[j]);
             if (!(role & PE_ROLE_BACKWARD) || (role & PE_ROLE_OPTIMIZE) || handle_of[j] < 0) continue;
-            if (!reaches(g, handle_of[j], handle_of[i], seen, stack) && add_edge(g, handle_of[i], handle_of[j])) st = OOM();
+            if (!reaches(g, handle_of[j], handle_of[i], seen, stack) && pe_ssa_graph_add_edge(g, handle_of[i], handle_of[j])) st = OOM();
             break;
         }
         if (st != PE_OK) break;
@@ -490,6 +474,14 @@ static bool sharded_grad(const pe_block *b, const int *n_shards, const char *gra
 
 pe_status pe_multi_device_build(const pe_program *prog, int n_places, const char *loss_name,
                                 const pe_build_strategy *bs, pe_ssa_graph **out) {
+    return pe_multi_device_build_world(prog, n_places, 1, loss_name, bs, out);
+}
+
+pe_status pe_multi_device_build_world(const pe_program *prog, int n_places, int n_trainers, const char *loss_name,
+                                      const pe_build_strategy *bs, pe_ssa_graph **out) {
+    /* places of every process: a gradient is exchanged when it has more
+     * than one (one place of several processes too) */
+    const int world = n_places * (n_trainers > 1 ? n_trainers : 1);
     *out = NULL;
     if (n_places < 1) return pe_error(PE_ERR_INVALID, "multi_device pass: %d places", n_places);
     pe_ssa_graph *g = calloc(1, sizeof *g);
@@ -584,7 +576,7 @@ pe_status pe_multi_device_build(const pe_program *prog, int n_places, const char
         if (!(n_shards = calloc((size_t)b0->n_ops, sizeof *n_shards))) { st = OOM(); goto done; }
         for (int i = 0; i < b0->n_ops; i++) n_shards[i] = shard_count(g->progs[0], i, n_places);
     }
-    bool fuse = bs->fuse_all_reduce_ops && !reduce && n_places > 1;
+    bool fuse = bs->fuse_all_reduce_ops && !reduce && world > 1;
     if (bs->fuse_all_reduce_ops && reduce)
         pe_log(PE_LOG_WARN, "BuildStrategy.fuse_all_reduce_ops works with reduce_strategy all_reduce only: not applied");
     if (fuse) {
@@ -607,7 +599,7 @@ pe_status pe_multi_device_build(const pe_program *prog, int n_places, const char
                     for (int p = 0; p < n_places; p++) skip[p] = p != owner[j];
         }
         if ((st = add_op_handles(g, ps, i, skip)) != PE_OK) goto done;
-        if (!rv || !(role & PE_ROLE_BACKWARD) || (role & PE_ROLE_OPTIMIZE) || n_places == 1) continue;
+        if (!rv || !(role & PE_ROLE_BACKWARD) || (role & PE_ROLE_OPTIMIZE) || world == 1) continue;
         for (int k = 0; k + 1 < rv->n; k += 2) {
             /* borrow the name from place 0's program (outlives the graph's use) */
             const char *grad = rv->strings[k + 1];
@@ -642,7 +634,7 @@ pe_status pe_multi_device_build(const pe_program *prog, int n_places, const char
     if (reduce)
         for (int j = 0; j < n_params && st == PE_OK; j++)
             st = add_collective(g, ps, PE_HANDLE_BCAST, owned_params[j], owner[j]);
-    if (st == PE_OK && n_places == 1 && bs->memory_optimize) st = order_updates_early(g);
+    if (st == PE_OK && world == 1 && bs->memory_optimize) st = order_updates_early(g);
 
 done:
     if (ps)

@@ -96,6 +96,10 @@ static void group_part_done(pe_work *part, pe_status st, void *user) {
     if (atomic_fetch_sub(&gw->left, 1) == 1) finish_group(gw);
 }
 
+/* Nothing to exchange: one place, and no other process behind it (a
+ * two-level group of one place per process still talks to the others). */
+static bool group_alone(const pe_comm_group *g) { return pe_comm_size(g->ranks[0]) == 1; }
+
 pe_status pe_group_start(pe_comm_group *g, pe_coll op, void *const *bufs, int64_t numel, pe_dtype dt, int root,
                          pe_work **out) {
     *out = NULL;
@@ -103,7 +107,7 @@ pe_status pe_group_start(pe_comm_group *g, pe_coll op, void *const *bufs, int64_
         return pe_error(PE_ERR_UNSUPPORTED, "%s: group %s: only allreduce, reduce and broadcast", g->ops->name,
                         pe_coll_name(op));
     PE_CHECK(group_check(g, op, numel, dt, root));
-    if (g->n_places == 1 || numel <= 0) {
+    if (group_alone(g) || numel <= 0) {
         *out = pe_work_new_done(PE_OK);
         return *out ? PE_OK : pe_error(PE_ERR_NOMEM, "out of memory for a work");
     }
@@ -154,7 +158,7 @@ pe_status pe_group_start(pe_comm_group *g, pe_coll op, void *const *bufs, int64_
 
 static pe_status group_call(pe_comm_group *g, pe_coll op, void *const *bufs, int64_t numel, pe_dtype dt, int root) {
     PE_CHECK(group_check(g, op, numel, dt, root));
-    if (g->n_places == 1 || numel <= 0) return PE_OK;
+    if (group_alone(g) || numel <= 0) return PE_OK;
     if (g->direct) {
         pe_coll_args a = {.op = op, .recv = bufs[0], .count = numel, .dt = dt, .root = root};
         pe_status st;

@@ -1,0 +1,231 @@
+/* executor/trainers.c — a ParallelExecutor across processes
+ * (num_trainers > 1, Paddle's collective / nccl2 mode on CPU processes).
+ *
+ * The world is num_trainers processes x the places of each: the places'
+ * collectives are the two-level composition (runtime/comm/hier.c) over one
+ * MPI rank per process (runtime/comm/mpi.c), global rank = trainer x places
+ * + place. Sums are in a fixed order (places of a process, then processes),
+ * so a given layout is bitwise repeatable run to run.
+ *
+ * At construction every trainer checks, with one allgather, that all agree
+ * on the world (num_trainers, its own trainer_id = its MPI rank, the place
+ * count, a hash of the program): a disagreement is the same error on every
+ * rank, never a hang. Then the persistables are broadcast from trainer 0,
+ * place 0, so trainers started with different seeds end identical.
+ *
+ * Each run: the row counts of every place of every trainer are summed (the
+ * loss gradient's scale is a share of the global batch), and the gradient
+ * collectives are issued in one fixed order (the graph's order of the
+ * collective handles), whatever order they become ready in: MPI needs every
+ * rank to issue its collectives in the same order. A handle that is ready
+ * before its turn is parked; the one that issues the handle before it
+ * issues it too. No thread waits for a turn.
+ *
+ * Not yet across processes: the sharded optimizer (turned off, info line),
+ * the reduce strategy (an error), CUDA places (an error).
+ */
+#include "executor/pe_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define TAG_WORLD 0x7e5701ull /* the construction's checks */
+
+/* FNV-1a over block 0: op types and slots, var names, dtypes and dims. */
+static uint64_t program_hash(const pe_program *p) {
+    uint64_t h = 0xcbf29ce484222325ull;
+#define MIX(ptr, n)                                                                                                    \
+    for (size_t i_ = 0; i_ < (size_t)(n); i_++) h = (h ^ ((const unsigned char *)(ptr))[i_]) * 0x100000001b3ull
+    const pe_block *b = &p->blocks[0];
+    for (int i = 0; i < b->n_vars; i++) {
+        MIX(b->vars[i].name, strlen(b->vars[i].name) + 1);
+        MIX(&b->vars[i].dtype, sizeof b->vars[i].dtype);
+        MIX(b->vars[i].dims, sizeof(int64_t) * (size_t)b->vars[i].ndim);
+    }
+    for (int i = 0; i < b->n_ops; i++) {
+        MIX(b->ops[i].type, strlen(b->ops[i].type) + 1);
+        for (int s = 0; s < b->ops[i].n_inputs; s++)
+            for (int k = 0; k < b->ops[i].inputs[s].n_args; k++)
+                MIX(b->ops[i].inputs[s].args[k], strlen(b->ops[i].inputs[s].args[k]) + 1);
+        for (int s = 0; s < b->ops[i].n_outputs; s++)
+            for (int k = 0; k < b->ops[i].outputs[s].n_args; k++)
+                MIX(b->ops[i].outputs[s].args[k], strlen(b->ops[i].outputs[s].args[k]) + 1);
+    }
+#undef MIX
+    return h;
+}
+
+#ifdef PE_WITH_MPI
+/* Every trainer's view of the world, compared on every trainer. */
+static pe_status check_world(pe_parallel_executor *pe, pe_comm *outer) {
+    int R = pe_comm_size(outer), me = pe_comm_rank(outer);
+    int64_t mine[4] = {pe->opt.num_trainers, pe->opt.trainer_id, pe->n, (int64_t)(program_hash(pe->prog) >> 1)};
+    int64_t *all = calloc((size_t)R * 4, sizeof *all);
+    if (!all) return pe_error(PE_ERR_NOMEM, "out of memory checking the trainers");
+    pe_work *w;
+    pe_status st = pe_comm_allgather(outer, mine, all, 4, PE_DTYPE_INT64, TAG_WORLD, &w);
+    if (st == PE_OK) {
+        st = pe_work_wait(w);
+        if (st != PE_OK) pe_error(st, "ParallelExecutor: checking the trainers: %s", pe_work_message(w));
+        pe_work_free(w);
+    }
+    for (int r = 0; r < R && st == PE_OK; r++) {
+        const int64_t *v = &all[r * 4];
+        if (v[0] != R)
+            st = pe_error(PE_ERR_INVALID, "ParallelExecutor: trainer %d (MPI rank %d) says num_trainers=%lld, but %d "
+                          "processes were launched", (int)v[1], r, (long long)v[0], R);
+        else if (v[1] != r)
+            st = pe_error(PE_ERR_INVALID, "ParallelExecutor: MPI rank %d says trainer_id=%lld: each process's "
+                          "trainer_id must be its rank (0..%d)", r, (long long)v[1], R - 1);
+        else if (v[2] != all[2])
+            st = pe_error(PE_ERR_INVALID, "ParallelExecutor: trainer %d has %lld places, trainer 0 has %lld: every "
+                          "trainer needs the same places", r, (long long)v[2], (long long)all[2]);
+        else if (v[3] != all[3])
+            st = pe_error(PE_ERR_INVALID, "ParallelExecutor: trainer %d runs another program than trainer 0 (the "
+                          "programs' hashes differ): every trainer must build the same program", r);
+    }
+    (void)me;
+    free(all);
+    return st;
+}
+#endif
+
+pe_status pe_pe_make_comm(pe_parallel_executor *pe) {
+    char pb[32];
+    if (pe->opt.num_trainers <= 1) {
+        if (!(pe->comm = pe_comm_new_for_places(pe->places, pe->n, pe->kernel_threads)))
+            return pe_error_wrap(PE_ERR_UNSUPPORTED, "ParallelExecutor: collectives for %s",
+                                 pe_place_str(pe->places[0], pb, sizeof pb));
+        return PE_OK;
+    }
+#ifndef PE_WITH_MPI
+    return pe_error(PE_ERR_UNSUPPORTED, "ParallelExecutor: num_trainers=%d needs the MPI backend; PE was built "
+                    "without MPI (libopenmpi-dev: scripts/setup.sh, -DPE_WITH_MPI=ON)", pe->opt.num_trainers);
+#else
+    if (pe->places[0].kind != PE_PLACE_CPU)
+        return pe_error(PE_ERR_UNSUPPORTED, "ParallelExecutor: num_trainers=%d on %s: across processes PE runs CPU "
+                        "places (NCCL across processes is not wired into the executor yet)", pe->opt.num_trainers,
+                        pe_place_str(pe->places[0], pb, sizeof pb));
+    if (pe->opt.build_strategy.reduce_strategy == PE_REDUCE_REDUCE)
+        return pe_error(PE_ERR_UNSUPPORTED, "ParallelExecutor: reduce_strategy 'reduce' is not supported across "
+                        "processes yet (num_trainers=%d): use all_reduce", pe->opt.num_trainers);
+    PE_CHECK(pe_comm_mpi_new(&pe->outer));
+    PE_CHECK(check_world(pe, pe->outer));
+    pe_comm *ranks[PE_MAX_PLACES];
+    PE_CHECK(pe_comm_hier_new(pe->outer, pe->n, pe->kernel_threads, ranks));
+    if (!(pe->comm = pe_comm_group_new(ranks, pe->n)))
+        return pe_error_wrap(PE_ERR_NOMEM, "ParallelExecutor: collectives across %d trainers", pe->opt.num_trainers);
+    return PE_OK;
+#endif
+}
+
+void pe_pe_free_comm(pe_parallel_executor *pe) {
+    pe_group_free(pe->comm);
+    pe->comm = NULL;
+    pe_comm_free(pe->outer);
+    pe->outer = NULL;
+}
+
+int pe_pe_world_places(const pe_parallel_executor *pe) {
+    return pe->n * (pe->opt.num_trainers > 1 ? pe->opt.num_trainers : 1);
+}
+
+/* ---- construction: the persistables of trainer 0 ------------------------- */
+
+pe_status pe_pe_broadcast_from_trainer0(pe_parallel_executor *pe) {
+    if (pe->opt.num_trainers <= 1 || pe->opt.share_vars_from) return PE_OK;
+    const pe_block *b = &pe->prog->blocks[0];
+    for (int i = 0; i < b->n_vars; i++) {
+        const pe_var *v = &b->vars[i];
+        if (!v->persistable) continue;
+        const pe_tensor *t0 = pe_scope_find_var(pe->place_scope[0], v->name);
+        if (!t0 || !t0->buf) continue; /* created by the program itself, on every trainer alike */
+        void *bufs[PE_MAX_PLACES];
+        for (int p = 0; p < pe->n; p++) {
+            const pe_tensor *t = pe_scope_find_var(pe->place_scope[p], v->name);
+            if (!t || !t->buf || pe_tensor_numel(t) != pe_tensor_numel(t0) || t->dtype != t0->dtype)
+                return pe_error(PE_ERR_INVALID, "ParallelExecutor: persistable '%s' differs between the places of "
+                                "trainer %d before the broadcast from trainer 0", v->name, pe->opt.trainer_id);
+            bufs[p] = pe_tensor_data(t);
+        }
+        /* every trainer holds it (the same startup program ran on each) */
+        pe_status st = pe_group_broadcast(pe->comm, bufs, pe_tensor_numel(t0), t0->dtype, 0);
+        if (st != PE_OK) return pe_error_wrap(st, "ParallelExecutor: broadcasting '%s' from trainer 0", v->name);
+    }
+    return PE_OK;
+}
+
+/* ---- each run ------------------------------------------------------------ */
+
+pe_status pe_pe_global_rows(pe_parallel_executor *pe, int64_t *total) {
+    int64_t local = 0;
+    for (int p = 0; p < pe->n; p++) local += pe->rows[p];
+    *total = local;
+    if (pe->opt.num_trainers <= 1) return PE_OK;
+    int64_t v[PE_MAX_PLACES];
+    void *bufs[PE_MAX_PLACES];
+    for (int p = 0; p < pe->n; p++) {
+        v[p] = p == 0 ? local : 0;
+        bufs[p] = &v[p];
+    }
+    pe_status st = pe_group_allreduce(pe->comm, bufs, 1, PE_DTYPE_INT64);
+    if (st != PE_OK) return pe_error_wrap(st, "summing the rows fed to the %d trainers", pe->opt.num_trainers);
+    *total = v[0];
+    return PE_OK;
+}
+
+/* The collectives of g chained in one fixed order: a topological order of
+ * the graph that takes the lowest-numbered ready handle first (Kahn's
+ * algorithm with a min-heap), the same in every process that built the same
+ * program; collective k+1 waits for collective k. Chaining along a
+ * topological order never makes a cycle. Communication still overlaps the
+ * backward pass; the collectives run one after another, as one MPI
+ * progress thread would run them anyway. */
+pe_status pe_pe_chain_collectives(pe_ssa_graph *g) {
+    int n = g->n_h;
+    int *deps = malloc(sizeof *deps * (size_t)(n ? n : 1)), *heap = malloc(sizeof *heap * (size_t)(n ? n : 1));
+    pe_status st = deps && heap ? PE_OK : pe_error(PE_ERR_NOMEM, "out of memory ordering the collectives");
+    int hn = 0, prev = -1, done = 0;
+    for (int h = 0; h < n && st == PE_OK; h++) deps[h] = g->h[h].n_deps;
+#define HEAP_PUSH(x)                                                                                                   \
+    do {                                                                                                               \
+        int i_ = hn++;                                                                                                 \
+        heap[i_] = (x);                                                                                                \
+        while (i_ > 0 && heap[(i_ - 1) / 2] > heap[i_]) {                                                              \
+            int t_ = heap[i_], p_ = (i_ - 1) / 2;                                                                      \
+            heap[i_] = heap[p_];                                                                                       \
+            heap[p_] = t_;                                                                                             \
+            i_ = p_;                                                                                                   \
+        }                                                                                                              \
+    } while (0)
+    for (int h = 0; h < n && st == PE_OK; h++)
+        if (deps[h] == 0) HEAP_PUSH(h);
+    while (hn > 0 && st == PE_OK) {
+        int h = heap[0];
+        heap[0] = heap[--hn];
+        for (int i = 0;;) { /* sift down */
+            int l = 2 * i + 1, r = l + 1, m = i;
+            if (l < hn && heap[l] < heap[m]) m = l;
+            if (r < hn && heap[r] < heap[m]) m = r;
+            if (m == i) break;
+            int t = heap[i];
+            heap[i] = heap[m];
+            heap[m] = t;
+            i = m;
+        }
+        done++;
+        pe_handle_kind k = g->h[h].kind;
+        if (k == PE_HANDLE_ALLREDUCE || k == PE_HANDLE_REDUCE || k == PE_HANDLE_BCAST || k == PE_HANDLE_ALLREDUCE_FUSED) {
+            /* the new edge prev -> h: h was ready without it, so only deps[] of h's successors matter */
+            if (prev >= 0 && pe_ssa_graph_add_edge(g, prev, h) != 0) st = pe_error(PE_ERR_NOMEM, "out of memory");
+            prev = h;
+        }
+        for (int i = 0; i < g->h[h].n_succ; i++)
+            if (--deps[g->h[h].succ[i]] == 0) HEAP_PUSH(g->h[h].succ[i]);
+    }
+#undef HEAP_PUSH
+    if (st == PE_OK && done != n) st = pe_error(PE_ERR_INTERNAL, "ordering the collectives: the graph has a cycle");
+    free(deps);
+    free(heap);
+    return st;
+}

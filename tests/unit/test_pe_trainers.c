@@ -1,0 +1,197 @@
+/* tests/unit/test_pe_trainers.c — the ParallelExecutor across processes
+ * (num_trainers > 1, executor/trainers.c), one trainer per MPI process:
+ *
+ *     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+ *       mpirun --oversubscribe -np 3 --mca btl self,vader build/bin/test_pe_trainers
+ *
+ * (ctest runs it with -np 2 and -np 3 through tests/unit/run_mpi.sh.)
+ *   - R trainers x 1 place, each fed its shard of the global batch, train
+ *     the MLP (float32, momentum) to the same bits as one process with R
+ *     places on the whole batch (the sums are in the same order: places,
+ *     then processes), with per-gradient allreduce and with
+ *     fuse_all_reduce_ops buckets; the trainers start from different seeds
+ *     and end identical (the persistables come from trainer 0);
+ *   - R trainers x 2 places (float64) match one process with 2R places
+ *     (allclose: the sums are grouped per process);
+ *   - a wrong num_trainers, trainer ids that are not the ranks, and a
+ *     program that differs on one trainer are errors on every trainer,
+ *     naming the problem, and nothing hangs.
+ */
+#ifdef PE_WITH_MPI
+#include "tests/unit/models.h"
+
+#include <math.h>
+#include <mpi.h>
+#include <omp.h>
+
+enum { STEPS = 6, PER_PLACE = 4 };
+
+static int g_rank, g_size;
+
+static tm_model model(pe_dtype dt, uint64_t startup_seed, int hidden) {
+    tm_model m = tm_model_new(dt, 0.0, false);
+    tm_mlp(&m, hidden, "relu", 16, "tanh");
+    tm_minimize(&m, PE_OPT_MOMENTUM, 0.05, NULL, 0);
+    m.startup->random_seed = (int64_t)startup_seed; /* the main program's seed stays: programs must agree */
+    return m;
+}
+
+typedef struct {
+    int places;       /* per process */
+    int trainers;     /* num_trainers (1: one process on the whole batch) */
+    int trainer_id;
+    bool buckets;     /* fuse_all_reduce_ops */
+    int64_t row0, rows; /* this process's rows of each global batch */
+} run_cfg;
+
+/* Trains STEPS steps; params_out gets place 0's parameters. Returns the
+ * construction's status (the run must then succeed). */
+static pe_status train(const tm_model *m, const run_cfg *c, pe_tensor **params_out) {
+    pe_scope *scope = pe_scope_new(NULL);
+    pe_executor *ex = pe_executor_new(pe_place_cpu(0));
+    assert_int_equal(pe_executor_run(ex, m->startup, 0, scope, NULL, 0, NULL, 0, NULL), PE_OK);
+    pe_place pl[8];
+    for (int i = 0; i < 8; i++) pl[i] = pe_place_cpu(i);
+    pe_pe_options o;
+    pe_pe_options_default(&o);
+    o.loss_name = "loss";
+    o.num_trainers = c->trainers;
+    o.trainer_id = c->trainer_id;
+    o.build_strategy.fuse_all_reduce_ops = c->buckets;
+    o.exec_strategy.num_threads = 2 * c->places;
+    pe_parallel_executor *pe;
+    pe_status st = pe_parallel_executor_new(pl, c->places, m->main, scope, &o, &pe);
+    if (st == PE_OK) {
+        const char *fetch[] = {"loss"};
+        pe_tensor *loss = pe_tensor_new();
+        int64_t global = (int64_t)g_size * c->places * PER_PLACE;
+        for (int step = 0; step < STEPS; step++) {
+            pe_tensor *x, *y;
+            tm_batch(m, step, global, &x, &y);
+            /* this process's rows of the global batch, as views */
+            pe_tensor xs = *x, ys = *y;
+            size_t xrow = pe_tensor_nbytes(x) / (size_t)global, yrow = pe_tensor_nbytes(y) / (size_t)global;
+            xs.dims[0] = ys.dims[0] = c->rows;
+            xs.offset += (size_t)c->row0 * xrow;
+            ys.offset += (size_t)c->row0 * yrow;
+            pe_feed feed[2] = {{m->input, &xs}, {"label", &ys}};
+            if (pe_run(pe, feed, 2, fetch, 1, true, &loss) != PE_OK)
+                fail_msg("rank %d step %d: %s", g_rank, step, pe_last_error());
+            pe_tensor_free(x);
+            pe_tensor_free(y);
+        }
+        tm_fetch_params(m, pe, params_out);
+        pe_tensor_free(loss);
+        pe_parallel_executor_free(pe);
+    }
+    pe_executor_free(ex);
+    pe_scope_free(scope);
+    return st;
+}
+
+static uint64_t params_hash(const tm_model *m, pe_tensor **p) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int i = 0; i < m->n_params; i++) {
+        const unsigned char *b = pe_tensor_data(p[i]);
+        for (size_t k = 0; k < pe_tensor_nbytes(p[i]); k++) h = (h ^ b[k]) * 0x100000001b3ull;
+    }
+    return h;
+}
+
+static void assert_same_on_every_rank(uint64_t h, const char *what) {
+    uint64_t all[64];
+    MPI_Allgather(&h, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, MPI_COMM_WORLD);
+    for (int r = 0; r < g_size; r++)
+        if (all[r] != h) fail_msg("%s: rank %d's parameters differ from rank %d's", what, r, g_rank);
+}
+
+/* R x 1 place == 1 process x R places, bitwise; identical on every rank. */
+static void test_bitwise_with_one_place_each(void **state) {
+    (void)state;
+    for (int buckets = 0; buckets < 2; buckets++) {
+        tm_model ref_m = model(PE_DTYPE_FP32, 7, 32);
+        tm_model m = model(PE_DTYPE_FP32, 7 + (uint64_t)g_rank, 32); /* other seeds: trainer 0's values win */
+        pe_tensor *ref[16], *got[16];
+        run_cfg one = {.places = g_size, .trainers = 1, .buckets = buckets, .row0 = 0,
+                       .rows = (int64_t)g_size * PER_PLACE};
+        run_cfg dist = {.places = 1, .trainers = g_size, .trainer_id = g_rank, .buckets = buckets,
+                        .row0 = (int64_t)g_rank * PER_PLACE, .rows = PER_PLACE};
+        assert_int_equal(train(&ref_m, &one, ref), PE_OK);
+        if (train(&m, &dist, got) != PE_OK) fail_msg("rank %d: %s", g_rank, pe_last_error());
+        for (int i = 0; i < m.n_params; i++)
+            if (pe_tensor_nbytes(got[i]) != pe_tensor_nbytes(ref[i]) ||
+                memcmp(pe_tensor_data(got[i]), pe_tensor_data(ref[i]), pe_tensor_nbytes(ref[i])))
+                fail_msg("rank %d, %s: %s differs from one process with %d places", g_rank,
+                         buckets ? "buckets" : "per gradient", m.params[i], g_size);
+        assert_same_on_every_rank(params_hash(&m, got), "R x 1 place");
+        tm_free_params(&m, got);
+        tm_free_params(&ref_m, ref);
+        tm_model_free(&m);
+        tm_model_free(&ref_m);
+    }
+}
+
+/* R x 2 places (float64) ~ 1 process x 2R places. */
+static void test_two_places_each(void **state) {
+    (void)state;
+    if (2 * g_size > 8) return;
+    tm_model m = model(PE_DTYPE_FP64, 11, 24);
+    pe_tensor *ref[16], *got[16];
+    run_cfg one = {.places = 2 * g_size, .trainers = 1, .row0 = 0, .rows = (int64_t)g_size * 2 * PER_PLACE};
+    run_cfg dist = {.places = 2, .trainers = g_size, .trainer_id = g_rank, .row0 = (int64_t)g_rank * 2 * PER_PLACE,
+                    .rows = 2 * PER_PLACE};
+    assert_int_equal(train(&m, &one, ref), PE_OK);
+    if (train(&m, &dist, got) != PE_OK) fail_msg("rank %d: %s", g_rank, pe_last_error());
+    for (int i = 0; i < m.n_params; i++)
+        for (int64_t e = 0; e < pe_tensor_numel(ref[i]); e++) {
+            double a = tu_get(got[i], e), b = tu_get(ref[i], e);
+            if (fabs(a - b) > 1e-12 * fabs(b) + 1e-15)
+                fail_msg("rank %d: %s[%lld] = %.17g, one process %.17g", g_rank, m.params[i], (long long)e, a, b);
+        }
+    assert_same_on_every_rank(params_hash(&m, got), "R x 2 places");
+    tm_free_params(&m, got);
+    tm_free_params(&m, ref);
+    tm_model_free(&m);
+}
+
+/* Every trainer gets the error, none hangs. */
+static void expect_error(const tm_model *m, int trainers, int trainer_id, const char *needle) {
+    pe_tensor *p[16];
+    run_cfg c = {.places = 1, .trainers = trainers, .trainer_id = trainer_id, .row0 = 0, .rows = PER_PLACE};
+    if (train(m, &c, p) == PE_OK) fail_msg("rank %d: no error (expected '%s')", g_rank, needle);
+    if (!strstr(pe_last_error(), needle)) fail_msg("rank %d: '%s' does not say '%s'", g_rank, pe_last_error(), needle);
+}
+
+static void test_world_mismatches(void **state) {
+    (void)state;
+    tm_model m = model(PE_DTYPE_FP32, 7, 32);
+    expect_error(&m, g_size + 1, g_rank, "processes were launched");
+    expect_error(&m, g_size, (g_rank + 1) % g_size, "trainer_id must be its rank");
+    tm_model other = model(PE_DTYPE_FP32, 7, g_rank == g_size - 1 ? 48 : 32); /* the last trainer's differs */
+    expect_error(&other, g_size, g_rank, "runs another program than trainer 0");
+    tm_model_free(&other);
+    tm_model_free(&m);
+}
+
+int main(void) {
+    int provided;
+    MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    omp_set_num_threads(1);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bitwise_with_one_place_each),
+        cmocka_unit_test(test_two_places_each),
+        cmocka_unit_test(test_world_mismatches),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    MPI_Finalize();
+    return rc;
+}
+#else
+#include <stdio.h>
+int main(void) {
+    printf("[  SKIPPED ] test_pe_trainers: PE was built without MPI\n");
+    return 77;
+}
+#endif
