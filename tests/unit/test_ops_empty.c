@@ -493,11 +493,57 @@ static void test_train_empty_batch(void **state) {
     }
 }
 
+/* A list feed may leave a place empty: its share of the loss scale is 0, its
+ * gradients are 0, so 2 rows on place 0 and 0 rows on place 1 train like the
+ * Executor on the 2 rows; the merged loss holds NaN for the empty place. */
+static void test_list_feed_with_an_empty_place(void **state) {
+    (void)state;
+    tm_model m = tm_model_new(PE_DTYPE_FP32, 0.1, false);
+    tm_mlp(&m, 16, "relu", 8, "tanh");
+    tm_minimize(&m, PE_OPT_SGD, 0.1, NULL, 0);
+    pe_tensor *x2, *y2, *x0, *y0, *want[16], *got[16], *before[16];
+    tm_batch(&m, 0, 2, &x2, &y2); /* train_step's batch */
+    tm_batch(&m, 0, 0, &x0, &y0);
+    pe_tensor *loss = pe_tensor_new();
+    const char *fetch[] = {"loss"};
+    train_step(&m, 0, 2, before, want);
+    tm_free_params(&m, before);
+    pe_scope *scope = pe_scope_new(NULL);
+    pe_executor *ex = pe_executor_new(pe_place_cpu(0));
+    assert_int_equal(pe_executor_run(ex, m.startup, 0, scope, NULL, 0, NULL, 0, NULL), PE_OK);
+    pe_place pl[2] = {pe_place_cpu(0), pe_place_cpu(1)};
+    pe_pe_options o;
+    pe_pe_options_default(&o);
+    o.loss_name = "loss";
+    pe_parallel_executor *pe;
+    if (pe_parallel_executor_new(pl, 2, m.main, scope, &o, &pe) != PE_OK) fail_msg("%s", pe_last_error());
+    pe_feed f0[] = {{m.input, x2}, {"label", y2}}, f1[] = {{m.input, x0}, {"label", y0}};
+    const pe_feed *lists[] = {f0, f1};
+    if (pe_run_list(pe, lists, (const int[]){2, 2}, 2, fetch, 1, true, &loss) != PE_OK) fail_msg("%s", pe_last_error());
+    tu_assert_dims(loss, 1, (int64_t[]){2});
+    assert_true(isfinite(tu_get(loss, 0)) && isnan(tu_get(loss, 1)));
+    tm_fetch_params(&m, pe, got);
+    for (int i = 0; i < m.n_params; i++)
+        for (int64_t e = 0; e < pe_tensor_numel(want[i]); e++) {
+            double w = tu_get(want[i], e), g = tu_get(got[i], e);
+            if (fabs(g - w) > 1e-6 * (1 + fabs(w)))
+                fail_msg("%s[%lld]: %g on 2 places (one empty), %g with the Executor", m.params[i], (long long)e, g, w);
+        }
+    tm_free_params(&m, want);
+    tm_free_params(&m, got);
+    pe_tensor_free(loss);
+    pe_tensor_free(x2); pe_tensor_free(y2); pe_tensor_free(x0); pe_tensor_free(y0);
+    pe_parallel_executor_free(pe);
+    pe_executor_free(ex);
+    pe_scope_free(scope);
+    tm_model_free(&m);
+}
+
 #define N_ROWS (sizeof k_rows / sizeof k_rows[0])
 
 int main(void) {
     assert_true(pe_op_type_count() <= (int)(sizeof g_covered / sizeof g_covered[0]));
-    static struct CMUnitTest tests[N_ROWS + 2];
+    static struct CMUnitTest tests[N_ROWS + 3];
     static size_t idx[N_ROWS];
     static char names[N_ROWS][96];
     for (size_t i = 0; i < N_ROWS; i++) {
@@ -507,5 +553,6 @@ int main(void) {
     }
     tests[N_ROWS] = (struct CMUnitTest)cmocka_unit_test(test_every_op_is_covered);
     tests[N_ROWS + 1] = (struct CMUnitTest)cmocka_unit_test(test_train_empty_batch);
+    tests[N_ROWS + 2] = (struct CMUnitTest)cmocka_unit_test(test_list_feed_with_an_empty_place);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
