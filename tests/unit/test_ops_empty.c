@@ -414,6 +414,17 @@ static void test_every_op_is_covered(void **state) {
     assert_int_equal(missing, 0);
 }
 
+/* A ParallelExecutor training m (loss "loss") over `places` CPU places of scope. */
+static pe_parallel_executor *make_pe(const tm_model *m, pe_scope *scope, int places) {
+    pe_place pl[2] = {pe_place_cpu(0), pe_place_cpu(1)};
+    pe_pe_options o;
+    pe_pe_options_default(&o);
+    o.loss_name = "loss";
+    pe_parallel_executor *pe = NULL;
+    if (pe_parallel_executor_new(pl, places, m->main, scope, &o, &pe) != PE_OK) fail_msg("%s", pe_last_error());
+    return pe;
+}
+
 /* One training step of m on `rows` rows with the Executor (places == 0) or a
  * ParallelExecutor over `places` CPU places; returns the first fetched loss
  * (NaN for an empty batch). Parameters before and after: *before, *after. */
@@ -433,11 +444,7 @@ static double train_step(const tm_model *m, int places, int64_t rows, pe_tensor 
     if (places == 0) {
         if (pe_executor_run(ex, m->main, 0, scope, feeds, 2, fetch, 1, &loss) != PE_OK) fail_msg("%s", pe_last_error());
     } else {
-        pe_place pl[2] = {pe_place_cpu(0), pe_place_cpu(1)};
-        pe_pe_options o;
-        pe_pe_options_default(&o);
-        o.loss_name = "loss";
-        if (pe_parallel_executor_new(pl, places, m->main, scope, &o, &pe) != PE_OK) fail_msg("%s", pe_last_error());
+        pe = make_pe(m, scope, places);
         pe_status st = pe_run(pe, feeds, 2, fetch, 1, true, &loss);
         if (st != PE_OK) {
             /* the caller's rows do not cover the places: the error, then a batch that does */
@@ -511,12 +518,7 @@ static void test_list_feed_with_an_empty_place(void **state) {
     pe_scope *scope = pe_scope_new(NULL);
     pe_executor *ex = pe_executor_new(pe_place_cpu(0));
     assert_int_equal(pe_executor_run(ex, m.startup, 0, scope, NULL, 0, NULL, 0, NULL), PE_OK);
-    pe_place pl[2] = {pe_place_cpu(0), pe_place_cpu(1)};
-    pe_pe_options o;
-    pe_pe_options_default(&o);
-    o.loss_name = "loss";
-    pe_parallel_executor *pe;
-    if (pe_parallel_executor_new(pl, 2, m.main, scope, &o, &pe) != PE_OK) fail_msg("%s", pe_last_error());
+    pe_parallel_executor *pe = make_pe(&m, scope, 2);
     pe_feed f0[] = {{m.input, x2}, {"label", y2}}, f1[] = {{m.input, x0}, {"label", y0}};
     const pe_feed *lists[] = {f0, f1};
     if (pe_run_list(pe, lists, (const int[]){2, 2}, 2, fetch, 1, true, &loss) != PE_OK) fail_msg("%s", pe_last_error());
