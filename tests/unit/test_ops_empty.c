@@ -157,6 +157,13 @@ static const empty_row k_rows[] = {
     {"elementwise_add", "X=l[0,3] Y=l[3]", "Out", "", "[0,3]", NULL, NULL, false},
     {"elementwise_mul", "X=f[2,0,3] Y=f[0]", "Out", "axis=1", "[2,0,3]", NULL, NULL, true},
     {"cast", "X=l[0,3]", "Out", "in_dtype=3 out_dtype=0", "[0,3]", NULL, NULL, false},
+    /* broadcast gradients summed over an empty dim are 0 */
+    {"elementwise_add", "X=f[2,0,3] Y=f[2,1,3]", "Out", "", "[2,0,3]", NULL, NULL, true},
+    {"elementwise_mul", "X=f[0,3] Y=f[1,3]", "Out", "", "[0,3]", NULL, NULL, true},
+    {"elementwise_sub", "X=f[2,1,3] Y=f[2,0,1]", "Out", "", "[2,0,3]", NULL, NULL, true},
+    {"elementwise_div", "X=f[3,0,2] Y=f[0,1]", "Out", "axis=1", "[3,0,2]", NULL, NULL, true},
+    {"fused_elemwise_activation_grad", "X=f[2,0,3] Y=f[2,1,3] Out=f[2,0,3] Out@GRAD=f[2,0,3]", "Y@GRAD X@GRAD",
+     "functor_list=relu,elementwise_add", "[2,1,3]", "0", NULL, false},
     {"scale", "X=f[0]", "Out", "bias=1", "[0]", NULL, NULL, true},
     {"dropout", "X=f[0,3]", "Out Mask", "is_test=true", "[0,3]", NULL, NULL, true},
     {"dropout", "X=f[0,3]", "Out Mask", "dropout_implementation=upscale_in_train", "[0,3]", NULL, NULL, true},
