@@ -19,7 +19,9 @@
  * mean of 0 rows, as torch.mean), every parameter gradient is 0 (a sum over
  * 0 rows), so SGD leaves the parameters as they were, and the next batch
  * trains as usual; 0 rows over 2 places stays an error (fewer rows than
- * places). Runs in the ASan build with the rest of ctest. */
+ * places). test_list_feed_with_an_empty_place: a list feed giving one of 2
+ * places 0 rows trains like the Executor on the other place's rows. Runs in
+ * the ASan build (ASan + UBSan) with the rest of ctest. */
 #include "tests/unit/op_test_util.h"
 #include "tests/unit/models.h"
 
