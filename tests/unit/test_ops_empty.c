@@ -20,7 +20,9 @@
  * 0 rows), so SGD leaves the parameters as they were, and the next batch
  * trains as usual; 0 rows over 2 places stays an error (fewer rows than
  * places). test_list_feed_with_an_empty_place: a list feed giving one of 2
- * places 0 rows trains like the Executor on the other place's rows. Runs in
+ * places 0 rows trains like the Executor on the other place's rows.
+ * test_empty_parameter: a 0-element parameter trained by SGD, Momentum and
+ * Adam with the Executor and on 1 and 2 places (sharded updates). Runs in
  * the ASan build (ASan + UBSan) with the rest of ctest. */
 #include "tests/unit/op_test_util.h"
 #include "tests/unit/models.h"
@@ -573,11 +575,60 @@ static void test_list_feed_with_an_empty_place(void **state) {
     tm_model_free(&m);
 }
 
+/* A 0-element parameter next to a normal one, trained by `kind` on 2 places
+ * (shard_optimizer and fused optimizer ops on, the CPU defaults) and with the
+ * Executor: loss = mean(x w) + reduce_sum(e), e: [0]. Nothing fails, e stays
+ * empty, w moves. */
+static void check_empty_param(pe_optimizer_kind kind, int places) {
+    tm_model m = tm_model_new(PE_DTYPE_FP32, 0.5, false);
+    tm_var(m.main, "x", PE_DTYPE_FP32, 2, (int64_t[]){-1, 3});
+    tm_param(&m, "w", 2, (int64_t[]){3, 2}, PE_INIT_CONSTANT);
+    tm_param(&m, "e", 1, (int64_t[]){0}, PE_INIT_CONSTANT);
+    tm_var(m.main, "xw", PE_DTYPE_FP32, 2, (int64_t[]){-1, 2});
+    tm_var(m.main, "m", PE_DTYPE_FP32, 1, (int64_t[]){1});
+    tm_var(m.main, "es", PE_DTYPE_FP32, 1, (int64_t[]){1});
+    tm_var(m.main, "loss", PE_DTYPE_FP32, 1, (int64_t[]){1});
+    tm_op2(m.main, "mul", "x", "w", "xw");
+    tm_op1(m.main, "mean", "xw", "m");
+    pe_op_set_bool(tm_op1(m.main, "reduce_sum", "e", "es"), "reduce_all", true);
+    tm_op2(m.main, "elementwise_add", "m", "es", "loss");
+    tm_minimize(&m, kind, 0.1, NULL, 0);
+    pe_scope *scope = pe_scope_new(NULL);
+    pe_executor *ex = pe_executor_new(pe_place_cpu(0));
+    assert_int_equal(pe_executor_run(ex, m.startup, 0, scope, NULL, 0, NULL, 0, NULL), PE_OK);
+    pe_tensor *x = tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){4, 3}, (double[]){1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3});
+    pe_feed feed = {"x", x};
+    const char *fetch[] = {"loss"};
+    pe_tensor *loss = pe_tensor_new();
+    pe_parallel_executor *pe = places ? make_pe(&m, scope, places) : NULL;
+    for (int step = 0; step < 2; step++) {
+        pe_status st = pe ? pe_run(pe, &feed, 1, fetch, 1, true, &loss)
+                          : pe_executor_run(ex, m.main, 0, scope, &feed, 1, fetch, 1, &loss);
+        if (st != PE_OK) fail_msg("optimizer %d, %d places: %s", (int)kind, places, pe_last_error());
+    }
+    pe_scope *ps = pe ? pe_place_scope(pe, 0) : scope;
+    assert_int_equal(pe_tensor_numel(pe_scope_find_var(ps, "e")), 0);
+    assert_true(tu_get(pe_scope_find_var(ps, "w"), 0) != 0.5);
+    pe_tensor_free(loss);
+    pe_tensor_free(x);
+    pe_parallel_executor_free(pe);
+    pe_executor_free(ex);
+    pe_scope_free(scope);
+    tm_model_free(&m);
+}
+
+static void test_empty_parameter(void **state) {
+    (void)state;
+    const pe_optimizer_kind kinds[] = {PE_OPT_SGD, PE_OPT_MOMENTUM, PE_OPT_ADAM};
+    for (int k = 0; k < 3; k++)
+        for (int places = 0; places <= 2; places++) check_empty_param(kinds[k], places);
+}
+
 #define N_ROWS (sizeof k_rows / sizeof k_rows[0])
 
 int main(void) {
     assert_true(pe_op_type_count() <= (int)(sizeof g_covered / sizeof g_covered[0]));
-    static struct CMUnitTest tests[N_ROWS + 3];
+    static struct CMUnitTest tests[N_ROWS + 4];
     static size_t idx[N_ROWS];
     static char names[N_ROWS][96];
     for (size_t i = 0; i < N_ROWS; i++) {
@@ -588,5 +639,6 @@ int main(void) {
     tests[N_ROWS] = (struct CMUnitTest)cmocka_unit_test(test_every_op_is_covered);
     tests[N_ROWS + 1] = (struct CMUnitTest)cmocka_unit_test(test_train_empty_batch);
     tests[N_ROWS + 2] = (struct CMUnitTest)cmocka_unit_test(test_list_feed_with_an_empty_place);
+    tests[N_ROWS + 3] = (struct CMUnitTest)cmocka_unit_test(test_empty_parameter);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
