@@ -186,7 +186,10 @@ pe_status pe_pe_feed_dict(pe_parallel_executor *pe, const pe_feed *feed, int n_f
             return pe_error(PE_ERR_INVALID, "feed '%s' is a scalar and cannot be split along axis 0 across %d places",
                             feed[i].name, pe->n);
         int64_t rows = t->dims[0];
-        if (rows < pe->n) {
+        /* One place takes the whole batch, an empty one included (as the
+         * Executor: the mean loss of 0 rows is NaN, the gradients are 0);
+         * over several places an empty share is an error. */
+        if (rows < pe->n && pe->n > 1) {
             if (pe->places[0].kind == PE_PLACE_CPU)
                 return pe_error(PE_ERR_INVALID,
                                 "feed '%s' has %lld rows, fewer than the %d places (CPU_NUM=%d): each place needs at "

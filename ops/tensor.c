@@ -349,8 +349,10 @@ pe_status pe_split_plan_make(const pe_op_ctx *ctx, const char *slot, const pe_te
     return PE_OK;
 }
 
+/* Size of part k. A num split of an empty axis has parts of size 0, so the
+ * kind of plan is told by `sections`, never by `each`. */
 int64_t pe_split_size(const pe_split_plan *sp, int k) {
-    if (sp->each > 0) return sp->each;
+    if (!sp->sections) return sp->each;
     return sp->sections[k] == -1 ? sp->inferred : sp->sections[k];
 }
 

@@ -34,7 +34,7 @@ pe_status pe_slice_plan_make(const pe_op_ctx *ctx, const char *slot, const pe_te
 typedef struct pe_split_plan {
     int axis;
     int n;                          /* number of parts */
-    int64_t each;                   /* > 0: every part has this size (num) */
+    int64_t each;                   /* sections == NULL (num): every part has this size, 0 included */
     const int64_t *sections;        /* else: sizes, the -1 one is `inferred` */
     int64_t inferred;
 } pe_split_plan;

@@ -67,7 +67,9 @@ pe_status pe_parallel_executor_new(const pe_place *places, int n_places, const p
 void pe_parallel_executor_free(pe_parallel_executor *pe); /* accepts NULL */
 
 /* Dict feed: each tensor split along axis 0 across places (a persistable var
- * is copied to every place). The feed tensors are borrowed for the call: on
+ * is copied to every place); fewer rows than places is PE_ERR_INVALID, but
+ * one place takes any batch, an empty one included (docs/guide.md §5: a NaN
+ * mean loss, zero gradients). The feed tensors are borrowed for the call: on
  * CPU places each place reads its rows in place (no copy), so they must
  * stay alive and unchanged until pe_run returns; afterwards the executor
  * holds no reference to them, and the fed vars are empty (a feed lasts for

@@ -3,9 +3,10 @@
 #
 # Drives $PE_BIN_DIR/pe on small hand-written JSON programs in a temp dir:
 # help and usage exit codes, convert round trips (.json -> .pe -> .json),
-# a run with a numeric check against numpy, startup / checkpoint flags, and
-# hostile inputs (missing, truncated, bit-flipped, random and empty program
-# and .npy files, wrong feeds, unknown fetches), each of which must exit 1
+# a run with a numeric check against numpy, a run on an empty batch,
+# startup / checkpoint flags, and hostile inputs (missing, truncated,
+# bit-flipped, random and empty program and .npy files, wrong feeds, unknown
+# fetches, an empty batch on 2 places), each of which must exit 1
 # with exactly one stderr line "pe: error: ..." naming the problem — and
 # never a signal (exit code >= 128), which matters most in the ASan build.
 # Inputs are generated with /usr/bin/python3 + numpy (the python3 first on
@@ -416,6 +417,22 @@ expect_error "fetches colliding after sanitizing" "relu_out" run main.json --fee
 : >not_a_dir
 expect_error "--out is a file" 'not_a_dir' run main.json --feed x=x.npy --feed y=y.npy --fetch s --out not_a_dir
 expect_error "convert to an unwritable path" 'no_such_dir' convert main.json no_such_dir/x.pe
+
+# An empty batch (0 rows) through split (num = 2), concat, reduce_mean and a
+# [0, 3] fill_constant (the fuzz seed tests/fuzz/corpus/program/empty_dims.pe):
+# empty parts, a NaN mean over 0 rows, as torch.mean; on 2 places it is
+# the "fewer rows than places" error.
+"$PY" -c "import numpy as np; np.save('x0.npy', np.zeros((0, 4), np.float32))"
+if expect_ok "run on an empty batch" run "$SRC/tests/fuzz/corpus/program/empty_dims.pe" --feed x=x0.npy \
+    --fetch a --fetch m --fetch z; then
+    "$PY" -c "
+import numpy as np
+a, m, z = np.load('a.npy'), np.load('m.npy'), np.load('z.npy')
+assert a.shape == (0, 4) and z.shape == (0, 3) and m.shape == (4,) and np.isnan(m).all(), (a.shape, m, z.shape)
+" && pass "empty batch results (empty parts, NaN mean)" || fail "empty batch results" "see above"
+fi
+expect_error "empty batch on 2 places" "'x' has 0 rows, fewer than the 2 places" \
+    run "$SRC/tests/fuzz/corpus/program/empty_dims.pe" --feed x=x0.npy --fetch m --places cpu:2
 
 echo "$n_pass passed, $n_fail failed"
 [ "$n_fail" -eq 0 ]

@@ -184,7 +184,7 @@ static inline void tm_minimize(tm_model *m, pe_optimizer_kind kind, double lr, c
 /* Deterministic batch `step` into caller-made tensors x [rows, ...784 features] and
  * y [rows, 1] int64: a class-dependent pattern plus noise, so training makes progress. */
 static inline void tm_fill_batch(int step, pe_tensor *x, pe_tensor *y) {
-    int64_t rows = x->dims[0], feat = pe_tensor_numel(x) / rows;
+    int64_t rows = x->dims[0], feat = rows > 0 ? pe_tensor_numel(x) / rows : 0;
     uint64_t s = 0x9E3779B97F4A7C15ull * (uint64_t)(step + 1);
     for (int64_t r = 0; r < rows; r++) {
         s ^= s << 13; s ^= s >> 7; s ^= s << 17;
