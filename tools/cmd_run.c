@@ -52,13 +52,9 @@ static int parse_args(int argc, char **argv, run_args *a) {
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *v = NULL;
         int r;
-        if (!only_pos && !strcmp(arg, "--")) {
-            only_pos = true;
-            continue;
-        }
-        if (only_pos || !pe_tool_is_flag(arg)) {
-            if (a->program) return pe_tool_usage_error("run", "unexpected argument '%s' (one PROGRAM only)", arg);
-            a->program = arg;
+        int prc;
+        if (pe_tool_program_arg("run", arg, &only_pos, &a->program, &prc)) {
+            if (prc != PE_EXIT_OK) return prc;
             continue;
         }
 #define SINGLE_FLAG(flag, field)                                                                          \

@@ -256,6 +256,18 @@ bool pe_tool_is_help(const char *arg) { return !strcmp(arg, "-h") || !strcmp(arg
 
 bool pe_tool_is_flag(const char *arg) { return arg[0] == '-' && arg[1] != '\0'; }
 
+bool pe_tool_program_arg(const char *cmd, const char *arg, bool *only_pos, const char **program, int *rc) {
+    *rc = PE_EXIT_OK;
+    if (!*only_pos && !strcmp(arg, "--")) {
+        *only_pos = true;
+        return true;
+    }
+    if (!*only_pos && pe_tool_is_flag(arg)) return false;
+    if (*program) *rc = pe_tool_usage_error(cmd, "unexpected argument '%s' (one PROGRAM only)", arg);
+    else *program = arg;
+    return true;
+}
+
 int pe_tool_flag(int argc, char **argv, int *i, const char *name, const char **val) {
     const char *a = argv[*i];
     size_t n = strlen(name);

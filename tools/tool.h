@@ -63,6 +63,11 @@ int pe_tool_flag(int argc, char **argv, int *i, const char *name, const char **v
 bool pe_tool_is_help(const char *arg);
 /* True when arg looks like a flag ("-x", "--x"), i.e. not a positional. */
 bool pe_tool_is_flag(const char *arg);
+/* The PROGRAM argument of an argument loop: "--" ends the flags (*only_pos),
+ * and a non-flag argument (any after "--") is the one PROGRAM (*program).
+ * Returns true when `arg` was taken (then *rc is PE_EXIT_OK, or the usage
+ * error's exit code when a second PROGRAM was given); false for a flag. */
+bool pe_tool_program_arg(const char *cmd, const char *arg, bool *only_pos, const char **program, int *rc);
 
 /* --strategy "KEY=VALUE,...": BuildStrategy fields by Paddle's names
  * (fuse_gemm_epilogue=1, memory_optimize=0, reduce_strategy=reduce, ...)
