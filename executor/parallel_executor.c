@@ -370,8 +370,11 @@ pe_status pe_pe_replace_comm(pe_parallel_executor *pe, pe_comm_group *g) {
  * trainers), into its PE_LOSS_SCALE_VAR. */
 static pe_status set_loss_scale(pe_parallel_executor *pe) {
     if (pe->g->loss_grad_op < 0) return PE_OK;
-    int64_t total; /* rows of every place of every trainer */
-    PE_CHECK(pe_pe_global_rows(pe, &total));
+    /* rows of every place of every trainer (batch_share only: across
+     * processes it is an exchange) */
+    int64_t total = 0;
+    if (pe->opt.build_strategy.gradient_scale_strategy == PE_GRAD_SCALE_BATCH_SHARE)
+        PE_CHECK(pe_pe_global_rows(pe, &total));
     const int world = pe_pe_world_places(pe);
     for (int p = 0; p < pe->n; p++) {
         double s;

@@ -54,12 +54,13 @@ struct pe_parallel_executor {
     const pe_program *prog;
     pe_pe_options opt;
     bool built;
-    /* parallel_executor.c: the graph the runs use (one of variants[]), and
-     * the variant that keeps every var fusion removed (NULL when none was) */
+    /* parallel_executor.c: the graph the runs use and its memory plan (a
+     * copy of variants[0] or, once a run fetched a var fusion removed,
+     * variants[1]: the graph keeping those vars; its g is NULL when fusion
+     * removed none) */
     pe_ssa_graph *g;
     pe_mem_arenas *arenas;
     pe_graph_variant variants[2];
-    int cur_variant;
     pe_sched *sched;
     pe_comm_group *comm;    /* the places' collectives (runtime/comm) */
     pe_comm *outer;         /* num_trainers > 1: this process's MPI rank (trainers.c) */

@@ -14,12 +14,12 @@
  * place 0, so trainers started with different seeds end identical.
  *
  * Each run: the row counts of every place of every trainer are summed (the
- * loss gradient's scale is a share of the global batch), and the gradient
- * collectives are issued in one fixed order (the graph's order of the
- * collective handles), whatever order they become ready in: MPI needs every
- * rank to issue its collectives in the same order. A handle that is ready
- * before its turn is parked; the one that issues the handle before it
- * issues it too. No thread waits for a turn.
+ * loss gradient's scale is a share of the global batch). MPI needs every
+ * rank to issue its collectives in the same order, whatever order their
+ * gradients become ready in: at construction the collective handles are
+ * chained along one topological order of the graph, the same in every
+ * process (pe_pe_chain_collectives), so the scheduler issues them in that
+ * order and no thread waits for a turn.
  *
  * Not yet across processes: the sharded optimizer (turned off, info line),
  * the reduce strategy (an error), CUDA places (an error).
@@ -58,7 +58,7 @@ static uint64_t program_hash(const pe_program *p) {
 #ifdef PE_WITH_MPI
 /* Every trainer's view of the world, compared on every trainer. */
 static pe_status check_world(pe_parallel_executor *pe, pe_comm *outer) {
-    int R = pe_comm_size(outer), me = pe_comm_rank(outer);
+    int R = pe_comm_size(outer);
     int64_t mine[4] = {pe->opt.num_trainers, pe->opt.trainer_id, pe->n, (int64_t)(program_hash(pe->prog) >> 1)};
     int64_t *all = calloc((size_t)R * 4, sizeof *all);
     if (!all) return pe_error(PE_ERR_NOMEM, "out of memory checking the trainers");
@@ -84,7 +84,6 @@ static pe_status check_world(pe_parallel_executor *pe, pe_comm *outer) {
             st = pe_error(PE_ERR_INVALID, "ParallelExecutor: trainer %d runs another program than trainer 0 (the "
                           "programs' hashes differ): every trainer must build the same program", r);
     }
-    (void)me;
     free(all);
     return st;
 }
