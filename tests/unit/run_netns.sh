@@ -18,7 +18,8 @@
 # grow by MIN_RX_BYTES at least (what each rank has to receive; CMake
 # says how it is counted for each program).
 #
-# Under `timeout` (PE_MPI_TEST_LIMIT seconds, default 100); the namespaces
+# In the environment of tests/unit/mpi_env.sh, under `timeout`
+# (PE_MPI_TEST_LIMIT seconds, default 100); the namespaces
 # and every process inside them are removed on exit, whatever happened.
 # Exit 77 (ctest: skipped) with a visible line when SKIP_REASON is set,
 # mpirun is missing, or namespaces cannot be made here (not root, no
@@ -123,14 +124,7 @@ chmod +x "$tmp/agent"
 rx() { ip netns exec "$1" cat "/sys/class/net/$2/statistics/rx_bytes"; }
 rx0=$(rx "$ns0" "$if0") rx1=$(rx "$ns1" "$if1")
 
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_btl_vader_single_copy_mechanism=none # unused here (btl self,tcp), harmless
-export PE_MPI_TIMEOUT=${PE_MPI_TIMEOUT:-60}
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-# Sanitizer builds: as tests/unit/run_mpi.sh. The remote orted inherits this
-# environment through the agent, and the ranks inherit it from their orted.
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-export TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}suppressions=$(cd "$(dirname "$0")" && pwd)/tsan_mpi.supp"
+. "$(dirname "$0")/mpi_env.sh" # the remote orted inherits it through the agent
 
 echo "run_netns: $name, rank 0 on $addr0 ($ns0), rank 1 on $addr1 ($ns1), TCP over $if0-$if1 only"
 timeout -k 5 "$limit" ip netns exec "$ns0" unshare --uts sh -c 'hostname pe-h0 && exec "$@"' sh \
