@@ -43,7 +43,7 @@ limit=${PE_MPI_TEST_LIMIT:-100}
 ns0=pe_h0_$$ ns1=pe_h1_$$
 if0=pe0_$$ if1=pe1_$$ # at most 15 characters: pid_max is 4194304
 addr0=10.213.0.1 addr1=10.213.0.2 net=10.213.0.0/24
-tmp=
+tmp= run=
 
 # Every process in our namespaces, by id: TERM, up to 5 s, then KILL.
 kill_in_namespaces() {
@@ -62,6 +62,7 @@ kill_in_namespaces() {
 cleanup() {
     local rc=$?
     trap - EXIT
+    [ -z "$run" ] || kill -TERM "$run" 2>/dev/null # timeout, outside the namespaces
     kill_in_namespaces
     ip netns del "$ns0" 2>/dev/null # takes the veth pair with it
     ip netns del "$ns1" 2>/dev/null
@@ -83,6 +84,9 @@ done
 if ! err=$(ip netns add "$ns0" 2>&1); then
     trap - EXIT
     skip "cannot create a network namespace (root or CAP_NET_ADMIN needed): $err"
+fi
+if ! err=$(ip netns exec "$ns0" cat /sys/class/net/lo/operstate 2>&1); then
+    skip "cannot enter a network namespace (ip netns exec): $err"
 fi
 if ! err=$(unshare --uts true 2>&1); then
     skip "cannot create a UTS namespace (unshare --uts): $err"
@@ -127,12 +131,16 @@ rx0=$(rx "$ns0" "$if0") rx1=$(rx "$ns1" "$if1")
 . "$(dirname "$0")/mpi_env.sh" # the remote orted inherits it through the agent
 
 echo "run_netns: $name, rank 0 on $addr0 ($ns0), rank 1 on $addr1 ($ns1), TCP over $if0-$if1 only"
+# In the background and waited for, so a signal (^C) reaches the trap at once.
 timeout -k 5 "$limit" ip netns exec "$ns0" unshare --uts sh -c 'hostname pe-h0 && exec "$@"' sh \
     mpirun --oversubscribe -np 2 --host "$addr0:1,$addr1:1" \
     --mca plm_rsh_agent "$tmp/agent" --mca plm_rsh_no_tree_spawn 1 \
     --mca pml ob1 --mca btl self,tcp --mca btl_tcp_if_include "$net" --mca oob_tcp_if_include "$net" \
-    "$prog"
+    "$prog" &
+run=$!
+wait "$run"
 rc=$?
+run=
 if [ "$rc" -ne 0 ]; then
     [ "$rc" -ne 124 ] || echo "run_netns: $name did not finish in $limit s"
     exit "$rc"
