@@ -17,6 +17,10 @@ extern "C" {
 pe_status pe_program_load_buffer_unchecked(const void *data, size_t size, const char *what,
                                            pe_program **out);
 
+/* Rebuilds block b's name -> var index (graph/program.c) after its vars
+ * were written directly (the loader fills the var array in one go). */
+void pe_block_reindex(pe_block *b);
+
 #ifdef __cplusplus
 }
 #endif

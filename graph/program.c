@@ -4,7 +4,17 @@
  * only code that allocates inside it, so pe_program_free can free it all.
  * Vars and ops live in growable arrays: pointers returned by the add
  * functions stay valid until the next add to the same block.
+ *
+ * Each block keeps a name -> var index (a hash map whose keys borrow the
+ * vars' names) so that finding a var is O(1) and building, cloning or
+ * checking a program of 100k ops is linear: pe_block_add_var extends it,
+ * pe_block_remove_var and the loader rebuild it (pe_block_reindex). Finding
+ * never writes it (threads may look vars up in a shared program); a block
+ * whose index does not cover its vars (no memory for it) is searched
+ * linearly, with the same result.
  */
+#include "graph/internal.h"
+#include "graph/strmap.h"
 #include "pe/program.h"
 
 #include <stdlib.h>
@@ -47,7 +57,36 @@ static void op_free(pe_op *op) {
     memset(op, 0, sizeof *op);
 }
 
+struct pe_var_index {
+    pe_strmap map; /* var name (borrowed from vars[i].name) -> i */
+    int n;         /* vars indexed: 0..n-1 */
+};
+
+static void index_free(pe_block *b) {
+    if (!b->index) return;
+    pe_strmap_free(&b->index->map);
+    free(b->index);
+    b->index = NULL;
+}
+
+/* Adds vars[ix->n..n_vars) to the index; drops the index when out of memory. */
+static void index_extend(pe_block *b) {
+    struct pe_var_index *ix = b->index;
+    for (; ix->n < b->n_vars; ix->n++)
+        if (pe_strmap_get(&ix->map, b->vars[ix->n].name) < 0 && pe_strmap_put(&ix->map, b->vars[ix->n].name, ix->n)) {
+            index_free(b);
+            return;
+        }
+}
+
+void pe_block_reindex(pe_block *b) {
+    index_free(b);
+    if (!(b->index = calloc(1, sizeof *b->index))) return;
+    index_extend(b);
+}
+
 static void block_free(pe_block *b) {
+    index_free(b);
     for (int i = 0; i < b->n_vars; i++) free(b->vars[i].name);
     free(b->vars);
     for (int i = 0; i < b->n_ops; i++) op_free(&b->ops[i]);
@@ -84,6 +123,11 @@ pe_block *pe_program_add_block(pe_program *p, int parent_idx) {
 }
 
 pe_var *pe_block_find_var(const pe_block *b, const char *name) {
+    const struct pe_var_index *ix = b->index;
+    if (ix && ix->n == b->n_vars) {
+        int i = pe_strmap_get(&ix->map, name);
+        return i >= 0 ? &b->vars[i] : NULL;
+    }
     for (int i = 0; i < b->n_vars; i++)
         if (!strcmp(b->vars[i].name, name)) return &b->vars[i];
     return NULL;
@@ -117,7 +161,22 @@ pe_var *pe_block_add_var(pe_block *b, const char *name, pe_dtype dt, int ndim, c
     v->ndim = ndim;
     for (int i = 0; i < ndim; i++) v->dims[i] = dims[i];
     b->n_vars++;
+    if (b->index && b->index->n == b->n_vars - 1)
+        index_extend(b);
+    else
+        pe_block_reindex(b);
     return v;
+}
+
+bool pe_block_remove_var(pe_block *b, const char *name) {
+    pe_var *v = pe_block_find_var(b, name);
+    if (!v) return false;
+    int i = (int)(v - b->vars);
+    free(v->name);
+    memmove(&b->vars[i], &b->vars[i + 1], sizeof *b->vars * (size_t)(b->n_vars - i - 1));
+    b->n_vars--;
+    pe_block_reindex(b); /* the later vars moved */
+    return true;
 }
 
 pe_op *pe_block_insert_op(pe_block *b, int pos, const char *type) {

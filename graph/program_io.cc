@@ -191,6 +191,7 @@ class Decoder {
             if (n && !b->vars) return st;
             b->n_vars = b->cap_vars = n;
             for (int i = 0; i < n; i++) PE_CHECK(fill_var(vars->Get((flatbuffers::uoffset_t)i), i, &b->vars[i]));
+            pe_block_reindex(b);
         }
         if (const auto *ops = fbb->ops()) {
             int n = 0;

@@ -17,10 +17,12 @@
  * into v@GRAD (leaves — parameters, feeds — are folded at the end). This is
  * Paddle's scheme, and it keeps each grad var written exactly once.
  *
- * Vars are few (hundreds), so the bookkeeping uses flat arrays and linear
- * search rather than a hash map.
+ * The bookkeeping (vars requiring grad, vars reaching a target, the
+ * no-grad set, the contributions) is kept in name sets with a hash index,
+ * so the pass is linear in the size of the program (100k ops included).
  */
 #include "pe/passes.h"
+#include "graph/strmap.h"
 #include "ops/grad_ctx.h"
 
 #include <stdio.h>
@@ -35,49 +37,60 @@ typedef struct {
     bool folded;      /* v@GRAD final (summed or single) */
 } contrib_t;
 
+/* A set of var names in insertion order (v[0..n)), owned, with a hash
+ * index whose keys borrow v[i]. */
+typedef struct name_set {
+    char **v;
+    int n, cap;
+    pe_strmap idx;
+} name_set;
+
+static bool set_has(const name_set *s, const char *x) { return pe_strmap_get(&s->idx, x) >= 0; }
+
+static pe_status set_add(name_set *s, const char *x) {
+    if (set_has(s, x)) return PE_OK;
+    if (s->n == s->cap) {
+        int cap = s->cap ? s->cap * 2 : 16;
+        char **nv = realloc(s->v, sizeof *nv * (size_t)cap);
+        if (!nv) return pe_error(PE_ERR_NOMEM, "append_backward: out of memory");
+        s->v = nv;
+        s->cap = cap;
+    }
+    if (!(s->v[s->n] = strdup(x)) || pe_strmap_put(&s->idx, s->v[s->n], s->n)) {
+        free(s->v[s->n]);
+        return pe_error(PE_ERR_NOMEM, "append_backward: out of memory");
+    }
+    s->n++;
+    return PE_OK;
+}
+
+static void set_free(name_set *s) {
+    for (int i = 0; i < s->n; i++) free(s->v[i]);
+    free(s->v);
+    pe_strmap_free(&s->idx);
+    memset(s, 0, sizeof *s);
+}
+
 /* The pass's state; gc is what the grad makers see (ops/grad_ctx.h), its
  * driver callbacks below answer from this state. */
 typedef struct autodiff {
     pe_grad_ctx gc;
-    char **req;       /* vars requiring grad */
-    int n_req;
-    char **nograd;
-    int n_nograd;
+    name_set req;     /* vars requiring grad */
+    name_set nograd;
     contrib_t *c;
     int n_c, cap_c;
+    pe_strmap c_idx;  /* c[i].var -> i */
 } autodiff;
 
 static pe_block *blk(const autodiff *g) { return &g->gc.p->blocks[0]; }
-
-static bool in_list(char *const *list, int n, const char *s) {
-    for (int i = 0; i < n; i++)
-        if (!strcmp(list[i], s)) return true;
-    return false;
-}
-
-static pe_status list_add(char ***list, int *n, const char *s) {
-    if (in_list(*list, *n, s)) return PE_OK;
-    char **nl = realloc(*list, sizeof *nl * (size_t)(*n + 1));
-    if (!nl) return pe_error(PE_ERR_NOMEM, "append_backward: out of memory");
-    *list = nl;
-    nl[*n] = strdup(s);
-    if (!nl[*n]) return pe_error(PE_ERR_NOMEM, "append_backward: out of memory");
-    (*n)++;
-    return PE_OK;
-}
-
-static void list_free(char **list, int n) {
-    for (int i = 0; i < n; i++) free(list[i]);
-    free(list);
-}
 
 static bool is_float(pe_dtype dt) {
     return dt == PE_DTYPE_FP32 || dt == PE_DTYPE_FP64 || dt == PE_DTYPE_FP16 || dt == PE_DTYPE_BF16;
 }
 
 static contrib_t *contrib(autodiff *g, const char *var, bool create) {
-    for (int i = 0; i < g->n_c; i++)
-        if (!strcmp(g->c[i].var, var)) return &g->c[i];
+    int at = pe_strmap_get(&g->c_idx, var);
+    if (at >= 0) return &g->c[at];
     if (!create) return NULL;
     if (g->n_c == g->cap_c) {
         int cap = g->cap_c ? g->cap_c * 2 : 32;
@@ -88,7 +101,10 @@ static contrib_t *contrib(autodiff *g, const char *var, bool create) {
     }
     contrib_t *c = &g->c[g->n_c];
     c->var = strdup(var);
-    if (!c->var) return NULL;
+    if (!c->var || pe_strmap_put(&g->c_idx, c->var, g->n_c)) {
+        free(c->var);
+        return NULL;
+    }
     c->n = 0;
     c->folded = false;
     g->n_c++;
@@ -128,7 +144,7 @@ static pe_status fold(autodiff *g, contrib_t *c, int pos) {
 
 static bool drv_needs(const pe_grad_ctx *gc, const char *var) {
     const autodiff *g = gc->user;
-    return in_list(g->req, g->n_req, var) && !in_list(g->nograd, g->n_nograd, var);
+    return set_has(&g->req, var) && !set_has(&g->nograd, var);
 }
 
 static pe_status drv_out_grad(pe_grad_ctx *gc, const char *var, char *name, size_t n, bool *reached) {
@@ -157,25 +173,23 @@ static const pe_grad_driver k_driver = {drv_needs, drv_out_grad, drv_new_contrib
 
 /* ---- the pass ------------------------------------------------------------ */
 
-static bool op_reads(const pe_op *op, char *const *set, int n) {
-    for (int i = 0; i < op->n_inputs; i++)
-        for (int k = 0; k < op->inputs[i].n_args; k++)
-            if (in_list(set, n, op->inputs[i].args[k])) return true;
+/* Whether one of the op's args in the slots (inputs or outputs) is in set. */
+static bool op_uses(const pe_slot *slots, int n_slots, const name_set *set) {
+    for (int i = 0; i < n_slots; i++)
+        for (int k = 0; k < slots[i].n_args; k++)
+            if (set_has(set, slots[i].args[k])) return true;
     return false;
 }
 
-static bool op_writes(const pe_op *op, char *const *set, int n) {
-    for (int i = 0; i < op->n_outputs; i++)
-        for (int k = 0; k < op->outputs[i].n_args; k++)
-            if (in_list(set, n, op->outputs[i].args[k])) return true;
-    return false;
-}
+static bool op_reads(const pe_op *op, const name_set *set) { return op_uses(op->inputs, op->n_inputs, set); }
+static bool op_writes(const pe_op *op, const name_set *set) { return op_uses(op->outputs, op->n_outputs, set); }
 
 static void ctx_free(autodiff *g) {
-    list_free(g->req, g->n_req);
-    list_free(g->nograd, g->n_nograd);
+    set_free(&g->req);
+    set_free(&g->nograd);
     for (int i = 0; i < g->n_c; i++) free(g->c[i].var);
     free(g->c);
+    pe_strmap_free(&g->c_idx);
 }
 
 /* The shared core: seeds = targets (gradient = ones), sources = vars whose
@@ -193,40 +207,41 @@ static pe_status run_backward(autodiff *g, const char *const *targets, int n_tar
             return pe_error(PE_ERR_INVALID, "append_backward: target '%s' has dtype %s; gradients need a float target",
                             targets[i], pe_dtype_name(v->dtype));
     }
-    for (int i = 0; i < n_no_grad; i++) PE_CHECK(list_add(&g->nograd, &g->n_nograd, no_grad[i]));
-    for (int i = 0; i < b->n_vars; i++)
-        if (b->vars[i].stop_gradient && !in_list((char *const *)sources, n_sources, b->vars[i].name))
-            PE_CHECK(list_add(&g->nograd, &g->n_nograd, b->vars[i].name));
+    for (int i = 0; i < n_no_grad; i++) PE_CHECK(set_add(&g->nograd, no_grad[i]));
+    name_set src = {0};
+    pe_status st = PE_OK;
+    for (int i = 0; i < n_sources && st == PE_OK; i++) st = set_add(&src, sources[i]);
+    for (int i = 0; i < b->n_vars && st == PE_OK; i++)
+        if (b->vars[i].stop_gradient && !set_has(&src, b->vars[i].name)) st = set_add(&g->nograd, b->vars[i].name);
+    set_free(&src);
+    PE_CHECK(st);
     /* (1) forward sweep */
     for (int i = 0; i < n_sources; i++)
-        if (!in_list(g->nograd, g->n_nograd, sources[i])) PE_CHECK(list_add(&g->req, &g->n_req, sources[i]));
+        if (!set_has(&g->nograd, sources[i])) PE_CHECK(set_add(&g->req, sources[i]));
     for (int i = 0; i < n_fwd; i++) {
         const pe_op *op = &b->ops[i];
-        if (!op_reads(op, g->req, g->n_req)) continue;
+        if (!op_reads(op, &g->req)) continue;
         for (int s = 0; s < op->n_outputs; s++)
             for (int k = 0; k < op->outputs[s].n_args; k++) {
                 const char *o = op->outputs[s].args[k];
                 const pe_var *v = pe_program_find_var(p, 0, o);
-                if (v && is_float(v->dtype) && !in_list(g->nograd, g->n_nograd, o))
-                    PE_CHECK(list_add(&g->req, &g->n_req, o));
+                if (v && is_float(v->dtype) && !set_has(&g->nograd, o)) PE_CHECK(set_add(&g->req, o));
             }
     }
     /* (2) backward sweep: vars that reach a target */
-    char **reach = NULL;
-    int n_reach = 0;
-    pe_status st = PE_OK;
-    for (int i = 0; i < n_targets && st == PE_OK; i++) st = list_add(&reach, &n_reach, targets[i]);
+    name_set reach = {0};
+    for (int i = 0; i < n_targets && st == PE_OK; i++) st = set_add(&reach, targets[i]);
     bool *active = calloc((size_t)(n_fwd ? n_fwd : 1), sizeof *active);
     if (!active) st = pe_error(PE_ERR_NOMEM, "append_backward: out of memory");
     for (int i = n_fwd - 1; i >= 0 && st == PE_OK; i--) {
         const pe_op *op = &b->ops[i];
-        if (!op_writes(op, reach, n_reach) || !op_reads(op, g->req, g->n_req)) continue;
+        if (!op_writes(op, &reach) || !op_reads(op, &g->req)) continue;
         active[i] = true;
         for (int s = 0; s < op->n_inputs && st == PE_OK; s++)
             for (int k = 0; k < op->inputs[s].n_args && st == PE_OK; k++)
-                st = list_add(&reach, &n_reach, op->inputs[s].args[k]);
+                st = set_add(&reach, op->inputs[s].args[k]);
     }
-    list_free(reach, n_reach);
+    set_free(&reach);
     /* seeds: target@GRAD = ones_like(target) */
     for (int i = 0; i < n_targets && st == PE_OK; i++) {
         char name[512];
@@ -314,39 +329,39 @@ pe_status pe_append_backward(pe_program *p, const char *loss, const char *const 
     if (n_out) *n_out = 0;
     if (!p || !loss) return pe_error(PE_ERR_INVALID, "append_backward: NULL program or loss");
     pe_block *b = &p->blocks[0];
-    char **plist = NULL;
-    int np = 0;
+    name_set plist = {0};
     pe_status st = PE_OK;
     if (n_params > 0) {
         for (int i = 0; i < n_params && st == PE_OK; i++) {
             if (!pe_block_find_var(b, params[i]))
                 st = pe_error(PE_ERR_NOT_FOUND, "append_backward: parameter '%s' is not a variable of block 0", params[i]);
-            else st = list_add(&plist, &np, params[i]);
+            else st = set_add(&plist, params[i]);
         }
     } else {
         for (int i = 0; i < b->n_vars && st == PE_OK; i++)
-            if (b->vars[i].is_parameter && !b->vars[i].stop_gradient) st = list_add(&plist, &np, b->vars[i].name);
+            if (b->vars[i].is_parameter && !b->vars[i].stop_gradient) st = set_add(&plist, b->vars[i].name);
     }
     autodiff g = {.gc = {.p = p, .cur_idx = -1, .drv = &k_driver}};
     g.gc.user = &g;
-    if (st == PE_OK) st = run_backward(&g, &loss, 1, (const char *const *)plist, np, no_grad, n_no_grad);
+    int np = plist.n;
+    if (st == PE_OK) st = run_backward(&g, &loss, 1, (const char *const *)plist.v, np, no_grad, n_no_grad);
     pe_param_grad *res = NULL;
     int nres = 0;
     if (st == PE_OK) res = calloc((size_t)(np ? np : 1), sizeof *res);
     if (st == PE_OK && !res) st = pe_error(PE_ERR_NOMEM, "append_backward: out of memory");
     for (int i = 0; i < np && st == PE_OK; i++) {
-        contrib_t *c = contrib(&g, plist[i], false);
+        contrib_t *c = contrib(&g, plist.v[i], false);
         if (!c || !c->n) continue;
         char name[512];
-        grad_name(plist[i], 0, name, sizeof name);
-        st = mark_role_var(&g, plist[i], name);
-        res[nres].param = strdup(plist[i]);
+        grad_name(plist.v[i], 0, name, sizeof name);
+        st = mark_role_var(&g, plist.v[i], name);
+        res[nres].param = strdup(plist.v[i]);
         res[nres].grad = strdup(name);
         nres++;
         if (!res[nres - 1].param || !res[nres - 1].grad) st = pe_error(PE_ERR_NOMEM, "append_backward: out of memory");
     }
     ctx_free(&g);
-    list_free(plist, np);
+    set_free(&plist);
     if (st != PE_OK || !out) {
         pe_param_grads_free(res, nres);
         return st;

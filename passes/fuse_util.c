@@ -158,16 +158,7 @@ pe_status pe_fuse_replace(pe_block *b, int *members, int n_members, const char *
     return PE_OK;
 }
 
-void pe_fuse_drop_var(pe_program *p, const char *name) {
-    pe_block *b = &p->blocks[0];
-    for (int i = 0; i < b->n_vars; i++)
-        if (!strcmp(b->vars[i].name, name)) {
-            free(b->vars[i].name);
-            memmove(&b->vars[i], &b->vars[i + 1], sizeof *b->vars * (size_t)(b->n_vars - i - 1));
-            b->n_vars--;
-            return;
-        }
-}
+void pe_fuse_drop_var(pe_program *p, const char *name) { pe_block_remove_var(&p->blocks[0], name); }
 
 int pe_fuse_op_role(const pe_op *op) {
     const pe_attr *a = pe_op_attr(op, "op_role");

@@ -90,6 +90,7 @@ typedef struct pe_block {
     pe_var *vars;
     int n_ops, cap_ops;
     pe_op *ops;
+    struct pe_var_index *index; /* private to graph/program.c: name -> var, kept by the functions below */
 } pe_block;
 
 typedef struct pe_program {
@@ -134,6 +135,8 @@ pe_var *pe_program_find_var(const pe_program *p, int block_idx, const char *name
 /* Appends a var (name copied); returns it (borrowed; pointer valid until the
  * next add) or NULL if the name exists or on allocation failure. */
 pe_var *pe_block_add_var(pe_block *b, const char *name, pe_dtype dt, int ndim, const int64_t *dims);
+/* Removes var `name` from b (later vars move down one); false if absent. */
+bool pe_block_remove_var(pe_block *b, const char *name);
 /* Appends an op of `type` (copied); borrowed pointer valid until the next add. */
 pe_op *pe_block_add_op(pe_block *b, const char *type);
 /* Inserts an op at position pos (0..n_ops). */

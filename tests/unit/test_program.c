@@ -707,6 +707,57 @@ static void test_bit_flips(void **state) {
     pe_program_free(p);
 }
 
+/* The per-block name index (graph/program.c): finding agrees with a linear
+ * search after adds, a duplicate add, removals (later vars move down),
+ * re-adds, a clone and a load (whose index is built in one go). */
+static void check_index(const pe_block *b, int n_expected) {
+    assert_int_equal(b->n_vars, n_expected);
+    for (int i = 0; i < b->n_vars; i++) assert_ptr_equal(pe_block_find_var(b, b->vars[i].name), &b->vars[i]);
+}
+
+static void test_var_index(void **state) {
+    (void)state;
+    enum { N = 5000 };
+    pe_program *p = pe_program_new();
+    pe_block *b = &p->blocks[0];
+    char name[32];
+    int64_t d[1] = {3};
+    for (int i = 0; i < N; i++) {
+        snprintf(name, sizeof name, "v%d", i);
+        assert_non_null(pe_block_add_var(b, name, PE_DTYPE_FP32, 1, d));
+    }
+    check_index(b, N);
+    assert_null(pe_block_add_var(b, "v17", PE_DTYPE_FP32, 1, d)); /* exists */
+    assert_null(pe_block_find_var(b, "v5000"));
+    assert_true(pe_block_remove_var(b, "v0"));
+    assert_true(pe_block_remove_var(b, "v2500"));
+    assert_false(pe_block_remove_var(b, "v2500"));
+    assert_null(pe_block_find_var(b, "v0"));
+    assert_null(pe_block_find_var(b, "v2500"));
+    assert_string_equal(b->vars[0].name, "v1");
+    check_index(b, N - 2);
+    assert_non_null(pe_block_add_var(b, "v2500", PE_DTYPE_FP64, 1, d)); /* back, at the end */
+    assert_int_equal(pe_block_find_var(b, "v2500")->dtype, PE_DTYPE_FP64);
+    check_index(b, N - 1);
+    pe_program *c = pe_program_clone(p);
+    assert_non_null(c);
+    check_index(&c->blocks[0], N - 1);
+    assert_ptr_not_equal(pe_block_find_var(&c->blocks[0], "v9"), pe_block_find_var(b, "v9"));
+    void *buf;
+    size_t size;
+    assert_int_equal(pe_program_to_buffer(p, &buf, &size), PE_OK);
+    pe_program *l = NULL;
+    assert_int_equal(pe_program_load_buffer_unchecked(buf, size, "index", &l), PE_OK);
+    check_index(&l->blocks[0], N - 1);
+    assert_null(pe_block_find_var(&l->blocks[0], "v0"));
+    assert_non_null(pe_block_add_var(&l->blocks[0], "v0", PE_DTYPE_FP32, 1, d));
+    check_index(&l->blocks[0], N);
+    free(buf);
+    pe_program_free(l);
+    pe_program_free(c);
+    pe_program_free(p);
+}
+
 static void test_random_bytes(void **state) {
     (void)state;
     unsigned char buf[4096];
@@ -737,6 +788,7 @@ int main(void) {
         cmocka_unit_test(test_truncations),
         cmocka_unit_test(test_bit_flips),
         cmocka_unit_test(test_random_bytes),
+        cmocka_unit_test(test_var_index),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
