@@ -350,7 +350,7 @@ static double step_loss(const pe_tensor *t, int n_places, int64_t rows, bool *ok
     if (!*ok) return NAN;
     double s = 0;
     for (int p = 0; p < n_places; p++) {
-        int64_t r = rows / n_places + (p < rows % n_places ? 1 : 0);
+        int64_t r = pe_batch_shard(rows, n_places, p, NULL);
         double v = t->dtype == PE_DTYPE_FP32 ? ((const float *)pe_tensor_data(t))[p] : ((const double *)pe_tensor_data(t))[p];
         s += v * (n_places > 1 ? (double)r / (double)rows : 1.0);
     }

@@ -139,7 +139,7 @@ static const pe_tool_cmd k_cmds[] = {
      "print the static memory plan of a program: temporaries' bytes per place without and with reuse",
      "Builds the graph the ParallelExecutor would run for PROGRAM on N CPU places (the\n"
      "build passes: the fusion passes --strategy turns on, then the multi-device pass),\n"
-     "splits a batch of B rows over the places as the executor does (earlier places\n"
+     "splits a batch of B rows over the places as the executor does (the last places\n"
      "take the extra rows) for every var read before any op writes it (axis 0 = -1),\n"
      "infers every temporary's shape and runs the memory planner (BuildStrategy\n"
      "enable_inplace and memory_optimize). Prints one line per place:\n"
