@@ -93,6 +93,14 @@ pe_status pe_run_list(pe_parallel_executor *pe, const pe_feed *const *feeds, con
  * for i outside 0..n-1. */
 int64_t pe_batch_shard(int64_t rows, int n, int i, int64_t *first);
 
+/* Sums `count` values of dtype `dt` at buf (borrowed) over the trainers of a
+ * ParallelExecutor built with num_trainers > 1, in trainer order, so every
+ * trainer gets the same bits (e.g. a loss weighted by each trainer's rows,
+ * or a fetch gathered by summing zero-padded pieces); with one trainer buf
+ * is left as it is. A collective: every trainer calls it, between runs, in
+ * the same order with the same count and dtype. */
+pe_status pe_trainers_allreduce(pe_parallel_executor *pe, void *buf, int64_t count, pe_dtype dt);
+
 /* Frees every local execution scope (temporaries); the next run recreates them. */
 void pe_drop_local_exe_scopes(pe_parallel_executor *pe);
 int pe_device_count(const pe_parallel_executor *pe);
