@@ -51,6 +51,7 @@ import struct
 import sys
 import tempfile
 import time
+import traceback
 
 import numpy as np
 
@@ -411,5 +412,23 @@ def main(argv=None):
     return 0
 
 
+def _main_trainer():
+    """main(); a trainer of several that fails leaves at once (os._exit) rather than through
+    Python's exit and MPI_Finalize, whose handshake would wait for the trainers still inside a
+    collective until PE_MPI_TIMEOUT; mpirun sees the failed trainer and stops the others."""
+    try:
+        return main()
+    except BaseException as e:
+        if isinstance(e, SystemExit) and e.code in (None, 0) or trainer_env()[0] < 2:
+            raise
+        if isinstance(e, SystemExit):
+            print(e.code if isinstance(e.code, str) else "train_fashion_mnist: exit %s" % e.code, file=sys.stderr)
+        else:
+            traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(e.code if isinstance(e, SystemExit) and isinstance(e.code, int) else 1)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_main_trainer())

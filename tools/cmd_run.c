@@ -408,7 +408,8 @@ static int gather_fetch(const run_args *a, pe_parallel_executor *pe, const pe_pr
     if (st == PE_OK) {
         size_t row = (size_t)pe_dims_prod(dims, 1, ndim) * pe_dtype_size(t->dtype);
         memset(pe_tensor_data(all), 0, pe_tensor_nbytes(all));
-        if (pe_tensor_nbytes(t)) memcpy((char *)pe_tensor_data(all) + (size_t)before * row, pe_tensor_data(t), pe_tensor_nbytes(t));
+        if (pe_tensor_nbytes(t))
+            memcpy((char *)pe_tensor_data(all) + (size_t)before * row, pe_tensor_data(t), pe_tensor_nbytes(t));
         st = pe_trainers_allreduce(pe, pe_tensor_data(all), pe_tensor_numel(all), t->dtype);
     }
     if (st == PE_OK) st = pe_tensor_copy(t, all, pe_place_cpu(0));
@@ -561,16 +562,8 @@ int pe_cmd_run(int argc, char **argv) {
     if (!a.feeds || !a.fetch)
         rc = pe_tool_fail("out of memory parsing the command line");
     else if ((rc = parse_args(argc, argv, &a)) == PE_EXIT_OK &&
-             (rc = pe_tool_world(&a.n_trainers, &a.trainer)) == PE_EXIT_OK) {
-        if (a.trainers > 1 && a.n_trainers == 1)
-            rc = pe_tool_mpirun("run", argc, argv, a.trainers); /* returns on failure only */
-        else if (a.trainers && a.trainers != a.n_trainers)
-            rc = pe_tool_usage_error("run", "--trainers %d, but this process is one of %d trainers already "
-                                     "(mpirun -np %d): give --trainers to a plain `pe run` only", a.trainers,
-                                     a.n_trainers, a.n_trainers);
-        else
-            rc = run(&a);
-    }
+             pe_tool_trainers_start("run", argc, argv, a.trainers, &a.n_trainers, &a.trainer, &rc))
+        rc = run(&a);
     for (int i = 0; a.feeds && i < a.n_feeds; i++) {
         pe_tensor_free(a.feeds[i].t);
         free(a.feeds[i].name);

@@ -646,14 +646,11 @@ static int train(const train_args *a) {
             goto done;
         }
     }
-    if (a->steps > 0 && a->n_trainers > 1)
-        printf("training %s: %s, %ld steps on %d trainers x %d place%s (each trainer feeds its share of every "
-               "batch), %ld batch%s in %s\n", a->program,
-               a->kind == PE_OPT_SGD ? "sgd" : a->kind == PE_OPT_MOMENTUM ? "momentum" : "adam", a->steps,
-               a->n_trainers, a->n_places, a->n_places > 1 ? "s" : "", n_batches, n_batches == 1 ? "" : "es", a->data);
-    else if (a->steps > 0)
-        printf("training %s: %s, %ld steps on %d place%s, %ld batch%s in %s\n", a->program,
-               a->kind == PE_OPT_SGD ? "sgd" : a->kind == PE_OPT_MOMENTUM ? "momentum" : "adam", a->steps,
+    char trainers[48] = ""; /* "2 trainers x " */
+    if (a->n_trainers > 1) snprintf(trainers, sizeof trainers, "%d trainers x ", a->n_trainers);
+    if (a->steps > 0)
+        printf("training %s: %s, %ld steps on %s%d place%s, %ld batch%s in %s\n", a->program,
+               a->kind == PE_OPT_SGD ? "sgd" : a->kind == PE_OPT_MOMENTUM ? "momentum" : "adam", a->steps, trainers,
                a->n_places, a->n_places > 1 ? "s" : "", n_batches, n_batches == 1 ? "" : "es", a->data);
     double since_print = 0;
     int64_t samples_since = 0;
@@ -701,7 +698,7 @@ static int train(const train_args *a) {
                               pe_dims_str(s.out[0]->ndim, s.out[0]->dims, shape, sizeof shape));
             goto done;
         }
-        if (ok && a->n_trainers > 1) { /* the whole batch's loss: the trainers' losses weighted by their rows */
+        if (a->n_trainers > 1) { /* the whole batch's loss: the trainers' losses weighted by their rows */
             s.losses[step] *= (double)mine / (double)rows;
             if ((st = pe_trainers_allreduce(s.pe, &s.losses[step], 1, PE_DTYPE_FP64)) != PE_OK) {
                 rc = pe_tool_fail_status(st, "%s: step %ld: the loss over the trainers", a->program,
@@ -771,16 +768,8 @@ int pe_cmd_train(int argc, char **argv) {
     if (!a.fetch)
         rc = pe_tool_fail("out of memory parsing the command line");
     else if ((rc = parse_args(argc, argv, &a)) == PE_EXIT_OK &&
-             (rc = pe_tool_world(&a.n_trainers, &a.trainer)) == PE_EXIT_OK) {
-        if (a.trainers > 1 && a.n_trainers == 1)
-            rc = pe_tool_mpirun(USAGE_CMD, argc, argv, a.trainers); /* returns on failure only */
-        else if (a.trainers && a.trainers != a.n_trainers)
-            rc = pe_tool_usage_error(USAGE_CMD, "--trainers %d, but this process is one of %d trainers already "
-                                     "(mpirun -np %d): give --trainers to a plain `pe train` only", a.trainers,
-                                     a.n_trainers, a.n_trainers);
-        else
-            rc = train(&a);
-    }
+             pe_tool_trainers_start(USAGE_CMD, argc, argv, a.trainers, &a.n_trainers, &a.trainer, &rc))
+        rc = train(&a);
     free(a.fetch);
     return pe_tool_trainer_exit(rc);
 }

@@ -81,6 +81,12 @@ int pe_tool_world(int *n, int *rank);
 /* --trainers N (1..1024) as a step of an argument loop, like
  * pe_tool_places_flag; *n must be 0 before (given twice is a usage error). */
 bool pe_tool_trainers_flag(const char *cmd, int argc, char **argv, int *i, int *n, int *rc);
+/* The start of a command that can run as trainers, after its flags are
+ * parsed: reads the world (pe_tool_world) into *n, *rank; then --trainers N
+ * (`trainers`, 0 = not given) with N > 1 in a plain process re-executes
+ * under mpirun (pe_tool_mpirun), and under mpirun N must equal the world.
+ * True: run the command here (*rc PE_EXIT_OK); false: exit with *rc. */
+bool pe_tool_trainers_start(const char *cmd, int argc, char **argv, int trainers, int *n, int *rank, int *rc);
 /* Replaces this process by `mpirun --oversubscribe -np n <this pe> cmd
  * <argv[1..] without --trainers>` (root allowed when we are root), so the
  * job's exit status is mpirun's. Returns only on failure (mpirun missing,

@@ -154,6 +154,20 @@ int pe_tool_mpirun(const char *cmd, int argc, char **argv, int n) {
 #endif
 }
 
+bool pe_tool_trainers_start(const char *cmd, int argc, char **argv, int trainers, int *n, int *rank, int *rc) {
+    if ((*rc = pe_tool_world(n, rank)) != PE_EXIT_OK) return false;
+    if (trainers > 1 && *n == 1) {
+        *rc = pe_tool_mpirun(cmd, argc, argv, trainers); /* returns on failure only */
+        return false;
+    }
+    if (trainers && trainers != *n) {
+        *rc = pe_tool_usage_error(cmd, "--trainers %d, but this process is one of %d trainers already (mpirun -np "
+                                  "%d): give --trainers to a plain `pe %s` only", trainers, *n, *n, cmd);
+        return false;
+    }
+    return true;
+}
+
 int pe_tool_trainer_exit(int rc) {
     if (rc != PE_EXIT_OK && pe_tool_trainers > 1) {
         fflush(NULL);

@@ -14,7 +14,9 @@ On a tiny subset of Fashion-MNIST (--limit), 2 CPU places:
   Open MPI's own OMPI_COMM_WORLD_RANK / _SIZE), 1 place each, train like one
   process with 2 places on the same global batches of 31 (split 15 + 16):
   the same epoch lines (train loss, test accuracy) and parameters allclose
-  (bitwise here); only trainer 0 prints and writes checkpoints.
+  (bitwise here); only trainer 0 prints and writes checkpoints; a failure
+  on trainer 0 (its checkpoint cannot be written) ends the job at once with
+  a non-zero status, not after PE_MPI_TIMEOUT.
 The MLP runs on 256 images so the whole file takes a few seconds.
 """
 import json
@@ -24,6 +26,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -132,3 +135,12 @@ def test_two_processes_equal_one(tmp_path, env_vars):
     assert set(want) == set(got)
     for k in want:
         np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-7, err_msg=k)
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not found (openmpi-bin; scripts/setup.sh)")
+def test_failing_trainer_ends_the_job(tmp_path):
+    (tmp_path / "file").write_text("")  # --ckpt-dir below a file: trainer 0 fails after epoch 1
+    t0 = time.monotonic()
+    r = run(tmp_path / "file" / "ck", "--epochs", "3", np=2, ok=False)  # PE_MPI_TIMEOUT is 60 s here
+    assert r.returncode != 0 and "Not a directory" in r.stderr, r.stderr
+    assert time.monotonic() - t0 < 40, "the job waited for PE_MPI_TIMEOUT: %s" % r.stderr
