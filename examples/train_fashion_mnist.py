@@ -21,6 +21,19 @@ learning rate — as safetensors, plus the program as .pe) in --ckpt-dir;
 shuffling order depends on --seed and the epoch, so a resumed run sees the
 same batches as an uninterrupted one).
 
+Several processes: run unchanged under `python -m pe.distributed.launch
+--nproc_per_node 2 examples/train_fashion_mnist.py` (or plain mpirun), the
+script reads its trainer from PADDLE_TRAINERS_NUM / PADDLE_TRAINER_ID
+(else OMPI_COMM_WORLD_SIZE / _RANK) and builds its ParallelExecutor with
+num_trainers / trainer_id (Paddle's collective mode): every trainer walks
+the same shuffled global batches of --batch-size and feeds its share of
+each (shard_rows: the last trainers take the extra rows), the gradients
+are summed over every place of every trainer, so the job trains as one
+process would on the same batches (same learning rate, same accuracy).
+Trainer 0 alone prints, evaluates and writes the checkpoints; the losses
+on its progress bar are the global batch's (ParallelExecutor.trainers_sum).
+CPU_NUM defaults to the cores divided by the trainers on this machine.
+
 Why: it is the job the README's `scripts/demo.sh` runs, and
 benchmarks/compare_torch.py imports its data loader and model builders so
 the comparison with PyTorch trains exactly these models.
@@ -28,6 +41,7 @@ the comparison with PyTorch trains exactly these models.
     /usr/bin/python3 examples/train_fashion_mnist.py                 # MLP, defaults
     /usr/bin/python3 examples/train_fashion_mnist.py --model cnn --epochs 3
     /usr/bin/python3 examples/train_fashion_mnist.py --epochs 8 --resume   # 3 more epochs
+    /usr/bin/python3 -m pe.distributed.launch --nproc_per_node 2 examples/train_fashion_mnist.py
 """
 import argparse
 import gzip
@@ -37,6 +51,7 @@ import struct
 import sys
 import tempfile
 import time
+import traceback
 
 import numpy as np
 
@@ -158,13 +173,42 @@ def cosine_lr(base, step, total_steps):
     return np.array([0.5 * base * (1.0 + np.cos(np.pi * min(step, total_steps) / total_steps))], np.float32)
 
 
+# ---- several trainers ---------------------------------------------------------------------------
+
+def trainer_env():
+    """(trainers, trainer_id) of this process: PADDLE_TRAINERS_NUM / PADDLE_TRAINER_ID (set by
+    `python -m pe.distributed.launch`), else OMPI_COMM_WORLD_SIZE / _RANK (plain mpirun), else (1, 0)."""
+    for n_var, id_var in (("PADDLE_TRAINERS_NUM", "PADDLE_TRAINER_ID"),
+                          ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK")):
+        if not os.environ.get(n_var, "").strip():
+            continue
+        try:
+            n, i = int(os.environ[n_var]), int(os.environ.get(id_var, "0"))
+        except ValueError:
+            raise SystemExit("train_fashion_mnist: %s=%r / %s=%r are not integers"
+                             % (n_var, os.environ[n_var], id_var, os.environ.get(id_var)))
+        if n < 1 or not 0 <= i < n:
+            raise SystemExit("train_fashion_mnist: %s=%d is not a trainer of %s=%d" % (id_var, i, n_var, n))
+        return n, i
+    return 1, 0
+
+
+def shard_rows(rows, n, i):
+    """[start, stop) of part i of n of a batch of `rows` rows: contiguous, in order, the last
+    rows % n parts taking one row more (3 rows on 2 -> [0], [1, 2]). PE's rule (pe_batch_shard)
+    for the places of a ParallelExecutor; here also for the trainers' shares of a global batch."""
+    base, extra = divmod(rows, n)
+    start = i * base + max(0, i - (n - extra))
+    return start, start + base + (i >= n - extra)
+
+
 # ---- progress bar ------------------------------------------------------------------------------
 
 class Progress:
     """One terminal line per epoch, redrawn in place with \\r (at most 10 times a second)."""
 
-    def __init__(self, title, total, out=sys.stdout):
-        self.title, self.total, self.out = title, total, out
+    def __init__(self, title, total, out=None):
+        self.title, self.total, self.out = title, total, out or sys.stdout
         self.t0 = time.perf_counter()
         self.last = 0.0
         self.width = 0
@@ -285,8 +329,12 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    if not os.environ.get("CPU_NUM"):  # every core, but at least one row per place and PE's 64 places at most
-        os.environ["CPU_NUM"] = str(max(1, min(os.cpu_count() or 1, args.batch_size, 64)))
+    trainers, trainer_id = trainer_env()
+    if trainer_id > 0:  # trainer 0 prints; errors still reach stderr
+        sys.stdout = open(os.devnull, "w")
+    if not os.environ.get("CPU_NUM"):  # every core (shared by this machine's trainers), at least a row per place
+        local = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE", "0") or 0) or trainers
+        os.environ["CPU_NUM"] = str(max(1, min((os.cpu_count() or 1) // local, args.batch_size // trainers, 64)))
     pe = _import_pe()
     pe.enable_static()
 
@@ -302,21 +350,25 @@ def main(argv=None):
         first_epoch = load_checkpoint(pe, args.ckpt_dir, main_prog, scope, args)
         print("resumed from %s: %d epoch(s) done" % (args.ckpt_dir, first_epoch))
 
-    train_exe = pe.static.ParallelExecutor(False, loss_name=loss.name, main_program=main_prog, scope=scope)
-    test_exe = pe.static.ParallelExecutor(False, main_program=test_prog, share_vars_from=train_exe, scope=scope)
+    train_exe = pe.static.ParallelExecutor(False, loss_name=loss.name, main_program=main_prog, scope=scope,
+                                           num_trainers=trainers, trainer_id=trainer_id)
+    # trainer 0 evaluates (the parameters are the same on every trainer)
+    test_exe = None if trainer_id else pe.static.ParallelExecutor(False, main_program=test_prog,
+                                                                  share_vars_from=train_exe, scope=scope)
     places = train_exe.device_count
-    if args.batch_size < places:
-        raise SystemExit("train_fashion_mnist: --batch-size %d is smaller than CPU_NUM=%d places"
-                         % (args.batch_size, places))
+    if args.batch_size < places * trainers:
+        raise SystemExit("train_fashion_mnist: --batch-size %d is smaller than %d trainer(s) x CPU_NUM=%d places"
+                         % (args.batch_size, trainers, places))
     n = len(x_train)
     steps_per_epoch = (n + args.batch_size - 1) // args.batch_size
     total_steps = steps_per_epoch * args.epochs
-    print("PE %s: %s, %s lr=%g (cosine decay over %d epochs), batch %d over %d CPU place(s) (CPU_NUM), "
+    print("PE %s: %s, %s lr=%g (cosine decay over %d epochs), batch %d over %s%d CPU place(s) (CPU_NUM), "
           "%d train / %d test images" % (pe.__version__, args.model.upper(), args.optimizer, args.lr, args.epochs,
-                                          args.batch_size, places, n, len(x_test)))
+                                          args.batch_size, "%d trainers x " % trainers if trainers > 1 else "",
+                                          places, n, len(x_test)))
 
     acc = None
-    if first_epoch >= args.epochs:
+    if first_epoch >= args.epochs and test_exe is not None:
         acc = evaluate(test_exe, pred, x_test, y_test, 1000)
         print("nothing to train: the checkpoint has %d epoch(s), --epochs %d" % (first_epoch, args.epochs))
     last_epoch = args.epochs if args.stop_after is None else min(args.epochs, first_epoch + args.stop_after)
@@ -326,12 +378,18 @@ def main(argv=None):
         loss_sum, seen, avg = 0.0, 0, float("nan")
         for s, i in enumerate(range(0, n, args.batch_size)):
             idx = order[i:i + args.batch_size]
-            if len(idx) < places:  # a last piece too small to split: skip it
+            if len(idx) < places * trainers:  # a last piece too small to split: skip it
                 break
-            feed = {"image": x_train[idx], "label": y_train[idx],
+            mine = idx[slice(*shard_rows(len(idx), trainers, trainer_id))]  # this trainer's share
+            feed = {"image": x_train[mine], "label": y_train[mine],
                     LR_VAR: cosine_lr(args.lr, epoch * steps_per_epoch + s, total_steps)}
             lv, = train_exe.run(fetch_list=[loss.name], feed=feed)
-            loss_sum += float(np.mean(lv)) * len(idx)
+            # the summed loss of these rows: each place's mean loss times its rows
+            step_loss = sum(float(v) * (b - a) for v, (a, b) in
+                            zip(np.ravel(lv), (shard_rows(len(mine), places, p) for p in range(places))))
+            if trainers > 1:  # the global batch's: every trainer's summed loss
+                step_loss = float(train_exe.trainers_sum(step_loss))
+            loss_sum += step_loss
             seen += len(idx)
             avg = loss_sum / seen
             if not np.isfinite(avg):
@@ -341,15 +399,36 @@ def main(argv=None):
             bar.update(seen, avg)
         secs = bar.close(seen, avg)
         train_exe.drop_local_exe_scopes()
+        if test_exe is None:  # trainers 1..N-1: on to the next epoch (its first step waits for trainer 0)
+            continue
         t0 = time.perf_counter()
         acc = evaluate(test_exe, pred, x_test, y_test, 1000)
         test_exe.drop_local_exe_scopes()
         d = save_checkpoint(pe, args.ckpt_dir, epoch + 1, main_prog, test_prog, scope, args, acc)
         print("epoch %d: train loss %.4f, %.1f s (%.0f samples/s); test accuracy %.4f (%.1f s); checkpoint %s"
               % (epoch + 1, avg, secs, seen / secs, acc, time.perf_counter() - t0, d))
-    print("test_accuracy=%.4f" % acc)
+    if acc is not None:
+        print("test_accuracy=%.4f" % acc)
     return 0
 
 
+def _main_trainer():
+    """main(); a trainer of several that fails leaves at once (os._exit) rather than through
+    Python's exit and MPI_Finalize, whose handshake would wait for the trainers still inside a
+    collective until PE_MPI_TIMEOUT; mpirun sees the failed trainer and stops the others."""
+    try:
+        return main()
+    except BaseException as e:
+        if isinstance(e, SystemExit) and e.code in (None, 0) or trainer_env()[0] < 2:
+            raise
+        if isinstance(e, SystemExit):
+            print(e.code if isinstance(e.code, str) else "train_fashion_mnist: exit %s" % e.code, file=sys.stderr)
+        else:
+            traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(e.code if isinstance(e, SystemExit) and isinstance(e.code, int) else 1)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_main_trainer())

@@ -73,6 +73,20 @@ pe_status pe_fetch_value(const pe_scope *s, const char *name, const char *where,
     return PE_OK;
 }
 
+/* Part i of n: contiguous pieces in order, sizes differing by at most one,
+ * the last rows % n parts taking one row more (3 rows on 2: [0], [1, 2];
+ * 5 on 4: 1, 1, 1, 2), as Paddle splits a feed (seed 003). The one rule for
+ * the places of a process and for the trainers of a job. */
+int64_t pe_batch_shard(int64_t rows, int n, int i, int64_t *first) {
+    if (n < 1 || i < 0 || i >= n || rows < 0) {
+        if (first) *first = 0;
+        return 0;
+    }
+    int64_t base = rows / n, extra = rows % n, plain = n - extra; /* parts 0..plain-1 take base rows */
+    if (first) *first = (int64_t)i * base + (i > plain ? i - plain : 0);
+    return base + (i >= plain);
+}
+
 /* ---- zero-copy feeds -------------------------------------------------------
  * A fed (non-persistable) var of a CPU place is not copied: for the run it
  * becomes a view of the caller's rows (the caller keeps the tensor alive
@@ -198,16 +212,14 @@ pe_status pe_pe_feed_dict(pe_parallel_executor *pe, const pe_feed *feed, int n_f
             return pe_error(PE_ERR_INVALID, "feed '%s' has %lld rows, fewer than the %d places: each place needs at least one row",
                             feed[i].name, (long long)rows, pe->n);
         }
-        int64_t base = rows / pe->n, extra = rows % pe->n, row0 = 0;
         for (int p = 0; p < pe->n; p++) {
-            int64_t r = base + (p < extra);
+            int64_t row0, r = pe_batch_shard(rows, pe->n, p, &row0);
             int64_t dims[PE_MAX_DIMS];
             memcpy(dims, t->dims, sizeof dims);
             dims[0] = r;
             PE_CHECK(pe_feed_check_piece(v, feed[i].name, t->ndim, dims, p));
             PE_CHECK(feed_to(pe, p, feed[i].name, t, row0, r, false));
             if (!rows_set) pe->rows[p] = r;
-            row0 += r;
         }
         rows_set = true;
     }

@@ -220,6 +220,27 @@ pe_status pe_pe_global_rows(pe_parallel_executor *pe, int64_t *total) {
 #endif
 }
 
+pe_status pe_trainers_allreduce(pe_parallel_executor *pe, void *buf, int64_t count, pe_dtype dt) {
+    if (!pe || (!buf && count > 0) || count < 0)
+        return pe_error(PE_ERR_INVALID, "pe_trainers_allreduce: no executor, or no buffer for %lld values",
+                        (long long)count);
+    if (pe->opt.num_trainers <= 1 || count == 0) return PE_OK;
+    /* place 0 brings buf, the other places zeros (each its own buffer:
+     * every buffer receives the sum): the sum over the places of this
+     * trainer is buf, then the sum over the trainers */
+    size_t bytes = (size_t)count * pe_dtype_size(dt);
+    char *zeros = pe->n > 1 ? calloc((size_t)(pe->n - 1), bytes) : NULL;
+    if (pe->n > 1 && !zeros)
+        return pe_error(PE_ERR_NOMEM, "out of memory summing %lld values over the trainers", (long long)count);
+    void *bufs[PE_MAX_PLACES];
+    for (int p = 0; p < pe->n; p++) bufs[p] = p == 0 ? buf : zeros + (size_t)(p - 1) * bytes;
+    pe_status st = pe_group_allreduce(pe->comm, bufs, count, dt);
+    free(zeros);
+    if (st != PE_OK)
+        return pe_error_wrap(st, "summing %lld values over the %d trainers", (long long)count, pe->opt.num_trainers);
+    return PE_OK;
+}
+
 /* The collectives of g chained in one fixed order: a topological order of
  * the graph that takes the lowest-numbered ready handle first (Kahn's
  * algorithm with a min-heap), the same in every process that built the same

@@ -8,8 +8,8 @@
  * fusion passes --strategy turns on, then the multi-device pass) over N CPU
  * places — gives
  * every var the program reads before writing it (the feeds) the batch
- * split the executor would use (B rows over N places, earlier places take
- * the extra rows) in its -1 axis 0, infers every temporary's shape, and
+ * split the executor would use (B rows over N places, the last places take
+ * the extra rows: pe_batch_shard) in its -1 axis 0, infers every temporary's shape, and
  * runs the memory planner (pe_plan_new, pe/plan.h) as the ParallelExecutor
  * would with enable_inplace and memory_optimize on (--strategy may set any
  * BuildStrategy field, as for `pe graph`; --loss names the loss). Per place it prints
@@ -120,7 +120,7 @@ static pe_status tool_meta(void *user, int place, const char *name, const pe_var
     if (!decl)
         return pe_error(PE_ERR_NOT_FOUND, "var '%s' is read before any op writes it but is not declared in block 0",
                         name);
-    int64_t rows = u->a->batch / u->a->n_places + (place < u->a->batch % u->a->n_places);
+    int64_t rows = pe_batch_shard(u->a->batch, u->a->n_places, place, NULL);
     int64_t dims[PE_MAX_DIMS];
     char db[128];
     for (int d = 0; d < decl->ndim; d++) {

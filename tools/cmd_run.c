@@ -12,6 +12,12 @@
  * ParallelExecutor with --places cpu:N -> print a summary
  * of each fetch and write it to DIR/<file name>.npy -> --save.
  *
+ * Several processes (`mpirun -np N pe run`, or `--trainers N`:
+ * tools/trainers.c): each trainer feeds its share of every non-persistable
+ * feed to a ParallelExecutor with num_trainers = N, the fetches are
+ * gathered from all trainers in trainer order, and trainer 0 alone prints
+ * and writes the files.
+ *
  * The "program input not fed" check walks block 0 once: a var that an op
  * reads before any op writes it must come from a feed (or, when persistable,
  * from --startup / --params). The executor would also fail (naming the op),
@@ -38,6 +44,8 @@ typedef struct feed_arg {
 typedef struct run_args {
     const char *program, *startup, *params, *save, *out_dir, *backward;
     int n_places;        /* 1 = the single-place executor */
+    int trainers;        /* --trainers N (0: not given) */
+    int n_trainers, trainer; /* this process's world: mpirun's or Paddle's env (tools/trainers.c) */
     int n_feeds, n_fetch;
     feed_arg *feeds;     /* [argc] */
     const char **fetch;  /* [argc], deduplicated */
@@ -71,6 +79,10 @@ static int parse_args(int argc, char **argv, run_args *a) {
         SINGLE_FLAG("--out", out_dir)
         SINGLE_FLAG("--backward", backward)
 #undef SINGLE_FLAG
+        if (pe_tool_trainers_flag("run", argc, argv, &i, &a->trainers, &r)) {
+            if (r != PE_EXIT_OK) return r;
+            continue;
+        }
         if (pe_tool_places_flag("run", argc, argv, &i, &a->n_places, &r)) {
             if (r != PE_EXIT_OK) return r;
             continue;
@@ -342,6 +354,70 @@ static int append_backward(const run_args *a, pe_program *prog) {
     return rc;
 }
 
+/* ---- several trainers ----------------------------------------------------- */
+
+/* This trainer's rows of every non-persistable feed (the last trainers take
+ * the extra rows: pe_batch_shard); a persistable feed goes whole to each. */
+static int shard_feeds(const run_args *a, const pe_program *prog, pe_feed *feeds, pe_tensor **views) {
+    for (int i = 0; i < a->n_feeds; i++) {
+        const pe_var *v = pe_block_find_var(&prog->blocks[0], feeds[i].name);
+        const pe_tensor *t = feeds[i].tensor;
+        if ((v && v->persistable) || t->ndim < 1) continue;
+        int64_t rows = t->dims[0], first;
+        if (rows < (int64_t)a->n_trainers * a->n_places)
+            return pe_tool_fail("feed '%s' has %lld rows, fewer than the %d trainers x %d places: each place needs "
+                                "at least one row", feeds[i].name, (long long)rows, a->n_trainers, a->n_places);
+        int64_t mine = pe_batch_shard(rows, a->n_trainers, a->trainer, &first);
+        pe_status st = pe_tool_rows_view(views[i], t, first, mine);
+        if (st != PE_OK) return pe_tool_fail_status(st, "feed '%s'", feeds[i].name);
+        feeds[i].tensor = views[i];
+    }
+    return PE_EXIT_OK;
+}
+
+/* A fetch of every trainer, concatenated along axis 0 in trainer order (a
+ * persistable: trainer 0's, the same on all): each trainer's row count is
+ * summed into a table, then each puts its rows at its offset of a zeroed
+ * tensor of all rows and the tensors are summed (x + 0 = x). */
+static int gather_fetch(const run_args *a, pe_parallel_executor *pe, const pe_program *prog, const char *name,
+                        pe_tensor *t) {
+    const pe_var *v = pe_block_find_var(&prog->blocks[0], name);
+    if (v && v->persistable) return PE_EXIT_OK;
+    int64_t *counts = calloc((size_t)a->n_trainers, sizeof *counts);
+    if (!counts) return pe_tool_fail_status(PE_ERR_NOMEM, "fetch '%s'", name);
+    int ndim = t->ndim ? t->ndim : 1;
+    int64_t dims[PE_MAX_DIMS];
+    memcpy(dims, t->dims, sizeof dims);
+    if (!t->ndim) dims[0] = 1;
+    counts[a->trainer] = dims[0];
+    pe_status st = pe_trainers_allreduce(pe, counts, a->n_trainers, PE_DTYPE_INT64);
+    int64_t before = 0, total = 0;
+    for (int k = 0; k < a->n_trainers; k++) {
+        before += k < a->trainer ? counts[k] : 0;
+        total += counts[k];
+    }
+    free(counts);
+    pe_tensor *all = st == PE_OK ? pe_tensor_new() : NULL;
+    if (st == PE_OK && !all) st = PE_ERR_NOMEM;
+    if (st == PE_OK) {
+        int64_t gd[PE_MAX_DIMS];
+        memcpy(gd, dims, sizeof gd);
+        gd[0] = total;
+        st = pe_tensor_resize(all, t->dtype, ndim, gd, pe_place_cpu(0));
+    }
+    if (st == PE_OK) {
+        size_t row = (size_t)pe_dims_prod(dims, 1, ndim) * pe_dtype_size(t->dtype);
+        memset(pe_tensor_data(all), 0, pe_tensor_nbytes(all));
+        if (pe_tensor_nbytes(t))
+            memcpy((char *)pe_tensor_data(all) + (size_t)before * row, pe_tensor_data(t), pe_tensor_nbytes(t));
+        st = pe_trainers_allreduce(pe, pe_tensor_data(all), pe_tensor_numel(all), t->dtype);
+    }
+    if (st == PE_OK) st = pe_tensor_copy(t, all, pe_place_cpu(0));
+    pe_tensor_free(all);
+    if (st != PE_OK) return pe_tool_fail_status(st, "fetch '%s': gathering the %d trainers' rows", name, a->n_trainers);
+    return PE_EXIT_OK;
+}
+
 static int run(const run_args *a) {
     int rc = PE_EXIT_FAIL;
     pe_status st;
@@ -349,7 +425,7 @@ static int run(const run_args *a) {
     pe_scope *scope = NULL;
     pe_executor *ex = NULL;
     pe_feed *feeds = NULL;
-    pe_tensor **out = NULL;
+    pe_tensor **out = NULL, **views = NULL;
 
     if ((rc = check_fetch_paths(a)) != PE_EXIT_OK) return rc;
     rc = PE_EXIT_FAIL;
@@ -373,7 +449,10 @@ static int run(const run_args *a) {
     ex = scope ? pe_executor_new(pe_place_cpu(0)) : NULL;
     feeds = calloc((size_t)a->n_feeds + 1, sizeof *feeds);
     out = calloc((size_t)a->n_fetch + 1, sizeof *out);
-    if (!scope || !ex || !feeds || !out) {
+    views = calloc((size_t)a->n_feeds + 1, sizeof *views);
+    bool views_ok = views != NULL;
+    for (int i = 0; views && i < a->n_feeds; i++) views_ok = (views[i] = pe_tensor_new()) && views_ok;
+    if (!scope || !ex || !feeds || !out || !views_ok) {
         rc = pe_tool_fail_status(PE_ERR_NOMEM, "setting up the run");
         goto done;
     }
@@ -409,21 +488,37 @@ static int run(const run_args *a) {
             rc = pe_tool_fail_status(PE_ERR_NOMEM, "fetch '%s'", a->fetch[i]);
             goto done;
         }
-    if (a->n_places > 1) {
+    if (a->n_trainers > 1 && (rc = shard_feeds(a, prog, feeds, views)) != PE_EXIT_OK) goto done;
+    rc = PE_EXIT_FAIL;
+    if (a->n_places > 1 || a->n_trainers > 1) {
         pe_place places[64];
         for (int i = 0; i < a->n_places; i++) places[i] = pe_place_cpu(i);
         pe_pe_options o;
         pe_pe_options_default(&o);
         o.loss_name = a->backward;
+        o.num_trainers = a->n_trainers;
+        o.trainer_id = a->trainer;
         pe_parallel_executor *pe = NULL;
         st = pe_parallel_executor_new(places, a->n_places, prog, scope, &o, &pe);
         if (st == PE_OK) st = pe_run(pe, feeds, a->n_feeds, a->fetch, a->n_fetch, true, out);
+        int grc = PE_EXIT_OK; /* several trainers: every trainer's rows of each fetch */
+        for (int i = 0; st == PE_OK && a->n_trainers > 1 && i < a->n_fetch && grc == PE_EXIT_OK; i++)
+            grc = gather_fetch(a, pe, prog, a->fetch[i], out[i]);
         pe_parallel_executor_free(pe);
+        if (grc != PE_EXIT_OK) {
+            rc = grc;
+            goto done;
+        }
     } else {
         st = pe_executor_run(ex, prog, 0, scope, feeds, a->n_feeds, a->fetch, a->n_fetch, out);
     }
     if (st != PE_OK) {
         rc = pe_tool_fail_status(st, "%s", a->program);
+        goto done;
+    }
+    /* with several trainers, trainer 0 writes the files (every trainer holds the same values) */
+    if (a->trainer > 0) {
+        rc = PE_EXIT_OK;
         goto done;
     }
     if (a->n_fetch && (rc = make_dirs(a->out_dir)) != PE_EXIT_OK) goto done;
@@ -449,6 +544,8 @@ static int run(const run_args *a) {
 done:
     for (int i = 0; out && i < a->n_fetch; i++) pe_tensor_free(out[i]);
     free(out);
+    for (int i = 0; views && i < a->n_feeds; i++) pe_tensor_free(views[i]);
+    free(views);
     free(feeds);
     pe_executor_free(ex);
     pe_scope_free(scope);
@@ -464,7 +561,8 @@ int pe_cmd_run(int argc, char **argv) {
     int rc;
     if (!a.feeds || !a.fetch)
         rc = pe_tool_fail("out of memory parsing the command line");
-    else if ((rc = parse_args(argc, argv, &a)) == PE_EXIT_OK)
+    else if ((rc = parse_args(argc, argv, &a)) == PE_EXIT_OK &&
+             pe_tool_trainers_start("run", argc, argv, a.trainers, &a.n_trainers, &a.trainer, &rc))
         rc = run(&a);
     for (int i = 0; a.feeds && i < a.n_feeds; i++) {
         pe_tensor_free(a.feeds[i].t);
@@ -472,5 +570,5 @@ int pe_cmd_run(int argc, char **argv) {
     }
     free(a.feeds);
     free(a.fetch);
-    return rc;
+    return pe_tool_trainer_exit(rc);
 }

@@ -19,6 +19,13 @@
  * --places cpu:N), fetching the loss -> write --log, print the steady-state
  * time per step -> --save.
  *
+ * Several processes (`mpirun -np N pe train`, or `--trainers N`, which
+ * re-executes under mpirun: tools/trainers.c): the ParallelExecutor gets
+ * num_trainers = N and trainer_id = the rank, each trainer feeds its share
+ * of every batch (pe_batch_shard), the step's loss is the trainers' losses
+ * weighted by their rows (pe_trainers_allreduce), and trainer 0 alone
+ * prints and writes --log / --out / --save.
+ *
  * Timing covers the training step only (pe_executor_run / pe_run: feed copy,
  * forward, backward, optimizer, fetch copy), not the .npy reads, so the
  * numbers measure the engine. The steady-state figure is the median over
@@ -48,6 +55,8 @@ typedef struct train_args {
     bool steps_given;
     long print_every;
     int n_places;
+    int trainers;             /* --trainers N (0: not given) */
+    int n_trainers, trainer;  /* this process's world: mpirun's or Paddle's env (tools/trainers.c) */
     int n_fetch;
     const char **fetch; /* [argc], deduplicated */
 } train_args;
@@ -178,6 +187,10 @@ static int parse_args(int argc, char **argv, train_args *a) {
         if ((r = pe_tool_flag(argc, argv, &i, "--print-every", &v)) != 0) {
             if (r < 0) return pe_tool_usage_error(USAGE_CMD, "--print-every needs a value");
             if ((rc = parse_long("--print-every", v, 0, &a->print_every)) != PE_EXIT_OK) return rc;
+            continue;
+        }
+        if (pe_tool_trainers_flag(USAGE_CMD, argc, argv, &i, &a->trainers, &rc)) {
+            if (rc != PE_EXIT_OK) return rc;
             continue;
         }
         if ((r = pe_tool_flag(argc, argv, &i, "--places", &v)) != 0) {
@@ -350,7 +363,7 @@ static double step_loss(const pe_tensor *t, int n_places, int64_t rows, bool *ok
     if (!*ok) return NAN;
     double s = 0;
     for (int p = 0; p < n_places; p++) {
-        int64_t r = rows / n_places + (p < rows % n_places ? 1 : 0);
+        int64_t r = pe_batch_shard(rows, n_places, p, NULL);
         double v = t->dtype == PE_DTYPE_FP32 ? ((const float *)pe_tensor_data(t))[p] : ((const double *)pe_tensor_data(t))[p];
         s += v * (n_places > 1 ? (double)r / (double)rows : 1.0);
     }
@@ -443,6 +456,7 @@ typedef struct train_state {
     const char *fed[MAX_FED];
     int n_fed;
     pe_tensor *batch[MAX_FED];
+    pe_tensor *shard[MAX_FED]; /* with several trainers: this trainer's rows of batch[] */
     pe_feed feeds[MAX_FED];
     const char **fetch;  /* loss + --fetch */
     pe_tensor **out;
@@ -451,6 +465,7 @@ typedef struct train_state {
 
 static void state_free(train_state *s) {
     for (int i = 0; i < s->n_fed; i++) pe_tensor_free(s->batch[i]);
+    for (int i = 0; i < s->n_fed; i++) pe_tensor_free(s->shard[i]);
     for (int i = 0; s->out && s->fetch && s->fetch[i]; i++) pe_tensor_free(s->out[i]);
     free(s->out);
     free(s->fetch);
@@ -605,7 +620,7 @@ static int train(const train_args *a) {
             goto done;
         }
     for (int j = 0; j < s.n_fed; j++)
-        if (!(s.batch[j] = pe_tensor_new())) {
+        if (!(s.batch[j] = pe_tensor_new()) || !(s.shard[j] = pe_tensor_new())) {
             rc = pe_tool_fail_status(PE_ERR_NOMEM, "batch of '%s'", s.fed[j]);
             goto done;
         }
@@ -618,20 +633,24 @@ static int train(const train_args *a) {
         if (a->lr_given && (rc = set_lr(a, s.prog, s.scope)) != PE_EXIT_OK) goto done;
         rc = PE_EXIT_FAIL;
     }
-    if (a->n_places > 1 && a->steps > 0) {
+    if ((a->n_places > 1 || a->n_trainers > 1) && a->steps > 0) {
         pe_place places[MAX_PLACES];
         for (int i = 0; i < a->n_places; i++) places[i] = pe_place_cpu(i);
         pe_pe_options o;
         pe_pe_options_default(&o);
         o.loss_name = a->loss;
+        o.num_trainers = a->n_trainers;
+        o.trainer_id = a->trainer;
         if ((st = pe_parallel_executor_new(places, a->n_places, s.prog, s.scope, &o, &s.pe)) != PE_OK) {
             rc = pe_tool_fail_status(st, "%s: building the ParallelExecutor on %d places", a->program, a->n_places);
             goto done;
         }
     }
+    char trainers[48] = ""; /* "2 trainers x " */
+    if (a->n_trainers > 1) snprintf(trainers, sizeof trainers, "%d trainers x ", a->n_trainers);
     if (a->steps > 0)
-        printf("training %s: %s, %ld steps on %d place%s, %ld batch%s in %s\n", a->program,
-               a->kind == PE_OPT_SGD ? "sgd" : a->kind == PE_OPT_MOMENTUM ? "momentum" : "adam", a->steps,
+        printf("training %s: %s, %ld steps on %s%d place%s, %ld batch%s in %s\n", a->program,
+               a->kind == PE_OPT_SGD ? "sgd" : a->kind == PE_OPT_MOMENTUM ? "momentum" : "adam", a->steps, trainers,
                a->n_places, a->n_places > 1 ? "s" : "", n_batches, n_batches == 1 ? "" : "es", a->data);
     double since_print = 0;
     int64_t samples_since = 0;
@@ -641,9 +660,23 @@ static int train(const train_args *a) {
         long batch = (a->first_step + step) % n_batches;
         if ((rc = load_batch(a, &s, batch, &rows)) != PE_EXIT_OK) goto done;
         rc = PE_EXIT_FAIL;
-        if (rows < a->n_places) {
-            rc = pe_tool_fail("batch %ld has %lld rows, fewer than the %d places", batch, (long long)rows, a->n_places);
+        if (rows < (int64_t)a->n_places * a->n_trainers) {
+            if (a->n_trainers > 1)
+                rc = pe_tool_fail("batch %ld has %lld rows, fewer than the %d trainers x %d places", batch,
+                                  (long long)rows, a->n_trainers, a->n_places);
+            else
+                rc = pe_tool_fail("batch %ld has %lld rows, fewer than the %d places", batch, (long long)rows,
+                                  a->n_places);
             goto done;
+        }
+        /* several trainers: each feeds its share of the batch (the last trainers take the extra rows) */
+        int64_t first = 0, mine = a->n_trainers > 1 ? pe_batch_shard(rows, a->n_trainers, a->trainer, &first) : rows;
+        for (int j = 0; j < s.n_fed && a->n_trainers > 1; j++) {
+            if ((st = pe_tool_rows_view(s.shard[j], s.batch[j], first, mine)) != PE_OK) {
+                rc = pe_tool_fail_status(st, "batch %ld of '%s'", batch, s.fed[j]);
+                goto done;
+            }
+            s.feeds[j].tensor = s.shard[j];
         }
         double t0 = clock_sec(CLOCK_MONOTONIC), c0 = clock_sec(CLOCK_PROCESS_CPUTIME_ID);
         if (s.pe)
@@ -657,13 +690,21 @@ static int train(const train_args *a) {
             goto done;
         }
         bool ok;
-        s.losses[step] = step_loss(s.out[0], a->n_places, rows, &ok);
+        s.losses[step] = step_loss(s.out[0], a->n_places, mine, &ok);
         if (!ok) {
             char shape[160];
             rc = pe_tool_fail("%s: step %ld: loss '%s' came back as %s %s, expected one value per place", a->program,
                               a->first_step + step + 1, a->loss, pe_dtype_name(s.out[0]->dtype),
                               pe_dims_str(s.out[0]->ndim, s.out[0]->dims, shape, sizeof shape));
             goto done;
+        }
+        if (a->n_trainers > 1) { /* the whole batch's loss: the trainers' losses weighted by their rows */
+            s.losses[step] *= (double)mine / (double)rows;
+            if ((st = pe_trainers_allreduce(s.pe, &s.losses[step], 1, PE_DTYPE_FP64)) != PE_OK) {
+                rc = pe_tool_fail_status(st, "%s: step %ld: the loss over the trainers", a->program,
+                                         a->first_step + step + 1);
+                goto done;
+            }
         }
         s.times[step] = dt;
         since_print += dt;
@@ -674,7 +715,18 @@ static int train(const train_args *a) {
             printf("step %ld/%ld  loss %.6f  %.1f samples/s  %.3f ms/step", a->first_step + step + 1,
                    a->first_step + a->steps, s.losses[step],
                    since_print > 0 ? (double)samples_since / since_print : 0.0, 1e3 * since_print / (double)steps_since);
-            for (int i = 1; i < n_fetch; i++) printf("  %s %.6g", s.fetch[i], tensor_mean(s.out[i]));
+            for (int i = 1; i < n_fetch; i++) {
+                double m[2] = {tensor_mean(s.out[i]), (double)pe_tensor_numel(s.out[i])};
+                if (a->n_trainers > 1) { /* the mean over every trainer's values */
+                    m[0] *= m[1];
+                    if ((st = pe_trainers_allreduce(s.pe, m, 2, PE_DTYPE_FP64)) != PE_OK) {
+                        rc = pe_tool_fail_status(st, "fetch '%s' over the trainers", s.fetch[i]);
+                        goto done;
+                    }
+                    m[0] /= m[1];
+                }
+                printf("  %s %.6g", s.fetch[i], m[0]);
+            }
             printf("\n");
             fflush(stdout);
             since_print = 0;
@@ -687,6 +739,11 @@ static int train(const train_args *a) {
         double med = median(s.times + from, n), cpu = median(s.cpu + from, n);
         printf("steady state: %.3f ms/step (median over steps %ld-%ld%s; CPU time %.3f ms/step)\n", 1e3 * med,
                a->first_step + from + 1, a->first_step + a->steps, from ? ", excluding the first 3" : "", 1e3 * cpu);
+    }
+    /* with several trainers, trainer 0 writes the files (every trainer holds the same parameters) */
+    if (a->trainer > 0) {
+        rc = PE_EXIT_OK;
+        goto done;
     }
     if (a->log && (rc = write_log(a, s.losses, a->steps)) != PE_EXIT_OK) goto done;
     if (a->log) printf("wrote the loss of each step to %s\n", a->log);
@@ -710,8 +767,9 @@ int pe_cmd_train(int argc, char **argv) {
     int rc;
     if (!a.fetch)
         rc = pe_tool_fail("out of memory parsing the command line");
-    else if ((rc = parse_args(argc, argv, &a)) == PE_EXIT_OK)
+    else if ((rc = parse_args(argc, argv, &a)) == PE_EXIT_OK &&
+             pe_tool_trainers_start(USAGE_CMD, argc, argv, a.trainers, &a.n_trainers, &a.trainer, &rc))
         rc = train(&a);
     free(a.fetch);
-    return rc;
+    return pe_tool_trainer_exit(rc);
 }

@@ -21,13 +21,13 @@
 
 #define RUN_USAGE                                                                              \
     "pe run PROGRAM [--startup S.pe] [--params CKPT] [--save CKPT] [--feed NAME=FILE.npy]... " \
-    "[--fetch NAME]... [--out DIR] [--places cpu:N] [--backward LOSS]"
+    "[--fetch NAME]... [--out DIR] [--places cpu:N] [--backward LOSS] [--trainers N]"
 
 #define TRAIN_USAGE                                                                                      \
     "pe train PROGRAM --startup S.pe --loss NAME --optimizer sgd|momentum|adam [--lr F] [--momentum F] "   \
     "[--nesterov] [--beta1 F --beta2 F --epsilon F] [--weight-decay F] [--clip-norm F] --data DIR "       \
     "--steps N [--first-step S] [--places cpu:N] [--params CKPT] [--save CKPT] [--log FILE.npy] "        \
-    "[--fetch NAME]... [--out DIR] [--print-every N]"
+    "[--fetch NAME]... [--out DIR] [--print-every N] [--trainers N]"
 
 static const pe_tool_cmd k_cmds[] = {
     {"run", RUN_USAGE, "run block 0 of a program with .npy feeds, write fetches as .npy",
@@ -52,6 +52,11 @@ static const pe_tool_cmd k_cmds[] = {
      "                        split along axis 0, fetches concatenated in place order)\n"
      "  --backward LOSS       append the gradient ops of LOSS first; every fed float var\n"
      "                        and every parameter gets NAME@GRAD, which can be fetched\n"
+     "  --trainers N          run as N processes (re-executes under mpirun -np N; or start\n"
+     "                        it with mpirun -np N pe run ...): each trainer feeds its share\n"
+     "                        of every feed (the last trainers take the extra rows), the\n"
+     "                        fetches are gathered in trainer order, trainer 0 prints and\n"
+     "                        writes the files\n"
      "Flags take their value as the next argument or after '=' (--out=DIR).",
      pe_cmd_run},
     {"train", TRAIN_USAGE, "append backward + optimizer to a forward program and train it on .npy batches",
@@ -91,6 +96,11 @@ static const pe_tool_cmd k_cmds[] = {
      "                        progress lines (repeatable)\n"
      "  --out DIR             write the last step's --fetch values to DIR/NAME.npy\n"
      "  --print-every N       progress line every N steps (default 10; 0 = none)\n"
+     "  --trainers N          train as N processes (re-executes under mpirun -np N; or start\n"
+     "                        it with mpirun -np N pe train ...): each trainer feeds its share\n"
+     "                        of every batch (the last trainers take the extra rows), the\n"
+     "                        gradients are summed over all; trainer 0 prints and writes the\n"
+     "                        --log, --out and --save files\n"
      "Flags take their value as the next argument or after '=' (--lr=0.1).",
      pe_cmd_train},
     {"inspect", "pe inspect PROGRAM", "print blocks, ops, vars and the parameter count of a program",
@@ -139,7 +149,7 @@ static const pe_tool_cmd k_cmds[] = {
      "print the static memory plan of a program: temporaries' bytes per place without and with reuse",
      "Builds the graph the ParallelExecutor would run for PROGRAM on N CPU places (the\n"
      "build passes: the fusion passes --strategy turns on, then the multi-device pass),\n"
-     "splits a batch of B rows over the places as the executor does (earlier places\n"
+     "splits a batch of B rows over the places as the executor does (the last places\n"
      "take the extra rows) for every var read before any op writes it (axis 0 = -1),\n"
      "infers every temporary's shape and runs the memory planner (BuildStrategy\n"
      "enable_inplace and memory_optimize). Prints one line per place:\n"
@@ -202,7 +212,10 @@ static void print_error_line(const char *msg) {
         line[n++] = (*p < 0x20 || *p == 0x7f) ? ' ' : (char)*p;
     while (n > 0 && line[n - 1] == ' ') n--;
     line[n] = '\0';
-    fprintf(stderr, "pe: error: %s\n", n ? line : "unknown failure");
+    if (pe_tool_trainers > 1)
+        fprintf(stderr, "pe: error: trainer %d of %d: %s\n", pe_tool_trainer, pe_tool_trainers, n ? line : "unknown failure");
+    else
+        fprintf(stderr, "pe: error: %s\n", n ? line : "unknown failure");
 }
 
 int pe_tool_fail(const char *fmt, ...) {

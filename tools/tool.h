@@ -69,6 +69,36 @@ bool pe_tool_is_flag(const char *arg);
  * error's exit code when a second PROGRAM was given); false for a flag. */
 bool pe_tool_program_arg(const char *cmd, const char *arg, bool *only_pos, const char **program, int *rc);
 
+/* ---- trainer processes (tools/trainers.c) ----
+ * This process's trainer world, set by pe_tool_world: pe_tool_trainers
+ * processes (1 = this one alone), this one pe_tool_trainer. */
+extern int pe_tool_trainer, pe_tool_trainers;
+/* Reads the world from the environment (OMPI_COMM_WORLD_SIZE / _RANK under
+ * mpirun, else PADDLE_TRAINERS_NUM / PADDLE_TRAINER_ID; neither: 1 process)
+ * into *n, *rank and the globals above; on every trainer but 0 stdout goes
+ * to /dev/null. PE_EXIT_OK, or PE_EXIT_FAIL for a malformed variable. */
+int pe_tool_world(int *n, int *rank);
+/* --trainers N (1..1024) as a step of an argument loop, like
+ * pe_tool_places_flag; *n must be 0 before (given twice is a usage error). */
+bool pe_tool_trainers_flag(const char *cmd, int argc, char **argv, int *i, int *n, int *rc);
+/* The start of a command that can run as trainers, after its flags are
+ * parsed: reads the world (pe_tool_world) into *n, *rank; then --trainers N
+ * (`trainers`, 0 = not given) with N > 1 in a plain process re-executes
+ * under mpirun (pe_tool_mpirun), and under mpirun N must equal the world.
+ * True: run the command here (*rc PE_EXIT_OK); false: exit with *rc. */
+bool pe_tool_trainers_start(const char *cmd, int argc, char **argv, int trainers, int *n, int *rank, int *rc);
+/* Replaces this process by `mpirun --oversubscribe -np n <this pe> cmd
+ * <argv[1..] without --trainers>` (root allowed when we are root), so the
+ * job's exit status is mpirun's. Returns only on failure (mpirun missing,
+ * exec failed, no MPI in this build): PE_EXIT_FAIL with one error line. */
+int pe_tool_mpirun(const char *cmd, int argc, char **argv, int n);
+/* The exit code of a command: a failing trainer of several ends here with
+ * _exit(rc) (no MPI_Finalize handshake with ranks still in a collective;
+ * mpirun then stops the job); otherwise returns rc. */
+int pe_tool_trainer_exit(int rc);
+/* dst = a view of rows [first, first + count) of src (shares its buffer). */
+pe_status pe_tool_rows_view(pe_tensor *dst, const pe_tensor *src, int64_t first, int64_t count);
+
 /* --strategy "KEY=VALUE,...": BuildStrategy fields by Paddle's names
  * (fuse_gemm_epilogue=1, memory_optimize=0, reduce_strategy=reduce, ...)
  * into *bs (fields not named keep their value). Usage errors name `cmd`;

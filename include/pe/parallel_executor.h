@@ -23,7 +23,8 @@
  *
  * Semantics (DESIGN.md §4): persistables of `scope` are broadcast from place
  * 0 at construction; dict feeds are split along axis 0 into contiguous
- * pieces (earlier places take the extra rows: 5 rows on 4 places -> 2,1,1,1);
+ * pieces (the last places take the extra rows: 5 rows on 4 places -> 1,1,1,2;
+ * pe_batch_shard);
  * gradients are summed across places (fixed order: bitwise reproducible);
  * fetches are concatenated along axis 0 in place order (persistables come
  * back once, from place 0). The first error on any place stops the run on
@@ -82,6 +83,23 @@ pe_status pe_run(pe_parallel_executor *pe, const pe_feed *feed, int n_feed, cons
  * count. */
 pe_status pe_run_list(pe_parallel_executor *pe, const pe_feed *const *feeds, const int *n_feeds, int n_lists,
                       const char *const *fetch, int n_fetch, bool return_merged, pe_tensor **fetch_out);
+
+/* The rule that splits a batch of `rows` rows into n contiguous parts, in
+ * order, sizes differing by at most one, the LAST rows % n parts taking one
+ * row more (3 rows on 2: [0], [1, 2]; 5 rows on 4: 1, 1, 1, 2): pe_run's
+ * split of a dict feed across places, and the share of a global batch each
+ * of num_trainers processes feeds (trainer i of n takes rows [first, first +
+ * count)). Returns the count of part i and sets *first (may be NULL); 0 rows
+ * for i outside 0..n-1. */
+int64_t pe_batch_shard(int64_t rows, int n, int i, int64_t *first);
+
+/* Sums `count` values of dtype `dt` at buf (borrowed) over the trainers of a
+ * ParallelExecutor built with num_trainers > 1, in trainer order, so every
+ * trainer gets the same bits (e.g. a loss weighted by each trainer's rows,
+ * or a fetch gathered by summing zero-padded pieces); with one trainer buf
+ * is left as it is. A collective: every trainer calls it, between runs, in
+ * the same order with the same count and dtype. */
+pe_status pe_trainers_allreduce(pe_parallel_executor *pe, void *buf, int64_t count, pe_dtype dt);
 
 /* Frees every local execution scope (temporaries); the next run recreates them. */
 void pe_drop_local_exe_scopes(pe_parallel_executor *pe);

@@ -291,7 +291,7 @@ if expect_ok "run main.pe (--flag=value forms)" run main.pe --feed=x=x.npy --fee
     check_out "run main.pe: same values" res2/relu_out.npy
 fi
 # Several CPU places through the ParallelExecutor: the example MLP on 5 rows
-# (split 3,2 and 2,2,1) gives what one place gives, concatenated in order.
+# (split 2,3 and 1,2,2) gives what one place gives, concatenated in order.
 EX="$PE_SOURCE_DIR/examples"
 "$PY" -c "import numpy as np; np.save('x5.npy', np.random.RandomState(3).rand(5, 784).astype('float32'))"
 expect_ok "run the MLP example on one place" run "$EX/mlp_infer.pe" --startup "$EX/mlp_infer_startup.pe" --feed x=x5.npy --fetch prob --out mp1
@@ -303,7 +303,7 @@ for n in 2 3; do
     fi
 done
 expect_error "run --places cpu:8 with 5 rows" "'x'.*5 rows.*8 places.*CPU_NUM" run "$EX/mlp_infer.pe" --startup "$EX/mlp_infer_startup.pe" --feed x=x5.npy --fetch prob --places cpu:8
-expect_error "run --places cpu:2: a broadcast feed is split too" "feed 'y' on place 0 has shape \\[2\\]" run main.json --feed x=x.npy --feed y=y.npy --fetch relu/out --places cpu:2
+expect_error "run --places cpu:2: a broadcast feed is split too" "feed 'y' on place 0 has shape \\[1\\]" run main.json --feed x=x.npy --feed y=y.npy --fetch relu/out --places cpu:2
 if expect_ok "run: default --out is the current dir" run main.json --feed x=x.npy --feed y=y.npy --fetch relu/out; then
     check_out "run: ./relu_out.npy" relu_out.npy
 fi

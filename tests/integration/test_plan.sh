@@ -43,7 +43,7 @@ for op in b["ops"]:
         written.update(s["args"])
 out = []
 for p in range(places):
-    rows = batch // places + (p < batch % places)
+    rows = batch // places + (p >= places - batch % places)  # the last places take the extra rows
     total = 0
     for n in sorted(written):
         v = decl.get(n)

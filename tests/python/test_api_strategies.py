@@ -7,7 +7,9 @@
   parameters as the default.
 - debug_graphviz_path writes the multi-device graph; unknown strategy fields
   are AttributeErrors (typos are caught); Paddle-only fields warn.
-- return_merged=False gives one result per place.
+- return_merged=False gives one result per place (the last place takes the
+  extra row); trainers_sum with one trainer returns its values as float64
+  (across processes: tests/python/test_main_job.py).
 - Runs release the GIL: executors in two Python threads run concurrently and
   give the results of sequential runs.
 """
@@ -102,10 +104,15 @@ def test_return_merged_false(monkeypatch):
     w = np.array(scope.find_var("fc_0.w_0").get_tensor()).astype(np.float64)
     out_name = main.global_block().ops[0].output("Out")[0]
     per_place, = pexe.run([out_name], feed={"x": X[:3]}, return_merged=False)
-    assert [p.shape for p in per_place] == [(2, 2), (1, 2)]
+    assert [p.shape for p in per_place] == [(1, 2), (2, 2)]  # the last place takes the extra row
     merged, = pexe.run([out_name], feed={"x": X[:3]})
     np.testing.assert_array_equal(np.concatenate(per_place), merged)
     np.testing.assert_allclose(merged, X[:3] @ w, rtol=1e-5)
+    s = pexe.trainers_sum(np.array([[1.5, 2], [3, 4]], np.float32))
+    assert s.dtype == np.float64 and s.shape == (2, 2) and s.tolist() == [[1.5, 2], [3, 4]]
+    assert pexe.trainers_sum(2.5) == 2.5
+    with pytest.raises(ValueError):
+        pexe.trainers_sum(["a"])
 
 
 def test_runs_release_the_gil():

@@ -229,7 +229,7 @@ def test_fetch_and_out(batches, tmp_path):
 
 def test_places_2_equals_1(batches, tmp_path):
     """Two places (batch_share gradient scaling) train like one place on the
-    whole batch, for even (32 = 16 + 16) and uneven (31 = 16 + 15) splits."""
+    whole batch, for even (32 = 16 + 16) and uneven (31 = 15 + 16) splits."""
     d, b = batches
     odd = tmp_path / "odd"
     write_batches(str(odd), "mlp", [(x[:31], y[:31]) for x, y in b])

@@ -74,6 +74,36 @@ static pe_scope *scope_with_w(void) {
     return s;
 }
 
+/* pe_batch_shard: contiguous, in order, the last parts take the extra rows */
+static void test_batch_shard(void **state) {
+    (void)state;
+    int64_t first;
+    assert_int_equal(pe_batch_shard(3, 2, 0, &first), 1);
+    assert_int_equal(first, 0);
+    assert_int_equal(pe_batch_shard(3, 2, 1, &first), 2);
+    assert_int_equal(first, 1);
+    const int64_t want5on4[4] = {1, 1, 1, 2}, want10on4[4] = {2, 2, 3, 3};
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(pe_batch_shard(5, 4, i, NULL), want5on4[i]);
+        assert_int_equal(pe_batch_shard(10, 4, i, NULL), want10on4[i]);
+    }
+    /* every (rows, n): the parts tile [0, rows), the rule t*base + max(0, t - (n - extra)) */
+    for (int64_t rows = 0; rows < 40; rows++)
+        for (int n = 1; n <= 9; n++) {
+            int64_t next = 0, base = rows / n, extra = rows % n;
+            for (int i = 0; i < n; i++) {
+                int64_t c = pe_batch_shard(rows, n, i, &first);
+                assert_int_equal(first, next);
+                assert_int_equal(first, i * base + (i > n - extra ? i - (n - extra) : 0));
+                assert_int_equal(c, base + (i >= n - extra));
+                next += c;
+            }
+            assert_int_equal(next, rows);
+        }
+    assert_int_equal(pe_batch_shard(5, 4, 4, &first), 0); /* outside 0..n-1 */
+    assert_int_equal(pe_batch_shard(5, 0, 0, NULL), 0);
+}
+
 static void test_feed_split_and_merge(void **state) {
     (void)state;
     pe_program *p = make_prog();
@@ -88,9 +118,9 @@ static void test_feed_split_and_merge(void **state) {
     /* per-sample var: the whole batch, in order */
     tu_assert_dims(out[0], 2, (int64_t[]){5, 3});
     for (int i = 0; i < 15; i++) assert_float_equal(tu_get(out[0], i), 2.0 * (i + 1), 0);
-    /* per-place loss [1] -> [4]: rows split 2,1,1,1 */
+    /* per-place loss [1] -> [4]: rows split 1,1,1,2 (the last places take the extra rows) */
     tu_assert_dims(out[1], 1, (int64_t[]){4});
-    tu_assert_close(out[1], (double[]){3.5, 8, 11, 14}, 4, 1e-6);
+    tu_assert_close(out[1], (double[]){2, 5, 8, 12.5}, 4, 1e-6);
     /* a persistable comes back once */
     tu_assert_dims(out[2], 1, (int64_t[]){2});
     tu_assert_close(out[2], (double[]){7, 8}, 2, 0);
@@ -98,7 +128,7 @@ static void test_feed_split_and_merge(void **state) {
     pe_tensor *per[4];
     for (int i = 0; i < 4; i++) per[i] = pe_tensor_new();
     assert_int_equal(pe_run(pe, &feed, 1, fetch, 1, false, per), PE_OK);
-    int64_t want_rows[4] = {2, 1, 1, 1};
+    int64_t want_rows[4] = {1, 1, 1, 2};
     for (int i = 0; i < 4; i++) assert_int_equal(per[i]->dims[0], want_rows[i]);
     for (int i = 0; i < 4; i++) pe_tensor_free(per[i]);
     for (int i = 0; i < 3; i++) pe_tensor_free(out[i]);
@@ -186,8 +216,8 @@ static void test_allreduce_and_threads(void **state) {
         pe_tensor *per[4];
         for (int i = 0; i < 4; i++) per[i] = pe_tensor_new();
         assert_int_equal(pe_run(pe, &feed, 1, fetch, 1, false, per), PE_OK);
-        /* rows 3,3,2,2: means of y = 2*x over each piece */
-        double m0 = 2 * (1 + 9) / 2.0, m1 = 2 * (10 + 18) / 2.0, m2 = 2 * (19 + 24) / 2.0, m3 = 2 * (25 + 30) / 2.0;
+        /* rows 2,2,3,3: means of y = 2*x over each piece */
+        double m0 = 2 * (1 + 6) / 2.0, m1 = 2 * (7 + 12) / 2.0, m2 = 2 * (13 + 21) / 2.0, m3 = 2 * (22 + 30) / 2.0;
         for (int i = 0; i < 4; i++) {
             tu_assert_close(per[i], (double[]){m0 + m1 + m2 + m3}, 1, 1e-6);
             float v = *(float *)pe_tensor_data(per[i]);
@@ -474,6 +504,7 @@ static void test_invalid_strategy_values(void **state) {
 int main(void) {
     setup_places();
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_batch_shard),
         cmocka_unit_test(test_feed_split_and_merge),
         cmocka_unit_test(test_too_few_rows_and_bad_fetch),
         cmocka_unit_test(test_list_feed),

@@ -651,6 +651,46 @@ static PyObject *pe_place_scope_(PEObject *self, PyObject *arg) {
     return (PyObject *)scope_borrowed(s, (PyObject *)self);
 }
 
+/* trainers_sum(list of floats) -> list: pe_trainers_allreduce in float64 */
+static PyObject *pe_trainers_sum_(PEObject *self, PyObject *arg) {
+    if (self->busy) return raise_msg(PE_ERR_INVALID, "ParallelExecutor.trainers_sum: the executor is running");
+    PyObject *seq = PySequence_Fast(arg, "trainers_sum: expected a sequence of numbers");
+    if (!seq) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    double *v = malloc(sizeof *v * (size_t)(n ? n : 1));
+    if (!v) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        v[i] = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(seq, i));
+        if (v[i] == -1.0 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            free(v);
+            return NULL;
+        }
+    }
+    Py_DECREF(seq);
+    pe_status st;
+    self->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    st = pe_trainers_allreduce(self->pe, v, (int64_t)n, PE_DTYPE_FP64);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    if (st != PE_OK) {
+        free(v);
+        return raise_status(st);
+    }
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t i = 0; out && i < n; i++) {
+        PyObject *f = PyFloat_FromDouble(v[i]);
+        if (!f) Py_CLEAR(out);
+        else PyList_SET_ITEM(out, i, f);
+    }
+    free(v);
+    return out;
+}
+
 static PyObject *pe_get_device_count(PEObject *self, void *c) {
     (void)c;
     return PyLong_FromLong(pe_device_count(self->pe));
@@ -662,6 +702,8 @@ static PyMethodDef pe_methods[] = {
     {"drop_local_exe_scopes", (PyCFunction)pe_drop_, METH_NOARGS, "Free every place's temporaries now."},
     {"local_exe_scopes_bytes", (PyCFunction)pe_local_bytes_, METH_NOARGS, "Bytes held by the local execution scopes."},
     {"place_scope", (PyCFunction)pe_place_scope_, METH_O, "place_scope(i): the scope of place i."},
+    {"trainers_sum", (PyCFunction)pe_trainers_sum_, METH_O,
+     "trainers_sum(values): the sums of a list of floats over the trainers (num_trainers > 1), in trainer order."},
     {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef pe_getset[] = {{"device_count", (getter)pe_get_device_count, NULL, "number of places", NULL},

@@ -379,6 +379,15 @@ class ParallelExecutor:
         ExecutionStrategy.num_iteration_per_drop_scope runs)."""
         self._pe.drop_local_exe_scopes()
 
+    def trainers_sum(self, values):
+        """The sum of `values` (a number or an array of numbers) over the trainers of an
+        executor built with num_trainers > 1, as float64 of the same shape, summed in
+        trainer order so every trainer gets the same bits (with one trainer: `values`
+        as float64). A collective, for metrics such as the loss of the global batch:
+        every trainer calls it between runs, in the same order, with the same shape."""
+        a = np.asarray(values, dtype=np.float64)
+        return np.array(self._pe.trainers_sum(a.ravel().tolist()), dtype=np.float64).reshape(a.shape)
+
     def _need_create_local_exe_scopes(self):
         return self._pe.local_exe_scopes_bytes() == 0
 
