@@ -163,10 +163,6 @@ def spawn(func, args=(), nprocs=-1, join=True, daemon=False, **options):
     backend = options.get("backend", "auto")
     if backend not in ("auto", "gloo", "mpi", "nccl"):
         raise ValueError("spawn: backend must be gloo, mpi or nccl (PE runs MPI on CPU), got %r" % (backend,))
-    mpirun = _mpirun.find()
-    if mpirun is None:
-        raise RuntimeError("spawn: mpirun was not found on PATH: PE starts ranks with Open MPI (openmpi-bin; "
-                           "scripts/setup.sh installs it)")
     main_path, main_name = _main_module_info()
     if getattr(func, "__module__", None) == "__main__" and not (main_path or main_name):
         raise ValueError("spawn: func %s is defined in an interactive __main__ the new processes cannot import: "
@@ -176,6 +172,10 @@ def spawn(func, args=(), nprocs=-1, join=True, daemon=False, **options):
     except Exception as e:
         raise ValueError("spawn: cannot pickle func and args for the new processes (func must be a module-level "
                          "function; lambdas and nested functions cannot be sent): %s" % e) from None
+    mpirun = _mpirun.find()
+    if mpirun is None:
+        raise RuntimeError("spawn: mpirun was not found on PATH: PE starts ranks with Open MPI (openmpi-bin; "
+                           "scripts/setup.sh installs it)")
     start_port = int(options.get("start_port", 6170))
     gpus = options.get("gpus")
     if isinstance(gpus, (list, tuple)):
