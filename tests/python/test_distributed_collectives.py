@@ -124,3 +124,14 @@ def test_static_variables_append_collective_ops(one_process):
     assert out == [v]
     assert calls == [("c_allreduce_sum", "v", {}), ("c_allreduce_max", "v", {}), ("c_broadcast", "v", {"root": 0}),
                      ("c_reduce_min", "v", {"root_id": 0}), ("c_allgather", "v", {"nranks": 1})]
+
+
+@needs_mpirun
+def test_uncaught_exception_under_plain_mpirun_ends_the_job():
+    # After init_parallel_env an uncaught exception exits at once (no
+    # MPI_Finalize, which would wait for the ranks blocked in all_reduce),
+    # so mpirun ends the job long before PE_MPI_TIMEOUT (30 s here).
+    r = mpirun(3, [PY, script("raise_on_rank.py"), "1"], timeout=60)
+    assert r.rc != 0, r
+    assert "ValueError: rank 1 fails on purpose" in r.err, r
+    assert r.seconds < 20, r

@@ -7,9 +7,9 @@
 - Faults, each followed by a launch that works: a rank killed with
   SIGKILL mid-run (rank 1, and rank 0 whose output goes through tee), a
   rank that raises, a script that does not exist. The launcher exits
-  non-zero naming the rank and showing the end of its log, every other
-  rank is ended within 5 s of the fault, and Open MPI's shared-memory
-  files of the job are gone afterwards.
+  non-zero naming the rank and showing the end of its log within 5 s of
+  the fault, no rank is still running then, and Open MPI's shared-memory
+  files of the job are gone.
 - A static-graph MLP trained by 2 ranks (ParallelExecutor(num_trainers=2,
   trainer_id=rank), each rank feeding its half of every batch, started
   from different seeds) ends with the same parameters on both ranks,
@@ -58,6 +58,25 @@ def _fault_time(log_dir, rank, what):
     return float(m.group(1))
 
 
+def _rank_pids(log_dir, nprocs):
+    pids = []
+    for rank in range(nprocs):
+        with open(os.path.join(log_dir, "workerlog.%d" % rank)) as f:
+            m = re.search(r"jobid [0-9a-f]+ pid (\d+)", f.read())
+        assert m, "rank %d printed no pid" % rank
+        pids.append(int(m.group(1)))
+    return pids
+
+
+def _running(pid):
+    """pid exists and is not a zombie (an ended process not yet reaped)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def _jobid(log_dir):
     with open(os.path.join(log_dir, "workerlog.0")) as f:
         m = re.search(r"jobid ([0-9a-f]+)", f.read())
@@ -83,6 +102,7 @@ def test_launch_fault_ends_the_job_and_names_the_rank(tmp_path, fault):
     if fault.startswith("raise"):
         assert "ValueError: rank 2 fails on purpose" in r.err, r
     assert ended - _fault_time(log, rank, mark) < 5.0, r
+    assert not [p for p in _rank_pids(log, 3) if _running(p)], "ranks still running after the launcher ended"
     jobid = _jobid(log)
     assert jobid, r
     left = [n for n in vader_segments() if ".%s." % jobid in n]

@@ -13,7 +13,8 @@ import pe.distributed as dist
 
 bad = int(sys.argv[1])
 dist.init_parallel_env()
-print("rank %d: jobid %x" % (dist.get_rank(), int(os.environ.get("OMPI_MCA_ess_base_jobid", "0"))), flush=True)
+print("rank %d: jobid %x pid %d" % (dist.get_rank(), int(os.environ.get("OMPI_MCA_ess_base_jobid", "0")),
+                                      os.getpid()), flush=True)
 x = np.ones(8, dtype="float32")
 dist.all_reduce(x)
 print("rank %d: first all_reduce done" % dist.get_rank(), flush=True)

@@ -15,7 +15,8 @@ import pe.distributed as dist
 def work(bad_rank):
     dist.init_parallel_env()
     dist.barrier()
-    print("rank %d: jobid %x" % (dist.get_rank(), int(os.environ.get("OMPI_MCA_ess_base_jobid", "0"))), flush=True)
+    print("rank %d: jobid %x pid %d" % (dist.get_rank(), int(os.environ.get("OMPI_MCA_ess_base_jobid", "0")),
+                                      os.getpid()), flush=True)
     if dist.get_rank() == bad_rank:
         print("rank %d: raising at %.3f" % (bad_rank, time.time()), flush=True)
         raise ValueError("rank %d fails on purpose" % bad_rank)

@@ -85,7 +85,7 @@ def main():
     _redirect(os.path.join(log_dir, "workerlog.%d" % rank), rank == 0)
     # Registered before the script's own handlers, so it runs after them (last in, first out).
     atexit.register(_close_output)
-    _mpirun.write_status(status_dir, "start", rank)
+    _mpirun.write_status(status_dir, "start", rank, _mpirun.started_text())
     if len(sys.argv) < 2:
         sys.stderr.write("pe.distributed._bootstrap: no training script given\n")
         code = 2

@@ -13,6 +13,7 @@ fault handling a home-made launcher would have to reinvent.
 import os
 import re
 import shutil
+import signal
 import socket
 import time
 
@@ -69,6 +70,48 @@ def write_status(status_dir, kind, rank, text=""):
         os.replace(path + ".tmp", path)
     except OSError:
         pass
+
+
+def _alive(pid, marker):
+    """Whether pid runs (not a zombie) a command line containing marker."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                return False
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            return marker.encode() in f.read()
+    except (OSError, IndexError):
+        return False
+
+
+def reap(status_dir, marker, timeout=5.0):
+    """After mpirun has exited: waits up to timeout seconds for this host's
+    ranks (the pids of their start files) to be gone, then SIGKILLs any
+    left (mpirun may exit while the ranks it signalled are still ending)."""
+    host = socket.gethostname()
+    pids = []
+    for _, text in _read_status(status_dir, "start").values():
+        parts = text.split()
+        if len(parts) == 2 and parts[1] == host and parts[0].isdigit():
+            pids.append(int(parts[0]))
+    deadline = time.monotonic() + timeout
+    while True:
+        left = [p for p in pids if _alive(p, marker)]
+        if not left:
+            return
+        if time.monotonic() > deadline:
+            for p in left:
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except OSError:
+                    pass
+            return
+        time.sleep(0.05)
+
+
+def started_text():
+    """What a rank writes in its start file: its pid and host."""
+    return "%d %s" % (os.getpid(), socket.gethostname())
 
 
 def _read_status(status_dir, kind):

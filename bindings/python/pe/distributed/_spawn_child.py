@@ -39,7 +39,7 @@ def main():
     rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
     size = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
     local = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", str(rank)))
-    _mpirun.write_status(tmpdir, "start", rank)
+    _mpirun.write_status(tmpdir, "start", rank, _mpirun.started_text())
     code = 0
     try:
         with open(os.path.join(tmpdir, "job.pkl"), "rb") as f:

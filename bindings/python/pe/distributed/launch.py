@@ -141,6 +141,7 @@ def main(argv=None):
         for s, h in old.items():
             signal.signal(s, h)
     collect.join(10)
+    _mpirun.reap(status_dir, "pe.distributed._bootstrap")
     try:
         if rc == 0 and not stopped:
             return 0

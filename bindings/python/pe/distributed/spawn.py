@@ -71,6 +71,7 @@ class SpawnContext:
         except subprocess.TimeoutExpired:
             return False
         self._stderr.join()
+        _mpirun.reap(self._tmpdir, "pe.distributed._spawn_child")
         try:
             if self.proc.returncode != 0:
                 raise self._error()
