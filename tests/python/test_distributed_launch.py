@@ -14,6 +14,9 @@
   trainer_id=rank), each rank feeding its half of every batch, started
   from different seeds) ends with the same parameters on both ranks,
   allclose to one process trained on the whole batches.
+- The mpirun command line for several hosts (--host with slots, the
+  variables forwarded to remote ranks), and the failed rank read from
+  mpirun's messages when no status file names it (no mpirun needed).
 Each job runs under a hard time limit (dist_run.run).
 """
 import os
@@ -27,8 +30,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "dist_scripts"))
 from dist_run import PY, launch, needs_mpirun, run, script, vader_segments  # noqa: E402
 
-pytestmark = needs_mpirun
-
+from pe.distributed import _mpirun  # noqa: E402
 
 def check_env_report(r, log_dir, nprocs=2, port=6170):
     assert r.rc == 0, r
@@ -43,6 +45,7 @@ def check_env_report(r, log_dir, nprocs=2, port=6170):
     assert "launched rank=1 " not in r.out + r.err, r
 
 
+@needs_mpirun
 def test_launch_env_report(tmp_path):
     log = tmp_path / "log"
     r = launch(["--nproc_per_node", "2", "--log_dir", str(log), script("env_report.py")], cwd=tmp_path)
@@ -90,6 +93,7 @@ FAULTS = {
 }
 
 
+@needs_mpirun
 @pytest.mark.parametrize("fault", sorted(FAULTS))
 def test_launch_fault_ends_the_job_and_names_the_rank(tmp_path, fault):
     args, rank, what, mark = FAULTS[fault]
@@ -111,6 +115,7 @@ def test_launch_fault_ends_the_job_and_names_the_rank(tmp_path, fault):
     check_env_report(again, log)
 
 
+@needs_mpirun
 def test_launch_missing_script(tmp_path):
     r = launch(["--nproc_per_node", "2", "no_such_script.py"], cwd=tmp_path, timeout=30)
     assert r.rc != 0 and "launch: error: training script 'no_such_script.py' does not exist" in r.err, r
@@ -118,6 +123,7 @@ def test_launch_missing_script(tmp_path):
     check_env_report(again, tmp_path / "log")
 
 
+@needs_mpirun
 def test_launch_trains_like_one_process(tmp_path):
     r = launch(["--nproc_per_node", "2", script("train_mlp.py"), str(tmp_path)], cwd=tmp_path, timeout=120)
     assert r.rc == 0, r
@@ -128,3 +134,25 @@ def test_launch_trains_like_one_process(tmp_path):
     for name in single.files:
         np.testing.assert_array_equal(p0[name], p1[name], err_msg=name)
         np.testing.assert_allclose(p0[name], single[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_mpirun_command_for_several_hosts():
+    env = {"PYTHONPATH": "/x", "PADDLE_DISTRI_BACKEND": "gloo", "PE_LAUNCH_LOG_DIR": "/l", "HOME": "/root"}
+    cmd = _mpirun.command("mpirun", 4, ["10.0.0.1", "10.0.0.2"], env)
+    assert cmd[:6] == ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "8"]
+    i = cmd.index("--host")
+    assert cmd[i + 1] == "10.0.0.1:4,10.0.0.2:4"
+    forwarded = [cmd[j + 1] for j, a in enumerate(cmd) if a == "-x"]
+    assert {"PYTHONPATH", "PADDLE_DISTRI_BACKEND", "PE_LAUNCH_LOG_DIR"} <= set(forwarded) and "HOME" not in forwarded
+    assert "--host" not in _mpirun.command("mpirun", 2, ["127.0.0.1"], {})
+
+
+def test_diagnose_reads_mpirun_messages(tmp_path):
+    sig = "mpirun noticed that process rank 2 with PID 123 on node vm exited on signal 9 (Killed)."
+    assert _mpirun.diagnose(str(tmp_path), 3, sig, 137) == (2, "rank 2 was killed by signal 9 (Killed)")
+    ex = "The first process to do so was:\n\n  Process name: [[1234,1],1]\n  Exit code:    3\n"
+    assert _mpirun.diagnose(str(tmp_path), 3, ex, 1) == (1, "rank 1 exited with code 3")
+    _mpirun.write_status(str(tmp_path), "start", 0, "1 vm")
+    assert _mpirun.diagnose(str(tmp_path), 2, "", 1) == (1, "rank 1 never started")
+    _mpirun.write_status(str(tmp_path), "exit", 0, "4")
+    assert _mpirun.diagnose(str(tmp_path), 2, sig, 1) == (0, "rank 0 exited with code 4")

@@ -33,8 +33,8 @@ def _redirect(log_path, to_console):
     tee = shutil.which("tee") if to_console else None
     if tee:
         os.close(fd)
-        # -i: a Ctrl-C on the console must not cut the log short.
-        _tee = subprocess.Popen([tee, "-i", "-a", log_path], stdin=subprocess.PIPE, close_fds=True)
+        # -i: a Ctrl-C on the console must not cut the log short; -p: nor a console gone away.
+        _tee = subprocess.Popen([tee, "-i", "-p", "-a", log_path], stdin=subprocess.PIPE, close_fds=True)
         fd = _tee.stdin.fileno()
         os.dup2(fd, 1)
         os.dup2(fd, 2)
