@@ -8,8 +8,9 @@
   argument on one rank raise the same error on every rank and the world
   stays usable; ParallelEnv reads Open MPI's variables under a plain mpirun.
 - One process: init_parallel_env is a no-op and the collectives act on
-  the array alone; PADDLE_TRAINERS_NUM=2 without mpirun, or an environment
-  that disagrees with MPI, is a clear error.
+  the array alone; PADDLE_TRAINERS_NUM=2 without mpirun is a clear error,
+  and so is an environment that disagrees with MPI on any rank: the same
+  error on every rank.
 - With a pe.static Variable, each function appends the static-graph op
   through pe.static.collective.append_collective (faked here).
 Each job runs under a hard time limit (dist_run.run).
@@ -48,13 +49,19 @@ def test_parallel_env_under_plain_mpirun():
 
 
 @needs_mpirun
-def test_environment_disagreeing_with_mpi_is_an_error_on_every_rank():
-    code = "import pe.distributed as d; d.init_parallel_env()"
-    r = mpirun(2, [PY, "-c", code], env=job_env(PADDLE_TRAINERS_NUM="3"))
+@pytest.mark.parametrize("who", ["every rank", "rank 1 only"])
+def test_environment_disagreeing_with_mpi_is_an_error_on_every_rank(who):
+    if who == "every rank":
+        args, env, bad = [PY, "-c", "import pe.distributed as d; d.init_parallel_env()"], job_env(
+            PADDLE_TRAINERS_NUM="3"), "on MPI rank 0 of 2 the environment says rank 0 of 3"
+    else:  # rank 1 believes it is rank 0; rank 0 is right and would wait for it
+        code = ("import os, pe.distributed as d; r = os.environ['OMPI_COMM_WORLD_RANK']; "
+                "os.environ.update(PADDLE_TRAINER_ID='0', PADDLE_TRAINERS_NUM='2'); d.init_parallel_env()")
+        args, env, bad = [PY, "-c", code], job_env(), "on MPI rank 1 of 2 the environment says rank 0 of 2"
+    r = mpirun(2, args, env=env)
     assert r.rc != 0, r
-    for rank in range(2):
-        assert ("the environment says rank %d of 3 (PADDLE_TRAINER_ID, PADDLE_TRAINERS_NUM) but MPI says rank %d "
-                "of 2" % (rank, rank)) in r.err, r
+    assert r.err.count("pe.InvalidArgumentError: init_parallel_env: " + bad) == 2, r
+    assert r.seconds < 20, r
 
 
 @pytest.fixture

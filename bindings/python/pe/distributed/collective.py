@@ -120,8 +120,9 @@ def init_parallel_env():
 
     Launched with more than one process (PADDLE_TRAINERS_NUM > 1, as launch
     and spawn set it, or a plain mpirun: OMPI_COMM_WORLD_SIZE), it starts
-    PE's MPI communicator and checks that the environment's rank and world
-    size are MPI's; a single process: nothing to do. Returns the Group of
+    PE's MPI communicator and checks, on every rank together, that each
+    rank's environment agrees with MPI's rank and size (the same error on
+    every rank otherwise); a single process: nothing to do. Returns the Group of
     every process (a ParallelEnv with ranks). After it, an uncaught
     exception on any rank ends every rank (the others would wait for it).
     """
@@ -141,12 +142,18 @@ def init_parallel_env():
             "init_parallel_env: PADDLE_TRAINERS_NUM=%d but this process was not started by mpirun: start the "
             "ranks with `python -m pe.distributed.launch`, pe.distributed.spawn, or mpirun" % env.world_size)
     rank, size = _core.world_init()
-    if (rank, size) != (env.rank, env.world_size):
+    # Every rank's view, on every rank: one that disagrees with MPI is the
+    # same error everywhere (no rank goes on to wait for the others).
+    views = np.empty((size, 2), dtype=np.int64)
+    _core.world_allgather(np.array([env.rank, env.world_size], dtype=np.int64), views.reshape(-1))
+    bad = [r for r in range(size) if tuple(views[r]) != (r, size)]
+    if bad:
         _core.world_shutdown()
+        r = bad[0]
         raise _core.InvalidArgumentError(
-            "init_parallel_env: the environment says rank %d of %d (PADDLE_TRAINER_ID, PADDLE_TRAINERS_NUM) but "
-            "MPI says rank %d of %d: start every rank with the same launcher (launch or spawn set both), or unset "
-            "the PADDLE_* variables under a plain mpirun" % (env.rank, env.world_size, rank, size))
+            "init_parallel_env: on MPI rank %d of %d the environment says rank %d of %d (PADDLE_TRAINER_ID, "
+            "PADDLE_TRAINERS_NUM): start every rank with the same launcher (launch or spawn set both), or unset "
+            "the PADDLE_* variables under a plain mpirun" % (r, size, views[r][0], views[r][1]))
     _world = (rank, size)
     atexit.register(_shutdown)
     if sys.excepthook is not _excepthook:
