@@ -122,9 +122,10 @@ def init_parallel_env():
     and spawn set it, or a plain mpirun: OMPI_COMM_WORLD_SIZE), it starts
     PE's MPI communicator and checks, on every rank together, that each
     rank's environment agrees with MPI's rank and size (the same error on
-    every rank otherwise); a single process: nothing to do. Returns the Group of
-    every process (a ParallelEnv with ranks). After it, an uncaught
-    exception on any rank ends every rank (the others would wait for it).
+    every rank otherwise); a single process: nothing to do. Returns the
+    Group of every process (a ParallelEnv with ranks). After it, an
+    uncaught exception on any rank ends every rank (the others would wait
+    for it).
     """
     global _world, _prev_excepthook
     env = ParallelEnv()
