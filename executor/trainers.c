@@ -21,8 +21,12 @@
  * process (pe_pe_chain_collectives), so the scheduler issues them in that
  * order and no thread waits for a turn.
  *
+ * CUDA places: the collectives are one NCCL world over every trainer's
+ * GPUs (nccl_world; the NCCL id goes from trainer 0 over MPI), not the
+ * two-level composition.
+ *
  * Not yet across processes: the sharded optimizer (turned off, info line),
- * the reduce strategy (an error), CUDA places (an error).
+ * the reduce strategy (an error).
  */
 #include "executor/pe_internal.h"
 
@@ -30,6 +34,7 @@
 #include <string.h>
 
 #define TAG_WORLD 0x7e5701ull /* the construction's checks */
+#define TAG_ROWS 0x7e5703ull  /* each run's row count */
 
 /* FNV-1a over block 0: op types and slots, var names, dtypes and dims. */
 static uint64_t program_hash(const pe_program *p) {
@@ -56,6 +61,17 @@ static uint64_t program_hash(const pe_program *p) {
 }
 
 #ifdef PE_WITH_MPI
+/* Waits for *wp, a collective of the MPI communicator started with status st;
+ * the work's message joins `what` on failure. */
+static pe_status outer_wait(pe_status st, pe_work **wp, const char *what) {
+    if (st != PE_OK) return pe_error_wrap(st, "%s", what);
+    pe_work *w = *wp; /* read after the call that set it (the arguments' order is unspecified) */
+    st = pe_work_wait(w);
+    if (st != PE_OK) pe_error(st, "%s: %s", what, pe_work_message(w));
+    pe_work_free(w);
+    return st;
+}
+
 /* Every trainer's view of the world, compared on every trainer. */
 static pe_status check_world(pe_parallel_executor *pe, pe_comm *outer) {
     int R = pe_comm_size(outer);
@@ -63,12 +79,8 @@ static pe_status check_world(pe_parallel_executor *pe, pe_comm *outer) {
     int64_t *all = calloc((size_t)R * 4, sizeof *all);
     if (!all) return pe_error(PE_ERR_NOMEM, "out of memory checking the trainers");
     pe_work *w;
-    pe_status st = pe_comm_allgather(outer, mine, all, 4, PE_DTYPE_INT64, TAG_WORLD, &w);
-    if (st == PE_OK) {
-        st = pe_work_wait(w);
-        if (st != PE_OK) pe_error(st, "ParallelExecutor: checking the trainers: %s", pe_work_message(w));
-        pe_work_free(w);
-    }
+    pe_status st = outer_wait(pe_comm_allgather(outer, mine, all, 4, PE_DTYPE_INT64, TAG_WORLD, &w), &w,
+                              "ParallelExecutor: checking the trainers");
     for (int r = 0; r < R && st == PE_OK; r++) {
         const int64_t *v = &all[r * 4];
         if (v[0] != R)
@@ -89,6 +101,38 @@ static pe_status check_world(pe_parallel_executor *pe, pe_comm *outer) {
 }
 #endif
 
+#if defined(PE_WITH_MPI) && defined(PE_WITH_NCCL)
+#define TAG_NCCL_ID 0x7e5702ull
+/* CUDA places across processes: one NCCL world of every trainer's GPUs,
+ * global rank = trainer x places + place (Paddle's gen_nccl_id, over MPI):
+ * trainer 0 makes the unique id and broadcasts it with its status, so a
+ * failure there is an error on every trainer; then each trainer's GPUs join
+ * together. NCCL sums in its own fixed ring/tree order. */
+static pe_status nccl_world(pe_parallel_executor *pe) {
+    struct {
+        pe_nccl_id id;
+        int32_t ok;
+    } msg;
+    memset(&msg, 0, sizeof msg);
+    if (pe->opt.trainer_id == 0) msg.ok = pe_nccl_get_id(&msg.id) == PE_OK;
+    pe_work *w;
+    PE_CHECK(outer_wait(pe_comm_broadcast(pe->outer, &msg, (int64_t)sizeof msg, PE_DTYPE_UINT8, 0, TAG_NCCL_ID, &w),
+                        &w, "ParallelExecutor: sending the NCCL id"));
+    if (!msg.ok)
+        return pe_error(PE_ERR_DEVICE, "ParallelExecutor: trainer 0 could not make the NCCL unique id%s",
+                        pe->opt.trainer_id == 0 ? " (above)" : " (see trainer 0's log)");
+    int devices[PE_MAX_PLACES];
+    pe_comm *ranks[PE_MAX_PLACES];
+    for (int p = 0; p < pe->n; p++) devices[p] = pe->places[p].id;
+    PE_CHECK(pe_comm_nccl_ranks_new(&msg.id, pe->opt.trainer_id * pe->n, pe->n, pe->opt.num_trainers * pe->n,
+                                    devices, ranks));
+    if (!(pe->comm = pe_comm_group_new(ranks, pe->n)))
+        return pe_error_wrap(PE_ERR_NOMEM, "ParallelExecutor: NCCL collectives across %d trainers",
+                             pe->opt.num_trainers);
+    return PE_OK;
+}
+#endif
+
 pe_status pe_pe_make_comm(pe_parallel_executor *pe) {
     char pb[32];
     if (pe->opt.num_trainers <= 1) {
@@ -101,15 +145,19 @@ pe_status pe_pe_make_comm(pe_parallel_executor *pe) {
     return pe_error(PE_ERR_UNSUPPORTED, "ParallelExecutor: num_trainers=%d needs the MPI backend; PE was built "
                     "without MPI (libopenmpi-dev: scripts/setup.sh, -DPE_WITH_MPI=ON)", pe->opt.num_trainers);
 #else
-    if (pe->places[0].kind != PE_PLACE_CPU)
-        return pe_error(PE_ERR_UNSUPPORTED, "ParallelExecutor: num_trainers=%d on %s: across processes PE runs CPU "
-                        "places (NCCL across processes is not wired into the executor yet)", pe->opt.num_trainers,
-                        pe_place_str(pe->places[0], pb, sizeof pb));
     if (pe->opt.build_strategy.reduce_strategy == PE_REDUCE_REDUCE)
         return pe_error(PE_ERR_UNSUPPORTED, "ParallelExecutor: reduce_strategy 'reduce' is not supported across "
                         "processes yet (num_trainers=%d): use all_reduce", pe->opt.num_trainers);
     PE_CHECK(pe_comm_mpi_new(&pe->outer));
     PE_CHECK(check_world(pe, pe->outer));
+    if (pe->places[0].kind == PE_PLACE_CUDA) {
+#ifdef PE_WITH_NCCL
+        return nccl_world(pe);
+#else
+        return pe_error(PE_ERR_UNSUPPORTED, "ParallelExecutor: num_trainers=%d on %s needs NCCL; PE was built "
+                        "without it", pe->opt.num_trainers, pe_place_str(pe->places[0], pb, sizeof pb));
+#endif
+    }
     pe_comm *ranks[PE_MAX_PLACES];
     PE_CHECK(pe_comm_hier_new(pe->outer, pe->n, pe->kernel_threads, ranks));
     if (!(pe->comm = pe_comm_group_new(ranks, pe->n)))
@@ -161,16 +209,15 @@ pe_status pe_pe_global_rows(pe_parallel_executor *pe, int64_t *total) {
     for (int p = 0; p < pe->n; p++) local += pe->rows[p];
     *total = local;
     if (pe->opt.num_trainers <= 1) return PE_OK;
-    int64_t v[PE_MAX_PLACES];
-    void *bufs[PE_MAX_PLACES];
-    for (int p = 0; p < pe->n; p++) {
-        v[p] = p == 0 ? local : 0;
-        bufs[p] = &v[p];
-    }
-    pe_status st = pe_group_allreduce(pe->comm, bufs, 1, PE_DTYPE_INT64);
-    if (st != PE_OK) return pe_error_wrap(st, "summing the rows fed to the %d trainers", pe->opt.num_trainers);
-    *total = v[0];
-    return PE_OK;
+    /* over the processes' MPI communicator (host memory on every kind of
+     * place), before this run issues any collective of its own */
+#ifdef PE_WITH_MPI
+    pe_work *w;
+    return outer_wait(pe_comm_allreduce(pe->outer, total, 1, PE_DTYPE_INT64, TAG_ROWS, &w), &w,
+                      "summing the rows fed to the trainers");
+#else
+    return pe_error(PE_ERR_INTERNAL, "num_trainers > 1 without MPI");
+#endif
 }
 
 /* The collectives of g chained in one fixed order: a topological order of

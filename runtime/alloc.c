@@ -3,7 +3,11 @@
  *
  * CPU memory is 64-byte aligned (cache line / AVX-512) and counted per place:
  * bytes in use, peak, and the number of system allocations, which tests use
- * to show that steady-state runs do not allocate. CUDA memory goes through
+ * to show that steady-state runs do not allocate. All CPU places together
+ * stay within a memory budget (pe_alloc_budget: PE_MAX_MEMORY, default 80%
+ * of the machine's or the cgroup's memory): a request that would pass it
+ * fails before any memory is touched, so a program with absurd sizes is an
+ * error, not a machine driven into swap or the OOM killer. CUDA memory goes through
  * runtime/cuda/ when PE is built with CUDA.
  *
  * Every file PE writes (.npy, safetensors, programs, DOT) goes through
@@ -50,27 +54,102 @@ static void account(pe_place p, int64_t delta) {
     }
 }
 
+/* ---- the CPU memory budget ---------------------------------------------- */
+
+static _Atomic int64_t g_cpu_total; /* bytes held by every CPU place */
+static _Atomic int64_t g_budget;    /* 0: not decided yet */
+static _Atomic int64_t g_budget_set; /* pe_alloc_set_budget's value, 0 = none */
+
+static int64_t phys_bytes(void) {
+    return (int64_t)sysconf(_SC_PHYS_PAGES) * (int64_t)sysconf(_SC_PAGESIZE);
+}
+
+/* The cgroup's memory limit (v2 memory.max, v1 limit_in_bytes), 0 = none. */
+static int64_t cgroup_limit(void) {
+    static const char *const files[] = {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        FILE *f = fopen(files[i], "r");
+        if (!f) continue;
+        char buf[64] = {0};
+        bool ok = fgets(buf, sizeof buf, f) != NULL;
+        fclose(f);
+        char *end;
+        long long v = ok ? strtoll(buf, &end, 10) : 0;
+        if (ok && end != buf && v > 0) return (int64_t)v;
+    }
+    return 0;
+}
+
+/* "123", "64K", "512M", "8G", "1T" (powers of 1024) or "50%" of the
+ * machine's memory; -1 when s is not one of those. */
+static int64_t parse_size(const char *s, int64_t phys) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || !(v > 0)) return -1;
+    double mul = 1;
+    switch (*end) {
+    case 'k': case 'K': mul = 1024.0; end++; break;
+    case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
+    case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
+    case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
+    case '%': mul = (double)phys / 100.0; end++; break;
+    default: break;
+    }
+    if (*end == 'B' || *end == 'b') end++;
+    if (*end) return -1;
+    double b = v * mul;
+    return b >= 9.2e18 ? INT64_MAX : (int64_t)b;
+}
+
+int64_t pe_alloc_budget(void) {
+    int64_t b = atomic_load(&g_budget_set);
+    if (b > 0) return b;
+    b = atomic_load(&g_budget);
+    if (b > 0) return b;
+    int64_t phys = phys_bytes(), cg = cgroup_limit(), mem = cg > 0 && cg < phys ? cg : phys;
+    b = mem / 10 * 8;
+    const char *env = getenv("PE_MAX_MEMORY");
+    if (env && *env) {
+        int64_t v = parse_size(env, phys);
+        if (v > 0)
+            b = v;
+        else
+            pe_log(PE_LOG_WARN, "PE_MAX_MEMORY=%s is not a size (bytes, or with K, M, G, T, or a %% of the "
+                   "machine's memory): using the default, %lld bytes (80%% of %s)", env, (long long)b,
+                   mem == phys ? "the machine's memory" : "the cgroup's memory limit");
+    }
+    int64_t zero = 0;
+    atomic_compare_exchange_strong(&g_budget, &zero, b);
+    return atomic_load(&g_budget);
+}
+
+void pe_alloc_set_budget(int64_t bytes) { atomic_store(&g_budget_set, bytes > 0 ? bytes : 0); }
+
+int64_t pe_alloc_cpu_bytes(void) { return atomic_load(&g_cpu_total); }
+
 void *pe_place_alloc(pe_place place, size_t bytes) {
     char pb[32];
     size_t n = bytes ? bytes : 1;
     void *p = NULL;
     if (place.kind == PE_PLACE_CPU) {
-        /* A request beyond the machine's memory (a hostile program's shape)
-         * is refused here, before the C allocator (or a sanitizer's) sees it. */
-        static size_t g_phys;
-        size_t phys = __atomic_load_n(&g_phys, __ATOMIC_RELAXED);
-        if (!phys) {
-            phys = (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE);
-            __atomic_store_n(&g_phys, phys, __ATOMIC_RELAXED);
-        }
-        if (bytes > phys || bytes > SIZE_MAX - 64) {
-            pe_error(PE_ERR_NOMEM, "cannot allocate %zu bytes on %s: more than the machine's memory (%zu bytes)",
-                     bytes, pe_place_str(place, pb, sizeof pb), phys);
+        /* A request beyond the budget (a hostile program's shape, a batch
+         * too large for the machine) is refused here, before the C
+         * allocator (or a sanitizer's) sees it. */
+        int64_t budget = pe_alloc_budget();
+        int64_t want = bytes > (size_t)INT64_MAX / 2 ? INT64_MAX / 2 : (int64_t)bytes;
+        int64_t now = atomic_fetch_add(&g_cpu_total, want) + want;
+        if (now > budget || bytes > SIZE_MAX - 64) {
+            atomic_fetch_sub(&g_cpu_total, want);
+            pe_error(PE_ERR_NOMEM, "cannot allocate %zu bytes on %s: PE's memory budget is %lld bytes and %lld are "
+                     "in use (PE_MAX_MEMORY sets the budget; default 80%% of the machine's memory)", bytes,
+                     pe_place_str(place, pb, sizeof pb), (long long)budget, (long long)(now - want));
             return NULL;
         }
         n = (n + 63) & ~(size_t)63;
         p = aligned_alloc(64, n);
         if (!p) {
+            atomic_fetch_sub(&g_cpu_total, want);
             pe_error(PE_ERR_NOMEM, "out of memory allocating %zu bytes on %s", bytes,
                      pe_place_str(place, pb, sizeof pb));
             return NULL;
@@ -93,6 +172,7 @@ void pe_place_free(pe_place place, void *ptr, size_t bytes) {
     if (!ptr) return;
     if (place.kind == PE_PLACE_CPU) {
         free(ptr);
+        atomic_fetch_sub(&g_cpu_total, bytes > (size_t)INT64_MAX / 2 ? INT64_MAX / 2 : (int64_t)bytes);
     } else {
 #ifdef PE_WITH_CUDA
         pe_cuda_free(place.id, ptr);

@@ -54,8 +54,9 @@ step "TSan build (build-tsan/): the scheduler, collectives, ParallelExecutor, me
 # test_comm_conformance and test_scheduler complete collectives and handles
 # from other threads than the ones that started them; test_pe_async_comm runs
 # the executor's collectives through works and their callbacks;
-# test_comm_mpi (run by ctest under mpirun -np 2 and 3) completes works on
-# the MPI backend's progress thread; test_pe_trainers trains across MPI
+# test_comm_mpi (run by ctest under mpirun -np 2 and 3, and across two
+# network namespaces over TCP) completes works on the MPI backend's progress
+# thread; test_pe_trainers trains across MPI
 # processes (collectives completing through works); test_world calls the
 # process world from two threads at once; test_check_nan_inf reads
 # each shard's range of shared storage while the other shards update theirs,

@@ -41,6 +41,16 @@ typedef struct pe_alloc_stats {
 pe_alloc_stats pe_alloc_get_stats(pe_place place);
 void pe_alloc_reset_peak(pe_place place);
 
+/* The CPU memory budget: every CPU place's allocations together stay within
+ * it; pe_place_alloc refuses a request that would pass it (PE_ERR_NOMEM,
+ * naming the budget). Default: PE_MAX_MEMORY (bytes, or "512M", "8G", "50%"
+ * of the machine's memory), read once, else 80% of the machine's memory (or
+ * of the cgroup's limit when lower). pe_alloc_set_budget(bytes) overrides
+ * it for the process (<= 0: back to the default). */
+int64_t pe_alloc_budget(void);
+void pe_alloc_set_budget(int64_t bytes);
+int64_t pe_alloc_cpu_bytes(void); /* bytes all CPU places hold now */
+
 /* ---- buffer ----------------------------------------------------------- */
 
 typedef struct pe_buffer {

@@ -317,6 +317,12 @@ pe_status pe_nccl_get_id(pe_nccl_id *id);
 /* Rank `rank` of `size` on `device`, for ranks spanning processes (every
  * rank calls it with the same id; it blocks until all have). */
 pe_status pe_comm_nccl_rank_new(const pe_nccl_id *id, int rank, int size, int device, pe_comm **out);
+/* Ranks first..first+n-1 of `size`, rank first+i on devices[i], made
+ * together (ncclGroupStart/End): the GPUs of one process in a world that
+ * spans processes. Every process calls it with the same id. out[0..n) are
+ * owned by the caller (pe_comm_free each, or pe_comm_group_new). */
+pe_status pe_comm_nccl_ranks_new(const pe_nccl_id *id, int first, int n, int size, const int *devices,
+                                 pe_comm **out);
 #endif
 
 #ifdef __cplusplus

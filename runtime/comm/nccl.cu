@@ -2,9 +2,11 @@
  *
  * Each rank is one NCCL communicator made by ncclCommInitRank from a
  * unique id the caller passes in, so ranks can span processes
- * (pe_comm_nccl_rank_new); pe_comm_nccl_new makes every rank of this
- * process at once (ncclGroupStart/End around the ncclCommInitRank calls)
- * and returns them as a group.
+ * (pe_comm_nccl_rank_new, pe_comm_nccl_ranks_new: the ranks of this
+ * process in a world of several, global rank = trainer x GPUs + GPU);
+ * pe_comm_nccl_new makes a world of this process's GPUs. The ranks of one
+ * process are made at once (ncclGroupStart/End around the
+ * ncclCommInitRank calls) and share one issue lock.
  *
  * A call never synchronizes a stream. The collective runs on the rank's
  * own communication stream, which first waits on an event recorded on the
@@ -420,84 +422,53 @@ extern "C" pe_status pe_nccl_get_id(pe_nccl_id *id) {
 }
 
 extern "C" pe_status pe_comm_nccl_rank_new(const pe_nccl_id *id, int rank, int size, int device, pe_comm **out) {
-    *out = nullptr;
-    if (!id || size < 1 || rank < 0 || rank >= size)
-        return pe_error(PE_ERR_INVALID, "nccl rank %d of %d on cuda:%d: bad rank, size or id", rank, size, device);
-    nccl_shared *sh = shared_new(1);
-    if (!sh) return pe_error(PE_ERR_NOMEM, "nccl rank %d/%d: out of memory", rank, size);
-    nccl_rank *r;
-    pe_status st = rank_new(sh, rank, size, device, &r);
-    if (st != PE_OK) {
-        pthread_mutex_destroy(&sh->issue_mu);
-        delete sh;
-        return st;
-    }
-    ncclUniqueId u;
-    memcpy(&u, id->bytes, sizeof u);
-    ncclResult_t res;
-    {
-        pe_cuda_device_scope dev(device);
-        res = ncclCommInitRank(&r->comm, size, u, rank);
-    }
-    if (res != ncclSuccess) {
-        char msg[512];
-        nccl_message(res, msg, sizeof msg);
-        r->comm = nullptr;
-        nccl_free(&r->base);
-        return pe_error(PE_ERR_DEVICE, "ncclCommInitRank of rank %d/%d on cuda:%d failed: %s", rank, size, device,
-                        msg);
-    }
-    *out = &r->base;
-    return PE_OK;
+    if (out) *out = nullptr;
+    return pe_comm_nccl_ranks_new(id, rank, 1, size, &device, out);
 }
 
-extern "C" pe_comm_group *pe_comm_nccl_new(const int *devices, int n) {
-    if (!devices || n < 1 || n > PE_MAX_PLACES) {
-        pe_error(PE_ERR_INVALID, "NCCL collectives need 1..%d devices (got %d%s)", PE_MAX_PLACES, n,
-                 devices ? "" : ", devices is NULL");
-        return nullptr;
-    }
+extern "C" pe_status pe_comm_nccl_ranks_new(const pe_nccl_id *id, int first, int n, int size, const int *devices,
+                                            pe_comm **out) {
+    if (!id || !devices || !out || n < 1 || n > PE_MAX_PLACES || first < 0 || first + n > size)
+        return pe_error(PE_ERR_INVALID, "NCCL ranks %d..%d of %d: bad ranks, devices or id", first, first + n - 1,
+                        size);
+    for (int i = 0; i < n; i++) out[i] = nullptr;
     int visible = pe_cuda_device_count();
     for (int i = 0; i < n; i++) {
-        if (devices[i] < 0 || devices[i] >= visible) {
-            pe_error(PE_ERR_INVALID, "NCCL collectives: cuda:%d is not a visible device (%d visible)", devices[i],
-                     visible);
-            return nullptr;
-        }
+        if (devices[i] < 0 || devices[i] >= visible)
+            return pe_error(PE_ERR_INVALID, "NCCL collectives: cuda:%d is not a visible device (%d visible)",
+                            devices[i], visible);
         for (int j = 0; j < i; j++)
-            if (devices[j] == devices[i]) {
-                pe_error(PE_ERR_INVALID, "NCCL collectives: cuda:%d appears twice (one rank per device)", devices[i]);
-                return nullptr;
-            }
+            if (devices[j] == devices[i])
+                return pe_error(PE_ERR_INVALID, "NCCL collectives: cuda:%d appears twice (one rank per device)",
+                                devices[i]);
     }
-    pe_nccl_id id;
-    if (pe_nccl_get_id(&id) != PE_OK) return nullptr;
     nccl_shared *sh = shared_new(0);
-    if (!sh) {
-        pe_error(PE_ERR_NOMEM, "out of memory creating NCCL collectives over %d devices", n);
-        return nullptr;
-    }
+    if (!sh) return pe_error(PE_ERR_NOMEM, "out of memory creating NCCL ranks %d..%d", first, first + n - 1);
     nccl_rank *ranks[PE_MAX_PLACES] = {};
     pe_status st = PE_OK;
     for (int i = 0; i < n && st == PE_OK; i++) {
-        st = rank_new(sh, i, n, devices[i], &ranks[i]);
+        st = rank_new(sh, first + i, size, devices[i], &ranks[i]);
         if (st == PE_OK) sh->refs.fetch_add(1);
     }
     ncclResult_t res = ncclSuccess;
     if (st == PE_OK) {
+        /* the local ranks join together: ncclCommInitRank blocks until every
+         * rank of the world has called it, so one call at a time would wait
+         * for this process's next rank forever */
         ncclUniqueId u;
-        memcpy(&u, id.bytes, sizeof u);
+        memcpy(&u, id->bytes, sizeof u);
         res = ncclGroupStart();
         for (int i = 0; i < n && res == ncclSuccess; i++) {
             pe_cuda_device_scope dev(devices[i]);
-            res = ncclCommInitRank(&ranks[i]->comm, n, u, i);
+            res = ncclCommInitRank(&ranks[i]->comm, size, u, first + i);
         }
         ncclResult_t e = ncclGroupEnd();
         if (res == ncclSuccess) res = e;
         if (res != ncclSuccess) {
             char msg[512];
             nccl_message(res, msg, sizeof msg);
-            st = pe_error(PE_ERR_DEVICE, "ncclCommInitRank over %d devices failed: %s", n, msg);
+            st = pe_error(PE_ERR_DEVICE, "ncclCommInitRank of ranks %d..%d of %d failed: %s", first, first + n - 1,
+                          size, msg);
         }
     }
     if (st != PE_OK) {
@@ -512,10 +483,20 @@ extern "C" pe_comm_group *pe_comm_nccl_new(const int *devices, int n) {
             pthread_mutex_destroy(&sh->issue_mu);
             delete sh;
         }
-        pe_error(st, "%s", keep);
+        return pe_error(st, "%s", keep);
+    }
+    for (int i = 0; i < n; i++) out[i] = &ranks[i]->base;
+    return PE_OK;
+}
+
+extern "C" pe_comm_group *pe_comm_nccl_new(const int *devices, int n) {
+    if (!devices || n < 1 || n > PE_MAX_PLACES) {
+        pe_error(PE_ERR_INVALID, "NCCL collectives need 1..%d devices (got %d%s)", PE_MAX_PLACES, n,
+                 devices ? "" : ", devices is NULL");
         return nullptr;
     }
+    pe_nccl_id id;
     pe_comm *cs[PE_MAX_PLACES];
-    for (int i = 0; i < n; i++) cs[i] = &ranks[i]->base;
+    if (pe_nccl_get_id(&id) != PE_OK || pe_comm_nccl_ranks_new(&id, 0, n, n, devices, cs) != PE_OK) return nullptr;
     return pe_comm_group_new(cs, n);
 }

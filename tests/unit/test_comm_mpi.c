@@ -21,12 +21,15 @@
  *   - the two-level composition with 2 places per process (driven by
  *     threads, as in one process) over the MPI communicator, checked
  *     against the fixed-order sum (places, then processes);
+ *   - NCCL ranks spanning the processes (one GPU each; skipped without
+ *     enough GPUs);
  *   - a collective only rank 0 issues: its work fails after PE_MPI_TIMEOUT
  *     (1 s here) with a message, and the communicator refuses new calls.
  * Built without MPI, it prints a SKIPPED line and exits 77 (ctest: skipped).
  */
 #ifdef PE_WITH_MPI
 #include "tests/unit/comm_harness.h"
+#include "tests/unit/gpu_skip.h"
 
 #include <mpi.h>
 #include <time.h>
@@ -221,6 +224,55 @@ static void test_hier_over_mpi(void **state) {
 
 /* A collective no peer joins: rank 0's work fails within PE_MPI_TIMEOUT
  * (1 s here) instead of hanging, and its communicator refuses new calls. */
+/* NCCL ranks spanning processes (the executor's CUDA world across
+ * trainers): the id from rank 0 over MPI, one GPU per process, an fp32
+ * allreduce and a broadcast on device buffers checked exactly (the values
+ * are small multiples of 0.5: every sum order gives the same bits). Needs
+ * as many GPUs as processes: skipped, visibly, elsewhere. */
+static void test_nccl_across_processes(void **state) {
+    (void)state;
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    TU_NEED_GPUS(size, "test_comm_mpi: one GPU per process");
+#ifdef PE_WITH_NCCL
+    pe_nccl_id id;
+    memset(&id, 0, sizeof id);
+    if (rank == 0 && pe_nccl_get_id(&id) != PE_OK) fail_msg("pe_nccl_get_id: %s", pe_last_error());
+    MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+    pe_comm *r = NULL;
+    if (pe_comm_nccl_rank_new(&id, rank, size, rank, &r) != PE_OK) fail_msg("nccl rank: %s", pe_last_error());
+    assert_int_equal(pe_comm_rank(r), rank);
+    assert_int_equal(pe_comm_size(r), size);
+    enum { N = 4099 };
+    float host[N];
+    for (int i = 0; i < N; i++) host[i] = (float)rank + 0.5f * (float)(i % 64);
+    pe_place dev = pe_place_cuda(rank), cpu = pe_place_cpu(0);
+    void *d = pe_cuda_malloc(rank, sizeof host);
+    assert_non_null(d);
+    assert_int_equal(pe_cuda_memcpy(d, dev, host, cpu, sizeof host), PE_OK);
+    pe_work *w;
+    assert_int_equal(pe_comm_allreduce(r, d, N, PE_DTYPE_FP32, 1, &w), PE_OK);
+    assert_int_equal(pe_work_wait(w), PE_OK);
+    pe_work_free(w);
+    assert_int_equal(pe_cuda_memcpy(host, cpu, d, dev, sizeof host), PE_OK);
+    for (int i = 0; i < N; i++)
+        if (host[i] != (float)(size * (size - 1) / 2) + (float)size * 0.5f * (float)(i % 64))
+            fail_msg("allreduce element %d: %g", i, host[i]);
+    int root = size - 1;
+    for (int i = 0; i < N; i++) host[i] = (float)(rank * 1000 + i);
+    assert_int_equal(pe_cuda_memcpy(d, dev, host, cpu, sizeof host), PE_OK);
+    assert_int_equal(pe_comm_broadcast(r, d, N, PE_DTYPE_FP32, root, 2, &w), PE_OK);
+    assert_int_equal(pe_work_wait(w), PE_OK);
+    pe_work_free(w);
+    assert_int_equal(pe_cuda_memcpy(host, cpu, d, dev, sizeof host), PE_OK);
+    for (int i = 0; i < N; i++)
+        if (host[i] != (float)(root * 1000 + i)) fail_msg("broadcast element %d: %g", i, host[i]);
+    pe_cuda_free(rank, d);
+    pe_comm_free(r);
+#endif
+}
+
 static void test_mpi_no_progress_timeout(void **state) {
     (void)state;
     setenv("PE_MPI_TIMEOUT", "1", 1);
@@ -252,6 +304,7 @@ int main(void) {
         cmocka_unit_test(test_mpi_callbacks),
         cmocka_unit_test(test_mpi_errors),
         cmocka_unit_test(test_hier_over_mpi),
+        cmocka_unit_test(test_nccl_across_processes),
         cmocka_unit_test(test_mpi_no_progress_timeout), /* last: leaves a request pending on rank 0 */
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

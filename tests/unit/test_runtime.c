@@ -59,6 +59,36 @@ static void test_alloc_accounting(void **state) {
     pe_place_free(p, b, 24);
 }
 
+/* The CPU memory budget: every CPU place's allocations together; a request
+ * that would pass it fails naming the budget and what is in use, and what
+ * is freed can be allocated again. */
+static void test_memory_budget(void **state) {
+    (void)state;
+    int64_t base = pe_alloc_cpu_bytes();
+    pe_alloc_set_budget(base + (1 << 20));
+    assert_int_equal(pe_alloc_budget(), base + (1 << 20));
+    void *a = pe_place_alloc(pe_place_cpu(0), 600 << 10);
+    assert_non_null(a);
+    assert_int_equal(pe_alloc_cpu_bytes(), base + (600 << 10));
+    void *b = pe_place_alloc(pe_place_cpu(1), 600 << 10); /* another place, the same budget */
+    assert_null(b);
+    assert_non_null(strstr(pe_last_error(), "memory budget"));
+    assert_non_null(strstr(pe_last_error(), "cpu:1"));
+    assert_non_null(strstr(pe_last_error(), "PE_MAX_MEMORY"));
+    assert_int_equal(pe_alloc_cpu_bytes(), base + (600 << 10)); /* the refused request holds nothing */
+    pe_place_free(pe_place_cpu(0), a, 600 << 10);
+    b = pe_place_alloc(pe_place_cpu(1), 600 << 10);
+    assert_non_null(b);
+    pe_place_free(pe_place_cpu(1), b, 600 << 10);
+    assert_int_equal(pe_alloc_cpu_bytes(), base);
+    pe_tensor *t = pe_tensor_new();
+    int64_t dims[2] = {1024, 1024}; /* 4 MiB of fp32 */
+    assert_int_equal(pe_tensor_resize(t, PE_DTYPE_FP32, 2, dims, pe_place_cpu(0)), PE_ERR_NOMEM);
+    pe_tensor_free(t);
+    pe_alloc_set_budget(0); /* back to PE_MAX_MEMORY / the default */
+    assert_true(pe_alloc_budget() > (1 << 20));
+}
+
 static void test_bad_meta(void **state) {
     (void)state;
     pe_tensor *t = pe_tensor_new();
@@ -118,6 +148,7 @@ int main(void) {
         cmocka_unit_test(test_tensor_resize_reuses_buffer),
         cmocka_unit_test(test_tensor_share_and_detach),
         cmocka_unit_test(test_alloc_accounting),
+        cmocka_unit_test(test_memory_budget),
         cmocka_unit_test(test_bad_meta),
         cmocka_unit_test(test_scope_parent_chain),
         cmocka_unit_test(test_status_messages),

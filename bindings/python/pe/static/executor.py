@@ -258,9 +258,26 @@ class BuildStrategy(_Strategy):
     _ignored = {"fuse_bn_act_ops": False, "fuse_bn_add_act_ops": False, "fuse_relu_depthwise_conv": False,
                 "fuse_broadcast_ops": False, "sync_batch_norm": False,
                 "enable_auto_fusion": False, "enable_addto": False, "remove_unnecessary_lock": True,
-                "cache_runtime_context": False, "num_trainers": 1, "trainer_id": 0, "trainers_endpoints": [],
-                "nccl_comm_num": 1, "use_hierarchical_allreduce": False, "fix_op_run_order": False,
+                "cache_runtime_context": False, "nccl_comm_num": 1, "use_hierarchical_allreduce": False, "fix_op_run_order": False,
                 "allow_cuda_graph_capture": False}
+
+    # read by CompiledProgram.with_data_parallel (the trainers of the collective mode), not sent to C
+    _trainer_fields = {"num_trainers": 1, "trainer_id": 0, "trainers_endpoints": []}
+
+    def __init__(self):
+        super().__init__()
+        for k, v in self._trainer_fields.items():
+            object.__setattr__(self, k, list(v) if isinstance(v, list) else v)
+
+    def __setattr__(self, k, v):
+        if k in self._trainer_fields:
+            if k == "trainers_endpoints":
+                v = list(v)
+            elif _as_int("BuildStrategy", k, v) < (1 if k == "num_trainers" else 0):
+                raise _core.InvalidArgumentError("BuildStrategy.%s = %r is out of range" % (k, v))
+            object.__setattr__(self, k, v)
+        else:
+            super().__setattr__(k, v)
 
     _enums = {"reduce_strategy": (_REDUCE_NAMES, "ReduceStrategy"),
               "gradient_scale_strategy": (_SCALE_NAMES, "GradientScaleStrategy")}
@@ -309,6 +326,19 @@ def _run_parallel(pe, program, feed, fetch_list, return_numpy, return_merged):
     return [_as_results(per_place, return_numpy) for per_place in outs]
 
 
+def _trainers(program, num_trainers, trainer_id, api):
+    """num_trainers, trainer_id as ints, checked against what
+    fluid.DistributeTranspiler (nccl2 mode) recorded on the program."""
+    num_trainers, trainer_id = _as_int(api, "num_trainers", num_trainers), _as_int(api, "trainer_id", trainer_id)
+    info = getattr(program, "_pe_nccl2", None)
+    if info is not None and (num_trainers != len(info["endpoints"]) or trainer_id != info["trainer_id"]):
+        raise _core.InvalidArgumentError(
+            "%s: num_trainers=%d, trainer_id=%d, but the program was transpiled (nccl2 mode) for trainer %d of the "
+            "%d trainers %s" % (api, num_trainers, trainer_id, info["trainer_id"], len(info["endpoints"]),
+                                ",".join(info["endpoints"])))
+    return num_trainers, trainer_id
+
+
 class ParallelExecutor:
     """Data-parallel execution of main_program on every CPU place (CPU_NUM) or GPU.
 
@@ -326,12 +356,13 @@ class ParallelExecutor:
         self._scope = scope if scope is not None else global_scope()
         if share_vars_from is not None and not isinstance(share_vars_from, ParallelExecutor):
             raise TypeError("share_vars_from must be a ParallelExecutor, got %s" % type(share_vars_from).__name__)
+        num_trainers, trainer_id = _trainers(self._program, num_trainers, trainer_id, "ParallelExecutor")
         self._pe = _core.ParallelExecutor(
             [p._pe_place for p in self._places], self._program._core_program(), self._scope,
             loss_name=_loss_name(loss_name), share_vars_from=share_vars_from._pe if share_vars_from else None,
             exec_strategy=(exec_strategy or ExecutionStrategy())._to_dict(),
             build_strategy=(build_strategy or BuildStrategy())._to_dict(),
-            num_trainers=int(num_trainers), trainer_id=int(trainer_id))
+            num_trainers=num_trainers, trainer_id=trainer_id)
 
     def run(self, fetch_list, feed=None, feed_dict=None, return_numpy=True, return_merged=True):
         if feed is None and feed_dict is not None:
@@ -398,10 +429,12 @@ class CompiledProgram:
             if share is None:
                 raise _core.InvalidArgumentError(
                     "CompiledProgram: the share_vars_from program has not been run yet; run it first")
+        bs = self._build_strategy or BuildStrategy()
+        num_trainers, trainer_id = _trainers(self._program, bs.num_trainers, bs.trainer_id, "CompiledProgram")
         self._pe = _core.ParallelExecutor(
             [p._pe_place for p in places], self._program._core_program(), scope, loss_name=self._loss_name,
             share_vars_from=share, exec_strategy=(self._exec_strategy or ExecutionStrategy())._to_dict(),
-            build_strategy=(self._build_strategy or BuildStrategy())._to_dict())
+            build_strategy=bs._to_dict(), num_trainers=num_trainers, trainer_id=trainer_id)
         self._pe_key = key
         return self._pe
 

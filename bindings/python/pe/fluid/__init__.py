@@ -1,0 +1,35 @@
+"""pe.fluid — PaddlePaddle 1.x's fluid names over PE's engine (`import pe.fluid as fluid`).
+
+Thin wrappers with Paddle 1.x signatures, not new machinery: the programs,
+layers, optimizers and executors are pe.static's (pe.framework, the C
+engine); fluid.layers keeps the 1.x argument names (act=, param_attr=,
+append_batch_size=, dropout_prob=, ...), fluid.optimizer takes
+regularization= and parameter_list=, and fluid.transpiler holds
+DistributeTranspiler (nccl2 mode; see transpiler.py).
+
+    import pe.fluid as fluid
+    x = fluid.layers.data(name="x", shape=[13], dtype="float32")
+    y = fluid.layers.data(name="y", shape=[1], dtype="float32")
+    loss = fluid.layers.mean(fluid.layers.square_error_cost(fluid.layers.fc(x, 1), y))
+    fluid.optimizer.SGD(learning_rate=0.01).minimize(loss)
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(fluid.default_startup_program())
+"""
+from ..framework import (CPUPlace, CUDAPlace, Program, Variable, Parameter, program_guard,  # noqa: F401
+                         default_main_program, default_startup_program, is_compiled_with_cuda)
+from ..param_attr import ParamAttr  # noqa: F401
+from ..static.executor import (Executor, ParallelExecutor, CompiledProgram, ExecutionStrategy,  # noqa: F401
+                               BuildStrategy, global_scope, scope_guard, Scope, cpu_places, cuda_places)
+from .. import initializer  # noqa: F401
+from .. import regularizer  # noqa: F401
+from . import layers  # noqa: F401
+from . import optimizer  # noqa: F401
+from . import transpiler  # noqa: F401
+from .data_feeder import DataFeeder  # noqa: F401
+from .transpiler import DistributeTranspiler, DistributeTranspilerConfig, memory_optimize, release_memory  # noqa: F401
+
+__all__ = ["CPUPlace", "CUDAPlace", "Program", "Variable", "program_guard", "default_main_program",
+           "default_startup_program", "Executor", "ParallelExecutor", "CompiledProgram", "ExecutionStrategy",
+           "BuildStrategy", "global_scope", "scope_guard", "ParamAttr", "DataFeeder", "DistributeTranspiler",
+           "DistributeTranspilerConfig", "memory_optimize", "release_memory", "layers", "optimizer", "transpiler",
+           "is_compiled_with_cuda", "cpu_places", "cuda_places"]

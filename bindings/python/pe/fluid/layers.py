@@ -1,0 +1,213 @@
+"""fluid.layers — Paddle 1.x layer functions, each a wrapper of pe.static /
+pe.nn.functional / pe.tensor with the 1.x argument names.
+
+data() prepends the batch dim (-1) unless the shape already has a None/-1
+dim or append_batch_size=False, as fluid did. Sequence (LoD) inputs,
+lod_level > 0, are refused with an error: PE has no LoD tensor yet.
+"""
+import numpy as np
+
+from .. import _core
+from .. import tensor as _t
+from .. import metric as _metric
+from ..framework import Variable, convert_dtype, default_main_program
+from ..layer_helper import LayerHelper, check_variable
+from ..nn import functional as F
+from ..static import nn as _snn
+
+__all__ = ["data", "fc", "conv2d", "pool2d", "batch_norm", "embedding", "dropout", "relu", "sigmoid", "tanh",
+           "softmax", "mean", "reduce_sum", "reduce_mean", "square_error_cost", "cross_entropy",
+           "softmax_with_cross_entropy", "accuracy", "concat", "reshape", "transpose", "flatten", "elementwise_add",
+           "elementwise_sub", "elementwise_mul", "elementwise_div", "fill_constant", "cast", "scale", "matmul",
+           "topk", "argmax", "split", "sums"]
+
+
+def data(name, shape, append_batch_size=True, dtype="float32", lod_level=0, type=None, stop_gradient=True):
+    """A feed variable; [-1] + shape unless shape has a None/-1 dim or append_batch_size=False."""
+    if not isinstance(name, str):
+        raise TypeError("fluid.layers.data: name must be a str, got %s" % type(name).__name__)
+    if lod_level:
+        raise _core.UnsupportedError("fluid.layers.data('%s'): lod_level=%d: PE has no LoD (sequence) tensors yet"
+                                     % (name, lod_level))
+    shape = [-1 if d is None else int(d) for d in shape]
+    if append_batch_size and all(d >= 0 for d in shape):
+        shape = [-1] + shape
+    block = default_main_program().global_block()
+    if name in block.vars:
+        raise _core.InvalidArgumentError("fluid.layers.data: variable %s already exists in the main program" % name)
+    v = block.create_var(name=name, shape=shape, dtype=convert_dtype(dtype), persistable=False,
+                         stop_gradient=stop_gradient)
+    v.is_data = True
+    return v
+
+
+def fc(input, size, num_flatten_dims=1, param_attr=None, bias_attr=None, act=None, is_test=False, name=None):
+    return _snn.fc(input, size, num_flatten_dims=num_flatten_dims, weight_attr=param_attr, bias_attr=bias_attr,
+                   activation=act, name=name)
+
+
+conv2d = _snn.conv2d
+batch_norm = _snn.batch_norm
+embedding = _snn.embedding
+
+
+def pool2d(input, pool_size=-1, pool_type="max", pool_stride=1, pool_padding=0, global_pooling=False,
+           use_cudnn=True, ceil_mode=False, name=None, exclusive=True, data_format="NCHW"):
+    check_variable(input, "input", "pool2d")
+    if pool_type not in ("max", "avg"):
+        raise _core.InvalidArgumentError("pool2d: pool_type must be 'max' or 'avg', got %r" % (pool_type,))
+    if global_pooling:
+        if len(input.shape) != 4 or min(input.shape[2:]) < 0:
+            raise _core.InvalidArgumentError("pool2d(global_pooling=True): input %s needs known H and W, got %s"
+                                             % (input.name, list(input.shape)))
+        pool_size, pool_stride, pool_padding = list(input.shape[2:]), 1, 0
+    elif pool_size == -1:
+        raise _core.InvalidArgumentError("pool2d: pool_size is required unless global_pooling=True")
+    return F._pool(input, pool_type, pool_size, pool_stride, pool_padding, ceil_mode, exclusive, data_format, name,
+                   "pool2d")
+
+
+def dropout(x, dropout_prob, is_test=False, seed=None, name=None, dropout_implementation="downgrade_in_infer"):
+    if seed is not None:
+        raise _core.UnsupportedError("fluid.layers.dropout: a per-op seed is not supported; use pe.seed()")
+    return F.dropout(x, dropout_prob, training=not is_test, mode=dropout_implementation, name=name)
+
+
+def relu(x, name=None):
+    return F.relu(x, name)
+
+
+def sigmoid(x, name=None):
+    return F.sigmoid(x, name)
+
+
+def tanh(x, name=None):
+    return F.tanh(x, name)
+
+
+def softmax(input, use_cudnn=False, name=None, axis=-1):
+    return F.softmax(input, axis=axis, name=name)
+
+
+def mean(x, name=None):
+    return _t.mean(x, name=name)
+
+
+def reduce_sum(input, dim=None, keep_dim=False, name=None):
+    return _t.sum(input, axis=dim, keepdim=keep_dim, name=name)
+
+
+def reduce_mean(input, dim=None, keep_dim=False, name=None):
+    return _t.mean(input, axis=dim, keepdim=keep_dim, name=name)
+
+
+def square_error_cost(input, label):
+    return _t.square_error_cost(input, label)
+
+
+def cross_entropy(input, label, soft_label=False, ignore_index=-100):
+    """Cross entropy of probabilities (fluid's; softmax_with_cross_entropy takes logits): [N, 1]."""
+    return F.cross_entropy(input, label, ignore_index=ignore_index, reduction="none", soft_label=soft_label,
+                           use_softmax=False)
+
+
+def softmax_with_cross_entropy(logits, label, soft_label=False, ignore_index=-100, numeric_stable_mode=True,
+                               return_softmax=False, axis=-1):
+    return F.softmax_with_cross_entropy(logits, label, soft_label, ignore_index, numeric_stable_mode,
+                                        return_softmax, axis)
+
+
+def accuracy(input, label, k=1, correct=None, total=None):
+    return _metric.accuracy(input, label, k=k, correct=correct, total=total)
+
+
+def concat(input, axis=0, name=None):
+    return _t.concat(input, axis=axis, name=name)
+
+
+def reshape(x, shape, actual_shape=None, act=None, inplace=False, name=None):
+    if actual_shape is not None:
+        raise _core.UnsupportedError("fluid.layers.reshape: actual_shape (a shape tensor) is not supported")
+    out = _t.reshape(x, shape, name=name)
+    return LayerHelper("reshape2", name).append_activation(out, act)
+
+
+def transpose(x, perm, name=None):
+    return _t.transpose(x, perm, name=name)
+
+
+def flatten(x, axis=1, name=None):
+    """[d0..d(axis-1), d(axis)..]: two dims (fluid's flatten)."""
+    check_variable(x, "x", "flatten")
+    if not 0 <= axis <= len(x.shape):
+        raise _core.InvalidArgumentError("flatten: axis %d is out of range for %s of rank %d"
+                                         % (axis, x.name, len(x.shape)))
+    return _t.reshape(x, [int(np.prod(x.shape[:axis])) if axis and all(d >= 0 for d in x.shape[:axis]) else
+                          (1 if axis == 0 else -1),
+                          int(np.prod(x.shape[axis:])) if all(d >= 0 for d in x.shape[axis:]) else -1], name=name)
+
+
+def _elementwise(op_type, x, y, axis, act, name):
+    out = _t._elementwise(op_type, x, y, axis, name)
+    return LayerHelper(op_type, name).append_activation(out, act)
+
+
+def elementwise_add(x, y, axis=-1, act=None, name=None):
+    return _elementwise("elementwise_add", x, y, axis, act, name)
+
+
+def elementwise_sub(x, y, axis=-1, act=None, name=None):
+    return _elementwise("elementwise_sub", x, y, axis, act, name)
+
+
+def elementwise_mul(x, y, axis=-1, act=None, name=None):
+    return _elementwise("elementwise_mul", x, y, axis, act, name)
+
+
+def elementwise_div(x, y, axis=-1, act=None, name=None):
+    return _elementwise("elementwise_div", x, y, axis, act, name)
+
+
+def fill_constant(shape, dtype, value, force_cpu=False, out=None, name=None):
+    return _t.fill_constant(shape, dtype, value, force_cpu=force_cpu, out=out, name=name)
+
+
+def cast(x, dtype):
+    return _t.cast(x, dtype)
+
+
+def scale(x, scale=1.0, bias=0.0, bias_after_scale=True, act=None, name=None):
+    return _t.scale(x, scale, bias, bias_after_scale, act, name)
+
+
+def matmul(x, y, transpose_x=False, transpose_y=False, alpha=1.0, name=None):
+    out = _t.matmul(x, y, transpose_x, transpose_y, name)
+    return out if alpha == 1.0 else _t.scale(out, alpha)
+
+
+def topk(input, k, name=None):
+    return _t.topk(input, k, name=name)
+
+
+def argmax(x, axis=0):
+    return _t.argmax(x, axis=axis)
+
+
+def split(input, num_or_sections, dim=-1, name=None):
+    return _t.split(input, num_or_sections, axis=dim, name=name)
+
+
+def sums(input, out=None):
+    if out is not None:
+        raise _core.UnsupportedError("fluid.layers.sums: out= is not supported")
+    inputs = list(input)
+    for i, v in enumerate(inputs):
+        check_variable(v, "input[%d]" % i, "sums")
+    helper = LayerHelper("sum")
+    res = helper.create_variable_for_type_inference(inputs[0].dtype, shape=inputs[0].shape)
+    helper.append_op("sum", {"X": inputs}, {"Out": [res]})
+    return res
+
+
+def _is_var(v):
+    return isinstance(v, Variable)

@@ -1,0 +1,200 @@
+"""tests/python/test_fluid.py — pe.fluid: the fluid-era names over PE's engine.
+
+fluid.layers builds the same ops as pe.static (fc, conv/pool/bn, losses),
+data() appends the batch dim as fluid did, DataFeeder turns sample tuples
+into a feed dict (and names what is wrong), fluid.optimizer takes
+regularization= / parameter_list=, and DistributeTranspiler's nccl2 mode
+(seed 002, trainers= form) trains across 2 MPI processes to the parameters
+of one process on the whole batch; its argument errors and the pserver mode
+are clear errors.
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import pytest
+
+import pe
+import pe.fluid as fluid
+from pe.utils import unique_name
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "dist_scripts", "fluid_nccl2_train.py")
+
+
+def fresh():
+    return pe.static.Program(), pe.static.Program()
+
+
+def test_data_appends_batch_dim():
+    main, startup = fresh()
+    with fluid.program_guard(main, startup):
+        a = fluid.layers.data(name="a", shape=[13], dtype="float32")
+        b = fluid.layers.data(name="b", shape=[-1, 3], dtype="int64")
+        c = fluid.layers.data(name="c", shape=[4], append_batch_size=False)
+    assert list(a.shape) == [-1, 13] and list(b.shape) == [-1, 3] and list(c.shape) == [4]
+    with fluid.program_guard(main, startup), pytest.raises(pe.UnsupportedError, match="lod_level"):
+        fluid.layers.data(name="s", shape=[1], dtype="int64", lod_level=1)
+
+
+def test_layers_match_static_ops():
+    def build(use_fluid):
+        main, startup = fresh()
+        with fluid.program_guard(main, startup), unique_name.guard():
+            if use_fluid:
+                img = fluid.layers.data(name="img", shape=[1, 8, 8], dtype="float32")
+                lbl = fluid.layers.data(name="lbl", shape=[1], dtype="int64")
+                c = fluid.layers.conv2d(img, num_filters=4, filter_size=3, act="relu")
+                p = fluid.layers.pool2d(c, pool_size=2, pool_type="max", pool_stride=2)
+                bn = fluid.layers.batch_norm(p)
+                pred = fluid.layers.fc(bn, size=10, act="softmax")
+                loss = fluid.layers.mean(fluid.layers.cross_entropy(pred, lbl))
+                fluid.optimizer.SGD(learning_rate=0.1).minimize(loss)
+            else:
+                img = pe.static.data("img", [None, 1, 8, 8], "float32")
+                lbl = pe.static.data("lbl", [None, 1], "int64")
+                c = pe.static.nn.conv2d(img, num_filters=4, filter_size=3, act="relu")
+                p = pe.nn.functional.max_pool2d(c, 2, 2)
+                bn = pe.static.nn.batch_norm(p)
+                pred = pe.static.nn.fc(bn, 10, activation="softmax")
+                loss = pe.mean(pe.nn.functional.cross_entropy(pred, lbl, reduction="none", use_softmax=False))
+                pe.optimizer.SGD(learning_rate=0.1).minimize(loss)
+        return [op.type for op in main.global_block().ops], main, startup, loss
+    ops_f, main, startup, loss = build(True)
+    ops_s = build(False)[0]
+    assert ops_f == ops_s
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = pe.static.Scope()
+    exe.run(startup, scope=scope)
+    rng = np.random.RandomState(0)
+    feed = {"img": rng.rand(6, 1, 8, 8).astype("float32"), "lbl": rng.randint(0, 10, (6, 1)).astype("int64")}
+    first = float(exe.run(main, feed=feed, fetch_list=[loss], scope=scope)[0])
+    for _ in range(20):
+        last = float(exe.run(main, feed=feed, fetch_list=[loss], scope=scope)[0])
+    assert last < first
+
+
+def test_global_pooling_and_errors():
+    main, startup = fresh()
+    with fluid.program_guard(main, startup), unique_name.guard():
+        img = fluid.layers.data(name="img", shape=[3, 5, 7], dtype="float32")
+        g = fluid.layers.pool2d(img, pool_type="avg", global_pooling=True)
+        assert list(g.shape) == [-1, 3, 1, 1]
+        with pytest.raises(pe.InvalidArgumentError, match="pool_size"):
+            fluid.layers.pool2d(img)
+        with pytest.raises(pe.InvalidArgumentError, match="pool_type"):
+            fluid.layers.pool2d(img, 2, pool_type="sum")
+    exe = fluid.Executor(fluid.CPUPlace())
+    x = np.random.RandomState(1).rand(2, 3, 5, 7).astype("float32")
+    out, = exe.run(main, feed={"img": x}, fetch_list=[g], scope=pe.static.Scope())
+    np.testing.assert_allclose(out, x.mean(axis=(2, 3), keepdims=True), rtol=1e-6)
+
+
+def test_data_feeder():
+    main, startup = fresh()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=[2, 2], dtype="float32")
+        y = fluid.layers.data(name="y", shape=[1], dtype="int64")
+    feeder = fluid.DataFeeder(feed_list=[x, "y"], place=fluid.CPUPlace(), program=main)
+    d = feeder.feed([([1, 2, 3, 4], 0), ([5, 6, 7, 8], 1), ([9, 10, 11, 12], 2)])
+    assert d["x"].shape == (3, 2, 2) and d["x"].dtype == np.float32
+    assert d["y"].shape == (3, 1) and d["y"].dtype == np.int64 and d["y"][2, 0] == 2
+    with pytest.raises(pe.InvalidArgumentError, match="sample 1 has 1 fields"):
+        feeder.feed([([1, 2, 3, 4], 0), ([1, 2, 3, 4],)])
+    with pytest.raises(pe.InvalidArgumentError, match="'x' expects \\[2, 2\\]"):
+        feeder.feed([([1, 2, 3], 0)])
+    with pytest.raises(pe.InvalidArgumentError, match="empty"):
+        feeder.feed([])
+    with pytest.raises(pe.NotFoundError, match="'nope'"):
+        fluid.DataFeeder(feed_list=["nope"], place=fluid.CPUPlace(), program=main)
+
+
+def test_optimizer_fluid_args():
+    main, startup = fresh()
+    with fluid.program_guard(main, startup), unique_name.guard():
+        x = fluid.layers.data(name="x", shape=[4], dtype="float32")
+        h = fluid.layers.fc(x, 3)
+        loss = fluid.layers.mean(h)
+        opt = fluid.optimizer.MomentumOptimizer(learning_rate=0.1, momentum=0.9,
+                                                regularization=fluid.regularizer.L2Decay(1e-4))
+        opt.minimize(loss, parameter_list=[p.name for p in main.global_block().all_parameters()][:1])
+    types = [op.type for op in main.global_block().ops]
+    assert types.count("momentum") == 1
+
+
+def nccl2(trainer_id=0, trainers="127.0.0.1:6170,127.0.0.1:6171", current_endpoint="127.0.0.1:6170", mode="nccl2"):
+    main, startup = fresh()
+    config = fluid.DistributeTranspilerConfig()
+    config.mode = mode
+    t = fluid.DistributeTranspiler(config=config)
+    t.transpile(trainer_id, program=main, startup_program=startup, trainers=trainers,
+                current_endpoint=current_endpoint)
+    return t, main
+
+
+def test_transpiler_nccl2_checks():
+    t, main = nccl2()
+    assert t.get_trainer_program() is main
+    with pytest.raises(pe.InvalidArgumentError, match="trainer_id 2 is not in \\[0, 2\\)"):
+        nccl2(trainer_id=2)
+    with pytest.raises(pe.InvalidArgumentError, match="current_endpoint '127.0.0.1:6171' is not trainer 0's"):
+        nccl2(current_endpoint="127.0.0.1:6171")
+    with pytest.raises(pe.InvalidArgumentError, match="comma-separated trainer endpoints"):
+        nccl2(trainers=2)
+    with pytest.raises(pe.InvalidArgumentError, match="not ip:port"):
+        nccl2(trainers="127.0.0.1,127.0.0.1:6171")
+    with pytest.raises(pe.InvalidArgumentError, match="repeat"):
+        nccl2(trainers="127.0.0.1:6170,127.0.0.1:6170")
+    with pytest.raises(pe.UnsupportedError, match="parameter servers"):
+        nccl2(mode="pserver")
+    with pytest.raises(pe.UnsupportedError, match="parameter-server"):
+        t.get_pserver_program("127.0.0.1:6170")
+    fresh_t = fluid.DistributeTranspiler()
+    with pytest.raises(pe.InvalidArgumentError, match="transpile\\(\\) first"):
+        fresh_t.get_trainer_program()
+
+
+def test_parallel_executor_checks_transpiled_trainers():
+    t, main = nccl2(trainer_id=1, current_endpoint="127.0.0.1:6171")
+    with fluid.program_guard(main):
+        x = fluid.layers.data(name="x", shape=[4], dtype="float32")
+        loss = fluid.layers.mean(fluid.layers.fc(x, 1))
+    with pytest.raises(pe.InvalidArgumentError, match="transpiled \\(nccl2 mode\\) for trainer 1 of the 2 trainers"):
+        fluid.ParallelExecutor(False, loss_name=loss.name, main_program=main, num_trainers=2, trainer_id=0)
+    bs = fluid.BuildStrategy()
+    bs.num_trainers, bs.trainer_id = 3, 1
+    cp = fluid.CompiledProgram(main, build_strategy=bs).with_data_parallel(loss_name=loss.name)
+    with pytest.raises(pe.InvalidArgumentError, match="CompiledProgram: num_trainers=3"):
+        fluid.Executor(fluid.CPUPlace()).run(cp, feed={"x": np.zeros((2, 4), "float32")}, fetch_list=[loss])
+    with pytest.raises(pe.InvalidArgumentError, match="num_trainers"):
+        bs.num_trainers = 0
+
+
+def _mpirun():
+    return shutil.which("mpirun")
+
+
+@pytest.mark.skipif(not _mpirun(), reason="mpirun not found (openmpi-bin; scripts/setup.sh installs it)")
+def test_nccl2_mode_two_processes_match_one():
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_btl_vader_single_copy_mechanism="none", OMP_NUM_THREADS="1", PE_MPI_TIMEOUT="60")
+    for k in ("PADDLE_TRAINER_ID", "PADDLE_TRAINERS_NUM", "CPU_NUM"):
+        env.pop(k, None)
+    with tempfile.TemporaryDirectory() as d1, tempfile.TemporaryDirectory() as d2:
+        r = subprocess.run(["mpirun", "--oversubscribe", "-np", "2", "--mca", "btl", "self,vader", sys.executable,
+                            SCRIPT, d1, "15"], env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+        r = subprocess.run([sys.executable, SCRIPT, d2, "15", "--places", "2"], env=env, capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+        a, b, ref = (np.load(os.path.join(d, "params.rank%d.npz" % k)) for d, k in ((d1, 0), (d1, 1), (d2, 0)))
+        assert sorted(a.files) == sorted(ref.files) and len(a.files) > 2
+        for k in a.files:
+            if k == "losses":
+                continue
+            np.testing.assert_array_equal(a[k], b[k], err_msg=k)  # identical on every trainer
+            np.testing.assert_allclose(a[k], ref[k], rtol=1e-5, atol=1e-6, err_msg=k)
+        assert a["losses"][-1] < a["losses"][0]
