@@ -6,6 +6,8 @@
   returns at once and join() waits.
 - A rank that raises: spawn raises SpawnError naming the rank, with its
   traceback, and the other ranks (blocked in a collective) are ended.
+- spawn called inside this test module (func importable from it, the main
+  module being pytest's), join=False then join().
 - Arguments spawn can refuse at once (no process started): a lambda,
   nprocs=0, an unknown option.
 Each job runs under a hard time limit (dist_run.run).
@@ -63,3 +65,21 @@ def test_spawn_refuses_bad_arguments_before_starting():
         dist.spawn(_square, args=(2,), nprocs=0)
     with pytest.raises(TypeError, match="unknown option"):
         dist.spawn(_square, args=(2,), nprocs=2, no_such_option=1)
+
+
+def _write_rank(out_dir, text):
+    env = dist.ParallelEnv()
+    with open(os.path.join(out_dir, "rank%d.txt" % env.rank), "w") as f:
+        f.write("%s %d %d" % (text, env.rank, env.world_size))
+
+
+@needs_mpirun
+def test_spawn_from_a_test_module(tmp_path):
+    # func lives in this (importable) module; the main module is pytest's.
+    ctx = dist.spawn(_write_rank, args=(str(tmp_path), "hello"), nprocs=2, join=False)
+    try:
+        assert ctx.join(timeout=60), "the ranks did not end within 60 s"
+    finally:
+        ctx.terminate()  # nothing left running whatever happened
+    for rank in range(2):
+        assert (tmp_path / ("rank%d.txt" % rank)).read_text() == "hello %d 2" % rank
