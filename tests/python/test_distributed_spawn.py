@@ -8,6 +8,8 @@
   traceback, and the other ranks (blocked in a collective) are ended.
 - spawn called inside this test module (func importable from it, the main
   module being pytest's), join=False then join().
+- A script calling spawn without `if __name__ == "__main__":` (each rank
+  re-imports it) and spawn inside a rank mpirun started: clear errors.
 - Arguments spawn can refuse at once (no process started): a lambda,
   nprocs=0, an unknown option.
 Each job runs under a hard time limit (dist_run.run).
@@ -21,7 +23,7 @@ import pytest
 import pe.distributed as dist
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "dist_scripts"))
-from dist_run import PY, needs_mpirun, run, script  # noqa: E402
+from dist_run import PY, mpirun, needs_mpirun, run, script  # noqa: E402
 
 
 @needs_mpirun
@@ -83,3 +85,18 @@ def test_spawn_from_a_test_module(tmp_path):
         ctx.terminate()  # nothing left running whatever happened
     for rank in range(2):
         assert (tmp_path / ("rank%d.txt" % rank)).read_text() == "hello %d 2" % rank
+
+
+@needs_mpirun
+def test_spawn_without_main_guard_is_an_error_not_a_fork_bomb():
+    r = run([PY, script("spawn_unguarded.py")], timeout=60)
+    assert r.rc != 0, r
+    assert "SpawnError: spawn: rank" in r.err and "put the spawn call under" in r.err, r
+
+
+@needs_mpirun
+def test_spawn_inside_an_mpi_rank_is_an_error():
+    code = ("import pe.distributed as d\ntry:\n    d.spawn(print, nprocs=2)\nexcept RuntimeError as e:\n"
+            "    print('refused:', e)\n")
+    r = mpirun(1, [PY, "-c", code])
+    assert r.rc == 0 and "refused: spawn: this process is already a rank started by mpirun" in r.out, r

@@ -17,7 +17,10 @@ import signal
 import socket
 import time
 
-# Open MPI's default when a rank exits non-zero: abort the job.
+# True while a spawned rank re-imports the caller's main module
+# (_spawn_child): spawn() refuses to start ranks then.
+importing_main = False
+
 _LOCAL_NAMES = {"localhost", "127.0.0.1", "::1"}
 
 # Variables a remote host's ranks need (a local rank inherits mpirun's whole environment).

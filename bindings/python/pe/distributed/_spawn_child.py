@@ -55,7 +55,11 @@ def main():
             if p not in sys.path:
                 sys.path.insert(0, p)
         os.chdir(job["cwd"])
-        _setup_main(job["main_path"], job["main_name"])
+        _mpirun.importing_main = True
+        try:
+            _setup_main(job["main_path"], job["main_name"])
+        finally:
+            _mpirun.importing_main = False
         func, args = pickle.loads(job["payload"])
         func(*args)
     except SystemExit as e:

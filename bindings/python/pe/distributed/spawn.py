@@ -150,6 +150,13 @@ def spawn(func, args=(), nprocs=-1, join=True, daemon=False, **options):
     SpawnContext at once (call its join()). Options: start_port (6170:
     endpoints 127.0.0.1:start_port+rank), backend (gloo, mpi or nccl),
     gpus ("0,1": FLAGS_selected_gpus of each rank)."""
+    if _mpirun.importing_main:
+        raise RuntimeError("spawn: called while a spawned rank re-imports the main module, which would start "
+                           "ranks from every rank: put the spawn call under `if __name__ == \"__main__\":`")
+    if os.environ.get("OMPI_COMM_WORLD_RANK", "").strip():
+        raise RuntimeError("spawn: this process is already a rank started by mpirun (launch, spawn or mpirun), and "
+                           "mpirun cannot start a job from inside one: call func directly here, or spawn from a "
+                           "plain python process")
     unknown = set(options) - _OPTIONS
     if unknown:
         raise TypeError("spawn: unknown option(s) %s (known: %s)" % (", ".join(sorted(unknown)),
