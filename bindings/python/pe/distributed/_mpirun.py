@@ -43,6 +43,15 @@ def is_local(host):
     return host in names or host in addrs
 
 
+def rank_env():
+    """This process's environment for the ranks, with this pe package first
+    on PYTHONPATH (so the ranks import the same pe)."""
+    env = dict(os.environ)
+    pe_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join([pe_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return env
+
+
 def command(mpirun, nprocs_per_host, hosts, env):
     """mpirun's argv prefix for nprocs_per_host ranks on each of hosts
     (ranks fill the hosts in order: rank r on hosts[r // nprocs_per_host]),

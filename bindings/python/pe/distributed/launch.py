@@ -111,9 +111,7 @@ def main(argv=None):
         except OSError:
             pass
     status_dir = tempfile.mkdtemp(prefix="pe_launch_")
-    env = dict(os.environ)
-    pe_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = os.pathsep.join([pe_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env = _mpirun.rank_env()
     env.update({"PE_LAUNCH_STATUS_DIR": status_dir, "PE_LAUNCH_LOG_DIR": log_dir,
                 "PE_LAUNCH_ENDPOINTS": ",".join(endpoints), "PE_LAUNCH_GPUS": ",".join(gpus)})
     if args.backend != "auto":

@@ -38,7 +38,7 @@ from . import _mpirun
 
 __all__ = ["spawn", "SpawnContext", "SpawnError"]
 
-_OPTIONS = {"start_port", "backend", "gpus", "print_config", "start_method", "daemon"}
+_OPTIONS = {"start_port", "backend", "gpus", "print_config", "start_method"}
 
 
 class SpawnError(Exception):
@@ -58,6 +58,8 @@ class SpawnContext:
         self.nprocs = nprocs
         self._tmpdir = tmpdir
         self._stderr = stderr_tail
+        self._error_seen = None
+        self._done = False
 
     @property
     def pid(self):
@@ -65,18 +67,23 @@ class SpawnContext:
 
     def join(self, timeout=None):
         """Waits for every rank (at most timeout seconds): True when all
-        ended, False on timeout; raises SpawnError when a rank failed."""
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return False
-        self._stderr.join()
-        _mpirun.reap(self._tmpdir, "pe.distributed._spawn_child")
-        try:
-            if self.proc.returncode != 0:
-                raise self._error()
-        finally:
-            shutil.rmtree(self._tmpdir, ignore_errors=True)
+        ended, False on timeout; raises SpawnError when a rank failed (again
+        on every later call)."""
+        if not self._done:
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                return False
+            self._stderr.join()
+            _mpirun.reap(self._tmpdir, "pe.distributed._spawn_child")
+            try:
+                if self.proc.returncode != 0:
+                    self._error_seen = self._error()
+            finally:
+                shutil.rmtree(self._tmpdir, ignore_errors=True)
+                self._done = True
+        if self._error_seen is not None:
+            raise self._error_seen
         return True
 
     def terminate(self):
@@ -149,7 +156,8 @@ def spawn(func, args=(), nprocs=-1, join=True, daemon=False, **options):
     SpawnError naming the first rank that failed; join=False: returns the
     SpawnContext at once (call its join()). Options: start_port (6170:
     endpoints 127.0.0.1:start_port+rank), backend (gloo, mpi or nccl),
-    gpus ("0,1": FLAGS_selected_gpus of each rank)."""
+    gpus ("0,1": FLAGS_selected_gpus of each rank). daemon is accepted for
+    Paddle's signature (the ranks end with the job either way)."""
     if _mpirun.importing_main:
         raise RuntimeError("spawn: called while a spawned rank re-imports the main module, which would start "
                            "ranks from every rank: put the spawn call under `if __name__ == \"__main__\":`")
@@ -196,9 +204,9 @@ def spawn(func, args=(), nprocs=-1, join=True, daemon=False, **options):
                "endpoints": endpoints, "gpus": gpus or "", "cwd": os.getcwd()}
         with open(os.path.join(tmpdir, "job.pkl"), "wb") as f:
             pickle.dump(job, f)
-        env = dict(os.environ)
-        pe_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env["PYTHONPATH"] = os.pathsep.join([pe_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        env = _mpirun.rank_env()
+        if backend != "auto":
+            env["PADDLE_DISTRI_BACKEND"] = backend
         cmd = _mpirun.command(mpirun, nprocs, ["127.0.0.1"], env)
         cmd += [sys.executable, "-m", "pe.distributed._spawn_child", tmpdir]
         proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
