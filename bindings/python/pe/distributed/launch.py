@@ -148,14 +148,13 @@ def main(argv=None):
         rank, what = _mpirun.diagnose(status_dir, world, collect.text(), rc)
         sys.stdout.flush()
         lines = ["launch: error: %s; mpirun ended the other ranks (mpirun exit status %d)" % (what, rc)]
-        if rank is not None:
-            log = os.path.join(log_dir, "workerlog.%d" % rank)
-            lines.append("launch: the end of %s:" % log)
-            lines += ["    " + line for line in (_mpirun.tail(log) or "(empty)").splitlines()]
-        else:
-            lines.append("launch: mpirun said (%s):" % os.path.join(log_dir, "mpirun.log"))
-            lines += ["    " + line for line in (_mpirun.tail(os.path.join(log_dir, "mpirun.log")) or
-                                                 "(nothing)").splitlines()]
+        log = os.path.join(log_dir, "workerlog.%d" % rank) if rank is not None else None
+        text = _mpirun.tail(log) if log else ""
+        if not text:  # the rank wrote nothing (it died before its log opened): mpirun's words instead
+            log = os.path.join(log_dir, "mpirun.log")
+            text = _mpirun.tail(log) or "(nothing)"
+        lines.append("launch: the end of %s:" % log)
+        lines += ["    " + line for line in text.splitlines()]
         sys.stderr.write("\n".join(lines) + "\n")
         sys.stderr.flush()
         return 1
