@@ -44,6 +44,7 @@ SECTIONS = [
     ("runtime/safetensors.c", "11.11"), ("runtime/alloc.c", "11.11"), ("runtime/", "11.12"),
     ("tools/", "8 and docs/cli.md"),
     ("bindings/python/pe/static/executor.py", "11.7"), ("bindings/python/pe/static/io.py", "11.11"),
+    ("bindings/python/pe/distributed/", "11.9"), ("bindings/python/pe/core_dist.c", "11.9"),
     ("bindings/python/pe/_core.c", "11.5"), ("bindings/python/pe/core_", "11.5"),
     ("bindings/python/pe/", "11.3"),
 ]

@@ -38,6 +38,7 @@
 #include "pe/ops.h"
 #include "pe/build.h"
 #include "pe/plan.h"
+#include "pe/world.h"
 
 #define PE_VERSION_STRING "0.1.0"
 

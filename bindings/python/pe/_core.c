@@ -26,7 +26,7 @@
  *   - runs release the GIL; an executor refuses a second concurrent run.
  *
  * Files: this one (module, errors, conversions, registry), core_objects.c,
- * core_exec.c, core_passes.c; shared declarations in _core.h.
+ * core_exec.c, core_passes.c, core_dist.c; shared declarations in _core.h.
  *
  * Why: the Python API (pe/static, pe/nn, ...) stays pure Python over this
  * small surface, and the numbers a Python user sees are the C engine's.
@@ -522,6 +522,7 @@ PyMODINIT_FUNC PyInit__core(void) {
         if (PyModule_AddObjectRef(m, names[i], (PyObject *)types[i])) goto fail;
     }
     if (PyModule_AddStringConstant(m, "version", PE_VERSION_STRING)) goto fail;
+    if (PyModule_AddFunctions(m, g_world_methods)) goto fail;
     return m;
 fail:
     Py_DECREF(m);

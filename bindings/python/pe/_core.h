@@ -1,7 +1,8 @@
 /* bindings/python/pe/_core.h — shared declarations of the pe._core extension
  * (_core.c: module, errors, conversions, registry; core_objects.c: Program,
  * Scope, Tensor; core_exec.c: feeds, Executor, ParallelExecutor;
- * core_passes.c: autodiff, optimizer, initializer passes, checkpoints).
+ * core_passes.c: autodiff, optimizer, initializer passes, checkpoints;
+ * core_dist.c: the process world of pe.distributed).
  * Not a public API: only these files include it.
  */
 #ifndef PE_PY_CORE_H
@@ -105,5 +106,8 @@ PyObject *py_checkpoint_save(PyObject *m, PyObject *args);
 PyObject *py_checkpoint_load(PyObject *m, PyObject *args);
 PyObject *py_safetensors_read(PyObject *m, PyObject *args);
 PyObject *py_safetensors_write(PyObject *m, PyObject *args);
+
+/* ---- the process world (core_dist.c) ---- */
+extern PyMethodDef g_world_methods[]; /* world_init, world_allreduce, ...: added to the module */
 
 #endif
