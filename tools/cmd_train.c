@@ -39,7 +39,7 @@
 enum { WARMUP_STEPS = 3, MAX_PLACES = 64, MAX_FED = 64 };
 
 typedef struct train_args {
-    const char *program, *startup, *loss, *data, *params, *save, *log, *out_dir;
+    const char *program, *startup, *loss, *data, *params, *save, *log, *out_dir, *timeline;
     pe_optimizer_kind kind;
     bool have_kind, lr_given, nesterov;
     double lr, momentum, beta1, beta2, epsilon, weight_decay, clip_norm;
@@ -133,6 +133,7 @@ static int parse_args(int argc, char **argv, train_args *a) {
         STR_FLAG("--params", params)
         STR_FLAG("--save", save)
         STR_FLAG("--log", log)
+        STR_FLAG("--timeline", timeline)
         STR_FLAG("--out", out_dir)
         NUM_FLAG("--lr", lr, lr_given)
         NUM_FLAG("--momentum", momentum, momentum_given)
@@ -210,6 +211,8 @@ static int parse_args(int argc, char **argv, train_args *a) {
                                    a->beta1_given ? "--beta1" : a->beta2_given ? "--beta2" : "--epsilon");
     if (a->lr_given && !(a->lr > 0)) return pe_tool_usage_error(USAGE_CMD, "--lr %g must be > 0", a->lr);
     if (a->n_places < 1) a->n_places = 1;
+    if (a->timeline && a->n_places < 2)
+        return pe_tool_usage_error(USAGE_CMD, "--timeline records the ParallelExecutor: give --places cpu:N with N >= 2");
     return PE_EXIT_OK;
 }
 
@@ -624,6 +627,7 @@ static int train(const train_args *a) {
         pe_pe_options o;
         pe_pe_options_default(&o);
         o.loss_name = a->loss;
+        o.exec_strategy.timeline_path = a->timeline;
         if ((st = pe_parallel_executor_new(places, a->n_places, s.prog, s.scope, &o, &s.pe)) != PE_OK) {
             rc = pe_tool_fail_status(st, "%s: building the ParallelExecutor on %d places", a->program, a->n_places);
             goto done;
@@ -687,6 +691,13 @@ static int train(const train_args *a) {
         double med = median(s.times + from, n), cpu = median(s.cpu + from, n);
         printf("steady state: %.3f ms/step (median over steps %ld-%ld%s; CPU time %.3f ms/step)\n", 1e3 * med,
                a->first_step + from + 1, a->first_step + a->steps, from ? ", excluding the first 3" : "", 1e3 * cpu);
+    }
+    if (s.pe && a->timeline) {
+        if ((st = pe_pe_write_timeline(s.pe, NULL)) != PE_OK) {
+            rc = pe_tool_fail_status(st, "--timeline %s", a->timeline);
+            goto done;
+        }
+        printf("wrote the timeline to %s\n", pe_pe_timeline_path(s.pe));
     }
     if (a->log && (rc = write_log(a, s.losses, a->steps)) != PE_EXIT_OK) goto done;
     if (a->log) printf("wrote the loss of each step to %s\n", a->log);
