@@ -28,8 +28,9 @@
 typedef struct pe_timeline pe_timeline;
 
 /* Events kept per timeline unless PE_TIMELINE_MAX_EVENTS says otherwise
- * (32 bytes each; the array is touched only as far as it is used). */
-#define PE_TIMELINE_DEFAULT_MAX_EVENTS (1 << 20)
+ * (32 bytes each in memory, touched only as far as used; ~150 in the file):
+ * the MLP on 2 places makes ~70 a step, so ~3,700 steps fit. */
+#define PE_TIMELINE_DEFAULT_MAX_EVENTS (1 << 18)
 
 /* CLOCK_MONOTONIC in ns: one clock for every thread and, on one machine,
  * every process (so the ranks' files line up). */

@@ -2,7 +2,7 @@
 """scripts/timeline_report.py — how much communication a ParallelExecutor
 timeline hides behind compute, and the timeline as an SVG picture.
 
-    scripts/timeline_report.py run.rank*.json [--skip 3] [--svg timeline.svg] [--svg-steps 2]
+    scripts/timeline_report.py run.rank*.json [--skip 3] [--svg timeline.svg] [--svg-steps 2] [--merge all.json]
 
 Reads the Chrome trace-event files PE writes with ExecutionStrategy.timeline_path
 or PE_TIMELINE (one per rank: pid = trainer rank; tracks "steps", "place N",
@@ -24,6 +24,9 @@ and warms caches) are left out. With --svg the steps after the skipped ones
 (--svg-steps of them, default 2) are drawn: one row per track, ops of the
 forward pass blue, backward orange, optimizer green, collectives red; hover
 a box for its name, var and duration. Pure Python: no plotting library.
+With --merge the ranks' files are written as one trace (the viewers open
+one file at a time; the ranks of one machine share CLOCK_MONOTONIC, so their
+spans line up).
 """
 import argparse
 import collections
@@ -36,10 +39,11 @@ OPTIMIZERS = ("sgd", "momentum", "adam", "merged_sgd", "merged_momentum", "merge
 
 
 def load(paths):
-    events, threads, procs = [], {}, {}
+    events, threads, procs, everything = [], {}, {}, []
     for path in paths:
         with open(path) as f:
             trace = json.load(f)
+        everything.extend(trace["traceEvents"])
         for e in trace["traceEvents"]:
             if e.get("ph") == "M":
                 if e["name"] == "thread_name":
@@ -48,7 +52,7 @@ def load(paths):
                     procs[e["pid"]] = e["args"]["name"]
             elif e.get("ph") == "X":
                 events.append(e)
-    return events, threads, procs
+    return events, threads, procs, everything
 
 
 def union(intervals):
@@ -213,9 +217,13 @@ def main(argv=None):
     ap.add_argument("--svg", help="write the timeline of the steps after the skipped ones as an SVG picture")
     ap.add_argument("--svg-steps", type=int, default=2, help="steps drawn in the SVG (default 2)")
     ap.add_argument("--width", type=int, default=1400, help="SVG width in pixels")
+    ap.add_argument("--merge", help="write all the given ranks' events as one trace file")
     a = ap.parse_args(argv)
     paths = sorted({p for t in a.traces for p in (glob.glob(t) or [t])})
-    events, threads, procs = load(paths)
+    events, threads, procs, everything = load(paths)
+    if a.merge:
+        with open(a.merge, "w") as f:
+            json.dump({"traceEvents": everything, "displayTimeUnit": "ms"}, f)
     rows, totals = overlap_report(events, a.skip)
     if not rows or totals["steps"] == 0:
         print("timeline_report: no steps after --skip %d in %s" % (a.skip, ", ".join(paths)), file=sys.stderr)
@@ -224,6 +232,8 @@ def main(argv=None):
     if a.svg:
         render_svg(events, threads, procs, a.skip, a.svg_steps, a.svg, a.width)
         print("wrote %s" % a.svg)
+    if a.merge:
+        print("wrote %s (%d ranks)" % (a.merge, len(paths)))
     return 0
 
 
