@@ -9,6 +9,8 @@
 - Off by default: no file, write_timeline() raises pe.InvalidArgumentError.
 - PE_TIMELINE=<dir>/ turns it on without touching the code.
 - A timeline_path that is not a str is a TypeError at the setter.
+- `pe train --places cpu:2 --timeline PREFIX` writes PREFIX.rank0.json; with
+  one place it is a usage error (exit 2).
 - scripts/timeline_report.py reads the trace: the hidden fraction is in
   [0, 1], and it renders an SVG.
 """
@@ -135,3 +137,27 @@ def test_timeline_path_type():
     es = pe.static.ExecutionStrategy()
     with pytest.raises(TypeError, match="timeline_path"):
         es.timeline_path = 3
+
+
+def test_pe_train_timeline(tmp_path):
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    from pe_json import pe_bin
+    from train_ref import EXAMPLES, make_batches, write_batches
+    rng = np.random.default_rng(1)
+    images = rng.integers(0, 256, (64, 28, 28), dtype=np.uint8)
+    labels = rng.integers(0, 10, 64, dtype=np.uint8)
+    write_batches(str(tmp_path / "data"), "mlp", make_batches("mlp", images, labels, 2, 32))
+    args = [pe_bin(), "train", os.path.join(EXAMPLES, "mlp_forward.pe"), "--startup",
+            os.path.join(EXAMPLES, "mlp_forward_startup.pe"), "--loss", "loss", "--optimizer", "sgd",
+            "--data", str(tmp_path / "data"), "--steps", "3", "--print-every", "0",
+            "--timeline", str(tmp_path / "tl")]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    r = subprocess.run(args + ["--places", "cpu:2"], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr
+    path = str(tmp_path / "tl.rank0.json")
+    assert "wrote the timeline to %s" % path in r.stdout
+    with open(path) as f:
+        trace = json.load(f)
+    assert trace["otherData"]["steps"] == 3 and trace["otherData"]["places"] == 2
+    r = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 2 and "--timeline" in r.stderr, r.stderr
