@@ -223,6 +223,7 @@ static const char *coll_what(const pe_parallel_executor *pe, int h, char *buf, s
 
 static void coll_done(pe_work *w, pe_status st, void *user) {
     pe_coll_done *d = user;
+    if (d->pe->tl) pe_timeline_handle(d->pe->tl, d->pe->g, d->h, d->t0, pe_timeline_now());
     if (st != PE_OK) {
         char what[512];
         pe_error(st, "%s: %s", coll_what(d->pe, d->h, what, sizeof what), pe_work_message(w));

@@ -23,7 +23,9 @@
  * (pe_pe_options_check), never clamped. With check_nan_inf
  * (FLAGS_check_nan_inf) the run hands the scheduler run_handle_checked,
  * which checks what each handle wrote (executor/nan_inf.c); with it off
- * the handles run exactly as before.
+ * the handles run exactly as before. The timeline (timeline_path /
+ * PE_TIMELINE) works the same way: run_handle_timed around the handle, a
+ * step span around the run, nothing at all when it is off.
  */
 #include "executor/nan_inf.h"
 #include "executor/pe_internal.h"
@@ -31,6 +33,7 @@
 
 #include <math.h>
 #include <omp.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,6 +124,18 @@ static pe_status run_handle_checked(void *user, int h) {
     return st == PE_OK ? check_nan_inf(user, h) : st;
 }
 
+/* The timeline on: the handle between two clock reads (executor/timeline.c).
+ * A collective that completes later is recorded by its callback
+ * (grad_buckets.c:coll_done), from the start kept here before the issue. */
+static pe_status run_handle_timed(void *user, int h) {
+    pe_parallel_executor *pe = user;
+    const int64_t t0 = pe_timeline_now();
+    pe->coll_done[h].t0 = t0;
+    pe_status st = pe->check_nan_inf ? run_handle_checked(pe, h) : run_handle(pe, h);
+    if (st != PE_SCHED_PENDING) pe_timeline_handle(pe->tl, pe->g, h, t0, pe_timeline_now());
+    return st;
+}
+
 /* ---- construction ------------------------------------------------------ */
 
 static void free_variant(pe_graph_variant *v) {
@@ -132,6 +147,9 @@ static void free_variant(pe_graph_variant *v) {
 
 void pe_parallel_executor_free(pe_parallel_executor *pe) {
     if (!pe) return;
+    if (pe->tl && pe_timeline_steps(pe->tl) > 0 && pe_timeline_write(pe->tl, NULL) != PE_OK)
+        pe_log(PE_LOG_WARN, "ParallelExecutor: %s", pe_last_error());
+    pe_timeline_free(pe->tl);
     pe_sched_free(pe->sched);
     pe_drop_local_exe_scopes(pe);
     pe_pe_free_feed_views(pe);
@@ -199,7 +217,7 @@ static pe_status adopt_graph(pe_parallel_executor *pe) {
     pe->ctxs = calloc(n_h, sizeof *pe->ctxs);
     pe->coll_done = calloc(n_h, sizeof *pe->coll_done);
     if (!pe->ctxs || !pe->coll_done) return pe_error(PE_ERR_NOMEM, "out of memory");
-    for (int h = 0; h < pe->g->n_h; h++) pe->coll_done[h] = (pe_coll_done){pe, h};
+    for (int h = 0; h < pe->g->n_h; h++) pe->coll_done[h] = (pe_coll_done){pe, h, 0};
     free(pe->shared_state);
     pe->shared_state = NULL;
     pe->n_shared_state = 0;
@@ -291,6 +309,36 @@ pe_status pe_pe_options_check(const pe_pe_options *o) {
     return PE_OK;
 }
 
+/* ExecutionStrategy.timeline_path, else PE_TIMELINE: the recorder. With
+ * PE_TIMELINE every executor of the process after the first gets its own
+ * file (".pe<k>" in the name), so an eval executor never overwrites the
+ * training one's. */
+static pe_status make_timeline(pe_parallel_executor *pe) {
+    const char *path = pe->opt.exec_strategy.timeline_path;
+    int instance = 0;
+    if (!path || !*path) {
+        static _Atomic int n_env;
+        path = getenv("PE_TIMELINE");
+        if (!path || !*path) return PE_OK;
+        instance = atomic_fetch_add(&n_env, 1);
+    }
+    const int rank = pe->opt.num_trainers > 1 ? pe->opt.trainer_id : 0;
+    pe_status st = pe_timeline_new(path, instance, rank, pe->n, pe->places, 0, &pe->tl);
+    return st == PE_OK ? PE_OK : pe_error_wrap(st, "ExecutionStrategy.timeline_path / PE_TIMELINE");
+}
+
+pe_status pe_pe_write_timeline(pe_parallel_executor *pe, const char *path) {
+    if (!pe) return pe_error(PE_ERR_INVALID, "pe_pe_write_timeline: NULL executor");
+    if (!pe->tl)
+        return pe_error(PE_ERR_INVALID, "ParallelExecutor: the timeline is off: set ExecutionStrategy.timeline_path "
+                        "or PE_TIMELINE=<dir-or-prefix> before constructing the executor");
+    return pe_timeline_write(pe->tl, path);
+}
+
+const char *pe_pe_timeline_path(const pe_parallel_executor *pe) {
+    return pe && pe->tl ? pe_timeline_path(pe->tl) : NULL;
+}
+
 pe_status pe_parallel_executor_new(const pe_place *places, int n_places, const pe_program *main_program,
                                    pe_scope *scope, const pe_pe_options *opt, pe_parallel_executor **out) {
     *out = NULL;
@@ -334,7 +382,7 @@ pe_status pe_parallel_executor_new(const pe_place *places, int n_places, const p
      * while after each region, stealing the other places' cores: 2 places
      * on 2 cores trained the MLP slower than one.) */
     pe_status st = pe_pe_make_comm(pe);
-    if (st != PE_OK) goto fail;
+    if (st != PE_OK || (st = make_timeline(pe)) != PE_OK) goto fail;
     set_services(pe);
     if ((st = build_graphs(pe)) != PE_OK || (st = adopt_graph(pe)) != PE_OK ||
         (st = pe_pe_make_place_scopes(pe, scope)) != PE_OK || (st = pe_pe_broadcast_persistables(pe)) != PE_OK)
@@ -404,7 +452,7 @@ static pe_status plan_memory(pe_parallel_executor *pe, const pe_feed *const *fee
 
 static pe_status run_graph(pe_parallel_executor *pe) {
     PE_CHECK(pe_pe_ensure_prepared(pe));
-    const pe_sched_fn fn = pe->check_nan_inf ? run_handle_checked : run_handle;
+    const pe_sched_fn fn = pe->tl ? run_handle_timed : pe->check_nan_inf ? run_handle_checked : run_handle;
     for (int r = 0; r < pe->opt.exec_strategy.num_iteration_per_run; r++) {
         if (pe->sched) {
             PE_CHECK(pe_sched_run(pe->sched, pe->g, fn, pe));
@@ -423,6 +471,7 @@ static const char k_fetch_hint[] =
 /* One run: a dict feed (feeds == NULL) or a list feed of one dict per place. */
 static pe_status run(pe_parallel_executor *pe, const pe_feed *feed, int n_feed, const pe_feed *const *feeds,
                      const int *n_feeds, const char *const *fetch, int n_fetch, bool merged, pe_tensor **out) {
+    const int64_t t0 = pe->tl ? pe_timeline_now() : 0;
     PE_CHECK(pe_fetch_check_names(pe->prog, 0, fetch, n_fetch, k_fetch_hint));
     PE_CHECK(select_graph(pe, fetch, n_fetch));
     PE_CHECK(pe_pe_ensure_local(pe));
@@ -444,6 +493,7 @@ static pe_status run(pe_parallel_executor *pe, const pe_feed *feed, int n_feed, 
     pe->run_fetch = NULL;
     pe->run_n_fetch = 0;
     pe_pe_release_feed_views(pe);
+    if (pe->tl) pe_timeline_step(pe->tl, t0, pe_timeline_now(), st == PE_OK);
     return st;
 }
 

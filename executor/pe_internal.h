@@ -15,6 +15,7 @@
  *   trainers.c           num_trainers > 1: the world of processes (MPI),
  *                        its checks, the broadcast from trainer 0, the
  *                        global batch and the collectives' fixed order
+ *   timeline.c           the timeline: handle and run spans, the trace file
  *
  * Why one struct in a header: the jobs act on the same per-place scopes and
  * graph; splitting the state would only add getters. Each field notes which
@@ -26,6 +27,7 @@
 #include "executor/feed_fetch.h"
 #include "executor/memory_plan/arena.h"
 #include "executor/scheduler.h"
+#include "executor/timeline.h"
 #include "ops/op.h"
 #include "pe/parallel_executor.h"
 #include "runtime/comm/comm.h"
@@ -38,6 +40,7 @@ struct feed_view; /* feed_fetch.c */
 typedef struct pe_coll_done {
     pe_parallel_executor *pe;
     int h;
+    int64_t t0;             /* timeline on: when the handle started (written before it is issued) */
 } pe_coll_done;
 
 /* One built graph with what is derived from it (a second one exists when a
@@ -68,6 +71,7 @@ struct pe_parallel_executor {
     pe_coll_done *coll_done; /* per handle of g (grad_buckets.c) */
     int kernel_threads;
     bool check_nan_inf;     /* exec_strategy.check_nan_inf or FLAGS_check_nan_inf (executor/nan_inf.c) */
+    pe_timeline *tl;        /* exec_strategy.timeline_path or PE_TIMELINE (executor/timeline.c); NULL = off */
     int64_t iter;
     /* local_scopes.c */
     pe_scope *global;

@@ -60,13 +60,15 @@ step "TSan build (build-tsan/): the scheduler, collectives, ParallelExecutor, me
 # processes (collectives completing through works); test_world calls the
 # process world from two threads at once; test_check_nan_inf reads
 # each shard's range of shared storage while the other shards update theirs,
-# and checks sums inside those callbacks
+# and checks sums inside those callbacks; test_timeline records handles from
+# every pool thread and from collectives' callbacks into one array
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DPE_SANITIZE=thread -DPE_WITH_CUDA=OFF \
   -DPE_BUILD_PYTHON=OFF >/dev/null
 cmake --build build-tsan -j"$jobs" --target test_parallel_executor test_memory_plan test_shard_optimizer test_comm \
-  test_comm_conformance test_scheduler test_pe_async_comm test_comm_mpi test_pe_trainers test_check_nan_inf test_world
+  test_comm_conformance test_scheduler test_pe_async_comm test_comm_mpi test_pe_trainers test_check_nan_inf test_world \
+  test_timeline
 (cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 OMP_NUM_THREADS=1 \
-  ctest --output-on-failure --timeout 900 -R 'parallel_executor|scheduler|memory_plan|shard_optimizer|test_comm|pe_async_comm|pe_trainers|check_nan_inf|test_world')
+  ctest --output-on-failure --timeout 900 -R 'parallel_executor|scheduler|memory_plan|shard_optimizer|test_comm|pe_async_comm|pe_trainers|check_nan_inf|test_world|timeline')
 
 if [ -x tests/fuzz/run_short.sh ]; then
   step "short fuzz run"

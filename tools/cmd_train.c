@@ -46,7 +46,7 @@
 enum { WARMUP_STEPS = 3, MAX_PLACES = 64, MAX_FED = 64 };
 
 typedef struct train_args {
-    const char *program, *startup, *loss, *data, *params, *save, *log, *out_dir;
+    const char *program, *startup, *loss, *data, *params, *save, *log, *out_dir, *timeline;
     pe_optimizer_kind kind;
     bool have_kind, lr_given, nesterov;
     double lr, momentum, beta1, beta2, epsilon, weight_decay, clip_norm;
@@ -142,6 +142,7 @@ static int parse_args(int argc, char **argv, train_args *a) {
         STR_FLAG("--params", params)
         STR_FLAG("--save", save)
         STR_FLAG("--log", log)
+        STR_FLAG("--timeline", timeline)
         STR_FLAG("--out", out_dir)
         NUM_FLAG("--lr", lr, lr_given)
         NUM_FLAG("--momentum", momentum, momentum_given)
@@ -584,6 +585,9 @@ static int write_fetches(const train_args *a, const train_state *s) {
 
 static int train(const train_args *a) {
     train_state s = {0};
+    if (a->timeline && a->n_places < 2 && a->n_trainers <= 1)
+        return pe_tool_usage_error(USAGE_CMD, "--timeline records the ParallelExecutor: give --places cpu:N with N >= 2 "
+                                   "(or train as several processes: --trainers N)");
     int rc = load_programs(a, &s);
     pe_status st;
     long n_batches = 0;
@@ -641,6 +645,7 @@ static int train(const train_args *a) {
         o.loss_name = a->loss;
         o.num_trainers = a->n_trainers;
         o.trainer_id = a->trainer;
+        o.exec_strategy.timeline_path = a->timeline;
         if ((st = pe_parallel_executor_new(places, a->n_places, s.prog, s.scope, &o, &s.pe)) != PE_OK) {
             rc = pe_tool_fail_status(st, "%s: building the ParallelExecutor on %d places", a->program, a->n_places);
             goto done;
@@ -739,6 +744,13 @@ static int train(const train_args *a) {
         double med = median(s.times + from, n), cpu = median(s.cpu + from, n);
         printf("steady state: %.3f ms/step (median over steps %ld-%ld%s; CPU time %.3f ms/step)\n", 1e3 * med,
                a->first_step + from + 1, a->first_step + a->steps, from ? ", excluding the first 3" : "", 1e3 * cpu);
+    }
+    if (s.pe && a->timeline) { /* every trainer writes its own (PATH.rank<N>.json) */
+        if ((st = pe_pe_write_timeline(s.pe, NULL)) != PE_OK) {
+            rc = pe_tool_fail_status(st, "--timeline %s", a->timeline);
+            goto done;
+        }
+        if (a->trainer == 0) printf("wrote the timeline to %s\n", pe_pe_timeline_path(s.pe));
     }
     /* with several trainers, trainer 0 writes the files (every trainer holds the same parameters) */
     if (a->trainer > 0) {

@@ -27,7 +27,7 @@
     "pe train PROGRAM --startup S.pe --loss NAME --optimizer sgd|momentum|adam [--lr F] [--momentum F] "   \
     "[--nesterov] [--beta1 F --beta2 F --epsilon F] [--weight-decay F] [--clip-norm F] --data DIR "       \
     "--steps N [--first-step S] [--places cpu:N] [--params CKPT] [--save CKPT] [--log FILE.npy] "        \
-    "[--fetch NAME]... [--out DIR] [--print-every N] [--trainers N]"
+    "[--fetch NAME]... [--out DIR] [--print-every N] [--trainers N] [--timeline PATH]"
 
 static const pe_tool_cmd k_cmds[] = {
     {"run", RUN_USAGE, "run block 0 of a program with .npy feeds, write fetches as .npy",
@@ -101,6 +101,9 @@ static const pe_tool_cmd k_cmds[] = {
      "                        of every batch (the last trainers take the extra rows), the\n"
      "                        gradients are summed over all; trainer 0 prints and writes the\n"
      "                        --log, --out and --save files\n"
+     "  --timeline PATH       with --places cpu:N (N >= 2): record every op, collective\n"
+     "                        and step and write a Chrome trace to PATH.rank0.json (PATH\n"
+     "                        a directory: PATH/timeline.rank0.json) at the end\n"
      "Flags take their value as the next argument or after '=' (--lr=0.1).",
      pe_cmd_train},
     {"inspect", "pe inspect PROGRAM", "print blocks, ops, vars and the parameter count of a program",

@@ -110,6 +110,17 @@ size_t pe_local_exe_scopes_bytes(const pe_parallel_executor *pe);
  * share_vars_from). Borrowed. */
 pe_scope *pe_place_scope(const pe_parallel_executor *pe, int i);
 
+/* Timeline (ExecutionStrategy.timeline_path or PE_TIMELINE=<dir-or-prefix>
+ * in the environment; pe/strategy.h): writes every event recorded so far
+ * (all runs since construction) as Chrome trace-event JSON to path
+ * (borrowed), or to the executor's own file when path is NULL (atomically;
+ * the executor also writes it at free when it ran). Between runs only.
+ * PE_ERR_INVALID when the timeline is off. */
+pe_status pe_pe_write_timeline(pe_parallel_executor *pe, const char *path);
+/* The executor's timeline file, or NULL when the timeline is off. Borrowed,
+ * valid until the executor is freed. */
+const char *pe_pe_timeline_path(const pe_parallel_executor *pe);
+
 #ifdef __cplusplus
 }
 #endif

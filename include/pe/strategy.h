@@ -44,6 +44,13 @@ typedef struct pe_exec_strategy {
                                        * for NaN / Inf; the first fails the run naming the op, place,
                                        * output and element (default off; FLAGS_check_nan_inf=1 in the
                                        * environment turns it on too) */
+    const char *timeline_path;        /* borrowed (copied at construction); NULL or "" = off unless
+                                       * PE_TIMELINE is set. A path prefix or a directory: each run's
+                                       * op handles, collectives and step are recorded and written as
+                                       * a Chrome trace to <prefix>.rank<N>.json (a directory:
+                                       * <dir>/timeline.rank<N>.json; N = trainer_id, 0 for one
+                                       * process) at pe_parallel_executor_free and on
+                                       * pe_pe_write_timeline (docs/guide.md, Timeline) */
 } pe_exec_strategy;
 
 typedef struct pe_build_strategy {

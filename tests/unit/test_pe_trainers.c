@@ -15,7 +15,11 @@
  *     (allclose: the sums are grouped per process);
  *   - a wrong num_trainers, trainer ids that are not the ranks, and a
  *     program that differs on one trainer are errors on every trainer,
- *     naming the problem, and nothing hangs.
+ *     naming the problem, and nothing hangs;
+ *   - with ExecutionStrategy.timeline_path each trainer writes
+ *     <prefix>.rank<trainer_id>.json: pid = its rank, process "trainer N",
+ *     ops and the allreduces (completed in the MPI progress thread's
+ *     callbacks) of every step (the file's checks: test_timeline.c).
  */
 #ifdef PE_WITH_MPI
 #include "tests/unit/models.h"
@@ -23,6 +27,7 @@
 #include <math.h>
 #include <mpi.h>
 #include <omp.h>
+#include <unistd.h>
 
 enum { STEPS = 6, PER_PLACE = 4 };
 
@@ -42,6 +47,7 @@ typedef struct {
     int trainer_id;
     bool buckets;     /* fuse_all_reduce_ops */
     int64_t row0, rows; /* this process's rows of each global batch */
+    const char *timeline; /* ExecutionStrategy.timeline_path (NULL: off) */
 } run_cfg;
 
 /* Trains STEPS steps; params_out gets place 0's parameters. Returns the
@@ -59,6 +65,7 @@ static pe_status train(const tm_model *m, const run_cfg *c, pe_tensor **params_o
     o.trainer_id = c->trainer_id;
     o.build_strategy.fuse_all_reduce_ops = c->buckets;
     o.exec_strategy.num_threads = 2 * c->places;
+    o.exec_strategy.timeline_path = c->timeline;
     pe_parallel_executor *pe;
     pe_status st = pe_parallel_executor_new(pl, c->places, m->main, scope, &o, &pe);
     if (st == PE_OK) {
@@ -173,6 +180,39 @@ static void test_world_mismatches(void **state) {
     tm_model_free(&m);
 }
 
+/* Each trainer's own timeline file: its rank as pid, its ops and collectives. */
+static void test_timeline_per_rank(void **state) {
+    (void)state;
+    tm_model m = model(PE_DTYPE_FP32, 7, 32);
+    char prefix[128], file[160], want[128];
+    snprintf(prefix, sizeof prefix, "/tmp/pe_test_trainers_tl.%d", (int)getpid());
+    snprintf(file, sizeof file, "%s.rank%d.json", prefix, g_rank);
+    run_cfg c = {.places = 1, .trainers = g_size, .trainer_id = g_rank, .row0 = (int64_t)g_rank * PER_PLACE,
+                 .rows = PER_PLACE, .timeline = prefix};
+    pe_tensor *p[16];
+    if (train(&m, &c, p) != PE_OK) fail_msg("rank %d: %s", g_rank, pe_last_error());
+    FILE *f = fopen(file, "rb");
+    if (!f) fail_msg("rank %d: no timeline file %s", g_rank, file);
+    static char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    unlink(file);
+    buf[n] = '\0';
+    snprintf(want, sizeof want, "\"pid\":%d,\"tid\":0,\"name\":\"process_name\",\"args\":{\"name\":\"trainer %d\"}", g_rank,
+             g_rank);
+    if (!strstr(buf, want)) fail_msg("rank %d: %s does not name the process: %.200s", g_rank, file, buf);
+    snprintf(want, sizeof want, "\"steps\":%d,", STEPS);
+    assert_non_null(strstr(buf, want));
+    assert_non_null(strstr(buf, "\"cat\":\"op\",\"name\":\"mul_grad\""));
+    assert_non_null(strstr(buf, "\"cat\":\"comm\",\"name\":\"allreduce\""));
+    for (int r = 0; r < g_size; r++) { /* only its own events */
+        snprintf(want, sizeof want, "{\"ph\":\"X\",\"pid\":%d,", r);
+        if ((r == g_rank) != (strstr(buf, want) != NULL)) fail_msg("rank %d: events of pid %d in %s?", g_rank, r, file);
+    }
+    tm_free_params(&m, p);
+    tm_model_free(&m);
+}
+
 int main(void) {
     int provided;
     MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
@@ -183,6 +223,7 @@ int main(void) {
         cmocka_unit_test(test_bitwise_with_one_place_each),
         cmocka_unit_test(test_two_places_each),
         cmocka_unit_test(test_world_mismatches),
+        cmocka_unit_test(test_timeline_per_rank),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     MPI_Finalize();

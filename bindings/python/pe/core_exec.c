@@ -388,6 +388,23 @@ static int strategies_from_dicts(PyObject *es, PyObject *bs, pe_pe_options *o) {
     return 0;
 }
 
+/* d[key] (d a strategy dict or None) into *out when it is a non-empty str
+ * (absent, None or "": *out unchanged); the str is appended to keep, which
+ * lives as long as the executor. -1 with an exception. */
+static int dict_path(PyObject *d, const char *key, PyObject *keep, const char **out) {
+    PyObject *v = d != Py_None ? PyDict_GetItemString(d, key) : NULL;
+    if (!v || v == Py_None) return 0;
+    if (!PyUnicode_Check(v)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a str", key);
+        return -1;
+    }
+    if (PyUnicode_GetLength(v) == 0) return 0;
+    const char *s = PyUnicode_AsUTF8(v);
+    if (!s || PyList_Append(keep, v)) return -1;
+    *out = s;
+    return 0;
+}
+
 /* check_strategy(exec_strategy=None, build_strategy=None): the strategy
  * setters' check — the dicts' values over the defaults, checked as
  * pe_parallel_executor_new checks them (same words). */
@@ -465,20 +482,10 @@ static PyObject *pe_new_(PyTypeObject *type, PyObject *args, PyObject *kw) {
         Py_DECREF(keep);
         return NULL;
     }
-    PyObject *gv = bs != Py_None ? PyDict_GetItemString(bs, "debug_graphviz_path") : NULL;
-    if (gv && gv != Py_None) {
-        if (!PyUnicode_Check(gv)) {
-            Py_DECREF(keep);
-            PyErr_SetString(PyExc_TypeError, "debug_graphviz_path must be a str");
-            return NULL;
-        }
-        if (PyUnicode_GetLength(gv) > 0) {
-            opt.build_strategy.debug_graphviz_path = PyUnicode_AsUTF8(gv);
-            if (PyList_Append(keep, gv)) {
-                Py_DECREF(keep);
-                return NULL;
-            }
-        }
+    if (dict_path(bs, "debug_graphviz_path", keep, &opt.build_strategy.debug_graphviz_path) ||
+        dict_path(es, "timeline_path", keep, &opt.exec_strategy.timeline_path)) {
+        Py_DECREF(keep);
+        return NULL;
     }
     opt.num_trainers = num_trainers;
     opt.trainer_id = trainer_id;
@@ -689,6 +696,23 @@ static PyObject *pe_trainers_sum_(PEObject *self, PyObject *arg) {
     }
     free(v);
     return out;
+static PyObject *pe_write_timeline_(PEObject *self, PyObject *args) {
+    const char *path = NULL;
+    if (!PyArg_ParseTuple(args, "|z", &path)) return NULL;
+    if (self->busy) return raise_msg(PE_ERR_INVALID, "ParallelExecutor: cannot write the timeline while running");
+    pe_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = pe_pe_write_timeline(self->pe, path);
+    Py_END_ALLOW_THREADS
+    if (st != PE_OK) return raise_status(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *pe_get_timeline_path(PEObject *self, void *c) {
+    (void)c;
+    const char *p = pe_pe_timeline_path(self->pe);
+    if (!p) Py_RETURN_NONE;
+    return PyUnicode_FromString(p);
 }
 
 static PyObject *pe_get_device_count(PEObject *self, void *c) {
@@ -704,9 +728,13 @@ static PyMethodDef pe_methods[] = {
     {"place_scope", (PyCFunction)pe_place_scope_, METH_O, "place_scope(i): the scope of place i."},
     {"trainers_sum", (PyCFunction)pe_trainers_sum_, METH_O,
      "trainers_sum(values): the sums of a list of floats over the trainers (num_trainers > 1), in trainer order."},
+    {"write_timeline", (PyCFunction)pe_write_timeline_, METH_VARARGS,
+     "write_timeline(path=None): the timeline so far as a Chrome trace (default: timeline_path's file)."},
     {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef pe_getset[] = {{"device_count", (getter)pe_get_device_count, NULL, "number of places", NULL},
+                                  {"timeline_path", (getter)pe_get_timeline_path, NULL,
+                                   "the timeline's file, or None when it is off", NULL},
                                   {NULL, NULL, NULL, NULL, NULL}};
 
 PyTypeObject PEType = {

@@ -212,19 +212,26 @@ def _as_int(owner, k, v):
 
 class ExecutionStrategy(_Strategy):
     """num_threads (0: places*2 on CPU; at most 1024), num_iteration_per_drop_scope (100; 0: never),
-    num_iteration_per_run (1; >= 1), check_nan_inf (False: FLAGS_check_nan_inf)."""
+    num_iteration_per_run (1; >= 1), check_nan_inf (False: FLAGS_check_nan_inf), timeline_path ("": off
+    unless PE_TIMELINE is set; a directory or path prefix: a Chrome trace per rank, <prefix>.rank<N>.json,
+    written when the executor is freed or by ParallelExecutor.write_timeline())."""
     _fields = {"num_threads": 0, "num_iteration_per_drop_scope": 100, "num_iteration_per_run": 1,
-               "check_nan_inf": False}
+               "check_nan_inf": False, "timeline_path": ""}
     _ignored = {"use_thread_barrier": False, "allow_op_delay": False, "use_experimental_executor": False,
                 "use_cuda": False}
 
     def _check(self, k, v):
-        if k != "check_nan_inf":
+        if k == "timeline_path":
+            if v is not None and not isinstance(v, (str, os.PathLike)):
+                raise TypeError("ExecutionStrategy.timeline_path must be a str or path, got %r" % (v,))
+        elif k != "check_nan_inf":
             _core.check_strategy(exec_strategy={k: _as_int("ExecutionStrategy", k, v)})
 
     def _to_dict(self):
-        return {k: bool(v) if k == "check_nan_inf" else int(v) for k, v in
-                ((k, getattr(self, k)) for k in self._fields)}
+        d = {k: bool(v) if k == "check_nan_inf" else int(v) for k, v in
+             ((k, getattr(self, k)) for k in self._fields if k != "timeline_path")}
+        d["timeline_path"] = os.fspath(self.timeline_path or "")
+        return d
 
 
 class _ReduceStrategy:
@@ -390,6 +397,16 @@ class ParallelExecutor:
 
     def _need_create_local_exe_scopes(self):
         return self._pe.local_exe_scopes_bytes() == 0
+
+    @property
+    def timeline_path(self):
+        """The file the timeline goes to (ExecutionStrategy.timeline_path or PE_TIMELINE), or None when off."""
+        return self._pe.timeline_path
+
+    def write_timeline(self, path=None):
+        """Writes the timeline recorded so far (a Chrome trace-event JSON) to path, default
+        timeline_path; it is also written when the executor is freed."""
+        self._pe.write_timeline(None if path is None else os.fspath(path))
 
 
 class CompiledProgram:
