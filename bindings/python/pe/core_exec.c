@@ -696,6 +696,8 @@ static PyObject *pe_trainers_sum_(PEObject *self, PyObject *arg) {
     }
     free(v);
     return out;
+}
+
 static PyObject *pe_write_timeline_(PEObject *self, PyObject *args) {
     const char *path = NULL;
     if (!PyArg_ParseTuple(args, "|z", &path)) return NULL;
