@@ -10,6 +10,10 @@
   non-zero naming the rank and showing the end of its log within 5 s of
   the fault, no rank is still running then, and Open MPI's shared-memory
   files of the job are gone.
+- Programs that differ between the ranks, and a num_trainers that is not
+  the launched world: the ParallelExecutor's construction fails on every
+  rank with the same message, the launcher exits non-zero with it, well
+  within the time limit (no hang).
 - A static-graph MLP trained by 2 ranks (ParallelExecutor(num_trainers=2,
   trainer_id=rank), each rank feeding its half of every batch, started
   from different seeds) ends with the same parameters on both ranks,
@@ -134,6 +138,23 @@ def test_launch_trains_like_one_process(tmp_path):
     for name in single.files:
         np.testing.assert_array_equal(p0[name], p1[name], err_msg=name)
         np.testing.assert_allclose(p0[name], single[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@needs_mpirun
+@pytest.mark.parametrize("fault,message", [
+    ("--mismatch", "trainer 1 runs another program than trainer 0"),
+    ("--wrong-count", "says num_trainers=3, but 2 processes were launched"),
+])
+def test_launch_world_mismatch_is_an_error_on_every_rank(tmp_path, fault, message):
+    log = tmp_path / "log"
+    start = time.time()
+    r = launch(["--nproc_per_node", "2", "--log_dir", str(log), script("train_mlp.py"), str(tmp_path), fault],
+               cwd=tmp_path, timeout=60)
+    assert r.rc != 0 and message in r.err + r.out, r
+    assert time.time() - start < 30, r
+    for k in range(2):  # every rank says it (the check is collective: nobody waits for the others)
+        assert message in (log / ("workerlog.%d" % k)).read_text(), k
+    assert not list(tmp_path.glob("params.*.npz"))
 
 
 def test_mpirun_command_for_several_hosts():
