@@ -63,6 +63,10 @@ def command(mpirun, nprocs_per_host, hosts, env):
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
     # Containers often forbid process_vm_readv (vader's single copy): use plain copies.
     env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
+    # The ranks of a host share its cores: each gets its share of kernel threads (as one process
+    # gives each of its places), unless the user chose. It also makes N ranks of 1 place compute
+    # the same bits as 1 process of N places (the kernels' sums depend on their thread count).
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nprocs_per_host)))
     if not (len(hosts) == 1 and is_local(hosts[0])):
         cmd += ["--host", ",".join("%s:%d" % (h, nprocs_per_host) for h in hosts), "--map-by", "slot"]
         for k in sorted(env):
