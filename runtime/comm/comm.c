@@ -62,7 +62,10 @@ void pe_group_free(pe_comm_group *g) {
  * (formatted only on failure: this runs before every group collective). */
 static pe_status group_check(const pe_comm_group *g, pe_coll op, int64_t numel, pe_dtype dt, int root) {
     bool sum_ok = dt == PE_DTYPE_FP32 || dt == PE_DTYPE_FP64 || dt == PE_DTYPE_INT32 || dt == PE_DTYPE_INT64;
-    bool root_ok = op == PE_COLL_ALLREDUCE || (root >= 0 && root < g->n_places);
+    /* root: a rank of the group's world (its places; across processes
+     * the global rank) */
+    int size = pe_comm_size(g->ranks[0]);
+    bool root_ok = op == PE_COLL_ALLREDUCE || (root >= 0 && root < size);
     if ((sum_ok || op == PE_COLL_BROADCAST) && pe_dtype_valid((int)dt) && root_ok) return PE_OK;
     char desc[160];
     snprintf(desc, sizeof desc, "%s: %s of %lld %s elements over %d places", g->ops->name, pe_coll_name(op),
@@ -71,7 +74,7 @@ static pe_status group_check(const pe_comm_group *g, pe_coll op, int64_t numel, 
         return pe_error(PE_ERR_UNSUPPORTED, "%s: dtype %s is not supported (float32, float64, int32, int64)", desc,
                         pe_dtype_name(dt));
     if (!pe_dtype_valid((int)dt)) return pe_error(PE_ERR_INVALID, "%s: dtype %d is not a PE dtype", desc, (int)dt);
-    return pe_error(PE_ERR_INVALID, "%s: root %d is not a place (0..%d)", desc, root, g->n_places - 1);
+    return pe_error(PE_ERR_INVALID, "%s: root %d is not a place (0..%d)", desc, root, size - 1);
 }
 
 typedef struct {
