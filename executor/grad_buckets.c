@@ -304,7 +304,7 @@ pe_status pe_pe_run_collective(pe_parallel_executor *pe, int h) {
     pe_coll op = hd->kind == PE_HANDLE_ALLREDUCE ? PE_COLL_ALLREDUCE
                  : hd->kind == PE_HANDLE_REDUCE  ? PE_COLL_REDUCE
                                                  : PE_COLL_BROADCAST;
-    return issue(pe, h, op, bufs, pe_tensor_numel(t0), t0->dtype, hd->root);
+    return issue(pe, h, op, bufs, pe_tensor_numel(t0), t0->dtype, hd->world_root);
 }
 
 /* check_nan_inf: what handle h's collective wrote — the summed gradients

@@ -161,7 +161,8 @@ static pe_status build_variant(const pe_parallel_executor *pe, const char *const
         if (dump) pe_log(PE_LOG_INFO, "BuildStrategy.shard_optimizer: not applied across processes (num_trainers=%d)",
                          pe->opt.num_trainers);
     }
-    pe_pass_opts po = {.n_places = pe->n, .n_trainers = pe->opt.num_trainers, .loss_name = pe->opt.loss_name, .bs = &bs, .protect = protect,
+    pe_pass_opts po = {.n_places = pe->n, .n_trainers = pe->opt.num_trainers,
+                       .trainer_id = pe->opt.trainer_id, .loss_name = pe->opt.loss_name, .bs = &bs, .protect = protect,
                        .n_protect = n_protect, .dump_prefix = path ? prefix : NULL, .final_dot = path};
     PE_CHECK(pe_pass_manager_run(pe->prog, &po, &out->g, NULL));
     if (pe->opt.num_trainers > 1) PE_CHECK(pe_pe_chain_collectives(out->g)); /* one issue order on every trainer */

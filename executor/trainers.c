@@ -21,8 +21,14 @@
  * process (pe_pe_chain_collectives), so the scheduler issues them in that
  * order and no thread waits for a turn.
  *
+ * The reduce strategy spans the trainers: each parameter's owner is a
+ * global rank (passes/multi_device.c balances bytes over all of them), its
+ * gradient is reduced there (hier.c: places, then processes), only the
+ * owner's optimizer runs, and the owner broadcasts the parameter and the
+ * optimizer's state, so every trainer's scope holds current values.
+ *
  * Not yet across processes: the sharded optimizer (turned off, info line),
- * the reduce strategy (an error), CUDA places (an error).
+ * CUDA places (an error).
  */
 #include "executor/pe_internal.h"
 
@@ -105,9 +111,6 @@ pe_status pe_pe_make_comm(pe_parallel_executor *pe) {
         return pe_error(PE_ERR_UNSUPPORTED, "ParallelExecutor: num_trainers=%d on %s: across processes PE runs CPU "
                         "places (NCCL across processes is not wired into the executor yet)", pe->opt.num_trainers,
                         pe_place_str(pe->places[0], pb, sizeof pb));
-    if (pe->opt.build_strategy.reduce_strategy == PE_REDUCE_REDUCE)
-        return pe_error(PE_ERR_UNSUPPORTED, "ParallelExecutor: reduce_strategy 'reduce' is not supported across "
-                        "processes yet (num_trainers=%d): use all_reduce", pe->opt.num_trainers);
     PE_CHECK(pe_comm_mpi_new(&pe->outer));
     PE_CHECK(check_world(pe, pe->outer));
     pe_comm *ranks[PE_MAX_PLACES];

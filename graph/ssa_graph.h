@@ -55,7 +55,10 @@ typedef struct pe_handle {
                         * names borrowed) */
     int n_vars;
     int64_t bucket_bytes; /* ALLREDUCE_FUSED: bytes of the bucket (per place) */
-    int root;          /* REDUCE / BCAST: owner place; OPT_SHARD / JOIN: shard index (JOIN: 0) */
+    int root;          /* REDUCE / BCAST: owner place (-1: a place of another trainer);
+                        * OPT_SHARD / JOIN: shard index (JOIN: 0) */
+    int world_root;    /* REDUCE / BCAST: the owner's global rank (trainer x places + place),
+                        * the root of the collective; = root within one process */
     int n_shards;      /* OPT_SHARD / JOIN: shards of the op (shard i runs with place i's tensors) */
     int *succ;         /* handles that depend on this one */
     int n_succ, cap_succ;

@@ -7,8 +7,12 @@
  * op_role_var attr, set by the autodiff pass — never by guessing from
  * names) a collective handle is inserted: an allreduce across places, or,
  * for the `reduce` strategy, a reduce to the parameter's owner place
- * (chosen greedily to balance bytes), whose optimizer ops then run only
- * there, followed by a broadcast of the updated parameter.
+ * (chosen greedily to balance bytes over the places of every trainer:
+ * a global rank), whose optimizer ops then run only there, followed by a
+ * broadcast of the updated parameter and of the optimizer's persistable
+ * state (velocity, moments, beta powers) from the owner — so every place,
+ * place 0 included (the caller's scope: checkpoints), holds current
+ * values.
  *
  * shard_optimizer (CPU places, all_reduce): an sgd / momentum / adam op
  * (an optimizer op of the registry, ops.def PE_OPT, whose per-element slots
@@ -168,9 +172,15 @@ static pe_status add_op_handles(pe_ssa_graph *g, place_state *ps, int op_idx, co
     return PE_OK;
 }
 
-static pe_status add_collective(pe_ssa_graph *g, place_state *ps, pe_handle_kind kind, const char *var, int root) {
+/* Place here of global rank r (-1: a place of another trainer). */
+static int local_place(int r, int first, int n_places) { return r >= first && r < first + n_places ? r - first : -1; }
+
+/* root: the owner place here (-1: none here); world_root: its global rank. */
+static pe_status add_collective(pe_ssa_graph *g, place_state *ps, pe_handle_kind kind, const char *var, int root,
+                                int world_root) {
     int h = add_handle(g, kind, -1, -1, var, root);
     if (h < 0) return OOM();
+    g->h[h].world_root = world_root;
     for (int p = 0; p < g->n_places; p++)
         if (kind != PE_HANDLE_BCAST || p == root)
             if (read_var(g, &ps[p], var, p, h)) return OOM();
@@ -474,11 +484,36 @@ static bool sharded_grad(const pe_block *b, const int *n_shards, const char *gra
 
 pe_status pe_multi_device_build(const pe_program *prog, int n_places, const char *loss_name,
                                 const pe_build_strategy *bs, pe_ssa_graph **out) {
-    return pe_multi_device_build_world(prog, n_places, 1, loss_name, bs, out);
+    return pe_multi_device_build_world(prog, n_places, 1, 0, loss_name, bs, out);
 }
 
-pe_status pe_multi_device_build_world(const pe_program *prog, int n_places, int n_trainers, const char *loss_name,
-                                      const pe_build_strategy *bs, pe_ssa_graph **out) {
+/* The optimizer state a reduce-strategy owner broadcasts after its update:
+ * the persistable outputs of param's optimizer ops other than the
+ * parameter (momentum's velocity, adam's moments and beta powers), each
+ * once, in op and slot order. */
+static pe_status add_state_broadcasts(pe_ssa_graph *g, place_state *ps, const char *param, int root, int world_root) {
+    const pe_block *b = &g->progs[0]->blocks[0];
+    const char *done[4 * PE_MAX_SLOTS];
+    int n_done = 0;
+    for (int i = 0; i < b->n_ops; i++) {
+        const pe_attr *rv = role_vars(&b->ops[i]);
+        if (!rv || !(op_role(&b->ops[i]) & PE_ROLE_OPTIMIZE) || strcmp(rv->strings[0], param)) continue;
+        for (int s = 0; s < b->ops[i].n_outputs; s++)
+            for (int k = 0; k < b->ops[i].outputs[s].n_args; k++) {
+                const char *name = b->ops[i].outputs[s].args[k];
+                const pe_var *v = pe_block_find_var(b, name);
+                bool seen = !strcmp(name, param);
+                for (int j = 0; j < n_done && !seen; j++) seen = !strcmp(done[j], name);
+                if (seen || !v || !v->persistable || n_done == (int)(sizeof done / sizeof done[0])) continue;
+                done[n_done++] = name;
+                PE_CHECK(add_collective(g, ps, PE_HANDLE_BCAST, name, root, world_root));
+            }
+    }
+    return PE_OK;
+}
+
+pe_status pe_multi_device_build_world(const pe_program *prog, int n_places, int n_trainers, int trainer_id,
+                                      const char *loss_name, const pe_build_strategy *bs, pe_ssa_graph **out) {
     /* places of every process: a gradient is exchanged when it has more
      * than one (one place of several processes too) */
     const int world = n_places * (n_trainers > 1 ? n_trainers : 1);
@@ -531,7 +566,8 @@ pe_status pe_multi_device_build_world(const pe_program *prog, int n_places, int 
     }
 
     const pe_block *b0 = &g->progs[0]->blocks[0];
-    bool reduce = bs->reduce_strategy == PE_REDUCE_REDUCE && n_places > 1;
+    bool reduce = bs->reduce_strategy == PE_REDUCE_REDUCE && world > 1;
+    const int first = n_trainers > 1 ? trainer_id * n_places : 0; /* global rank of place 0 */
     /* Global-norm clipping needs every gradient summed on every place; the
      * reduce strategy leaves partial sums on non-owner places, so each place
      * would clip with a different norm. Refuse rather than train wrongly. */
@@ -544,8 +580,9 @@ pe_status pe_multi_device_build_world(const pe_program *prog, int n_places, int 
             goto done;
         }
     if (reduce) {
-        /* owners: greedy byte balance over parameters in gradient order */
-        int64_t *load = calloc((size_t)n_places, sizeof *load);
+        /* owners: greedy byte balance over parameters in gradient order,
+         * among the global ranks (the same choice in every process) */
+        int64_t *load = calloc((size_t)world, sizeof *load);
         if (!load) { st = OOM(); goto done; }
         for (int i = 0; i < b0->n_ops && st == PE_OK; i++) {
             const pe_attr *rv = role_vars(&b0->ops[i]);
@@ -557,7 +594,7 @@ pe_status pe_multi_device_build_world(const pe_program *prog, int n_places, int 
                 if (no) owner = no;
                 if (!np || !no) { st = OOM(); break; }
                 int best = 0;
-                for (int p = 1; p < n_places; p++)
+                for (int p = 1; p < world; p++)
                     if (load[p] < load[best]) best = p;
                 load[best] += var_bytes(prog, rv->strings[k]);
                 owned_params[n_params] = rv->strings[k];
@@ -593,10 +630,11 @@ pe_status pe_multi_device_build_world(const pe_program *prog, int n_places, int 
         }
         memset(skip, 0, sizeof *skip * (size_t)n_places);
         if (reduce && (role & PE_ROLE_OPTIMIZE) && rv) {
-            /* optimizer of one parameter: only on its owner */
+            /* optimizer of one parameter: only on its owner (maybe on no
+             * place here) */
             for (int j = 0; j < n_params; j++)
                 if (!strcmp(owned_params[j], rv->strings[0]))
-                    for (int p = 0; p < n_places; p++) skip[p] = p != owner[j];
+                    for (int p = 0; p < n_places; p++) skip[p] = first + p != owner[j];
         }
         if ((st = add_op_handles(g, ps, i, skip)) != PE_OK) goto done;
         if (!rv || !(role & PE_ROLE_BACKWARD) || (role & PE_ROLE_OPTIMIZE) || world == 1) continue;
@@ -619,21 +657,23 @@ pe_status pe_multi_device_build_world(const pe_program *prog, int n_places, int 
                 }
             } else if (!reduce) {
                 /* unless the optimizer's shards sum it */
-                if (!sharded_grad(b0, n_shards, grad)) st = add_collective(g, ps, PE_HANDLE_ALLREDUCE, grad, 0);
+                if (!sharded_grad(b0, n_shards, grad)) st = add_collective(g, ps, PE_HANDLE_ALLREDUCE, grad, 0, 0);
             } else {
                 int root = 0;
                 for (int j = 0; j < n_params; j++)
                     if (!strcmp(owned_params[j], rv->strings[k])) root = owner[j];
-                st = add_collective(g, ps, PE_HANDLE_REDUCE, grad, root);
+                st = add_collective(g, ps, PE_HANDLE_REDUCE, grad, local_place(root, first, n_places), root);
             }
             if (st != PE_OK) goto done;
             g->n_param_grads++;
             k_grad++;
         }
     }
-    if (reduce)
-        for (int j = 0; j < n_params && st == PE_OK; j++)
-            st = add_collective(g, ps, PE_HANDLE_BCAST, owned_params[j], owner[j]);
+    for (int j = 0; reduce && j < n_params && st == PE_OK; j++) {
+        int root = local_place(owner[j], first, n_places);
+        st = add_collective(g, ps, PE_HANDLE_BCAST, owned_params[j], root, owner[j]);
+        if (st == PE_OK) st = add_state_broadcasts(g, ps, owned_params[j], root, owner[j]);
+    }
     if (st == PE_OK && world == 1 && bs->memory_optimize) st = order_updates_early(g);
 
 done:

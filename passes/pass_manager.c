@@ -120,7 +120,7 @@ pe_status pe_pass_manager_run(const pe_program *prog, const pe_pass_opts *o, pe_
 
     /* ---- program -> SSA graph over the places ---- */
     pe_ssa_graph *g = NULL;
-    if (st == PE_OK) st = pe_multi_device_build_world(p, o->n_places, o->n_trainers, o->loss_name, bs, &g);
+    if (st == PE_OK) st = pe_multi_device_build_world(p, o->n_places, o->n_trainers, o->trainer_id, o->loss_name, bs, &g);
     if (st == PE_OK) {
         record(res, "multi_device", p->blocks[0].n_ops, g->n_h, 0, false);
         st = dump_graph(o, nn++, "multi_device", g);
