@@ -27,7 +27,12 @@
  * new versions. Per element the arithmetic is the op's own, so the
  * parameters are bitwise those of the unsharded graph. Sharded gradients
  * stay out of fuse_all_reduce_ops buckets (the pass manager does not merge
- * optimizer ops on several places while shard_optimizer is on).
+ * optimizer ops on several places while shard_optimizer is on). Across
+ * trainers the shards are the global ranks of every trainer: a SHARD_SUM
+ * (reduce-scatter of the gradient over the world) comes first, then this
+ * trainer's shards, then a SHARD_GATHER (all-gather of the updated ranges)
+ * in place of the JOIN; ops with whole in-place outputs (adam's beta
+ * powers) stay unsharded there.
  *
  * Dependencies come from versioned vars per place: a read depends on the
  * producer of the current version; a write depends on that producer and on
@@ -305,8 +310,10 @@ static bool is_exchanged_grad(const pe_block *b, const char *grad) {
  * parameter (ops.def PE_OPT) that updates its parameter and accumulators (its
  * per-element in-place pairs) in place, whose gradient is an exchanged one
  * that only it reads (after its last writer), and only it writes the
- * per-element vars. */
-static int shard_count(const pe_program *p, int i, int n_places) {
+ * per-element vars. Across trainers (cross) the shards are the world's
+ * ranks, and an op with whole in-place outputs (adam's beta powers, which
+ * every place advances) is not sharded. */
+static int shard_count(const pe_program *p, int i, int n_places, bool cross) {
     const pe_block *b = &p->blocks[0];
     const pe_op *op = &b->ops[i];
     const pe_op_info *info = pe_op_info_find(op->type);
@@ -331,7 +338,7 @@ static int shard_count(const pe_program *p, int i, int n_places) {
         if (pe_op_info_elem_output(info, info->inplace[k][1])) continue;
         const char *out = pe_op_output1(op, info->outputs[info->inplace[k][1]].name),
                    *in = pe_op_input1(op, info->inputs[info->inplace[k][0]].name);
-        if (out && strcmp(out, PE_EMPTY_VAR) && (!in || strcmp(in, out))) return 0;
+        if (out && strcmp(out, PE_EMPTY_VAR) && (!in || strcmp(in, out) || cross)) return 0;
     }
     int last_write = -1;
     for (int j = 0; j < b->n_ops; j++)
@@ -347,16 +354,46 @@ static int shard_count(const pe_program *p, int i, int n_places) {
     return k < 1 ? 1 : k > n_places ? n_places : (int)k;
 }
 
+/* The op's outputs and its gradient get new versions on every place,
+ * written by handle h. */
+static pe_status write_outputs(pe_ssa_graph *g, place_state *ps, int op_idx, int h) {
+    for (int p = 0; p < g->n_places; p++) {
+        const pe_op *op = &g->progs[p]->blocks[0].ops[op_idx];
+        for (int a = 0; a < op->n_outputs; a++)
+            for (int j = 0; j < op->outputs[a].n_args; j++)
+                if (strcmp(op->outputs[a].args[j], PE_EMPTY_VAR) && write_var(g, &ps[p], op->outputs[a].args[j], p, h))
+                    return OOM();
+        /* the gradient was summed in place */
+        if (write_var(g, &ps[p], g->h[h].var, p, h)) return OOM();
+    }
+    return PE_OK;
+}
+
 /* Handles for a sharded optimizer op: k shards reading every input on every
  * place (so each waits for all places' gradients) and ordered after every
  * reader of the vars they overwrite, then a JOIN that writes the new
  * versions (shards of one op run concurrently: they touch disjoint
- * ranges). */
-static pe_status add_opt_shards(pe_ssa_graph *g, place_state *ps, int op_idx, int k) {
+ * ranges). Across trainers (first: the global rank of place 0 here) the
+ * shards are global ranks: a SHARD_SUM reduce-scatters the gradient over
+ * the world first, this trainer's shards (if any) follow, and a
+ * SHARD_GATHER all-gathers the updated ranges in place of the JOIN. */
+static pe_status add_opt_shards(pe_ssa_graph *g, place_state *ps, int op_idx, int k, bool cross, int first_rank) {
+    const pe_op *op0 = &g->progs[0]->blocks[0].ops[op_idx];
+    const char *grad = pe_op_input1(op0, "Grad");
+    int sum = -1;
+    if (cross) {
+        sum = add_handle(g, PE_HANDLE_SHARD_SUM, -1, op_idx, grad, 0);
+        if (sum < 0) return OOM();
+        g->h[sum].n_shards = k;
+        for (int p = 0; p < g->n_places; p++)
+            if (read_var(g, &ps[p], grad, p, sum)) return OOM();
+        for (int p = 0; p < g->n_places; p++)
+            if (write_var(g, &ps[p], grad, p, sum)) return OOM();
+    }
     int first = g->n_h;
-    for (int s = 0; s < k; s++) {
-        const pe_op *op0 = &g->progs[0]->blocks[0].ops[op_idx];
-        int h = add_handle(g, PE_HANDLE_OPT_SHARD, -1, op_idx, pe_op_input1(op0, "Grad"), s);
+    int s0 = cross ? first_rank : 0, s1 = cross ? first_rank + g->n_places : k;
+    for (int s = s0; s < s1 && s < k; s++) {
+        int h = add_handle(g, PE_HANDLE_OPT_SHARD, s - s0, op_idx, grad, s);
         if (h < 0) return OOM();
         g->h[h].n_shards = k;
         for (int p = 0; p < g->n_places; p++) {
@@ -376,34 +413,15 @@ static pe_status add_opt_shards(pe_ssa_graph *g, place_state *ps, int op_idx, in
                 }
         }
     }
-    if (k == 1) { /* no join needed: the one shard writes the new versions */
-        for (int p = 0; p < g->n_places; p++) {
-            const pe_op *op = &g->progs[p]->blocks[0].ops[op_idx];
-            for (int a = 0; a < op->n_outputs; a++)
-                for (int j = 0; j < op->outputs[a].n_args; j++)
-                    if (strcmp(op->outputs[a].args[j], PE_EMPTY_VAR) && write_var(g, &ps[p], op->outputs[a].args[j], p, first))
-                        return OOM();
-            if (write_var(g, &ps[p], g->h[first].var, p, first)) return OOM();
-        }
-        g->n_sharded_ops++;
-        return PE_OK;
-    }
-    int join = add_handle(g, PE_HANDLE_JOIN, -1, op_idx, g->h[first].var, 0);
+    g->n_sharded_ops++;
+    if (k == 1 && !cross) return write_outputs(g, ps, op_idx, first); /* the one shard writes the new versions */
+    int join = add_handle(g, cross ? PE_HANDLE_SHARD_GATHER : PE_HANDLE_JOIN, -1, op_idx, grad, 0);
     if (join < 0) return OOM();
     g->h[join].n_shards = k;
-    for (int s = 0; s < k; s++)
-        if (pe_ssa_graph_add_edge(g, first + s, join)) return OOM();
-    for (int p = 0; p < g->n_places; p++) {
-        const pe_op *op = &g->progs[p]->blocks[0].ops[op_idx];
-        for (int a = 0; a < op->n_outputs; a++)
-            for (int j = 0; j < op->outputs[a].n_args; j++)
-                if (strcmp(op->outputs[a].args[j], PE_EMPTY_VAR) && write_var(g, &ps[p], op->outputs[a].args[j], p, join))
-                    return OOM();
-        /* the gradient was summed in place */
-        if (write_var(g, &ps[p], g->h[first].var, p, join)) return OOM();
-    }
-    g->n_sharded_ops++;
-    return PE_OK;
+    for (int h = first; h < join; h++)
+        if (pe_ssa_graph_add_edge(g, h, join)) return OOM();
+    if (pe_ssa_graph_add_edge(g, sum, join)) return OOM(); /* no shard here: after the sum */
+    return write_outputs(g, ps, op_idx, join);
 }
 
 /* ---- memory_optimize on one place: updates early -------------------------
@@ -608,10 +626,10 @@ pe_status pe_multi_device_build_world(const pe_program *prog, int n_places, int 
 
     /* shard_optimizer: shards per optimizer op (0 = not sharded); their
      * gradients are summed by the shards (no allreduce, no bucket) */
-    bool shard = bs->shard_optimizer && !reduce && n_places > 1;
+    bool shard = bs->shard_optimizer && !reduce && world > 1;
     if (shard) {
         if (!(n_shards = calloc((size_t)b0->n_ops, sizeof *n_shards))) { st = OOM(); goto done; }
-        for (int i = 0; i < b0->n_ops; i++) n_shards[i] = shard_count(g->progs[0], i, n_places);
+        for (int i = 0; i < b0->n_ops; i++) n_shards[i] = shard_count(g->progs[0], i, world, n_trainers > 1);
     }
     bool fuse = bs->fuse_all_reduce_ops && !reduce && world > 1;
     if (bs->fuse_all_reduce_ops && reduce)
@@ -625,7 +643,7 @@ pe_status pe_multi_device_build_world(const pe_program *prog, int n_places, int 
         int role = op_role(op);
         const pe_attr *rv = role_vars(op);
         if (n_shards && n_shards[i] > 0) {
-            if ((st = add_opt_shards(g, ps, i, n_shards[i])) != PE_OK) goto done;
+            if ((st = add_opt_shards(g, ps, i, n_shards[i], n_trainers > 1, first)) != PE_OK) goto done;
             continue;
         }
         memset(skip, 0, sizeof *skip * (size_t)n_places);

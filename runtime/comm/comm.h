@@ -293,6 +293,18 @@ pe_status pe_group_broadcast(pe_comm_group *g, void *const *bufs, int64_t numel,
  * op: PE_COLL_ALLREDUCE, PE_COLL_REDUCE or PE_COLL_BROADCAST. */
 pe_status pe_group_start(pe_comm_group *g, pe_coll op, void *const *bufs, int64_t numel, pe_dtype dt, int root,
                          pe_work **out);
+/* Non-blocking reduce-scatter over the group's world (counts[0..size) per
+ * rank, size = pe_comm_size of a rank): recv[i] of place i = the sum over
+ * every rank of its rank's chunk of send. recv[i] may be send[i] + the
+ * offset of its own chunk (in place) with the in-process and two-level
+ * backends. */
+pe_status pe_group_start_reduce_scatterv(pe_comm_group *g, const void *const *send, void *const *recv,
+                                         const int64_t *counts, pe_dtype dt, pe_work **out);
+/* Non-blocking all-gather in place: recv[i] holds size * count elements,
+ * rank r's part at r * count (each place's own filled in). Places of one
+ * process may pass the same buffer with the in-process and two-level
+ * backends. */
+pe_status pe_group_start_allgather(pe_comm_group *g, void *const *recv, int64_t count, pe_dtype dt, pe_work **out);
 void pe_group_free(pe_comm_group *g); /* accepts NULL */
 
 #ifdef PE_WITH_MPI
