@@ -48,6 +48,7 @@ typedef struct {
     bool buckets;     /* fuse_all_reduce_ops */
     bool reduce;      /* reduce_strategy reduce */
     bool no_shard;    /* shard_optimizer off (default on) */
+    bool merge;       /* fuse_all_optimizer_ops */
     int64_t row0, rows; /* this process's rows of each global batch */
 } run_cfg;
 
@@ -94,6 +95,7 @@ static pe_status train_state(const tm_model *m, const run_cfg *c, pe_tensor **pa
     o.build_strategy.fuse_all_reduce_ops = c->buckets;
     o.build_strategy.reduce_strategy = c->reduce ? PE_REDUCE_REDUCE : PE_REDUCE_ALL_REDUCE;
     if (c->no_shard) o.build_strategy.shard_optimizer = false; /* else its gradients stay out of buckets */
+    o.build_strategy.fuse_all_optimizer_ops = c->merge;
     o.exec_strategy.num_threads = 2 * c->places;
     pe_parallel_executor *pe;
     pe_status st = pe_parallel_executor_new(pl, c->places, m->main, scope, &o, &pe);
@@ -222,36 +224,43 @@ static void assert_state_close(const state *got, const state *want, double rtol,
     }
 }
 
-/* fuse_all_reduce_ops buckets, the reduce strategy and the sharded
- * optimizer across R trainers x P places (1 and 2), MLP (64 hidden: its
- * first weight splits into 3 shards) and CNN, float32 and float64: every
+/* fuse_all_reduce_ops buckets, the reduce strategy, the sharded optimizer
+ * and merged optimizer ops (alone and with reduce, where they are not
+ * applied) across R trainers x P places (1 and 2), MLP (64 hidden: its
+ * first weight splits into 3 shards) with momentum and adam (its beta
+ * powers too; in float64: adam's m / sqrt(v) turns float32 rounding of
+ * near-zero gradients, summed per process with 2 places, into 1e-4
+ * relative), CNN, float32 and float64: every
  * persistable of the caller's scope (parameters, velocities: what a
  * checkpoint saves) ~ one process with R x P places and all_reduce on the
  * global batch (allclose), the same bits on every trainer, and the same
  * bits run to run. */
 static void test_strategies(void **state_) {
     (void)state_;
-    static const struct { bool cnn; pe_dtype dt; } models[] = {
-        {false, PE_DTYPE_FP32}, {true, PE_DTYPE_FP32}, {false, PE_DTYPE_FP64}};
+    static const struct { bool cnn; pe_dtype dt; pe_optimizer_kind opt; } models[] = {
+        {false, PE_DTYPE_FP32, PE_OPT_MOMENTUM}, {true, PE_DTYPE_FP32, PE_OPT_MOMENTUM},
+        {false, PE_DTYPE_FP64, PE_OPT_MOMENTUM}, {false, PE_DTYPE_FP64, PE_OPT_ADAM}};
     for (size_t mi = 0; mi < sizeof models / sizeof models[0]; mi++)
         for (int P = 1; P <= 2; P++) {
             if (P * g_size > 8) continue;
             tm_model m = tm_model_new(models[mi].dt, 0.0, false);
             if (models[mi].cnn) tm_cnn(&m, "img", 16);
             else tm_mlp(&m, 64, "relu", 16, "tanh");
-            tm_minimize(&m, PE_OPT_MOMENTUM, 0.05, NULL, 0);
+            tm_minimize(&m, models[mi].opt, models[mi].opt == PE_OPT_ADAM ? 0.01 : 0.05, NULL, 0);
             double rtol = models[mi].dt == PE_DTYPE_FP64 ? 1e-11 : 1e-5;
             state ref, got, again;
             run_cfg one = {.places = P * g_size, .trainers = 1, .row0 = 0, .rows = (int64_t)g_size * P * PER_PLACE};
             assert_int_equal(train_state(&m, &one, NULL, &ref), PE_OK);
-            static const char *const modes[] = {"buckets", "reduce", "shard_optimizer"};
-            for (int mode = 0; mode < 3; mode++) {
+            static const char *const modes[] = {"buckets", "reduce", "shard_optimizer", "merged optimizer ops",
+                                                "reduce + merged optimizer ops"};
+            for (int mode = 0; mode < 5; mode++) {
                 run_cfg dist = {.places = P, .trainers = g_size, .trainer_id = g_rank, .buckets = mode == 0,
-                                .no_shard = mode == 0, .reduce = mode == 1, .row0 = (int64_t)g_rank * P * PER_PLACE,
-                                .rows = P * PER_PLACE};
+                                .no_shard = mode == 0 || mode == 3, .reduce = mode == 1 || mode == 4,
+                                .merge = mode >= 3, .row0 = (int64_t)g_rank * P * PER_PLACE, .rows = P * PER_PLACE};
                 char what[160];
-                snprintf(what, sizeof what, "%s %s, %d trainers x %d places, %s", models[mi].cnn ? "CNN" : "MLP",
-                         pe_dtype_name(models[mi].dt), g_size, P, modes[mode]);
+                snprintf(what, sizeof what, "%s %s %s, %d trainers x %d places, %s", models[mi].cnn ? "CNN" : "MLP",
+                         pe_dtype_name(models[mi].dt), models[mi].opt == PE_OPT_ADAM ? "adam" : "momentum", g_size,
+                         P, modes[mode]);
                 if (train_state(&m, &dist, NULL, &got) != PE_OK) fail_msg("rank %d, %s: %s", g_rank, what, pe_last_error());
                 assert_state_close(&got, &ref, rtol, what);
                 assert_same_on_every_rank(state_hash(&got), what);
