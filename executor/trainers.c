@@ -27,8 +27,10 @@
  * owner's optimizer runs, and the owner broadcasts the parameter and the
  * optimizer's state, so every trainer's scope holds current values.
  *
- * Not yet across processes: the sharded optimizer (turned off, info line),
- * CUDA places (an error).
+ * The sharded optimizer spans them too (executor/opt_shard.c: one
+ * reduce-scatter over every rank, the trainer's shards, one all-gather).
+ *
+ * Not yet across processes: CUDA places (an error).
  */
 #include "executor/pe_internal.h"
 
