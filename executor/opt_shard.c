@@ -312,8 +312,10 @@ pe_status pe_pe_run_shard_sum(pe_parallel_executor *pe, int h) {
     pe_dtype dt = PE_DTYPE_FP32;
     PE_CHECK(shard_grads(pe, hd, g, &n, &dt));
     pe_work *w = NULL;
-    if (is_fetched(pe, hd->var)) /* the run reads the whole sum */
-        return pe_pe_await_work(pe, h, pe_group_start(pe->comm, PE_COLL_ALLREDUCE, (void *const *)g, n, dt, 0, &w), w);
+    if (is_fetched(pe, hd->var)) { /* the run reads the whole sum */
+        pe_status st = pe_group_start(pe->comm, PE_COLL_ALLREDUCE, (void *const *)g, n, dt, 0, &w);
+        return pe_pe_await_work(pe, h, st, w);
+    }
     const int world = pe_pe_world_places(pe), first = pe->opt.trainer_id * pe->n;
     int64_t *counts = malloc(sizeof *counts * (size_t)world), b, e;
     if (!counts) return pe_error(PE_ERR_NOMEM, "out of memory summing the shards of '%s'", hd->var);

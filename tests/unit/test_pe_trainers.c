@@ -13,11 +13,15 @@
  *     and end identical (the persistables come from trainer 0);
  *   - R trainers x 2 places (float64) match one process with 2R places
  *     (allclose: the sums are grouped per process);
- *   - reduce_strategy reduce (owners among the global ranks) and
- *     fuse_all_reduce_ops buckets, R x 1 and R x 2, MLP and CNN, float32
- *     and float64: every persistable of the caller's scope (parameters and
- *     velocities: what a checkpoint saves) allclose to one process with
+ *   - fuse_all_reduce_ops buckets, reduce_strategy reduce (owners among
+ *     the global ranks), shard_optimizer (shards over the global ranks) and
+ *     merged optimizer ops, R x 1 and R x 2, MLP (momentum; adam in
+ *     float64) and CNN: every persistable of the caller's scope
+ *     (parameters, velocities, moments: what a checkpoint saves) allclose
+ *     to one process with
  *     R x P places, the same bits on every trainer and run to run;
+ *   - shard_optimizer with the gradient fetched: it comes back summed over
+ *     the world, and training is unchanged;
  *   - a wrong num_trainers, trainer ids that are not the ranks, and a
  *     program that differs on one trainer are errors on every trainer,
  *     naming the problem, and nothing hangs.
@@ -49,6 +53,8 @@ typedef struct {
     bool reduce;      /* reduce_strategy reduce */
     bool no_shard;    /* shard_optimizer off (default on) */
     bool merge;       /* fuse_all_optimizer_ops */
+    const char *fetch_grad; /* also fetched every step, into grad_out (place after place) */
+    pe_tensor *grad_out;
     int64_t row0, rows; /* this process's rows of each global batch */
 } run_cfg;
 
@@ -100,8 +106,8 @@ static pe_status train_state(const tm_model *m, const run_cfg *c, pe_tensor **pa
     pe_parallel_executor *pe;
     pe_status st = pe_parallel_executor_new(pl, c->places, m->main, scope, &o, &pe);
     if (st == PE_OK) {
-        const char *fetch[] = {"loss"};
-        pe_tensor *loss = pe_tensor_new();
+        const char *fetch[] = {"loss", c->fetch_grad};
+        pe_tensor *loss = pe_tensor_new(), *outs[2] = {loss, c->grad_out};
         int64_t global = (int64_t)g_size * c->places * PER_PLACE;
         for (int step = 0; step < STEPS; step++) {
             pe_tensor *x, *y;
@@ -113,7 +119,7 @@ static pe_status train_state(const tm_model *m, const run_cfg *c, pe_tensor **pa
             xs.offset += (size_t)c->row0 * xrow;
             ys.offset += (size_t)c->row0 * yrow;
             pe_feed feed[2] = {{m->input, &xs}, {"label", &ys}};
-            if (pe_run(pe, feed, 2, fetch, 1, true, &loss) != PE_OK)
+            if (pe_run(pe, feed, 2, fetch, c->fetch_grad ? 2 : 1, true, outs) != PE_OK)
                 fail_msg("rank %d step %d: %s", g_rank, step, pe_last_error());
             pe_tensor_free(x);
             pe_tensor_free(y);
@@ -274,6 +280,37 @@ static void test_strategies(void **state_) {
         }
 }
 
+/* shard_optimizer across trainers with the gradient fetched every step:
+ * it comes back summed over the world (an allreduce instead of the
+ * reduce-scatter), and training is unchanged. */
+static void test_fetch_sharded_gradient(void **state_) {
+    (void)state_;
+    tm_model m = tm_model_new(PE_DTYPE_FP64, 0.0, false);
+    tm_mlp(&m, 64, "relu", 16, "tanh");
+    tm_minimize(&m, PE_OPT_MOMENTUM, 0.05, NULL, 0);
+    const char *grad = "fc_0.w_0" PE_GRAD_SUFFIX;
+    state ref, got;
+    run_cfg one = {.places = g_size, .trainers = 1, .rows = (int64_t)g_size * PER_PLACE, .fetch_grad = grad,
+                   .grad_out = pe_tensor_new()};
+    run_cfg dist = {.places = 1, .trainers = g_size, .trainer_id = g_rank, .row0 = (int64_t)g_rank * PER_PLACE,
+                    .rows = PER_PLACE, .fetch_grad = grad, .grad_out = pe_tensor_new()};
+    assert_int_equal(train_state(&m, &one, NULL, &ref), PE_OK);
+    if (train_state(&m, &dist, NULL, &got) != PE_OK) fail_msg("rank %d: %s", g_rank, pe_last_error());
+    assert_state_close(&got, &ref, 1e-11, "shard_optimizer, gradient fetched");
+    int64_t n = pe_tensor_numel(dist.grad_out); /* one place: its copy */
+    assert_int_equal(n, 784 * 64);
+    for (int64_t e = 0; e < n; e++) {
+        double a = tu_get(dist.grad_out, e), b = tu_get(one.grad_out, e); /* the reference's place 0 */
+        if (!(fabs(a - b) <= 1e-11 * fabs(b) + 1e-15))
+            fail_msg("rank %d: fetched %s[%lld] = %.17g, one process %.17g", g_rank, grad, (long long)e, a, b);
+    }
+    state_free(&got);
+    state_free(&ref);
+    pe_tensor_free(one.grad_out);
+    pe_tensor_free(dist.grad_out);
+    tm_model_free(&m);
+}
+
 /* Every trainer gets the error, none hangs. */
 static void expect_error(const tm_model *m, int trainers, int trainer_id, const char *needle) {
     pe_tensor *p[16];
@@ -303,6 +340,7 @@ int main(void) {
         cmocka_unit_test(test_bitwise_with_one_place_each),
         cmocka_unit_test(test_two_places_each),
         cmocka_unit_test(test_strategies),
+        cmocka_unit_test(test_fetch_sharded_gradient),
         cmocka_unit_test(test_world_mismatches),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
