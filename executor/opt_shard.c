@@ -388,10 +388,11 @@ static void copy_ranges(pe_parallel_executor *pe, const pe_handle *hd, const gat
     int64_t b, e;
     shard_range(l->n, r, hd->n_shards, &b, &e);
     for (int v = 0; v < l->nv && b < e; v++) {
-        char *var = (char *)pe_tensor_data(pe_scope_find_var(pe->local[p], l->names[v])) + (size_t)b * l->es;
+        char *var = pe_tensor_data(pe_scope_find_var(pe->local[p], l->names[v]));
+        char *var0 = pe_tensor_data(pe_scope_find_var(pe->local[0], l->names[v]));
         char *slot = buf + (size_t)(((int64_t)r * l->nv + v) * l->per) * l->es;
-        if (!to_buf && p > 0 && var == (char *)pe_tensor_data(pe_scope_find_var(pe->local[0], l->names[v])) + (size_t)b * l->es)
-            continue;
+        if (!to_buf && p > 0 && var == var0) continue; /* place 0's storage, written already */
+        var += (size_t)b * l->es;
         if (to_buf) memcpy(slot, var, (size_t)(e - b) * l->es);
         else memcpy(var, slot, (size_t)(e - b) * l->es);
     }

@@ -204,8 +204,8 @@ static pe_status plan_scatter(hier_op *op, const pe_coll_args *a, const int64_t 
      * reduce-scatter whose only non-empty part is place 0's) */
     op->steps[1] = (pe_coll_args){.op = PE_COLL_REDUCE_SCATTER, .send = reduce ? a->recv : a->send,
                                   .recv = place == 0 ? op->scratch : NULL, .count = place == 0 ? total : 0,
-                                  .counts = op->inner_counts, .total = total, .dt = a->dt, .root = reduce ? a->root : (int)(h >> 33),
-                                  .tag = t + 1};
+                                  .counts = op->inner_counts, .total = total, .dt = a->dt,
+                                  .root = reduce ? a->root : (int)(h >> 33), .tag = t + 1};
     if (reduce) {
         op->steps[2] = step(PE_COLL_REDUCE, NULL, op->scratch, total, R, a->dt, a->root / P, a->tag);
     } else {
