@@ -217,8 +217,20 @@ static const char *coll_what(const pe_parallel_executor *pe, int h, char *buf, s
     const pe_handle *hd = &pe->g->h[h];
     if (hd->kind == PE_HANDLE_ALLREDUCE_FUSED)
         snprintf(buf, n, "allreduce of the bucket of %d gradients from '%s'", hd->n_vars, hd->var);
+    else if (hd->kind == PE_HANDLE_SHARD_SUM)
+        snprintf(buf, n, "reduce-scatter of '%s' over the %d shards of op %d", hd->var, hd->n_shards, hd->op_idx);
+    else if (hd->kind == PE_HANDLE_SHARD_GATHER)
+        snprintf(buf, n, "all-gather of the %d shards of op %d (gradient '%s')", hd->n_shards, hd->op_idx, hd->var);
     else snprintf(buf, n, "collective on '%s'", hd->var);
     return buf;
+}
+
+/* What follows a collective's success: the all-gather's copies out, the
+ * nan/inf check when the handle returns pending (a handle that returns
+ * PE_OK is checked by the run: parallel_executor.c:run_handle_checked). */
+static pe_status after_collective(pe_parallel_executor *pe, int h, bool check) {
+    if (pe->g->h[h].kind == PE_HANDLE_SHARD_GATHER) pe_pe_unpack_shard_gather(pe, h);
+    return check && pe->check_nan_inf ? pe_pe_check_collective(pe, h) : PE_OK;
 }
 
 static void coll_done(pe_work *w, pe_status st, void *user) {
@@ -227,10 +239,24 @@ static void coll_done(pe_work *w, pe_status st, void *user) {
     if (st != PE_OK) {
         char what[512];
         pe_error(st, "%s: %s", coll_what(d->pe, d->h, what, sizeof what), pe_work_message(w));
-    } else if (d->pe->check_nan_inf) {
-        st = pe_pe_check_collective(d->pe, d->h);
+    } else {
+        st = after_collective(d->pe, d->h, true);
     }
     pe_sched_done(d->pe->sched, d->h, st);
+}
+
+pe_status pe_pe_await_work(pe_parallel_executor *pe, int h, pe_status st, pe_work *w) {
+    char what[512];
+    if (st != PE_OK) return pe_error_wrap(st, "%s", coll_what(pe, h, what, sizeof what));
+    if (!pe->sched) {
+        st = pe_work_wait(w);
+        if (st != PE_OK) pe_error(st, "%s: %s", coll_what(pe, h, what, sizeof what), pe_work_message(w));
+        pe_work_free(w);
+        return st == PE_OK ? after_collective(pe, h, false) : st;
+    }
+    pe_work_on_done(w, coll_done, &pe->coll_done[h]);
+    pe_work_free(w); /* a pending work frees itself when done; its callback still runs */
+    return PE_SCHED_PENDING;
 }
 
 static pe_status issue(pe_parallel_executor *pe, int h, pe_coll op, void *const *bufs, int64_t numel, pe_dtype dt,
@@ -245,18 +271,9 @@ static pe_status issue(pe_parallel_executor *pe, int h, pe_coll op, void *const 
         }
         return st == PE_OK ? PE_OK : pe_error_wrap(st, "%s", coll_what(pe, h, what, sizeof what));
     }
-    pe_work *w;
+    pe_work *w = NULL;
     st = pe_group_start(pe->comm, op, bufs, numel, dt, root, &w);
-    if (st != PE_OK) return pe_error_wrap(st, "%s", coll_what(pe, h, what, sizeof what));
-    if (!pe->sched) {
-        st = pe_work_wait(w);
-        if (st != PE_OK) pe_error(st, "%s: %s", coll_what(pe, h, what, sizeof what), pe_work_message(w));
-        pe_work_free(w);
-        return st;
-    }
-    pe_work_on_done(w, coll_done, &pe->coll_done[h]);
-    pe_work_free(w); /* a pending work frees itself when done; its callback still runs */
-    return PE_SCHED_PENDING;
+    return pe_pe_await_work(pe, h, st, w);
 }
 
 pe_status pe_pe_run_bucket(pe_parallel_executor *pe, int h) {
@@ -305,13 +322,14 @@ pe_status pe_pe_run_collective(pe_parallel_executor *pe, int h) {
     pe_coll op = hd->kind == PE_HANDLE_ALLREDUCE ? PE_COLL_ALLREDUCE
                  : hd->kind == PE_HANDLE_REDUCE  ? PE_COLL_REDUCE
                                                  : PE_COLL_BROADCAST;
-    return issue(pe, h, op, bufs, pe_tensor_numel(t0), t0->dtype, hd->root);
+    return issue(pe, h, op, bufs, pe_tensor_numel(t0), t0->dtype, hd->world_root);
 }
 
 /* check_nan_inf: what handle h's collective wrote — the summed gradients
  * on every place (a reduce: on its root). */
 pe_status pe_pe_check_collective(pe_parallel_executor *pe, int h) {
     const pe_handle *hd = &pe->g->h[h];
+    if (hd->kind == PE_HANDLE_SHARD_GATHER) return PE_OK; /* each shard checked its range where it ran */
     const bool fused = hd->kind == PE_HANDLE_ALLREDUCE_FUSED;
     const char *who = hd->kind == PE_HANDLE_REDUCE ? "reduce" : hd->kind == PE_HANDLE_BCAST ? "broadcast" : "allreduce";
     for (int p = 0; p < pe->n; p++) {

@@ -75,6 +75,7 @@ void pe_drop_local_exe_scopes(pe_parallel_executor *pe) {
     }
     pe_pe_free_buckets(pe);
     pe_pe_free_opt_mem(pe);
+    pe_pe_free_gather_mem(pe);
 }
 
 /* The local scopes' own storage, plus what their vars view: the memory
@@ -118,7 +119,7 @@ pe_status pe_pe_ensure_prepared(pe_parallel_executor *pe) {
     for (int h = 0; h < pe->g->n_h; h++) {
         const pe_handle *hd = &pe->g->h[h];
         if (hd->kind != PE_HANDLE_OP && hd->kind != PE_HANDLE_OPT_SHARD) continue;
-        int p = hd->kind == PE_HANDLE_OP ? hd->place : hd->root; /* shard i runs with place i's tensors */
+        int p = hd->place; /* a shard runs with its place's tensors */
         const pe_op *op = &pe->g->progs[p]->blocks[0].ops[hd->op_idx];
         pe_status st = pe_op_ctx_init(&pe->ctxs[h], op, pe->local[p], pe->places[p]);
         if (st != PE_OK) {

@@ -18,8 +18,21 @@
  * summed into its place, through the place group of runtime/comm, tile by
  * tile so the tile is still in cache for the update) and an all-gather of
  * the updated ranges, which in-process places skip by sharing the storage.
- * Across processes both halves go through the rank API
- * (pe_comm_reduce_scatterv, pe_comm_allgather) instead.
+ *
+ * Across trainers the shards are the world's global ranks (shard s runs on
+ * trainer s / places, place s % places) and each half is one collective
+ * handle of its own, in the chain every trainer issues alike: SHARD_SUM
+ * reduce-scatters the whole gradient over every rank (runtime/comm/hier.c:
+ * places, then processes; each place's range lands in place in its
+ * gradient: an allreduce instead when the run fetches the gradient), this
+ * trainer's shards update their ranges (no exchange of their own; the
+ * places of a process still share the state's storage), and SHARD_GATHER
+ * packs each local shard's ranges of the parameter and the accumulators
+ * (velocity, moments: the checkpoint must see them) into one buffer of
+ * `per` elements per var per rank, all-gathers it in place, and copies
+ * the other ranks' ranges out when it completes. Ops with whole in-place
+ * outputs (adam's beta powers) are not sharded across trainers
+ * (passes/multi_device.c).
  *
  * Why in the executor: the split is of tensors at run time (views of
  * element ranges), not of the program; the pass (passes/multi_device.c)
@@ -61,7 +74,9 @@ pe_status pe_pe_run_opt_shard(pe_parallel_executor *pe, int h) {
     const pe_handle *hd = &pe->g->h[h];
     pe_op_ctx *c = &pe->ctxs[h];
     const pe_op_info *info = c->info;
-    const int s = hd->root, k = hd->n_shards;
+    /* shard s (a global rank across trainers) runs on place me */
+    const int s = hd->root, k = hd->n_shards, me = hd->place;
+    const bool summed = pe->opt.num_trainers > 1; /* by the SHARD_SUM before it */
     char pb[32];
     /* What the op's infer checks, read-only (the shards of one op run
      * concurrently and must not write shared tensor metadata): every input
@@ -76,7 +91,7 @@ pe_status pe_pe_run_opt_shard(pe_parallel_executor *pe, int h) {
             bool elem = pe_op_info_elem_input(info, i);
             if (!t->buf || (elem ? pe_tensor_numel(t) != n || t->dtype != param->dtype : pe_tensor_numel(t) < 1))
                 return pe_error(PE_ERR_INVALID, "op %s: input %s '%s' on %s %s", info->name, info->inputs[i].name,
-                                c->in_names[i][a], pe_pe_place_name(pe, s, pb),
+                                c->in_names[i][a], pe_pe_place_name(pe, me, pb),
                                 !t->buf ? "has no value"
                                 : elem  ? "does not have the parameter's element count and dtype"
                                         : "is empty");
@@ -105,7 +120,7 @@ pe_status pe_pe_run_opt_shard(pe_parallel_executor *pe, int h) {
         if (c->n_out[i] == 1 && c->out[i][0] && pe_op_info_elem_output(info, i) &&
             (pe_tensor_numel(c->out[i][0]) != n || !c->out[i][0]->buf || c->out[i][0]->dtype != param->dtype))
             return pe_error(PE_ERR_INVALID, "op %s: output %s '%s' on %s is not laid out like parameter '%s'", info->name,
-                            info->outputs[i].name, c->out_names[i][0], pe_pe_place_name(pe, s, pb),
+                            info->outputs[i].name, c->out_names[i][0], pe_pe_place_name(pe, me, pb),
                             pe_ctx_in_name(c, "Param", 0));
     const bool fetched = is_fetched(pe, hd->var);
     int64_t tile = SHARD_TILE_ELEMS * (int64_t)pe->kernel_threads;
@@ -137,8 +152,9 @@ pe_status pe_pe_run_opt_shard(pe_parallel_executor *pe, int h) {
         const int64_t t1 = t0 + tile < e ? t0 + tile : e;
         for (int p = 0; p < pe->n; p++) bufs[p] = gbase[p] + (size_t)t0 * es;
         /* the reduce-scatter half: shard s's range summed into place s */
-        pe_status st = fetched ? pe_group_allreduce(pe->comm, bufs, t1 - t0, param->dtype)
-                               : pe_group_reduce(pe->comm, bufs, t1 - t0, param->dtype, s);
+        pe_status st = summed  ? PE_OK
+                       : fetched ? pe_group_allreduce(pe->comm, bufs, t1 - t0, param->dtype)
+                                 : pe_group_reduce(pe->comm, bufs, t1 - t0, param->dtype, s);
         if (st != PE_OK)
             return pe_error_wrap(st, "summing '%s' over the places (elements %lld..%lld)", hd->var, (long long)t0,
                                  (long long)t1);
@@ -172,11 +188,11 @@ pe_status pe_pe_run_opt_shard(pe_parallel_executor *pe, int h) {
         const char *src_data = (const char *)pe_tensor_data(src) + (elem ? (size_t)b * es : 0);
         size_t bytes = elem ? (size_t)(e - b) * es : pe_tensor_nbytes(src);
         for (int q = elem ? 0 : k; q < pe->n; q++) {
-            if (q == s) continue;
+            if (q == me) continue;
             pe_tensor *d = pe_scope_find_var(pe->local[q], c->out_names[i][0]);
             if (!d || !d->buf || pe_tensor_nbytes(d) != pe_tensor_nbytes(src))
                 return pe_error(PE_ERR_INVALID, "op %s: '%s' on %s does not match its value on %s", info->name,
-                                c->out_names[i][0], pe_pe_place_name(pe, q, pb), pe_pe_place_name(pe, s, pb + 16));
+                                c->out_names[i][0], pe_pe_place_name(pe, q, pb), pe_pe_place_name(pe, me, pb + 16));
             char *dst = (char *)pe_tensor_data(d) + (elem ? (size_t)b * es : 0);
             if (dst != src_data) memcpy(dst, src_data, bytes);
         }
@@ -195,8 +211,8 @@ pe_status pe_pe_check_opt_shard(pe_parallel_executor *pe, int h) {
     int64_t b, e;
     shard_range(param ? pe_tensor_numel(param) : 0, hd->root, hd->n_shards, &b, &e);
     if (b >= e) return PE_OK;
-    const pe_place place = pe->places[hd->root];
-    const pe_tensor *g = pe_scope_find_var(pe->local[hd->root], hd->var);
+    const pe_place place = pe->places[hd->place];
+    const pe_tensor *g = pe_scope_find_var(pe->local[hd->place], hd->var);
     if (g) PE_CHECK(pe_nan_inf_check(g, b, e, -1, "allreduce", place, NULL, hd->var));
     for (int i = 0; i < info->n_outputs; i++) {
         if (c->n_out[i] != 1 || !c->out[i][0]) continue;
@@ -210,9 +226,11 @@ pe_status pe_pe_check_opt_shard(pe_parallel_executor *pe, int h) {
 /* shard_optimizer: the parameters and accumulators sharded updates write
  * (names borrowed from place 0's program), collected once. */
 pe_status pe_pe_collect_sharded_state(pe_parallel_executor *pe) {
+    int last_op = -1; /* an op's handles are consecutive (across trainers a trainer may have no shard of it) */
     for (int h = 0; h < pe->g->n_h; h++) {
         const pe_handle *hd = &pe->g->h[h];
-        if (hd->kind != PE_HANDLE_OPT_SHARD || hd->root != 0) continue;
+        if ((hd->kind != PE_HANDLE_OPT_SHARD && hd->kind != PE_HANDLE_SHARD_GATHER) || hd->op_idx == last_op) continue;
+        last_op = hd->op_idx;
         const pe_op *op = &pe->g->progs[0]->blocks[0].ops[hd->op_idx];
         const pe_op_info *info = pe_op_info_find(op->type);
         for (int k = 0; k < info->n_elem_pairs; k++) {
@@ -252,4 +270,158 @@ pe_status pe_pe_share_sharded_state(pe_parallel_executor *pe) {
         }
     }
     return PE_OK;
+}
+
+/* ---- across trainers: the two halves as collectives ----------------------- */
+
+/* The op's per-element state (Param, Velocity, Moment1, ...: its elem
+ * pairs' inputs) in slot order; returns the count. */
+static int shard_vars(const pe_parallel_executor *pe, const pe_handle *hd, const char **names) {
+    const pe_op *op = &pe->g->progs[0]->blocks[0].ops[hd->op_idx];
+    const pe_op_info *info = pe_op_info_find(op->type);
+    int n = 0;
+    for (int k = 0; info && k < info->n_elem_pairs; k++) {
+        const char *name = pe_op_input1(op, info->inputs[info->elem_pairs[k][0]].name);
+        if (name) names[n++] = name;
+    }
+    return n;
+}
+
+/* The gradient of handle h on every place (its data in g[p]), all of one
+ * element count and dtype. */
+static pe_status shard_grads(pe_parallel_executor *pe, const pe_handle *hd, char **g, int64_t *n, pe_dtype *dt) {
+    char pb[32];
+    for (int p = 0; p < pe->n; p++) {
+        const pe_tensor *t = pe_scope_find_var(pe->local[p], hd->var);
+        if (!t || !t->buf || (p > 0 && (pe_tensor_numel(t) != *n || t->dtype != *dt)))
+            return pe_error(PE_ERR_INVALID, "reduce-scatter of the shards of op %d: gradient '%s' on %s %s",
+                            hd->op_idx, hd->var, pe_pe_place_name(pe, p, pb),
+                            !t || !t->buf ? "has no value" : "differs from place 0's in element count or dtype");
+        *n = pe_tensor_numel(t);
+        *dt = t->dtype;
+        g[p] = pe_tensor_data(t);
+    }
+    return PE_OK;
+}
+
+pe_status pe_pe_run_shard_sum(pe_parallel_executor *pe, int h) {
+    const pe_handle *hd = &pe->g->h[h];
+    char *g[PE_MAX_PLACES];
+    void *recv[PE_MAX_PLACES];
+    int64_t n = 0;
+    pe_dtype dt = PE_DTYPE_FP32;
+    PE_CHECK(shard_grads(pe, hd, g, &n, &dt));
+    pe_work *w = NULL;
+    if (is_fetched(pe, hd->var)) { /* the run reads the whole sum */
+        pe_status st = pe_group_start(pe->comm, PE_COLL_ALLREDUCE, (void *const *)g, n, dt, 0, &w);
+        return pe_pe_await_work(pe, h, st, w);
+    }
+    const int world = pe_pe_world_places(pe), first = pe->opt.trainer_id * pe->n;
+    int64_t *counts = malloc(sizeof *counts * (size_t)world), b, e;
+    if (!counts) return pe_error(PE_ERR_NOMEM, "out of memory summing the shards of '%s'", hd->var);
+    for (int r = 0; r < world; r++) {
+        shard_range(n, r, hd->n_shards, &b, &e);
+        counts[r] = r < hd->n_shards ? e - b : 0;
+    }
+    for (int p = 0; p < pe->n; p++) {
+        shard_range(n, first + p, hd->n_shards, &b, &e);
+        recv[p] = g[p] + (size_t)(first + p < hd->n_shards ? b : 0) * pe_dtype_size(dt); /* in place */
+    }
+    pe_status st = pe_group_start_reduce_scatterv(pe->comm, (const void *const *)g, recv, counts, dt, &w);
+    free(counts);
+    return pe_pe_await_work(pe, h, st, w);
+}
+
+/* Handle h's exchange buffer: per elements of each of nv vars for every
+ * rank of the world, made on first use (freed with the local scopes). */
+static char *gather_mem(pe_parallel_executor *pe, int h, size_t bytes) {
+    if (!pe->gather_mem) {
+        if (!(pe->gather_mem = calloc((size_t)pe->g->n_h, sizeof *pe->gather_mem))) return NULL;
+        pe->n_gather_mem = pe->g->n_h;
+    }
+    if (!pe->gather_mem[h]) pe->gather_mem[h] = malloc(bytes ? bytes : 1);
+    return pe->gather_mem[h];
+}
+
+void pe_pe_free_gather_mem(pe_parallel_executor *pe) {
+    for (int h = 0; h < pe->n_gather_mem; h++) free(pe->gather_mem[h]);
+    free(pe->gather_mem);
+    pe->gather_mem = NULL;
+    pe->n_gather_mem = 0;
+}
+
+/* Var v of place p's state, and the buffer layout: per elements of each
+ * of nv vars per rank. */
+typedef struct {
+    const char *names[PE_MAX_SLOTS];
+    int nv;
+    int64_t n, per;
+    size_t es;
+} gather_layout;
+
+static pe_status layout_of(pe_parallel_executor *pe, const pe_handle *hd, gather_layout *l) {
+    char pb[32];
+    l->nv = shard_vars(pe, hd, l->names);
+    const pe_tensor *t0 = l->nv ? pe_scope_find_var(pe->local[0], l->names[0]) : NULL;
+    if (!t0 || !t0->buf)
+        return pe_error(PE_ERR_INVALID, "all-gather of the shards of op %d: its parameter has no value on %s",
+                        hd->op_idx, pe_pe_place_name(pe, 0, pb));
+    l->n = pe_tensor_numel(t0);
+    l->es = pe_dtype_size(t0->dtype);
+    int64_t b, e;
+    shard_range(l->n, 0, hd->n_shards, &b, &e);
+    l->per = e - b;
+    for (int p = 0; p < pe->n; p++)
+        for (int v = 0; v < l->nv; v++) {
+            const pe_tensor *t = pe_scope_find_var(pe->local[p], l->names[v]);
+            if (!t || !t->buf || pe_tensor_numel(t) != l->n || t->dtype != t0->dtype)
+                return pe_error(PE_ERR_INVALID, "all-gather of the shards of op %d: '%s' on %s is not laid out like "
+                                "parameter '%s'", hd->op_idx, l->names[v], pe_pe_place_name(pe, p, pb), l->names[0]);
+        }
+    return PE_OK;
+}
+
+/* Copies rank r's ranges between the exchange buffer and place p's vars
+ * (to_buf: pack; else unpack, skipping places that share place 0's). */
+static void copy_ranges(pe_parallel_executor *pe, const pe_handle *hd, const gather_layout *l, char *buf, int r,
+                        int p, bool to_buf) {
+    int64_t b, e;
+    shard_range(l->n, r, hd->n_shards, &b, &e);
+    for (int v = 0; v < l->nv && b < e; v++) {
+        char *var = pe_tensor_data(pe_scope_find_var(pe->local[p], l->names[v]));
+        char *var0 = pe_tensor_data(pe_scope_find_var(pe->local[0], l->names[v]));
+        char *slot = buf + (size_t)(((int64_t)r * l->nv + v) * l->per) * l->es;
+        if (!to_buf && p > 0 && var == var0) continue; /* place 0's storage, written already */
+        var += (size_t)b * l->es;
+        if (to_buf) memcpy(slot, var, (size_t)(e - b) * l->es);
+        else memcpy(var, slot, (size_t)(e - b) * l->es);
+    }
+}
+
+pe_status pe_pe_run_shard_gather(pe_parallel_executor *pe, int h) {
+    const pe_handle *hd = &pe->g->h[h];
+    gather_layout l;
+    PE_CHECK(layout_of(pe, hd, &l));
+    const int world = pe_pe_world_places(pe), first = pe->opt.trainer_id * pe->n;
+    char *buf = gather_mem(pe, h, (size_t)(l.per * l.nv * world) * l.es);
+    if (!buf) return pe_error(PE_ERR_NOMEM, "out of memory gathering the shards of op %d", hd->op_idx);
+    void *recv[PE_MAX_PLACES];
+    for (int p = 0; p < pe->n; p++) {
+        if (first + p < hd->n_shards) copy_ranges(pe, hd, &l, buf, first + p, p, true);
+        recv[p] = buf; /* the places share it: each one's part is its own */
+    }
+    pe_work *w = NULL;
+    const pe_tensor *t0 = pe_scope_find_var(pe->local[0], l.names[0]);
+    pe_status st = pe_group_start_allgather(pe->comm, recv, l.per * l.nv, t0->dtype, &w);
+    return pe_pe_await_work(pe, h, st, w);
+}
+
+void pe_pe_unpack_shard_gather(pe_parallel_executor *pe, int h) {
+    const pe_handle *hd = &pe->g->h[h];
+    gather_layout l;
+    if (layout_of(pe, hd, &l) != PE_OK) return; /* checked before the all-gather */
+    const int first = pe->opt.trainer_id * pe->n;
+    for (int r = 0; r < hd->n_shards; r++)
+        if (r < first || r >= first + pe->n)
+            for (int p = 0; p < pe->n; p++) copy_ranges(pe, hd, &l, pe->gather_mem[h], r, p, false);
 }

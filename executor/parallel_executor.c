@@ -98,6 +98,8 @@ static const handle_fn k_handle_run[PE_HANDLE_KIND_COUNT] = {
     [PE_HANDLE_ALLREDUCE_FUSED] = pe_pe_run_bucket,
     [PE_HANDLE_OPT_SHARD] = pe_pe_run_opt_shard,
     [PE_HANDLE_JOIN] = run_join,
+    [PE_HANDLE_SHARD_SUM] = pe_pe_run_shard_sum,
+    [PE_HANDLE_SHARD_GATHER] = pe_pe_run_shard_gather,
 };
 
 /* check_nan_inf: what handle h wrote (a collective that completes later is
@@ -173,13 +175,9 @@ static pe_status build_variant(const pe_parallel_executor *pe, const char *const
     if (path && snprintf(prefix, sizeof prefix, "%s.", path) >= (int)sizeof prefix)
         return pe_error(PE_ERR_INVALID, "debug_graphviz_path '%s' is too long", path);
     pe_build_strategy bs = pe->opt.build_strategy;
-    if (pe->places[0].kind != PE_PLACE_CPU) bs.shard_optimizer = false; /* in-process CPU collectives only */
-    if (pe->opt.num_trainers > 1 && bs.shard_optimizer) {
-        bs.shard_optimizer = false; /* its exchange runs inside one process */
-        if (dump) pe_log(PE_LOG_INFO, "BuildStrategy.shard_optimizer: not applied across processes (num_trainers=%d)",
-                         pe->opt.num_trainers);
-    }
-    pe_pass_opts po = {.n_places = pe->n, .n_trainers = pe->opt.num_trainers, .loss_name = pe->opt.loss_name, .bs = &bs, .protect = protect,
+    if (pe->places[0].kind != PE_PLACE_CPU) bs.shard_optimizer = false; /* CPU places share the state */
+    pe_pass_opts po = {.n_places = pe->n, .n_trainers = pe->opt.num_trainers,
+                       .trainer_id = pe->opt.trainer_id, .loss_name = pe->opt.loss_name, .bs = &bs, .protect = protect,
                        .n_protect = n_protect, .dump_prefix = path ? prefix : NULL, .final_dot = path};
     PE_CHECK(pe_pass_manager_run(pe->prog, &po, &out->g, NULL));
     if (pe->opt.num_trainers > 1) PE_CHECK(pe_pe_chain_collectives(out->g)); /* one issue order on every trainer */

@@ -90,6 +90,8 @@ struct pe_parallel_executor {
     struct { pe_place place; void *ptr; size_t bytes; } *opt_mem; /* coalesced optimizer gradients */
     int n_opt_mem;
     /* opt_shard.c */
+    char **gather_mem;      /* across trainers: [handle] each SHARD_GATHER's exchange buffer, or NULL */
+    int n_gather_mem;
     const char **shared_state; /* vars the places share (names borrowed from the graph) */
     int n_shared_state;
     /* the current run's fetch list (borrowed during the run) */
@@ -139,6 +141,10 @@ size_t pe_pe_bucket_bytes(const pe_parallel_executor *pe);
 pe_status pe_pe_run_bucket(pe_parallel_executor *pe, int h);
 pe_status pe_pe_run_collective(pe_parallel_executor *pe, int h);
 pe_status pe_pe_check_collective(pe_parallel_executor *pe, int h); /* check_nan_inf: its outputs */
+/* Handle h's collective started with status st and work w (NULL unless
+ * st is PE_OK): PE_SCHED_PENDING and the work's callback tells the
+ * scheduler, or without a scheduler the work waited for. */
+pe_status pe_pe_await_work(pe_parallel_executor *pe, int h, pe_status st, pe_work *w);
 
 /* trainers.c: across processes (num_trainers > 1) */
 pe_status pe_pe_make_comm(pe_parallel_executor *pe);
@@ -154,5 +160,11 @@ bool pe_pe_is_sharded_state(const pe_parallel_executor *pe, const char *name);
 pe_status pe_pe_share_sharded_state(pe_parallel_executor *pe);
 pe_status pe_pe_run_opt_shard(pe_parallel_executor *pe, int h);
 pe_status pe_pe_check_opt_shard(pe_parallel_executor *pe, int h); /* check_nan_inf: its range */
+/* across trainers: SHARD_SUM and SHARD_GATHER handles, and the gather's
+ * copies out once its all-gather is done */
+pe_status pe_pe_run_shard_sum(pe_parallel_executor *pe, int h);
+pe_status pe_pe_run_shard_gather(pe_parallel_executor *pe, int h);
+void pe_pe_unpack_shard_gather(pe_parallel_executor *pe, int h);
+void pe_pe_free_gather_mem(pe_parallel_executor *pe);
 
 #endif

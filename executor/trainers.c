@@ -21,12 +21,18 @@
  * process (pe_pe_chain_collectives), so the scheduler issues them in that
  * order and no thread waits for a turn.
  *
+ * The reduce strategy spans the trainers: each parameter's owner is a
+ * global rank (passes/multi_device.c balances bytes over all of them), its
+ * gradient is reduced there (hier.c: places, then processes), only the
+ * owner's optimizer runs, and the owner broadcasts the parameter and the
+ * optimizer's state, so every trainer's scope holds current values.
+ *
+ * The sharded optimizer spans them too (executor/opt_shard.c: one
+ * reduce-scatter over every rank, the trainer's shards, one all-gather).
+ *
  * CUDA places: the collectives are one NCCL world over every trainer's
  * GPUs (nccl_world; the NCCL id goes from trainer 0 over MPI), not the
  * two-level composition.
- *
- * Not yet across processes: the sharded optimizer (turned off, info line),
- * the reduce strategy (an error).
  */
 #include "executor/pe_internal.h"
 
@@ -145,9 +151,6 @@ pe_status pe_pe_make_comm(pe_parallel_executor *pe) {
     return pe_error(PE_ERR_UNSUPPORTED, "ParallelExecutor: num_trainers=%d needs the MPI backend; PE was built "
                     "without MPI (libopenmpi-dev: scripts/setup.sh, -DPE_WITH_MPI=ON)", pe->opt.num_trainers);
 #else
-    if (pe->opt.build_strategy.reduce_strategy == PE_REDUCE_REDUCE)
-        return pe_error(PE_ERR_UNSUPPORTED, "ParallelExecutor: reduce_strategy 'reduce' is not supported across "
-                        "processes yet (num_trainers=%d): use all_reduce", pe->opt.num_trainers);
     PE_CHECK(pe_comm_mpi_new(&pe->outer));
     PE_CHECK(check_world(pe, pe->outer));
     if (pe->places[0].kind == PE_PLACE_CUDA) {
@@ -282,7 +285,8 @@ pe_status pe_pe_chain_collectives(pe_ssa_graph *g) {
         }
         done++;
         pe_handle_kind k = g->h[h].kind;
-        if (k == PE_HANDLE_ALLREDUCE || k == PE_HANDLE_REDUCE || k == PE_HANDLE_BCAST || k == PE_HANDLE_ALLREDUCE_FUSED) {
+        if (k == PE_HANDLE_ALLREDUCE || k == PE_HANDLE_REDUCE || k == PE_HANDLE_BCAST || k == PE_HANDLE_ALLREDUCE_FUSED ||
+            k == PE_HANDLE_SHARD_SUM || k == PE_HANDLE_SHARD_GATHER) {
             /* the new edge prev -> h: h was ready without it, so only deps[] of h's successors matter */
             if (prev >= 0 && pe_ssa_graph_add_edge(g, prev, h) != 0) st = pe_error(PE_ERR_NOMEM, "out of memory");
             prev = h;

@@ -30,7 +30,8 @@ void pe_ssa_graph_free(pe_ssa_graph *g) {
 
 pe_status pe_ssa_graph_write_dot(const pe_ssa_graph *g, const char *path) {
     static const char *const kind_names[] = {"op", "allreduce", "reduce", "broadcast", "allreduce (bucket)",
-                                             "allreduce + update (shard)", "join"};
+                                             "allreduce + update (shard)", "join", "reduce-scatter (shards)",
+                                             "all-gather (shards)"};
     size_t cap = 4096 + (size_t)g->n_h * 96, n = 0;
     char *buf = malloc(cap);
     if (!buf) return OOM();
@@ -52,7 +53,7 @@ pe_status pe_ssa_graph_write_dot(const pe_ssa_graph *g, const char *path) {
         const pe_handle *h = &g->h[i];
         if (h->kind == PE_HANDLE_OP)
             EMIT("  h%d [label=\"%s\\nplace %d\"];\n", i, g->progs[h->place]->blocks[0].ops[h->op_idx].type, h->place);
-        else if (h->kind == PE_HANDLE_JOIN)
+        else if (h->kind == PE_HANDLE_JOIN || h->kind == PE_HANDLE_SHARD_SUM || h->kind == PE_HANDLE_SHARD_GATHER)
             EMIT("  h%d [label=\"%s\\n%s of %s\", style=filled, fillcolor=lightblue];\n", i, kind_names[h->kind],
                  g->progs[0]->blocks[0].ops[h->op_idx].type, h->var);
         else if (h->kind == PE_HANDLE_OPT_SHARD)

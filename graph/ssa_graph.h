@@ -36,6 +36,15 @@ typedef enum pe_handle_kind {
                           * into every place's parameter and accumulators */
     PE_HANDLE_JOIN,      /* no work: completes when an op's shards have (the new versions of
                           * the vars they write are its) */
+    /* shard_optimizer across trainers (the shards are global ranks: shard s of n_shards
+     * runs on trainer s / places, place s % places, an OPT_SHARD handle whose `place`
+     * is that place here):
+     * SHARD_SUM, before the op's shards: the gradient `var` reduce-scattered over every
+     * rank of every trainer, each shard's range summed into its owner's copy;
+     * SHARD_GATHER, after them (the op's JOIN): the updated ranges of the parameter and
+     * the accumulators all-gathered from their owners to every trainer */
+    PE_HANDLE_SHARD_SUM,
+    PE_HANDLE_SHARD_GATHER,
     PE_HANDLE_KIND_COUNT
 } pe_handle_kind;
 
@@ -48,14 +57,18 @@ typedef struct pe_ssa_var {
 
 typedef struct pe_handle {
     pe_handle_kind kind;
-    int place;         /* OP: place index; collectives: -1 */
+    int place;         /* OP: place index; OPT_SHARD: the place that runs it; collectives: -1 */
     int op_idx;        /* OP: op index in block 0 of progs[place] */
     const char *var;   /* collectives: the var (borrowed); ALLREDUCE_FUSED: the first */
     const char **vars; /* ALLREDUCE_FUSED: the bucket's vars in layout order (array owned,
                         * names borrowed) */
     int n_vars;
     int64_t bucket_bytes; /* ALLREDUCE_FUSED: bytes of the bucket (per place) */
-    int root;          /* REDUCE / BCAST: owner place; OPT_SHARD / JOIN: shard index (JOIN: 0) */
+    int root;          /* REDUCE / BCAST: owner place (-1: a place of another trainer);
+                        * OPT_SHARD / JOIN: shard index (JOIN: 0; across trainers: the
+                        * global rank that owns the shard) */
+    int world_root;    /* REDUCE / BCAST: the owner's global rank (trainer x places + place),
+                        * the root of the collective; = root within one process */
     int n_shards;      /* OPT_SHARD / JOIN: shards of the op (shard i runs with place i's tensors) */
     int *succ;         /* handles that depend on this one */
     int n_succ, cap_succ;

@@ -7,8 +7,12 @@
  * op_role_var attr, set by the autodiff pass — never by guessing from
  * names) a collective handle is inserted: an allreduce across places, or,
  * for the `reduce` strategy, a reduce to the parameter's owner place
- * (chosen greedily to balance bytes), whose optimizer ops then run only
- * there, followed by a broadcast of the updated parameter.
+ * (chosen greedily to balance bytes over the places of every trainer:
+ * a global rank), whose optimizer ops then run only there, followed by a
+ * broadcast of the updated parameter and of the optimizer's persistable
+ * state (velocity, moments, beta powers) from the owner — so every place,
+ * place 0 included (the caller's scope: checkpoints), holds current
+ * values.
  *
  * shard_optimizer (CPU places, all_reduce): an sgd / momentum / adam op
  * (an optimizer op of the registry, ops.def PE_OPT, whose per-element slots
@@ -23,7 +27,12 @@
  * new versions. Per element the arithmetic is the op's own, so the
  * parameters are bitwise those of the unsharded graph. Sharded gradients
  * stay out of fuse_all_reduce_ops buckets (the pass manager does not merge
- * optimizer ops on several places while shard_optimizer is on).
+ * optimizer ops on several places while shard_optimizer is on). Across
+ * trainers the shards are the global ranks of every trainer: a SHARD_SUM
+ * (reduce-scatter of the gradient over the world) comes first, then this
+ * trainer's shards, then a SHARD_GATHER (all-gather of the updated ranges)
+ * in place of the JOIN; ops with whole in-place outputs (adam's beta
+ * powers) stay unsharded there.
  *
  * Dependencies come from versioned vars per place: a read depends on the
  * producer of the current version; a write depends on that producer and on
@@ -168,9 +177,15 @@ static pe_status add_op_handles(pe_ssa_graph *g, place_state *ps, int op_idx, co
     return PE_OK;
 }
 
-static pe_status add_collective(pe_ssa_graph *g, place_state *ps, pe_handle_kind kind, const char *var, int root) {
+/* Place here of global rank r (-1: a place of another trainer). */
+static int local_place(int r, int first, int n_places) { return r >= first && r < first + n_places ? r - first : -1; }
+
+/* root: the owner place here (-1: none here); world_root: its global rank. */
+static pe_status add_collective(pe_ssa_graph *g, place_state *ps, pe_handle_kind kind, const char *var, int root,
+                                int world_root) {
     int h = add_handle(g, kind, -1, -1, var, root);
     if (h < 0) return OOM();
+    g->h[h].world_root = world_root;
     for (int p = 0; p < g->n_places; p++)
         if (kind != PE_HANDLE_BCAST || p == root)
             if (read_var(g, &ps[p], var, p, h)) return OOM();
@@ -295,8 +310,10 @@ static bool is_exchanged_grad(const pe_block *b, const char *grad) {
  * parameter (ops.def PE_OPT) that updates its parameter and accumulators (its
  * per-element in-place pairs) in place, whose gradient is an exchanged one
  * that only it reads (after its last writer), and only it writes the
- * per-element vars. */
-static int shard_count(const pe_program *p, int i, int n_places) {
+ * per-element vars. Across trainers (cross) the shards are the world's
+ * ranks, and an op with whole in-place outputs (adam's beta powers, which
+ * every place advances) is not sharded. */
+static int shard_count(const pe_program *p, int i, int n_places, bool cross) {
     const pe_block *b = &p->blocks[0];
     const pe_op *op = &b->ops[i];
     const pe_op_info *info = pe_op_info_find(op->type);
@@ -321,7 +338,7 @@ static int shard_count(const pe_program *p, int i, int n_places) {
         if (pe_op_info_elem_output(info, info->inplace[k][1])) continue;
         const char *out = pe_op_output1(op, info->outputs[info->inplace[k][1]].name),
                    *in = pe_op_input1(op, info->inputs[info->inplace[k][0]].name);
-        if (out && strcmp(out, PE_EMPTY_VAR) && (!in || strcmp(in, out))) return 0;
+        if (out && strcmp(out, PE_EMPTY_VAR) && (!in || strcmp(in, out) || cross)) return 0;
     }
     int last_write = -1;
     for (int j = 0; j < b->n_ops; j++)
@@ -337,16 +354,46 @@ static int shard_count(const pe_program *p, int i, int n_places) {
     return k < 1 ? 1 : k > n_places ? n_places : (int)k;
 }
 
+/* The op's outputs and its gradient get new versions on every place,
+ * written by handle h. */
+static pe_status write_outputs(pe_ssa_graph *g, place_state *ps, int op_idx, int h) {
+    for (int p = 0; p < g->n_places; p++) {
+        const pe_op *op = &g->progs[p]->blocks[0].ops[op_idx];
+        for (int a = 0; a < op->n_outputs; a++)
+            for (int j = 0; j < op->outputs[a].n_args; j++)
+                if (strcmp(op->outputs[a].args[j], PE_EMPTY_VAR) && write_var(g, &ps[p], op->outputs[a].args[j], p, h))
+                    return OOM();
+        /* the gradient was summed in place */
+        if (write_var(g, &ps[p], g->h[h].var, p, h)) return OOM();
+    }
+    return PE_OK;
+}
+
 /* Handles for a sharded optimizer op: k shards reading every input on every
  * place (so each waits for all places' gradients) and ordered after every
  * reader of the vars they overwrite, then a JOIN that writes the new
  * versions (shards of one op run concurrently: they touch disjoint
- * ranges). */
-static pe_status add_opt_shards(pe_ssa_graph *g, place_state *ps, int op_idx, int k) {
+ * ranges). Across trainers (first: the global rank of place 0 here) the
+ * shards are global ranks: a SHARD_SUM reduce-scatters the gradient over
+ * the world first, this trainer's shards (if any) follow, and a
+ * SHARD_GATHER all-gathers the updated ranges in place of the JOIN. */
+static pe_status add_opt_shards(pe_ssa_graph *g, place_state *ps, int op_idx, int k, bool cross, int first_rank) {
+    const pe_op *op0 = &g->progs[0]->blocks[0].ops[op_idx];
+    const char *grad = pe_op_input1(op0, "Grad");
+    int sum = -1;
+    if (cross) {
+        sum = add_handle(g, PE_HANDLE_SHARD_SUM, -1, op_idx, grad, 0);
+        if (sum < 0) return OOM();
+        g->h[sum].n_shards = k;
+        for (int p = 0; p < g->n_places; p++)
+            if (read_var(g, &ps[p], grad, p, sum)) return OOM();
+        for (int p = 0; p < g->n_places; p++)
+            if (write_var(g, &ps[p], grad, p, sum)) return OOM();
+    }
     int first = g->n_h;
-    for (int s = 0; s < k; s++) {
-        const pe_op *op0 = &g->progs[0]->blocks[0].ops[op_idx];
-        int h = add_handle(g, PE_HANDLE_OPT_SHARD, -1, op_idx, pe_op_input1(op0, "Grad"), s);
+    int s0 = cross ? first_rank : 0, s1 = cross ? first_rank + g->n_places : k;
+    for (int s = s0; s < s1 && s < k; s++) {
+        int h = add_handle(g, PE_HANDLE_OPT_SHARD, s - s0, op_idx, grad, s);
         if (h < 0) return OOM();
         g->h[h].n_shards = k;
         for (int p = 0; p < g->n_places; p++) {
@@ -366,34 +413,15 @@ static pe_status add_opt_shards(pe_ssa_graph *g, place_state *ps, int op_idx, in
                 }
         }
     }
-    if (k == 1) { /* no join needed: the one shard writes the new versions */
-        for (int p = 0; p < g->n_places; p++) {
-            const pe_op *op = &g->progs[p]->blocks[0].ops[op_idx];
-            for (int a = 0; a < op->n_outputs; a++)
-                for (int j = 0; j < op->outputs[a].n_args; j++)
-                    if (strcmp(op->outputs[a].args[j], PE_EMPTY_VAR) && write_var(g, &ps[p], op->outputs[a].args[j], p, first))
-                        return OOM();
-            if (write_var(g, &ps[p], g->h[first].var, p, first)) return OOM();
-        }
-        g->n_sharded_ops++;
-        return PE_OK;
-    }
-    int join = add_handle(g, PE_HANDLE_JOIN, -1, op_idx, g->h[first].var, 0);
+    g->n_sharded_ops++;
+    if (k == 1 && !cross) return write_outputs(g, ps, op_idx, first); /* the one shard writes the new versions */
+    int join = add_handle(g, cross ? PE_HANDLE_SHARD_GATHER : PE_HANDLE_JOIN, -1, op_idx, grad, 0);
     if (join < 0) return OOM();
     g->h[join].n_shards = k;
-    for (int s = 0; s < k; s++)
-        if (pe_ssa_graph_add_edge(g, first + s, join)) return OOM();
-    for (int p = 0; p < g->n_places; p++) {
-        const pe_op *op = &g->progs[p]->blocks[0].ops[op_idx];
-        for (int a = 0; a < op->n_outputs; a++)
-            for (int j = 0; j < op->outputs[a].n_args; j++)
-                if (strcmp(op->outputs[a].args[j], PE_EMPTY_VAR) && write_var(g, &ps[p], op->outputs[a].args[j], p, join))
-                    return OOM();
-        /* the gradient was summed in place */
-        if (write_var(g, &ps[p], g->h[first].var, p, join)) return OOM();
-    }
-    g->n_sharded_ops++;
-    return PE_OK;
+    for (int h = first; h < join; h++)
+        if (pe_ssa_graph_add_edge(g, h, join)) return OOM();
+    if (pe_ssa_graph_add_edge(g, sum, join)) return OOM(); /* no shard here: after the sum */
+    return write_outputs(g, ps, op_idx, join);
 }
 
 /* ---- memory_optimize on one place: updates early -------------------------
@@ -474,11 +502,36 @@ static bool sharded_grad(const pe_block *b, const int *n_shards, const char *gra
 
 pe_status pe_multi_device_build(const pe_program *prog, int n_places, const char *loss_name,
                                 const pe_build_strategy *bs, pe_ssa_graph **out) {
-    return pe_multi_device_build_world(prog, n_places, 1, loss_name, bs, out);
+    return pe_multi_device_build_world(prog, n_places, 1, 0, loss_name, bs, out);
 }
 
-pe_status pe_multi_device_build_world(const pe_program *prog, int n_places, int n_trainers, const char *loss_name,
-                                      const pe_build_strategy *bs, pe_ssa_graph **out) {
+/* The optimizer state a reduce-strategy owner broadcasts after its update:
+ * the persistable outputs of param's optimizer ops other than the
+ * parameter (momentum's velocity, adam's moments and beta powers), each
+ * once, in op and slot order. */
+static pe_status add_state_broadcasts(pe_ssa_graph *g, place_state *ps, const char *param, int root, int world_root) {
+    const pe_block *b = &g->progs[0]->blocks[0];
+    const char *done[4 * PE_MAX_SLOTS];
+    int n_done = 0;
+    for (int i = 0; i < b->n_ops; i++) {
+        const pe_attr *rv = role_vars(&b->ops[i]);
+        if (!rv || !(op_role(&b->ops[i]) & PE_ROLE_OPTIMIZE) || strcmp(rv->strings[0], param)) continue;
+        for (int s = 0; s < b->ops[i].n_outputs; s++)
+            for (int k = 0; k < b->ops[i].outputs[s].n_args; k++) {
+                const char *name = b->ops[i].outputs[s].args[k];
+                const pe_var *v = pe_block_find_var(b, name);
+                bool seen = !strcmp(name, param);
+                for (int j = 0; j < n_done && !seen; j++) seen = !strcmp(done[j], name);
+                if (seen || !v || !v->persistable || n_done == (int)(sizeof done / sizeof done[0])) continue;
+                done[n_done++] = name;
+                PE_CHECK(add_collective(g, ps, PE_HANDLE_BCAST, name, root, world_root));
+            }
+    }
+    return PE_OK;
+}
+
+pe_status pe_multi_device_build_world(const pe_program *prog, int n_places, int n_trainers, int trainer_id,
+                                      const char *loss_name, const pe_build_strategy *bs, pe_ssa_graph **out) {
     /* places of every process: a gradient is exchanged when it has more
      * than one (one place of several processes too) */
     const int world = n_places * (n_trainers > 1 ? n_trainers : 1);
@@ -531,7 +584,8 @@ pe_status pe_multi_device_build_world(const pe_program *prog, int n_places, int 
     }
 
     const pe_block *b0 = &g->progs[0]->blocks[0];
-    bool reduce = bs->reduce_strategy == PE_REDUCE_REDUCE && n_places > 1;
+    bool reduce = bs->reduce_strategy == PE_REDUCE_REDUCE && world > 1;
+    const int first = n_trainers > 1 ? trainer_id * n_places : 0; /* global rank of place 0 */
     /* Global-norm clipping needs every gradient summed on every place; the
      * reduce strategy leaves partial sums on non-owner places, so each place
      * would clip with a different norm. Refuse rather than train wrongly. */
@@ -544,8 +598,9 @@ pe_status pe_multi_device_build_world(const pe_program *prog, int n_places, int 
             goto done;
         }
     if (reduce) {
-        /* owners: greedy byte balance over parameters in gradient order */
-        int64_t *load = calloc((size_t)n_places, sizeof *load);
+        /* owners: greedy byte balance over parameters in gradient order,
+         * among the global ranks (the same choice in every process) */
+        int64_t *load = calloc((size_t)world, sizeof *load);
         if (!load) { st = OOM(); goto done; }
         for (int i = 0; i < b0->n_ops && st == PE_OK; i++) {
             const pe_attr *rv = role_vars(&b0->ops[i]);
@@ -557,7 +612,7 @@ pe_status pe_multi_device_build_world(const pe_program *prog, int n_places, int 
                 if (no) owner = no;
                 if (!np || !no) { st = OOM(); break; }
                 int best = 0;
-                for (int p = 1; p < n_places; p++)
+                for (int p = 1; p < world; p++)
                     if (load[p] < load[best]) best = p;
                 load[best] += var_bytes(prog, rv->strings[k]);
                 owned_params[n_params] = rv->strings[k];
@@ -571,10 +626,10 @@ pe_status pe_multi_device_build_world(const pe_program *prog, int n_places, int 
 
     /* shard_optimizer: shards per optimizer op (0 = not sharded); their
      * gradients are summed by the shards (no allreduce, no bucket) */
-    bool shard = bs->shard_optimizer && !reduce && n_places > 1;
+    bool shard = bs->shard_optimizer && !reduce && world > 1;
     if (shard) {
         if (!(n_shards = calloc((size_t)b0->n_ops, sizeof *n_shards))) { st = OOM(); goto done; }
-        for (int i = 0; i < b0->n_ops; i++) n_shards[i] = shard_count(g->progs[0], i, n_places);
+        for (int i = 0; i < b0->n_ops; i++) n_shards[i] = shard_count(g->progs[0], i, world, n_trainers > 1);
     }
     bool fuse = bs->fuse_all_reduce_ops && !reduce && world > 1;
     if (bs->fuse_all_reduce_ops && reduce)
@@ -588,15 +643,16 @@ pe_status pe_multi_device_build_world(const pe_program *prog, int n_places, int 
         int role = op_role(op);
         const pe_attr *rv = role_vars(op);
         if (n_shards && n_shards[i] > 0) {
-            if ((st = add_opt_shards(g, ps, i, n_shards[i])) != PE_OK) goto done;
+            if ((st = add_opt_shards(g, ps, i, n_shards[i], n_trainers > 1, first)) != PE_OK) goto done;
             continue;
         }
         memset(skip, 0, sizeof *skip * (size_t)n_places);
         if (reduce && (role & PE_ROLE_OPTIMIZE) && rv) {
-            /* optimizer of one parameter: only on its owner */
+            /* optimizer of one parameter: only on its owner (maybe on no
+             * place here) */
             for (int j = 0; j < n_params; j++)
                 if (!strcmp(owned_params[j], rv->strings[0]))
-                    for (int p = 0; p < n_places; p++) skip[p] = p != owner[j];
+                    for (int p = 0; p < n_places; p++) skip[p] = first + p != owner[j];
         }
         if ((st = add_op_handles(g, ps, i, skip)) != PE_OK) goto done;
         if (!rv || !(role & PE_ROLE_BACKWARD) || (role & PE_ROLE_OPTIMIZE) || world == 1) continue;
@@ -619,21 +675,23 @@ pe_status pe_multi_device_build_world(const pe_program *prog, int n_places, int 
                 }
             } else if (!reduce) {
                 /* unless the optimizer's shards sum it */
-                if (!sharded_grad(b0, n_shards, grad)) st = add_collective(g, ps, PE_HANDLE_ALLREDUCE, grad, 0);
+                if (!sharded_grad(b0, n_shards, grad)) st = add_collective(g, ps, PE_HANDLE_ALLREDUCE, grad, 0, 0);
             } else {
                 int root = 0;
                 for (int j = 0; j < n_params; j++)
                     if (!strcmp(owned_params[j], rv->strings[k])) root = owner[j];
-                st = add_collective(g, ps, PE_HANDLE_REDUCE, grad, root);
+                st = add_collective(g, ps, PE_HANDLE_REDUCE, grad, local_place(root, first, n_places), root);
             }
             if (st != PE_OK) goto done;
             g->n_param_grads++;
             k_grad++;
         }
     }
-    if (reduce)
-        for (int j = 0; j < n_params && st == PE_OK; j++)
-            st = add_collective(g, ps, PE_HANDLE_BCAST, owned_params[j], owner[j]);
+    for (int j = 0; reduce && j < n_params && st == PE_OK; j++) {
+        int root = local_place(owner[j], first, n_places);
+        st = add_collective(g, ps, PE_HANDLE_BCAST, owned_params[j], root, owner[j]);
+        if (st == PE_OK) st = add_state_broadcasts(g, ps, owned_params[j], root, owner[j]);
+    }
     if (st == PE_OK && world == 1 && bs->memory_optimize) st = order_updates_early(g);
 
 done:

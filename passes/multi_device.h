@@ -10,11 +10,15 @@
  * *out owned by the caller (pe_ssa_graph_free). */
 pe_status pe_multi_device_build(const pe_program *prog, int n_places, const char *loss_name,
                                 const pe_build_strategy *bs, pe_ssa_graph **out);
-/* The same for n_places places in each of n_trainers processes (this
- * process's places; the gradients are exchanged when the world has more
- * than one place, also with one place here). */
-pe_status pe_multi_device_build_world(const pe_program *prog, int n_places, int n_trainers, const char *loss_name,
-                                      const pe_build_strategy *bs, pe_ssa_graph **out);
+/* The same for n_places places in each of n_trainers processes, this
+ * being trainer trainer_id (this process's places, global ranks
+ * trainer_id * n_places + place; the gradients are exchanged when the
+ * world has more than one place, also with one place here). The reduce
+ * strategy picks each parameter's owner among the global ranks: REDUCE /
+ * BCAST handles get the owner's global rank (world_root) and its place
+ * here (root, -1 when another trainer owns it). */
+pe_status pe_multi_device_build_world(const pe_program *prog, int n_places, int n_trainers, int trainer_id,
+                                      const char *loss_name, const pe_build_strategy *bs, pe_ssa_graph **out);
 
 /* shard_optimizer decides what it can shard with the optimizer facts of the
  * op registry (ops/ops.def PE_OPT: pe_op_info.elem_pairs, elem_in_mask ...),

@@ -92,22 +92,23 @@ pe_status pe_pass_manager_run(const pe_program *prog, const pe_pass_opts *o, pe_
     if (st == PE_OK) st = dump_program(o, nn++, "input", p);
 
     /* ---- program-level passes ---- */
+    const int world = o->n_places * (o->n_trainers > 1 ? o->n_trainers : 1); /* places of every trainer */
     for (size_t k = 0; k < sizeof k_program_passes / sizeof k_program_passes[0] && st == PE_OK; k++) {
         const program_pass *pp = &k_program_passes[k];
         if (!switch_on(bs, pp->flag)) continue;
         int before = p->blocks[0].n_ops, n_fused = 0;
-        if (pp->fn == pe_fuse_all_optimizer_ops && bs->reduce_strategy == PE_REDUCE_REDUCE && o->n_places > 1) {
+        if (pp->fn == pe_fuse_all_optimizer_ops && bs->reduce_strategy == PE_REDUCE_REDUCE && world > 1) {
             /* the reduce strategy runs each parameter's optimizer on its owner place only */
             pe_log(PE_LOG_WARN, "BuildStrategy.fuse_all_optimizer_ops works with reduce_strategy all_reduce only "
                    "(reduce runs each optimizer op on the parameter's owner place): not applied");
             record(res, pp->name, before, before, 0, true);
             continue;
         }
-        if (pp->fn == pe_fuse_all_optimizer_ops && bs->shard_optimizer && o->n_places > 1) {
+        if (pp->fn == pe_fuse_all_optimizer_ops && bs->shard_optimizer && world > 1) {
             /* the sharded update (passes/multi_device.c) already runs each update once, split over
              * the places; merged ops would run every update on every place */
             pe_log(PE_LOG_INFO, "BuildStrategy.fuse_all_optimizer_ops: not applied, shard_optimizer runs each "
-                   "update once over the %d places (set shard_optimizer off to merge the optimizer ops)", o->n_places);
+                   "update once over the %d places (set shard_optimizer off to merge the optimizer ops)", world);
             record(res, pp->name, before, before, 0, true);
             continue;
         }
@@ -120,7 +121,7 @@ pe_status pe_pass_manager_run(const pe_program *prog, const pe_pass_opts *o, pe_
 
     /* ---- program -> SSA graph over the places ---- */
     pe_ssa_graph *g = NULL;
-    if (st == PE_OK) st = pe_multi_device_build_world(p, o->n_places, o->n_trainers, o->loss_name, bs, &g);
+    if (st == PE_OK) st = pe_multi_device_build_world(p, o->n_places, o->n_trainers, o->trainer_id, o->loss_name, bs, &g);
     if (st == PE_OK) {
         record(res, "multi_device", p->blocks[0].n_ops, g->n_h, 0, false);
         st = dump_graph(o, nn++, "multi_device", g);

@@ -30,6 +30,7 @@
 typedef struct pe_pass_opts {
     int n_places;
     int n_trainers;                      /* processes the collectives span (0 or 1: this one) */
+    int trainer_id;                      /* this process among them (0..n_trainers-1) */
     const char *loss_name;               /* may be NULL (inference) */
     const pe_build_strategy *bs;         /* NULL = all switches off */
     const char *const *protect;          /* vars no pass may remove (fetch targets); */

@@ -220,12 +220,13 @@ pe_status pe_mp_graph_new(const pe_ssa_graph *g, pe_mp_graph **out) {
                         rc = touch(mg, p, op->outputs[s].args[k], h, true, true);
                 if (!rc) rc = touch(mg, p, hd->var, h, true, true);
             }
-        } else if (hd->kind == PE_HANDLE_JOIN) {
-            /* no data */
+        } else if (hd->kind == PE_HANDLE_JOIN || hd->kind == PE_HANDLE_SHARD_GATHER) {
+            /* no data of the plan's (the gather moves persistables) */
         } else {
             for (int p = 0; p < g->n_places && !rc; p++) {
                 bool rd = hd->kind != PE_HANDLE_BCAST || p == hd->root;
-                bool wr = hd->kind == PE_HANDLE_ALLREDUCE || (hd->kind == PE_HANDLE_REDUCE && p == hd->root) ||
+                bool wr = hd->kind == PE_HANDLE_ALLREDUCE || hd->kind == PE_HANDLE_SHARD_SUM ||
+                          (hd->kind == PE_HANDLE_REDUCE && p == hd->root) ||
                           (hd->kind == PE_HANDLE_BCAST && p != hd->root);
                 if (rd) rc = touch(mg, p, hd->var, h, false, true);
                 if (wr && !rc) rc = touch(mg, p, hd->var, h, true, true);

@@ -62,16 +62,20 @@ void pe_group_free(pe_comm_group *g) {
  * (formatted only on failure: this runs before every group collective). */
 static pe_status group_check(const pe_comm_group *g, pe_coll op, int64_t numel, pe_dtype dt, int root) {
     bool sum_ok = dt == PE_DTYPE_FP32 || dt == PE_DTYPE_FP64 || dt == PE_DTYPE_INT32 || dt == PE_DTYPE_INT64;
-    bool root_ok = op == PE_COLL_ALLREDUCE || (root >= 0 && root < g->n_places);
-    if ((sum_ok || op == PE_COLL_BROADCAST) && pe_dtype_valid((int)dt) && root_ok) return PE_OK;
+    /* root: a rank of the group's world (its places; across processes
+     * the global rank) */
+    int size = pe_comm_size(g->ranks[0]);
+    bool root_ok = op == PE_COLL_ALLREDUCE || (root >= 0 && root < size);
+    bool moves = op == PE_COLL_BROADCAST || op == PE_COLL_ALLGATHER;
+    if ((sum_ok || moves) && pe_dtype_valid((int)dt) && root_ok) return PE_OK;
     char desc[160];
     snprintf(desc, sizeof desc, "%s: %s of %lld %s elements over %d places", g->ops->name, pe_coll_name(op),
              (long long)numel, pe_dtype_name(dt), g->n_places);
-    if (op != PE_COLL_BROADCAST && !sum_ok)
+    if (!moves && !sum_ok)
         return pe_error(PE_ERR_UNSUPPORTED, "%s: dtype %s is not supported (float32, float64, int32, int64)", desc,
                         pe_dtype_name(dt));
     if (!pe_dtype_valid((int)dt)) return pe_error(PE_ERR_INVALID, "%s: dtype %d is not a PE dtype", desc, (int)dt);
-    return pe_error(PE_ERR_INVALID, "%s: root %d is not a place (0..%d)", desc, root, g->n_places - 1);
+    return pe_error(PE_ERR_INVALID, "%s: root %d is not a place (0..%d)", desc, root, size - 1);
 }
 
 typedef struct {
@@ -100,14 +104,27 @@ static void group_part_done(pe_work *part, pe_status st, void *user) {
  * two-level group of one place per process still talks to the others). */
 static bool group_alone(const pe_comm_group *g) { return pe_comm_size(g->ranks[0]) == 1; }
 
-pe_status pe_group_start(pe_comm_group *g, pe_coll op, void *const *bufs, int64_t numel, pe_dtype dt, int root,
-                         pe_work **out) {
+/* One group collective: every place's part (send/counts: reduce_scatter). */
+typedef struct {
+    pe_coll op;
+    void *const *bufs;
+    const void *const *send;
+    const int64_t *counts;
+    int64_t numel;
+    pe_dtype dt;
+    int root;
+} group_args;
+
+static pe_status group_start(pe_comm_group *g, const group_args *c, pe_work **out) {
+    pe_coll op = c->op;
+    void *const *bufs = c->bufs;
+    int64_t numel = c->numel;
+    pe_dtype dt = c->dt;
+    int root = c->root;
     *out = NULL;
-    if (op != PE_COLL_ALLREDUCE && op != PE_COLL_REDUCE && op != PE_COLL_BROADCAST)
-        return pe_error(PE_ERR_UNSUPPORTED, "%s: group %s: only allreduce, reduce and broadcast", g->ops->name,
-                        pe_coll_name(op));
     PE_CHECK(group_check(g, op, numel, dt, root));
-    if (group_alone(g) || numel <= 0) {
+    /* (a reduce-scatter or an all-gather alone still copies: through its rank) */
+    if ((group_alone(g) || numel <= 0) && op != PE_COLL_REDUCE_SCATTER && op != PE_COLL_ALLGATHER) {
         *out = pe_work_new_done(PE_OK);
         return *out ? PE_OK : pe_error(PE_ERR_NOMEM, "out of memory for a work");
     }
@@ -126,6 +143,10 @@ pe_status pe_group_start(pe_comm_group *g, pe_coll op, void *const *bufs, int64_
         switch (op) {
         case PE_COLL_ALLREDUCE: st = pe_comm_allreduce(g->ranks[i], bufs[i], numel, dt, tag, &part); break;
         case PE_COLL_REDUCE: st = pe_comm_reduce(g->ranks[i], bufs[i], numel, dt, root, tag, &part); break;
+        case PE_COLL_REDUCE_SCATTER:
+            st = pe_comm_reduce_scatterv(g->ranks[i], c->send[i], bufs[i], c->counts, dt, tag, &part);
+            break;
+        case PE_COLL_ALLGATHER: st = pe_comm_allgather(g->ranks[i], NULL, bufs[i], numel, dt, tag, &part); break;
         default: st = pe_comm_broadcast(g->ranks[i], bufs[i], numel, dt, root, tag, &part); break;
         }
         if (st != PE_OK) break;
@@ -154,6 +175,30 @@ pe_status pe_group_start(pe_comm_group *g, pe_coll op, void *const *bufs, int64_
     *out = &gw->w;
     if (atomic_fetch_sub(&gw->left, 1) == 1) finish_group(gw);
     return PE_OK;
+}
+
+pe_status pe_group_start(pe_comm_group *g, pe_coll op, void *const *bufs, int64_t numel, pe_dtype dt, int root,
+                         pe_work **out) {
+    *out = NULL;
+    if (op != PE_COLL_ALLREDUCE && op != PE_COLL_REDUCE && op != PE_COLL_BROADCAST)
+        return pe_error(PE_ERR_UNSUPPORTED, "%s: group %s: only allreduce, reduce and broadcast", g->ops->name,
+                        pe_coll_name(op));
+    group_args c = {.op = op, .bufs = bufs, .numel = numel, .dt = dt, .root = root};
+    return group_start(g, &c, out);
+}
+
+pe_status pe_group_start_reduce_scatterv(pe_comm_group *g, const void *const *send, void *const *recv,
+                                         const int64_t *counts, pe_dtype dt, pe_work **out) {
+    int64_t total = 0;
+    for (int r = 0; r < pe_comm_size(g->ranks[0]); r++) total += counts[r];
+    group_args c = {.op = PE_COLL_REDUCE_SCATTER, .bufs = recv, .send = send, .counts = counts, .numel = total,
+                    .dt = dt};
+    return group_start(g, &c, out);
+}
+
+pe_status pe_group_start_allgather(pe_comm_group *g, void *const *recv, int64_t count, pe_dtype dt, pe_work **out) {
+    group_args c = {.op = PE_COLL_ALLGATHER, .bufs = recv, .numel = count, .dt = dt};
+    return group_start(g, &c, out);
 }
 
 static pe_status group_call(pe_comm_group *g, pe_coll op, void *const *bufs, int64_t numel, pe_dtype dt, int root) {

@@ -241,10 +241,13 @@ pe_status pe_comm_inproc_world_new(int n, int threads, pe_comm **ranks_out);
 /* The n_places places of this process over `outer` (borrowed, must outlive
  * them; one rank per process, rank = this process, size = processes):
  * ranks_out[p] has global rank outer_rank * n_places + p of
- * outer_size * n_places. Sums reduce inside the process in place order,
- * then across processes through outer, then broadcast inside: a fixed
- * order, bitwise repeatable for a given layout. Supports allreduce,
- * broadcast, allgather and barrier (others: PE_ERR_UNSUPPORTED). */
+ * outer_size * n_places. Every collective of the rank API. Sums: per
+ * element, the places of a process left to right in place order, then the
+ * processes' sums left to right in process order — bitwise repeatable for
+ * a given layout, the same bits on every rank, and with one place per
+ * process the sequential sum in global rank order. Each collective makes
+ * exactly one call on outer (from place 0), in the order the collectives'
+ * first inner step completes (hier.c says how). */
 pe_status pe_comm_hier_new(pe_comm *outer, int n_places, int threads, pe_comm **ranks_out);
 
 /* ---- a group: one thread driving every place of this process ---------------- */
@@ -279,6 +282,9 @@ pe_comm_group *pe_comm_new_for_places(const pe_place *places, int n, int threads
 
 /* bufs[i]: numel elements of dtype on place i; afterwards each = sum. */
 pe_status pe_group_allreduce(pe_comm_group *g, void *const *bufs, int64_t numel, pe_dtype dt);
+/* Roots are ranks of the group's world: its places, or across processes
+ * (a group over two-level ranks) global ranks, whose buffer may be in
+ * another process. */
 /* bufs[root] = sum over places; other buffers unchanged. */
 pe_status pe_group_reduce(pe_comm_group *g, void *const *bufs, int64_t numel, pe_dtype dt, int root);
 /* every buffer = bufs[root]. */
@@ -287,6 +293,18 @@ pe_status pe_group_broadcast(pe_comm_group *g, void *const *bufs, int64_t numel,
  * op: PE_COLL_ALLREDUCE, PE_COLL_REDUCE or PE_COLL_BROADCAST. */
 pe_status pe_group_start(pe_comm_group *g, pe_coll op, void *const *bufs, int64_t numel, pe_dtype dt, int root,
                          pe_work **out);
+/* Non-blocking reduce-scatter over the group's world (counts[0..size) per
+ * rank, size = pe_comm_size of a rank): recv[i] of place i = the sum over
+ * every rank of its rank's chunk of send. recv[i] may be send[i] + the
+ * offset of its own chunk (in place) with the in-process and two-level
+ * backends. */
+pe_status pe_group_start_reduce_scatterv(pe_comm_group *g, const void *const *send, void *const *recv,
+                                         const int64_t *counts, pe_dtype dt, pe_work **out);
+/* Non-blocking all-gather in place: recv[i] holds size * count elements,
+ * rank r's part at r * count (each place's own filled in). Places of one
+ * process may pass the same buffer with the in-process and two-level
+ * backends. */
+pe_status pe_group_start_allgather(pe_comm_group *g, void *const *recv, int64_t count, pe_dtype dt, pe_work **out);
 void pe_group_free(pe_comm_group *g); /* accepts NULL */
 
 #ifdef PE_WITH_MPI

@@ -48,10 +48,6 @@ typedef struct {
     int lo, hi;  /* the ranks this process drives (rank[lo..hi) set): all but under MPI */
 } world;
 
-static bool world_has(const world *w, pe_coll op) {
-    if (strcmp(w->name, "hier")) return true;
-    return op != PE_COLL_REDUCE && op != PE_COLL_REDUCE_SCATTER;
-}
 
 /* ---- data ----------------------------------------------------------------------- */
 
@@ -335,7 +331,6 @@ static int ladder(const world *w, tcase *out, int cap, bool exact_only) {
     static const pe_dtype moves[] = {PE_DTYPE_FP32, PE_DTYPE_FP16, PE_DTYPE_INT64};
     int n = 0, n_sizes = (int)(sizeof sizes / sizeof sizes[0]);
     for (int op = 0; op < PE_COLL_COUNT; op++) {
-        if (!world_has(w, (pe_coll)op)) continue;
         /* device worlds: inputs travel in the buffer written (in place) */
         if (w->device && op == PE_COLL_REDUCE_SCATTER) continue;
         bool sum = op == PE_COLL_ALLREDUCE || op == PE_COLL_REDUCE || op == PE_COLL_REDUCE_SCATTER;
@@ -387,6 +382,7 @@ static void expect_all_fail(world *w, pe_coll op, int bad, int64_t count_bad, in
         int root = r == bad ? root_bad : 0;
         pe_dtype dt = r == bad ? dt_bad : PE_DTYPE_FP64;
         st[r] = op == PE_COLL_ALLREDUCE ? pe_comm_allreduce(w->rank[r], buf[r], cnt, dt, tag, &wk[r])
+                : op == PE_COLL_REDUCE  ? pe_comm_reduce(w->rank[r], buf[r], cnt, dt, root, tag, &wk[r])
                                         : pe_comm_broadcast(w->rank[r], buf[r], cnt, dt, root, tag, &wk[r]);
         if (st[r] != PE_OK) {
             assert_null(wk[r]);
@@ -407,6 +403,7 @@ static void errors_on(world *w) {
     int last = w->size - 1;
     /* one rank's bad root: its call fails, every other rank's work too */
     expect_all_fail(w, PE_COLL_BROADCAST, last, 4, w->size, PE_DTYPE_FP64, 7, "is not a rank", "is not a rank");
+    expect_all_fail(w, PE_COLL_REDUCE, 0, 4, -1, PE_DTYPE_FP64, 10, "is not a rank", "is not a rank");
     /* one rank's unsummable dtype */
     expect_all_fail(w, PE_COLL_ALLREDUCE, 0, 4, 0, PE_DTYPE_BOOL, 8, "dtype bool is not supported", "bool");
     /* sizes that differ between ranks of one tag */

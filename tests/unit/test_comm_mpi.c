@@ -18,9 +18,11 @@
  *   - errors every rank sees: one rank's bad root or dtype, sizes that
  *     differ, calls issued in different orders — every rank's call or work
  *     fails with a message, nothing hangs, and the communicator works after;
- *   - the two-level composition with 2 places per process (driven by
- *     threads, as in one process) over the MPI communicator, checked
- *     against the fixed-order sum (places, then processes);
+ *   - the two-level composition with 1 and 2 places per process (driven
+ *     by threads, as in one process) over the MPI communicator, the whole
+ *     ladder (reduce and reduce_scatter(v) to global ranks included) and
+ *     the error cases, checked against the fixed-order sum (places, then
+ *     processes);
  *   - NCCL ranks spanning the processes (one GPU each; skipped without
  *     enough GPUs);
  *   - a collective only rank 0 issues: its work fails after PE_MPI_TIMEOUT
@@ -198,27 +200,30 @@ static void test_mpi_errors(void **state) {
     pe_comm_free(c);
 }
 
-/* The two-level composition, 2 places per process, over MPI. */
+/* The two-level composition, 1 and 2 places per process, over MPI (with
+ * one place each its sums are the sequential sums in rank order). */
 static void test_hier_over_mpi(void **state) {
     (void)state;
     pe_comm *outer = new_mpi();
     int me = pe_comm_rank(outer), n = pe_comm_size(outer);
-    world w;
-    memset(&w, 0, sizeof w);
-    w.name = "hier";
-    w.R = n;
-    w.P = 2;
-    w.size = 2 * n;
-    w.lo = 2 * me;
-    w.hi = 2 * me + 2;
-    assert_int_equal(pe_comm_hier_new(outer, 2, 1, &w.rank[w.lo]), PE_OK);
-    for (int r = w.lo; r < w.hi; r++) {
-        assert_int_equal(pe_comm_rank(w.rank[r]), r);
-        assert_int_equal(pe_comm_size(w.rank[r]), 2 * n);
+    for (int P = 1; P <= 2; P++) {
+        world w;
+        memset(&w, 0, sizeof w);
+        w.name = "hier";
+        w.R = n;
+        w.P = P;
+        w.size = P * n;
+        w.lo = P * me;
+        w.hi = P * me + P;
+        assert_int_equal(pe_comm_hier_new(outer, P, 1, &w.rank[w.lo]), PE_OK);
+        for (int r = w.lo; r < w.hi; r++) {
+            assert_int_equal(pe_comm_rank(w.rank[r]), r);
+            assert_int_equal(pe_comm_size(w.rank[r]), P * n);
+        }
+        run_ladder(&w);
+        errors_on(&w);
+        for (int r = w.lo; r < w.hi; r++) pe_comm_free(w.rank[r]);
     }
-    run_ladder(&w);
-    errors_on(&w);
-    for (int r = w.lo; r < w.hi; r++) pe_comm_free(w.rank[r]);
     pe_comm_free(outer);
 }
 
