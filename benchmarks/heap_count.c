@@ -9,9 +9,10 @@
  *     peak = pe_heap_peak();
  *
  * How: malloc, calloc, realloc, free and the aligned allocators are defined
- * here and forward to glibc's own (__libc_malloc, ...); each allocation adds
- * malloc_usable_size of its block to a live counter and raises the peak,
- * each free subtracts it. Every heap allocation of the process is seen —
+ * here (with pvalloc, valloc and reallocarray, so that no glibc entry point
+ * allocates behind the counter) and forward to glibc's own (__libc_malloc,
+ * ...); each allocation adds malloc_usable_size of its block to a live
+ * counter and raises the peak, each free subtracts it. Every heap allocation of the process is seen —
  * the framework's tensors, oneDNN's and OpenBLAS's buffers, the C++ and
  * OpenMP runtimes — whoever makes it; memory mapped directly with mmap (not
  * through malloc) is not. Usable sizes include malloc's rounding (8-16 bytes
@@ -80,6 +81,14 @@ int posix_memalign(void **out, size_t a, size_t n) {
     return 0;
 }
 void *valloc(size_t n) { return memalign(4096, n); }
+void *pvalloc(size_t n) { return memalign(4096, (n + 4095) / 4096 * 4096); }
+void *reallocarray(void *p, size_t k, size_t n) {
+    if (n && k > SIZE_MAX / n) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return realloc(p, k * n);
+}
 
 int64_t pe_heap_live(void) { return atomic_load(&g_live); }
 int64_t pe_heap_peak(void) { return atomic_load(&g_peak); }
