@@ -8,10 +8,10 @@
  * place so that places running the same shapes at the same time never
  * find each other's entry busy and make another at some later step: how
  * many entries a key has is fixed by the first step, the steady state
- * creates none (oneDNN's own primitive cache shares the JIT code of equal
- * primitives, so the copies cost their small objects only). A miss returns a fresh, unlinked entry that
- * the kernel fills (primitive descriptor, primitive, argument bindings);
- * release links it in. Beyond PE_DNNL_CACHE_CAP entries the least recently
+ * creates none (oneDNN's primitive cache, on by default, gives equal
+ * primitives one implementation, so a place's copy costs little). A miss
+ * returns a fresh, unlinked entry that the kernel fills (primitive
+ * descriptor, primitive, argument bindings); release links it in. Beyond PE_DNNL_CACHE_CAP entries the least recently
  * used free entry is destroyed.
  *
  * Memory: an entry allocates no data buffer. Its scratchpad (oneDNN's user
@@ -52,7 +52,7 @@
 typedef struct pe_dnnl_binding {
     int arg, dir;
     dnnl_memory_t user;        /* plain layout; data handle = the tensor's data per run */
-    dnnl_memory_t inner;       /* the primitive's layout, entry-owned (NULL: same as user) */
+    dnnl_memory_t inner;       /* the primitive's layout (NULL: same as user); data in the workspace */
     dnnl_primitive_t reorder;  /* user -> inner (inputs) or inner -> user (outputs) */
     size_t inner_off;          /* inner's bytes: this offset in the workspace */
 } pe_dnnl_binding;
