@@ -19,11 +19,31 @@
  *                    measures for PyTorch. Summed over places.
  *   ms_per_step      median step time after 2 warm-up steps.
  *   allocs_per_step  system allocations per steady-state step.
+ *   workspace_bytes  of those bytes, the places' oneDNN workspaces
+ *                    (scratchpads and blocked-layout copies,
+ *                    ops/cpu/dnnl_util.c) at the end of the steps.
+ *
+ * And with the whole process's heap (benchmarks/heap_count.c, linked in:
+ * every malloc of the process, whoever makes it; what
+ * `LD_PRELOAD=build/lib/libpe_heap_count.so torch_memory.py` measures for
+ * PyTorch), from before the startup program:
+ *   heap_run_peak_bytes  the peak of live heap bytes over the run;
+ *   heap_held_bytes      live heap bytes after the steps;
+ *   heap_outside_bytes   heap_held_bytes minus what PE's allocators hold
+ *                        then above their start: bytes PE's counters do
+ *                        not see (primitive objects, JIT code, graph,
+ *                        scopes).
+ *   heap_allocs_per_step allocating calls per steady-state step, PE's and
+ *                        everyone's (oneDNN's argument maps, ...).
+ *
+ * Each configuration ends by emptying oneDNN's primitive cache and
+ * workspaces (pe_dnnl_cache_clear), so the next starts from nothing.
  *
  * Prints `key=value` lines; docs/benchmarks.md records them with the
  * command. Random inputs of a fixed seed; the figures do not depend on them.
  */
 #include "benchmarks/bench_util.h"
+#include "ops/cpu/dnnl_util.h"
 #include "pe/pe.h"
 
 #include <stdio.h>
@@ -32,9 +52,17 @@
 #include <time.h>
 
 typedef struct {
-    int64_t step_peak, run_peak, allocs_per_step;
+    int64_t step_peak, run_peak, allocs_per_step, workspace;
+    int64_t heap_run_peak, heap_held, heap_outside, heap_allocs_per_step;
     double ms;
 } result;
+
+/* benchmarks/heap_count.c (absent in sanitizer builds: the figures are -1) */
+int64_t pe_heap_live(void) __attribute__((weak));
+int64_t pe_heap_peak(void) __attribute__((weak));
+int64_t pe_heap_calls(void) __attribute__((weak));
+void pe_heap_reset_peak(void) __attribute__((weak));
+static bool heap_counted(void) { return pe_heap_live && pe_heap_peak && pe_heap_calls && pe_heap_reset_peak; }
 
 static int64_t n_allocs(int places) {
     int64_t s = 0;
@@ -81,6 +109,11 @@ static int run(const char *dir, const char *model, int places, int batch, int st
 
     int64_t at_reset[64] = {0}, start[64] = {0};
     reset_peaks(start, places);
+    int64_t heap0 = 0;
+    if (heap_counted()) {
+        heap0 = pe_heap_live();
+        pe_heap_reset_peak();
+    }
     pe_scope *scope = pe_scope_new(NULL);
     pe_executor *ex = pe_executor_new(pe_place_cpu(0));
     if (pe_executor_run(ex, startup, 0, scope, NULL, 0, NULL, 0, NULL) != PE_OK) return bench_die("startup");
@@ -101,14 +134,32 @@ static int run(const char *dir, const char *model, int places, int batch, int st
     pe_feed feed[2] = {{xname, x}, {"label", y}};
     const char *fetch[] = {"loss"};
     double *t = calloc((size_t)steps, sizeof *t);
-    int64_t allocs0 = 0;
+    int64_t allocs0 = 0, calls0 = 0;
     for (int i = 0; i < steps; i++) {
-        if (i == 2) allocs0 = n_allocs(places);
+        if (i == 2) {
+            allocs0 = n_allocs(places);
+            calls0 = heap_counted() ? pe_heap_calls() : 0;
+        }
         double t0 = bench_now();
         if (pe_run(pe, feed, 2, fetch, 1, true, &loss) != PE_OK) return bench_die("step");
         t[i] = bench_now() - t0;
     }
     r->allocs_per_step = steps > 2 ? (n_allocs(places) - allocs0) / (steps - 2) : 0;
+    r->heap_run_peak = r->heap_held = r->heap_outside = r->heap_allocs_per_step = -1;
+    if (heap_counted()) {
+        int64_t pe_held = 0;
+        for (int p = 0; p < places; p++) pe_held += pe_alloc_get_stats(pe_place_cpu(p)).bytes_in_use - start[p];
+        r->heap_run_peak = pe_heap_peak() - heap0;
+        r->heap_held = pe_heap_live() - heap0;
+        r->heap_outside = r->heap_held - pe_held;
+        r->heap_allocs_per_step = steps > 2 ? (pe_heap_calls() - calls0) / (steps - 2) : 0;
+    }
+    r->workspace = 0;
+    for (int p = 0; p < places; p++) {
+        size_t ws;
+        pe_dnnl_workspace_stats(pe_place_cpu(p), NULL, &ws);
+        r->workspace += (int64_t)ws;
+    }
     r->step_peak = peaks_above(at_reset, places);
     /* the run's peak above what was in use before the startup program */
     int64_t base = 0;
@@ -124,6 +175,7 @@ static int run(const char *dir, const char *model, int places, int batch, int st
     pe_tensor_free(loss);
     pe_program_free(prog);
     pe_program_free(startup);
+    pe_dnnl_cache_clear();
     return 0;
 }
 
@@ -153,9 +205,11 @@ int main(int argc, char **argv) {
         for (int c = 0; c < 4; c++) {
             if (run(dir, models[m], places, batch, steps, c & 1, c & 2, &r[c])) return 1;
             printf("model=%s places=%d batch=%d config=%s step_peak_bytes=%lld run_peak_bytes=%lld ms_per_step=%.2f "
-                   "allocs_per_step=%lld\n",
+                   "allocs_per_step=%lld workspace_bytes=%lld heap_run_peak_bytes=%lld heap_held_bytes=%lld "
+                   "heap_outside_bytes=%lld heap_allocs_per_step=%lld\n",
                    models[m], places, batch, names[c], (long long)r[c].step_peak, (long long)r[c].run_peak, r[c].ms,
-                   (long long)r[c].allocs_per_step);
+                   (long long)r[c].allocs_per_step, (long long)r[c].workspace, (long long)r[c].heap_run_peak,
+                   (long long)r[c].heap_held, (long long)r[c].heap_outside, (long long)r[c].heap_allocs_per_step);
         }
         printf("model=%s places=%d batch=%d step_peak_ratio_both_vs_off=%.3f run_peak_ratio_both_vs_off=%.3f\n",
                models[m], places, batch, (double)r[3].step_peak / (double)r[0].step_peak,

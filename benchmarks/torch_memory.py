@@ -3,6 +3,8 @@
 of bench_memory.c (the same models, batch, optimizer and dtype).
 
     OMP_NUM_THREADS=1 /usr/bin/python3 benchmarks/torch_memory.py [mlp|cnn|all] [--batch 128] [--steps 8]
+    OMP_NUM_THREADS=1 PYTHONMALLOC=malloc LD_PRELOAD=build/lib/libpe_heap_count.so \
+        /usr/bin/python3 benchmarks/torch_memory.py --heap [mlp|cnn|all] [--batch 128] [--steps 8]
 
 The models are examples/mlp_train.pe and cnn_train.pe written in torch:
 
@@ -27,7 +29,18 @@ before its measurement), so
                    first step (the parameters).
 
 Like PE's counters, this counts the framework's tensor allocations, not
-scratch that oneDNN / MKL allocate inside a kernel. Prints key=value lines.
+scratch that oneDNN / MKL allocate inside a kernel.
+
+--heap measures the whole process's heap instead, without the profiler:
+benchmarks/heap_count.c, preloaded, counts every malloc of the process
+(PyTorch's tensors, oneDNN's and MKL's buffers, the interpreter's objects
+with PYTHONMALLOC=malloc), as bench_memory's heap_* figures do for PE.
+From just before the model is built (the batch made before):
+
+  heap_run_peak_bytes  the peak of live heap bytes over the run;
+  heap_held_bytes      live heap bytes after the steps.
+
+Prints key=value lines.
 """
 import argparse
 import sys
@@ -79,14 +92,44 @@ def measure(model, batch, steps):
     return run_peak, step_peak, len(mem)
 
 
+def measure_heap(model, batch, steps):
+    import ctypes
+    lib = ctypes.CDLL(None)
+    try:
+        live, peak, reset = lib.pe_heap_live, lib.pe_heap_peak, lib.pe_heap_reset_peak
+    except AttributeError:
+        sys.exit("torch_memory.py --heap: run with LD_PRELOAD=build/lib/libpe_heap_count.so")
+    live.restype = peak.restype = ctypes.c_int64
+    torch.manual_seed(0)
+    x = torch.rand(batch, 784) if model == "mlp" else torch.rand(batch, 1, 28, 28)
+    y = torch.randint(0, 10, (batch,))
+    heap0 = live()
+    reset()
+    net = build(model)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(net(x), y)
+        loss.backward()
+        opt.step()
+    return peak() - heap0, live() - heap0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("model", nargs="?", default="all", choices=["mlp", "cnn", "all"])
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--heap", action="store_true", help="the whole process's heap (LD_PRELOAD heap_count)")
     a = ap.parse_args()
     for m in ("mlp", "cnn"):
         if a.model not in ("all", m):
+            continue
+        if a.heap:
+            peak, held = measure_heap(m, a.batch, a.steps)
+            print("model=%s framework=torch-%s batch=%d heap_run_peak_bytes=%d heap_held_bytes=%d"
+                  % (m, torch.__version__, a.batch, peak, held))
+            sys.stdout.flush()
             continue
         run_peak, step_peak, n = measure(m, a.batch, a.steps)
         print("model=%s framework=torch-%s batch=%d run_peak_bytes=%d step_peak_bytes=%d memory_events=%d"

@@ -387,7 +387,7 @@ pe_status pe_parallel_executor_new(const pe_place *places, int n_places, const p
         goto fail;
     int nt = o.exec_strategy.num_threads;
     if (nt == 0) nt = n_places * (places[0].kind == PE_PLACE_CUDA ? 4 : 2);
-    if (!o.build_strategy.enable_sequential_execution && !(pe->sched = pe_sched_new(nt))) { st = PE_ERR_NOMEM; goto fail; }
+    if (!o.build_strategy.enable_sequential_execution && !(pe->sched = pe_sched_new(nt, pe->kernel_threads))) { st = PE_ERR_NOMEM; goto fail; }
     if ((st = pe_pe_broadcast_from_trainer0(pe)) != PE_OK) goto fail;
     if ((st = pe_pe_coalesce_optimizer_state(pe)) != PE_OK || (st = pe_pe_share_sharded_state(pe)) != PE_OK) goto fail;
     pe->built = true;

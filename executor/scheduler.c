@@ -32,6 +32,7 @@
 
 struct pe_sched {
     int n_threads;
+    int omp_threads;
     pthread_t *threads;
     pthread_mutex_t mu;
     pthread_cond_t cv_work;
@@ -127,6 +128,12 @@ void pe_sched_done(pe_sched *s, int h, pe_status st) {
 
 static void *worker(void *arg) {
     pe_sched *s = arg;
+    /* OpenMP's per-thread state, now rather than at some later step (the
+     * empty asm keeps the compiler from dropping the empty regions) */
+    _Pragma("omp parallel num_threads(1)") { __asm__ __volatile__(""); }
+    if (s->omp_threads > 1) {
+        _Pragma("omp parallel num_threads(s->omp_threads)") { __asm__ __volatile__(""); }
+    }
     pthread_mutex_lock(&s->mu);
     for (;;) {
         while (!s->shutdown && !(s->running && s->head < s->tail)) pthread_cond_wait(&s->cv_work, &s->mu);
@@ -140,13 +147,14 @@ static void *worker(void *arg) {
     return NULL;
 }
 
-pe_sched *pe_sched_new(int num_threads) {
+pe_sched *pe_sched_new(int num_threads, int omp_threads) {
     pe_sched *s = calloc(1, sizeof *s);
     if (!s) {
         pe_error(PE_ERR_NOMEM, "out of memory creating the scheduler");
         return NULL;
     }
     s->n_threads = num_threads < 1 ? 1 : num_threads;
+    s->omp_threads = omp_threads < 1 ? 1 : omp_threads;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv_work, NULL);
     pthread_cond_init(&s->cv_done, NULL);

@@ -16,8 +16,13 @@ typedef pe_status (*pe_sched_fn)(void *user, int h);
  * any PE function returns. */
 #define PE_SCHED_PENDING ((pe_status)0x5ced)
 
-/* A pool of num_threads workers (>= 1), alive until pe_sched_free. */
-pe_sched *pe_sched_new(int num_threads);
+/* A pool of num_threads workers (>= 1), alive until pe_sched_free. Each
+ * worker starts by opening an empty OpenMP parallel region of omp_threads
+ * threads (the kernels' count), so that OpenMP's per-thread state (libgomp
+ * allocates a thread's team and pool on its first region) exists before
+ * the first run instead of appearing at whichever step a worker first runs
+ * a kernel. */
+pe_sched *pe_sched_new(int num_threads, int omp_threads);
 void pe_sched_free(pe_sched *s); /* accepts NULL */
 /* Runs every handle of g once, each after its predecessors. The first
  * failure cancels the handles not yet started (the graph still drains, so

@@ -2,10 +2,11 @@
  *
  * How: float32 goes through oneDNN (the CPU counterpart of cuDNN): conv2d
  * lets oneDNN pick its preferred (blocked) layouts and reorders the plain
- * NCHW tensors into entry-owned buffers; pool2d and batch_norm run on the
- * plain layout directly. Primitives, memory objects and buffers come from
- * the cache in dnnl_util.c keyed by every shape/attr the primitive depends
- * on plus the thread count, so a steady-state run creates nothing.
+ * NCHW tensors into copies in the place's oneDNN workspace; pool2d and
+ * batch_norm run on the plain layout directly. Primitives and memory objects
+ * come from the cache in dnnl_util.c keyed by every shape/attr the primitive
+ * depends on plus the thread count, their scratch bytes from the place's
+ * workspace pool (PE's allocator), so a steady-state run creates nothing.
  * float64 (used by gradient checks) and the cases oneDNN cannot express —
  * adaptive pooling, windows lying wholly in the padding, any configuration
  * oneDNN reports as unimplemented — run direct OpenMP loops written once as
@@ -154,7 +155,7 @@ PE_NN_LOOPS(double, f64, -DBL_MAX)
  * oneDNN has no implementation for it (remembered in the cache). */
 static pe_status dnnl_run(const pe_op_ctx *ctx, const pe_dnnl_key *key, pe_dnnl_build_fn build, const void *geom,
                           void *const *handles, bool *fallback) {
-    pe_status st = pe_dnnl_run_cached(key, pe_kernel_threads(ctx), build, geom, handles, fallback);
+    pe_status st = pe_dnnl_run_cached(key, ctx->place, pe_kernel_threads(ctx), build, geom, handles, fallback);
     if (st != PE_OK) return pe_ctx_error(ctx, st, "%s", pe_last_error());
     return PE_OK;
 }
@@ -284,9 +285,7 @@ static pe_status bn_build(pe_dnnl_entry *e, const void *geom, int nt) {
     PE_CHECK(pe_dnnl_entry_bind(e, DNNL_ARG_VARIANCE, &chan, stat_dir));
     PE_CHECK(pe_dnnl_entry_bind(e, DNNL_ARG_DST, &data, PE_DNNL_OUT));
     /* Room for the batch statistics when SavedMean/SavedVariance are absent. */
-    if (!b->global && !pe_dnnl_entry_buffer(e, 2 * (size_t)b->dims[1] * sizeof(float)))
-        return pe_error(PE_ERR_NOMEM, "oneDNN batch_norm: out of memory for %lld channel statistics",
-                        (long long)b->dims[1]);
+    if (!b->global) pe_dnnl_entry_reserve(e, 2 * (size_t)b->dims[1] * sizeof(float));
     return PE_OK;
 }
 
@@ -344,7 +343,7 @@ pe_status pe_cpu_batch_norm(const pe_op_ctx *ctx) {
     pe_dnnl_key key;
     pe_bn_key(&key, PE_DNNL_BNORM, &bg);
     pe_dnnl_entry *e;
-    pe_status st = pe_dnnl_acquire_built(&key, nt, bn_build, &bg, &e);
+    pe_status st = pe_dnnl_acquire_built(&key, ctx->place, nt, bn_build, &bg, &e);
     if (st != PE_OK) return pe_ctx_error(ctx, st, "%s", pe_last_error());
     if (!e) {
         bn_direct_f32(pe_tensor_data(x), pe_tensor_data(y), N, C, S, pe_tensor_data(scale), pe_tensor_data(bias),
@@ -358,7 +357,7 @@ pe_status pe_cpu_batch_norm(const pe_op_ctx *ctx) {
      * bn_stats has read that buffer. */
     float *bmean = NULL, *bvar = NULL;
     if (!global) {
-        float *buf = pe_dnnl_entry_buffer(e, 2 * (size_t)C * sizeof(float));
+        float *buf = pe_dnnl_entry_buffer(e);
         bmean = saved_mean ? saved_mean : buf;
         bvar = saved_var ? saved_var : buf + C;
     }

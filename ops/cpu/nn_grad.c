@@ -343,7 +343,7 @@ pe_status pe_cpu_conv2d_grad(const pe_op_ctx *ctx) {
         conv_bwd_geom cg = {&g, false};
         pe_conv_key(&key, PE_DNNL_CONV_BWD_DATA, &g, false);
         void *const h[3] = {pe_tensor_data(dy), pe_tensor_data(f), pe_tensor_data(dx)};
-        st = pe_dnnl_run_cached(&key, nt, conv_bwd_data_build, &cg, h, &fallback);
+        st = pe_dnnl_run_cached(&key, ctx->place, nt, conv_bwd_data_build, &cg, h, &fallback);
         if (st != PE_OK) return pe_ctx_error(ctx, st, "%s", pe_last_error());
         if (fallback) conv_bwd_data_f32(&g, pe_tensor_data(dy), pe_tensor_data(f), pe_tensor_data(dx), nt);
     }
@@ -352,7 +352,7 @@ pe_status pe_cpu_conv2d_grad(const pe_op_ctx *ctx) {
         conv_bwd_geom cg = {&g, db != NULL};
         pe_conv_key(&key, PE_DNNL_CONV_BWD_WEIGHTS, &g, db != NULL);
         void *const h[4] = {pe_tensor_data(x), pe_tensor_data(dy), pe_tensor_data(df), pe_data_or_null(db)};
-        st = pe_dnnl_run_cached(&key, nt, conv_bwd_weights_build, &cg, h, &fallback);
+        st = pe_dnnl_run_cached(&key, ctx->place, nt, conv_bwd_weights_build, &cg, h, &fallback);
         if (st != PE_OK) return pe_ctx_error(ctx, st, "%s", pe_last_error());
         if (fallback)
             conv_bwd_weights_f32(&g, pe_tensor_data(x), pe_tensor_data(dy), pe_tensor_data(df), pe_data_or_null(db), nt);
@@ -415,7 +415,7 @@ pe_status pe_cpu_pool2d_grad(const pe_op_ctx *ctx) {
     for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) pe_dnnl_key_add(&key, kv[i]);
     void *const h[2] = {pe_tensor_data(dy), pe_tensor_data(dx)};
     bool fallback;
-    pe_status st = pe_dnnl_run_cached(&key, nt, pool_bwd_build, &pg, h, &fallback);
+    pe_status st = pe_dnnl_run_cached(&key, ctx->place, nt, pool_bwd_build, &pg, h, &fallback);
     if (st != PE_OK) return pe_ctx_error(ctx, st, "%s", pe_last_error());
     if (fallback) pool_bwd_f32(&g, pe_tensor_data(x), pe_tensor_data(dy), pe_tensor_data(dx), nt);
     return PE_OK;
@@ -447,9 +447,7 @@ static pe_status bn_bwd_build(pe_dnnl_entry *e, const void *geom, int nt) {
     PE_CHECK(pe_dnnl_entry_bind(e, DNNL_ARG_DIFF_SCALE, &chan, PE_DNNL_OUT));
     PE_CHECK(pe_dnnl_entry_bind(e, DNNL_ARG_DIFF_SHIFT, &chan, PE_DNNL_OUT));
     /* variance (training), and the parameter gradients nobody asked for */
-    if (!pe_dnnl_entry_buffer(e, 3 * (size_t)b->dims[1] * sizeof(float)))
-        return pe_error(PE_ERR_NOMEM, "oneDNN batch_norm_grad: out of memory for %lld channel values",
-                        (long long)b->dims[1]);
+    pe_dnnl_entry_reserve(e, 3 * (size_t)b->dims[1] * sizeof(float));
     return PE_OK;
 }
 
@@ -491,7 +489,7 @@ pe_status pe_cpu_batch_norm_grad(const pe_op_ctx *ctx) {
     pe_dnnl_key key;
     pe_bn_key(&key, PE_DNNL_BNORM_BWD, &bg);
     pe_dnnl_entry *e;
-    pe_status st = pe_dnnl_acquire_built(&key, nt, bn_bwd_build, &bg, &e);
+    pe_status st = pe_dnnl_acquire_built(&key, ctx->place, nt, bn_bwd_build, &bg, &e);
     if (st != PE_OK) return pe_ctx_error(ctx, st, "%s", pe_last_error());
     if (!e) {
         bn_bwd_f32(pe_tensor_data(x), pe_tensor_data(dy), N, C, S, pe_tensor_data(scale), pe_tensor_data(mean),
@@ -500,7 +498,7 @@ pe_status pe_cpu_batch_norm_grad(const pe_op_ctx *ctx) {
         return PE_OK;
     }
     /* The buffer is the entry's: it stays checked out until the run is done. */
-    float *buf = pe_dnnl_entry_buffer(e, 3 * (size_t)C * sizeof(float));
+    float *buf = pe_dnnl_entry_buffer(e);
     const float *var = pe_tensor_data(stat);
     if (!global) {
         const float *inv = var;

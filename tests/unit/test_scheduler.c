@@ -241,7 +241,7 @@ static void test_async_many_runs(void **state) {
     (void)state;
     uint64_t rng = 12345;
     for (int threads = 1; threads <= 4; threads++) {
-        pe_sched *s = pe_sched_new(threads);
+        pe_sched *s = pe_sched_new(threads, 1);
         assert_non_null(s);
         completer c;
         completer_start(&c, s);
@@ -269,7 +269,7 @@ static void test_async_many_runs(void **state) {
  * handle's completion comes from another pool thread's call. */
 static void test_async_collectives(void **state) {
     (void)state;
-    pe_sched *s = pe_sched_new(3);
+    pe_sched *s = pe_sched_new(3, 1);
     assert_non_null(s);
     fixture f;
     fixture_init(&f, 8, 4, s, NULL);
@@ -294,7 +294,7 @@ static void test_async_collectives(void **state) {
 static void test_async_errors_and_cancel(void **state) {
     (void)state;
     for (int threads = 1; threads <= 3; threads += 2) {
-        pe_sched *s = pe_sched_new(threads);
+        pe_sched *s = pe_sched_new(threads, 1);
         completer c;
         completer_start(&c, s);
         fixture f;
