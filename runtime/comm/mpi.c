@@ -17,8 +17,9 @@
  *
  * How: each collective starts with a header: an MPI_Iallgather of every
  * rank's (tag, op, dtype, count, root, counts hash, own-check error and
- * the end of its message). All
- * ranks see the same headers, so they take the same decision: when a rank
+ * the end of its message; runtime/comm/mpi_header.h). All
+ * ranks see the same headers, so they take the same decision (the check,
+ * pe_mpi_headers_check, treats them as hostile bytes and is fuzzed): when a rank
  * failed its own checks (bad root, bad dtype) or the calls differ (another
  * count, another op, another tag: the ranks issued in different orders),
  * every rank's work fails with a message naming the rank and the
