@@ -10,8 +10,11 @@
 # rounds; each round runs every benchmark on the base build, then on this
 # one:
 #   bench_scaling all 128 60       data-parallel scaling, 2 places vs 1 (MLP, CNN)
-#   bench_executor overhead 10000  scheduler / executor overhead per op
-#   bench_executor allreduce 100   in-process allreduce of 100 MB, 2 places
+#   bench_executor overhead 10000  scheduler / executor overhead per op (chain, fan)
+#   bench_executor allreduce 100   in-process allreduce of 100 MB, 2 places (as
+#                                  training runs it, and with every thread;
+#                                  a base from before 2026-11-25 has only the
+#                                  chain and every-thread keys: mapped)
 # and prints, per figure, the median over the rounds of each build, the
 # range, and new/base. Figures are higher-is-better except the *_us_per_op
 # and *_s ones. Run from anywhere; prints a Markdown table at the end.
@@ -45,18 +48,28 @@ done
 
 /usr/bin/python3 - "$out/base" "$out/new" "$rev" <<'EOF'
 import statistics, sys
+# Keys of bench_executor before 2026-11-25, under today's names: the chain
+# was the only overhead shape, and the allreduce gave the call every thread.
+OLD = {"executor_us_per_op": "chain_executor_us_per_op",
+       "parallel_executor_us_per_op_1thread": "chain_parallel_executor_us_per_op_1thread",
+       "parallel_executor_us_per_op_2threads": "chain_parallel_executor_us_per_op_2threads",
+       "allreduce_s": "all_threads_allreduce_s", "memcpy_s": "all_threads_memcpy_s",
+       "allreduce_GBps": "all_threads_allreduce_GBps", "memcpy_GBps": "all_threads_memcpy_GBps",
+       "allreduce_vs_memcpy": "all_threads_allreduce_vs_memcpy"}
+SKIP = ("ops", "chain_ops", "fan_ops", "allreduce_mb", "allreduce_checked", "training_threads",
+        "all_threads_threads")
 def load(p):
     d = {}
     for line in open(p):
         k, v = line.strip().split("=", 1)
-        try: d.setdefault(k, []).append(float(v))
+        try: d.setdefault(OLD.get(k, k), []).append(float(v))
         except ValueError: pass
     return d
 b, n = load(sys.argv[1]), load(sys.argv[2])
 print(f"| figure | base {sys.argv[3]} (median, range) | this build (median, range) | this / base |")
 print("| --- | --- | --- | --- |")
 for k in b:
-    if k not in n or k in ("ops", "allreduce_mb"): continue
+    if k not in n or k in SKIP: continue
     mb, mn = statistics.median(b[k]), statistics.median(n[k])
     print(f"| {k} | {mb:.3f} ({min(b[k]):.3f}–{max(b[k]):.3f}) | {mn:.3f} ({min(n[k]):.3f}–{max(n[k]):.3f}) | "
           f"{mn / mb if mb else float('nan'):.3f} |")

@@ -148,6 +148,10 @@ pe_status pe_pe_await_work(pe_parallel_executor *pe, int h, pe_status st, pe_wor
 
 /* trainers.c: across processes (num_trainers > 1) */
 pe_status pe_pe_make_comm(pe_parallel_executor *pe);
+/* Compares the trainers' views allgathered at construction (all: [R][4] =
+ * num_trainers, trainer_id, place count, program hash; borrowed; other
+ * processes' bytes): PE_OK, or PE_ERR_INVALID naming the first that differs. */
+pe_status pe_pe_check_trainers(const int64_t *all, int R);
 void pe_pe_free_comm(pe_parallel_executor *pe);
 int pe_pe_world_places(const pe_parallel_executor *pe);
 pe_status pe_pe_broadcast_from_trainer0(pe_parallel_executor *pe);

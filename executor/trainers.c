@@ -66,6 +66,31 @@ static uint64_t program_hash(const pe_program *p) {
     return h;
 }
 
+/* Every trainer's view of the world (all: [R][4], allgathered), compared on
+ * every trainer. Pure and outside PE_WITH_MPI: the values are other
+ * processes' bytes, and tests/fuzz/fuzz_trainers_world.c runs it on any. */
+pe_status pe_pe_check_trainers(const int64_t *all, int R) {
+    if (!all || R < 1)
+        return pe_error(PE_ERR_INTERNAL, "ParallelExecutor: checking the trainers: no views (%d processes)", R);
+    pe_status st = PE_OK;
+    for (int r = 0; r < R && st == PE_OK; r++) {
+        const int64_t *v = &all[r * 4];
+        if (v[0] != R)
+            st = pe_error(PE_ERR_INVALID, "ParallelExecutor: trainer %lld (MPI rank %d) says num_trainers=%lld, but "
+                          "%d processes were launched", (long long)v[1], r, (long long)v[0], R);
+        else if (v[1] != r)
+            st = pe_error(PE_ERR_INVALID, "ParallelExecutor: MPI rank %d says trainer_id=%lld: each process's "
+                          "trainer_id must be its rank (0..%d)", r, (long long)v[1], R - 1);
+        else if (v[2] != all[2])
+            st = pe_error(PE_ERR_INVALID, "ParallelExecutor: trainer %d has %lld places, trainer 0 has %lld: every "
+                          "trainer needs the same places", r, (long long)v[2], (long long)all[2]);
+        else if (v[3] != all[3])
+            st = pe_error(PE_ERR_INVALID, "ParallelExecutor: trainer %d runs another program than trainer 0 (the "
+                          "programs' hashes differ): every trainer must build the same program", r);
+    }
+    return st;
+}
+
 #ifdef PE_WITH_MPI
 /* Waits for *wp, a collective of the MPI communicator started with status st;
  * the work's message joins `what` on failure. */
@@ -87,21 +112,7 @@ static pe_status check_world(pe_parallel_executor *pe, pe_comm *outer) {
     pe_work *w;
     pe_status st = outer_wait(pe_comm_allgather(outer, mine, all, 4, PE_DTYPE_INT64, TAG_WORLD, &w), &w,
                               "ParallelExecutor: checking the trainers");
-    for (int r = 0; r < R && st == PE_OK; r++) {
-        const int64_t *v = &all[r * 4];
-        if (v[0] != R)
-            st = pe_error(PE_ERR_INVALID, "ParallelExecutor: trainer %d (MPI rank %d) says num_trainers=%lld, but %d "
-                          "processes were launched", (int)v[1], r, (long long)v[0], R);
-        else if (v[1] != r)
-            st = pe_error(PE_ERR_INVALID, "ParallelExecutor: MPI rank %d says trainer_id=%lld: each process's "
-                          "trainer_id must be its rank (0..%d)", r, (long long)v[1], R - 1);
-        else if (v[2] != all[2])
-            st = pe_error(PE_ERR_INVALID, "ParallelExecutor: trainer %d has %lld places, trainer 0 has %lld: every "
-                          "trainer needs the same places", r, (long long)v[2], (long long)all[2]);
-        else if (v[3] != all[3])
-            st = pe_error(PE_ERR_INVALID, "ParallelExecutor: trainer %d runs another program than trainer 0 (the "
-                          "programs' hashes differ): every trainer must build the same program", r);
-    }
+    if (st == PE_OK) st = pe_pe_check_trainers(all, R);
     free(all);
     return st;
 }

@@ -186,14 +186,41 @@ def fetch_file(name):
 
 
 class PeError(RuntimeError):
+    """`pe` refused cleanly: exit code 1 and a `pe: error: ...` line, no
+    sanitizer report. Strict xfails expect exactly this (raises=PeError)."""
     def __init__(self, cmd, rc, stderr):
         self.rc, self.stderr = rc, stderr
         super().__init__("pe exited %d: %s\n  command: %s" % (rc, stderr.strip(), " ".join(cmd)))
 
 
+class PeCrash(RuntimeError):
+    """`pe` failed in any other way: a signal (segfault, abort), a sanitizer
+    report, another exit code, or no error line. Deliberately not a PeError,
+    so a crash fails a strict xfail(raises=PeError) instead of satisfying it."""
+    def __init__(self, cmd, rc, stderr):
+        self.rc, self.stderr = rc, stderr
+        how = ("killed by signal %d" % -rc) if rc < 0 else ("exited %d" % rc)
+        super().__init__("pe crashed (%s, not a clean error): %s\n  command: %s"
+                         % (how, stderr.strip()[-4000:], " ".join(cmd)))
+
+
+_SANITIZER_WORDS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
+                    "WARNING: ThreadSanitizer", "Segmentation fault", "Aborted")
+
+
+def pe_failure(cmd, rc, stderr):
+    """The exception for a non-zero exit of `pe`: PeError for a clean error
+    (docs/cli.md: every bad input is exit code 1 with a `pe: error:` line,
+    never a signal), PeCrash for anything else."""
+    clean = (rc == 1 and "pe: error: " in stderr
+             and not any(w in stderr for w in _SANITIZER_WORDS))
+    return (PeError if clean else PeCrash)(cmd, rc, stderr)
+
+
 def run_pe(program, feeds, fetch, startup=None, workdir=None, timeout=120, env=None):
     """Runs `pe run program [--startup S] --feed n=f.npy ... --fetch n ... --out DIR`.
-    Returns {fetch name: numpy array}; raises PeError on a non-zero exit."""
+    Returns {fetch name: numpy array}; raises PeError on a clean error exit,
+    PeCrash on a crash (pe_failure)."""
     own = workdir is None
     tmp = tempfile.TemporaryDirectory() if own else None
     wd = tmp.name if own else workdir
@@ -215,7 +242,7 @@ def run_pe(program, feeds, fetch, startup=None, workdir=None, timeout=120, env=N
         e.update(env or {})
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=e)
         if r.returncode != 0:
-            raise PeError(cmd, r.returncode, r.stderr)
+            raise pe_failure(cmd, r.returncode, r.stderr)
         return {name: np.load(os.path.join(out, fetch_file(name))) for name in fetch}
     finally:
         if own:

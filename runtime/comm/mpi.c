@@ -17,8 +17,9 @@
  *
  * How: each collective starts with a header: an MPI_Iallgather of every
  * rank's (tag, op, dtype, count, root, counts hash, own-check error and
- * the end of its message). All
- * ranks see the same headers, so they take the same decision: when a rank
+ * the end of its message; runtime/comm/mpi_header.h). All
+ * ranks see the same headers, so they take the same decision (the check,
+ * pe_mpi_headers_check, treats them as hostile bytes and is fuzzed): when a rank
  * failed its own checks (bad root, bad dtype) or the calls differ (another
  * count, another op, another tag: the ranks issued in different orders),
  * every rank's work fails with a message naming the rank and the
@@ -63,6 +64,7 @@
  * freed before exit (free waits for the queued collectives).
  */
 #include "runtime/comm/comm.h"
+#include "runtime/comm/mpi_header.h"
 #include "runtime/internal.h"
 
 #include <mpi.h>
@@ -72,9 +74,9 @@
 #include <string.h>
 #include <time.h>
 
-#define DESC_N 8
-#define DESC_MSG 192
-#define DESC_MAGIC 0x50456d7069ll /* "PEmpi" */
+#define DESC_N PE_MPI_DESC_N
+#define DESC_MSG PE_MPI_DESC_MSG
+#define DESC_MAGIC PE_MPI_DESC_MAGIC
 #define DEFAULT_CHUNK (4 << 20)
 #define DEFAULT_WINDOW 4
 #define DEFAULT_TIMEOUT_S 600.0
@@ -83,14 +85,7 @@ enum { LANE_HDR, LANE_A, LANE_B, N_LANES };
 
 typedef struct mpi_comm mpi_comm;
 
-/* A rank's call as every rank sees it: d = tag, op, dtype, count, root,
- * this rank's own-check status, hash of the per-rank counts, magic; msg =
- * the end of its own-check message. Sent as bytes (ranks of one machine
- * architecture). */
-typedef struct {
-    int64_t d[DESC_N];
-    char msg[DESC_MSG];
-} header;
+typedef pe_mpi_header header; /* runtime/comm/mpi_header.h */
 typedef struct mpi_op mpi_op;
 
 /* One chunk of an op: its first data step on LANE_A, a second on LANE_B
@@ -289,52 +284,12 @@ static uint64_t hash_counts(const int64_t *c, int n) {
     return h;
 }
 
-/* Sets op->st/msg when the ranks' headers say the collective cannot run. */
+/* Sets op->st/msg when the ranks' headers say the collective cannot run
+ * (pe_mpi_headers_check: the headers are other processes' bytes). */
 static void check_headers(mpi_comm *m, mpi_op *op) {
-    int n = m->base.size;
-    const int64_t *f = op->all[0].d;
-    char why[320];
-    for (int q = 0; q < n; q++) {
-        const int64_t *d = op->all[q].d;
-        if (d[7] != DESC_MAGIC) {
-            snprintf(why, sizeof why, "rank %d sent a header that is not PE's (another MPI collective on this "
-                     "communicator?)", q);
-            fail_op(op, PE_ERR_INTERNAL, why);
-            return;
-        }
-        if (d[5] == PE_OK) continue;
-        char *msg = op->all[q].msg;
-        msg[DESC_MSG - 1] = '\0';
-        snprintf(why, sizeof why, "rank %d failed its call: %s", q, msg[0] ? msg : pe_status_name((pe_status)d[5]));
-        fail_op(op, (pe_status)d[5], why);
-        return;
-    }
-    for (int q = 1; q < n; q++) {
-        const int64_t *d = op->all[q].d;
-        if (d[0] != f[0])
-            snprintf(why, sizeof why, "rank %d issued tag %llu (%s) where rank 0 issued tag %llu (%s): the ranks "
-                     "must issue their collectives on an MPI communicator in the same order", q,
-                     (unsigned long long)d[0], pe_coll_name((pe_coll)d[1]), (unsigned long long)f[0],
-                     pe_coll_name((pe_coll)f[1]));
-        else if (d[1] != f[1])
-            snprintf(why, sizeof why, "rank %d called %s, rank 0 called %s", q, pe_coll_name((pe_coll)d[1]),
-                     pe_coll_name((pe_coll)f[1]));
-        else if (d[2] != f[2])
-            snprintf(why, sizeof why, "rank %d passed dtype %s, rank 0 %s", q, pe_dtype_name((pe_dtype)d[2]),
-                     pe_dtype_name((pe_dtype)f[2]));
-        else if (d[4] != f[4])
-            snprintf(why, sizeof why, "rank %d passed root %lld, rank 0 root %lld", q, (long long)d[4], (long long)f[4]);
-        else if (d[3] != f[3])
-            snprintf(why, sizeof why, "rank %d passed %lld elements, rank 0 %lld", q, (long long)d[3], (long long)f[3]);
-        else if (d[6] != f[6])
-            snprintf(why, sizeof why, "rank %d passed other per-rank counts than rank 0", q);
-        else
-            continue;
-        char full[400];
-        snprintf(full, sizeof full, "the ranks' calls differ: %s", why);
-        fail_op(op, PE_ERR_INVALID, full);
-        return;
-    }
+    char why[PE_MPI_WHY_SIZE];
+    pe_status st = pe_mpi_headers_check(op->all, m->base.size, why, sizeof why);
+    if (st != PE_OK) fail_op(op, st, why);
 }
 
 /* After the header: how many chunks (0: nothing moves). */

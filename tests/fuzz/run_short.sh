@@ -3,19 +3,21 @@
 #
 # Configures build-fuzz/ with clang, ASan+UBSan and libFuzzer
 # (-DPE_BUILD_FUZZ=ON), builds every tests/fuzz/fuzz_<name>.c, and runs each
-# for PE_FUZZ_SECONDS (default 30) on a temporary copy of its seed corpus
+# for its share of PE_FUZZ_TOTAL_SECONDS (default 90: the CI run stays about
+# a minute and a half however many targets there are; at least 10 s each),
+# or PE_FUZZ_SECONDS each when set, on a temporary copy of its seed corpus
 # tests/fuzz/corpus/<name>/ (the committed corpus is never modified). Runs
 # the targets one after another. Exits non-zero if any target crashes, leaks,
 # times out or runs out of memory; the reproducer is kept under
 # build-fuzz/artifacts/<target>/. scripts/test.sh calls this; docs/fuzzing.md
 # explains it and gives the long-run commands.
 #
-#   PE_FUZZ_SECONDS=30     run time per target
+#   PE_FUZZ_TOTAL_SECONDS=90  run time of all targets together (split evenly)
+#   PE_FUZZ_SECONDS=...       run time per target (overrides the total)
 #   PE_FUZZ_BUILD_DIR=...  build directory (default build-fuzz)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
-secs=${PE_FUZZ_SECONDS:-30}
 bdir=${PE_FUZZ_BUILD_DIR:-build-fuzz}
 case "$bdir" in /*) ;; *) bdir="$root/$bdir" ;; esac
 jobs=$(nproc)
@@ -33,6 +35,9 @@ if [ ${#targets[@]} -eq 0 ]; then
   echo "run_short.sh: no tests/fuzz/fuzz_*.c targets" >&2
   exit 1
 fi
+total=${PE_FUZZ_TOTAL_SECONDS:-90}
+secs=${PE_FUZZ_SECONDS:-$(( total / ${#targets[@]} ))}
+[ "$secs" -ge 10 ] || secs=10
 
 echo "fuzz: configuring $bdir (clang, ASan+UBSan, libFuzzer)"
 cmake -S . -B "$bdir" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
-from pe_json import DTYPES, PeError, Program, ops_def, pe_bin, run_pe  # noqa: E402
+from pe_json import DTYPES, PeCrash, PeError, Program, ops_def, pe_bin, pe_failure, run_pe  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -1089,6 +1089,22 @@ def _need_pe():
     for c in CASES], ids=[c.id for c in CASES])
 def test_op(case, tmp_path):
     run_case(case, tmp_path)
+
+
+@pytest.mark.parametrize("rc, stderr, clean", [
+    (1, "pe: error: conv2d: data_format NHWC is not supported\n", True),
+    (-11, "", False),                                              # SIGSEGV
+    (-6, "pe: error: half a line\n", False),                      # SIGABRT after a message
+    (1, "pe: error: x\n==1==ERROR: AddressSanitizer: heap-buffer-overflow\n", False),
+    (1, "ops/x.c:3:5: runtime error: signed integer overflow\npe: error: x\n", False),
+    (1, "", False),                                                # exit 1 with no error line
+    (2, "pe: error: x\n", False),
+])
+def test_strict_xfail_needs_a_clean_error(rc, stderr, clean):
+    """The xfail rows are strict with raises=PeError: only a clean `pe` error
+    satisfies them; a crash is a PeCrash, not a PeError, so it fails the row."""
+    e = pe_failure(["pe", "run", "p.json"], rc, stderr)
+    assert isinstance(e, PeError) == clean and isinstance(e, PeCrash) != clean
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.threads], ids=[c.id for c in CASES if c.threads])

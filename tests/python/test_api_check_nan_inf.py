@@ -158,7 +158,20 @@ def test_drop_scope_every_k_runs(monkeypatch):
     es.num_iteration_per_drop_scope = 3
     pexe = pe.static.ParallelExecutor(False, main_program=main, exec_strategy=es, scope=pe.static.Scope())
     x = np.ones((64, 4), np.float32)
+    places = [("cpu", 0), ("cpu", 1)]
+
+    def in_use():  # the allocator's bytes on each place, not PE's own counter
+        return [pe._core.alloc_stats(p)["bytes_in_use"] for p in places]
+
     for cycle in range(2):
+        used = {}
         for run in (1, 2, 3):
             pexe.run([out], feed={"x": x})
+            used[run] = in_use()
             assert pexe._need_create_local_exe_scopes() == (run == 3), (cycle, run)
+        # runs 1 and 2 keep the local scopes (the same bytes: nothing new is
+        # allocated); run 3 drops them, so every place's allocator gives back
+        # at least one of its [32, 4] fp32 intermediates (512 bytes)
+        assert used[2] == used[1], (cycle, used)
+        for p, (kept, dropped) in enumerate(zip(used[2], used[3])):
+            assert dropped <= kept - 32 * 4 * 4, (cycle, p, used)

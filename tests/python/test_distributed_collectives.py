@@ -13,6 +13,9 @@
   error on every rank.
 - With a pe.static Variable, each function appends the static-graph op
   through pe.static.collective.append_collective (faked here).
+- The check of the allgathered headers, on hostile values (no MPI): random
+  and extreme int64s give a message or None, never an exception; a peer's
+  control characters never reach the error.
 Each job runs under a hard time limit (dist_run.run).
 """
 import os
@@ -142,3 +145,36 @@ def test_uncaught_exception_under_plain_mpirun_ends_the_job():
     assert r.rc != 0, r
     assert "ValueError: rank 1 fails on purpose" in r.err, r
     assert r.seconds < 20, r
+
+
+def test_header_check_takes_any_values():
+    """The headers are other processes' int64s: out-of-range function, op and
+    dtype codes, negative or huge ndims, extremes. _headers_differ must give a
+    str (or None when the rows agree), never raise (IndexError before: a
+    function code past _FUNCS, a dtype index past _DTYPES)."""
+    from pe.distributed import collective as col
+    rng = np.random.default_rng(16)
+    extremes = np.array([0, 1, -1, 2, 6, 7, 8, 9, 1 << 31, -(1 << 31), (1 << 63) - 1, -(1 << 63)], np.int64)
+    for trial in range(3000):
+        size = int(rng.integers(1, 5))
+        if trial % 2:
+            allh = rng.choice(extremes, size=(size, col._HDR))
+        else:
+            allh = rng.integers(-(1 << 63), (1 << 63) - 1, size=(size, col._HDR), dtype=np.int64, endpoint=True)
+        if trial % 3 == 0:
+            allh[1:] = allh[0]  # agreeing rows, then one field changed
+            if size > 1:
+                allh[size - 1, int(rng.integers(0, col._HDR))] = rng.choice(extremes)
+        why = col._headers_differ("reduce" if trial % 5 == 0 else "all_reduce", allh)
+        agree = all((allh[r, [0, 1, 2, 3, 4]] == allh[0, [0, 1, 2, 3, 4]]).all() and
+                    (allh[r, 6:] == allh[0, 6:]).all() for r in range(size))
+        assert (why is None) == agree, (allh, why)
+        assert why is None or isinstance(why, str)
+    # the names stay right for real codes, and odd codes are named as codes
+    h = np.zeros((2, col._HDR), np.int64)
+    h[:, 2] = -1
+    h[0, 0], h[1, 0] = col._FUNCS.index("all_reduce"), 99
+    assert "rank 1 called collective #99 while rank 0 called all_reduce" in col._headers_differ("all_reduce", h)
+    h[1, 0], h[1, 2] = h[0, 0], 12
+    assert "rank 1 passed dtype #12, rank 0 no array" in col._headers_differ("all_reduce", h)
+    assert col._peer_text(np.frombuffer(b"bad\x1b[2J\nroot\x00junk", np.uint8)) == "bad?[2J?root"

@@ -476,9 +476,7 @@ static void test_nccl_matches_cpu(void **state) {
     (void)state;
     TU_NEED_GPUS(2, "test_comm");
 #ifndef PE_WITH_NCCL
-    printf("SKIPPED: %s: PE was built with CUDA but without NCCL\n", __func__);
-    fflush(stdout);
-    skip();
+    TU_SKIP_GPU("%s: PE was built with CUDA but without NCCL", __func__);
 #else
     int gmax = tu_gpu_count() < 4 ? tu_gpu_count() : 4;
     static const int64_t sizes[] = {1, 2047, 2049, 65537, (1 << 20) + 5};
@@ -597,9 +595,7 @@ static void test_nccl_concurrent(void **state) {
     (void)state;
     TU_NEED_GPUS(2, "test_comm");
 #ifndef PE_WITH_NCCL
-    printf("SKIPPED: %s: PE was built with CUDA but without NCCL\n", __func__);
-    fflush(stdout);
-    skip();
+    TU_SKIP_GPU("%s: PE was built with CUDA but without NCCL", __func__);
 #else
     pe_place places[2] = {pe_place_cuda(0), pe_place_cuda(1)};
     pe_comm_group *g = pe_comm_new_for_places(places, 2, 1);
@@ -656,5 +652,5 @@ int main(void) {
         cmocka_unit_test(test_nccl_matches_cpu),
         cmocka_unit_test(test_nccl_concurrent),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return TU_RUN_GROUP(tests);
 }

@@ -249,15 +249,9 @@ static void test_errors(void **state) {
 
 static void test_nccl_conformance(void **state) {
     (void)state;
-    if (tu_gpu_count() < 1) {
-        printf("[  SKIPPED ] NCCL conformance: no CUDA device (%s)\n", TU_NO_GPU_REASON);
-        fflush(stdout);
-        skip();
-    }
+    if (tu_gpu_count() < 1) TU_SKIP_GPU("NCCL conformance: no CUDA device (%s)", TU_NO_GPU_REASON);
 #ifndef PE_WITH_NCCL
-    printf("[  SKIPPED ] NCCL conformance: PE was built with CUDA but without NCCL\n");
-    fflush(stdout);
-    skip();
+    TU_SKIP_GPU("NCCL conformance: PE was built with CUDA but without NCCL");
 #else
     int gmax = tu_gpu_count() < 4 ? tu_gpu_count() : 4;
     for (int n = 1; n <= gmax; n++) {
@@ -292,5 +286,5 @@ int main(void) {
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_nccl_conformance),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return TU_RUN_GROUP(tests);
 }

@@ -312,7 +312,7 @@ int main(void) {
         cmocka_unit_test(test_nccl_across_processes),
         cmocka_unit_test(test_mpi_no_progress_timeout), /* last: leaves a request pending on rank 0 */
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return TU_RUN_GROUP(tests);
 }
 
 #else

@@ -6,11 +6,11 @@
  * inputs (broadcasting cases and odd shapes included; every dtype the CPU
  * kernel takes), compared with the same program on cpu:0: 1e-6 relative
  * for fp32, 1e-12 for fp64, exact for integers. Also: a CUDA kernel given
- * a CPU tensor fails cleanly, and a second run allocates nothing. Without a GPU (or in a build without CUDA) those
- * tests print a visible "SKIPPED: ..." line and are reported as skipped by
- * cmocka; what still runs everywhere is that an unusable CUDA place (no
- * GPU, or an id past the visible devices) gives clear errors from the
- * executor, the allocator, tensors and copies, and changes no accounting.
+ * a CPU tensor fails cleanly, and a second run allocates nothing. Every
+ * test needs a GPU: without one (or in a build without CUDA) each prints a
+ * visible "SKIPPED: ..." line and the binary exits 77, which ctest reports
+ * as skipped. What runs everywhere (an unusable CUDA place gives clear
+ * errors) is tests/unit/test_cuda_places.c.
  */
 #include "tests/unit/gpu_skip.h"
 #include "ops/op.h"
@@ -91,58 +91,6 @@ static pe_status sync0(void) {
 /* fp32: 1e-6 relative; fp64: 1e-12; integers: exact. */
 static double tol_of(pe_dtype dt) {
     return dt == PE_DTYPE_FP32 ? 1e-6 : dt == PE_DTYPE_FP64 ? 1e-12 : 0.0;
-}
-
-/* ---- runs everywhere: unusable CUDA places fail cleanly ------------------- */
-
-static void test_cuda_unusable_place_errors(void **state) {
-    (void)state;
-    int n = tu_gpu_count();
-    assert_true(n >= 0);
-    assert_int_equal(tu_gpu_count(), n); /* stable */
-    if (n == 0) printf("test_cuda: %s: checking that CUDA places fail with clear errors\n", TU_NO_GPU_REASON);
-    pe_place bad = pe_place_cuda(n); /* always past the visible devices */
-    char name[32];
-    snprintf(name, sizeof name, "cuda:%d", n);
-
-    pe_clear_error();
-    pe_executor *ex = pe_executor_new(bad);
-    assert_null(ex);
-    if (!strstr(pe_last_error(), name)) fail_msg("executor error does not name %s: '%s'", name, pe_last_error());
-    pe_clear_error();
-    assert_null(pe_executor_new(pe_place_cuda(-1)));
-    assert_non_null(strstr(pe_last_error(), "cuda:-1"));
-
-    pe_alloc_stats s0 = pe_alloc_get_stats(bad);
-    pe_clear_error();
-    assert_null(pe_place_alloc(bad, 256));
-    if (!strstr(pe_last_error(), name)) fail_msg("alloc error does not name %s: '%s'", name, pe_last_error());
-    pe_alloc_stats s1 = pe_alloc_get_stats(bad);
-    assert_int_equal(s1.bytes_in_use, s0.bytes_in_use);
-    assert_int_equal(s1.n_allocs, s0.n_allocs);
-
-    pe_tensor *t = pe_tensor_new();
-    assert_int_not_equal(pe_tensor_resize(t, PE_DTYPE_FP32, 1, (int64_t[]){4}, bad), PE_OK);
-    assert_false(pe_tensor_has_data(t));
-    pe_tensor *h = tu_tensor(PE_DTYPE_FP32, 1, (int64_t[]){3}, (double[]){1, 2, 3});
-    pe_clear_error();
-    assert_int_not_equal(pe_tensor_copy(t, h, bad), PE_OK);
-    assert_true(strlen(pe_last_error()) > 0);
-    float buf[3] = {0};
-    pe_clear_error();
-    assert_int_not_equal(pe_memcpy_places(buf, pe_place_cpu(0), pe_tensor_data(h), bad, sizeof buf), PE_OK);
-    assert_true(strlen(pe_last_error()) > 0);
-#ifdef PE_WITH_CUDA
-    pe_clear_error();
-    assert_null(pe_cuda_stream(n));
-    assert_non_null(strstr(pe_last_error(), name));
-    assert_int_not_equal(pe_cuda_sync(n), PE_OK);
-    assert_null(pe_cuda_malloc(n, 64));
-    assert_non_null(strstr(pe_last_error(), name));
-    pe_cuda_free(n, NULL); /* NULL is a no-op, like free() */
-#endif
-    pe_tensor_free(h);
-    pe_tensor_free(t);
 }
 
 /* ---- GPU only -------------------------------------------------------------- */
@@ -422,7 +370,6 @@ static void test_cuda_kernel_rejects_cpu_input(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cuda_unusable_place_errors),
         cmocka_unit_test(test_cuda_alloc_accounting),
         cmocka_unit_test(test_cuda_copy_roundtrip),
         cmocka_unit_test(test_cuda_stream_per_device),
@@ -434,5 +381,5 @@ int main(void) {
         cmocka_unit_test(test_cuda_executor_chain_steady_state),
         cmocka_unit_test(test_cuda_kernel_rejects_cpu_input),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return TU_RUN_GROUP(tests);
 }

@@ -6,6 +6,7 @@
  * hand-written reference; pe_startup_init_var's distributions (Xavier /
  * Kaiming bounds and stds from the right fans) and errors. */
 #include "tests/unit/op_test_util.h"
+#include "tests/unit/replicas.h"
 #include "pe/optimizer.h"
 #include "pe/parallel_executor.h"
 
@@ -622,7 +623,9 @@ static void train_and_compare(const mcase *mc, pe_program *main, pe_program *sta
     }
     assert_scope_close(sc, "W", W, DIN * DOUT, 1e-5);
     assert_scope_close(sc, "b", bias, DOUT, 1e-5);
-    for (int p = 1; p < n_places; p++) { /* replicas in sync */
+    for (int p = 1; p < n_places; p++) { /* replicas in sync, or one shared buffer (shard_optimizer) */
+        tu_assert_replica(pex, p, "W");
+        tu_assert_replica(pex, p, "b");
         assert_scope_close(pe_place_scope(pex, p), "W", W, DIN * DOUT, 1e-5);
         assert_scope_close(pe_place_scope(pex, p), "b", bias, DOUT, 1e-5);
     }

@@ -277,9 +277,18 @@ static void test_drop_scopes_and_flat_memory(void **state) {
     const char *fetch[] = {"y"};
     pe_tensor *a = pe_tensor_new(), *b = pe_tensor_new();
     assert_int_equal(pe_run(pe, &feed, 1, fetch, 1, true, &a), PE_OK);
-    assert_true(pe_local_exe_scopes_bytes(pe) > 0);
+    size_t held = pe_local_exe_scopes_bytes(pe);
+    assert_true(held > 0);
+    /* the drop gives the bytes back to the allocator, not only PE's counter */
+    int64_t kept[2], dropped[2];
+    for (int pl = 0; pl < 2; pl++) kept[pl] = pe_alloc_get_stats(pe_place_cpu(pl)).bytes_in_use;
     pe_drop_local_exe_scopes(pe);
     assert_int_equal(pe_local_exe_scopes_bytes(pe), 0);
+    for (int pl = 0; pl < 2; pl++) {
+        dropped[pl] = pe_alloc_get_stats(pe_place_cpu(pl)).bytes_in_use;
+        assert_true(dropped[pl] < kept[pl]); /* each place held some of it */
+    }
+    assert_true(dropped[0] + dropped[1] <= kept[0] + kept[1] - (int64_t)held);
     assert_int_equal(pe_run(pe, &feed, 1, fetch, 1, true, &b), PE_OK);
     assert_memory_equal(pe_tensor_data(a), pe_tensor_data(b), pe_tensor_nbytes(a));
     /* 10,000 runs: bytes in use stay flat */
@@ -409,42 +418,57 @@ static void test_cpu_num(void **state) {
     assert_int_equal(pe_cpu_place_count(), 1);
 }
 
-/* num_iteration_per_drop_scope = 3: the local scopes are dropped right
- * after every 3rd run, not after the 1st or 2nd, and the allocator's bytes
- * in use fall by what they held. */
+/* Bytes the allocator holds on both places. */
+static int64_t places_in_use(void) {
+    return pe_alloc_get_stats(g_places[0]).bytes_in_use + pe_alloc_get_stats(g_places[1]).bytes_in_use;
+}
+
+/* num_iteration_per_drop_scope = k (1, 2, 3, 5): the local scopes are
+ * dropped right after every k-th run and not after the others, and the
+ * allocator's bytes in use fall by what they held; k = 0 never drops (12
+ * runs, the bytes stay). */
 static void test_drop_scope_every_k_runs(void **state) {
     (void)state;
     pe_program *p = make_prog();
-    pe_scope *scope = scope_with_w();
-    pe_pe_options o;
-    pe_pe_options_default(&o);
-    o.exec_strategy.num_iteration_per_drop_scope = 3;
-    pe_parallel_executor *pe = NULL;
-    assert_int_equal(pe_parallel_executor_new(g_places, 2, p, scope, &o, &pe), PE_OK);
-    pe_tensor *x = rows_tensor(64);
-    pe_feed feed = {"x", x};
-    const char *fetch[] = {"loss"};
-    pe_tensor *out = pe_tensor_new();
-    for (int cycle = 0; cycle < 2; cycle++) {
-        int64_t in_use[4];
-        size_t held = 0;
-        for (int run = 1; run <= 3; run++) {
+    const int ks[] = {1, 2, 3, 5, 0};
+    for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+        int k = ks[ki];
+        pe_scope *scope = scope_with_w();
+        pe_pe_options o;
+        pe_pe_options_default(&o);
+        o.exec_strategy.num_iteration_per_drop_scope = k;
+        pe_parallel_executor *pe = NULL;
+        assert_int_equal(pe_parallel_executor_new(g_places, 2, p, scope, &o, &pe), PE_OK);
+        pe_tensor *x = rows_tensor(64);
+        pe_feed feed = {"x", x};
+        const char *fetch[] = {"loss"};
+        pe_tensor *out = pe_tensor_new();
+        int64_t before = places_in_use(), kept = 0;
+        int drops = 0;
+        for (int run = 1; run <= 12; run++) {
             assert_int_equal(pe_run(pe, &feed, 1, fetch, 1, true, &out), PE_OK);
-            in_use[run] = pe_alloc_get_stats(g_places[0]).bytes_in_use + pe_alloc_get_stats(g_places[1]).bytes_in_use;
-            if (run < 3) {
-                held = pe_local_exe_scopes_bytes(pe);
-                assert_true(held >= 64 * 3 * sizeof(float)); /* y, on the places */
+            int64_t now = places_in_use();
+            size_t held = pe_local_exe_scopes_bytes(pe);
+            bool drop = k > 0 && run % k == 0;
+            if (drop) {
+                assert_int_equal(held, 0);
+                /* what the previous runs held went back, on the allocator too */
+                if (run > 1 && k > 1) assert_true(now <= kept - 64 * 3 * (int64_t)sizeof(float));
+                assert_true(now <= before + 64 * (int64_t)sizeof(float)); /* at most the fetched copy */
+                drops++;
             } else {
-                assert_int_equal(pe_local_exe_scopes_bytes(pe), 0);
+                if (held < 64 * 3 * sizeof(float)) /* y, on the places */
+                    fail_msg("k=%d run %d: the local scopes hold %zu bytes, expected them kept", k, run, held);
+                if (kept) assert_int_equal(now, kept); /* kept, nothing new allocated */
+                kept = now;
             }
         }
-        assert_int_equal(in_use[2], in_use[1]);
-        assert_true(in_use[3] <= in_use[2] - (int64_t)held);
+        assert_int_equal(drops, k ? 12 / k : 0);
+        pe_tensor_free(out);
+        pe_tensor_free(x);
+        pe_parallel_executor_free(pe);
+        pe_scope_free(scope);
     }
-    pe_tensor_free(out);
-    pe_tensor_free(x);
-    pe_parallel_executor_free(pe);
-    pe_scope_free(scope);
     pe_program_free(p);
 }
 

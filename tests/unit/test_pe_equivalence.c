@@ -16,6 +16,7 @@
  * where rounding is ~1e-16, must meet rtol 1e-5, atol 1e-10 (float32 MLP:
  * rtol 1e-5, atol 1e-7). */
 #include "tests/unit/models.h"
+#include "tests/unit/replicas.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -73,9 +74,11 @@ static void train(const tm_model *m, int places, pe_grad_scale scale, pe_reduce_
     assert_true(last < first); /* it trains */
     /* parameters are persistable: fetched once, from place 0 */
     tm_fetch_params(m, pe, params_out);
-    /* every place holds the same parameters */
+    /* every place holds the same parameters: an equal, distinct replica, or
+     * (shard_optimizer, the default on CPU places) place 0's one buffer */
     for (int p = 1; p < places; p++)
         for (int i = 0; i < m->n_params; i++) {
+            tu_assert_replica(pe, p, m->params[i]);
             const pe_tensor *t = pe_scope_find_var(pe_place_scope(pe, p), m->params[i]);
             assert_memory_equal(pe_tensor_data(t), pe_tensor_data(params_out[i]), pe_tensor_nbytes(t));
         }

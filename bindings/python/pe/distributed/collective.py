@@ -196,10 +196,46 @@ def _local_problem(func, t, writeable=True):
     return None
 
 
+# The headers are other processes' values: every lookup below is range-checked,
+# so any int64s give the error message, never an IndexError or a wrapped index.
+def _func_name(code):
+    return _FUNCS[code] if 0 < code < len(_FUNCS) else "collective #%d" % code
+
+
 def _desc(h):
-    if h[2] < 0:
+    if h[2] == -1:
         return "no array"
-    return "%s %s" % (_DTYPES[h[2]].name, list(int(d) for d in h[6:6 + h[4]]))
+    if not 0 <= h[2] < len(_DTYPES):
+        return "dtype #%d" % h[2]
+    ndim = min(max(int(h[4]), 0), _MAX_DIMS)
+    return "%s %s" % (_DTYPES[h[2]].name, list(int(d) for d in h[6:6 + ndim]))
+
+
+def _peer_text(raw):
+    """A peer's error message: up to its NUL, decoded, control characters
+    replaced, so it cannot write escape sequences into this rank's error."""
+    text = bytes(raw).split(b"\0", 1)[0].decode("utf-8", "replace")
+    return "".join("?" if ord(c) < 0x20 or ord(c) == 0x7f else c for c in text)
+
+
+def _headers_differ(func, allh):
+    """Why the ranks' headers (allh: [size, _HDR] int64, as allgathered)
+    describe different calls, or None when they agree. Pure: the fuzz-style
+    test of tests/python/test_distributed_collectives.py runs it on any values."""
+    for r in range(1, len(allh)):
+        a, b = allh[0], allh[r]
+        if a[0] != b[0]:
+            return "rank %d called %s while rank 0 called %s: every rank must call the same collectives in " \
+                   "the same order" % (r, _func_name(int(b[0])), _func_name(int(a[0])))
+        if a[1] != b[1]:
+            return "rank %d passed op %s, rank 0 op %s" % (r, _OP_NAMES.get(int(b[1]), int(b[1])),
+                                                          _OP_NAMES.get(int(a[1]), int(a[1])))
+        if a[3] != b[3]:
+            return "rank %d passed %s %d, rank 0 %d" % (r, "dst" if func == "reduce" else "src", b[3], a[3])
+        if a[2] != b[2] or a[4] != b[4] or (a[6:] != b[6:]).any():
+            return "rank %d passed %s, rank 0 %s: every rank must pass the same shape and dtype" % (
+                r, _desc(b), _desc(a))
+    return None
 
 
 def _agree(func, op, t, root, problem, size):
@@ -223,23 +259,9 @@ def _agree(func, op, t, root, problem, size):
         allm = np.empty((size, _MSG_BYTES), dtype=np.uint8)
         _core.world_allgather(msg.view(np.int64), allm.view(np.int64).reshape(-1))
         r = bad[0]
-        why = bytes(allm[r]).split(b"\0", 1)[0].decode("utf-8", "replace")
-        raise _core.InvalidArgumentError("%s: rank %d's argument: %s" % (func, r, why))
-    for r in range(1, size):
-        a, b = allh[0], allh[r]
-        if a[0] != b[0]:
-            why = "rank %d called %s while rank 0 called %s: every rank must call the same collectives in the " \
-                  "same order" % (r, _FUNCS[b[0]], _FUNCS[a[0]])
-        elif a[1] != b[1]:
-            why = "rank %d passed op %s, rank 0 op %s" % (r, _OP_NAMES.get(int(b[1]), b[1]),
-                                                          _OP_NAMES.get(int(a[1]), a[1]))
-        elif a[3] != b[3]:
-            why = "rank %d passed %s %d, rank 0 %d" % (r, "dst" if func == "reduce" else "src", b[3], a[3])
-        elif a[2] != b[2] or a[4] != b[4] or (a[6:] != b[6:]).any():
-            why = "rank %d passed %s, rank 0 %s: every rank must pass the same shape and dtype" % (
-                r, _desc(b), _desc(a))
-        else:
-            continue
+        raise _core.InvalidArgumentError("%s: rank %d's argument: %s" % (func, r, _peer_text(allm[r])))
+    why = _headers_differ(func, allh)
+    if why is not None:
         raise _core.InvalidArgumentError("%s: the ranks' calls differ: %s" % (func, why))
 
 
