@@ -314,7 +314,7 @@ class Metrics:
     lines); with --tensorboard / --visualdl the same scalars go to that writer too. On --resume
     the lines of the epochs after the checkpoint (an interrupted epoch) are dropped first."""
 
-    def __init__(self, path, run_info, resume_epoch=None, tensorboard=None, visualdl=None):
+    def __init__(self, path, run_info, resume_epoch=None, writers=()):
         self.path = path
         kept = []
         if resume_epoch is not None and os.path.exists(path):
@@ -324,23 +324,7 @@ class Metrics:
         for r in kept:
             self._write(r)
         self._write(dict(run_info, type="run"))
-        self.writers = []
-        if tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError:
-                try:
-                    from tensorboardX import SummaryWriter
-                except ImportError:
-                    raise SystemExit("train_fashion_mnist: --tensorboard needs TensorBoard's writer "
-                                     "(torch.utils.tensorboard with the tensorboard package, or tensorboardX)")
-            self.writers.append(SummaryWriter(tensorboard))
-        if visualdl:
-            try:
-                from visualdl import LogWriter
-            except ImportError:
-                raise SystemExit("train_fashion_mnist: --visualdl needs VisualDL (pip install visualdl)")
-            self.writers.append(LogWriter(logdir=visualdl))
+        self.writers = list(writers)
 
     def _write(self, rec):
         self.f.write(json.dumps(rec) + "\n")
@@ -358,6 +342,28 @@ class Metrics:
         self.f.close()
         for w in self.writers:
             w.close()
+
+
+def scalar_writers(tensorboard=None, visualdl=None):
+    """The TensorBoard / VisualDL writers asked for, imported only then (an error when missing)."""
+    writers = []
+    if tensorboard:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            try:
+                from tensorboardX import SummaryWriter
+            except ImportError:
+                raise SystemExit("train_fashion_mnist: --tensorboard needs TensorBoard's writer "
+                                 "(torch.utils.tensorboard with the tensorboard package, or tensorboardX)")
+        writers.append(SummaryWriter(tensorboard))
+    if visualdl:
+        try:
+            from visualdl import LogWriter
+        except ImportError:
+            raise SystemExit("train_fashion_mnist: --visualdl needs VisualDL (pip install visualdl)")
+        writers.append(LogWriter(logdir=visualdl))
+    return writers
 
 
 def read_metrics(path):
@@ -511,6 +517,7 @@ def main(argv=None):
     trainers, trainer_id = trainer_env()
     if trainer_id > 0:  # trainer 0 prints; errors still reach stderr
         sys.stdout = open(os.devnull, "w")
+    writers = scalar_writers(args.tensorboard, args.visualdl) if trainer_id == 0 else []
     if not os.environ.get("CPU_NUM"):  # every core (shared by this machine's trainers), at least a row per place
         local = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE", "0") or 0) or trainers
         os.environ["CPU_NUM"] = str(max(1, min((os.cpu_count() or 1) // local, args.batch_size // trainers, 64)))
@@ -557,8 +564,7 @@ def main(argv=None):
                     "log_every": args.log_every, "train_images": n, "test_images": len(x_test),
                     "first_epoch": first_epoch}
         metrics = Metrics(os.path.join(args.out_dir, METRICS_FILE), run_info,
-                          resume_epoch=first_epoch if args.resume else None,
-                          tensorboard=args.tensorboard, visualdl=args.visualdl)
+                          resume_epoch=first_epoch if args.resume else None, writers=writers)
 
     acc = None
     if first_epoch >= args.epochs and test_exe is not None:

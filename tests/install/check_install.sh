@@ -6,8 +6,8 @@
 #     bin/pe, lib/cmake/PE/PEConfig.cmake, lib/pkgconfig/pe.pc;
 #   - `nm -D` of libpe.so: every exported (defined, dynamic) symbol is a pe_* name that
 #     the public headers declare, and internal ones (pe_ops_op_lookup) are not exported;
-#   - the C API example of README (examples/c_api/infer.c) builds and runs against the
-#     prefix, from another directory, three ways: a separate CMake project with
+#   - the C API example of README (examples/c_api/infer.c, which README shows verbatim)
+#     builds and runs against the prefix, from another directory, three ways: a separate CMake project with
 #     find_package(PE) and PE::pe (examples/c_api/CMakeLists.txt), the same with
 #     PE::pe_static (libpe.a), and `cc infer.c $(pkg-config --cflags --libs pe)`;
 #     the dynamic ones load the installed libpe.so (ldd), the static one none.
@@ -58,6 +58,14 @@ run_infer() { # binary, how
   (cd "$tmp" && "$1" "$src/examples") > "$tmp/out" 2>&1 || { cat "$tmp/out"; fail "$2: infer failed"; }
   tail -1 "$tmp/out" | grep -qx ok || { cat "$tmp/out"; fail "$2: infer did not print ok"; }
 }
+
+# README shows examples/c_api/infer.c from its #include on, verbatim.
+/usr/bin/python3 - "$src" <<'PY' || fail "README.md does not show examples/c_api/infer.c as it is"
+import sys
+src = sys.argv[1]
+code = open(src + "/examples/c_api/infer.c").read()
+sys.exit(code[code.index("#include <pe/pe.h>"):] not in open(src + "/README.md").read())
+PY
 
 echo "== find_package(PE): examples/c_api as a separate CMake project, PE::pe"
 cmake -S "$src/examples/c_api" -B "$tmp/cm" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release \

@@ -12,6 +12,7 @@ the data (--limit) on 2 CPU places, as scripts/demo.sh runs it:
   the path; --no-plot draws nothing;
 - under 2 trainer processes (mpirun) only trainer 0 writes: one file, the
   same step and epoch lines (without the times) as one process;
+- --tensorboard without TensorBoard's writer installed is a clear error at once;
 - --resume keeps the lines of the epochs before the checkpoint and appends.
 """
 import json
@@ -125,3 +126,13 @@ def test_two_trainers_trainer_0_writes(tmp_path):
     one, two = records(tmp_path / "one" / "metrics.jsonl"), records(tmp_path / "two" / "metrics.jsonl")
     assert two[0]["trainers"] == 2 and sum(x["type"] == "run" for x in two) == 1
     assert strip(two) == strip(one)
+
+
+def test_tensorboard_missing_is_an_error(tmp_path):
+    for mod in ("torch.utils.tensorboard", "tensorboardX"):
+        if subprocess.run([sys.executable, "-c", "import " + mod], capture_output=True).returncode == 0:
+            pytest.skip("%s is installed" % mod)
+    r = subprocess.run([sys.executable, SCRIPT, "--limit", "100", "--ckpt-dir", str(tmp_path),
+                        "--tensorboard", str(tmp_path / "tb")], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "--tensorboard needs" in r.stderr, r.stderr
+    assert not (tmp_path / "metrics.jsonl").exists()
