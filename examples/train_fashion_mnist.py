@@ -389,7 +389,7 @@ def plot_metrics(metrics_path, png_path):
     steps = [r for r in recs if r.get("type") == "step"]
     epochs = [r for r in recs if r.get("type") == "epoch"]
     if not steps and not epochs:
-        raise SystemExit("train_fashion_mnist: --plot: no step or epoch lines in %s" % metrics_path)
+        raise ValueError("no step or epoch lines in %s" % metrics_path)
     spe = (runs[-1].get("steps_per_epoch") if runs else None) or max(1, max((r["step"] for r in steps), default=1))
     at = lambda r: r["step"] / spe  # x: epochs (fractional)
     fig, ax = plt.subplots(1, 3, figsize=(15, 4.2), dpi=100)
@@ -509,7 +509,7 @@ def main(argv=None):
         png = args.png or os.path.join(os.path.dirname(os.path.abspath(args.plot)), PLOT_FILE)
         try:
             print("curves: %s" % plot_metrics(args.plot, png))
-        except OSError as e:
+        except (OSError, ValueError) as e:
             raise SystemExit("train_fashion_mnist: --plot: %s" % e)
         except ImportError as e:
             raise SystemExit("train_fashion_mnist: --plot needs matplotlib (Debian: python3-matplotlib): %s" % e)
@@ -632,6 +632,8 @@ def main(argv=None):
             except ImportError as e:  # the run itself succeeded: say why there is no picture
                 print("train_fashion_mnist: no %s: matplotlib is missing (Debian: python3-matplotlib): %s"
                       % (png, e), file=sys.stderr)
+            except ValueError as e:  # nothing trained, nothing logged
+                print("train_fashion_mnist: no %s: %s" % (png, e), file=sys.stderr)
     if acc is not None:
         print("test_accuracy=%.4f" % acc)
     return 0
