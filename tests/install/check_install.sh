@@ -10,7 +10,8 @@
 #     builds and runs against the prefix, from another directory, three ways: a separate CMake project with
 #     find_package(PE) and PE::pe (examples/c_api/CMakeLists.txt), the same with
 #     PE::pe_static (libpe.a), and `cc infer.c $(pkg-config --cflags --libs pe)`;
-#     the dynamic ones load the installed libpe.so (ldd), the static one none.
+#     the dynamic ones load the installed libpe.so (ldd), the static one none;
+#   - a C++-only project finds the package too (its OpenMP and MPI are found for CXX).
 # Prints what it checks; exits non-zero on the first failure.
 set -euo pipefail
 src=$(cd "$1" && pwd)
@@ -81,6 +82,33 @@ cmake -S "$src/examples/c_api" -B "$tmp/cms" -DCMAKE_PREFIX_PATH="$prefix" -DCMA
 cmake --build "$tmp/cms" > "$tmp/cmsb.log" 2>&1 || { cat "$tmp/cmsb.log"; fail "build with PE::pe_static"; }
 ! ldd "$tmp/cms/infer" | grep -q "libpe\.so" || fail "the static build loads libpe.so"
 run_infer "$tmp/cms/infer" "find_package static"
+echo "   ok"
+
+echo "== find_package(PE) from a C++-only project (OpenMP and MPI found for CXX), PE::pe and PE::pe_static"
+mkdir -p "$tmp/cxx"
+cat > "$tmp/cxx/CMakeLists.txt" <<'CM'
+cmake_minimum_required(VERSION 3.20)
+project(cxx_user CXX)
+find_package(PE CONFIG REQUIRED)
+add_executable(shared main.cpp)
+target_link_libraries(shared PRIVATE PE::pe)
+add_executable(static main.cpp)
+target_link_libraries(static PRIVATE PE::pe_static)
+CM
+cat > "$tmp/cxx/main.cpp" <<'CC'
+#include <pe/pe.h>
+#include <cstdio>
+int main() {
+    pe_program *p = nullptr;
+    pe_status st = pe_program_load_file("/nonexistent/model.pe", &p);
+    std::printf("%s: %s\n", pe_status_name(st), pe_last_error());
+    return st == PE_OK;
+}
+CC
+cmake -S "$tmp/cxx" -B "$tmp/cxx/b" -DCMAKE_PREFIX_PATH="$prefix" > "$tmp/cxx.log" 2>&1 &&
+  cmake --build "$tmp/cxx/b" >> "$tmp/cxx.log" 2>&1 || { cat "$tmp/cxx.log"; fail "the C++ project"; }
+"$tmp/cxx/b/shared" | grep -q "nonexistent/model.pe" || fail "the C++ project (shared) did not report the missing file"
+"$tmp/cxx/b/static" | grep -q "nonexistent/model.pe" || fail "the C++ project (static) did not report the missing file"
 echo "   ok"
 
 echo "== pkg-config --cflags --libs pe"
