@@ -30,8 +30,21 @@ the same shuffled global batches of --batch-size and feeds its share of
 each (shard_rows: the last trainers take the extra rows), the gradients
 are summed over every place of every trainer, so the job trains as one
 process would on the same batches (same learning rate, same accuracy).
-Trainer 0 alone prints, evaluates and writes the checkpoints; the losses
-on its progress bar are the global batch's (ParallelExecutor.trainers_sum).
+Trainer 0 alone prints, evaluates and writes the checkpoints, metrics and
+picture; the losses on its progress bar are the global batch's
+(ParallelExecutor.trainers_sum).
+
+Curves: every --log-every steps a line goes to metrics.jsonl in --out-dir
+(default: --ckpt-dir): {"type": "step", ...} with the batch's loss and
+accuracy, the samples/s since the last logged step and the learning rate;
+after every epoch a {"type": "epoch", ...} line with the epoch's train loss
+and accuracy, the test accuracy and the epoch's samples/s; the first line
+is {"type": "run", ...} (the options). At the end of the run the curves are
+drawn into training.png next to it (matplotlib, Agg backend, imported only
+then: Debian's python3-matplotlib); --plot METRICS draws the picture of a
+metrics file and exits. --tensorboard DIR / --visualdl DIR also write the
+scalars as TensorBoard (torch.utils.tensorboard or tensorboardX) or VisualDL
+logs, when one of them is installed (imported only when asked for).
 CPU_NUM defaults to the cores divided by the trainers on this machine.
 
 Why: it is the job the README's `scripts/demo.sh` runs, and
@@ -42,6 +55,7 @@ the comparison with PyTorch trains exactly these models.
     /usr/bin/python3 examples/train_fashion_mnist.py --model cnn --epochs 3
     /usr/bin/python3 examples/train_fashion_mnist.py --epochs 8 --resume   # 3 more epochs
     /usr/bin/python3 -m pe.distributed.launch --nproc_per_node 2 examples/train_fashion_mnist.py
+    /usr/bin/python3 examples/train_fashion_mnist.py --plot checkpoints/metrics.jsonl   # the picture again
 """
 import argparse
 import gzip
@@ -289,6 +303,156 @@ def load_checkpoint(pe, ckpt_dir, main, scope, args):
     return int(meta["epoch"])
 
 
+# ---- metrics and curves -------------------------------------------------------------------------
+
+METRICS_FILE = "metrics.jsonl"
+PLOT_FILE = "training.png"
+
+
+class Metrics:
+    """metrics.jsonl: one JSON object per line, flushed as written (a crashed run keeps its
+    lines); with --tensorboard / --visualdl the same scalars go to that writer too. On --resume
+    the lines of the epochs after the checkpoint (an interrupted epoch) are dropped first."""
+
+    def __init__(self, path, run_info, resume_epoch=None, writers=()):
+        self.path = path
+        kept = []
+        if resume_epoch is not None and os.path.exists(path):
+            kept = [r for r in read_metrics(path) if r.get("type") == "run" or r.get("epoch", 0) <= resume_epoch]
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        self.f = open(path, "w")
+        for r in kept:
+            self._write(r)
+        self._write(dict(run_info, type="run"))
+        self.writers = list(writers)
+
+    def _write(self, rec):
+        self.f.write(json.dumps(rec) + "\n")
+        self.f.flush()
+
+    def log(self, rec, step):
+        self._write(rec)
+        kind = rec["type"]
+        for w in self.writers:
+            for k, v in rec.items():
+                if k not in ("type", "epoch", "step", "samples", "time") and v is not None:
+                    w.add_scalar("%s/%s" % (kind, k), v, step)
+
+    def close(self):
+        self.f.close()
+        for w in self.writers:
+            w.close()
+
+
+def scalar_writers(tensorboard=None, visualdl=None):
+    """The TensorBoard / VisualDL writers asked for, imported only then (an error when missing)."""
+    writers = []
+    if tensorboard:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            try:
+                from tensorboardX import SummaryWriter
+            except ImportError:
+                raise SystemExit("train_fashion_mnist: --tensorboard needs TensorBoard's writer "
+                                 "(torch.utils.tensorboard with the tensorboard package, or tensorboardX)")
+        writers.append(SummaryWriter(tensorboard))
+    if visualdl:
+        try:
+            from visualdl import LogWriter
+        except ImportError:
+            raise SystemExit("train_fashion_mnist: --visualdl needs VisualDL (pip install visualdl)")
+        writers.append(LogWriter(logdir=visualdl))
+    return writers
+
+
+def read_metrics(path):
+    """The records of a metrics.jsonl file (a truncated last line is ignored)."""
+    out = []
+    with open(path) as f:
+        for line in f:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+    return out
+
+
+def plot_metrics(metrics_path, png_path):
+    """Draws train loss (and learning rate), train/test accuracy and throughput over the epochs
+    of a metrics.jsonl file into png_path. matplotlib (Agg) is imported here, only when drawing."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    recs = read_metrics(metrics_path)
+    runs = [r for r in recs if r.get("type") == "run"]
+    steps = [r for r in recs if r.get("type") == "step"]
+    epochs = [r for r in recs if r.get("type") == "epoch"]
+    if not steps and not epochs:
+        raise ValueError("no step or epoch lines in %s" % metrics_path)
+    spe = (runs[-1].get("steps_per_epoch") if runs else None) or max(1, max((r["step"] for r in steps), default=1))
+    at = lambda r: r["step"] / spe  # x: epochs (fractional)
+    fig, ax = plt.subplots(1, 3, figsize=(15, 4.2), dpi=100)
+    title = "PE: %s" % (runs[-1].get("title", "") if runs else os.path.basename(metrics_path))
+    fig.suptitle(title, fontsize=11)
+
+    a = ax[0]
+    a.plot([at(r) for r in steps], [r["loss"] for r in steps], color="tab:blue", alpha=0.35, lw=0.8,
+           label="batch loss")
+    a.plot([r["epoch"] for r in epochs], [r["train_loss"] for r in epochs], "o-", color="tab:blue",
+           label="epoch mean")
+    a.set_xlabel("epoch")
+    a.set_ylabel("train loss (cross entropy)")
+    a.set_title("train loss")
+    a.grid(alpha=0.3)
+    lr = [(at(r), r["lr"]) for r in steps if r.get("lr") is not None]
+    if lr:
+        b = a.twinx()
+        b.plot(*zip(*lr), "--", color="tab:gray", lw=1, label="learning rate")
+        b.set_ylabel("learning rate", color="tab:gray")
+        b.tick_params(axis="y", colors="tab:gray")
+        h1, l1 = a.get_legend_handles_labels()
+        h2, l2 = b.get_legend_handles_labels()
+        a.legend(h1 + h2, l1 + l2, loc="upper right", fontsize=8)
+    else:
+        a.legend(loc="upper right", fontsize=8)
+
+    a = ax[1]
+    te = [(r["epoch"], r["test_accuracy"]) for r in epochs if r.get("test_accuracy") is not None]
+    tr = [(r["epoch"], r["train_accuracy"]) for r in epochs if r.get("train_accuracy") is not None]
+    if tr:
+        a.plot(*zip(*tr), "s--", color="tab:orange", label="train (epoch mean)")
+    if te:
+        a.plot(*zip(*te), "o-", color="tab:green", label="test (10,000 images)" if runs and
+               runs[-1].get("test_images") == 10000 else "test")
+        e, v = te[-1]
+        a.annotate("%.4f" % v, (e, v), textcoords="offset points", xytext=(-10, -14), fontsize=9)
+    a.set_xlabel("epoch")
+    a.set_ylabel("accuracy")
+    a.set_title("accuracy")
+    a.grid(alpha=0.3)
+    a.legend(loc="lower right", fontsize=8)
+
+    a = ax[2]
+    sps = [(at(r), r["samples_per_s"]) for r in steps if r.get("samples_per_s")]
+    if sps:
+        a.plot(*zip(*sps), color="tab:purple", alpha=0.4, lw=0.8, label="per logged interval")
+    eps = [(r["epoch"], r["samples_per_s"]) for r in epochs if r.get("samples_per_s")]
+    if eps:
+        a.plot(*zip(*eps), "o-", color="tab:purple", label="epoch mean")
+    a.set_xlabel("epoch")
+    a.set_ylabel("samples/s")
+    a.set_title("training throughput")
+    a.set_ylim(bottom=0)
+    a.grid(alpha=0.3)
+    a.legend(loc="lower right", fontsize=8)
+
+    fig.tight_layout()
+    fig.savefig(png_path)
+    plt.close(fig)
+    return png_path
+
+
 # ---- training ------------------------------------------------------------------------------------
 
 def evaluate(test_exe, pred, x, y, batch):
@@ -317,21 +481,43 @@ def parse_args(argv=None):
                     help="stop after K epochs of this run (the schedule still spans --epochs; continue with --resume)")
     ap.add_argument("--limit", type=int, default=None, help="use only the first N train and test images (smoke tests)")
     ap.add_argument("--data-dir", default=DATA_DIR)
+    ap.add_argument("--out-dir", default=None, help="where metrics.jsonl and training.png go (default: --ckpt-dir)")
+    ap.add_argument("--log-every", type=int, default=10, metavar="K", help="a metrics line every K steps (10)")
+    ap.add_argument("--no-plot", action="store_true", help="do not draw training.png at the end of the run")
+    ap.add_argument("--plot", metavar="METRICS", help="only draw the curves of a metrics.jsonl file "
+                    "(into --png, default training.png next to it) and exit")
+    ap.add_argument("--png", default=None, help="the picture's path (default: training.png next to metrics.jsonl)")
+    ap.add_argument("--tensorboard", metavar="DIR", help="also write TensorBoard logs to DIR (needs "
+                    "torch.utils.tensorboard or tensorboardX)")
+    ap.add_argument("--visualdl", metavar="DIR", help="also write VisualDL logs to DIR (needs visualdl)")
     args = ap.parse_args(argv)
+    if args.out_dir is None:
+        args.out_dir = args.ckpt_dir
     if args.epochs is None:
         args.epochs = DEFAULTS[args.model]["epochs"]
     if args.lr is None:
         args.lr = DEFAULTS[args.model]["lr"][args.optimizer]
-    if args.batch_size < 1 or args.epochs < 1 or any(v is not None and v < 1 for v in (args.limit, args.stop_after)):
-        ap.error("--batch-size, --epochs, --limit and --stop-after must be positive")
+    if args.batch_size < 1 or args.epochs < 1 or any(v is not None and v < 1 for v in (args.limit, args.stop_after,
+                                                                                       args.log_every)):
+        ap.error("--batch-size, --epochs, --limit, --stop-after and --log-every must be positive")
     return args
 
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.plot:  # the picture of an existing metrics file: no training
+        png = args.png or os.path.join(os.path.dirname(os.path.abspath(args.plot)), PLOT_FILE)
+        try:
+            print("curves: %s" % plot_metrics(args.plot, png))
+        except (OSError, ValueError) as e:
+            raise SystemExit("train_fashion_mnist: --plot: %s" % e)
+        except ImportError as e:
+            raise SystemExit("train_fashion_mnist: --plot needs matplotlib (Debian: python3-matplotlib): %s" % e)
+        return 0
     trainers, trainer_id = trainer_env()
     if trainer_id > 0:  # trainer 0 prints; errors still reach stderr
         sys.stdout = open(os.devnull, "w")
+    writers = scalar_writers(args.tensorboard, args.visualdl) if trainer_id == 0 else []
     if not os.environ.get("CPU_NUM"):  # every core (shared by this machine's trainers), at least a row per place
         local = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE", "0") or 0) or trainers
         os.environ["CPU_NUM"] = str(max(1, min((os.cpu_count() or 1) // local, args.batch_size // trainers, 64)))
@@ -367,6 +553,19 @@ def main(argv=None):
                                           args.batch_size, "%d trainers x " % trainers if trainers > 1 else "",
                                           places, n, len(x_test)))
 
+    metrics = None
+    if test_exe is not None:  # trainer 0 writes the metrics
+        title = "%s, %s lr %g cosine, batch %d over %s%d CPU place(s), %d epochs" % (
+            args.model.upper(), args.optimizer, args.lr, args.batch_size,
+            "%d trainers x " % trainers if trainers > 1 else "", places, args.epochs)
+        run_info = {"title": title, "pe_version": pe.__version__, "model": args.model, "optimizer": args.optimizer,
+                    "lr": args.lr, "batch_size": args.batch_size, "epochs": args.epochs, "seed": args.seed,
+                    "places": places, "trainers": trainers, "steps_per_epoch": steps_per_epoch,
+                    "log_every": args.log_every, "train_images": n, "test_images": len(x_test),
+                    "first_epoch": first_epoch}
+        metrics = Metrics(os.path.join(args.out_dir, METRICS_FILE), run_info,
+                          resume_epoch=first_epoch if args.resume else None, writers=writers)
+
     acc = None
     if first_epoch >= args.epochs and test_exe is not None:
         acc = evaluate(test_exe, pred, x_test, y_test, 1000)
@@ -375,23 +574,35 @@ def main(argv=None):
     for epoch in range(first_epoch, last_epoch):
         order = np.random.RandomState(args.seed * 1000 + epoch).permutation(n)
         bar = Progress("epoch %d/%d" % (epoch + 1, args.epochs), n)
-        loss_sum, seen, avg = 0.0, 0, float("nan")
+        loss_sum, seen, avg, correct_sum = 0.0, 0, float("nan"), 0
+        log_t, log_seen = time.perf_counter(), 0
+        lr_now = cosine_lr(args.lr, epoch * steps_per_epoch, total_steps)
         for s, i in enumerate(range(0, n, args.batch_size)):
             idx = order[i:i + args.batch_size]
             if len(idx) < places * trainers:  # a last piece too small to split: skip it
                 break
             mine = idx[slice(*shard_rows(len(idx), trainers, trainer_id))]  # this trainer's share
-            feed = {"image": x_train[mine], "label": y_train[mine],
-                    LR_VAR: cosine_lr(args.lr, epoch * steps_per_epoch + s, total_steps)}
-            lv, = train_exe.run(fetch_list=[loss.name], feed=feed)
+            lr_now = cosine_lr(args.lr, epoch * steps_per_epoch + s, total_steps)
+            feed = {"image": x_train[mine], "label": y_train[mine], LR_VAR: lr_now}
+            lv, pv = train_exe.run(fetch_list=[loss.name, pred.name], feed=feed)
+            correct = int((pv.argmax(1) == y_train[mine][:, 0]).sum())
             # the summed loss of these rows: each place's mean loss times its rows
             step_loss = sum(float(v) * (b - a) for v, (a, b) in
                             zip(np.ravel(lv), (shard_rows(len(mine), places, p) for p in range(places))))
-            if trainers > 1:  # the global batch's: every trainer's summed loss
-                step_loss = float(train_exe.trainers_sum(step_loss))
+            if trainers > 1:  # the global batch's: every trainer's summed loss and correct answers
+                step_loss, correct = (float(v) for v in train_exe.trainers_sum([step_loss, correct]))
             loss_sum += step_loss
+            correct_sum += correct
             seen += len(idx)
             avg = loss_sum / seen
+            gstep = epoch * steps_per_epoch + s + 1
+            if metrics is not None and gstep % args.log_every == 0:
+                now = time.perf_counter()
+                metrics.log({"type": "step", "epoch": epoch + 1, "step": gstep, "samples": seen,
+                             "loss": step_loss / len(idx), "accuracy": correct / len(idx),
+                             "lr": float("%.7g" % lr_now[0]),
+                             "samples_per_s": (seen - log_seen) / max(now - log_t, 1e-9)}, gstep)
+                log_t, log_seen = now, seen
             if not np.isfinite(avg):
                 bar.close(seen, avg)
                 raise SystemExit("train_fashion_mnist: the loss diverged (%s) in epoch %d; lower --lr"
@@ -404,9 +615,25 @@ def main(argv=None):
         t0 = time.perf_counter()
         acc = evaluate(test_exe, pred, x_test, y_test, 1000)
         test_exe.drop_local_exe_scopes()
+        eval_secs = time.perf_counter() - t0
         d = save_checkpoint(pe, args.ckpt_dir, epoch + 1, main_prog, test_prog, scope, args, acc)
+        metrics.log({"type": "epoch", "epoch": epoch + 1, "step": (epoch + 1) * steps_per_epoch, "train_loss": avg,
+                     "train_accuracy": correct_sum / max(seen, 1), "test_accuracy": acc,
+                     "samples_per_s": seen / secs, "seconds": secs, "eval_seconds": eval_secs,
+                     "lr": float("%.7g" % lr_now[0])}, (epoch + 1) * steps_per_epoch)
         print("epoch %d: train loss %.4f, %.1f s (%.0f samples/s); test accuracy %.4f (%.1f s); checkpoint %s"
               % (epoch + 1, avg, secs, seen / secs, acc, time.perf_counter() - t0, d))
+    if metrics is not None:
+        metrics.close()
+        if not args.no_plot:
+            png = args.png or os.path.join(args.out_dir, PLOT_FILE)
+            try:
+                print("metrics: %s; curves: %s" % (metrics.path, plot_metrics(metrics.path, png)))
+            except ImportError as e:  # the run itself succeeded: say why there is no picture
+                print("train_fashion_mnist: no %s: matplotlib is missing (Debian: python3-matplotlib): %s"
+                      % (png, e), file=sys.stderr)
+            except ValueError as e:  # nothing trained, nothing logged
+                print("train_fashion_mnist: no %s: %s" % (png, e), file=sys.stderr)
     if acc is not None:
         print("test_accuracy=%.4f" % acc)
     return 0

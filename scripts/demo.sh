@@ -7,7 +7,9 @@
 # build/python), then examples/train_fashion_mnist.py with its defaults: the
 # MLP (784-512-256-10) trained data-parallel over CPU_NUM places (default:
 # every core), a progress bar per epoch, an evaluation on the 10,000 test
-# images after each epoch and a checkpoint per epoch in build/checkpoints.
+# images after each epoch and a checkpoint per epoch in build/checkpoints,
+# where the run also leaves metrics.jsonl and the picture of its curves,
+# training.png (train loss, accuracy, throughput; README shows it).
 # The last line of the output is the job's `test_accuracy=<value>`.
 #
 #   scripts/demo.sh                    the default MLP run (see README.md for its time)

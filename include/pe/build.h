@@ -29,6 +29,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default)
 
 typedef struct pe_build_opts {
     int n_places;                        /* CPU places the graph spans (>= 1) */
@@ -59,6 +60,8 @@ typedef struct pe_build_report {
 /* Runs the build passes for prog (borrowed) and drops the graph; report
  * (caller's, may be NULL) gets what each pass did. Failures name the pass. */
 pe_status pe_build_graph(const pe_program *prog, const pe_build_opts *o, pe_build_report *report);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

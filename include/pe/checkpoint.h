@@ -24,6 +24,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default)
 
 /* Saves every persistable var of prog's block 0 from scope (borrowed). A
  * persistable var absent from the scope (and its parents), without data, or
@@ -41,6 +42,8 @@ pe_status pe_checkpoint_load(const char *path, const pe_program *prog, pe_scope 
  * otherwise an error listing them, and nothing is written). */
 pe_status pe_safetensors_read(const char *path, pe_scope *scope);
 pe_status pe_safetensors_write(const char *path, const pe_scope *scope, const char *const *names, int n);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

@@ -16,6 +16,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default)
 
 /* The most places one executor, collective or allocator table spans. */
 #define PE_MAX_PLACES 64
@@ -27,6 +28,8 @@ pe_status pe_memcpy_places(void *dst, pe_place dst_place, const void *src, pe_pl
 #ifdef PE_WITH_CUDA
 int pe_cuda_device_count(void); /* 0 when no GPU/driver */
 #endif
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

@@ -13,6 +13,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default)
 
 /* Values are stable: they are stored in program files. */
 typedef enum pe_dtype {
@@ -47,6 +48,8 @@ static inline pe_place pe_place_cuda(int id) { pe_place p = {PE_PLACE_CUDA, id};
 static inline bool pe_place_eq(pe_place a, pe_place b) { return a.kind == b.kind && a.id == b.id; }
 /* Writes "cpu:0" / "cuda:1" into buf (at least 16 bytes); returns buf. */
 char *pe_place_str(pe_place p, char *buf, size_t n);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

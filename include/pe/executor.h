@@ -27,6 +27,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default)
 
 typedef struct pe_feed {
     const char *name;
@@ -55,6 +56,8 @@ void pe_executor_set_num_threads(pe_executor *ex, int n);
 void pe_executor_set_check_nan_inf(pe_executor *ex, bool on);
 /* Frees the local scope of temporaries. */
 void pe_executor_drop_local_scope(pe_executor *ex);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

@@ -18,6 +18,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default)
 
 /* Loads into `out` (resized, CPU place 0). `what` names the source in
  * messages (a path, "<buffer>"). */
@@ -27,6 +28,8 @@ pe_status pe_npy_load_buffer(const void *data, size_t size, const char *what, pe
  * docs/guide.md §7). A tensor without its data (never set, or a buffer
  * smaller than its shape) is an error, and a file at path keeps its bytes. */
 pe_status pe_npy_save(const char *path, const pe_tensor *t);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

@@ -28,6 +28,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default)
 
 /* How many args a slot takes. */
 typedef enum pe_slot_arity {
@@ -70,6 +71,8 @@ bool pe_op_type_find_attr(int op, const char *name, pe_op_attr_desc *out);
 /* The attrs every op may carry (op_role, op_role_var, op_namescope,
  * op_callstack, op_device, ...): false when `name` is none of them. */
 bool pe_op_common_attr(const char *name, pe_op_attr_desc *out);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

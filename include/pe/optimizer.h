@@ -39,6 +39,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default)
 
 typedef enum pe_optimizer_kind { PE_OPT_SGD = 0, PE_OPT_MOMENTUM, PE_OPT_ADAM, PE_OPT_KIND_COUNT } pe_optimizer_kind;
 
@@ -90,6 +91,8 @@ typedef struct pe_initializer {
 /* Declares `var` (persistable, same dtype/shape) in startup if needed and
  * appends the op that initializes it. */
 pe_status pe_startup_init_var(pe_program *startup, const pe_var *var, const pe_initializer *init);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

@@ -39,6 +39,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default)
 
 typedef struct pe_parallel_executor pe_parallel_executor;
 
@@ -120,6 +121,8 @@ pe_status pe_pe_write_timeline(pe_parallel_executor *pe, const char *path);
 /* The executor's timeline file, or NULL when the timeline is off. Borrowed,
  * valid until the executor is freed. */
 const char *pe_pe_timeline_path(const pe_parallel_executor *pe);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

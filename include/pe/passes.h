@@ -24,6 +24,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default)
 
 typedef struct pe_param_grad {
     char *param;   /* owned */
@@ -44,6 +45,8 @@ void pe_param_grads_free(pe_param_grad *pg, int n); /* accepts NULL */
  * of inputs[i], or NULL when inputs[i] does not affect the targets. */
 pe_status pe_gradients(pe_program *p, const char *const *targets, int n_targets,
                        const char *const *inputs, int n_inputs, char **grad_names);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

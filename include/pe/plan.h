@@ -31,6 +31,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default)
 
 /* Sets meta's dtype and dims (pe_tensor_set_meta) for var `name` of place
  * `place` that the program reads before any op writes it (a feed) or that is
@@ -72,6 +73,8 @@ pe_status pe_plan_new(const pe_program *prog, const pe_plan_opts *o, pe_plan **o
 void pe_plan_free(pe_plan *plan); /* accepts NULL */
 int pe_plan_n_places(const pe_plan *plan);
 const pe_plan_place *pe_plan_place_at(const pe_plan *plan, int place); /* borrowed; NULL out of range */
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

@@ -27,6 +27,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default)
 
 /* Values are stable: stored in program files. */
 typedef enum pe_attr_type {
@@ -167,6 +168,8 @@ pe_status pe_op_set_floats(pe_op *op, const char *name, const double *v, int n);
 pe_status pe_op_set_strings(pe_op *op, const char *name, const char *const *v, int n);
 /* Deep copy of an attr value into op (replacing). */
 pe_status pe_op_set_attr(pe_op *op, const pe_attr *a);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

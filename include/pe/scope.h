@@ -18,6 +18,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default)
 
 typedef struct pe_scope pe_scope;
 
@@ -44,6 +45,8 @@ const char *pe_scope_var_name(const pe_scope *s, int i);
 size_t pe_scope_bytes(const pe_scope *s);
 /* Frees all variables of s (the scope stays usable). */
 void pe_scope_clear(pe_scope *s);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

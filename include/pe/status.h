@@ -17,6 +17,9 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+/* The public API: exported from libpe.so, which is built with
+ * -fvisibility=hidden (everything else in the library stays internal). */
+#pragma GCC visibility push(default)
 
 typedef enum pe_status {
     PE_OK = 0,
@@ -61,6 +64,8 @@ pe_log_level pe_log_get_level(void);
 /* Internal invariant. Aborts with file:line — only for bugs, never for input. */
 void pe_assert_fail(const char *expr, const char *file, int line) __attribute__((noreturn));
 #define PE_ASSERT(x) do { if (!(x)) pe_assert_fail(#x, __FILE__, __LINE__); } while (0)
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

@@ -20,6 +20,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default)
 
 typedef enum pe_reduce_strategy { PE_REDUCE_ALL_REDUCE = 0, PE_REDUCE_REDUCE, PE_REDUCE_COUNT } pe_reduce_strategy;
 
@@ -74,6 +75,8 @@ typedef struct pe_build_strategy {
     bool enable_sequential_execution;
     const char *debug_graphviz_path;  /* borrowed; NULL = none */
 } pe_build_strategy;
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

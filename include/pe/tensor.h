@@ -20,6 +20,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default)
 
 #define PE_MAX_DIMS 8
 
@@ -105,6 +106,8 @@ static inline bool pe_tensor_has_data(const pe_tensor *t) { return t->buf != NUL
 int64_t pe_dims_prod(const int64_t *dims, int begin, int end);
 /* Writes "[4, 3]" into buf; returns buf. */
 char *pe_dims_str(int ndim, const int64_t *dims, char *buf, size_t n);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

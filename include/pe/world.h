@@ -46,6 +46,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default)
 
 typedef struct pe_world pe_world;
 
@@ -71,6 +72,8 @@ pe_status pe_world_allgather(pe_world *w, const void *send, void *recv, int64_t 
 pe_status pe_world_barrier(pe_world *w);
 
 void pe_world_free(pe_world *w); /* accepts NULL */
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }
