@@ -11,7 +11,11 @@
  * Failure: the first error (status + message, copied out of the worker's
  * thread-local buffer) is kept and a cancel flag is set; handles that start
  * afterwards are skipped but still complete, so the run always drains and
- * returns — nothing hangs, and the next run starts clean.
+ * returns — nothing hangs, and the next run starts clean. An interrupt
+ * (pe_interrupt, runtime/interrupt.c) is such a failure: before starting a
+ * handle a worker compares the interrupt count with the run's mark, and a
+ * difference records PE_ERR_CANCELLED ("run interrupted"); handles already
+ * running, and collectives already issued, finish as they would.
  *
  * Asynchronous handles (collectives): a handle function may start its work
  * and return PE_SCHED_PENDING; whoever finishes the work (a communication
@@ -23,6 +27,7 @@
  * collective, and synchronous handles pay one compare for it.
  */
 #include "executor/scheduler.h"
+#include "runtime/internal.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -47,6 +52,7 @@ struct pe_sched {
     int head, tail;
     _Atomic int completed;
     _Atomic bool cancelled;
+    unsigned intr_mark; /* pe_interrupt_mark() at the run's start */
     bool running;
     pe_status err;
     char err_msg[2048];
@@ -108,7 +114,8 @@ static void finish(pe_sched *s, int h, int *next) {
 static void run_chain(pe_sched *s, int h) {
     while (h >= 0) {
         if (!atomic_load_explicit(&s->cancelled, memory_order_acquire)) {
-            pe_status st = s->fn(s->user, h);
+            pe_status st = __builtin_expect(pe_interrupted_since(s->intr_mark), 0) ? pe_interrupted_error()
+                                                                                   : s->fn(s->user, h);
             /* started, finishes later through pe_sched_done (maybe already
              * has, from inside fn): h is no longer this thread's */
             if (st == PE_SCHED_PENDING) return;
@@ -185,7 +192,7 @@ void pe_sched_free(pe_sched *s) {
 
 int pe_sched_threads(const pe_sched *s) { return s->n_threads; }
 
-pe_status pe_sched_run(pe_sched *s, const pe_ssa_graph *g, pe_sched_fn fn, void *user) {
+pe_status pe_sched_run(pe_sched *s, const pe_ssa_graph *g, pe_sched_fn fn, void *user, unsigned intr_mark) {
     if (g->n_h == 0) return PE_OK;
     if (g->n_h > s->cap_pending) {
         _Atomic int *np = malloc(sizeof *np * (size_t)g->n_h);
@@ -205,6 +212,7 @@ pe_status pe_sched_run(pe_sched *s, const pe_ssa_graph *g, pe_sched_fn fn, void 
     s->g = g;
     s->fn = fn;
     s->user = user;
+    s->intr_mark = intr_mark;
     s->head = s->tail = 0;
     s->err = PE_OK;
     s->err_msg[0] = '\0';

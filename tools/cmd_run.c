@@ -489,6 +489,10 @@ static int run(const run_args *a) {
             goto done;
         }
     if (a->n_trainers > 1 && (rc = shard_feeds(a, prog, feeds, views)) != PE_EXIT_OK) goto done;
+    if (pe_tool_sigint) {
+        rc = pe_tool_interrupted("%s: stopped before the run", a->program);
+        goto done;
+    }
     rc = PE_EXIT_FAIL;
     if (a->n_places > 1 || a->n_trainers > 1) {
         pe_place places[64];

@@ -661,6 +661,10 @@ static int train(const train_args *a) {
     int64_t samples_since = 0;
     long steps_since = 0;
     for (long step = 0; step < a->steps; step++) {
+        if (pe_tool_sigint) {
+            rc = pe_tool_interrupted("%s: stopped before step %ld; nothing saved", a->program, a->first_step + step + 1);
+            goto done;
+        }
         int64_t rows = 0;
         long batch = (a->first_step + step) % n_batches;
         if ((rc = load_batch(a, &s, batch, &rows)) != PE_EXIT_OK) goto done;
