@@ -8,6 +8,17 @@
  * the shared queue in one locked push. Each handle is queued at most once
  * per run, so the queue is a flat array with head/tail indices.
  *
+ * The calling thread works too: it takes the first ready handle itself,
+ * wakes the pool for the others, and then takes queued handles until the
+ * run is over, sleeping only while the queue is empty. Why: on a host
+ * whose cores are all busy every hand-off between threads is a wait in
+ * the kernel's run queue (~1.3 ms measured on the 2-core benchmark host,
+ * /proc/<tid>/schedstat; docs/benchmarks.md, "The scheduler's hand-offs"),
+ * and a caller that slept through the run paid two per step (wake a
+ * worker to start, be woken at the end) before any op ran or after the
+ * last one; now the step starts on the thread that is already running and,
+ * when the caller runs the last handle, ends there.
+ *
  * Failure: the first error (status + message, copied out of the worker's
  * thread-local buffer) is kept and a cancel flag is set; handles that start
  * afterwards are skipped but still complete, so the run always drains and
@@ -223,8 +234,20 @@ pe_status pe_sched_run(pe_sched *s, const pe_ssa_graph *g, pe_sched_fn fn, void 
         if (g->h[i].n_deps == 0) s->queue[s->tail++] = i;
     }
     s->running = true;
-    pthread_cond_broadcast(&s->cv_work);
-    while (atomic_load(&s->completed) < g->n_h) pthread_cond_wait(&s->cv_done, &s->mu);
+    /* the caller takes the first ready handle and wakes the pool for the
+     * rest, then takes from the queue until the run ends, sleeping only
+     * while the queue is empty */
+    int h = s->head < s->tail ? s->queue[s->head++] : -1;
+    if (s->tail - s->head == 1) pthread_cond_signal(&s->cv_work);
+    else if (s->tail - s->head > 1) pthread_cond_broadcast(&s->cv_work);
+    for (;;) {
+        pthread_mutex_unlock(&s->mu);
+        run_chain(s, h);
+        pthread_mutex_lock(&s->mu);
+        while (atomic_load(&s->completed) < g->n_h && s->head == s->tail) pthread_cond_wait(&s->cv_done, &s->mu);
+        if (atomic_load(&s->completed) >= g->n_h) break;
+        h = s->queue[s->head++];
+    }
     s->running = false;
     pe_status st = s->err;
     pthread_mutex_unlock(&s->mu);
