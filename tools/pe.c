@@ -12,10 +12,11 @@
  * tools/tool.h (one "pe: error:" line for a failure, never a signal): the
  * library's messages are flattened to a single line here, because a message
  * built from a hostile file may carry newlines or control characters.
- * Ctrl-C: a SIGINT handler (one shot: SA_RESETHAND, so a second Ctrl-C
- * kills as usual) calls pe_interrupt(), which stops the run in progress
- * between ops; the command then exits with 130 and one
- * "pe: interrupted (Ctrl-C): ..." line.
+ * Ctrl-C: while `pe run` / `pe train` run programs (pe_tool_sigint_catch),
+ * a SIGINT handler (one shot: SA_RESETHAND, so a second Ctrl-C kills as
+ * usual) calls pe_interrupt(), which stops the run in progress between ops;
+ * the command then exits with 130 and one "pe: interrupted (Ctrl-C): ..."
+ * line. Elsewhere Ctrl-C kills as usual.
  */
 #include "tool.h"
 
@@ -242,6 +243,23 @@ static void vprint_line(const char *head, const char *fmt, va_list ap) {
     print_line(head, msg);
 }
 
+void pe_tool_sigint_catch(bool on) {
+    static struct sigaction prev;
+    static bool caught;
+    if (on == caught) return;
+    if (on) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_sigint;
+        sa.sa_flags = SA_RESETHAND; /* a second Ctrl-C kills */
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(SIGINT, &sa, &prev) != 0) return;
+    } else {
+        sigaction(SIGINT, &prev, NULL);
+    }
+    caught = on;
+}
+
 int pe_tool_interrupted(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -362,15 +380,5 @@ int main(int argc, char **argv) {
             return PE_EXIT_OK;
         }
     }
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigint;
-    sa.sa_flags = SA_RESETHAND; /* a second Ctrl-C kills */
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    int rc = c->fn(argc - 1, argv + 1);
-    /* Ctrl-C outside a run (loading, writing): the command went on to its
-     * end; it still ends as interrupted */
-    if (pe_tool_sigint && rc != PE_EXIT_INTERRUPTED) return pe_tool_interrupted("pe %s did not finish", cmd);
-    return rc;
+    return c->fn(argc - 1, argv + 1);
 }

@@ -1,7 +1,8 @@
 """tests/python/test_api_interrupt.py — Ctrl-C during a run (pe/interrupt.h).
 
-A child process builds a chain of 300 fc layers (512 x 512, tanh), so one
-run on a 512-row batch takes seconds, starts that run, and gets SIGINT
+A child process builds a chain of 150 fc layers sharing one 2048 x 2048
+weight (tanh, no bias: little memory for a lot of work), so one run on a
+256-row batch takes seconds (320 GFLOP), starts that run, and gets SIGINT
 0.5 s later. Checked, for Executor and for ParallelExecutor on 2 places:
 the run raises KeyboardInterrupt (not a pe error) within 1 s of the
 signal (it stops between ops), and the next run works and gives the same
@@ -25,7 +26,8 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
 from pe_json import pe_bin  # noqa: E402
 
-LATENCY_S = 1.0  # generous: the run stops within one op (a few ms here)
+LATENCY_S = 1.0  # generous: the run stops within one op (tens of ms here)
+LAYERS = "150"
 
 CHILD = r"""
 import sys, time
@@ -33,13 +35,14 @@ import numpy as np
 import pe
 from pe.utils import unique_name
 pe.enable_static()
-mode, layers, width = sys.argv[1], int(sys.argv[2]), 512
+mode, layers, width, rows = sys.argv[1], int(sys.argv[2]), 2048, 256
 main, startup = pe.static.Program(), pe.static.Program()
 with pe.static.program_guard(main, startup), unique_name.guard():
     x = pe.static.data("x", [None, width], "float32")
     h = x
     for _ in range(layers):
-        h = pe.static.nn.fc(h, width, activation="tanh")
+        h = pe.static.nn.fc(h, width, activation="tanh", weight_attr=pe.ParamAttr(name="w_shared"),
+                            bias_attr=False)
 scope = pe.static.Scope()
 exe = pe.static.Executor()
 exe.run(startup, scope=scope)
@@ -55,7 +58,7 @@ else:
     run = lambda feed: exe.run(main, feed=feed, fetch_list=[h], scope=scope)
 small = {"x": np.linspace(-1, 1, 2 * width, dtype=np.float32).reshape(2, width)}
 ref = np.array(run(small)[0])
-big = {"x": np.random.default_rng(0).standard_normal((width, width)).astype(np.float32)}
+big = {"x": np.random.default_rng(0).standard_normal((rows, width)).astype(np.float32)}
 print("READY", flush=True)
 t0 = time.monotonic()
 try:
@@ -92,7 +95,7 @@ def read_line(proc, deadline):
 
 @pytest.mark.parametrize("mode,places", [("exe", 1), ("pexe", 2)])
 def test_ctrl_c_raises_keyboard_interrupt(mode, places):
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, mode, "300"], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, mode, LAYERS], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env=env(places))
     try:
         line = read_line(proc, time.monotonic() + 180)
@@ -118,10 +121,10 @@ def test_ctrl_c_raises_keyboard_interrupt(mode, places):
 @pytest.fixture(scope="module")
 def chain(tmp_path_factory):
     d = tmp_path_factory.mktemp("chain")
-    r = subprocess.run([sys.executable, "-c", CHILD, "exe", "300", str(d)], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-c", CHILD, "exe", LAYERS, str(d)], capture_output=True, text=True,
                        env=env(), timeout=180)
     assert r.returncode == 0, r.stderr
-    np.save(d / "x.npy", np.random.default_rng(0).standard_normal((512, 512)).astype(np.float32))
+    np.save(d / "x.npy", np.random.default_rng(0).standard_normal((256, 2048)).astype(np.float32))
     return d, r.stdout.strip()
 
 
@@ -153,7 +156,7 @@ def test_cli_run_ctrl_c(chain, tmp_path, places):
             "--fetch", fetch, "--out", tmp_path]
     if places > 1:
         args += ["--places", "cpu:%d" % places]
-    line = interrupt_cli(args, 1.0, places)
+    line = interrupt_cli(args, 0.5, places)
     assert "run interrupted" in line or "stopped before the run" in line, line
     assert not os.path.exists(tmp_path / (fetch + ".npy"))
 
