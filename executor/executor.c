@@ -9,6 +9,8 @@
  * programs and optimizers write where later runs read. With
  * FLAGS_check_nan_inf (or pe_executor_set_check_nan_inf) every op's
  * floating-point outputs are checked after its kernel (executor/nan_inf.c).
+ * pe_interrupt (pe/interrupt.h) is checked before every op: an interrupted
+ * run returns PE_ERR_CANCELLED after the op in progress.
  */
 #include "pe/executor.h"
 #include "executor/feed_fetch.h"
@@ -131,6 +133,7 @@ static pe_status prepare(pe_executor *ex, const pe_program *prog, int block_idx,
 pe_status pe_executor_run(pe_executor *ex, const pe_program *prog, int block_idx, pe_scope *scope,
                           const pe_feed *feeds, int n_feeds, const char *const *fetch, int n_fetch,
                           pe_tensor **fetch_out) {
+    const unsigned intr_mark = pe_interrupt_mark();
     if (!ex || !prog || !scope) return pe_error(PE_ERR_INVALID, "pe_executor_run: NULL executor, program or scope");
     if (block_idx < 0 || block_idx >= prog->n_blocks)
         return pe_error(PE_ERR_INVALID, "block %d does not exist (the program has %d)", block_idx, prog->n_blocks);
@@ -152,6 +155,7 @@ pe_status pe_executor_run(pe_executor *ex, const pe_program *prog, int block_idx
         if (st != PE_OK) return pe_error_wrap(st, "feeding '%s'", feeds[i].name);
     }
     for (int i = 0; i < ex->n_ctxs; i++) {
+        if (__builtin_expect(pe_interrupted_since(intr_mark), 0)) return pe_interrupted_error();
         pe_status st = pe_op_run(&ex->ctxs[i]);
         if (st != PE_OK) return pe_error_wrap(st, "block %d op %d", block_idx, i);
         if (__builtin_expect(ex->check_nan_inf, 0)) PE_CHECK(pe_nan_inf_check_op(&ex->ctxs[i], i));

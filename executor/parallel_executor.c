@@ -448,14 +448,19 @@ static pe_status plan_memory(pe_parallel_executor *pe, const pe_feed *const *fee
     return pe_mem_arenas_prepare(pe->arenas, pe->local);
 }
 
-static pe_status run_graph(pe_parallel_executor *pe) {
+/* The graph, num_iteration_per_run times; an interrupt requested after
+ * intr_mark (pe/interrupt.h) stops it before the next handle. */
+static pe_status run_graph(pe_parallel_executor *pe, unsigned intr_mark) {
     PE_CHECK(pe_pe_ensure_prepared(pe));
     const pe_sched_fn fn = pe->tl ? run_handle_timed : pe->check_nan_inf ? run_handle_checked : run_handle;
     for (int r = 0; r < pe->opt.exec_strategy.num_iteration_per_run; r++) {
         if (pe->sched) {
-            PE_CHECK(pe_sched_run(pe->sched, pe->g, fn, pe));
+            PE_CHECK(pe_sched_run(pe->sched, pe->g, fn, pe, intr_mark));
         } else {
-            for (int h = 0; h < pe->g->n_h; h++) PE_CHECK(fn(pe, h));
+            for (int h = 0; h < pe->g->n_h; h++) {
+                if (pe_interrupted_since(intr_mark)) return pe_interrupted_error();
+                PE_CHECK(fn(pe, h));
+            }
         }
     }
     return PE_OK;
@@ -469,6 +474,7 @@ static const char k_fetch_hint[] =
 /* One run: a dict feed (feeds == NULL) or a list feed of one dict per place. */
 static pe_status run(pe_parallel_executor *pe, const pe_feed *feed, int n_feed, const pe_feed *const *feeds,
                      const int *n_feeds, const char *const *fetch, int n_fetch, bool merged, pe_tensor **out) {
+    const unsigned intr_mark = pe_interrupt_mark();
     const int64_t t0 = pe->tl ? pe_timeline_now() : 0;
     PE_CHECK(pe_fetch_check_names(pe->prog, 0, fetch, n_fetch, k_fetch_hint));
     PE_CHECK(select_graph(pe, fetch, n_fetch));
@@ -480,7 +486,7 @@ static pe_status run(pe_parallel_executor *pe, const pe_feed *feed, int n_feed, 
                                 : plan_memory(pe, &feed, &n_feed, 1, fetch, n_fetch);
     pe->run_fetch = fetch;
     pe->run_n_fetch = n_fetch;
-    if (st == PE_OK) st = run_graph(pe);
+    if (st == PE_OK) st = run_graph(pe, intr_mark);
     if (st == PE_OK && (st = pe_pe_fetch(pe, fetch, n_fetch, merged, out)) == PE_OK) {
         pe->iter++;
         int k = pe->opt.exec_strategy.num_iteration_per_drop_scope;

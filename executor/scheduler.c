@@ -8,10 +8,25 @@
  * the shared queue in one locked push. Each handle is queued at most once
  * per run, so the queue is a flat array with head/tail indices.
  *
+ * The calling thread works too: it takes the first ready handle itself,
+ * wakes the pool for the others, and then takes queued handles until the
+ * run is over, sleeping only while the queue is empty. Why: on a host
+ * whose cores are all busy every hand-off between threads is a wait in
+ * the kernel's run queue (~1.3 ms measured on the 2-core benchmark host,
+ * /proc/<tid>/schedstat; docs/benchmarks.md, "The scheduler's hand-offs"),
+ * and a caller that slept through the run paid two per step (wake a
+ * worker to start, be woken at the end) before any op ran or after the
+ * last one; now the step starts on the thread that is already running and,
+ * when the caller runs the last handle, ends there.
+ *
  * Failure: the first error (status + message, copied out of the worker's
  * thread-local buffer) is kept and a cancel flag is set; handles that start
  * afterwards are skipped but still complete, so the run always drains and
- * returns — nothing hangs, and the next run starts clean.
+ * returns — nothing hangs, and the next run starts clean. An interrupt
+ * (pe_interrupt, runtime/interrupt.c) is such a failure: before starting a
+ * handle a worker compares the interrupt count with the run's mark, and a
+ * difference records PE_ERR_CANCELLED ("run interrupted"); handles already
+ * running, and collectives already issued, finish as they would.
  *
  * Asynchronous handles (collectives): a handle function may start its work
  * and return PE_SCHED_PENDING; whoever finishes the work (a communication
@@ -23,6 +38,7 @@
  * collective, and synchronous handles pay one compare for it.
  */
 #include "executor/scheduler.h"
+#include "runtime/internal.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -48,6 +64,7 @@ struct pe_sched {
     int head, tail;
     _Atomic int completed;
     _Atomic bool cancelled;
+    unsigned intr_mark; /* pe_interrupt_mark() at the run's start */
     bool running;
     pe_status err;
     char err_msg[2048];
@@ -109,7 +126,8 @@ static void finish(pe_sched *s, int h, int *next) {
 static void run_chain(pe_sched *s, int h) {
     while (h >= 0) {
         if (!atomic_load_explicit(&s->cancelled, memory_order_acquire)) {
-            pe_status st = s->fn(s->user, h);
+            pe_status st = __builtin_expect(pe_interrupted_since(s->intr_mark), 0) ? pe_interrupted_error()
+                                                                                   : s->fn(s->user, h);
             /* started, finishes later through pe_sched_done (maybe already
              * has, from inside fn): h is no longer this thread's */
             if (st == PE_SCHED_PENDING) return;
@@ -193,7 +211,7 @@ void pe_sched_free(pe_sched *s) {
 
 int pe_sched_threads(const pe_sched *s) { return s->n_threads; }
 
-pe_status pe_sched_run(pe_sched *s, const pe_ssa_graph *g, pe_sched_fn fn, void *user) {
+pe_status pe_sched_run(pe_sched *s, const pe_ssa_graph *g, pe_sched_fn fn, void *user, unsigned intr_mark) {
     if (g->n_h == 0) return PE_OK;
     if (g->n_h > s->cap_pending) {
         _Atomic int *np = malloc(sizeof *np * (size_t)g->n_h);
@@ -213,6 +231,7 @@ pe_status pe_sched_run(pe_sched *s, const pe_ssa_graph *g, pe_sched_fn fn, void 
     s->g = g;
     s->fn = fn;
     s->user = user;
+    s->intr_mark = intr_mark;
     s->head = s->tail = 0;
     s->err = PE_OK;
     s->err_msg[0] = '\0';
@@ -223,8 +242,20 @@ pe_status pe_sched_run(pe_sched *s, const pe_ssa_graph *g, pe_sched_fn fn, void 
         if (g->h[i].n_deps == 0) s->queue[s->tail++] = i;
     }
     s->running = true;
-    pthread_cond_broadcast(&s->cv_work);
-    while (atomic_load(&s->completed) < g->n_h) pthread_cond_wait(&s->cv_done, &s->mu);
+    /* the caller takes the first ready handle and wakes the pool for the
+     * rest, then takes from the queue until the run ends, sleeping only
+     * while the queue is empty */
+    int h = s->head < s->tail ? s->queue[s->head++] : -1;
+    if (s->tail - s->head == 1) pthread_cond_signal(&s->cv_work);
+    else if (s->tail - s->head > 1) pthread_cond_broadcast(&s->cv_work);
+    for (;;) {
+        pthread_mutex_unlock(&s->mu);
+        run_chain(s, h);
+        pthread_mutex_lock(&s->mu);
+        while (atomic_load(&s->completed) < g->n_h && s->head == s->tail) pthread_cond_wait(&s->cv_done, &s->mu);
+        if (atomic_load(&s->completed) >= g->n_h) break;
+        h = s->queue[s->head++];
+    }
     s->running = false;
     pe_status st = s->err;
     pthread_mutex_unlock(&s->mu);

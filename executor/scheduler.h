@@ -27,8 +27,11 @@ void pe_sched_free(pe_sched *s); /* accepts NULL */
 /* Runs every handle of g once, each after its predecessors. The first
  * failure cancels the handles not yet started (the graph still drains, so
  * nothing waits forever) and is returned with its message on the calling
- * thread. One run at a time per scheduler. */
-pe_status pe_sched_run(pe_sched *s, const pe_ssa_graph *g, pe_sched_fn fn, void *user);
+ * thread. An interrupt requested after intr_mark (pe_interrupt_mark(),
+ * runtime/internal.h) is such a failure: PE_ERR_CANCELLED, "run
+ * interrupted". One run at a time per scheduler. The calling thread runs
+ * handles too (fn is called from it as from the pool threads). */
+pe_status pe_sched_run(pe_sched *s, const pe_ssa_graph *g, pe_sched_fn fn, void *user, unsigned intr_mark);
 int pe_sched_threads(const pe_sched *s);
 /* Handle h of the current run, which returned PE_SCHED_PENDING, has
  * finished with st (its message in this thread's pe_last_error() when st

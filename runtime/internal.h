@@ -70,6 +70,14 @@ const char *pe_nonfinite_name(pe_nonfinite k); /* "NaN", "+Inf", "-Inf" */
 /* FLAGS_check_nan_inf=1 (or true) in the environment, read once. */
 bool pe_flag_check_nan_inf(void);
 
+/* The interrupt request (pe/interrupt.h, runtime/interrupt.c): a run notes
+ * pe_interrupt_mark() at its start and stops once pe_interrupted_since(mark)
+ * (a relaxed atomic load: cheap enough to check before every op), returning
+ * pe_interrupted_error() (PE_ERR_CANCELLED, "run interrupted ..."). */
+unsigned pe_interrupt_mark(void);
+bool pe_interrupted_since(unsigned mark);
+pe_status pe_interrupted_error(void);
+
 #ifdef __cplusplus
 }
 #endif

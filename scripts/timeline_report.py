@@ -3,6 +3,7 @@
 timeline hides behind compute, and the timeline as an SVG picture.
 
     scripts/timeline_report.py run.rank*.json [--skip 3] [--svg timeline.svg] [--svg-steps 2] [--merge all.json]
+                               [--starts]
 
 Reads the Chrome trace-event files PE writes with ExecutionStrategy.timeline_path
 or PE_TIMELINE (one per rank: pid = trainer rank; tracks "steps", "place N",
@@ -19,6 +20,12 @@ or PE_TIMELINE (one per rank: pid = trainer rank; tracks "steps", "place N",
             the same with only the backward pass's ops (type *_grad);
   exposed   comm time during which no op ran: what communication adds to a step.
 
+With --starts it also prints, per rank, when each place's first op of a
+step started (median over the kept steps, ms after the step's start), and
+for how much of the step two places or more were running an op at once:
+whether the places really run side by side (docs/benchmarks.md, the
+scheduler's hand-offs).
+
 The first --skip steps of each rank (default 1: the first run allocates
 and warms caches) are left out. With --svg the steps after the skipped ones
 (--svg-steps of them, default 2) are drawn: one row per track, ops of the
@@ -33,6 +40,7 @@ import collections
 import glob
 import html
 import json
+import re
 import sys
 
 OPTIMIZERS = ("sgd", "momentum", "adam", "merged_sgd", "merged_momentum", "merged_adam", "lars_momentum")
@@ -145,6 +153,53 @@ def print_report(rows, totals, procs, skip):
     print("hidden_by_backward %.1f%%" % pct(totals["hidden_bwd"], totals["comm"]))
 
 
+def median(v):
+    v = sorted(v)
+    return v[len(v) // 2] if v else 0.0
+
+
+def starts_report(events, threads, procs, skip):
+    """Per rank: each place's first op of a step (ms after the step's start,
+    median) and the share of the step time during which >= 2 places ran."""
+    keep = kept_steps(events, skip)
+    for pid in sorted(keep):
+        steps = set(keep[pid])
+        t_step = {e["args"]["step"]: (e["ts"], e["ts"] + e["dur"]) for e in events
+                  if e["pid"] == pid and e["cat"] == "step" and e["args"]["step"] in steps}
+        first = collections.defaultdict(dict)  # place track -> step -> first op start
+        spans = collections.defaultdict(lambda: collections.defaultdict(list))  # step -> track -> spans
+        for e in events:
+            if e["pid"] != pid or e["cat"] != "op" or e["args"].get("step") not in steps:
+                continue
+            # one place's ops may be drawn on several rows ("place 0 (cpu:0) #2")
+            track = re.sub(r" #\d+$", "", threads.get((pid, e["tid"]), str(e["tid"])))
+            st = e["args"]["step"]
+            first[track][st] = min(first[track].get(st, e["ts"]), e["ts"])
+            spans[st][track].append((e["ts"], e["ts"] + e["dur"]))
+        both = total = 0.0
+        for st, (b, e) in t_step.items():
+            total += e - b
+            # time covered by at least two tracks' unions
+            marks = []
+            for track, sp in spans[st].items():
+                for u in union(sp):
+                    marks += [(u[0], 1), (u[1], -1)]
+            marks.sort()
+            depth, last = 0, None
+            for t, d in marks:
+                if depth >= 2:
+                    both += t - last
+                depth += d
+                last = t
+        parts = ["%s +%.3f ms" % (track, median([first[track][st] - t_step[st][0] for st in first[track]]) / 1000.0)
+                 for track in sorted(first)]
+        skew = median([max(first[t][st] for t in first if st in first[t]) -
+                       min(first[t][st] for t in first if st in first[t]) for st in t_step])
+        print("%s: first op after the step's start (median): %s; start skew %.3f ms; >= 2 places running "
+              "%.1f%% of the step time" % (procs.get(pid, "pid %d" % pid), ", ".join(parts), skew / 1000.0,
+                                           pct(both, total)))
+
+
 COLORS = {"forward": "#4e79a7", "backward": "#f28e2b", "optimizer": "#59a14f", "comm": "#e15759", "step": "#bab0ac"}
 
 
@@ -218,6 +273,8 @@ def main(argv=None):
     ap.add_argument("--svg-steps", type=int, default=2, help="steps drawn in the SVG (default 2)")
     ap.add_argument("--width", type=int, default=1400, help="SVG width in pixels")
     ap.add_argument("--merge", help="write all the given ranks' events as one trace file")
+    ap.add_argument("--starts", action="store_true",
+                    help="print when each place's first op started and how long places ran at once")
     a = ap.parse_args(argv)
     paths = sorted({p for t in a.traces for p in (glob.glob(t) or [t])})
     events, threads, procs, everything = load(paths)
@@ -229,6 +286,8 @@ def main(argv=None):
         print("timeline_report: no steps after --skip %d in %s" % (a.skip, ", ".join(paths)), file=sys.stderr)
         return 1
     print_report(rows, totals, procs, a.skip)
+    if a.starts:
+        starts_report(events, threads, procs, a.skip)
     if a.svg:
         render_svg(events, threads, procs, a.skip, a.svg_steps, a.svg, a.width)
         print("wrote %s" % a.svg)

@@ -456,6 +456,7 @@ static int run(const run_args *a) {
         rc = pe_tool_fail_status(PE_ERR_NOMEM, "setting up the run");
         goto done;
     }
+    pe_tool_sigint_catch(true); /* Ctrl-C from here to the end of the run: exit 130 */
     if (startup && (st = pe_executor_run(ex, startup, 0, scope, NULL, 0, NULL, 0, NULL)) != PE_OK) {
         rc = pe_tool_fail_status(st, "startup program %s", a->startup);
         goto done;
@@ -489,6 +490,10 @@ static int run(const run_args *a) {
             goto done;
         }
     if (a->n_trainers > 1 && (rc = shard_feeds(a, prog, feeds, views)) != PE_EXIT_OK) goto done;
+    if (pe_tool_sigint) {
+        rc = pe_tool_interrupted("%s: stopped before the run", a->program);
+        goto done;
+    }
     rc = PE_EXIT_FAIL;
     if (a->n_places > 1 || a->n_trainers > 1) {
         pe_place places[64];
@@ -512,8 +517,13 @@ static int run(const run_args *a) {
     } else {
         st = pe_executor_run(ex, prog, 0, scope, feeds, a->n_feeds, a->fetch, a->n_fetch, out);
     }
+    pe_tool_sigint_catch(false);
     if (st != PE_OK) {
         rc = pe_tool_fail_status(st, "%s", a->program);
+        goto done;
+    }
+    if (pe_tool_sigint) { /* came as the run ended */
+        rc = pe_tool_interrupted("%s: after the run; nothing written", a->program);
         goto done;
     }
     /* with several trainers, trainer 0 writes the files (every trainer holds the same values) */
@@ -542,6 +552,7 @@ static int run(const run_args *a) {
     }
     rc = PE_EXIT_OK;
 done:
+    pe_tool_sigint_catch(false);
     for (int i = 0; out && i < a->n_fetch; i++) pe_tensor_free(out[i]);
     free(out);
     for (int i = 0; views && i < a->n_feeds; i++) pe_tensor_free(views[i]);

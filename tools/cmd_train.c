@@ -628,6 +628,7 @@ static int train(const train_args *a) {
             rc = pe_tool_fail_status(PE_ERR_NOMEM, "batch of '%s'", s.fed[j]);
             goto done;
         }
+    pe_tool_sigint_catch(true); /* Ctrl-C from here to the last step: exit 130 */
     if (a->startup && (st = pe_executor_run(s.ex, s.startup, 0, s.scope, NULL, 0, NULL, 0, NULL)) != PE_OK) {
         rc = pe_tool_fail_status(st, "startup program %s", a->startup);
         goto done;
@@ -661,6 +662,10 @@ static int train(const train_args *a) {
     int64_t samples_since = 0;
     long steps_since = 0;
     for (long step = 0; step < a->steps; step++) {
+        if (pe_tool_sigint) {
+            rc = pe_tool_interrupted("%s: stopped before step %ld; nothing saved", a->program, a->first_step + step + 1);
+            goto done;
+        }
         int64_t rows = 0;
         long batch = (a->first_step + step) % n_batches;
         if ((rc = load_batch(a, &s, batch, &rows)) != PE_EXIT_OK) goto done;
@@ -739,6 +744,11 @@ static int train(const train_args *a) {
             steps_since = 0;
         }
     }
+    pe_tool_sigint_catch(false);
+    if (pe_tool_sigint) { /* came as the last step ended */
+        rc = pe_tool_interrupted("%s: after the last step; nothing saved", a->program);
+        goto done;
+    }
     if (a->steps > 0) {
         long from = a->steps > WARMUP_STEPS ? WARMUP_STEPS : 0, n = a->steps - from;
         double med = median(s.times + from, n), cpu = median(s.cpu + from, n);
@@ -769,6 +779,7 @@ static int train(const train_args *a) {
     }
     rc = PE_EXIT_OK;
 done:
+    pe_tool_sigint_catch(false);
     state_free(&s);
     return rc;
 }

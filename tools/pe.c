@@ -12,6 +12,11 @@
  * tools/tool.h (one "pe: error:" line for a failure, never a signal): the
  * library's messages are flattened to a single line here, because a message
  * built from a hostile file may carry newlines or control characters.
+ * Ctrl-C: while `pe run` / `pe train` run programs (pe_tool_sigint_catch),
+ * a SIGINT handler (one shot: SA_RESETHAND, so a second Ctrl-C kills as
+ * usual) calls pe_interrupt(), which stops the run in progress between ops;
+ * the command then exits with 130 and one "pe: interrupted (Ctrl-C): ..."
+ * line. Elsewhere Ctrl-C kills as usual.
  */
 #include "tool.h"
 
@@ -208,7 +213,7 @@ static void print_main_help(FILE *f) {
 
 /* Writes "pe: error: " + msg as one line: control characters (newlines,
  * tabs, escape sequences from a hostile file) become spaces. */
-static void print_error_line(const char *msg) {
+static void print_line(const char *head, const char *msg) {
     char line[4096];
     size_t n = 0;
     for (const unsigned char *p = (const unsigned char *)msg; *p && n + 1 < sizeof line; p++)
@@ -216,18 +221,58 @@ static void print_error_line(const char *msg) {
     while (n > 0 && line[n - 1] == ' ') n--;
     line[n] = '\0';
     if (pe_tool_trainers > 1)
-        fprintf(stderr, "pe: error: trainer %d of %d: %s\n", pe_tool_trainer, pe_tool_trainers, n ? line : "unknown failure");
+        fprintf(stderr, "pe: %s: trainer %d of %d: %s\n", head, pe_tool_trainer, pe_tool_trainers,
+                n ? line : "unknown failure");
     else
-        fprintf(stderr, "pe: error: %s\n", n ? line : "unknown failure");
+        fprintf(stderr, "pe: %s: %s\n", head, n ? line : "unknown failure");
+}
+
+static void print_error_line(const char *msg) { print_line("error", msg); }
+
+volatile sig_atomic_t pe_tool_sigint;
+
+static void on_sigint(int sig) {
+    (void)sig;
+    pe_tool_sigint = 1;
+    pe_interrupt();
+}
+
+static void vprint_line(const char *head, const char *fmt, va_list ap) {
+    char msg[4096];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    print_line(head, msg);
+}
+
+void pe_tool_sigint_catch(bool on) {
+    static struct sigaction prev;
+    static bool caught;
+    if (on == caught) return;
+    if (on) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_sigint;
+        sa.sa_flags = SA_RESETHAND; /* a second Ctrl-C kills */
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(SIGINT, &sa, &prev) != 0) return;
+    } else {
+        sigaction(SIGINT, &prev, NULL);
+    }
+    caught = on;
+}
+
+int pe_tool_interrupted(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vprint_line("interrupted (Ctrl-C)", fmt, ap);
+    va_end(ap);
+    return PE_EXIT_INTERRUPTED;
 }
 
 int pe_tool_fail(const char *fmt, ...) {
-    char msg[4096];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    vprint_line("error", fmt, ap);
     va_end(ap);
-    print_error_line(msg);
     return PE_EXIT_FAIL;
 }
 
@@ -242,6 +287,7 @@ int pe_tool_fail_status(pe_status st, const char *ctx_fmt, ...) {
     const char *last = pe_last_error();
     if (!last[0]) last = pe_status_name(st);
     snprintf(msg, sizeof msg, "%s%s%s", ctx, ctx[0] ? ": " : "", last);
+    if (st == PE_ERR_CANCELLED && pe_tool_sigint) return pe_tool_interrupted("%s", msg);
     print_error_line(msg);
     return PE_EXIT_FAIL;
 }

@@ -8,6 +8,13 @@
  *                       "pe: error: <what and where>" (pe_tool_fail*)
  *     PE_EXIT_USAGE  2  bad command line: "pe: error: ..." plus a usage line
  *                       (pe_tool_usage_error)
+ *     PE_EXIT_INTERRUPTED 130  Ctrl-C (SIGINT) while `run` / `train` run
+ *                       programs (pe_tool_sigint_catch): the run in
+ *                       progress stops between ops (pe_interrupt), the
+ *                       command ends with one stderr line
+ *                       "pe: interrupted (Ctrl-C): ..." (pe_tool_interrupted)
+ *                       and writes nothing more; a second Ctrl-C kills the
+ *                       process as usual
  *
  * Flags take their value as the next argument or after '=' (`--out DIR`,
  * `--out=DIR`); pe_tool_flag does that parsing for all commands.
@@ -20,7 +27,20 @@
 
 #include "pe/pe.h"
 
-enum { PE_EXIT_OK = 0, PE_EXIT_FAIL = 1, PE_EXIT_USAGE = 2 };
+#include <signal.h>
+
+enum { PE_EXIT_OK = 0, PE_EXIT_FAIL = 1, PE_EXIT_USAGE = 2, PE_EXIT_INTERRUPTED = 130 };
+
+/* Set by the SIGINT handler (tools/pe.c), which also calls pe_interrupt():
+ * a command checks it between steps and stops with pe_tool_interrupted. */
+extern volatile sig_atomic_t pe_tool_sigint;
+/* Installs (on) or removes (off: the previous disposition back) that
+ * handler: around the part of a command that runs programs. Idempotent. */
+void pe_tool_sigint_catch(bool on);
+/* Prints "pe: interrupted (Ctrl-C): <fmt...>" as one line on stderr;
+ * returns PE_EXIT_INTERRUPTED. pe_tool_fail_status calls it for a run
+ * that returned PE_ERR_CANCELLED after Ctrl-C. */
+int pe_tool_interrupted(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 typedef struct pe_tool_cmd {
     const char *name;

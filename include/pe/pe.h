@@ -39,6 +39,7 @@
 #include "pe/build.h"
 #include "pe/plan.h"
 #include "pe/world.h"
+#include "pe/interrupt.h"
 
 #define PE_VERSION_STRING "0.1.0"
 

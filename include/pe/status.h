@@ -30,7 +30,7 @@ typedef enum pe_status {
     PE_ERR_NOMEM,       /* allocation failure */
     PE_ERR_UNSUPPORTED, /* valid request this build cannot serve */
     PE_ERR_DEVICE,      /* CUDA / oneDNN / BLAS runtime failure */
-    PE_ERR_CANCELLED,   /* run cancelled because another place failed */
+    PE_ERR_CANCELLED,   /* run cancelled: another place failed, or pe_interrupt */
     PE_ERR_INTERNAL,    /* invariant broken: a bug in PE */
     PE_STATUS_COUNT
 } pe_status;

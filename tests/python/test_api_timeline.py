@@ -12,12 +12,14 @@
 - `pe train --places cpu:2 --timeline PREFIX` writes PREFIX.rank0.json; with
   one place it is a usage error (exit 2).
 - scripts/timeline_report.py reads the trace: the hidden fraction is in
-  [0, 1], and it renders an SVG.
+  [0, 1], and it renders an SVG; --starts gives each place's first op
+  start, the start skew and the share of time both places ran, in range.
 """
 import collections
 import gc
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -108,6 +110,11 @@ def test_timeline_on(monkeypatch, tmp_path):
     assert 0.0 <= frac <= 1.0
     with open(svg) as f:
         assert f.read().lstrip().startswith("<svg")
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "timeline_report.py"), path, "--skip", "1",
+                          "--starts"], capture_output=True, text=True, check=True).stdout
+    starts = [line for line in out.splitlines() if "start skew" in line]
+    assert len(starts) == 1 and "place 0 (cpu:0) +" in starts[0] and "place 1 (cpu:1) +" in starts[0], out
+    assert 0.0 <= float(re.search(r"running ([0-9.]+)%", starts[0]).group(1)) <= 100.0, out
 
 
 def test_timeline_off(monkeypatch, tmp_path):

@@ -3,12 +3,16 @@
  * fetched once, allreduce across places, error propagation without hangs,
  * dropped local scopes (on demand, and every num_iteration_per_drop_scope
  * runs with the allocator's bytes), share_vars_from, num_threads
- * independence, strategy values out of range refused. */
+ * independence, strategy values out of range refused, pe_interrupt from
+ * another thread stopping a run (both executors) that the next run
+ * survives. */
 #include "tests/unit/op_test_util.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static pe_place g_places[8];
 
@@ -525,6 +529,92 @@ static void test_invalid_strategy_values(void **state) {
     pe_program_free(p);
 }
 
+/* h0 = scale(x, 1), h1 = scale(h0, 1), ... h<n-1>: n ops, each a pass
+ * over x (no change to the values). */
+static pe_program *chain_prog(int n, int64_t cols) {
+    pe_program *p = pe_program_new();
+    decl(p, "x", 2, (int64_t[]){-1, cols});
+    char in[32] = "x", out[32];
+    for (int i = 0; i < n; i++) {
+        snprintf(out, sizeof out, "h%d", i);
+        decl(p, out, 2, (int64_t[]){-1, cols});
+        pe_op *op = pe_block_add_op(&p->blocks[0], "scale");
+        pe_op_add_input(op, "X", in);
+        pe_op_add_output(op, "Out", out);
+        pe_op_set_float(op, "scale", 1.0);
+        memcpy(in, out, sizeof in);
+    }
+    return p;
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void *interrupt_after_20ms(void *arg) {
+    (void)arg;
+    nanosleep(&(struct timespec){0, 20 * 1000000L}, NULL);
+    pe_interrupt();
+    return NULL;
+}
+
+/* A run of 3000 ops over a [512, 4096] feed (8 MiB) takes seconds; a
+ * pe_interrupt from another thread 20 ms in stops it (PE_ERR_CANCELLED,
+ * "run interrupted") long before, on 2 places and on the single-place
+ * executor; the next run is whole and right; an interrupt made between
+ * runs reaches no run. */
+static void test_interrupt(void **state) {
+    (void)state;
+    const int n_ops = 3000;
+    const int64_t rows = 512, cols = 4096;
+    pe_program *p = chain_prog(n_ops, cols);
+    pe_tensor *x = pe_tensor_new(), *small = pe_tensor_new();
+    assert_int_equal(pe_tensor_resize(x, PE_DTYPE_FP32, 2, (int64_t[]){rows, cols}, pe_place_cpu(0)), PE_OK);
+    assert_int_equal(pe_tensor_resize(small, PE_DTYPE_FP32, 2, (int64_t[]){2, cols}, pe_place_cpu(0)), PE_OK);
+    for (int64_t i = 0; i < rows * cols; i++) ((float *)pe_tensor_data(x))[i] = (float)(i % 1000);
+    for (int64_t i = 0; i < 2 * cols; i++) ((float *)pe_tensor_data(small))[i] = (float)i;
+    char last[32];
+    snprintf(last, sizeof last, "h%d", n_ops - 1);
+    const char *fetch[] = {last};
+    pe_tensor *out = pe_tensor_new();
+    for (int places = 0; places <= 2; places += 2) { /* 0: the single-place executor */
+        pe_scope *scope = pe_scope_new(NULL);
+        pe_parallel_executor *pe = places ? make_pe(p, scope, places, 0) : NULL;
+        pe_executor *ex = places ? NULL : pe_executor_new(pe_place_cpu(0));
+        for (int rep = 0; rep < 2; rep++) {
+            pe_feed feed = {"x", x};
+            pthread_t t;
+            assert_int_equal(pthread_create(&t, NULL, interrupt_after_20ms, NULL), 0);
+            double t0 = now_s();
+            pe_status st = pe ? pe_run(pe, &feed, 1, fetch, 1, true, &out)
+                              : pe_executor_run(ex, p, 0, scope, &feed, 1, fetch, 1, &out);
+            double took = now_s() - t0;
+            pthread_join(t, NULL);
+            assert_int_equal(st, PE_ERR_CANCELLED);
+            if (!strstr(pe_last_error(), "run interrupted")) fail_msg("message '%s'", pe_last_error());
+            /* a whole run is 3000 passes over 8 MiB: seconds */
+            if (took > 1.0) fail_msg("%d places: the interrupted run took %.3f s", places, took);
+            /* an interrupt between runs reaches no run: the next is whole */
+            pe_interrupt();
+            feed.tensor = small;
+            st = pe ? pe_run(pe, &feed, 1, fetch, 1, true, &out)
+                    : pe_executor_run(ex, p, 0, scope, &feed, 1, fetch, 1, &out);
+            if (st != PE_OK) fail_msg("%s", pe_last_error());
+            tu_assert_dims(out, 2, (int64_t[]){2, cols});
+            for (int64_t i = 0; i < 2 * cols; i++) assert_true(((float *)pe_tensor_data(out))[i] == (float)i);
+        }
+        pe_parallel_executor_free(pe);
+        pe_executor_free(ex);
+        pe_scope_free(scope);
+    }
+    pe_tensor_free(out);
+    pe_tensor_free(x);
+    pe_tensor_free(small);
+    pe_program_free(p);
+}
+
 int main(void) {
     setup_places();
     const struct CMUnitTest tests[] = {
@@ -540,6 +630,7 @@ int main(void) {
         cmocka_unit_test(test_cpu_num),
         cmocka_unit_test(test_drop_scope_every_k_runs),
         cmocka_unit_test(test_invalid_strategy_values),
+        cmocka_unit_test(test_interrupt),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,7 +10,9 @@
  * returns. Checked: every handle runs once, after all its predecessors
  * have finished; errors from asynchronous handles come back with their
  * message; a failure while asynchronous handles are pending cancels the
- * rest and the run still drains; hundreds of runs on 1..4 threads.
+ * rest and the run still drains; hundreds of runs on 1..4 threads;
+ * pe_interrupt from another thread stops a run (PE_ERR_CANCELLED) and
+ * reaches only the runs in progress.
  */
 #include "tests/unit/op_test_util.h"
 #include "executor/scheduler.h"
@@ -21,6 +23,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- graphs ------------------------------------------------------------------- */
 
@@ -113,7 +116,7 @@ static void completer_stop(completer *c) {
 
 /* ---- the handle function -------------------------------------------------------- */
 
-enum { SYNC, ASYNC_COMPLETER, ASYNC_INLINE, ASYNC_COMM };
+enum { SYNC, ASYNC_COMPLETER, ASYNC_INLINE, ASYNC_COMM, SYNC_SLOW };
 
 typedef struct {
     pe_sched *s;
@@ -174,6 +177,11 @@ static pe_status handle_fn(void *user, int h) {
         pe_work_on_done(w, comm_cb, &g_args[h]);
         return PE_SCHED_PENDING;
     }
+    case SYNC_SLOW: {
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+        /* fall through */
     default:
         mark_done(x, h);
         if (fail) return pe_error(x->fail_st, "sync handle %d failed", h);
@@ -253,7 +261,7 @@ static void test_async_many_runs(void **state) {
                 rng = rng * 6364136223846793005ull + 1442695040888963407ull;
                 f.x.mode[i] = (int)((rng >> 33) % 3); /* SYNC, ASYNC_COMPLETER, ASYNC_INLINE */
             }
-            assert_int_equal(pe_sched_run(s, f.g, handle_fn, &f.x), PE_OK);
+            assert_int_equal(pe_sched_run(s, f.g, handle_fn, &f.x, pe_interrupt_mark()), PE_OK);
             if (atomic_load(&f.x.order_bad)) fail_msg("handle %d ran before a predecessor finished", f.x.order_bad - 1);
             for (int i = 0; i < f.g->n_h; i++)
                 if (atomic_load(&f.x.runs[i]) != 1) fail_msg("run %d: handle %d ran %d times", run, i, f.x.runs[i]);
@@ -277,7 +285,7 @@ static void test_async_collectives(void **state) {
     for (int run = 0; run < 50; run++) {
         fixture_reset(&f);
         for (int i = 0; i < f.g->n_h; i++) f.x.mode[i] = ASYNC_COMM;
-        assert_int_equal(pe_sched_run(s, f.g, handle_fn, &f.x), PE_OK);
+        assert_int_equal(pe_sched_run(s, f.g, handle_fn, &f.x, pe_interrupt_mark()), PE_OK);
         for (int i = 0; i < f.g->n_h; i++) {
             int pair = i ^ 1;
             if (f.x.val[i] != i + pair) fail_msg("handle %d: allreduce gave %d, want %d", i, f.x.val[i], i + pair);
@@ -307,7 +315,7 @@ static void test_async_errors_and_cancel(void **state) {
             f.x.fail_h = variant == 2 ? 4 * 4 + 2 : 4 * 4 + 1;
             if (variant == 1) f.x.mode[f.x.fail_h] = ASYNC_INLINE;
             f.x.fail_st = PE_ERR_DEVICE;
-            pe_status st = pe_sched_run(s, f.g, handle_fn, &f.x);
+            pe_status st = pe_sched_run(s, f.g, handle_fn, &f.x, pe_interrupt_mark());
             assert_int_equal(st, PE_ERR_DEVICE);
             char want[64];
             snprintf(want, sizeof want, "handle %d failed", f.x.fail_h);
@@ -318,7 +326,66 @@ static void test_async_errors_and_cancel(void **state) {
             /* and the scheduler is fine afterwards */
             fixture_reset(&f);
             f.x.fail_h = -1;
-            assert_int_equal(pe_sched_run(s, f.g, handle_fn, &f.x), PE_OK);
+            assert_int_equal(pe_sched_run(s, f.g, handle_fn, &f.x, pe_interrupt_mark()), PE_OK);
+            for (int i = 0; i < f.g->n_h; i++) assert_int_equal(atomic_load(&f.x.runs[i]), 1);
+        }
+        fixture_free(&f);
+        completer_stop(&c);
+        pe_sched_free(s);
+    }
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void *interrupter(void *arg) {
+    struct timespec d = {0, *(long *)arg};
+    nanosleep(&d, NULL);
+    pe_interrupt();
+    return NULL;
+}
+
+/* pe_interrupt from another thread, while slow sync handles and async ones
+ * (finished by the completer) run: the run returns PE_ERR_CANCELLED
+ * ("run interrupted") long before its end, the handles not started stay
+ * so, it drains, and the next run is whole; an interrupt made before a
+ * run's mark does not touch it. */
+static void test_interrupt(void **state) {
+    (void)state;
+    for (int threads = 1; threads <= 3; threads += 2) {
+        pe_sched *s = pe_sched_new(threads);
+        completer c;
+        completer_start(&c, s);
+        fixture f;
+        fixture_init(&f, 100, 4, s, &c);
+        for (int i = 0; i < f.g->n_h; i++) f.x.mode[i] = i % 3 == 2 ? ASYNC_COMPLETER : SYNC_SLOW;
+        /* a whole run: ~270 slow handles of 1 ms over `threads` threads */
+        fixture_reset(&f);
+        double t0 = now_s();
+        assert_int_equal(pe_sched_run(s, f.g, handle_fn, &f.x, pe_interrupt_mark()), PE_OK);
+        double whole = now_s() - t0;
+        for (int rep = 0; rep < 3; rep++) {
+            fixture_reset(&f);
+            long delay_ns = 20 * 1000000L;
+            pthread_t t;
+            unsigned mark = pe_interrupt_mark();
+            assert_int_equal(pthread_create(&t, NULL, interrupter, &delay_ns), 0);
+            t0 = now_s();
+            pe_status st = pe_sched_run(s, f.g, handle_fn, &f.x, mark);
+            double took = now_s() - t0;
+            pthread_join(t, NULL);
+            assert_int_equal(st, PE_ERR_CANCELLED);
+            if (!strstr(pe_last_error(), "run interrupted")) fail_msg("message '%s'", pe_last_error());
+            for (int i = f.g->n_h - 4; i < f.g->n_h; i++) assert_int_equal(atomic_load(&f.x.runs[i]), 0);
+            for (int i = 0; i < f.g->n_h; i++) assert_true(atomic_load(&f.x.runs[i]) <= 1);
+            if (took > 0.5 * whole + 0.02)
+                fail_msg("%d threads: the interrupted run took %.3f s of a whole run's %.3f s", threads, took, whole);
+            /* the interrupt is spent: the next run is whole */
+            fixture_reset(&f);
+            assert_int_equal(pe_sched_run(s, f.g, handle_fn, &f.x, pe_interrupt_mark()), PE_OK);
             for (int i = 0; i < f.g->n_h; i++) assert_int_equal(atomic_load(&f.x.runs[i]), 1);
         }
         fixture_free(&f);
@@ -332,6 +399,7 @@ int main(void) {
         cmocka_unit_test(test_async_many_runs),
         cmocka_unit_test(test_async_collectives),
         cmocka_unit_test(test_async_errors_and_cancel),
+        cmocka_unit_test(test_interrupt),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -488,7 +488,7 @@ static int add_exceptions(PyObject *m) {
         {PE_ERR_NOMEM, "ResourceExhaustedError", &PyExc_MemoryError, "Allocation failure."},
         {PE_ERR_UNSUPPORTED, "UnsupportedError", &PyExc_NotImplementedError, "Valid request this build cannot serve."},
         {PE_ERR_DEVICE, "DeviceError", &PyExc_RuntimeError, "CUDA / oneDNN / BLAS runtime failure."},
-        {PE_ERR_CANCELLED, "CancelledError", &PyExc_RuntimeError, "Run cancelled because another place failed."},
+        {PE_ERR_CANCELLED, "CancelledError", &PyExc_RuntimeError, "Run cancelled: another place failed, or pe_interrupt() (a run interrupted by Ctrl-C raises KeyboardInterrupt instead)."},
         {PE_ERR_INTERNAL, "InternalError", &PyExc_RuntimeError, "Invariant broken: a bug in PE."},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {

@@ -3,8 +3,79 @@
 #include "_core.h"
 
 #include <limits.h>
+#include <pythread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* ---- Ctrl-C during a run ---------------------------------------------- */
+
+/* A run releases the GIL, so Python's SIGINT handler only sets a flag that
+ * nothing reads until the run ends. While a run is in progress on the main
+ * thread, run_sigint is SIGINT's handler instead: it calls pe_interrupt()
+ * (the run stops between ops, PE_ERR_CANCELLED) and chains to the handler
+ * it replaced (Python's own C handler, so Python's signal machinery sees
+ * the signal); after the run the old handler is back and
+ * PyErr_CheckSignals() runs the Python-level handler, which raises
+ * KeyboardInterrupt (not a pe error). Nothing is installed when SIGINT is
+ * SIG_DFL or SIG_IGN (Ctrl-C then kills, or is ignored, as the user set),
+ * or off the main thread (Python runs its handlers there only). */
+static struct sigaction g_sigint_prev;
+static volatile sig_atomic_t g_sigint_hit;
+
+static void run_sigint(int sig, siginfo_t *info, void *uctx) {
+    g_sigint_hit = 1;
+    pe_interrupt();
+    if (g_sigint_prev.sa_flags & SA_SIGINFO)
+        g_sigint_prev.sa_sigaction(sig, info, uctx);
+    else
+        g_sigint_prev.sa_handler(sig);
+}
+
+/* threading.main_thread().ident, once (0 when unknown) */
+static unsigned long main_thread_ident(void) {
+    static unsigned long ident;
+    if (ident) return ident;
+    PyObject *th = PyImport_ImportModule("threading");
+    PyObject *m = th ? PyObject_CallMethod(th, "main_thread", NULL) : NULL;
+    PyObject *i = m ? PyObject_GetAttrString(m, "ident") : NULL;
+    if (i) ident = PyLong_AsUnsignedLong(i);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        ident = 0;
+    }
+    Py_XDECREF(i);
+    Py_XDECREF(m);
+    Py_XDECREF(th);
+    return ident;
+}
+
+/* With the GIL, before a run: 1 when run_sigint was installed. */
+static int sigint_begin(void) {
+    if (PyThread_get_thread_ident() != main_thread_ident()) return 0;
+    struct sigaction cur;
+    if (sigaction(SIGINT, NULL, &cur) != 0) return 0;
+    if (!(cur.sa_flags & SA_SIGINFO) && (cur.sa_handler == SIG_DFL || cur.sa_handler == SIG_IGN)) return 0;
+    g_sigint_prev = cur;
+    g_sigint_hit = 0;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = run_sigint;
+    sa.sa_flags = SA_SIGINFO | (cur.sa_flags & SA_ONSTACK);
+    sigemptyset(&sa.sa_mask);
+    return sigaction(SIGINT, &sa, NULL) == 0;
+}
+
+/* With the GIL, after the run: puts the old handler back; -1 with the
+ * exception of Python's SIGINT handler (KeyboardInterrupt) set when Ctrl-C
+ * came during the run, else 0. */
+static int sigint_end(int installed) {
+    if (!installed) return 0;
+    sigaction(SIGINT, &g_sigint_prev, NULL);
+    if (!g_sigint_hit) return 0;
+    g_sigint_hit = 0;
+    return PyErr_CheckSignals();
+}
 
 /* ---- feeds ------------------------------------------------------------ */
 
@@ -220,6 +291,7 @@ static PyObject *executor_run(ExecutorObject *self, PyObject *args, PyObject *kw
     }
     self->busy = 1;
     pe_status st;
+    int sig = sigint_begin();
     Py_BEGIN_ALLOW_THREADS
     st = pe_executor_run(self->ex, prog->p, block, scope->s, fs.f, fs.n, (const char *const *)fetch.s, fetch.n, out);
     Py_END_ALLOW_THREADS
@@ -227,6 +299,10 @@ static PyObject *executor_run(ExecutorObject *self, PyObject *args, PyObject *kw
     feedset_free(&fs);
     int n_fetch = fetch.n;
     strlist_free(&fetch);
+    if (sigint_end(sig) < 0) {
+        fetch_tensors_free(out, n_fetch);
+        return NULL;
+    }
     if (st != PE_OK) {
         fetch_tensors_free(out, n_fetch);
         return raise_status(st);
@@ -597,6 +673,7 @@ static PyObject *pe_run_(PEObject *self, PyObject *args, PyObject *kw) {
     }
     self->busy = 1;
     pe_status st;
+    int sig = sigint_begin();
     Py_BEGIN_ALLOW_THREADS
     if (is_list)
         st = pe_run_list(self->pe, lists, counts, n_sets, (const char *const *)fetch.s, fetch.n, merged != 0, out);
@@ -604,6 +681,7 @@ static PyObject *pe_run_(PEObject *self, PyObject *args, PyObject *kw) {
         st = pe_run(self->pe, fs[0].f, fs[0].n, (const char *const *)fetch.s, fetch.n, merged != 0, out);
     Py_END_ALLOW_THREADS
     self->busy = 0;
+    if (sigint_end(sig) < 0) goto done;
     if (st != PE_OK) {
         raise_status(st);
         goto done;
