@@ -34,9 +34,11 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default)
 
 void pe_interrupt(void);
 
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif
