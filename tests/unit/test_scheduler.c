@@ -356,7 +356,7 @@ static void *interrupter(void *arg) {
 static void test_interrupt(void **state) {
     (void)state;
     for (int threads = 1; threads <= 3; threads += 2) {
-        pe_sched *s = pe_sched_new(threads);
+        pe_sched *s = pe_sched_new(threads, 1);
         completer c;
         completer_start(&c, s);
         fixture f;
