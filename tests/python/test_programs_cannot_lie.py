@@ -155,3 +155,109 @@ def test_names_with_a_nul_are_refused_not_cut_short(tmp_path):
     p.write_bytes(struct.pack("<Q", len(h)) + h + b"\0" * 4)
     with pytest.raises(pe.FormatError, match=r"escaped NUL \(\\u0000\) at header byte 3"):
         pe._core.safetensors_read(str(p), pe.static.Scope())
+
+
+# ---- the declared in-place pairs really are safe in place -------------------------------------------
+#
+# Each row runs an op twice: into new vars, and with every declared pair's output naming its input
+# (what the checker now accepts); the results must be bitwise the same.
+
+def _r(*shape, lo=-1.0, hi=1.0, seed=[0]):
+    seed[0] += 1
+    return np.random.RandomState(seed[0]).uniform(lo, hi, shape).astype(np.float32)
+
+
+def _probs(*shape):
+    e = np.exp(_r(*shape))
+    return (e / e.sum(-1, keepdims=True)).astype(np.float32)
+
+
+_ALIAS_ROWS = [
+    ("relu", {"X": [_r(2, 3)]}, {}, [("X", "Out")]),
+    ("scale", {"X": [_r(2, 3)]}, {"scale": 3.0, "bias": 1.0}, [("X", "Out")]),
+    ("elementwise_add", {"X": [_r(2, 3)], "Y": [_r(3)]}, {}, [("X", "Out")]),
+    ("elementwise_div", {"X": [_r(2, 3)], "Y": [_r(2, 3, lo=1.0, hi=2.0)]}, {}, [("X", "Out")]),
+    ("sum", {"X": [_r(4, 5), _r(4, 5), _r(4, 5)]}, {}, [("X", "Out")]),
+    ("reshape2", {"X": [_r(2, 6)]}, {"shape": [3, 4]}, [("X", "Out")]),
+    ("sigmoid_grad", {"Out": [_probs(2, 3)], "Out@GRAD": [_r(2, 3)]}, {}, [("Out@GRAD", "X@GRAD")]),
+    ("softmax_grad", {"Out": [_probs(3, 4)], "Out@GRAD": [_r(3, 4)]}, {"axis": -1}, [("Out@GRAD", "X@GRAD")]),
+    ("softmax_grad", {"Out": [_probs(3, 4, 2)], "Out@GRAD": [_r(3, 4, 2)]}, {"axis": 1}, [("Out@GRAD", "X@GRAD")]),
+    ("log_softmax_grad", {"Out": [np.log(_probs(3, 4))], "Out@GRAD": [_r(3, 4)]}, {"axis": -1},
+     [("Out@GRAD", "X@GRAD")]),
+    ("gelu_grad", {"X": [_r(2, 3)], "Out@GRAD": [_r(2, 3)]}, {}, [("Out@GRAD", "X@GRAD")]),
+    ("leaky_relu_grad", {"X": [_r(2, 3)], "Out@GRAD": [_r(2, 3)]}, {"alpha": 0.1}, [("Out@GRAD", "X@GRAD")]),
+    ("softmax_with_cross_entropy_grad",
+     {"Label": [np.array([[1], [2], [0]], np.int64)], "Softmax": [_probs(3, 4)], "Loss@GRAD": [_r(3, 1)]}, {},
+     [("Softmax", "Logits@GRAD")]),
+    ("clip_by_global_norm", {"X": [_r(3, 2), _r(4)]}, {"max_global_norm": 0.5}, [("X", "Out")]),
+    ("sgd", {"Param": [_r(5)], "Grad": [_r(5)], "LearningRate": [np.array([0.1], np.float32)]}, {},
+     [("Param", "ParamOut")]),
+    ("momentum", {"Param": [_r(5)], "Grad": [_r(5)], "Velocity": [_r(5)],
+                  "LearningRate": [np.array([0.1], np.float32)]}, {"use_nesterov": True},
+     [("Param", "ParamOut"), ("Velocity", "VelocityOut")]),
+    ("adam", {"Param": [_r(5)], "Grad": [_r(5)], "LearningRate": [np.array([0.1], np.float32)],
+              "Moment1": [_r(5)], "Moment2": [_r(5, lo=0.0)], "Beta1Pow": [np.array([0.9], np.float32)],
+              "Beta2Pow": [np.array([0.999], np.float32)]}, {},
+     [("Param", "ParamOut"), ("Moment1", "Moment1Out"), ("Moment2", "Moment2Out"),
+      ("Beta1Pow", "Beta1PowOut"), ("Beta2Pow", "Beta2PowOut")]),
+    ("batch_norm", {"X": [_r(4, 3, 2)], "Scale": [_r(3)], "Bias": [_r(3)], "Mean": [_r(3)],
+                    "Variance": [_r(3, lo=0.5)]}, {"momentum": 0.8},
+     [("Mean", "MeanOut"), ("Variance", "VarianceOut")]),
+]
+
+_ALIAS_ROWS += [
+    ("tanh_grad", {"Out": [_r(2, 3)], "Out@GRAD": [_r(2, 3)]}, {}, [("Out@GRAD", "X@GRAD")]),
+    ("relu_grad", {"Out": [_r(2, 3, lo=0.0)], "Out@GRAD": [_r(2, 3)]}, {}, [("Out@GRAD", "X@GRAD")]),
+    ("dropout_grad", {"Mask": [(_r(2, 3) > 0).astype(np.uint8)], "Out@GRAD": [_r(2, 3)]}, {"dropout_prob": 0.3},
+     [("Out@GRAD", "X@GRAD")]),
+    ("dropout", {"X": [_r(4, 5)], "Step": [np.array([3], np.int64)]}, {"dropout_prob": 0.5},
+     [("Step", "StepOut")]),
+    ("merged_sgd", {"Param": [_r(5), _r(3, 2)], "Grad": [_r(5), _r(3, 2)],
+                    "LearningRate": [np.array([0.1], np.float32)]}, {}, [("Param", "ParamOut")]),
+    ("squeeze2", {"X": [_r(2, 1, 3)]}, {"axes": [1]}, [("X", "Out")]),
+]
+
+_OUT_SLOTS = {"batch_norm": [("Y", "float32")], "dropout": [("Out", "float32"), ("Mask", "uint8")]}
+
+
+def _run_alias_row(op, ins, attrs, pairs, aliased):
+    main, startup = pe.static.Program(), pe.static.Program()
+    blk = main.global_block()
+    feed, inputs = {}, {}
+    for slot, arrays in ins.items():
+        names = []
+        for k, a in enumerate(arrays):
+            name = "%s_%d" % (slot.replace("@", "_"), k)
+            # an in-place reshape changes its var's shape: declare the dims unknown
+            shape = [-1] * a.ndim if op == "reshape2" else list(a.shape)
+            blk.create_var(name=name, shape=shape, dtype=a.dtype.name)
+            feed[name] = a
+            names.append(name)
+        inputs[slot] = names
+    outputs, fetch = {}, []
+    for in_slot, out_slot in pairs:
+        names = []
+        for k, n in enumerate(inputs[in_slot][:1] if op == "sum" else inputs[in_slot]):  # sum: one Out
+            name = n if aliased else "out_%s_%d" % (out_slot.replace("@", "_"), k)
+            if not aliased:
+                blk.create_var(name=name, shape=[], dtype=feed[n].dtype.name)
+            names.append(name)
+        outputs[out_slot] = names
+        fetch += names
+    for slot, dtype in _OUT_SLOTS.get(op, []):
+        blk.create_var(name="other_" + slot, shape=[], dtype=dtype)
+        outputs[slot] = ["other_" + slot]
+        fetch.append("other_" + slot)
+    blk.append_op(type=op, inputs=inputs, outputs=outputs, attrs=attrs)
+    return pe.static.Executor().run(main, feed=feed, fetch_list=fetch, scope=pe.static.Scope())
+
+
+@pytest.mark.parametrize("row", _ALIAS_ROWS, ids=["%s-%d" % (r[0], i) for i, r in enumerate(_ALIAS_ROWS)])
+def test_declared_pairs_give_the_same_result_in_place(row):
+    op, ins, attrs, pairs = row
+    fresh = _run_alias_row(op, ins, attrs, pairs, aliased=False)
+    inplace = _run_alias_row(op, ins, attrs, pairs, aliased=True)
+    assert len(fresh) == len(inplace)
+    for a, b in zip(fresh, inplace):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
