@@ -4,7 +4,10 @@
  * from the scopes once) and caches them while (program, block, scope) stay
  * the same, so a steady-state run is: copy feeds in, for each op
  * infer -> (re)size outputs (no allocation once sizes are stable) -> kernel,
- * copy fetches out. Temporaries live in a local child scope; persistables are
+ * copy fetches out. Every op's inferred outputs are checked against the
+ * program's declarations (pe_op_ctx_declare: a declared dtype or fixed dim
+ * the op contradicts is an error, for temporaries, persistables and startup
+ * programs alike). Temporaries live in a local child scope; persistables are
  * created in the caller's scope before the first run so that startup
  * programs and optimizers write where later runs read. With
  * FLAGS_check_nan_inf (or pe_executor_set_check_nan_inf) every op's
@@ -116,6 +119,7 @@ static pe_status prepare(pe_executor *ex, const pe_program *prog, int block_idx,
         }
     for (int i = 0; i < b->n_ops; i++) {
         pe_status st = pe_op_ctx_init(&ex->ctxs[i], &b->ops[i], ex->local, ex->place);
+        if (st == PE_OK) st = pe_op_ctx_declare(&ex->ctxs[i], &b->ops[i], prog, block_idx);
         if (st != PE_OK) {
             pe_executor_drop_local_scope(ex);
             return pe_error_wrap(st, "block %d op %d", block_idx, i);

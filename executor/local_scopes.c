@@ -122,6 +122,8 @@ pe_status pe_pe_ensure_prepared(pe_parallel_executor *pe) {
         int p = hd->place; /* a shard runs with its place's tensors */
         const pe_op *op = &pe->g->progs[p]->blocks[0].ops[hd->op_idx];
         pe_status st = pe_op_ctx_init(&pe->ctxs[h], op, pe->local[p], pe->places[p]);
+        /* declared meta checked on plain ops; a shard's views are ranges */
+        if (st == PE_OK && hd->kind == PE_HANDLE_OP) st = pe_op_ctx_declare(&pe->ctxs[h], op, pe->g->progs[p], 0);
         if (st != PE_OK) {
             pe_pe_release_ctxs(pe);
             return pe_error_wrap(st, "preparing op %d (%s) on %s", hd->op_idx, op->type, pe_pe_place_name(pe, p, pb));

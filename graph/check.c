@@ -16,7 +16,9 @@
  *           registry (the op's own or the common ones like op_role), not
  *           repeated, of the registry's type (INT/LONG and INTS/LONGS are
  *           interchangeable), required attrs present, block attrs naming
- *           another existing block;
+ *           another existing block; no output naming one of the op's
+ *           inputs unless ops.def declares that in-place pair (arg k of In
+ *           is arg k of Out), and no var named by two outputs;
  *   order   no op reads a non-persistable var that only later ops write: such
  *           a backward data edge is a cycle (or a use before definition).
  *           Vars no op writes are feeds; persistables carry state across runs.
@@ -330,7 +332,128 @@ static pe_status check_attrs(const checker *ck, int bi, int oi, const pe_op *op,
     return PE_OK;
 }
 
-static pe_status check_op(const checker *ck, int bi, int oi) {
+/* Spec index of slot `name` of op type ot (check_slots has made sure it is
+ * one). */
+static int spec_index(const pe_op_lookup *l, int ot, bool is_input, int n_spec, const char *name) {
+    int k = 0;
+    while (k < n_spec && strcmp(spec_slot(l, ot, is_input, k).name, name)) k++;
+    return k;
+}
+
+/* "Param>ParamOut, Grad>..." — the in-place pairs of op type ot, for messages. */
+static void inplace_list(char *buf, size_t n, const pe_op_lookup *l, int ot, const pe_op_desc *info) {
+    buf[0] = '\0';
+    for (int i = 0; i < info->n_inputs; i++)
+        for (int o = 0; o < info->n_outputs; o++)
+            if (l->inplace(ot, i, o)) {
+                size_t len = strlen(buf);
+                snprintf(buf + len, n - len, "%s%s>%s", len ? ", " : "", spec_slot(l, ot, true, i).name,
+                         spec_slot(l, ot, false, o).name);
+            }
+    if (!buf[0]) snprintf(buf, n, "none");
+}
+
+/* Aliasing: an output arg naming one of the op's inputs is accepted only
+ * where ops.def declares that in-place pair for that position (In's k-th arg
+ * is Out's k-th arg) — the pairs whose kernel reads each value before it
+ * overwrites it. Any other alias, like softmax_with_cross_entropy's Softmax
+ * = Logits, lets the kernel read what it has already written: the program
+ * would run and give a wrong result. A var named by two outputs (two slots,
+ * or twice in one slot) has no defined value: refused too. Runs after
+ * check_slots, so slots are known and args declared. */
+static pe_status check_alias(checker *ck, int bi, int oi, const pe_op *op, int ot, const pe_op_desc *info) {
+    int n_in = 0, n_out = 0;
+    for (int s = 0; s < op->n_inputs; s++) n_in += op->inputs[s].n_args;
+    for (int s = 0; s < op->n_outputs; s++) n_out += op->outputs[s].n_args;
+    if (n_out == 0) return PE_OK;
+    /* Small ops (nearly all) compare pairwise; wide ones (merged optimizers,
+     * sum over many grads) count and find through maps, so the check stays
+     * linear in the op's size. */
+    bool wide = n_in + n_out > 32;
+    name_map ins = {0}, outs = {0};
+    if (wide && (!map_init(&ins, n_in) || !map_init(&outs, n_out))) {
+        map_free(&ins);
+        map_free(&outs);
+        return pe_error(PE_ERR_NOMEM, "%s: out of memory checking block %d op %d", ck->what, bi, oi);
+    }
+    for (int s = 0; wide && s < op->n_inputs; s++) /* ins: name -> occurrences among the inputs */
+        for (int a = 0; a < op->inputs[s].n_args; a++) {
+            bool found;
+            int *n = map_put(&ins, op->inputs[s].args[a], 1, &found);
+            if (found) ++*n;
+        }
+    pe_status st = PE_OK;
+    for (int s = 0; s < op->n_outputs && st == PE_OK; s++) {
+        const pe_slot *os = &op->outputs[s];
+        int ko = spec_index(ck->ops, ot, false, info->n_outputs, os->name);
+        for (int a = 0; a < os->n_args && st == PE_OK; a++) {
+            const char *arg = os->args[a];
+            if (!strcmp(arg, PE_EMPTY_VAR)) continue;
+            /* written twice? (outs: name -> (slot, arg) of its first output) */
+            int ps = -1, pa = -1;
+            if (wide) {
+                bool found;
+                int *first = map_put(&outs, arg, s, &found);
+                if (found) ps = *first;
+                for (int b = 0; found && b < op->outputs[ps].n_args && pa < 0; b++)
+                    if (!strcmp(op->outputs[ps].args[b], arg)) pa = b;
+            } else {
+                for (int t = 0; t <= s && ps < 0; t++)
+                    for (int b = 0; b < (t < s ? op->outputs[t].n_args : a); b++)
+                        if (!strcmp(op->outputs[t].args[b], arg)) {
+                            ps = t, pa = b;
+                            break;
+                        }
+            }
+            if (ps >= 0) {
+                st = ps == s ? pe_error(PE_ERR_INVALID, OP_FMT "output %s names '%s' twice (args %d and %d): an op "
+                                        "writes a var once", OP_ARGS(ck, bi, oi, op), os->name, arg, pa, a)
+                             : pe_error(PE_ERR_INVALID, OP_FMT "outputs %s and %s both name '%s': an op writes a "
+                                        "var once", OP_ARGS(ck, bi, oi, op), op->outputs[ps].name, os->name, arg);
+                break;
+            }
+            /* Also an input? Then each of its occurrences among the inputs
+             * must be a declared partner: arg a of an input slot paired
+             * with this output slot. */
+            int count = 0, partners = 0;
+            if (wide) count = map_get(&ins, arg) > 0 ? map_get(&ins, arg) : 0;
+            for (int t = 0; !wide && t < op->n_inputs; t++)
+                for (int b = 0; b < op->inputs[t].n_args; b++) count += !strcmp(op->inputs[t].args[b], arg);
+            if (count == 0) continue;
+            for (int t = 0; t < op->n_inputs; t++)
+                if (a < op->inputs[t].n_args && !strcmp(op->inputs[t].args[a], arg) &&
+                    ck->ops->inplace(ot, spec_index(ck->ops, ot, true, info->n_inputs, op->inputs[t].name), ko))
+                    partners++;
+            if (count == partners) continue;
+            /* the first occurrence that is not a partner, for the message */
+            for (int t = 0; t < op->n_inputs && st == PE_OK; t++) {
+                const pe_slot *is = &op->inputs[t];
+                int ki = spec_index(ck->ops, ot, true, info->n_inputs, is->name);
+                for (int b = 0; b < is->n_args && st == PE_OK; b++) {
+                    if (strcmp(is->args[b], arg) || (b == a && ck->ops->inplace(ot, ki, ko))) continue;
+                    char pairs[256];
+                    inplace_list(pairs, sizeof pairs, ck->ops, ot, info);
+                    if (ck->ops->inplace(ot, ki, ko))
+                        st = pe_error(PE_ERR_INVALID, OP_FMT "output %s arg %d '%s' is input %s arg %d: %s>%s is in "
+                                      "place only arg by arg (output %s arg k may be input %s arg k)",
+                                      OP_ARGS(ck, bi, oi, op), os->name, a, arg, is->name, b, is->name, os->name,
+                                      os->name, is->name);
+                    else
+                        st = pe_error(PE_ERR_INVALID, OP_FMT "output %s '%s' is also its input %s, but %s does "
+                                      "not declare %s>%s in place (its in-place pairs: %s), so its kernel may read "
+                                      "what it has already overwritten: write the output to a new var",
+                                      OP_ARGS(ck, bi, oi, op), os->name, arg, is->name, op->type, is->name,
+                                      os->name, pairs);
+                }
+            }
+        }
+    }
+    map_free(&ins);
+    map_free(&outs);
+    return st;
+}
+
+static pe_status check_op(checker *ck, int bi, int oi) {
     const pe_op *op = &ck->p->blocks[bi].ops[oi];
     if (!op->type || !*op->type)
         return pe_error(PE_ERR_INVALID, "%s: block %d op %d has no type", ck->what, bi, oi);
@@ -341,6 +464,7 @@ static pe_status check_op(const checker *ck, int bi, int oi) {
                         op->type);
     PE_CHECK(check_slots(ck, bi, oi, op, ot, &info, true));
     PE_CHECK(check_slots(ck, bi, oi, op, ot, &info, false));
+    PE_CHECK(check_alias(ck, bi, oi, op, ot, &info));
     return check_attrs(ck, bi, oi, op, ot, &info);
 }
 

@@ -29,6 +29,7 @@ typedef struct pe_op_lookup {
     bool (*attr)(int op, int k, pe_op_attr_desc *out);
     bool (*find_attr)(int op, const char *name, pe_op_attr_desc *out);
     bool (*common_attr)(const char *name, pe_op_attr_desc *out);
+    bool (*inplace)(int op, int in_k, int out_k);
 } pe_op_lookup;
 
 /* l is borrowed and must live as long as the process; NULL uninstalls. */

@@ -197,6 +197,8 @@ struct pe_op_ctx {
     const char **out_names[PE_MAX_SLOTS];
     const pe_attr *attrs[PE_MAX_ATTRS];     /* per info->attrs[i]: op's or default */
     void *storage;                          /* owned arrays behind in/out */
+    const pe_var **out_decl;                /* owned; per output arg in slot order, its declaration
+                                             * (NULL: none); NULL: not checked (pe_op_ctx_declare) */
 };
 
 /* Resolves op's inputs (found in scope or its parents) and outputs (created
@@ -206,6 +208,17 @@ struct pe_op_ctx {
  * `ctx` owns internal arrays: pe_op_ctx_release. */
 pe_status pe_op_ctx_init(pe_op_ctx *ctx, const pe_op *op, pe_scope *scope, pe_place place);
 void pe_op_ctx_release(pe_op_ctx *ctx);
+/* From now on pe_op_run checks each output's inferred dtype and dims against
+ * its declaration in block `block_idx` of prog (or an ancestor block), which
+ * must outlive the context: an error when they contradict each other
+ * (pe_var_meta_agrees). The executors call it for every op they run. */
+pe_status pe_op_ctx_declare(pe_op_ctx *ctx, const pe_op *op, const pe_program *prog, int block_idx);
+/* Whether inferred dtype dt and dims (ndim, dims) agree with declaration v:
+ * the same dtype, and dims that match once dims of 1 are dropped from both
+ * ([1] is [], [N, 1] is [N]), a declared -1 matching any size. A declared
+ * rank of 0 matches any shape: builders (Paddle's and pe's Python layers)
+ * leave a temporary's shape empty when they do not know it. */
+bool pe_var_meta_agrees(const pe_var *v, pe_dtype dt, int ndim, const int64_t *dims);
 /* infer -> allocate outputs on ctx->place -> kernel. Errors name op and place. */
 pe_status pe_op_run(pe_op_ctx *ctx);
 

@@ -84,6 +84,13 @@ bool pe_op_common_attr(const char *name, pe_op_attr_desc *out) {
     return true;
 }
 
+bool pe_op_type_inplace(int op, int in_k, int out_k) {
+    const pe_op_info *info = pe_op_info_get(op);
+    for (int k = 0; info && k < info->n_inplace; k++)
+        if (info->inplace[k][0] == in_k && info->inplace[k][1] == out_k) return true;
+    return false;
+}
+
 /* ---- the graph stage's view -------------------------------------------- */
 
 const pe_op_lookup pe_ops_op_lookup = {
@@ -94,6 +101,7 @@ const pe_op_lookup pe_ops_op_lookup = {
     .attr = pe_op_type_attr,
     .find_attr = pe_op_type_find_attr,
     .common_attr = pe_op_common_attr,
+    .inplace = pe_op_type_inplace,
 };
 
 __attribute__((constructor)) static void install_op_lookup(void) { pe_graph_set_op_lookup(&pe_ops_op_lookup); }

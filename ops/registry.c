@@ -436,6 +436,68 @@ pe_status pe_op_ctx_init(pe_op_ctx *ctx, const pe_op *op, pe_scope *scope, pe_pl
 void pe_op_ctx_release(pe_op_ctx *ctx) {
     free(ctx->storage);
     ctx->storage = NULL;
+    free(ctx->out_decl);
+    ctx->out_decl = NULL;
+}
+
+pe_status pe_op_ctx_declare(pe_op_ctx *ctx, const pe_op *op, const pe_program *prog, int block_idx) {
+    const pe_op_info *info = ctx->info;
+    int n = 0;
+    for (int i = 0; i < info->n_outputs; i++) n += ctx->n_out[i];
+    free(ctx->out_decl);
+    ctx->out_decl = calloc((size_t)(n ? n : 1), sizeof *ctx->out_decl);
+    if (!ctx->out_decl) return pe_error(PE_ERR_NOMEM, "op %s: out of memory", op->type);
+    n = 0;
+    for (int i = 0; i < info->n_outputs; i++)
+        for (int j = 0; j < ctx->n_out[i]; j++, n++)
+            if (ctx->out[i][j]) ctx->out_decl[n] = pe_program_find_var(prog, block_idx, ctx->out_names[i][j]);
+    return PE_OK;
+}
+
+/* dims without its 1s, into out; returns the count */
+static int drop_ones(int ndim, const int64_t *dims, int64_t *out) {
+    int k = 0;
+    for (int i = 0; i < ndim; i++)
+        if (dims[i] != 1) out[k++] = dims[i];
+    return k;
+}
+
+bool pe_var_meta_agrees(const pe_var *v, pe_dtype dt, int ndim, const int64_t *dims) {
+    if (v->dtype != dt) return false;
+    if (v->ndim == 0) return true;
+    int64_t a[PE_MAX_DIMS], b[PE_MAX_DIMS];
+    if (v->ndim == ndim) {
+        for (int i = 0; i < ndim; i++)
+            if (v->dims[i] >= 0 && v->dims[i] != dims[i]) return false;
+        return true;
+    }
+    if (v->ndim > PE_MAX_DIMS || ndim > PE_MAX_DIMS) return false;
+    int na = drop_ones(v->ndim, v->dims, a), nb = drop_ones(ndim, dims, b);
+    if (na != nb) return false;
+    for (int i = 0; i < na; i++)
+        if (a[i] >= 0 && a[i] != b[i]) return false;
+    return true;
+}
+
+/* The outputs' inferred meta against their declarations (pe_op_ctx_declare). */
+static pe_status check_declared(const pe_op_ctx *ctx) {
+    const pe_op_info *info = ctx->info;
+    int n = 0;
+    for (int i = 0; i < info->n_outputs; i++)
+        for (int j = 0; j < ctx->n_out[i]; j++, n++) {
+            const pe_var *v = ctx->out_decl[n];
+            const pe_tensor *t = ctx->out[i][j];
+            if (!v || !t || pe_var_meta_agrees(v, t->dtype, t->ndim, t->dims)) continue;
+            char pb[32], a[128], b[128];
+            return pe_error(PE_ERR_INVALID,
+                            "op %s on %s: output %s '%s' is %s %s, but the program declares it %s %s (a declared "
+                            "-1 matches any size, dims of 1 are ignored, a declared [] matches any shape): fix "
+                            "the declaration or the op's inputs and attrs",
+                            info->name, pe_place_str(ctx->place, pb, sizeof pb), info->outputs[i].name,
+                            ctx->out_names[i][j], pe_dtype_name(t->dtype), pe_dims_str(t->ndim, t->dims, a, sizeof a),
+                            pe_dtype_name(v->dtype), pe_dims_str(v->ndim, v->dims, b, sizeof b));
+        }
+    return PE_OK;
 }
 
 static bool is_input(const pe_op_ctx *ctx, const pe_tensor *t) {
@@ -464,16 +526,27 @@ pe_status pe_op_run(pe_op_ctx *ctx) {
                                 ctx->in_names[i][j]);
         }
     PE_CHECK(info->infer(ctx));
+    if (ctx->out_decl) PE_CHECK(check_declared(ctx));
     for (int i = 0; i < info->n_outputs; i++)
         for (int j = 0; j < ctx->n_out[i]; j++) {
             pe_tensor *t = ctx->out[i][j];
             if (!t) continue;
             /* An output that is also an input (ParamOut = Param, MeanOut =
              * Mean) keeps its buffer even when shared: detaching it would
-             * hand the kernel uninitialised memory as its input. */
-            if (t->buf && t->offset + pe_tensor_nbytes(t) <= t->buf->bytes && pe_place_eq(t->buf->place, ctx->place) &&
-                is_input(ctx, t))
-                continue;
+             * hand the kernel uninitialised memory as its input. It cannot
+             * grow (X [3] += Y [2, 3] in place): its input value would be
+             * lost, so that is an error, not a reallocation. */
+            if (t->buf && pe_place_eq(t->buf->place, ctx->place) && is_input(ctx, t)) {
+                if (t->offset + pe_tensor_nbytes(t) <= t->buf->bytes) continue;
+                char ds[128];
+                return pe_error(PE_ERR_INVALID,
+                                "op %s on %s: output %s '%s' is also its input, and its inferred shape %s %s needs "
+                                "%zu bytes where its input value has %zu: an output written in place cannot grow "
+                                "(write it to a new var)",
+                                info->name, pe_place_str(ctx->place, pb, sizeof pb), info->outputs[i].name,
+                                ctx->out_names[i][j], pe_dtype_name(t->dtype), pe_dims_str(t->ndim, t->dims, ds, sizeof ds),
+                                pe_tensor_nbytes(t), t->buf->bytes - t->offset);
+            }
             pe_status st = pe_tensor_resize(t, t->dtype, t->ndim, t->dims, ctx->place);
             if (st != PE_OK)
                 return pe_error_wrap(st, "op %s on %s: output %s '%s'", info->name,

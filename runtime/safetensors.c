@@ -33,6 +33,7 @@
 
 #define ST_MAX_HEADER 100000000u /* the Rust implementation's limit */
 #define ST_MAX_INT 9007199254740992.0 /* 2^53: integers exact in a JSON double */
+#define ST_MAX_NAME 4096 /* bytes in a tensor name */
 
 static const struct { const char *name; pe_dtype dt; } k_st_dtypes[] = {
     {"F32", PE_DTYPE_FP32}, {"F64", PE_DTYPE_FP64}, {"I32", PE_DTYPE_INT32},
@@ -68,6 +69,43 @@ static bool st_utf8_valid(const unsigned char *s, size_t n, size_t *bad) {
         i += len;
     }
     return true;
+}
+
+/* Why s (n bytes) cannot be a tensor name, or NULL when it can. A name must
+ * come back from a file exactly as it went in: 1..ST_MAX_NAME bytes of valid
+ * UTF-8 (control characters are fine: JSON escapes them, and they come back).
+ * A NUL cannot be in one: it would cut the name short in every C string it
+ * passes through (cJSON decodes "a\u0000b" to "a"), so the reader refuses an
+ * escaped NUL (st_find_escaped_nul) and a writer's C string cannot hold one.
+ * The reader and the writer apply the same rule. */
+static const char *st_name_problem(const char *s, size_t n, char *why, size_t wn) {
+    size_t bad;
+    if (n == 0) return "is empty";
+    if (n > ST_MAX_NAME) {
+        snprintf(why, wn, "has %zu bytes (at most %d)", n, ST_MAX_NAME);
+        return why;
+    }
+    if (!st_utf8_valid((const unsigned char *)s, n, &bad)) {
+        snprintf(why, wn, "is not valid UTF-8 (at byte %zu)", bad);
+        return why;
+    }
+    return NULL;
+}
+
+/* Offset of the first JSON escape \u0000 in text (n bytes), or n: a string
+ * holding it, a name or a value (a dtype "F32\u0000x"), would be read
+ * truncated at the NUL. A backslash only occurs in JSON strings, and each
+ * escape is skipped whole, so "\\u0000" (an escaped backslash, then
+ * u0000) is no NUL. */
+static size_t st_find_escaped_nul(const char *text, size_t n) {
+    for (size_t i = 0; i + 1 < n; i++) {
+        if (text[i] != '\\') continue;
+        if (text[i + 1] == 'u' && i + 5 < n && text[i + 2] == '0' && text[i + 3] == '0' && text[i + 4] == '0' &&
+            text[i + 5] == '0')
+            return i;
+        i++; /* the escaped character */
+    }
+    return n;
 }
 
 /* ---- parsing ------------------------------------------------------------ */
@@ -209,6 +247,12 @@ static pe_status st_parse(const unsigned char *b, size_t size, const char *what,
                                (unsigned long long)n);
     memcpy(text, b + 8, (size_t)n);
     text[n] = '\0';
+    size_t nul = st_find_escaped_nul(text, (size_t)n);
+    if (nul < (size_t)n) {
+        free(text);
+        return pe_error(PE_ERR_FORMAT, "%s: safetensors header has an escaped NUL (\\u0000) at header byte %zu: a "
+                        "name or value holding a NUL cannot be read without cutting it short", what, nul);
+    }
     const char *end = NULL;
     f->root = cJSON_ParseWithLengthOpts(text, (size_t)n, &end, 0);
     size_t at = end ? (size_t)(end - text) : 0;
@@ -238,12 +282,15 @@ static pe_status st_parse(const unsigned char *b, size_t size, const char *what,
         goto fail;
     }
     int nn = 0;
+    char why[128];
+    const char *bad_name;
     for (const cJSON *j = f->root->child; j; j = j->next) {
         names[nn++] = j->string;
         if (!strcmp(j->string, "__metadata__")) {
             st = st_check_metadata(j, what);
-        } else if (!j->string[0]) {
-            st = pe_error(PE_ERR_FORMAT, "%s: a tensor has an empty name", what);
+        } else if ((bad_name = st_name_problem(j->string, strlen(j->string), why, sizeof why))) {
+            st = pe_error(PE_ERR_FORMAT, "%s: tensor name '%.200s%s' %s", what, j->string,
+                          strlen(j->string) > 200 ? "..." : "", bad_name);
         } else {
             st = st_parse_entry(j, what, &f->e[f->n]);
             if (st == PE_OK) f->n++;
@@ -408,9 +455,12 @@ pe_status pe_safetensors_write(const char *path, const pe_scope *scope, const ch
     st_puts(&h, "{\"__metadata__\":{\"producer\":\"pe\"}");
     for (int i = 0; i < n; i++) {
         const char *nm = names[i];
-        size_t bad;
-        if (!nm || !nm[0] || !strcmp(nm, "__metadata__") || !st_utf8_valid((const unsigned char *)nm, strlen(nm), &bad)) {
-            st = pe_error(PE_ERR_INVALID, "cannot save '%s': '%s' is not a valid tensor name", path, nm ? nm : "(null)");
+        const char *bad = !nm ? "is NULL"
+                          : !strcmp(nm, "__metadata__") ? "is the header's metadata key"
+                                                        : st_name_problem(nm, strlen(nm), whybuf, sizeof whybuf);
+        if (bad) {
+            st = pe_error(PE_ERR_INVALID, "cannot save '%s': tensor name '%.200s%s' %s", path, nm ? nm : "",
+                          nm && strlen(nm) > 200 ? "..." : "", bad);
             goto done;
         }
         for (int k = 0; k < i; k++)

@@ -71,6 +71,10 @@ bool pe_op_type_find_attr(int op, const char *name, pe_op_attr_desc *out);
 /* The attrs every op may carry (op_role, op_role_var, op_namescope,
  * op_callstack, op_device, ...): false when `name` is none of them. */
 bool pe_op_common_attr(const char *name, pe_op_attr_desc *out);
+/* Whether input slot in_k's k-th arg may name the same var as output slot
+ * out_k's k-th arg (ops.def's in-place pairs "In>Out": ParamOut = Param,
+ * MeanOut = Mean, sum's Out = X[0]); false for every other pair. */
+bool pe_op_type_inplace(int op, int in_k, int out_k);
 
 #pragma GCC visibility pop
 

@@ -119,6 +119,7 @@ static inline pe_program *gc_forward(const gc_case *c, pe_tensor **out_vals) {
 static inline double gc_loss(pe_executor *ex, pe_program *p, pe_scope *s, pe_feed *feeds, int n) {
     const char *fetch[] = {"loss"};
     pe_tensor *l = pe_tensor_new();
+    tu_declare_outputs(p, feeds, n);
     pe_status st = pe_executor_run(ex, p, 0, s, feeds, n, fetch, 1, &l);
     if (st != PE_OK) fail_msg("forward run failed: %s", pe_last_error());
     double v = tu_get(l, 0);

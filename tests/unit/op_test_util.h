@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "pe/pe.h"
+#include "ops/op.h"
 
 /* New CPU tensor of dtype dt with values converted from doubles (NULL = zeros). */
 static inline pe_tensor *tu_tensor(pe_dtype dt, int ndim, const int64_t *dims, const double *vals) {
@@ -65,9 +66,41 @@ static inline pe_var *tu_declare(pe_program *p, const char *name, const pe_tenso
     return v;
 }
 
+/* Output placeholders: a one-op test declares the vars it fetches with an
+ * empty shape (any shape) but has to give them some dtype. The executor
+ * checks declarations against inference, so this gives each output of
+ * block 0's ops that is declared with an empty shape the dtype its op
+ * infers from the feeds (the placeholder is "whatever the op gives"). */
+static inline void tu_declare_outputs(pe_program *p, const pe_feed *feeds, int n_feeds) {
+    pe_scope *s = pe_scope_new(NULL);
+    assert_non_null(s);
+    for (int i = 0; i < n_feeds; i++) {
+        pe_tensor *t = pe_scope_var(s, feeds[i].name);
+        assert_non_null(t);
+        assert_int_equal(pe_tensor_copy(t, feeds[i].tensor, pe_place_cpu(0)), PE_OK);
+    }
+    pe_block *b = &p->blocks[0];
+    for (int k = 0; k < b->n_ops; k++) {
+        pe_op_ctx ctx;
+        if (pe_op_ctx_init(&ctx, &b->ops[k], s, pe_place_cpu(0)) != PE_OK) break;
+        if (ctx.info->infer(&ctx) == PE_OK)
+            for (int i = 0; i < ctx.info->n_outputs; i++)
+                for (int j = 0; j < ctx.n_out[i]; j++) {
+                    pe_tensor *t = ctx.out[i][j];
+                    pe_var *v = t ? pe_block_find_var(b, ctx.out_names[i][j]) : NULL;
+                    if (v && v->ndim == 0) v->dtype = t->dtype;
+                    /* later ops of the block read it: give it storage */
+                    if (t && !t->buf) (void)pe_tensor_resize(t, t->dtype, t->ndim, t->dims, pe_place_cpu(0));
+                }
+        pe_op_ctx_release(&ctx);
+    }
+    pe_scope_free(s);
+}
+
 /* Runs block 0 of p once on cpu:0 in a fresh scope; fetch_out[i] receive copies. */
 static inline pe_status tu_run(const pe_program *p, const pe_feed *feeds, int n_feeds,
                                const char *const *fetch, int n_fetch, pe_tensor **fetch_out) {
+    tu_declare_outputs((pe_program *)(uintptr_t)p, feeds, n_feeds); /* the test's own program */
     pe_scope *scope = pe_scope_new(NULL);
     pe_executor *ex = pe_executor_new(pe_place_cpu(0));
     assert_non_null(scope);
@@ -138,6 +171,7 @@ static inline void tu_op_out(tu_one_op *o, pe_op *op, const char *slot, const ch
 /* Runs with `nt` kernel threads; fetches n vars into new tensors outs[i]. */
 static inline pe_status tu_op_run_n(tu_one_op *o, int nt, int n, const char *const *vars, pe_tensor **outs) {
     for (int i = 0; i < n; i++) outs[i] = pe_tensor_new();
+    tu_declare_outputs(o->p, o->feeds, o->nf);
     pe_scope *scope = pe_scope_new(NULL);
     pe_executor *ex = pe_executor_new(pe_place_cpu(0));
     pe_executor_set_num_threads(ex, nt);

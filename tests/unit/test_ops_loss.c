@@ -49,6 +49,7 @@ static void h_out(h_t *h, const char *slot, const char *var) {
 /* Runs with nt threads; outs[i] are new tensors (caller frees). */
 static pe_status h_run(h_t *h, int nt, const char *const *fetch, int n, pe_tensor **outs) {
     for (int i = 0; i < n; i++) outs[i] = pe_tensor_new();
+    tu_declare_outputs(h->p, h->feeds, h->nf);
     pe_scope *s = pe_scope_new(NULL);
     pe_executor *ex = pe_executor_new(pe_place_cpu(0));
     pe_executor_set_num_threads(ex, nt);

@@ -271,6 +271,87 @@ static void test_error_on_one_place(void **state) {
     pe_program_free(p);
 }
 
+/* A declaration the op contradicts (issue 16 item 4) is an error naming
+ * the op, the var and both metas: in the single-place executor and on
+ * every place of the parallel one (declared dims are a place's: its piece
+ * of the batch, like a feed's). */
+static void test_declared_meta_contradicted(void **state) {
+    (void)state;
+    pe_tensor *x = rows_tensor(8);
+    pe_feed feed = {"x", x};
+    const char *fetch[] = {"y"};
+    for (int c = 0; c < 3; c++) {
+        pe_program *p = make_prog();
+        pe_var *y = pe_block_find_var(&p->blocks[0], "y");
+        const char *want = NULL, *want1 = NULL;
+        if (c == 0) { /* a fixed dim */
+            y->dims[1] = 4;
+            want = "op scale on cpu:0: output Out 'y' is float32 [8, 3], but the program declares it float32 [-1, 4]";
+            want1 = "output Out 'y' is float32 [2, 3], but the program declares it float32 [-1, 4]";
+        } else if (c == 1) { /* the dtype */
+            y->dtype = PE_DTYPE_INT64;
+            want = "output Out 'y' is float32 [8, 3], but the program declares it int64 [-1, 3]";
+            want1 = "but the program declares it int64 [-1, 3]";
+        } else { /* the rank; dims of 1 and -1 still match */
+            y->ndim = 3;
+            y->dims[2] = 2;
+            want = "output Out 'y' is float32 [8, 3], but the program declares it float32 [-1, 3, 2]";
+            want1 = "declares it float32 [-1, 3, 2]";
+        }
+        pe_tensor *out = pe_tensor_new();
+        pe_scope *scope = scope_with_w();
+        pe_executor *ex = pe_executor_new(pe_place_cpu(0));
+        assert_int_equal(pe_executor_run(ex, p, 0, scope, &feed, 1, fetch, 1, &out), PE_ERR_INVALID);
+        if (!strstr(pe_last_error(), want) || !strstr(pe_last_error(), "block 0 op 0"))
+            fail_msg("case %d: %s", c, pe_last_error());
+        pe_executor_free(ex);
+        pe_parallel_executor *pe = make_pe(p, scope, 4, 2);
+        assert_int_equal(pe_run(pe, &feed, 1, fetch, 1, true, &out), PE_ERR_INVALID);
+        if (!strstr(pe_last_error(), want1)) fail_msg("case %d, 4 places: %s", c, pe_last_error());
+        pe_parallel_executor_free(pe);
+        /* the same with the declaration made true runs */
+        y->dtype = PE_DTYPE_FP32;
+        y->ndim = 2;
+        y->dims[1] = 3;
+        ex = pe_executor_new(pe_place_cpu(0));
+        assert_int_equal(pe_executor_run(ex, p, 0, scope, &feed, 1, fetch, 1, &out), PE_OK);
+        y->dims[1] = 1;
+        y->dims[0] = 8; /* [8, 1] vs [8, 3]: 1s are dropped only to match ranks, never a dim */
+        pe_executor_drop_local_scope(ex);
+        assert_int_equal(pe_executor_run(ex, p, 0, scope, &feed, 1, fetch, 1, &out), PE_ERR_INVALID);
+        pe_executor_free(ex);
+        pe_scope_free(scope);
+        pe_tensor_free(out);
+        pe_program_free(p);
+    }
+    /* An output written in place (a declared pair) cannot grow: b [3] +=
+     * x [8, 3] would lose b's value; an error, not a reallocation. */
+    pe_program *p = make_prog();
+    decl(p, "b", 0, NULL);
+    pe_op *op = pe_block_add_op(&p->blocks[0], "fill_constant");
+    pe_op_add_output(op, "Out", "b");
+    pe_op_set_longs(op, "shape", (int64_t[]){3}, 1);
+    pe_op_set_float(op, "value", 1.0);
+    op = pe_block_add_op(&p->blocks[0], "elementwise_add");
+    pe_op_add_input(op, "X", "b");
+    pe_op_add_input(op, "Y", "x");
+    pe_op_add_output(op, "Out", "b");
+    assert_int_equal(pe_program_check(p, "grow"), PE_OK);
+    pe_scope *scope = scope_with_w();
+    pe_executor *ex = pe_executor_new(pe_place_cpu(0));
+    pe_tensor *out = pe_tensor_new();
+    const char *fb[] = {"b"};
+    assert_int_equal(pe_executor_run(ex, p, 0, scope, &feed, 1, fb, 1, &out), PE_ERR_INVALID);
+    if (!strstr(pe_last_error(), "op elementwise_add on cpu:0: output Out 'b' is also its input, and its inferred "
+                                 "shape float32 [8, 3] needs 96 bytes where its input value has 12"))
+        fail_msg("%s", pe_last_error());
+    pe_executor_free(ex);
+    pe_scope_free(scope);
+    pe_tensor_free(out);
+    pe_program_free(p);
+    pe_tensor_free(x);
+}
+
 static void test_drop_scopes_and_flat_memory(void **state) {
     (void)state;
     pe_program *p = make_prog();
@@ -624,6 +705,7 @@ int main(void) {
         cmocka_unit_test(test_list_feed),
         cmocka_unit_test(test_allreduce_and_threads),
         cmocka_unit_test(test_error_on_one_place),
+        cmocka_unit_test(test_declared_meta_contradicted),
         cmocka_unit_test(test_drop_scopes_and_flat_memory),
         cmocka_unit_test(test_share_vars_from),
         cmocka_unit_test(test_feed_lasts_for_its_run),

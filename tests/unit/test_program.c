@@ -60,6 +60,7 @@ static pe_program *build_mlp(void) {
     var(b, "total", PE_DTYPE_FP32, 2, (int64_t[]){-1, 3});
     var(b, "one", PE_DTYPE_FP32, 0, NULL);
     var(b, "label", PE_DTYPE_INT64, 2, (int64_t[]){-1, 1});
+    var(b, "pooled", PE_DTYPE_FP32, 2, (int64_t[]){-1, 3});
 
     pe_op *op = op2(b, "mul", "X", "x", "Out", "fc_0.tmp_0"); /* op 0 */
     assert_int_equal(pe_op_add_input(op, "Y", "fc_0.w_0"), PE_OK);
@@ -80,7 +81,7 @@ static pe_program *build_mlp(void) {
     op = op2(b, "sum", "X", "prob", "Out", "total"); /* op 5 */
     assert_int_equal(pe_op_add_input(op, "X", "fc_0.tmp_1"), PE_OK);
     assert_int_equal(pe_op_add_input(op, "X", PE_EMPTY_VAR), PE_OK);
-    op = op2(b, "pool2d", "X", "total", "Out", "total"); /* op 6: ints + strings */
+    op = op2(b, "pool2d", "X", "total", "Out", "pooled"); /* op 6: ints + strings */
     assert_int_equal(pe_op_set_ints(op, "ksize", (int64_t[]){2, 2}, 2), PE_OK);
     assert_int_equal(pe_op_set_string(op, "pooling_type", "avg"), PE_OK);
 
@@ -479,6 +480,37 @@ static void m_no_type(pe_program *p) {
     op_at(p, 0, 2)->type = NULL;
 }
 
+/* Aliasing: an output naming an input outside ops.def's in-place pairs. */
+static void m_alias_undeclared(pe_program *p) {
+    /* softmax_with_cross_entropy with Softmax = Logits: the kernel would
+     * overwrite the logits while it still reads them (a wrong loss) */
+    pe_op *op = op2(&p->blocks[0], "softmax_with_cross_entropy", "Logits", "fc_0.tmp_1", "Softmax", "fc_0.tmp_1");
+    pe_op_add_input(op, "Label", "label");
+    pe_op_add_output(op, "Loss", "total");
+}
+static void m_alias_other_slot(pe_program *p) {
+    pe_op *op = op2(&p->blocks[0], "elementwise_add", "X", "prob", "Out", "total");
+    pe_op_add_input(op, "Y", "total"); /* X>Out is declared, Y>Out is not */
+}
+static void m_alias_other_arg(pe_program *p) {
+    pe_op *op = op2(&p->blocks[0], "sum", "X", "prob", "Out", "total");
+    pe_op_add_input(op, "X", "total"); /* X>Out pairs X[0] with Out, not X[1] */
+}
+static void m_alias_both_inputs(pe_program *p) {
+    pe_op *op = op2(&p->blocks[0], "elementwise_mul", "X", "total", "Out", "total");
+    pe_op_add_input(op, "Y", "total"); /* X is the partner, Y is not */
+}
+static void m_output_twice_slots(pe_program *p) {
+    pe_op *op = op2(&p->blocks[0], "layer_norm", "X", "total", "Y", "pooled");
+    pe_op_add_output(op, "Mean", "one");
+    pe_op_add_output(op, "Variance", "one");
+}
+static void m_output_twice_args(pe_program *p) {
+    pe_op *op = op2(&p->blocks[0], "split", "X", "total", "Out", "pooled");
+    pe_op_add_output(op, "Out", "prob");
+    pe_op_add_output(op, "Out", "pooled");
+}
+
 typedef struct check_case {
     const char *name;
     void (*mutate)(pe_program *);
@@ -516,6 +548,18 @@ static const check_case k_cases[] = {
     {"read before write", m_read_before_write,
      "t.pe: block 0 op 0 (relu): input X 'fc_0.tmp_1' is read before it is written: the first op writing it is op 2 (elementwise_add)"},
     {"op without type", m_no_type, "t.pe: block 0 op 2 has no type"},
+    {"undeclared alias", m_alias_undeclared,
+     "t.pe: block 0 op 7 (softmax_with_cross_entropy): output Softmax 'fc_0.tmp_1' is also its input Logits, but "
+     "softmax_with_cross_entropy does not declare Logits>Softmax in place (its in-place pairs: none)"},
+    {"alias of an undeclared slot", m_alias_other_slot,
+     "block 0 op 7 (elementwise_add): output Out 'total' is also its input Y, but elementwise_add does not declare "
+     "Y>Out in place (its in-place pairs: X>Out)"},
+    {"alias of another arg", m_alias_other_arg,
+     "block 0 op 7 (sum): output Out arg 0 'total' is input X arg 1: X>Out is in place only arg by arg"},
+    {"alias of a partner and another input", m_alias_both_inputs,
+     "block 0 op 7 (elementwise_mul): output Out 'total' is also its input Y"},
+    {"output in two slots", m_output_twice_slots, "block 0 op 7 (layer_norm): outputs Mean and Variance both name 'one'"},
+    {"output twice in a slot", m_output_twice_args, "block 0 op 7 (split): output Out names 'pooled' twice (args 0 and 2)"},
 };
 
 static void test_checker_errors(void **state) {
@@ -559,6 +603,18 @@ static void test_checker_accepts(void **state) {
     /* A persistable var read before a later op writes it (optimizer-style
      * update) is state across runs, not a cycle. */
     op = op2(b, "scale", "X", "fc_0.tmp_1", "Out", "fc_0.w_0");
+    /* Declared in-place pairs: sum's X[0] = Out (the autodiff pass's grad
+     * accumulation), batch_norm's MeanOut = Mean and VarianceOut = Variance,
+     * an optimizer's ParamOut = Param. */
+    pe_op *ip = op2(b, "sum", "X", "total", "Out", "total");
+    assert_int_equal(pe_op_add_input(ip, "X", "prob"), PE_OK);
+    ip = op2(b, "batch_norm", "X", "total", "Y", "pooled");
+    assert_int_equal(pe_op_add_input(ip, "Scale", "fc_0.w_0"), PE_OK);
+    assert_int_equal(pe_op_add_input(ip, "Bias", "fc_0.w_0"), PE_OK);
+    assert_int_equal(pe_op_add_input(ip, "Mean", "fc_0.b_0"), PE_OK);
+    assert_int_equal(pe_op_add_input(ip, "Variance", "one"), PE_OK);
+    assert_int_equal(pe_op_add_output(ip, "MeanOut", "fc_0.b_0"), PE_OK);
+    assert_int_equal(pe_op_add_output(ip, "VarianceOut", "one"), PE_OK);
     /* "x" is a feed: no op writes it. */
     assert_int_equal(pe_program_check(p, "ok.pe"), PE_OK);
     /* Block attrs may name another block. */

@@ -181,6 +181,16 @@ static void test_write_errors(void **state) {
     assert_non_null(strstr(pe_last_error(), "no data"));
     assert_int_equal(pe_safetensors_write(p, s, (const char *[]){"__metadata__"}, 1), PE_ERR_INVALID);
     assert_int_equal(pe_safetensors_write(p, s, (const char *[]){"bad\xff"}, 1), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "tensor name 'bad\xff' is not valid UTF-8 (at byte 3)"));
+    /* The reader's rule: an empty or an over-long name is refused here too,
+     * not written for the reader to refuse. */
+    assert_int_equal(pe_safetensors_write(p, s, (const char *[]){""}, 1), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "tensor name '' is empty"));
+    char long_name[4098];
+    memset(long_name, 'n', sizeof long_name - 1);
+    long_name[sizeof long_name - 1] = '\0';
+    assert_int_equal(pe_safetensors_write(p, s, (const char *[]){long_name}, 1), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "has 4097 bytes (at most 4096)"));
     assert_int_equal(access(p, F_OK), -1); /* nothing was written */
     tmp_path(p, sizeof p, "no/dir/x.safetensors");
     assert_int_equal(pe_safetensors_write(p, s, (const char *[]){"a"}, 1), PE_ERR_IO);
@@ -255,7 +265,14 @@ static void test_hostile_headers(void **state) {
         {"{" E("a", "F32", "[2]", 0, 8) "," E("a", "F32", "[2]", 8, 16) "}", 16, PE_ERR_FORMAT, "names 'a' twice"},
         {"{\"__metadata__\":[]}", 0, PE_ERR_FORMAT, "\"__metadata__\" is not a JSON object"},
         {"{\"__metadata__\":{\"k\":1}}", 0, PE_ERR_FORMAT, "value of 'k' is not a string"},
-        {"{" E("", "F32", "[2]", 0, 8) "}", 8, PE_ERR_FORMAT, "empty name"},
+        {"{" E("", "F32", "[2]", 0, 8) "}", 8, PE_ERR_FORMAT, "tensor name '' is empty"},
+        /* names that cannot come back as they went in: a NUL (cJSON would
+         * hand back "a"), in a value too (a dtype "F32\0junk" read as F32) */
+        {"{" E("a\\u0000b", "F32", "[2]", 0, 8) "}", 8, PE_ERR_FORMAT, "escaped NUL (\\u0000) at header byte 3"},
+        {"{" E("a", "F32\\u0000junk", "[2]", 0, 8) "}", 8, PE_ERR_FORMAT, "escaped NUL"},
+        {"{\"__metadata__\":{\"k\":\"v\\u0000w\"}}", 0, PE_ERR_FORMAT, "escaped NUL"},
+        {"{" E("a\\\\u0000", "F32", "[2]", 0, 8) "}", 8, PE_OK, NULL}, /* "a\\u0000": a backslash, no NUL */
+        {"{" E("a\\nb\\u0001", "F32", "[2]", 0, 8) "}", 8, PE_OK, NULL}, /* control characters come back */
     };
     size_t base = bytes_in_use();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -64,6 +64,17 @@ uint64_t g_scope_gen;
 
 /* ---- small helpers ---------------------------------------------------- */
 
+const char *py_name_utf8(PyObject *o, const char *what) {
+    if (!PyUnicode_Check(o)) return NULL;
+    Py_ssize_t n;
+    const char *s = PyUnicode_AsUTF8AndSize(o, &n);
+    if (s && strlen(s) != (size_t)n) {
+        raise_msg(PE_ERR_INVALID, "%s '%s\\x00...' holds a NUL character: a name cannot (it would be cut short "
+                  "at the NUL)", what, s);
+        return NULL;
+    }
+    return s;
+}
 
 void strlist_free(strlist *l) {
     for (int i = 0; i < l->n; i++) free(l->s[i]);
@@ -96,7 +107,7 @@ int strlist_from(PyObject *seq, const char *what, strlist *out) {
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *it = PySequence_Fast_GET_ITEM(fast, i);
-        const char *c = PyUnicode_Check(it) ? PyUnicode_AsUTF8(it) : NULL;
+        const char *c = py_name_utf8(it, what);
         if (!c) {
             if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
                 PyErr_Clear();

@@ -38,6 +38,10 @@ typedef struct strlist {
 void strlist_free(strlist *l);
 /* A sequence of str (None = empty) copied into C strings; 0, or -1 + exception. */
 int strlist_from(PyObject *seq, const char *what, strlist *out);
+/* The UTF-8 of str o, borrowed from o; NULL when o is no str (no exception
+ * set) or holds a NUL (an exception set naming `what`): C strings would cut
+ * such a name short, so it is refused, never truncated. */
+const char *py_name_utf8(PyObject *o, const char *what);
 /* None (cpu:0), a (kind, id) tuple, or an object with `_pe_place`. 0, or -1 + exception. */
 int parse_place(PyObject *o, pe_place *out);
 PyObject *place_tuple(pe_place p);

@@ -120,7 +120,7 @@ static int feedset_from_dict(PyObject *d, feedset *fs) {
     Py_ssize_t pos = 0;
     PyObject *k, *v;
     while (PyDict_Next(d, &pos, &k, &v)) {
-        const char *name = PyUnicode_Check(k) ? PyUnicode_AsUTF8(k) : NULL;
+        const char *name = py_name_utf8(k, "feed name");
         if (!name) {
             if (!PyErr_Occurred())
                 PyErr_Format(PyExc_TypeError, "feed keys must be var names (str), not %.80s", Py_TYPE(k)->tp_name);

@@ -255,7 +255,7 @@ static PyObject *variable_make(PyObject *scope, PyObject *name) {
 }
 
 static PyObject *scope_var(ScopeObject *self, PyObject *name) {
-    const char *n = PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+    const char *n = py_name_utf8(name, "var name");
     if (!n) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "Scope.var(name): name must be a str");
         return NULL;
@@ -265,7 +265,7 @@ static PyObject *scope_var(ScopeObject *self, PyObject *name) {
 }
 
 static PyObject *scope_find_var_impl(ScopeObject *self, PyObject *name, int local) {
-    const char *n = PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+    const char *n = py_name_utf8(name, "var name");
     if (!n) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "Scope.find_var(name): name must be a str");
         return NULL;
@@ -278,7 +278,7 @@ static PyObject *scope_find_var(ScopeObject *self, PyObject *name) { return scop
 static PyObject *scope_find_local_var(ScopeObject *self, PyObject *name) { return scope_find_var_impl(self, name, 1); }
 
 static PyObject *scope_erase_var(ScopeObject *self, PyObject *name) {
-    const char *n = PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+    const char *n = py_name_utf8(name, "var name");
     if (!n) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "Scope.erase_var(name): name must be a str");
         return NULL;
