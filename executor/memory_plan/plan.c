@@ -222,10 +222,22 @@ pe_status pe_mp_graph_new(const pe_ssa_graph *g, pe_mp_graph **out) {
             }
         } else if (hd->kind == PE_HANDLE_JOIN || hd->kind == PE_HANDLE_SHARD_GATHER) {
             /* no data of the plan's (the gather moves persistables) */
-        } else {
+        } else if (hd->kind == PE_HANDLE_ALLGATHER) {
+            /* a program's c_allgather: reads X, writes Out (allocated by the
+             * executor at its gathered size, outside the arena) */
             for (int p = 0; p < g->n_places && !rc; p++) {
-                bool rd = hd->kind != PE_HANDLE_BCAST || p == hd->root;
-                bool wr = hd->kind == PE_HANDLE_ALLREDUCE || hd->kind == PE_HANDLE_SHARD_SUM ||
+                rc = touch(mg, p, hd->var, h, false, true);
+                if (!rc) rc = touch(mg, p, hd->vars[0], h, true, true);
+                int i = rc ? -1 : pe_strmap_get(&mg->pl[p].map, hd->vars[0]);
+                if (i >= 0) mg->pl[p].vars[i].bucketed = true;
+            }
+        } else {
+            /* a program's collective op reads and writes its var on every
+             * place: its root is a rank of the world */
+            bool prog = pe_handle_is_program_collective(hd);
+            for (int p = 0; p < g->n_places && !rc; p++) {
+                bool rd = prog || hd->kind != PE_HANDLE_BCAST || p == hd->root;
+                bool wr = prog || hd->kind == PE_HANDLE_ALLREDUCE || hd->kind == PE_HANDLE_SHARD_SUM ||
                           (hd->kind == PE_HANDLE_REDUCE && p == hd->root) ||
                           (hd->kind == PE_HANDLE_BCAST && p != hd->root);
                 if (rd) rc = touch(mg, p, hd->var, h, false, true);

@@ -190,6 +190,18 @@ static const empty_row k_rows[] = {
      "functor_list=relu,elementwise_add save_intermediate_out=true", "[0,3]", NULL, NULL, false},
     {"fused_elemwise_activation_grad", "X=f[0,3] Y=f[3] Out=f[0,3] Out@GRAD=f[0,3]", "Y@GRAD X@GRAD",
      "functor_list=relu,elementwise_add", "[3]", "0", NULL, false},
+    /* collectives over a world of one rank (the Executor): Out = X; c_identity's and
+     * c_allreduce_sum's backward are each other */
+    {"c_allreduce_sum", "X=f[0,3]", "Out", "", "[0,3]", NULL, NULL, true},
+    {"c_allreduce_max", "X=f[0,3]", "Out", "", "[0,3]", NULL, NULL, false},
+    {"c_allreduce_min", "X=l[2,0]", "Out", "", "[2,0]", NULL, NULL, false},
+    {"c_allreduce_prod", "X=d[0]", "Out", "", "[0]", NULL, NULL, false},
+    {"c_broadcast", "X=f[0,3]", "Out", "root=0", "[0,3]", NULL, NULL, false},
+    {"c_reduce_sum", "X=f[0,3]", "Out", "root_id=0", "[0,3]", NULL, NULL, false},
+    {"c_allgather", "X=f[0,3]", "Out", "nranks=1", "[0,3]", NULL, NULL, false},
+    {"c_identity", "X=f[0,3]", "Out", "", "[0,3]", NULL, NULL, true},
+    {"c_sync_calc_stream", "X=f[0,3] X=f[2,0]", "Out Out", "", "[0,3]", NULL, NULL, false},
+    {"c_sync_comm_stream", "X=f[0,3]", "Out", "ring_id=0", "[0,3]", NULL, NULL, false},
     {"merged_sgd", "Param=f[0] Param=f[2] Grad=f[0] Grad=f[2] LearningRate=f[1]", "ParamOut ParamOut", "", "[0]", NULL,
      NULL, false},
     {"merged_momentum",
