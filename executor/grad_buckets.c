@@ -312,18 +312,22 @@ pe_status pe_pe_run_collective(pe_parallel_executor *pe, int h) {
     const pe_handle *hd = &pe->g->h[h];
     void *bufs[PE_MAX_PLACES];
     const pe_tensor *t0 = NULL;
-    char pb[32];
+    char pb[32], who[512];
+    if (hd->op_idx >= 0) coll_what(pe, h, who, sizeof who); /* a program's op: name it */
+    else
+        snprintf(who, sizeof who, "%s of '%s'", hd->kind == PE_HANDLE_BCAST    ? "broadcast"
+                                                : hd->kind == PE_HANDLE_REDUCE ? "reduce"
+                                                                               : "allreduce", hd->var);
     for (int p = 0; p < pe->n; p++) {
         const pe_tensor *t = pe_scope_find_var(pe->local[p], hd->var);
         if (!t || (!t->buf && pe_tensor_numel(t) > 0))
-            return pe_error(PE_ERR_NOT_FOUND, "%s of '%s': the var has no value on %s",
-                            hd->kind == PE_HANDLE_BCAST ? "broadcast" : "allreduce", hd->var,
-                            pe_pe_place_name(pe, p, pb));
+            return pe_error(PE_ERR_NOT_FOUND, "%s: the var has no value on %s", who, pe_pe_place_name(pe, p, pb));
         if (!t0) t0 = t;
         if (t->dtype != t0->dtype || pe_tensor_numel(t) != pe_tensor_numel(t0))
-            return pe_error(PE_ERR_INVALID, "allreduce of '%s': %s has %lld elements of %s, place 0 has %lld of %s",
-                            hd->var, pe_pe_place_name(pe, p, pb), (long long)pe_tensor_numel(t),
-                            pe_dtype_name(t->dtype), (long long)pe_tensor_numel(t0), pe_dtype_name(t0->dtype));
+            return pe_error(PE_ERR_INVALID, "%s: %s has %lld elements of %s, place 0 has %lld of %s (every place "
+                            "must pass the same shape: a batch split unevenly across the places?)", who,
+                            pe_pe_place_name(pe, p, pb), (long long)pe_tensor_numel(t), pe_dtype_name(t->dtype),
+                            (long long)pe_tensor_numel(t0), pe_dtype_name(t0->dtype));
         bufs[p] = pe_tensor_data(t);
     }
     pe_coll op = hd->kind == PE_HANDLE_ALLREDUCE ? PE_COLL_ALLREDUCE

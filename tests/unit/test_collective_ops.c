@@ -127,6 +127,31 @@ static void test_errors(void **state) {
     pe_tensor_free(y);
 }
 
+/* Every place must pass the same shape: an uneven split of a dict feed
+ * (3 rows on 2 places) is an error naming the op, not a hang. */
+static void test_uneven_split(void **state) {
+    (void)state;
+    pe_program *p = one_op("c_allreduce_max", NULL, 0, "y");
+    pe_scope *scope = pe_scope_new(NULL);
+    pe_parallel_executor *pe;
+    if (make_pe(p, 2, scope, &(cc_cfg){0}, &pe) != PE_OK) fail_msg("%s", pe_last_error());
+    pe_tensor *x = tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){3, CC_COLS}, NULL), *y = pe_tensor_new();
+    assert_int_not_equal(pe_run(pe, (pe_feed[]){{"x", x}}, 1, (const char *[]){"y"}, 1, true, &y), PE_OK);
+    tu_assert_error_has("op c_allreduce_max (block 0 op 0) on 'y': cpu:1 has ", " elements of float32, place 0 has ",
+                        "split unevenly");
+    /* the executor stays usable */
+    pe_tensor *x4 = cc_input(0);
+    if (pe_run(pe, (pe_feed[]){{"x", x4}}, 1, (const char *[]){"y"}, 1, true, &y) != PE_OK)
+        fail_msg("%s", pe_last_error());
+    tu_assert_dims(y, 2, (int64_t[]){CC_ROWS, CC_COLS});
+    pe_tensor_free(x4);
+    pe_tensor_free(x);
+    pe_tensor_free(y);
+    pe_parallel_executor_free(pe);
+    pe_scope_free(scope);
+    pe_program_free(p);
+}
+
 /* A gradient that must flow through an op without a grad maker is an
  * error naming it; c_identity's is a c_allreduce_sum. */
 static void test_gradients(void **state) {
@@ -173,6 +198,7 @@ int main(void) {
         cmocka_unit_test(test_three_places),
         cmocka_unit_test(test_executor_world_of_one),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_uneven_split),
         cmocka_unit_test(test_gradients),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
