@@ -305,19 +305,37 @@ void pe_mem_plan_free(pe_mem_plan *p) {
     free(p);
 }
 
-/* Meta of every var op h reads that the scratch scope does not hold yet:
- * feeds and persistables come from meta_fn. */
+/* The meta of var `name` in the scratch scope, when it does not hold it
+ * yet: feeds and persistables come from meta_fn; the Out of a program's
+ * c_allgather (an ALLGATHER handle, no op of this place) is its X's with
+ * nranks times the rows. */
+static pe_status seed_var(const pe_mp_graph *mg, int p, const char *name, pe_scope *scratch, pe_mp_meta_fn fn,
+                          void *user) {
+    if (!strcmp(name, PE_EMPTY_VAR) || pe_scope_find_local_var(scratch, name)) return PE_OK;
+    int i = pe_strmap_get(&mg->pl[p].map, name);
+    int w = i >= 0 ? mg->pl[p].vars[i].first_writer : -1;
+    const pe_handle *hd = w >= 0 ? &mg->g->h[w] : NULL;
+    if (hd && hd->kind == PE_HANDLE_ALLGATHER) {
+        PE_CHECK(seed_var(mg, p, hd->var, scratch, fn, user));
+        const pe_tensor *x = pe_scope_find_local_var(scratch, hd->var);
+        const pe_attr *nr = pe_op_attr(&mg->g->progs[p]->blocks[0].ops[hd->op_idx], "nranks");
+        int64_t dims[PE_MAX_DIMS];
+        for (int d = 0; d < x->ndim; d++) dims[d] = x->dims[d];
+        if (x->ndim > 0 && nr) dims[0] *= nr->i;
+        pe_tensor *t = pe_scope_var(scratch, name);
+        if (!t) return OOM();
+        return pe_tensor_set_meta(t, x->dtype, x->ndim, dims);
+    }
+    pe_tensor *t = pe_scope_var(scratch, name);
+    if (!t) return OOM();
+    return fn(user, p, name, pe_program_find_var(mg->g->progs[p], 0, name), t);
+}
+
+/* Meta of every var op h reads that the scratch scope does not hold yet. */
 static pe_status seed_inputs(const pe_mp_graph *mg, int p, const pe_op *op, pe_scope *scratch, pe_mp_meta_fn fn,
                              void *user) {
     for (int s = 0; s < op->n_inputs; s++)
-        for (int k = 0; k < op->inputs[s].n_args; k++) {
-            const char *name = op->inputs[s].args[k];
-            if (!strcmp(name, PE_EMPTY_VAR) || pe_scope_find_local_var(scratch, name)) continue;
-            pe_tensor *t = pe_scope_var(scratch, name);
-            if (!t) return OOM();
-            const pe_var *decl = pe_program_find_var(mg->g->progs[p], 0, name);
-            PE_CHECK(fn(user, p, name, decl, t));
-        }
+        for (int k = 0; k < op->inputs[s].n_args; k++) PE_CHECK(seed_var(mg, p, op->inputs[s].args[k], scratch, fn, user));
     return PE_OK;
 }
 

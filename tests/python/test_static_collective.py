@@ -121,3 +121,21 @@ def test_no_gradient_through_allreduce_max():
         loss = pe.mean(y)
         with pytest.raises(pe.Error, match=r"\(c_allreduce_max\) has no gradient"):
             pe.static.gradients([loss], [x])
+
+
+@pytest.mark.parametrize("memory_optimize", [False, True])
+def test_gathered_rows_feed_later_ops(monkeypatch, memory_optimize):
+    """c_allgather's Out (sized at run time) read by later ops, with and without the memory plan."""
+    monkeypatch.setenv("CPU_NUM", "2")
+    main, startup = pe.static.Program(), pe.static.Program()
+    with pe.static.program_guard(main, startup), unique_name.guard():
+        x = pe.static.data("x", [None, COLS], "float32")
+        g = collective.append_collective("c_allgather", x, nranks=2)
+        z = pe.tensor.scale(pe.tensor.scale(g, 2.0), 1.0)
+    bs = pe.static.BuildStrategy()
+    bs.memory_optimize = memory_optimize
+    pexe = pe.static.ParallelExecutor(False, main_program=main, scope=pe.static.Scope(), build_strategy=bs)
+    a = np.arange(4 * COLS, dtype=np.float32).reshape(4, COLS)
+    for _ in range(2):
+        out, = pexe.run([z.name], feed={"x": a})
+        np.testing.assert_array_equal(out, 2 * np.concatenate([a, a]))

@@ -48,12 +48,13 @@ static inline void cc_scale(pe_program *p, const char *out, double scale) {
 }
 
 /* The outputs, in the order cc_check reads them. */
-static const char *const k_cc_fetch[] = {"sum", "max", "min", "prod", "bcast", "gather", "reduced", "ident", "synced",
-                                         "inplace"};
+static const char *const k_cc_fetch[] = {"sum", "max", "min", "prod", "bcast", "gathered", "reduced", "ident",
+                                         "synced", "inplace"};
 enum { CC_N_FETCH = 10 };
 
 /* x (fed) -> every collective; bcast: 2 x in place then c_broadcast from
- * rank `root`; reduced: c_reduce_sum to rank `reduce_root`; inplace: x
+ * rank `root`; gathered: c_allgather's Out read by an op; reduced:
+ * c_reduce_sum to rank `reduce_root`; inplace: x
  * copied (scale 1), then summed in place (c_allreduce_sum with Out == X:
  * a fed var is never written, graph/check.c). */
 static inline pe_program *cc_program(int world, int root, int reduce_root) {
@@ -63,6 +64,7 @@ static inline pe_program *cc_program(int world, int root, int reduce_root) {
     const char *outs[] = {"sum", "max", "min", "prod", "bcast", "reduced", "ident", "synced", "inplace"};
     for (int i = 0; i < 9; i++) cc_var(p, outs[i], -1);
     cc_var(p, "gather", -1);
+    cc_var(p, "gathered", -1);
     cc_op(p, "c_allreduce_sum", "x", "sum", "ring_id", 0);
     cc_op(p, "c_allreduce_max", "x", "max", NULL, 0);
     cc_op(p, "c_allreduce_min", "x", "min", NULL, 0);
@@ -70,6 +72,7 @@ static inline pe_program *cc_program(int world, int root, int reduce_root) {
     cc_scale(p, "bcast", 2.0);
     cc_op(p, "c_broadcast", "bcast", "bcast", "root", root);
     cc_op(p, "c_allgather", "x", "gather", "nranks", world);
+    cc_op(p, "c_identity", "gather", "gathered", NULL, 0); /* an op reads what the gather wrote */
     cc_op(p, "c_reduce_sum", "x", "reduced", "root_id", reduce_root);
     cc_op(p, "c_identity", "x", "ident", NULL, 0);
     cc_op(p, "c_sync_calc_stream", "sum", "synced", NULL, 0);
