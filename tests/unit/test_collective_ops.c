@@ -16,6 +16,7 @@
 
 #include <omp.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "pe/passes.h"
 
@@ -64,6 +65,39 @@ static void test_three_places(void **state) {
     (void)state;
     run_world(3, 2, 1, &(cc_cfg){0}, 3);
     run_world(3, 0, 2, &(cc_cfg){.threads = 2, .memory = true}, 2);
+}
+
+/* The timeline names a program's collectives by op type, on each place's comm track. */
+static void test_timeline(void **state) {
+    (void)state;
+    char prefix[128], file[160];
+    snprintf(prefix, sizeof prefix, "/tmp/pe_test_collective_tl.%d", (int)getpid());
+    pe_program *p = cc_program(2, 1, 0);
+    pe_scope *scope = pe_scope_new(NULL);
+    pe_place pl[2] = {pe_place_cpu(0), pe_place_cpu(1)};
+    pe_pe_options o;
+    pe_pe_options_default(&o);
+    o.exec_strategy.timeline_path = prefix;
+    pe_parallel_executor *pe;
+    if (pe_parallel_executor_new(pl, 2, p, scope, &o, &pe) != PE_OK) fail_msg("%s", pe_last_error());
+    cc_run(pe, 0, 2, 2, 1, 0, 1);
+    snprintf(file, sizeof file, "%s", pe_pe_timeline_path(pe));
+    assert_int_equal(pe_pe_write_timeline(pe, NULL), PE_OK);
+    FILE *f = fopen(file, "rb");
+    if (!f) fail_msg("no timeline file %s", file);
+    static char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *want[] = {"\"cat\":\"comm\",\"name\":\"c_allreduce_max\"", "\"cat\":\"comm\",\"name\":\"c_broadcast\"",
+                          "\"name\":\"c_allgather\",\"args\":{\"var\":\"x\",\"out\":\"gather\"",
+                          "\"cat\":\"op\",\"name\":\"c_allreduce_prod\""};
+    for (int i = 0; i < 4; i++)
+        if (!strstr(buf, want[i])) fail_msg("%s lacks %s", file, want[i]);
+    pe_parallel_executor_free(pe); /* writes the file once more */
+    unlink(file);
+    pe_scope_free(scope);
+    pe_program_free(p);
 }
 
 /* The single-place Executor: every collective over one rank is Out = X. */
@@ -197,6 +231,7 @@ int main(void) {
         cmocka_unit_test(test_two_places),
         cmocka_unit_test(test_three_places),
         cmocka_unit_test(test_executor_world_of_one),
+        cmocka_unit_test(test_timeline),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_uneven_split),
         cmocka_unit_test(test_gradients),
