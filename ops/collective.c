@@ -1,7 +1,7 @@
 /* ops/collective.c — Paddle's collective ops, so a program can carry its
  * own collectives: c_allreduce_sum / _max / _min / _prod, c_broadcast,
- * c_allgather, c_reduce_sum, c_identity, c_sync_calc_stream and
- * c_sync_comm_stream. Shape inference, the grad makers and the facts
+ * c_allgather, c_reduce_sum / _max / _min / _prod, c_identity,
+ * c_sync_calc_stream and c_sync_comm_stream. Shape inference, the grad makers and the facts
  * other stages ask (ops/collective.h).
  *
  * The ranks of a collective are every place of the ParallelExecutor's
@@ -26,6 +26,13 @@
 
 #include <stdio.h>
 
+/* c_reduce_sum / _max / _min / _prod -> its reduction */
+static pe_red reduce_red(int id) {
+    return id == PE_OP_c_reduce_max ? PE_RED_MAX : id == PE_OP_c_reduce_min ? PE_RED_MIN
+                                                 : id == PE_OP_c_reduce_prod ? PE_RED_PROD
+                                                                             : PE_RED_SUM;
+}
+
 bool pe_collective_of(const pe_op *op, pe_collective *c) {
     const pe_attr *a;
     *c = (pe_collective){PE_COLLECTIVE_LOCAL, PE_RED_SUM, 0, 1};
@@ -42,7 +49,11 @@ bool pe_collective_of(const pe_op *op, pe_collective *c) {
         if ((a = pe_op_attr(op, "root"))) c->root = (int)a->i;
         return true;
     case PE_OP_c_reduce_sum:
+    case PE_OP_c_reduce_max:
+    case PE_OP_c_reduce_min:
+    case PE_OP_c_reduce_prod:
         c->kind = PE_COLLECTIVE_REDUCE;
+        c->red = reduce_red(pe_op_type_id(op->type));
         if ((a = pe_op_attr(op, "root_id"))) c->root = (int)a->i;
         return true;
     case PE_OP_c_allgather:
@@ -85,7 +96,10 @@ static void from_ctx(const pe_op_ctx *ctx, pe_collective *c) {
     *c = (pe_collective){PE_COLLECTIVE_LOCAL, PE_RED_SUM, 0, 1};
     switch (ctx->info->id) {
     case PE_OP_c_broadcast: c->kind = PE_COLLECTIVE_BROADCAST, c->root = (int)pe_ctx_int(ctx, "root"); break;
-    case PE_OP_c_reduce_sum: c->kind = PE_COLLECTIVE_REDUCE, c->root = (int)pe_ctx_int(ctx, "root_id"); break;
+    case PE_OP_c_reduce_sum:
+    case PE_OP_c_reduce_max:
+    case PE_OP_c_reduce_min:
+    case PE_OP_c_reduce_prod: c->kind = PE_COLLECTIVE_REDUCE, c->root = (int)pe_ctx_int(ctx, "root_id"); break;
     case PE_OP_c_allgather: c->kind = PE_COLLECTIVE_ALLGATHER, c->nranks = (int)pe_ctx_int(ctx, "nranks"); break;
     default: break;
     }

@@ -22,7 +22,7 @@ typedef enum pe_collective_kind {
     PE_COLLECTIVE_LOCAL = 0,  /* c_identity, c_sync_calc_stream, c_sync_comm_stream: Out = X */
     PE_COLLECTIVE_ALLREDUCE,  /* c_allreduce_sum/max/min/prod: Out on every rank = red over ranks */
     PE_COLLECTIVE_BROADCAST,  /* c_broadcast: Out on every rank = X of rank `root` */
-    PE_COLLECTIVE_REDUCE,     /* c_reduce_sum: Out of rank root_id = sum; elsewhere Out = X */
+    PE_COLLECTIVE_REDUCE,     /* c_reduce_sum/max/min/prod: Out of rank root_id = red over ranks; elsewhere Out = X */
     PE_COLLECTIVE_ALLGATHER,  /* c_allgather: Out = every rank's X along axis 0, in rank order */
 } pe_collective_kind;
 

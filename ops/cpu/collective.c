@@ -17,7 +17,7 @@ static void copy_one(const pe_tensor *x, pe_tensor *out) {
     if (d != s && n) memcpy(d, s, n);
 }
 
-/* c_allreduce_*, c_broadcast, c_reduce_sum, c_identity */
+/* c_allreduce_*, c_broadcast, c_reduce_*, c_identity */
 pe_status pe_cpu_c_collective(const pe_op_ctx *ctx) {
     copy_one(pe_ctx_in(ctx, "X"), pe_ctx_out(ctx, "Out"));
     return PE_OK;

@@ -1,6 +1,6 @@
 """pe.static.collective: a static program carrying its own collectives
 (c_allreduce_sum/max/min/prod, c_broadcast, c_allgather, c_reduce_sum,
-c_identity, c_sync_*) run through ParallelExecutor on 2 CPU places, each
+c_reduce_prod, c_identity, c_sync_*) run through ParallelExecutor on 2 CPU places, each
 place fed its own rows (a list feed) and checked against numpy; the
 single-place Executor (a world of one rank: Out = X); the errors.
 Across processes: tests/unit/test_collective_mpi.c."""
@@ -35,6 +35,7 @@ def build(world, root=1, root_id=0):
         r = pe.tensor.scale(x, 1.0)
         outs["reduced"] = collective.append_collective("c_reduce_sum", r, root_id=root_id)
         outs["ident"] = collective.append_collective("c_identity", x)
+        outs["rprod"] = collective.append_collective("c_reduce_prod", pe.tensor.scale(x, 1.0), root_id=world - 1)
         s, = collective.append_collective("c_sync_comm_stream", [outs["sum"]])
         outs["synced"] = s
         h = pe.tensor.scale(x, 1.0)  # a fed var is never written: sum a copy in place
@@ -51,11 +52,11 @@ def test_two_places(monkeypatch):
     pexe = pe.static.ParallelExecutor(False, main_program=main, scope=pe.static.Scope())
     assert pexe.device_count == 2
     names = [outs[k].name for k in ("sum", "max", "min", "prod", "bcast", "gather", "reduced", "ident", "synced",
-                                    "inplace")]
+                                    "inplace", "rprod")]
     xs = [x_of(0), x_of(1)]
     for _ in range(2):
         got = pexe.run(names, feed=[{"x": xs[0]}, {"x": xs[1]}])
-        s, mx, mn, pr, bc, ga, rd, idt, syn, xin = got
+        s, mx, mn, pr, bc, ga, rd, idt, syn, xin, rp = got
         two = lambda a: np.concatenate([a, a])  # noqa: E731  every place holds it
         np.testing.assert_allclose(s, two(xs[0] + xs[1]), rtol=1e-6)
         np.testing.assert_array_equal(mx, two(np.maximum(xs[0], xs[1])))
@@ -67,6 +68,7 @@ def test_two_places(monkeypatch):
         np.testing.assert_array_equal(idt, np.concatenate(xs))
         np.testing.assert_allclose(syn, two(xs[0] + xs[1]), rtol=1e-6)
         np.testing.assert_allclose(xin, two(xs[0] + xs[1]), rtol=1e-6)
+        np.testing.assert_allclose(rp, np.concatenate([xs[0], xs[0] * xs[1]]), rtol=1e-6)
 
 
 def test_dict_feed_splits_then_reduces(monkeypatch):

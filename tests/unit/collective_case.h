@@ -49,20 +49,21 @@ static inline void cc_scale(pe_program *p, const char *out, double scale) {
 
 /* The outputs, in the order cc_check reads them. */
 static const char *const k_cc_fetch[] = {"sum", "max", "min", "prod", "bcast", "gathered", "reduced", "ident",
-                                         "synced", "inplace"};
-enum { CC_N_FETCH = 10 };
+                                         "synced", "inplace", "rmin"};
+enum { CC_N_FETCH = 11 };
 
 /* x (fed) -> every collective; bcast: 2 x in place then c_broadcast from
  * rank `root`; gathered: c_allgather's Out read by an op; reduced:
- * c_reduce_sum to rank `reduce_root`; inplace: x
+ * c_reduce_sum to rank `reduce_root`; rmin: c_reduce_min to rank
+ * world - 1 - reduce_root; inplace: x
  * copied (scale 1), then summed in place (c_allreduce_sum with Out == X:
  * a fed var is never written, graph/check.c). */
 static inline pe_program *cc_program(int world, int root, int reduce_root) {
     pe_program *p = pe_program_new();
     assert_non_null(p);
     cc_var(p, "x", -1);
-    const char *outs[] = {"sum", "max", "min", "prod", "bcast", "reduced", "ident", "synced", "inplace"};
-    for (int i = 0; i < 9; i++) cc_var(p, outs[i], -1);
+    const char *outs[] = {"sum", "max", "min", "prod", "bcast", "reduced", "ident", "synced", "inplace", "rmin"};
+    for (int i = 0; i < 10; i++) cc_var(p, outs[i], -1);
     cc_var(p, "gather", -1);
     cc_var(p, "gathered", -1);
     cc_op(p, "c_allreduce_sum", "x", "sum", "ring_id", 0);
@@ -74,6 +75,7 @@ static inline pe_program *cc_program(int world, int root, int reduce_root) {
     cc_op(p, "c_allgather", "x", "gather", "nranks", world);
     cc_op(p, "c_identity", "gather", "gathered", NULL, 0); /* an op reads what the gather wrote */
     cc_op(p, "c_reduce_sum", "x", "reduced", "root_id", reduce_root);
+    cc_op(p, "c_reduce_min", "x", "rmin", "root_id", world - 1 - reduce_root);
     cc_op(p, "c_identity", "x", "ident", NULL, 0);
     cc_op(p, "c_sync_calc_stream", "sum", "synced", NULL, 0);
     cc_op(p, "c_sync_comm_stream", "synced", "synced", "ring_id", 0);
@@ -114,6 +116,7 @@ static inline void cc_check(pe_tensor *const *out, int g0, int n_places, int wor
             cc_expect("c_identity", g, out[7], off, (float)cc_x(g, i), i);
             cc_expect("c_sync_*", g, out[8], off, s, i);
             cc_expect("c_allreduce_sum in place", g, out[9], off, s, i);
+            cc_expect("c_reduce_min", g, out[10], off, g == world - 1 - reduce_root ? mn : (float)cc_x(g, i), i);
         }
         for (int r = 0; r < world; r++)
             for (int i = 0; i < CC_N; i++)

@@ -14,7 +14,7 @@ multi-device pass turns each op into a collective handle of the graph
 (docs/architecture.md), so no kernel waits for another place.
 
 In place like Paddle (Out = X) for c_allreduce_*, c_broadcast,
-c_reduce_sum and the c_sync_* ops, unless `out=` names another Variable
+c_reduce_* and the c_sync_* ops, unless `out=` names another Variable
 (then X is copied to Out and the collective runs on Out); c_allgather and
 c_identity make a new Variable.
 """
@@ -32,6 +32,9 @@ COLLECTIVE_OPS = {
     "c_allreduce_prod": ({"ring_id": 0, "use_calc_stream": False, "use_model_parallel": False}, True),
     "c_broadcast": ({"ring_id": 0, "root": 0, "use_calc_stream": False}, True),
     "c_reduce_sum": ({"ring_id": 0, "root_id": 0, "use_calc_stream": False}, True),
+    "c_reduce_max": ({"ring_id": 0, "root_id": 0, "use_calc_stream": False}, True),
+    "c_reduce_min": ({"ring_id": 0, "root_id": 0, "use_calc_stream": False}, True),
+    "c_reduce_prod": ({"ring_id": 0, "root_id": 0, "use_calc_stream": False}, True),
     "c_allgather": ({"ring_id": 0, "nranks": None, "use_calc_stream": False}, False),
     "c_identity": ({"ring_id": 0, "use_calc_stream": False, "use_model_parallel": False}, False),
     "c_sync_calc_stream": ({}, True),
