@@ -230,7 +230,7 @@ static const char *coll_what(const pe_parallel_executor *pe, int h, char *buf, s
         snprintf(buf, n, "all-gather of the %d shards of op %d (gradient '%s')", hd->n_shards, hd->op_idx, hd->var);
     else if (pe_handle_is_program_collective(hd))
         snprintf(buf, n, "op %s (block 0 op %d) on '%s'", pe->g->progs[0]->blocks[0].ops[hd->op_idx].type,
-                 hd->op_idx, hd->kind == PE_HANDLE_ALLGATHER ? hd->vars[0] : hd->var);
+                 hd->op_idx, hd->kind == PE_HANDLE_ALLGATHER || hd->kind == PE_HANDLE_SCATTER ? hd->vars[0] : hd->var);
     else snprintf(buf, n, "collective on '%s'", hd->var);
     return buf;
 }
@@ -313,7 +313,7 @@ pe_status pe_pe_run_collective(pe_parallel_executor *pe, int h) {
     void *bufs[PE_MAX_PLACES];
     const pe_tensor *t0 = NULL;
     char pb[32], who[512];
-    if (hd->op_idx >= 0) coll_what(pe, h, who, sizeof who); /* a program's op: name it */
+    if (pe_handle_is_program_collective(hd)) coll_what(pe, h, who, sizeof who); /* a program's op: name it */
     else
         snprintf(who, sizeof who, "%s of '%s'", hd->kind == PE_HANDLE_BCAST    ? "broadcast"
                                                 : hd->kind == PE_HANDLE_REDUCE ? "reduce"
@@ -335,8 +335,19 @@ pe_status pe_pe_run_collective(pe_parallel_executor *pe, int h) {
                                                  : PE_COLL_BROADCAST;
     pe_coll_args a = {.op = op, .count = pe_tensor_numel(t0), .dt = t0->dtype, .root = hd->world_root};
     pe_collective co;
-    if (pe_handle_is_program_collective(hd) && pe_collective_of(&pe->g->progs[0]->blocks[0].ops[hd->op_idx], &co)) a.red = co.red;
+    if (pe_handle_is_program_collective(hd) && pe_collective_of(&pe->g->progs[0]->blocks[0].ops[hd->op_idx], &co))
+        a.red = co.red;
     return issue(pe, h, &a, NULL, bufs);
+}
+
+/* *x = X (var) of handle h's op on place p, or an error naming the op. */
+static pe_status coll_input(pe_parallel_executor *pe, int h, int p, const pe_tensor **x) {
+    const char *name = pe->g->h[h].var;
+    *x = pe_scope_find_var(pe->local[p], name);
+    if (*x && ((*x)->buf || pe_tensor_numel(*x) == 0)) return PE_OK;
+    char pb[32], what[512];
+    return pe_error(PE_ERR_NOT_FOUND, "%s: X '%s' has no value on %s", coll_what(pe, h, what, sizeof what), name,
+                    pe_pe_place_name(pe, p, pb));
 }
 
 /* c_allgather over the world: X (var) of every place -> Out (vars[0]) of
@@ -349,10 +360,8 @@ pe_status pe_pe_run_allgather(pe_parallel_executor *pe, int h) {
     char pb[32], what[512];
     const int world = pe_comm_size(pe->comm->ranks[0]);
     for (int p = 0; p < pe->n; p++) {
-        const pe_tensor *x = pe_scope_find_var(pe->local[p], hd->var);
-        if (!x || (!x->buf && pe_tensor_numel(x) > 0))
-            return pe_error(PE_ERR_NOT_FOUND, "%s: X '%s' has no value on %s", coll_what(pe, h, what, sizeof what),
-                            hd->var, pe_pe_place_name(pe, p, pb));
+        const pe_tensor *x;
+        PE_CHECK(coll_input(pe, h, p, &x));
         if (!x0) x0 = x;
         if (x->ndim < 1 || x->dtype != x0->dtype || x->ndim != x0->ndim ||
             pe_tensor_numel(x) != pe_tensor_numel(x0) || x->dims[0] != x0->dims[0])
@@ -376,6 +385,52 @@ pe_status pe_pe_run_allgather(pe_parallel_executor *pe, int h) {
     return issue(pe, h, &a, sends, bufs);
 }
 
+/* c_scatter over the world: every place's Out (vars[0]) = its rows chunk
+ * of X (var) of rank `root`. X is copied into a scratch var of the local
+ * scope ("<Out>@SCATTER", kept run to run) on the root's place, the
+ * scratch is broadcast from the root, and Out is a view of this rank's
+ * chunk of it: no place's X changes, and no copy after the broadcast. */
+pe_status pe_pe_run_scatter(pe_parallel_executor *pe, int h) {
+    const pe_handle *hd = &pe->g->h[h];
+    void *bufs[PE_MAX_PLACES];
+    const pe_tensor *x0 = NULL;
+    char pb[32], what[512], name[512];
+    const int world = pe_comm_size(pe->comm->ranks[0]);
+    const int g0 = pe->outer ? pe_comm_rank(pe->outer) * pe->n : 0; /* this process's first rank */
+    snprintf(name, sizeof name, "%s@SCATTER", hd->vars[0]);
+    for (int p = 0; p < pe->n; p++) {
+        const pe_tensor *x;
+        PE_CHECK(coll_input(pe, h, p, &x));
+        if (!x0) x0 = x;
+        if (x->ndim < 1 || x->dims[0] % world || x->dtype != x0->dtype || pe_tensor_numel(x) != pe_tensor_numel(x0))
+            return pe_error(PE_ERR_INVALID, "%s: X '%s' on %s is %s of %lld rows and %lld elements, place 0's %s of "
+                            "%lld elements: every rank passes the same shape, whose rows split into %d equal chunks",
+                            coll_what(pe, h, what, sizeof what), hd->var, pe_pe_place_name(pe, p, pb),
+                            pe_dtype_name(x->dtype), (long long)(x->ndim ? x->dims[0] : 0),
+                            (long long)pe_tensor_numel(x), pe_dtype_name(x0->dtype), (long long)pe_tensor_numel(x0),
+                            world);
+        pe_tensor *scratch = pe_scope_var(pe->local[p], name), *out = pe_scope_var(pe->local[p], hd->vars[0]);
+        if (!scratch || !out) return pe_error(PE_ERR_NOMEM, "%s: out of memory", coll_what(pe, h, what, sizeof what));
+        pe_tensor_clear(out); /* last run's view: the scratch stays unshared, so resizing keeps its bytes */
+        pe_status st = pe_tensor_resize(scratch, x->dtype, x->ndim, x->dims, pe->places[p]);
+        if (st == PE_OK && g0 + p == hd->root)
+            st = pe_memcpy_places(pe_tensor_data(scratch), pe->places[p], pe_tensor_data(x), x->place,
+                                  pe_tensor_nbytes(x));
+        if (st != PE_OK) return pe_error_wrap(st, "%s: on %s", coll_what(pe, h, what, sizeof what),
+                                              pe_pe_place_name(pe, p, pb));
+        /* Out: rows chunk g0 + p of the scratch */
+        int64_t dims[PE_MAX_DIMS];
+        for (int d = 0; d < x->ndim; d++) dims[d] = x->dims[d];
+        dims[0] /= world;
+        pe_tensor_share(out, scratch);
+        PE_CHECK(pe_tensor_set_meta(out, x->dtype, x->ndim, dims));
+        out->offset += (size_t)(g0 + p) * pe_tensor_nbytes(out);
+        bufs[p] = pe_tensor_data(scratch);
+    }
+    pe_coll_args a = {.op = PE_COLL_BROADCAST, .count = pe_tensor_numel(x0), .dt = x0->dtype, .root = hd->root};
+    return issue(pe, h, &a, NULL, bufs);
+}
+
 /* check_nan_inf: what handle h's collective wrote — the summed gradients
  * on every place (a reduce: on its root). */
 pe_status pe_pe_check_collective(pe_parallel_executor *pe, int h) {
@@ -385,6 +440,7 @@ pe_status pe_pe_check_collective(pe_parallel_executor *pe, int h) {
     const char *who = hd->kind == PE_HANDLE_REDUCE      ? "reduce"
                       : hd->kind == PE_HANDLE_BCAST     ? "broadcast"
                       : hd->kind == PE_HANDLE_ALLGATHER ? "allgather"
+                      : hd->kind == PE_HANDLE_SCATTER   ? "scatter"
                                                         : "allreduce";
     /* a reduce writes its root only: a place, or for a program's op a rank
      * of the world (this process's places start at trainer x places) */
@@ -393,7 +449,9 @@ pe_status pe_pe_check_collective(pe_parallel_executor *pe, int h) {
     for (int p = 0; p < pe->n; p++) {
         if (hd->kind == PE_HANDLE_REDUCE && p != root) continue;
         for (int k = 0; k < (fused ? hd->n_vars : 1); k++) {
-            const char *name = fused ? hd->vars[k] : hd->kind == PE_HANDLE_ALLGATHER ? hd->vars[0] : hd->var;
+            const char *name = fused                                                                ? hd->vars[k]
+                               : hd->kind == PE_HANDLE_ALLGATHER || hd->kind == PE_HANDLE_SCATTER ? hd->vars[0]
+                                                                                                  : hd->var;
             const pe_tensor *t = pe_scope_find_var(pe->local[p], name);
             if (t) PE_CHECK(pe_nan_inf_check(t, 0, -1, -1, who, pe->places[p], NULL, name));
         }

@@ -32,7 +32,7 @@ pe_status pe_ssa_graph_write_dot(const pe_ssa_graph *g, const char *path) {
     static const char *const kind_names[PE_HANDLE_KIND_COUNT] = {"op", "allreduce", "reduce", "broadcast",
                                                                  "allreduce (bucket)", "allreduce + update (shard)",
                                                                  "join", "reduce-scatter (shards)",
-                                                                 "all-gather (shards)", "allgather"};
+                                                                 "all-gather (shards)", "allgather", "scatter"};
     size_t cap = 4096 + (size_t)g->n_h * 96, n = 0;
     char *buf = malloc(cap);
     if (!buf) return OOM();

@@ -48,6 +48,8 @@ typedef enum pe_handle_kind {
     PE_HANDLE_SHARD_GATHER,
     PE_HANDLE_ALLGATHER, /* a program's c_allgather (op_idx): vars[0] (Out) on every place = var
                           * (X) of every rank of the world, in rank order along axis 0 */
+    PE_HANDLE_SCATTER,   /* a program's c_scatter (op_idx): vars[0] (Out) of rank r = rows chunk r
+                          * of var (X) of rank `root` */
     PE_HANDLE_KIND_COUNT
 } pe_handle_kind;
 
@@ -99,7 +101,8 @@ typedef struct pe_ssa_graph {
  * not one of the gradients' collectives. */
 static inline bool pe_handle_is_program_collective(const pe_handle *h) {
     return h->op_idx >= 0 && (h->kind == PE_HANDLE_ALLREDUCE || h->kind == PE_HANDLE_REDUCE ||
-                              h->kind == PE_HANDLE_BCAST || h->kind == PE_HANDLE_ALLGATHER);
+                              h->kind == PE_HANDLE_BCAST || h->kind == PE_HANDLE_ALLGATHER ||
+                              h->kind == PE_HANDLE_SCATTER);
 }
 
 void pe_ssa_graph_free(pe_ssa_graph *g); /* accepts NULL */

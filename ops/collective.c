@@ -1,6 +1,6 @@
 /* ops/collective.c — Paddle's collective ops, so a program can carry its
  * own collectives: c_allreduce_sum / _max / _min / _prod, c_broadcast,
- * c_allgather, c_reduce_sum / _max / _min / _prod, c_identity,
+ * c_allgather, c_scatter, c_reduce_sum / _max / _min / _prod, c_identity,
  * c_sync_calc_stream and c_sync_comm_stream. Shape inference, the grad makers and the facts
  * other stages ask (ops/collective.h).
  *
@@ -57,8 +57,10 @@ bool pe_collective_of(const pe_op *op, pe_collective *c) {
         if ((a = pe_op_attr(op, "root_id"))) c->root = (int)a->i;
         return true;
     case PE_OP_c_allgather:
-        c->kind = PE_COLLECTIVE_ALLGATHER;
+    case PE_OP_c_scatter:
+        c->kind = pe_op_type_id(op->type) == PE_OP_c_scatter ? PE_COLLECTIVE_SCATTER : PE_COLLECTIVE_ALLGATHER;
         if ((a = pe_op_attr(op, "nranks"))) c->nranks = (int)a->i;
+        if ((a = pe_op_attr(op, "root"))) c->root = (int)a->i;
         return true;
     default: return false;
     }
@@ -71,12 +73,13 @@ static pe_status check(const char *who, int64_t ring_id, const pe_collective *c,
     if (ring_id != 0)
         return pe_error(PE_ERR_INVALID, "%s: ring_id %lld: PE has one communication ring, ring_id 0 (every place of "
                         "the ParallelExecutor, across its trainers)", who, (long long)ring_id);
-    if ((c->kind == PE_COLLECTIVE_BROADCAST || c->kind == PE_COLLECTIVE_REDUCE) &&
+    if ((c->kind == PE_COLLECTIVE_BROADCAST || c->kind == PE_COLLECTIVE_REDUCE || c->kind == PE_COLLECTIVE_SCATTER) &&
         (c->root < 0 || (world > 0 && c->root >= world)))
         return pe_error(PE_ERR_INVALID, "%s: %s %d is not a rank of the world (0..%d: %d rank%s, trainers x places)",
-                        who, c->kind == PE_COLLECTIVE_BROADCAST ? "root" : "root_id", c->root, w - 1, w,
+                        who, c->kind == PE_COLLECTIVE_REDUCE ? "root_id" : "root", c->root, w - 1, w,
                         w == 1 ? "" : "s");
-    if (c->kind == PE_COLLECTIVE_ALLGATHER && (c->nranks < 1 || (world > 0 && c->nranks != world)))
+    if ((c->kind == PE_COLLECTIVE_ALLGATHER || c->kind == PE_COLLECTIVE_SCATTER) &&
+        (c->nranks < 1 || (world > 0 && c->nranks != world)))
         return pe_error(PE_ERR_INVALID, "%s: nranks %d: the world has %d rank%s (trainers x places); set nranks to it",
                         who, c->nranks, w, w == 1 ? "" : "s");
     return PE_OK;
@@ -101,6 +104,9 @@ static void from_ctx(const pe_op_ctx *ctx, pe_collective *c) {
     case PE_OP_c_reduce_min:
     case PE_OP_c_reduce_prod: c->kind = PE_COLLECTIVE_REDUCE, c->root = (int)pe_ctx_int(ctx, "root_id"); break;
     case PE_OP_c_allgather: c->kind = PE_COLLECTIVE_ALLGATHER, c->nranks = (int)pe_ctx_int(ctx, "nranks"); break;
+    case PE_OP_c_scatter:
+        c->kind = PE_COLLECTIVE_SCATTER, c->nranks = (int)pe_ctx_int(ctx, "nranks"), c->root = (int)pe_ctx_int(ctx, "root");
+        break;
     default: break;
     }
 }
@@ -140,6 +146,22 @@ pe_status pe_infer_c_allgather(pe_op_ctx *ctx) {
     int64_t dims[PE_MAX_DIMS];
     for (int i = 0; i < x->ndim; i++) dims[i] = x->dims[i];
     dims[0] *= pe_ctx_int(ctx, "nranks");
+    return pe_infer_set_out(ctx, "Out", x->dtype, x->ndim, dims);
+}
+
+/* c_scatter: X: [nranks * n, d...] -> Out: [n, d...] */
+pe_status pe_infer_c_scatter(pe_op_ctx *ctx) {
+    pe_tensor *x;
+    PE_CHECK(pe_infer_need_in(ctx, "X", &x));
+    PE_CHECK(check_ctx(ctx));
+    int64_t nranks = pe_ctx_int(ctx, "nranks");
+    if (x->ndim < 1 || x->dims[0] % nranks)
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "X '%s' has %lld rows, not a multiple of nranks %lld (c_scatter gives "
+                            "each rank an equal chunk along axis 0)", pe_ctx_in_name(ctx, "X", 0),
+                            (long long)(x->ndim ? x->dims[0] : 0), (long long)nranks);
+    int64_t dims[PE_MAX_DIMS];
+    for (int i = 0; i < x->ndim; i++) dims[i] = x->dims[i];
+    dims[0] /= nranks;
     return pe_infer_set_out(ctx, "Out", x->dtype, x->ndim, dims);
 }
 

@@ -24,13 +24,14 @@ typedef enum pe_collective_kind {
     PE_COLLECTIVE_BROADCAST,  /* c_broadcast: Out on every rank = X of rank `root` */
     PE_COLLECTIVE_REDUCE,     /* c_reduce_sum/max/min/prod: Out of rank root_id = red over ranks; elsewhere Out = X */
     PE_COLLECTIVE_ALLGATHER,  /* c_allgather: Out = every rank's X along axis 0, in rank order */
+    PE_COLLECTIVE_SCATTER,    /* c_scatter: Out of rank r = rows chunk r of X of rank `root` (nranks chunks) */
 } pe_collective_kind;
 
 typedef struct pe_collective {
     pe_collective_kind kind;
     pe_red red;  /* ALLREDUCE, REDUCE */
-    int root;    /* BROADCAST (attr root), REDUCE (attr root_id): a global rank */
-    int nranks;  /* ALLGATHER (attr nranks) */
+    int root;    /* BROADCAST, SCATTER (attr root), REDUCE (attr root_id): a global rank */
+    int nranks;  /* ALLGATHER, SCATTER (attr nranks) */
 } pe_collective;
 
 /* True when op is one of the collective ops; *c says what it does. */

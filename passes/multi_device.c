@@ -39,7 +39,7 @@
  * the op's kernel (Out = X), then one collective handle of the op
  * (op_idx) reduces, broadcasts or sums Out across the world; c_allgather
  * is one ALLGATHER handle instead (X of every place -> Out of every
- * place). They read and write their var on every place: the root is a
+ * place), c_scatter one SCATTER handle. They read and write their var on every place: the root is a
  * rank of the world, which may be another process's place. With one rank
  * the kernel is the whole op. c_identity and the c_sync_* ops are plain
  * ops (Out = X).
@@ -221,20 +221,21 @@ static pe_status add_op_collective(pe_ssa_graph *g, place_state *ps, pe_handle_k
     return PE_OK;
 }
 
-/* c_allgather over several ranks: X of every place -> Out (vars[0]) of
- * every place, instead of the op's handles. */
-static pe_status add_allgather(pe_ssa_graph *g, place_state *ps, int op_idx) {
+/* c_allgather (c_scatter) over several ranks: X of every place -> Out
+ * (vars[0]) of every place, instead of the op's handles. */
+static pe_status add_allgather(pe_ssa_graph *g, place_state *ps, int op_idx, pe_handle_kind kind, int root) {
     const pe_op *op = &g->progs[0]->blocks[0].ops[op_idx];
     const char *x = pe_op_input1(op, "X"), *out = pe_op_output1(op, "Out");
     if (!x || !out || !strcmp(x, PE_EMPTY_VAR) || !strcmp(out, PE_EMPTY_VAR))
-        return pe_error(PE_ERR_INVALID, "op c_allgather (block 0 op %d): X and Out must be given", op_idx);
+        return pe_error(PE_ERR_INVALID, "op %s (block 0 op %d): X and Out must be given", op->type, op_idx);
     if (!strcmp(x, out))
-        return pe_error(PE_ERR_INVALID, "op c_allgather (block 0 op %d): Out '%s' is X; Out has nranks times X's "
-                        "rows, so it must be another var", op_idx, out);
+        return pe_error(PE_ERR_INVALID, "op %s (block 0 op %d): Out '%s' is X; Out has %s X's rows, so it must be "
+                        "another var", op->type, op_idx, out, kind == PE_HANDLE_ALLGATHER ? "nranks times" : "1/nranks of");
     const char **own = malloc(sizeof *own);
     if (!own) return OOM();
     own[0] = out;
-    int h = add_handle(g, PE_HANDLE_ALLGATHER, -1, op_idx, x, 0);
+    int h = add_handle(g, kind, -1, op_idx, x, root);
+    if (h >= 0) g->h[h].world_root = root;
     if (h < 0) {
         free(own);
         return OOM();
@@ -709,8 +710,9 @@ pe_status pe_multi_device_build_world(const pe_program *prog, int n_places, int 
         pe_collective co;
         bool coll = pe_collective_of(op, &co);
         if (coll && (st = pe_collective_check(op, world)) != PE_OK) goto done;
-        if (coll && world > 1 && co.kind == PE_COLLECTIVE_ALLGATHER) {
-            if ((st = add_allgather(g, ps, i)) != PE_OK) goto done;
+        if (coll && world > 1 && (co.kind == PE_COLLECTIVE_ALLGATHER || co.kind == PE_COLLECTIVE_SCATTER)) {
+            pe_handle_kind k = co.kind == PE_COLLECTIVE_SCATTER ? PE_HANDLE_SCATTER : PE_HANDLE_ALLGATHER;
+            if ((st = add_allgather(g, ps, i, k, co.root)) != PE_OK) goto done;
             continue;
         }
         if ((st = add_op_handles(g, ps, i, skip)) != PE_OK) goto done;

@@ -23,7 +23,7 @@ pe_status pe_cpu_c_collective(const pe_op_ctx *ctx) {
     return PE_OK;
 }
 
-/* c_allgather on one rank: X: [n, d...] -> Out: [n, d...] */
+/* c_allgather and c_scatter on one rank: X: [n, d...] -> Out: [n, d...] */
 pe_status pe_cpu_c_allgather(const pe_op_ctx *ctx) {
     int64_t nranks = pe_ctx_int(ctx, "nranks");
     if (nranks != 1)

@@ -693,6 +693,7 @@ case("c_reduce_sum", "one_rank", {"X": i32(6)}, {"root_id": 0}, ref_identity)
 for _op in ("c_reduce_max", "c_reduce_min", "c_reduce_prod"):
     case(_op, "one_rank", {"X": f32(2, 3)}, {"root_id": 0}, ref_identity)
 case("c_allgather", "one_rank", {"X": f32(3, 2)}, {"nranks": 1}, ref_identity)
+case("c_scatter", "one_rank", {"X": f64(4, 2)}, {"nranks": 1, "root": 0}, ref_identity)
 case("c_sync_calc_stream", "two", {"X": [f32(3), f32(2, 2)]}, {}, lambda t, a: {"Out": list(t["X"])})
 case("c_sync_comm_stream", "one", {"X": [f32(4)]}, {"ring_id": 0}, lambda t, a: {"Out": list(t["X"])})
 

@@ -141,3 +141,24 @@ def test_gathered_rows_feed_later_ops(monkeypatch, memory_optimize):
     for _ in range(2):
         out, = pexe.run([z.name], feed={"x": a})
         np.testing.assert_array_equal(out, 2 * np.concatenate([a, a]))
+
+
+def test_scatter_from_a_root(monkeypatch):
+    """c_scatter: place r gets rows chunk r of the root place's X; the other places' X is left alone."""
+    monkeypatch.setenv("CPU_NUM", "2")
+    for root in (0, 1):
+        main, startup = pe.static.Program(), pe.static.Program()
+        with pe.static.program_guard(main, startup), unique_name.guard():
+            z = pe.static.data("z", [4, COLS], "float32")
+            s = collective.append_collective("c_scatter", z, root=root, nranks=2)
+            assert list(s.shape) == [2, COLS]
+            t = pe.tensor.scale(s, 1.0)
+        pexe = pe.static.ParallelExecutor(False, main_program=main, scope=pe.static.Scope())
+        zs = [np.arange(4 * COLS, dtype=np.float32).reshape(4, COLS) + 100 * r for r in range(2)]
+        for _ in range(2):
+            got, zz = pexe.run([t.name, "z"], feed=[{"z": zs[0]}, {"z": zs[1]}])
+            np.testing.assert_array_equal(got, zs[root])  # chunk 0 on place 0, chunk 1 on place 1
+            np.testing.assert_array_equal(zz, np.concatenate(zs))
+    with pytest.raises(pe.Error, match="c_scatter: x has 4 rows, not a multiple of nranks 3"):
+        with pe.static.program_guard(pe.static.Program(), pe.static.Program()):
+            collective.append_collective("c_scatter", pe.static.data("z", [4, COLS], "float32"), nranks=3)

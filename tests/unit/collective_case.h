@@ -19,6 +19,14 @@
 enum { CC_ROWS = 2, CC_COLS = 3, CC_N = CC_ROWS * CC_COLS };
 
 static inline double cc_x(int g, int i) { return (double)((7 * i + 5 * g) % 11) - 5.0 + g / 4.0; }
+/* rank g's input of c_scatter: [world * CC_ROWS, CC_COLS] */
+static inline double cc_z(int g, int i) { return 2.0 * cc_x(g + 3, i % CC_N) + i; }
+
+static inline pe_tensor *cc_zinput(int g, int world) {
+    double v[64 * CC_N];
+    for (int i = 0; i < world * CC_N; i++) v[i] = cc_z(g, i);
+    return tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){(int64_t)world * CC_ROWS, CC_COLS}, v);
+}
 
 static inline pe_tensor *cc_input(int g) {
     double v[CC_N];
@@ -49,13 +57,14 @@ static inline void cc_scale(pe_program *p, const char *out, double scale) {
 
 /* The outputs, in the order cc_check reads them. */
 static const char *const k_cc_fetch[] = {"sum", "max", "min", "prod", "bcast", "gathered", "reduced", "ident",
-                                         "synced", "inplace", "rmin"};
-enum { CC_N_FETCH = 11 };
+                                         "synced", "inplace", "rmin", "scat"};
+enum { CC_N_FETCH = 12 };
 
 /* x (fed) -> every collective; bcast: 2 x in place then c_broadcast from
  * rank `root`; gathered: c_allgather's Out read by an op; reduced:
  * c_reduce_sum to rank `reduce_root`; rmin: c_reduce_min to rank
- * world - 1 - reduce_root; inplace: x
+ * world - 1 - reduce_root; scat: c_scatter of z (fed) from rank `root`;
+ * inplace: x
  * copied (scale 1), then summed in place (c_allreduce_sum with Out == X:
  * a fed var is never written, graph/check.c). */
 static inline pe_program *cc_program(int world, int root, int reduce_root) {
@@ -66,6 +75,8 @@ static inline pe_program *cc_program(int world, int root, int reduce_root) {
     for (int i = 0; i < 10; i++) cc_var(p, outs[i], -1);
     cc_var(p, "gather", -1);
     cc_var(p, "gathered", -1);
+    cc_var(p, "z", -1);
+    cc_var(p, "scat", -1);
     cc_op(p, "c_allreduce_sum", "x", "sum", "ring_id", 0);
     cc_op(p, "c_allreduce_max", "x", "max", NULL, 0);
     cc_op(p, "c_allreduce_min", "x", "min", NULL, 0);
@@ -76,6 +87,8 @@ static inline pe_program *cc_program(int world, int root, int reduce_root) {
     cc_op(p, "c_identity", "gather", "gathered", NULL, 0); /* an op reads what the gather wrote */
     cc_op(p, "c_reduce_sum", "x", "reduced", "root_id", reduce_root);
     cc_op(p, "c_reduce_min", "x", "rmin", "root_id", world - 1 - reduce_root);
+    cc_op(p, "c_scatter", "z", "scat", "root", root);
+    pe_op_set_int(&p->blocks[0].ops[p->blocks[0].n_ops - 1], "nranks", world);
     cc_op(p, "c_identity", "x", "ident", NULL, 0);
     cc_op(p, "c_sync_calc_stream", "sum", "synced", NULL, 0);
     cc_op(p, "c_sync_comm_stream", "synced", "synced", "ring_id", 0);
@@ -117,6 +130,7 @@ static inline void cc_check(pe_tensor *const *out, int g0, int n_places, int wor
             cc_expect("c_sync_*", g, out[8], off, s, i);
             cc_expect("c_allreduce_sum in place", g, out[9], off, s, i);
             cc_expect("c_reduce_min", g, out[10], off, g == world - 1 - reduce_root ? mn : (float)cc_x(g, i), i);
+            cc_expect("c_scatter", g, out[11], off, cc_z(root, g * CC_N + i), i);
         }
         for (int r = 0; r < world; r++)
             for (int i = 0; i < CC_N; i++)
@@ -131,15 +145,17 @@ static inline void cc_check(pe_tensor *const *out, int g0, int n_places, int wor
 /* Runs pe (n places: ranks g0 .. g0 + n - 1 of world) `runs` times, place
  * p fed cc_input(g0 + p), and checks every output of every place. */
 static inline void cc_run(pe_parallel_executor *pe, int g0, int n, int world, int root, int reduce_root, int runs) {
-    pe_tensor *x[8];
-    pe_feed f[8];
+    pe_tensor *x[8], *z[8];
+    pe_feed f[8][2];
     const pe_feed *lists[8];
     int nf[8];
     for (int q = 0; q < n; q++) {
         x[q] = cc_input(g0 + q);
-        f[q] = (pe_feed){"x", x[q]};
-        lists[q] = &f[q];
-        nf[q] = 1;
+        z[q] = cc_zinput(g0 + q, world);
+        f[q][0] = (pe_feed){"x", x[q]};
+        f[q][1] = (pe_feed){"z", z[q]};
+        lists[q] = f[q];
+        nf[q] = 2;
     }
     pe_tensor *out[CC_N_FETCH];
     for (int k = 0; k < CC_N_FETCH; k++) out[k] = pe_tensor_new();
@@ -152,7 +168,10 @@ static inline void cc_run(pe_parallel_executor *pe, int g0, int n, int world, in
     for (int q = 0; q < n; q++)
         for (int i = 0; i < CC_N; i++) assert_true(tu_get(x[q], i) == (float)cc_x(g0 + q, i));
     for (int k = 0; k < CC_N_FETCH; k++) pe_tensor_free(out[k]);
-    for (int q = 0; q < n; q++) pe_tensor_free(x[q]);
+    for (int q = 0; q < n; q++) {
+        pe_tensor_free(x[q]);
+        pe_tensor_free(z[q]);
+    }
 }
 
 #endif

@@ -1,6 +1,7 @@
 /* tests/unit/test_collective_ops.c — the collective ops a program carries
  * (ops/collective.c: c_allreduce_sum/max/min/prod, c_broadcast,
- * c_allgather, c_reduce_sum, c_identity, c_sync_*), in one process:
+ * c_allgather, c_scatter, c_reduce_sum/min, c_identity, c_sync_*), in one
+ * process:
  *   - a ParallelExecutor on 1, 2 and 3 CPU places runs the program of
  *     collective_case.h (every op, Out != X and in place) and every place
  *     fetches the hand-computed results; again with fewer pool threads
@@ -91,8 +92,9 @@ static void test_timeline(void **state) {
     buf[n] = '\0';
     const char *want[] = {"\"cat\":\"comm\",\"name\":\"c_allreduce_max\"", "\"cat\":\"comm\",\"name\":\"c_broadcast\"",
                           "\"name\":\"c_allgather\",\"args\":{\"var\":\"x\",\"out\":\"gather\"",
-                          "\"cat\":\"op\",\"name\":\"c_allreduce_prod\""};
-    for (int i = 0; i < 4; i++)
+                          "\"cat\":\"op\",\"name\":\"c_allreduce_prod\"",
+                          "\"name\":\"c_scatter\",\"args\":{\"var\":\"z\",\"out\":\"scat\""};
+    for (int i = 0; i < 5; i++)
         if (!strstr(buf, want[i])) fail_msg("%s lacks %s", file, want[i]);
     pe_parallel_executor_free(pe); /* writes the file once more */
     unlink(file);
@@ -104,13 +106,14 @@ static void test_timeline(void **state) {
 static void test_executor_world_of_one(void **state) {
     (void)state;
     pe_program *p = cc_program(1, 0, 0);
-    pe_tensor *x = cc_input(0);
+    pe_tensor *x = cc_input(0), *z = cc_zinput(0, 1);
     pe_tensor *out[CC_N_FETCH];
     for (int k = 0; k < CC_N_FETCH; k++) out[k] = pe_tensor_new();
-    assert_int_equal(tu_run(p, (pe_feed[]){{"x", x}}, 1, k_cc_fetch, CC_N_FETCH, out), PE_OK);
+    assert_int_equal(tu_run(p, (pe_feed[]){{"x", x}, {"z", z}}, 2, k_cc_fetch, CC_N_FETCH, out), PE_OK);
     cc_check(out, 0, 1, 1, 0, 0);
     for (int k = 0; k < CC_N_FETCH; k++) pe_tensor_free(out[k]);
     pe_tensor_free(x);
+    pe_tensor_free(z);
     pe_program_free(p);
 }
 
@@ -143,6 +146,7 @@ static void test_errors(void **state) {
     expect_build_error(one_op("c_reduce_sum", "root_id", 3, "y"), 3, "c_reduce_sum", "root_id 3");
     expect_build_error(one_op("c_allgather", "nranks", 3, "y"), 2, "c_allgather", "nranks 3");
     expect_build_error(one_op("c_allgather", "nranks", 2, "x"), 2, "c_allgather", "must be another var");
+    expect_build_error(one_op("c_scatter", "nranks", 3, "y"), 2, "c_scatter", "nranks 3");
     /* the single-place Executor: a world of one rank */
     pe_tensor *x = cc_input(0), *y = pe_tensor_new();
     pe_program *p = one_op("c_broadcast", "root", 1, "y");

@@ -202,6 +202,7 @@ static const empty_row k_rows[] = {
     {"c_reduce_min", "X=d[2,0]", "Out", "", "[2,0]", NULL, NULL, false},
     {"c_reduce_prod", "X=f[0]", "Out", "root_id=0", "[0]", NULL, NULL, false},
     {"c_allgather", "X=f[0,3]", "Out", "nranks=1", "[0,3]", NULL, NULL, false},
+    {"c_scatter", "X=f[0,3]", "Out", "nranks=1 root=0", "[0,3]", NULL, NULL, false},
     {"c_identity", "X=f[0,3]", "Out", "", "[0,3]", NULL, NULL, true},
     {"c_sync_calc_stream", "X=f[0,3] X=f[2,0]", "Out Out", "", "[0,3]", NULL, NULL, false},
     {"c_sync_comm_stream", "X=f[0,3]", "Out", "ring_id=0", "[0,3]", NULL, NULL, false},

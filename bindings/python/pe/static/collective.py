@@ -15,8 +15,8 @@ multi-device pass turns each op into a collective handle of the graph
 
 In place like Paddle (Out = X) for c_allreduce_*, c_broadcast,
 c_reduce_* and the c_sync_* ops, unless `out=` names another Variable
-(then X is copied to Out and the collective runs on Out); c_allgather and
-c_identity make a new Variable.
+(then X is copied to Out and the collective runs on Out); c_allgather,
+c_scatter and c_identity make a new Variable.
 """
 from .. import _core
 from ..framework import Variable
@@ -36,6 +36,7 @@ COLLECTIVE_OPS = {
     "c_reduce_min": ({"ring_id": 0, "root_id": 0, "use_calc_stream": False}, True),
     "c_reduce_prod": ({"ring_id": 0, "root_id": 0, "use_calc_stream": False}, True),
     "c_allgather": ({"ring_id": 0, "nranks": None, "use_calc_stream": False}, False),
+    "c_scatter": ({"ring_id": 0, "root": 0, "nranks": None, "use_calc_stream": False}, False),
     "c_identity": ({"ring_id": 0, "use_calc_stream": False, "use_model_parallel": False}, False),
     "c_sync_calc_stream": ({}, True),
     "c_sync_comm_stream": ({"ring_id": 0}, True),
@@ -51,7 +52,7 @@ def append_collective(op_type, x, out=None, **attrs):
     default main program and returns its output Variable (x itself for the
     in-place ops unless `out` is given; a list for the c_sync_* ops when x
     is a list). attrs: Paddle's (ring_id, root, root_id, nranks,
-    use_calc_stream, use_model_parallel); c_allgather needs nranks."""
+    use_calc_stream, use_model_parallel); c_allgather and c_scatter need nranks."""
     if op_type not in COLLECTIVE_OPS:
         raise _err("unknown op type %r; PE has %s" % (op_type, ", ".join(sorted(COLLECTIVE_OPS))))
     known, in_place = COLLECTIVE_OPS[op_type]
@@ -69,10 +70,10 @@ def append_collective(op_type, x, out=None, **attrs):
     if full.get("ring_id", 0) != 0:
         raise _err("%s: ring_id %s: PE has one communication ring, ring_id 0 (every place of the "
                    "ParallelExecutor, across its trainers)" % (op_type, full["ring_id"]))
-    if op_type == "c_allgather":
+    if op_type in ("c_allgather", "c_scatter"):
         if full["nranks"] is None or int(full["nranks"]) < 1:
-            raise _err("c_allgather needs nranks >= 1 (the ranks of the world: trainers x places), got %r"
-                       % (full["nranks"],))
+            raise _err("%s needs nranks >= 1 (the ranks of the world: trainers x places), got %r"
+                       % (op_type, full["nranks"]))
         full["nranks"] = int(full["nranks"])
     helper = LayerHelper(op_type)
     if out is not None:
@@ -85,6 +86,10 @@ def append_collective(op_type, x, out=None, **attrs):
         shape = list(xs[0].shape)
         if op_type == "c_allgather" and shape and shape[0] > 0:
             shape[0] *= full["nranks"]
+        if op_type == "c_scatter" and shape and shape[0] > 0:
+            if shape[0] % full["nranks"]:
+                raise _err("c_scatter: x has %d rows, not a multiple of nranks %d" % (shape[0], full["nranks"]))
+            shape[0] //= full["nranks"]
         outs = [helper.create_variable_for_type_inference(xs[0].dtype, shape=shape,
                                                           stop_gradient=xs[0].stop_gradient)]
     helper.append_op(op_type, {"X": xs}, {"Out": outs}, full)
