@@ -64,20 +64,21 @@ typedef struct pe_handle {
     pe_handle_kind kind;
     int place;         /* OP: place index; OPT_SHARD: the place that runs it; collectives: -1 */
     int op_idx;        /* OP: op index in block 0 of progs[place]; ALLREDUCE / REDUCE / BCAST /
-                        * ALLGATHER: the program's collective op (c_allreduce_sum, ...; ops/collective.h)
-                        * they run (pe_handle_is_program_collective), whose world_root is a rank of
-                        * the world (trainers x places) and which reads and writes var on every
-                        * place; -1 for the gradients' collectives */
+                        * ALLGATHER / SCATTER: the program's collective op (c_allreduce_sum, ...;
+                        * ops/collective.h) they run (pe_handle_is_program_collective), whose
+                        * world_root (and root) is a rank of the world (trainers x places) and which
+                        * reads and writes var (ALLGATHER, SCATTER: reads var, writes vars[0]) on
+                        * every place; -1 for the gradients' collectives */
     const char *var;   /* collectives: the var (borrowed); ALLREDUCE_FUSED: the first */
-    const char **vars; /* ALLREDUCE_FUSED: the bucket's vars in layout order (array owned,
-                        * names borrowed) */
+    const char **vars; /* ALLREDUCE_FUSED: the bucket's vars in layout order; ALLGATHER, SCATTER:
+                        * the op's Out (array owned, names borrowed) */
     int n_vars;
     int64_t bucket_bytes; /* ALLREDUCE_FUSED: bytes of the bucket (per place) */
-    int root;          /* REDUCE / BCAST: owner place (-1: a place of another trainer);
-                        * OPT_SHARD / JOIN: shard index (JOIN: 0; across trainers: the
-                        * global rank that owns the shard) */
-    int world_root;    /* REDUCE / BCAST: the owner's global rank (trainer x places + place),
-                        * the root of the collective; = root within one process */
+    int root;          /* REDUCE / BCAST: owner place (-1: a place of another trainer; a program's
+                        * op: its world_root); OPT_SHARD / JOIN: shard index (JOIN: 0; across
+                        * trainers: the global rank that owns the shard) */
+    int world_root;    /* REDUCE / BCAST / SCATTER: the owner's global rank (trainer x places +
+                        * place), the root of the collective; = root within one process */
     int n_shards;      /* OPT_SHARD / JOIN: shards of the op (shard i runs with place i's tensors) */
     int *succ;         /* handles that depend on this one */
     int n_succ, cap_succ;
