@@ -14,10 +14,12 @@
  * floating-point outputs are checked after its kernel (executor/nan_inf.c).
  * pe_interrupt (pe/interrupt.h) is checked before every op: an interrupted
  * run returns PE_ERR_CANCELLED after the op in progress.
+ * Collective ops (c_allreduce_sum, ...) see a world of one rank: Out = X.
  */
 #include "pe/executor.h"
 #include "executor/feed_fetch.h"
 #include "executor/nan_inf.h"
+#include "ops/collective.h"
 #include "ops/op.h"
 #include "runtime/internal.h"
 
@@ -118,7 +120,9 @@ static pe_status prepare(pe_executor *ex, const pe_program *prog, int block_idx,
             return pe_error(PE_ERR_NOMEM, "out of memory creating var '%s'", b->vars[i].name);
         }
     for (int i = 0; i < b->n_ops; i++) {
-        pe_status st = pe_op_ctx_init(&ex->ctxs[i], &b->ops[i], ex->local, ex->place);
+        /* a collective op runs over a world of one rank here (ops/collective.h) */
+        pe_status st = pe_collective_check(&b->ops[i], 1);
+        if (st == PE_OK) st = pe_op_ctx_init(&ex->ctxs[i], &b->ops[i], ex->local, ex->place);
         if (st == PE_OK) st = pe_op_ctx_declare(&ex->ctxs[i], &b->ops[i], prog, block_idx);
         if (st != PE_OK) {
             pe_executor_drop_local_scope(ex);

@@ -23,6 +23,7 @@
  */
 #include "executor/nan_inf.h"
 #include "executor/pe_internal.h"
+#include "ops/collective.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -210,7 +211,13 @@ size_t pe_pe_bucket_bytes(const pe_parallel_executor *pe) {
  * across processes) gets a work whose callback tells the scheduler
  * (pe_sched_done): the handle returns PE_SCHED_PENDING and no pool thread
  * blocks in the call. Without a scheduler (enable_sequential_execution) the
- * run waits for the work. */
+ * run waits for the work.
+ *
+ * A program's collective ops (pe_handle_is_program_collective:
+ * c_allreduce_max, c_broadcast,
+ * c_allgather, ...; ops/collective.h) run the same way, with the op's
+ * reduction and root; their root is a rank of the world (trainer x places
+ * + place), which the group of a multi-trainer executor spans. */
 
 /* What handle h exchanges, for messages. */
 static const char *coll_what(const pe_parallel_executor *pe, int h, char *buf, size_t n) {
@@ -221,6 +228,9 @@ static const char *coll_what(const pe_parallel_executor *pe, int h, char *buf, s
         snprintf(buf, n, "reduce-scatter of '%s' over the %d shards of op %d", hd->var, hd->n_shards, hd->op_idx);
     else if (hd->kind == PE_HANDLE_SHARD_GATHER)
         snprintf(buf, n, "all-gather of the %d shards of op %d (gradient '%s')", hd->n_shards, hd->op_idx, hd->var);
+    else if (pe_handle_is_program_collective(hd))
+        snprintf(buf, n, "op %s (block 0 op %d) on '%s'", pe->g->progs[0]->blocks[0].ops[hd->op_idx].type,
+                 hd->op_idx, hd->kind == PE_HANDLE_ALLGATHER || hd->kind == PE_HANDLE_SCATTER ? hd->vars[0] : hd->var);
     else snprintf(buf, n, "collective on '%s'", hd->var);
     return buf;
 }
@@ -259,20 +269,16 @@ pe_status pe_pe_await_work(pe_parallel_executor *pe, int h, pe_status st, pe_wor
     return PE_SCHED_PENDING;
 }
 
-static pe_status issue(pe_parallel_executor *pe, int h, pe_coll op, void *const *bufs, int64_t numel, pe_dtype dt,
-                       int root) {
+static pe_status issue(pe_parallel_executor *pe, int h, const pe_coll_args *a, const void *const *sends,
+                       void *const *bufs) {
     char what[512];
     pe_status st;
     if (pe->comm->direct) {
-        switch (op) {
-        case PE_COLL_ALLREDUCE: st = pe_group_allreduce(pe->comm, bufs, numel, dt); break;
-        case PE_COLL_REDUCE: st = pe_group_reduce(pe->comm, bufs, numel, dt, root); break;
-        default: st = pe_group_broadcast(pe->comm, bufs, numel, dt, root); break;
-        }
+        st = pe_group_run(pe->comm, a, sends, bufs, NULL);
         return st == PE_OK ? PE_OK : pe_error_wrap(st, "%s", coll_what(pe, h, what, sizeof what));
     }
     pe_work *w = NULL;
-    st = pe_group_start(pe->comm, op, bufs, numel, dt, root, &w);
+    st = pe_group_run(pe->comm, a, sends, bufs, &w);
     return pe_pe_await_work(pe, h, st, w);
 }
 
@@ -298,31 +304,131 @@ pe_status pe_pe_run_bucket(pe_parallel_executor *pe, int h) {
         }
         bufs[p] = base;
     }
-    return issue(pe, h, PE_COLL_ALLREDUCE, bufs, hd->bucket_bytes / (int64_t)pe_dtype_size(dt), dt, 0);
+    pe_coll_args a = {.op = PE_COLL_ALLREDUCE, .count = hd->bucket_bytes / (int64_t)pe_dtype_size(dt), .dt = dt};
+    return issue(pe, h, &a, NULL, bufs);
 }
 
 pe_status pe_pe_run_collective(pe_parallel_executor *pe, int h) {
     const pe_handle *hd = &pe->g->h[h];
     void *bufs[PE_MAX_PLACES];
     const pe_tensor *t0 = NULL;
-    char pb[32];
+    char pb[32], who[512];
+    if (pe_handle_is_program_collective(hd)) coll_what(pe, h, who, sizeof who); /* a program's op: name it */
+    else
+        snprintf(who, sizeof who, "%s of '%s'", hd->kind == PE_HANDLE_BCAST    ? "broadcast"
+                                                : hd->kind == PE_HANDLE_REDUCE ? "reduce"
+                                                                               : "allreduce", hd->var);
     for (int p = 0; p < pe->n; p++) {
         const pe_tensor *t = pe_scope_find_var(pe->local[p], hd->var);
         if (!t || (!t->buf && pe_tensor_numel(t) > 0))
-            return pe_error(PE_ERR_NOT_FOUND, "%s of '%s': the var has no value on %s",
-                            hd->kind == PE_HANDLE_BCAST ? "broadcast" : "allreduce", hd->var,
-                            pe_pe_place_name(pe, p, pb));
+            return pe_error(PE_ERR_NOT_FOUND, "%s: the var has no value on %s", who, pe_pe_place_name(pe, p, pb));
         if (!t0) t0 = t;
         if (t->dtype != t0->dtype || pe_tensor_numel(t) != pe_tensor_numel(t0))
-            return pe_error(PE_ERR_INVALID, "allreduce of '%s': %s has %lld elements of %s, place 0 has %lld of %s",
-                            hd->var, pe_pe_place_name(pe, p, pb), (long long)pe_tensor_numel(t),
-                            pe_dtype_name(t->dtype), (long long)pe_tensor_numel(t0), pe_dtype_name(t0->dtype));
+            return pe_error(PE_ERR_INVALID, "%s: %s has %lld elements of %s, place 0 has %lld of %s (every place "
+                            "must pass the same shape: a batch split unevenly across the places?)", who,
+                            pe_pe_place_name(pe, p, pb), (long long)pe_tensor_numel(t), pe_dtype_name(t->dtype),
+                            (long long)pe_tensor_numel(t0), pe_dtype_name(t0->dtype));
         bufs[p] = pe_tensor_data(t);
     }
     pe_coll op = hd->kind == PE_HANDLE_ALLREDUCE ? PE_COLL_ALLREDUCE
                  : hd->kind == PE_HANDLE_REDUCE  ? PE_COLL_REDUCE
                                                  : PE_COLL_BROADCAST;
-    return issue(pe, h, op, bufs, pe_tensor_numel(t0), t0->dtype, hd->world_root);
+    pe_coll_args a = {.op = op, .count = pe_tensor_numel(t0), .dt = t0->dtype, .root = hd->world_root};
+    pe_collective co;
+    if (pe_handle_is_program_collective(hd) && pe_collective_of(&pe->g->progs[0]->blocks[0].ops[hd->op_idx], &co))
+        a.red = co.red;
+    return issue(pe, h, &a, NULL, bufs);
+}
+
+/* *x = X (var) of handle h's op on place p, or an error naming the op. */
+static pe_status coll_input(pe_parallel_executor *pe, int h, int p, const pe_tensor **x) {
+    const char *name = pe->g->h[h].var;
+    *x = pe_scope_find_var(pe->local[p], name);
+    if (*x && ((*x)->buf || pe_tensor_numel(*x) == 0)) return PE_OK;
+    char pb[32], what[512];
+    return pe_error(PE_ERR_NOT_FOUND, "%s: X '%s' has no value on %s", coll_what(pe, h, what, sizeof what), name,
+                    pe_pe_place_name(pe, p, pb));
+}
+
+/* c_allgather over the world: X (var) of every place -> Out (vars[0]) of
+ * every place, [world * rows, d...], allocated here on each place. */
+pe_status pe_pe_run_allgather(pe_parallel_executor *pe, int h) {
+    const pe_handle *hd = &pe->g->h[h];
+    void *bufs[PE_MAX_PLACES];
+    const void *sends[PE_MAX_PLACES];
+    const pe_tensor *x0 = NULL;
+    char pb[32], what[512];
+    const int world = pe_comm_size(pe->comm->ranks[0]);
+    for (int p = 0; p < pe->n; p++) {
+        const pe_tensor *x;
+        PE_CHECK(coll_input(pe, h, p, &x));
+        if (!x0) x0 = x;
+        if (x->ndim < 1 || x->dtype != x0->dtype || x->ndim != x0->ndim ||
+            pe_tensor_numel(x) != pe_tensor_numel(x0) || x->dims[0] != x0->dims[0])
+            return pe_error(PE_ERR_INVALID, "%s: X '%s' on %s is %s of %lld elements (rank %d), place 0's %s of "
+                            "%lld (rank %d): every rank gathers the same shape", coll_what(pe, h, what, sizeof what),
+                            hd->var, pe_pe_place_name(pe, p, pb), pe_dtype_name(x->dtype),
+                            (long long)pe_tensor_numel(x), x->ndim, pe_dtype_name(x0->dtype),
+                            (long long)pe_tensor_numel(x0), x0->ndim);
+        pe_tensor *out = pe_scope_var(pe->local[p], hd->vars[0]);
+        int64_t dims[PE_MAX_DIMS];
+        for (int d = 0; d < x->ndim; d++) dims[d] = x->dims[d];
+        dims[0] *= world;
+        if (!out) return pe_error(PE_ERR_NOMEM, "%s: out of memory", coll_what(pe, h, what, sizeof what));
+        pe_status st = pe_tensor_resize(out, x->dtype, x->ndim, dims, pe->places[p]);
+        if (st != PE_OK) return pe_error_wrap(st, "%s: Out on %s", coll_what(pe, h, what, sizeof what),
+                                              pe_pe_place_name(pe, p, pb));
+        sends[p] = pe_tensor_data(x);
+        bufs[p] = pe_tensor_data(out);
+    }
+    pe_coll_args a = {.op = PE_COLL_ALLGATHER, .count = pe_tensor_numel(x0), .dt = x0->dtype};
+    return issue(pe, h, &a, sends, bufs);
+}
+
+/* c_scatter over the world: every place's Out (vars[0]) = its rows chunk
+ * of X (var) of rank `root`. X is copied into a scratch var of the local
+ * scope ("<Out>@SCATTER", kept run to run) on the root's place, the
+ * scratch is broadcast from the root, and Out is a view of this rank's
+ * chunk of it: no place's X changes, and no copy after the broadcast. */
+pe_status pe_pe_run_scatter(pe_parallel_executor *pe, int h) {
+    const pe_handle *hd = &pe->g->h[h];
+    void *bufs[PE_MAX_PLACES];
+    const pe_tensor *x0 = NULL;
+    char pb[32], what[512], name[512];
+    const int world = pe_comm_size(pe->comm->ranks[0]);
+    const int g0 = pe->outer ? pe_comm_rank(pe->outer) * pe->n : 0; /* this process's first rank */
+    snprintf(name, sizeof name, "%s@SCATTER", hd->vars[0]);
+    for (int p = 0; p < pe->n; p++) {
+        const pe_tensor *x;
+        PE_CHECK(coll_input(pe, h, p, &x));
+        if (!x0) x0 = x;
+        if (x->ndim < 1 || x->dims[0] % world || x->dtype != x0->dtype || pe_tensor_numel(x) != pe_tensor_numel(x0))
+            return pe_error(PE_ERR_INVALID, "%s: X '%s' on %s is %s of %lld rows and %lld elements, place 0's %s of "
+                            "%lld elements: every rank passes the same shape, whose rows split into %d equal chunks",
+                            coll_what(pe, h, what, sizeof what), hd->var, pe_pe_place_name(pe, p, pb),
+                            pe_dtype_name(x->dtype), (long long)(x->ndim ? x->dims[0] : 0),
+                            (long long)pe_tensor_numel(x), pe_dtype_name(x0->dtype), (long long)pe_tensor_numel(x0),
+                            world);
+        pe_tensor *scratch = pe_scope_var(pe->local[p], name), *out = pe_scope_var(pe->local[p], hd->vars[0]);
+        if (!scratch || !out) return pe_error(PE_ERR_NOMEM, "%s: out of memory", coll_what(pe, h, what, sizeof what));
+        pe_tensor_clear(out); /* last run's view: the scratch stays unshared, so resizing keeps its bytes */
+        pe_status st = pe_tensor_resize(scratch, x->dtype, x->ndim, x->dims, pe->places[p]);
+        if (st == PE_OK && g0 + p == hd->root)
+            st = pe_memcpy_places(pe_tensor_data(scratch), pe->places[p], pe_tensor_data(x), x->place,
+                                  pe_tensor_nbytes(x));
+        if (st != PE_OK) return pe_error_wrap(st, "%s: on %s", coll_what(pe, h, what, sizeof what),
+                                              pe_pe_place_name(pe, p, pb));
+        /* Out: rows chunk g0 + p of the scratch */
+        int64_t dims[PE_MAX_DIMS];
+        for (int d = 0; d < x->ndim; d++) dims[d] = x->dims[d];
+        dims[0] /= world;
+        pe_tensor_share(out, scratch);
+        PE_CHECK(pe_tensor_set_meta(out, x->dtype, x->ndim, dims));
+        out->offset += (size_t)(g0 + p) * pe_tensor_nbytes(out);
+        bufs[p] = pe_tensor_data(scratch);
+    }
+    pe_coll_args a = {.op = PE_COLL_BROADCAST, .count = pe_tensor_numel(x0), .dt = x0->dtype, .root = hd->root};
+    return issue(pe, h, &a, NULL, bufs);
 }
 
 /* check_nan_inf: what handle h's collective wrote — the summed gradients
@@ -331,11 +437,21 @@ pe_status pe_pe_check_collective(pe_parallel_executor *pe, int h) {
     const pe_handle *hd = &pe->g->h[h];
     if (hd->kind == PE_HANDLE_SHARD_GATHER) return PE_OK; /* each shard checked its range where it ran */
     const bool fused = hd->kind == PE_HANDLE_ALLREDUCE_FUSED;
-    const char *who = hd->kind == PE_HANDLE_REDUCE ? "reduce" : hd->kind == PE_HANDLE_BCAST ? "broadcast" : "allreduce";
+    const char *who = hd->kind == PE_HANDLE_REDUCE      ? "reduce"
+                      : hd->kind == PE_HANDLE_BCAST     ? "broadcast"
+                      : hd->kind == PE_HANDLE_ALLGATHER ? "allgather"
+                      : hd->kind == PE_HANDLE_SCATTER   ? "scatter"
+                                                        : "allreduce";
+    /* a reduce writes its root only: a place, or for a program's op a rank
+     * of the world (this process's places start at trainer x places) */
+    int root = hd->root;
+    if (pe_handle_is_program_collective(hd)) root = hd->world_root - (pe->outer ? pe_comm_rank(pe->outer) * pe->n : 0);
     for (int p = 0; p < pe->n; p++) {
-        if (hd->kind == PE_HANDLE_REDUCE && p != hd->root) continue;
+        if (hd->kind == PE_HANDLE_REDUCE && p != root) continue;
         for (int k = 0; k < (fused ? hd->n_vars : 1); k++) {
-            const char *name = fused ? hd->vars[k] : hd->var;
+            const char *name = fused                                                                ? hd->vars[k]
+                               : hd->kind == PE_HANDLE_ALLGATHER || hd->kind == PE_HANDLE_SCATTER ? hd->vars[0]
+                                                                                                  : hd->var;
             const pe_tensor *t = pe_scope_find_var(pe->local[p], name);
             if (t) PE_CHECK(pe_nan_inf_check(t, 0, -1, -1, who, pe->places[p], NULL, name));
         }

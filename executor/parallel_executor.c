@@ -100,6 +100,8 @@ static const handle_fn k_handle_run[PE_HANDLE_KIND_COUNT] = {
     [PE_HANDLE_JOIN] = run_join,
     [PE_HANDLE_SHARD_SUM] = pe_pe_run_shard_sum,
     [PE_HANDLE_SHARD_GATHER] = pe_pe_run_shard_gather,
+    [PE_HANDLE_ALLGATHER] = pe_pe_run_allgather,
+    [PE_HANDLE_SCATTER] = pe_pe_run_scatter,
 };
 
 /* check_nan_inf: what handle h wrote (a collective that completes later is

@@ -140,6 +140,8 @@ void pe_pe_free_opt_mem(pe_parallel_executor *pe);
 size_t pe_pe_bucket_bytes(const pe_parallel_executor *pe);
 pe_status pe_pe_run_bucket(pe_parallel_executor *pe, int h);
 pe_status pe_pe_run_collective(pe_parallel_executor *pe, int h);
+pe_status pe_pe_run_allgather(pe_parallel_executor *pe, int h); /* a program's c_allgather */
+pe_status pe_pe_run_scatter(pe_parallel_executor *pe, int h);   /* a program's c_scatter */
 pe_status pe_pe_check_collective(pe_parallel_executor *pe, int h); /* check_nan_inf: its outputs */
 /* Handle h's collective started with status st and work w (NULL unless
  * st is PE_OK): PE_SCHED_PENDING and the work's callback tells the

@@ -185,6 +185,8 @@ static const char *coll_name(pe_handle_kind k) {
     case PE_HANDLE_REDUCE: return "reduce";
     case PE_HANDLE_BCAST: return "broadcast";
     case PE_HANDLE_ALLREDUCE_FUSED: return "allreduce_bucket";
+    case PE_HANDLE_ALLGATHER: return "allgather";
+    case PE_HANDLE_SCATTER: return "scatter";
     default: return "collective";
     }
 }
@@ -218,8 +220,16 @@ static void put_event(FILE *f, const pe_timeline *tl, const tl_rec *r) {
         put_json_str(f, hd->var ? hd->var : "");
         fprintf(f, ",\"shard\":\"%d/%d\"", hd->root, hd->n_shards);
     } else {
-        fprintf(f, ",\"cat\":\"comm\",\"name\":\"%s\",\"args\":{\"var\":", coll_name(hd->kind));
+        /* a program's collective op (c_allreduce_max, ...) goes by its type */
+        fputs(",\"cat\":\"comm\",\"name\":", f);
+        put_json_str(f, pe_handle_is_program_collective(hd) ? e->g->progs[0]->blocks[0].ops[hd->op_idx].type
+                                                            : coll_name(hd->kind));
+        fputs(",\"args\":{\"var\":", f);
         put_json_str(f, hd->var ? hd->var : "");
+        if (hd->kind == PE_HANDLE_ALLGATHER || hd->kind == PE_HANDLE_SCATTER) {
+            fputs(",\"out\":", f);
+            put_json_str(f, hd->vars[0]);
+        }
         if (hd->kind == PE_HANDLE_ALLREDUCE_FUSED)
             fprintf(f, ",\"vars\":%d,\"bytes\":%" PRId64, hd->n_vars, hd->bucket_bytes);
         if (hd->kind == PE_HANDLE_REDUCE || hd->kind == PE_HANDLE_BCAST) fprintf(f, ",\"root\":%d", hd->root);

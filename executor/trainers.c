@@ -297,7 +297,8 @@ pe_status pe_pe_chain_collectives(pe_ssa_graph *g) {
         done++;
         pe_handle_kind k = g->h[h].kind;
         if (k == PE_HANDLE_ALLREDUCE || k == PE_HANDLE_REDUCE || k == PE_HANDLE_BCAST || k == PE_HANDLE_ALLREDUCE_FUSED ||
-            k == PE_HANDLE_SHARD_SUM || k == PE_HANDLE_SHARD_GATHER) {
+            k == PE_HANDLE_SHARD_SUM || k == PE_HANDLE_SHARD_GATHER || k == PE_HANDLE_ALLGATHER ||
+            k == PE_HANDLE_SCATTER) {
             /* the new edge prev -> h: h was ready without it, so only deps[] of h's successors matter */
             if (prev >= 0 && pe_ssa_graph_add_edge(g, prev, h) != 0) st = pe_error(PE_ERR_NOMEM, "out of memory");
             prev = h;

@@ -29,9 +29,10 @@ void pe_ssa_graph_free(pe_ssa_graph *g) {
 }
 
 pe_status pe_ssa_graph_write_dot(const pe_ssa_graph *g, const char *path) {
-    static const char *const kind_names[] = {"op", "allreduce", "reduce", "broadcast", "allreduce (bucket)",
-                                             "allreduce + update (shard)", "join", "reduce-scatter (shards)",
-                                             "all-gather (shards)"};
+    static const char *const kind_names[PE_HANDLE_KIND_COUNT] = {"op", "allreduce", "reduce", "broadcast",
+                                                                 "allreduce (bucket)", "allreduce + update (shard)",
+                                                                 "join", "reduce-scatter (shards)",
+                                                                 "all-gather (shards)", "allgather", "scatter"};
     size_t cap = 4096 + (size_t)g->n_h * 96, n = 0;
     char *buf = malloc(cap);
     if (!buf) return OOM();
@@ -62,6 +63,9 @@ pe_status pe_ssa_graph_write_dot(const pe_ssa_graph *g, const char *path) {
         else if (h->kind == PE_HANDLE_ALLREDUCE_FUSED)
             EMIT("  h%d [label=\"%s\\n%d gradients from %s\", style=filled, fillcolor=lightblue];\n", i,
                  kind_names[h->kind], h->n_vars, h->var);
+        else if (pe_handle_is_program_collective(h))
+            EMIT("  h%d [label=\"%s\\n%s of %s\", style=filled, fillcolor=lightblue];\n", i, kind_names[h->kind],
+                 g->progs[0]->blocks[0].ops[h->op_idx].type, h->var);
         else
             EMIT("  h%d [label=\"%s\\n%s\", style=filled, fillcolor=lightblue];\n", i, kind_names[h->kind], h->var);
     }

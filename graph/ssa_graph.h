@@ -2,7 +2,8 @@
  *
  * One op handle per (op, place), plus collective handles spanning places
  * (allreduce of a gradient; reduce to an owner place and broadcast back
- * for the `reduce` strategy; sharded allreduce + optimizer update). Vars are versioned per place: every write
+ * for the `reduce` strategy; sharded allreduce + optimizer update; the
+ * collective ops a program carries, c_allreduce_sum and its kin). Vars are versioned per place: every write
  * creates a new version whose producer is the writing handle, so the
  * dependencies are exact: read-after-write, and write-after-read/write on
  * the previous version. Built by passes/multi_device.c; scheduled by
@@ -45,6 +46,10 @@ typedef enum pe_handle_kind {
      * the accumulators all-gathered from their owners to every trainer */
     PE_HANDLE_SHARD_SUM,
     PE_HANDLE_SHARD_GATHER,
+    PE_HANDLE_ALLGATHER, /* a program's c_allgather (op_idx): vars[0] (Out) on every place = var
+                          * (X) of every rank of the world, in rank order along axis 0 */
+    PE_HANDLE_SCATTER,   /* a program's c_scatter (op_idx): vars[0] (Out) of rank r = rows chunk r
+                          * of var (X) of rank `root` */
     PE_HANDLE_KIND_COUNT
 } pe_handle_kind;
 
@@ -58,17 +63,22 @@ typedef struct pe_ssa_var {
 typedef struct pe_handle {
     pe_handle_kind kind;
     int place;         /* OP: place index; OPT_SHARD: the place that runs it; collectives: -1 */
-    int op_idx;        /* OP: op index in block 0 of progs[place] */
+    int op_idx;        /* OP: op index in block 0 of progs[place]; ALLREDUCE / REDUCE / BCAST /
+                        * ALLGATHER / SCATTER: the program's collective op (c_allreduce_sum, ...;
+                        * ops/collective.h) they run (pe_handle_is_program_collective), whose
+                        * world_root (and root) is a rank of the world (trainers x places) and which
+                        * reads and writes var (ALLGATHER, SCATTER: reads var, writes vars[0]) on
+                        * every place; -1 for the gradients' collectives */
     const char *var;   /* collectives: the var (borrowed); ALLREDUCE_FUSED: the first */
-    const char **vars; /* ALLREDUCE_FUSED: the bucket's vars in layout order (array owned,
-                        * names borrowed) */
+    const char **vars; /* ALLREDUCE_FUSED: the bucket's vars in layout order; ALLGATHER, SCATTER:
+                        * the op's Out (array owned, names borrowed) */
     int n_vars;
     int64_t bucket_bytes; /* ALLREDUCE_FUSED: bytes of the bucket (per place) */
-    int root;          /* REDUCE / BCAST: owner place (-1: a place of another trainer);
-                        * OPT_SHARD / JOIN: shard index (JOIN: 0; across trainers: the
-                        * global rank that owns the shard) */
-    int world_root;    /* REDUCE / BCAST: the owner's global rank (trainer x places + place),
-                        * the root of the collective; = root within one process */
+    int root;          /* REDUCE / BCAST: owner place (-1: a place of another trainer; a program's
+                        * op: its world_root); OPT_SHARD / JOIN: shard index (JOIN: 0; across
+                        * trainers: the global rank that owns the shard) */
+    int world_root;    /* REDUCE / BCAST / SCATTER: the owner's global rank (trainer x places +
+                        * place), the root of the collective; = root within one process */
     int n_shards;      /* OPT_SHARD / JOIN: shards of the op (shard i runs with place i's tensors) */
     int *succ;         /* handles that depend on this one */
     int n_succ, cap_succ;
@@ -87,6 +97,14 @@ typedef struct pe_ssa_graph {
     int n_buckets;           /* ALLREDUCE_FUSED handles (fuse_all_reduce_ops) */
     int n_sharded_ops;       /* optimizer ops run as OPT_SHARD handles (shard_optimizer) */
 } pe_ssa_graph;
+
+/* A program's collective op (c_allreduce_sum, ...) run as this handle,
+ * not one of the gradients' collectives. */
+static inline bool pe_handle_is_program_collective(const pe_handle *h) {
+    return h->op_idx >= 0 && (h->kind == PE_HANDLE_ALLREDUCE || h->kind == PE_HANDLE_REDUCE ||
+                              h->kind == PE_HANDLE_BCAST || h->kind == PE_HANDLE_ALLGATHER ||
+                              h->kind == PE_HANDLE_SCATTER);
+}
 
 void pe_ssa_graph_free(pe_ssa_graph *g); /* accepts NULL */
 /* Handle `to` waits for handle `from` (no-op when from < 0, from == to or

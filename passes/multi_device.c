@@ -34,6 +34,16 @@
  * in place of the JOIN; ops with whole in-place outputs (adam's beta
  * powers) stay unsharded there.
  *
+ * Collective ops of the program (c_allreduce_sum, c_broadcast, ...;
+ * ops/collective.h), over a world of more than one rank: each place runs
+ * the op's kernel (Out = X), then one collective handle of the op
+ * (op_idx) reduces, broadcasts or sums Out across the world; c_allgather
+ * is one ALLGATHER handle instead (X of every place -> Out of every
+ * place), c_scatter one SCATTER handle. They read and write their var on every place: the root is a
+ * rank of the world, which may be another process's place. With one rank
+ * the kernel is the whole op. c_identity and the c_sync_* ops are plain
+ * ops (Out = X).
+ *
  * Dependencies come from versioned vars per place: a read depends on the
  * producer of the current version; a write depends on that producer and on
  * every reader of the current version, then starts a new version. Handles
@@ -42,6 +52,7 @@
  */
 #include "passes/multi_device.h"
 #include "passes/fuse_all_reduce.h"
+#include "ops/collective.h"
 #include "ops/op.h"
 #include "graph/strmap.h"
 #include "runtime/internal.h"
@@ -193,6 +204,48 @@ static pe_status add_collective(pe_ssa_graph *g, place_state *ps, pe_handle_kind
         if ((kind == PE_HANDLE_REDUCE && p == root) || (kind == PE_HANDLE_BCAST && p != root) ||
             kind == PE_HANDLE_ALLREDUCE)
             if (write_var(g, &ps[p], var, p, h)) return OOM();
+    return PE_OK;
+}
+
+/* The collective of program op op_idx on `var`: reads and writes it on
+ * every place (a root is a rank of the world, maybe another process's). */
+static pe_status add_op_collective(pe_ssa_graph *g, place_state *ps, pe_handle_kind kind, int op_idx, const char *var,
+                                   int root) {
+    int h = add_handle(g, kind, -1, op_idx, var, root);
+    if (h < 0) return OOM();
+    g->h[h].world_root = root; /* (and root: the global rank too; the handle touches every place) */
+    for (int p = 0; p < g->n_places; p++)
+        if (read_var(g, &ps[p], var, p, h)) return OOM();
+    for (int p = 0; p < g->n_places; p++)
+        if (write_var(g, &ps[p], var, p, h)) return OOM();
+    return PE_OK;
+}
+
+/* c_allgather (c_scatter) over several ranks: X of every place -> Out
+ * (vars[0]) of every place, instead of the op's handles. */
+static pe_status add_allgather(pe_ssa_graph *g, place_state *ps, int op_idx, pe_handle_kind kind, int root) {
+    const pe_op *op = &g->progs[0]->blocks[0].ops[op_idx];
+    const char *x = pe_op_input1(op, "X"), *out = pe_op_output1(op, "Out");
+    if (!x || !out || !strcmp(x, PE_EMPTY_VAR) || !strcmp(out, PE_EMPTY_VAR))
+        return pe_error(PE_ERR_INVALID, "op %s (block 0 op %d): X and Out must be given", op->type, op_idx);
+    if (!strcmp(x, out))
+        return pe_error(PE_ERR_INVALID, "op %s (block 0 op %d): Out '%s' is X; Out has %s X's rows, so it must be "
+                        "another var", op->type, op_idx, out, kind == PE_HANDLE_ALLGATHER ? "nranks times" : "1/nranks of");
+    const char **own = malloc(sizeof *own);
+    if (!own) return OOM();
+    own[0] = out;
+    int h = add_handle(g, kind, -1, op_idx, x, root);
+    if (h >= 0) g->h[h].world_root = root;
+    if (h < 0) {
+        free(own);
+        return OOM();
+    }
+    g->h[h].vars = own;
+    g->h[h].n_vars = 1;
+    for (int p = 0; p < g->n_places; p++)
+        if (read_var(g, &ps[p], x, p, h)) return OOM();
+    for (int p = 0; p < g->n_places; p++)
+        if (write_var(g, &ps[p], out, p, h)) return OOM();
     return PE_OK;
 }
 
@@ -654,7 +707,26 @@ pe_status pe_multi_device_build_world(const pe_program *prog, int n_places, int 
                 if (!strcmp(owned_params[j], rv->strings[0]))
                     for (int p = 0; p < n_places; p++) skip[p] = first + p != owner[j];
         }
+        pe_collective co;
+        bool coll = pe_collective_of(op, &co);
+        if (coll && (st = pe_collective_check(op, world)) != PE_OK) goto done;
+        if (coll && world > 1 && (co.kind == PE_COLLECTIVE_ALLGATHER || co.kind == PE_COLLECTIVE_SCATTER)) {
+            pe_handle_kind k = co.kind == PE_COLLECTIVE_SCATTER ? PE_HANDLE_SCATTER : PE_HANDLE_ALLGATHER;
+            if ((st = add_allgather(g, ps, i, k, co.root)) != PE_OK) goto done;
+            continue;
+        }
         if ((st = add_op_handles(g, ps, i, skip)) != PE_OK) goto done;
+        if (coll && world > 1 && co.kind != PE_COLLECTIVE_LOCAL) {
+            static const pe_handle_kind k_kind[] = {[PE_COLLECTIVE_ALLREDUCE] = PE_HANDLE_ALLREDUCE,
+                                                    [PE_COLLECTIVE_BROADCAST] = PE_HANDLE_BCAST,
+                                                    [PE_COLLECTIVE_REDUCE] = PE_HANDLE_REDUCE};
+            const char *out = pe_op_output1(op, "Out");
+            if (!out || !strcmp(out, PE_EMPTY_VAR)) {
+                st = pe_error(PE_ERR_INVALID, "op %s (block 0 op %d): Out must be given", op->type, i);
+                goto done;
+            }
+            if ((st = add_op_collective(g, ps, k_kind[co.kind], i, out, co.root)) != PE_OK) goto done;
+        }
         if (!rv || !(role & PE_ROLE_BACKWARD) || (role & PE_ROLE_OPTIMIZE) || world == 1) continue;
         for (int k = 0; k + 1 < rv->n; k += 2) {
             /* borrow the name from place 0's program (outlives the graph's use) */

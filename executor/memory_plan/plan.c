@@ -222,10 +222,22 @@ pe_status pe_mp_graph_new(const pe_ssa_graph *g, pe_mp_graph **out) {
             }
         } else if (hd->kind == PE_HANDLE_JOIN || hd->kind == PE_HANDLE_SHARD_GATHER) {
             /* no data of the plan's (the gather moves persistables) */
-        } else {
+        } else if (hd->kind == PE_HANDLE_ALLGATHER || hd->kind == PE_HANDLE_SCATTER) {
+            /* a program's c_allgather / c_scatter: reads X, writes Out
+             * (allocated by the executor, outside the arena) */
             for (int p = 0; p < g->n_places && !rc; p++) {
-                bool rd = hd->kind != PE_HANDLE_BCAST || p == hd->root;
-                bool wr = hd->kind == PE_HANDLE_ALLREDUCE || hd->kind == PE_HANDLE_SHARD_SUM ||
+                rc = touch(mg, p, hd->var, h, false, true);
+                if (!rc) rc = touch(mg, p, hd->vars[0], h, true, true);
+                int i = rc ? -1 : pe_strmap_get(&mg->pl[p].map, hd->vars[0]);
+                if (i >= 0) mg->pl[p].vars[i].bucketed = true;
+            }
+        } else {
+            /* a program's collective op reads and writes its var on every
+             * place: its root is a rank of the world */
+            bool prog = pe_handle_is_program_collective(hd);
+            for (int p = 0; p < g->n_places && !rc; p++) {
+                bool rd = prog || hd->kind != PE_HANDLE_BCAST || p == hd->root;
+                bool wr = prog || hd->kind == PE_HANDLE_ALLREDUCE || hd->kind == PE_HANDLE_SHARD_SUM ||
                           (hd->kind == PE_HANDLE_REDUCE && p == hd->root) ||
                           (hd->kind == PE_HANDLE_BCAST && p != hd->root);
                 if (rd) rc = touch(mg, p, hd->var, h, false, true);
@@ -293,19 +305,37 @@ void pe_mem_plan_free(pe_mem_plan *p) {
     free(p);
 }
 
-/* Meta of every var op h reads that the scratch scope does not hold yet:
- * feeds and persistables come from meta_fn. */
+/* The meta of var `name` in the scratch scope, when it does not hold it
+ * yet: feeds and persistables come from meta_fn; the Out of a program's
+ * c_allgather (an ALLGATHER handle, no op of this place) is its X's with
+ * nranks times the rows, a c_scatter's with 1/nranks of them. */
+static pe_status seed_var(const pe_mp_graph *mg, int p, const char *name, pe_scope *scratch, pe_mp_meta_fn fn,
+                          void *user) {
+    if (!strcmp(name, PE_EMPTY_VAR) || pe_scope_find_local_var(scratch, name)) return PE_OK;
+    int i = pe_strmap_get(&mg->pl[p].map, name);
+    int w = i >= 0 ? mg->pl[p].vars[i].first_writer : -1;
+    const pe_handle *hd = w >= 0 ? &mg->g->h[w] : NULL;
+    if (hd && (hd->kind == PE_HANDLE_ALLGATHER || hd->kind == PE_HANDLE_SCATTER)) {
+        PE_CHECK(seed_var(mg, p, hd->var, scratch, fn, user));
+        const pe_tensor *x = pe_scope_find_local_var(scratch, hd->var);
+        const pe_attr *nr = pe_op_attr(&mg->g->progs[p]->blocks[0].ops[hd->op_idx], "nranks");
+        int64_t dims[PE_MAX_DIMS];
+        for (int d = 0; d < x->ndim; d++) dims[d] = x->dims[d];
+        if (x->ndim > 0 && nr && nr->i > 0) dims[0] = hd->kind == PE_HANDLE_SCATTER ? dims[0] / nr->i : dims[0] * nr->i;
+        pe_tensor *t = pe_scope_var(scratch, name);
+        if (!t) return OOM();
+        return pe_tensor_set_meta(t, x->dtype, x->ndim, dims);
+    }
+    pe_tensor *t = pe_scope_var(scratch, name);
+    if (!t) return OOM();
+    return fn(user, p, name, pe_program_find_var(mg->g->progs[p], 0, name), t);
+}
+
+/* Meta of every var op h reads that the scratch scope does not hold yet. */
 static pe_status seed_inputs(const pe_mp_graph *mg, int p, const pe_op *op, pe_scope *scratch, pe_mp_meta_fn fn,
                              void *user) {
     for (int s = 0; s < op->n_inputs; s++)
-        for (int k = 0; k < op->inputs[s].n_args; k++) {
-            const char *name = op->inputs[s].args[k];
-            if (!strcmp(name, PE_EMPTY_VAR) || pe_scope_find_local_var(scratch, name)) continue;
-            pe_tensor *t = pe_scope_var(scratch, name);
-            if (!t) return OOM();
-            const pe_var *decl = pe_program_find_var(mg->g->progs[p], 0, name);
-            PE_CHECK(fn(user, p, name, decl, t));
-        }
+        for (int k = 0; k < op->inputs[s].n_args; k++) PE_CHECK(seed_var(mg, p, op->inputs[s].args[k], scratch, fn, user));
     return PE_OK;
 }
 

@@ -60,14 +60,15 @@ void pe_group_free(pe_comm_group *g) {
 
 /* The group's own argument checks, with the messages of the place API
  * (formatted only on failure: this runs before every group collective). */
-static pe_status group_check(const pe_comm_group *g, pe_coll op, int64_t numel, pe_dtype dt, int root) {
+static pe_status group_check(const pe_comm_group *g, pe_coll op, int64_t numel, pe_dtype dt, int root, pe_red red) {
     bool sum_ok = dt == PE_DTYPE_FP32 || dt == PE_DTYPE_FP64 || dt == PE_DTYPE_INT32 || dt == PE_DTYPE_INT64;
     /* root: a rank of the group's world (its places; across processes
      * the global rank) */
     int size = pe_comm_size(g->ranks[0]);
     bool root_ok = op == PE_COLL_ALLREDUCE || (root >= 0 && root < size);
     bool moves = op == PE_COLL_BROADCAST || op == PE_COLL_ALLGATHER;
-    if ((sum_ok || moves) && pe_dtype_valid((int)dt) && root_ok) return PE_OK;
+    bool red_ok = moves || (unsigned)red < PE_RED_COUNT;
+    if ((sum_ok || moves) && pe_dtype_valid((int)dt) && root_ok && red_ok) return PE_OK;
     char desc[160];
     snprintf(desc, sizeof desc, "%s: %s of %lld %s elements over %d places", g->ops->name, pe_coll_name(op),
              (long long)numel, pe_dtype_name(dt), g->n_places);
@@ -75,6 +76,7 @@ static pe_status group_check(const pe_comm_group *g, pe_coll op, int64_t numel, 
         return pe_error(PE_ERR_UNSUPPORTED, "%s: dtype %s is not supported (float32, float64, int32, int64)", desc,
                         pe_dtype_name(dt));
     if (!pe_dtype_valid((int)dt)) return pe_error(PE_ERR_INVALID, "%s: dtype %d is not a PE dtype", desc, (int)dt);
+    if (!red_ok) return pe_error(PE_ERR_INVALID, "%s: reduction %d is not sum, max, min or prod", desc, (int)red);
     return pe_error(PE_ERR_INVALID, "%s: root %d is not a place (0..%d)", desc, root, size - 1);
 }
 
@@ -104,7 +106,8 @@ static void group_part_done(pe_work *part, pe_status st, void *user) {
  * two-level group of one place per process still talks to the others). */
 static bool group_alone(const pe_comm_group *g) { return pe_comm_size(g->ranks[0]) == 1; }
 
-/* One group collective: every place's part (send/counts: reduce_scatter). */
+/* One group collective: every place's part (send/counts: reduce_scatter;
+ * send: allgather's inputs, NULL = in place). */
 typedef struct {
     pe_coll op;
     void *const *bufs;
@@ -113,6 +116,7 @@ typedef struct {
     int64_t numel;
     pe_dtype dt;
     int root;
+    pe_red red; /* allreduce, reduce */
 } group_args;
 
 static pe_status group_start(pe_comm_group *g, const group_args *c, pe_work **out) {
@@ -122,7 +126,7 @@ static pe_status group_start(pe_comm_group *g, const group_args *c, pe_work **ou
     pe_dtype dt = c->dt;
     int root = c->root;
     *out = NULL;
-    PE_CHECK(group_check(g, op, numel, dt, root));
+    PE_CHECK(group_check(g, op, numel, dt, root, c->red));
     /* (a reduce-scatter or an all-gather alone still copies: through its rank) */
     if ((group_alone(g) || numel <= 0) && op != PE_COLL_REDUCE_SCATTER && op != PE_COLL_ALLGATHER) {
         *out = pe_work_new_done(PE_OK);
@@ -141,12 +145,14 @@ static pe_status group_start(pe_comm_group *g, const group_args *c, pe_work **ou
     for (int i = 0; i < g->n_places && st == PE_OK; i++) {
         pe_work *part = NULL;
         switch (op) {
-        case PE_COLL_ALLREDUCE: st = pe_comm_allreduce(g->ranks[i], bufs[i], numel, dt, tag, &part); break;
-        case PE_COLL_REDUCE: st = pe_comm_reduce(g->ranks[i], bufs[i], numel, dt, root, tag, &part); break;
+        case PE_COLL_ALLREDUCE: st = pe_comm_allreduce_red(g->ranks[i], bufs[i], numel, dt, c->red, tag, &part); break;
+        case PE_COLL_REDUCE: st = pe_comm_reduce_red(g->ranks[i], bufs[i], numel, dt, root, c->red, tag, &part); break;
         case PE_COLL_REDUCE_SCATTER:
             st = pe_comm_reduce_scatterv(g->ranks[i], c->send[i], bufs[i], c->counts, dt, tag, &part);
             break;
-        case PE_COLL_ALLGATHER: st = pe_comm_allgather(g->ranks[i], NULL, bufs[i], numel, dt, tag, &part); break;
+        case PE_COLL_ALLGATHER:
+            st = pe_comm_allgather(g->ranks[i], c->send ? c->send[i] : NULL, bufs[i], numel, dt, tag, &part);
+            break;
         default: st = pe_comm_broadcast(g->ranks[i], bufs[i], numel, dt, root, tag, &part); break;
         }
         if (st != PE_OK) break;
@@ -201,19 +207,35 @@ pe_status pe_group_start_allgather(pe_comm_group *g, void *const *recv, int64_t 
     return group_start(g, &c, out);
 }
 
-static pe_status group_call(pe_comm_group *g, pe_coll op, void *const *bufs, int64_t numel, pe_dtype dt, int root) {
-    PE_CHECK(group_check(g, op, numel, dt, root));
-    if (group_alone(g) || numel <= 0) return PE_OK;
+pe_status pe_group_run(pe_comm_group *g, const pe_coll_args *a, const void *const *sends, void *const *bufs,
+                       pe_work **out) {
+    pe_coll op = a->op;
+    if (op != PE_COLL_ALLREDUCE && op != PE_COLL_REDUCE && op != PE_COLL_BROADCAST && op != PE_COLL_ALLGATHER) {
+        if (out) *out = NULL;
+        return pe_error(PE_ERR_UNSUPPORTED, "%s: group %s: only allreduce, reduce, broadcast and allgather",
+                        g->ops->name, pe_coll_name(op));
+    }
+    group_args c = {.op = op, .bufs = bufs, .send = sends, .numel = a->count, .dt = a->dt, .root = a->root,
+                    .red = a->red};
+    if (out) return group_start(g, &c, out);
+    PE_CHECK(group_check(g, op, a->count, a->dt, a->root, a->red));
+    if ((group_alone(g) && op != PE_COLL_ALLGATHER) || a->count <= 0) return PE_OK;
     if (g->direct) {
-        pe_coll_args a = {.op = op, .recv = bufs[0], .count = numel, .dt = dt, .root = root};
+        pe_coll_args d = *a;
+        d.recv = bufs[0];
         pe_status st;
-        if (g->direct(g, &a, bufs, &st)) return st;
+        if (g->direct(g, &d, sends, bufs, &st)) return st;
     }
     pe_work *w;
-    PE_CHECK(pe_group_start(g, op, bufs, numel, dt, root, &w));
+    PE_CHECK(group_start(g, &c, &w));
     pe_status st = pe_work_wait(w);
     pe_work_free(w);
     return st;
+}
+
+static pe_status group_call(pe_comm_group *g, pe_coll op, void *const *bufs, int64_t numel, pe_dtype dt, int root) {
+    pe_coll_args a = {.op = op, .count = numel, .dt = dt, .root = root};
+    return pe_group_run(g, &a, NULL, bufs, NULL);
 }
 
 pe_status pe_group_allreduce(pe_comm_group *g, void *const *bufs, int64_t numel, pe_dtype dt) {

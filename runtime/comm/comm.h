@@ -78,9 +78,16 @@ const char *pe_comm_backend(const pe_comm *c); /* "inproc", "hier", "nccl", "mpi
 
 /* buf: count elements on every rank; afterwards each = the sum over ranks. */
 pe_status pe_comm_allreduce(pe_comm *c, void *buf, int64_t count, pe_dtype dt, uint64_t tag, pe_work **out);
+/* The same with another reduction (pe_red: sum, max, min, prod). */
+typedef enum pe_red { PE_RED_SUM = 0, PE_RED_MAX, PE_RED_MIN, PE_RED_PROD, PE_RED_COUNT } pe_red;
+const char *pe_red_name(pe_red red); /* "sum", "max", "min", "prod" */
+pe_status pe_comm_allreduce_red(pe_comm *c, void *buf, int64_t count, pe_dtype dt, pe_red red, uint64_t tag,
+                                pe_work **out);
 /* buf of root = the sum over ranks; other ranks' buffers unchanged. */
 pe_status pe_comm_reduce(pe_comm *c, void *buf, int64_t count, pe_dtype dt, int root, uint64_t tag,
                          pe_work **out);
+pe_status pe_comm_reduce_red(pe_comm *c, void *buf, int64_t count, pe_dtype dt, int root, pe_red red, uint64_t tag,
+                             pe_work **out);
 /* every rank's buf = root's buf. */
 pe_status pe_comm_broadcast(pe_comm *c, void *buf, int64_t count, pe_dtype dt, int root, uint64_t tag,
                             pe_work **out);
@@ -148,6 +155,7 @@ typedef struct pe_coll_args {
     pe_dtype dt;
     int root;
     uint64_t tag;
+    pe_red red;            /* allreduce, reduce, reduce_scatter: how elements combine (0 = sum) */
     /* != PE_OK: this rank's call failed its own checks (err_msg says why);
      * a backend that can tell the other ranks fails their works too, and
      * the frontend frees the returned work. */
@@ -223,6 +231,9 @@ pe_work *pe_work_new_done(pe_status st);
 /* d[0..n) += s[0..n) elementwise, for the sum dtypes (fp32, fp64, int32,
  * int64); each element one add, so a caller's order of adds is the order. */
 void pe_comm_add(void *d, const void *s, int64_t n, pe_dtype dt);
+/* d[0..n) = red(d, s) elementwise (sum: pe_comm_add; max, min, prod;
+ * integer products wrap). */
+void pe_comm_combine(void *d, const void *s, int64_t n, pe_dtype dt, pe_red red);
 
 /* "inproc rank 1/4: allreduce of 7 float32 elements (tag 3)" into buf. */
 const char *pe_coll_desc(const pe_comm *c, const pe_coll_args *a, char *buf, size_t size);
@@ -262,8 +273,10 @@ struct pe_comm_group {
     pe_comm **ranks;
     _Atomic uint64_t next_tag;
     /* Optional whole-group fast path (in-process: run the collective on the
-     * calling thread, no rendezvous): 1 = handled. */
-    int (*direct)(pe_comm_group *g, const pe_coll_args *a, void *const *bufs, pe_status *st);
+     * calling thread, no rendezvous): 1 = handled. sends: allgather's inputs
+     * (NULL for the in-place collectives). */
+    int (*direct)(pe_comm_group *g, const pe_coll_args *a, const void *const *sends, void *const *bufs,
+                  pe_status *st);
 };
 #endif
 
@@ -275,7 +288,8 @@ pe_comm_group *pe_comm_group_new(pe_comm **ranks, int n);
 
 /* The backend for places[0..n) (runtime/comm/comm.c): all CPU, or a single
  * place -> in-process (`threads` as above; with one place nothing is read or
- * written); 2+ CUDA places, distinct visible devices -> NCCL (CUDA builds
+ * written, but an allgather copies its input into its output with memcpy:
+ * host memory only); 2+ CUDA places, distinct visible devices -> NCCL (CUDA builds
  * with NCCL; buffer i is device memory of places[i]). Otherwise NULL
  * and pe_last_error() says why. Owned by caller (pe_group_free). */
 pe_comm_group *pe_comm_new_for_places(const pe_place *places, int n, int threads);
@@ -305,6 +319,15 @@ pe_status pe_group_start_reduce_scatterv(pe_comm_group *g, const void *const *se
  * process may pass the same buffer with the in-process and two-level
  * backends. */
 pe_status pe_group_start_allgather(pe_comm_group *g, void *const *recv, int64_t count, pe_dtype dt, pe_work **out);
+/* The general form: a->op (allreduce, reduce, broadcast or allgather),
+ * a->count (allgather: elements per place), a->dt, a->root (a rank of
+ * the group's world), a->red; bufs[i] what place i's rank writes
+ * (allgather: size * count elements), sends[i] allgather's input (NULL:
+ * in place, or not an allgather). out == NULL: blocks (the in-process
+ * group runs it on the calling thread) and returns its status; otherwise
+ * *out = one work (owned by the caller). */
+pe_status pe_group_run(pe_comm_group *g, const pe_coll_args *a, const void *const *sends, void *const *bufs,
+                       pe_work **out);
 void pe_group_free(pe_comm_group *g); /* accepts NULL */
 
 #ifdef PE_WITH_MPI

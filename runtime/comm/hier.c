@@ -38,6 +38,8 @@
  * thread waits; the step that completes last runs the next step's call.
  * A step that fails still issues the later steps, marked failed, so every
  * rank of the collective ends with an error instead of waiting forever.
+ * Allreduce, reduce and reduce_scatter carry the caller's reduction (sum,
+ * max, min, prod; pe_red) to each of their combining steps.
  * Inner tags are tag * 4 + step (the low 62 bits of a tag must differ
  * between collectives in flight); outer calls use the tag itself. The one
  * outer call is issued when the first inner step completes, i.e. when the
@@ -205,13 +207,15 @@ static pe_status plan_scatter(hier_op *op, const pe_coll_args *a, const int64_t 
     op->steps[1] = (pe_coll_args){.op = PE_COLL_REDUCE_SCATTER, .send = reduce ? a->recv : a->send,
                                   .recv = place == 0 ? op->scratch : NULL, .count = place == 0 ? total : 0,
                                   .counts = op->inner_counts, .total = total, .dt = a->dt,
-                                  .root = reduce ? a->root : (int)(h >> 33), .tag = t + 1};
+                                  .root = reduce ? a->root : (int)(h >> 33), .tag = t + 1, .red = a->red};
     if (reduce) {
         op->steps[2] = step(PE_COLL_REDUCE, NULL, op->scratch, total, R, a->dt, a->root / P, a->tag);
+        op->steps[2].red = a->red;
     } else {
         op->steps[2] = (pe_coll_args){.op = PE_COLL_REDUCE_SCATTER, .send = op->scratch,
                                       .recv = op->scratch ? op->scratch + op->scratch_off : NULL, .count = mine,
-                                      .counts = op->blocks, .total = total, .dt = a->dt, .tag = a->tag};
+                                      .counts = op->blocks, .total = total, .dt = a->dt, .tag = a->tag,
+                                      .red = a->red};
     }
     op->steps[4] = step(PE_COLL_BARRIER, NULL, NULL, 0, P, PE_DTYPE_UINT8, 0, t + 2);
     op->on[0] = in, op->on[1] = in, op->on[2] = out0, op->on[4] = in;
@@ -244,6 +248,7 @@ static pe_status hier_start(pe_comm *c, const pe_coll_args *a, pe_work **out) {
         op->steps[0] = step(PE_COLL_REDUCE, NULL, a->recv, n, P, a->dt, 0, t);
         op->steps[1] = step(PE_COLL_ALLREDUCE, NULL, a->recv, n, R, a->dt, 0, a->tag);
         op->steps[2] = step(PE_COLL_BROADCAST, NULL, a->recv, n, P, a->dt, 0, t + 2);
+        op->steps[0].red = op->steps[1].red = a->red;
         break;
     case PE_COLL_BROADCAST: {
         int rp = a->root / P, rl = a->root % P;

@@ -42,6 +42,7 @@ typedef struct {
     pe_coll op;
     int n, root;
     pe_dtype dt;
+    pe_red red;              /* allreduce, reduce */
     int64_t es, count;       /* count: per rank (allgather), the buffer (allreduce, reduce, broadcast) */
     void *const *recv;       /* [n] */
     const void *const *send; /* [n] allgather, reduce_scatter */
@@ -79,6 +80,43 @@ typedef struct {
 
 /* ---- the algorithm ----------------------------------------------------------- */
 
+#define COMBINE(T, EXPR)                                                                                         \
+    {                                                                                                            \
+        T *x = d;                                                                                                \
+        const T *y = s;                                                                                          \
+        for (int64_t i = 0; i < n; i++) x[i] = (EXPR);                                                           \
+    }
+#define COMBINE_ALL(EXPR)                                                                                        \
+    switch (dt) {                                                                                                \
+    case PE_DTYPE_FP32: COMBINE(float, EXPR) break;                                                              \
+    case PE_DTYPE_FP64: COMBINE(double, EXPR) break;                                                             \
+    case PE_DTYPE_INT32: COMBINE(int32_t, EXPR) break;                                                           \
+    case PE_DTYPE_INT64: COMBINE(int64_t, EXPR) break;                                                           \
+    default: break;                                                                                              \
+    }
+
+/* d = red(d, s), one element at a time (also the MPI backend's local
+ * reductions). max / min keep d on a tie and take s only when it compares
+ * greater / smaller (a NaN in d stays, a NaN in s is not taken); integer
+ * products wrap around (two's complement, as NCCL's), never overflow. The
+ * order of ranks is the order, as for sums. */
+void pe_comm_combine(void *d, const void *s, int64_t n, pe_dtype dt, pe_red red) {
+    switch (red) {
+    case PE_RED_MAX: COMBINE_ALL(y[i] > x[i] ? y[i] : x[i]) break;
+    case PE_RED_MIN: COMBINE_ALL(y[i] < x[i] ? y[i] : x[i]) break;
+    case PE_RED_PROD:
+        switch (dt) {
+        case PE_DTYPE_FP32: COMBINE(float, x[i] * y[i]) break;
+        case PE_DTYPE_FP64: COMBINE(double, x[i] * y[i]) break;
+        case PE_DTYPE_INT32: COMBINE(int32_t, (int32_t)((uint32_t)x[i] * (uint32_t)y[i])) break;
+        case PE_DTYPE_INT64: COMBINE(int64_t, (int64_t)((uint64_t)x[i] * (uint64_t)y[i])) break;
+        default: break;
+        }
+        break;
+    default: pe_comm_add(d, s, n, dt); break;
+    }
+}
+
 /* d[0..n) += s[0..n) (also the MPI backend's local sums) */
 void pe_comm_add(void *d, const void *s, int64_t n, pe_dtype dt) {
     switch (dt) {
@@ -94,13 +132,13 @@ void pe_comm_add(void *d, const void *s, int64_t n, pe_dtype dt) {
  * through an L1-resident accumulator on this thread's stack, written at
  * byte doff of dst[0..n_dst): each buffer read once and written once. */
 static void sum_range(const void *const *src, size_t soff, int n, void *const *dst, int n_dst, size_t doff, int64_t m,
-                      int64_t es, pe_dtype dt) {
+                      int64_t es, pe_dtype dt, pe_red red) {
     _Alignas(64) char acc[TILE_BYTES];
     for (int64_t t0 = 0; t0 < m; t0 += TILE_ELEMS(es)) {
         int64_t tm = m - t0 < TILE_ELEMS(es) ? m - t0 : TILE_ELEMS(es);
         size_t to = (size_t)(t0 * es), tlen = (size_t)(tm * es);
         memcpy(acc, (const char *)src[0] + soff + to, tlen);
-        for (int p = 1; p < n; p++) pe_comm_add(acc, (const char *)src[p] + soff + to, tm, dt);
+        for (int p = 1; p < n; p++) pe_comm_combine(acc, (const char *)src[p] + soff + to, tm, dt, red);
         for (int p = 0; p < n_dst; p++) memcpy((char *)dst[p] + doff + to, acc, tlen);
     }
 }
@@ -121,7 +159,7 @@ static void run_job(const xfer *x, int64_t k) {
         int64_t b = k * ch, m = (b + ch < x->count ? b + ch : x->count) - b;
         void *const *dst = x->op == PE_COLL_ALLREDUCE ? x->recv : &x->recv[x->root];
         sum_range((const void *const *)x->recv, (size_t)(b * es), x->n, dst, x->op == PE_COLL_ALLREDUCE ? x->n : 1,
-                  (size_t)(b * es), m, es, x->dt);
+                  (size_t)(b * es), m, es, x->dt, x->red);
     } break;
     case PE_COLL_BROADCAST: {
         int64_t b = k * ch, m = (b + ch < x->count ? b + ch : x->count) - b;
@@ -139,7 +177,7 @@ static void run_job(const xfer *x, int64_t k) {
         int64_t off = 0;
         for (int q = 0; q < r; q++) off += x->counts[q];
         int64_t b = (k - x->first_job[r]) * ch, m = (b + ch < x->counts[r] ? b + ch : x->counts[r]) - b;
-        sum_range(x->send, (size_t)((off + b) * es), x->n, &x->recv[r], 1, (size_t)(b * es), m, es, x->dt);
+        sum_range(x->send, (size_t)((off + b) * es), x->n, &x->recv[r], 1, (size_t)(b * es), m, es, x->dt, x->red);
     } break;
     default: break;
     }
@@ -266,6 +304,9 @@ static bool args_match(const entry *e, int r, int n, char *why, size_t size) {
     else if (a->dt != f->dt)
         snprintf(why, size, "rank %d passed dtype %s, rank %d %s", r, pe_dtype_name(a->dt), e->first,
                  pe_dtype_name(f->dt));
+    else if (a->red != f->red)
+        snprintf(why, size, "rank %d passed reduction %s, rank %d %s", r, pe_red_name(a->red), e->first,
+                 pe_red_name(f->red));
     else if (a->root != f->root)
         snprintf(why, size, "rank %d passed root %d, rank %d root %d", r, a->root, e->first, f->root);
     else if (a->op != PE_COLL_REDUCE_SCATTER && a->count != f->count)
@@ -322,7 +363,7 @@ static pe_status inproc_start(pe_comm *c, const pe_coll_args *a, pe_work **out) 
     unlink_entry(w, e);
     pthread_mutex_unlock(&w->mu);
     if (e->err == PE_OK) {
-        xfer x = {.op = a->op, .n = n, .root = e->args[e->first].root, .dt = a->dt, .count = a->count,
+        xfer x = {.op = a->op, .n = n, .root = e->args[e->first].root, .dt = a->dt, .red = a->red, .count = a->count,
                   .recv = e->recv, .send = e->send, .counts = e->counts, .first_job = e->first_job};
         for (int p = 0; p < n; p++) {
             e->recv[p] = e->args[p].recv;
@@ -411,9 +452,11 @@ pe_status pe_comm_inproc_world_new(int n, int threads, pe_comm **ranks_out) {
 
 /* ---- a group driven by one thread ------------------------------------------------ */
 
-static int inproc_direct(pe_comm_group *g, const pe_coll_args *a, void *const *bufs, pe_status *st) {
+static int inproc_direct(pe_comm_group *g, const pe_coll_args *a, const void *const *sends, void *const *bufs,
+                         pe_status *st) {
     world *w = ((inproc_rank *)g->ranks[0])->w;
-    xfer x = {.op = a->op, .n = g->n_places, .root = a->root, .dt = a->dt, .count = a->count, .recv = bufs};
+    xfer x = {.op = a->op, .n = g->n_places, .root = a->root, .dt = a->dt, .red = a->red, .count = a->count,
+              .recv = bufs, .send = sends};
     run_xfer(&x, w->threads);
     *st = PE_OK;
     return 1;

@@ -28,7 +28,8 @@
  * MiB), at most `window` chunks holding scratch at once:
  *   sums (allreduce, reduce, reduce_scatter): an MPI_Ialltoallv gives each
  *     rank every rank's piece of its part of the chunk; the rank sums them
- *     in rank order 0, 1, ..., N-1 (pe_comm_add, one element at a time);
+ *     in rank order 0, 1, ..., N-1 (pe_comm_combine, one element at a time:
+ *     a sum, or max / min / prod);
  *     then allreduce shares the sums (MPI_Iallgatherv, in place) and reduce
  *     gathers them at the root (MPI_Igatherv). Bandwidth is the ring's
  *     (each byte sent about twice), and every element is summed once, by
@@ -450,7 +451,7 @@ static void finish_a(mpi_comm *m, chunk *k) {
         else dst = (char *)a->recv + (k->b + k->m * me / n) * es;
         /* rank order: ((p0 + p1) + p2) + ... */
         memcpy(dst, pieces, part_bytes);
-        for (int q = 1; q < n; q++) pe_comm_add(dst, pieces + part_bytes * (size_t)q, k->part, a->dt);
+        for (int q = 1; q < n; q++) pe_comm_combine(dst, pieces + part_bytes * (size_t)q, k->part, a->dt, a->red);
     } break;
     case PE_COLL_ALLGATHER:
         for (int q = 0; q < n; q++)
@@ -675,8 +676,10 @@ static pe_status mpi_start(pe_comm *c, const pe_coll_args *a, pe_work **out) {
     op->counts = counts;
     op->all = all;
     int64_t cnt = a->op == PE_COLL_REDUCE_SCATTER ? a->total : a->count; /* allgather: per rank */
-    int64_t d[DESC_N] = {(int64_t)a->tag, a->op, a->dt, cnt, a->root, a->err,
-                         counts ? (int64_t)hash_counts(counts, n) : 0, DESC_MAGIC};
+    /* d[1]: the op and, for the reductions, how they combine */
+    int64_t d[DESC_N] = {(int64_t)a->tag, (int64_t)a->op + PE_MPI_RED_SHIFT * (int64_t)a->red, a->dt, cnt, a->root,
+                         a->err, counts ? (int64_t)hash_counts(counts, n) : 0, DESC_MAGIC};
+    if (a->op != PE_COLL_ALLREDUCE && a->op != PE_COLL_REDUCE && a->op != PE_COLL_REDUCE_SCATTER) d[1] = a->op;
     if (a->op == PE_COLL_BARRIER) d[2] = d[3] = d[4] = 0;
     if (a->op == PE_COLL_ALLREDUCE || a->op == PE_COLL_ALLGATHER || a->op == PE_COLL_REDUCE_SCATTER) d[4] = 0;
     memcpy(op->hdr.d, d, sizeof d);

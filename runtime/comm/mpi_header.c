@@ -32,7 +32,16 @@ static pe_status peer_status(int64_t s) {
     return s > PE_OK && s < PE_STATUS_COUNT ? (pe_status)s : PE_ERR_INTERNAL;
 }
 
-static pe_coll coll_of(int64_t v) { return v >= 0 && v < PE_COLL_COUNT ? (pe_coll)v : PE_COLL_COUNT; }
+/* d[1]: the op, and the reduction above it (PE_MPI_RED_SHIFT) */
+static pe_coll coll_of(int64_t v) {
+    if (v < 0 || v / PE_MPI_RED_SHIFT >= PE_RED_COUNT) return PE_COLL_COUNT;
+    v %= PE_MPI_RED_SHIFT;
+    return v < PE_COLL_COUNT ? (pe_coll)v : PE_COLL_COUNT;
+}
+static pe_red red_of(int64_t v) {
+    v = v >= 0 ? v / PE_MPI_RED_SHIFT : -1;
+    return v >= 0 && v < PE_RED_COUNT ? (pe_red)v : PE_RED_COUNT;
+}
 static pe_dtype dtype_of(int64_t v) { return v >= 0 && v < PE_DTYPE_COUNT ? (pe_dtype)v : PE_DTYPE_COUNT; }
 
 pe_status pe_mpi_headers_check(const pe_mpi_header *all, int n, char *why, size_t size) {
@@ -66,9 +75,12 @@ pe_status pe_mpi_headers_check(const pe_mpi_header *all, int n, char *why, size_
                      "must issue their collectives on an MPI communicator in the same order", q,
                      (unsigned long long)d[0], pe_coll_name(coll_of(d[1])), (unsigned long long)f[0],
                      pe_coll_name(coll_of(f[1])));
-        else if (d[1] != f[1])
+        else if (coll_of(d[1]) != coll_of(f[1]) || coll_of(d[1]) == PE_COLL_COUNT)
             snprintf(what, sizeof what, "rank %d called %s, rank 0 called %s", q, pe_coll_name(coll_of(d[1])),
                      pe_coll_name(coll_of(f[1])));
+        else if (d[1] != f[1])
+            snprintf(what, sizeof what, "rank %d passed reduction %s, rank 0 %s", q, pe_red_name(red_of(d[1])),
+                     pe_red_name(red_of(f[1])));
         else if (d[2] != f[2])
             snprintf(what, sizeof what, "rank %d passed dtype %s, rank 0 %s", q, pe_dtype_name(dtype_of(d[2])),
                      pe_dtype_name(dtype_of(f[2])));

@@ -24,6 +24,9 @@
 #define PE_MPI_DESC_MSG 192
 #define PE_MPI_DESC_MAGIC 0x50456d7069ll /* "PEmpi" */
 #define PE_MPI_WHY_SIZE 400
+/* d[1] = op + PE_MPI_RED_SHIFT * reduction (pe_red) for allreduce, reduce
+ * and reduce_scatter; the op alone for the others */
+#define PE_MPI_RED_SHIFT 16
 
 /* A rank's call as every rank sees it: d = tag, op, dtype, count, root,
  * this rank's own-check status, hash of the per-rank counts, magic; msg =

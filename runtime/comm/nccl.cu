@@ -193,6 +193,16 @@ nccl_work *take_work(nccl_rank *r) {
     return nw;
 }
 
+/* pe_red -> NCCL's reduction. */
+ncclRedOp_t nccl_red(pe_red red) {
+    switch (red) {
+    case PE_RED_MAX: return ncclMax;
+    case PE_RED_MIN: return ncclMin;
+    case PE_RED_PROD: return ncclProd;
+    default: return ncclSum;
+    }
+}
+
 /* The collective itself, on r->stream. */
 ncclResult_t issue(nccl_rank *r, const pe_coll_args *a) {
     ncclDataType_t ndt = ncclUint8;
@@ -201,10 +211,10 @@ ncclResult_t issue(nccl_rank *r, const pe_coll_args *a) {
     switch (a->op) {
     case PE_COLL_ALLREDUCE:
         nccl_sum_dtype(a->dt, &ndt);
-        return ncclAllReduce(buf, buf, (size_t)a->count, ndt, ncclSum, r->comm, r->stream);
+        return ncclAllReduce(buf, buf, (size_t)a->count, ndt, nccl_red(a->red), r->comm, r->stream);
     case PE_COLL_REDUCE:
         nccl_sum_dtype(a->dt, &ndt);
-        return ncclReduce(buf, buf, (size_t)a->count, ndt, ncclSum, a->root, r->comm, r->stream);
+        return ncclReduce(buf, buf, (size_t)a->count, ndt, nccl_red(a->red), a->root, r->comm, r->stream);
     case PE_COLL_BROADCAST:
         return ncclBroadcast(buf, buf, (size_t)a->count * es, ncclUint8, a->root, r->comm, r->stream);
     case PE_COLL_ALLGATHER:

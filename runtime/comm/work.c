@@ -147,12 +147,18 @@ static const char *const k_coll_names[PE_COLL_COUNT] = {"allreduce", "reduce", "
 
 const char *pe_coll_name(pe_coll op) { return (unsigned)op < PE_COLL_COUNT ? k_coll_names[op] : "collective"; }
 
+static const char *const k_red_names[PE_RED_COUNT] = {"sum", "max", "min", "prod"};
+
+const char *pe_red_name(pe_red red) { return (unsigned)red < PE_RED_COUNT ? k_red_names[red] : "reduction"; }
+
 int pe_comm_rank(const pe_comm *c) { return c->rank; }
 int pe_comm_size(const pe_comm *c) { return c->size; }
 const char *pe_comm_backend(const pe_comm *c) { return c->ops->name; }
 
 const char *pe_coll_desc(const pe_comm *c, const pe_coll_args *a, char *buf, size_t size) {
     int o = snprintf(buf, size, "%s rank %d/%d: %s", c->ops->name, c->rank, c->size, pe_coll_name(a->op));
+    if (o >= 0 && (size_t)o < size && a->red != PE_RED_SUM && (a->op == PE_COLL_ALLREDUCE || a->op == PE_COLL_REDUCE))
+        o += snprintf(buf + o, size - (size_t)o, "(%s)", pe_red_name(a->red));
     if (o < 0 || (size_t)o >= size) return buf;
     const char *dn = pe_dtype_name(a->dt);
     switch (a->op) {
@@ -181,7 +187,10 @@ static const char *check_args(const pe_comm *c, const pe_coll_args *a, pe_status
     why[0] = '\0';
     bool sums = a->op == PE_COLL_ALLREDUCE || a->op == PE_COLL_REDUCE || a->op == PE_COLL_REDUCE_SCATTER;
     if (a->op == PE_COLL_BARRIER) return why;
-    if (sums && !sum_dtype(a->dt)) {
+    if (sums && (unsigned)a->red >= PE_RED_COUNT) {
+        *st = PE_ERR_INVALID;
+        snprintf(why, size, "reduction %d is not sum, max, min or prod", (int)a->red);
+    } else if (sums && !sum_dtype(a->dt)) {
         *st = PE_ERR_UNSUPPORTED;
         snprintf(why, size, "dtype %s is not supported (float32, float64, int32, int64)", pe_dtype_name(a->dt));
     } else if (!pe_dtype_valid((int)a->dt)) {
@@ -226,9 +235,22 @@ pe_status pe_comm_allreduce(pe_comm *c, void *buf, int64_t count, pe_dtype dt, u
     return start(c, &a, out);
 }
 
+pe_status pe_comm_allreduce_red(pe_comm *c, void *buf, int64_t count, pe_dtype dt, pe_red red, uint64_t tag,
+                                pe_work **out) {
+    pe_coll_args a = {.op = PE_COLL_ALLREDUCE, .recv = buf, .count = count, .dt = dt, .tag = tag, .red = red};
+    return start(c, &a, out);
+}
+
 pe_status pe_comm_reduce(pe_comm *c, void *buf, int64_t count, pe_dtype dt, int root, uint64_t tag,
                          pe_work **out) {
     pe_coll_args a = {.op = PE_COLL_REDUCE, .recv = buf, .count = count, .dt = dt, .root = root, .tag = tag};
+    return start(c, &a, out);
+}
+
+pe_status pe_comm_reduce_red(pe_comm *c, void *buf, int64_t count, pe_dtype dt, int root, pe_red red, uint64_t tag,
+                             pe_work **out) {
+    pe_coll_args a = {.op = PE_COLL_REDUCE, .recv = buf, .count = count, .dt = dt, .root = root, .tag = tag,
+                      .red = red};
     return start(c, &a, out);
 }
 

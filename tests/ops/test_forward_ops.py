@@ -676,6 +676,28 @@ for name, xs, at in POOL:
          xfail=NHWC_GAP if at.get("data_format") == "NHWC" else None)
 
 
+# ---- collectives (ops/collective.c): `pe run` is one place, a world of one rank, where each is
+# Out = X (every rank's reduction / broadcast / gather of one rank); across places and
+# processes: tests/unit/test_collective_ops.c and tests/python/test_static_collective.py
+
+def ref_identity(t, a):
+    return {"Out": t["X"]}
+
+
+for _op in ("c_allreduce_sum", "c_allreduce_max", "c_allreduce_min", "c_allreduce_prod", "c_identity"):
+    case(_op, "one_rank", {"X": f32(3, 4)}, {}, ref_identity)
+case("c_allreduce_sum", "one_rank_fp64", {"X": f64(5)}, {}, ref_identity)
+case("c_allreduce_max", "one_rank_int64", {"X": i64(2, 3)}, {}, ref_identity)
+case("c_broadcast", "one_rank", {"X": f32(3, 4)}, {"root": 0}, ref_identity)
+case("c_reduce_sum", "one_rank", {"X": i32(6)}, {"root_id": 0}, ref_identity)
+for _op in ("c_reduce_max", "c_reduce_min", "c_reduce_prod"):
+    case(_op, "one_rank", {"X": f32(2, 3)}, {"root_id": 0}, ref_identity)
+case("c_allgather", "one_rank", {"X": f32(3, 2)}, {"nranks": 1}, ref_identity)
+case("c_scatter", "one_rank", {"X": f64(4, 2)}, {"nranks": 1, "root": 0}, ref_identity)
+case("c_sync_calc_stream", "two", {"X": [f32(3), f32(2, 2)]}, {}, lambda t, a: {"Out": list(t["X"])})
+case("c_sync_comm_stream", "one", {"X": [f32(4)]}, {"ring_id": 0}, lambda t, a: {"Out": list(t["X"])})
+
+
 def bn_inputs(x, c):
     dt = x.dtype  # Paddle's batch_norm keeps Scale/Bias/Mean/Variance in X's dtype
     return {"X": x, "Scale": R([c], dt, lo=0.5, hi=1.5), "Bias": R([c], dt), "Mean": R([c], dt),

@@ -79,23 +79,28 @@ static void fill(void *b, int64_t n, pe_dtype dt, uint64_t seed) {
 
 /* out[i] = in[0][off+i] + ... in dt, left to right over ranks, but in
  * groups of P: (x0 + .. + x(P-1)) + (xP + ..) + ..., as the two-level
- * composition sums (P = n: a plain sequential sum in rank order). */
-#define GSUM(T)                                                                         \
-    for (int64_t i = 0; i < m; i++) {                                                   \
-        T tot = 0;                                                                      \
-        for (int g = 0; g < n; g += P) {                                                \
-            T s = ((const T *)in[g])[off + i];                                          \
-            for (int p = g + 1; p < g + P; p++) s += ((const T *)in[p])[off + i];       \
-            tot = g == 0 ? s : tot + s;                                                 \
-        }                                                                               \
-        ((T *)out)[i] = tot;                                                            \
+ * composition sums (P = n: a plain sequential sum in rank order); the
+ * same with max, min or prod for red (integer products wrap, as
+ * pe_comm_combine's). */
+#define GCOMB(T, U, a, b)                                                                                        \
+    (red == PE_RED_MAX ? ((b) > (a) ? (b) : (a)) : red == PE_RED_MIN ? ((b) < (a) ? (b) : (a))                   \
+     : red == PE_RED_PROD ? (T)((U)(a) * (U)(b)) : (T)((a) + (b)))
+#define GSUM(T, U)                                                                                               \
+    for (int64_t i = 0; i < m; i++) {                                                                            \
+        T tot = 0;                                                                                               \
+        for (int g = 0; g < n; g += P) {                                                                         \
+            T s = ((const T *)in[g])[off + i];                                                                   \
+            for (int p = g + 1; p < g + P; p++) s = GCOMB(T, U, s, ((const T *)in[p])[off + i]);                 \
+            tot = g == 0 ? s : GCOMB(T, U, tot, s);                                                              \
+        }                                                                                                        \
+        ((T *)out)[i] = tot;                                                                                     \
     }
-static void gsum(void *out, void *const *in, int n, int P, int64_t off, int64_t m, pe_dtype dt) {
+static void gsum(void *out, void *const *in, int n, int P, int64_t off, int64_t m, pe_dtype dt, pe_red red) {
     switch (dt) {
-    case PE_DTYPE_FP32: GSUM(float) break;
-    case PE_DTYPE_FP64: GSUM(double) break;
-    case PE_DTYPE_INT32: GSUM(int32_t) break;
-    default: GSUM(int64_t) break;
+    case PE_DTYPE_FP32: GSUM(float, float) break;
+    case PE_DTYPE_FP64: GSUM(double, double) break;
+    case PE_DTYPE_INT32: GSUM(int32_t, uint32_t) break;
+    default: GSUM(int64_t, uint64_t) break;
     }
 }
 
@@ -107,6 +112,7 @@ typedef struct {
     int64_t count;
     int root;
     int variant; /* allgather: in place; reduce_scatter: uneven counts */
+    pe_red red;  /* allreduce, reduce */
 } tcase;
 
 /* One case's buffers for every rank: in (inputs), buf (what the call
@@ -155,7 +161,7 @@ static void prepare(prepared *pr, const world *w, tcase c, uint64_t seed) {
         case PE_COLL_ALLREDUCE:
         case PE_COLL_REDUCE:
             memcpy(pr->buf[r], pr->in[r], pr->in_bytes[r]);
-            if (c.op == PE_COLL_ALLREDUCE || r == c.root) gsum(pr->want[r], pr->in, n, w->P, 0, c.count, c.dt);
+            if (c.op == PE_COLL_ALLREDUCE || r == c.root) gsum(pr->want[r], pr->in, n, w->P, 0, c.count, c.dt, c.red);
             else memcpy(pr->want[r], pr->in[r], pr->in_bytes[r]);
             break;
         case PE_COLL_BROADCAST:
@@ -169,7 +175,7 @@ static void prepare(prepared *pr, const world *w, tcase c, uint64_t seed) {
         case PE_COLL_REDUCE_SCATTER: {
             int64_t off = 0;
             for (int q = 0; q < r; q++) off += pr->counts[q];
-            gsum(pr->want[r], pr->in, n, w->P, off, pr->counts[r], c.dt);
+            gsum(pr->want[r], pr->in, n, w->P, off, pr->counts[r], c.dt, PE_RED_SUM);
         } break;
         default: break;
         }
@@ -192,8 +198,10 @@ static pe_status issue(const world *w, prepared *pr, int r, uint64_t tag) {
     pe_comm *cm = w->rank[r];
     pe_work **out = &pr->work[r];
     switch (c->op) {
-    case PE_COLL_ALLREDUCE: return pe_comm_allreduce(cm, buf, c->count, c->dt, tag, out);
-    case PE_COLL_REDUCE: return pe_comm_reduce(cm, buf, c->count, c->dt, c->root, tag, out);
+    case PE_COLL_ALLREDUCE:
+        return c->red == PE_RED_SUM ? pe_comm_allreduce(cm, buf, c->count, c->dt, tag, out)
+                                    : pe_comm_allreduce_red(cm, buf, c->count, c->dt, c->red, tag, out);
+    case PE_COLL_REDUCE: return pe_comm_reduce_red(cm, buf, c->count, c->dt, c->root, c->red, tag, out);
     case PE_COLL_BROADCAST: return pe_comm_broadcast(cm, buf, c->count, c->dt, c->root, tag, out);
     case PE_COLL_ALLGATHER:
         return pe_comm_allgather(cm, c->variant || w->device ? NULL : in, buf, c->count, c->dt, tag, out);
@@ -210,9 +218,9 @@ static bool check(const prepared *pr, int r, const char *wname, char *why, size_
     size_t es = pe_dtype_size(pr->c.dt);
     size_t i = 0;
     while (i < pr->buf_bytes[r] / es && !memcmp((char *)pr->buf[r] + i * es, (char *)pr->want[r] + i * es, es)) i++;
-    snprintf(why, size, "%s: %s of %lld %s (root %d, variant %d) on %d ranks: rank %d, element %zu differs", wname,
-             pe_coll_name(pr->c.op), (long long)pr->c.count, pe_dtype_name(pr->c.dt), pr->c.root, pr->c.variant,
-             pr->n, r, i);
+    snprintf(why, size, "%s: %s(%s) of %lld %s (root %d, variant %d) on %d ranks: rank %d, element %zu differs", wname,
+             pe_coll_name(pr->c.op), pe_red_name(pr->c.red), (long long)pr->c.count, pe_dtype_name(pr->c.dt),
+             pr->c.root, pr->c.variant, pr->n, r, i);
     return false;
 }
 
@@ -349,6 +357,11 @@ static int ladder(const world *w, tcase *out, int cap, bool exact_only) {
                                        .variant = (op == PE_COLL_ALLGATHER || op == PE_COLL_REDUCE_SCATTER) &&
                                                   (k % 2 || w->device)};
             }
+            /* max, min and prod: one size across a chunk edge each */
+            for (int red = PE_RED_MAX; red < PE_RED_COUNT && (op == PE_COLL_ALLREDUCE || op == PE_COLL_REDUCE); red++)
+                if (n < cap)
+                    out[n++] = (tcase){.op = (pe_coll)op, .dt = dts[d], .count = 4097, .root = (d + red) % w->size,
+                                       .red = (pe_red)red};
         }
     }
     return n;

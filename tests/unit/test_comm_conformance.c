@@ -135,6 +135,25 @@ static void group_cases(world *w) {
         for (int k = 0; k < 4; k++) release(&pr[k]);
         release(&b);
     }
+    /* pe_group_run: a reduction other than sum (blocking), allgather from
+     * inputs apart (a work) */
+    for (int k = 0; k < 2; k++) {
+        tcase c = k == 0 ? (tcase){.op = PE_COLL_ALLREDUCE, .dt = PE_DTYPE_FP32, .count = 4097, .red = PE_RED_MIN}
+                         : (tcase){.op = PE_COLL_ALLGATHER, .dt = PE_DTYPE_INT64, .count = 7};
+        prepared b;
+        prepare(&b, w, c, 60 + (uint64_t)k);
+        pe_coll_args a = {.op = c.op, .count = c.count, .dt = c.dt, .red = c.red};
+        pe_work *wk = NULL;
+        assert_int_equal(pe_group_run(g, &a, (const void *const *)b.in, b.buf, k ? &wk : NULL), PE_OK);
+        if (wk) {
+            assert_int_equal(pe_work_wait(wk), PE_OK);
+            pe_work_free(wk);
+        }
+        char why[512];
+        for (int r = 0; r < w->size; r++)
+            if (!check(&b, r, w->name, why, sizeof why)) fail_msg("pe_group_run: %s", why);
+        release(&b);
+    }
     /* the place API's messages */
     float x[4] = {0}, *bufs[MAX_RANKS];
     for (int r = 0; r < w->size; r++) bufs[r] = x;

@@ -46,6 +46,12 @@ static void test_grad_wire(void **state) {
     assert_int_equal(info_of("batch_norm")->grad_op_id, -1);
     assert_non_null(info_of("batch_norm")->grad);
     assert_null(info_of("top_k")->grad);
+    /* collectives: c_identity and c_allreduce_sum are each other's gradient, the rest have none */
+    assert_true(info_of("c_identity")->grad == pe_grad_c_identity);
+    assert_true(info_of("c_allreduce_sum")->grad == pe_grad_c_allreduce_sum);
+    assert_null(info_of("c_allreduce_max")->grad);
+    assert_null(info_of("c_broadcast")->grad);
+    assert_null(info_of("c_allgather")->grad);
     /* every wired op: a grad op of the registry whose slots it names */
     for (int id = 0; id < pe_op_info_count(); id++) {
         const pe_op_info *f = pe_op_info_get(id);

@@ -32,15 +32,12 @@
  */
 #ifdef PE_WITH_MPI
 #include "tests/unit/models.h"
+#include "tests/unit/mpi_test.h"
 
 #include <math.h>
-#include <mpi.h>
-#include <omp.h>
 #include <unistd.h>
 
 enum { STEPS = 6, PER_PLACE = 4 };
-
-static int g_rank, g_size;
 
 static tm_model model(pe_dtype dt, uint64_t startup_seed, int hidden) {
     tm_model m = tm_model_new(dt, 0.0, false);
@@ -370,28 +367,10 @@ static void test_timeline_per_rank(void **state) {
     tm_model_free(&m);
 }
 
-int main(void) {
-    int provided;
-    MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &g_size);
-    omp_set_num_threads(1);
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bitwise_with_one_place_each),
-        cmocka_unit_test(test_two_places_each),
-        cmocka_unit_test(test_strategies),
-        cmocka_unit_test(test_fetch_sharded_gradient),
-        cmocka_unit_test(test_world_mismatches),
-        cmocka_unit_test(test_timeline_per_rank),
-    };
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    MPI_Finalize();
-    return rc;
-}
+PE_MPI_TEST_MAIN(cmocka_unit_test(test_bitwise_with_one_place_each), cmocka_unit_test(test_two_places_each),
+                 cmocka_unit_test(test_strategies), cmocka_unit_test(test_fetch_sharded_gradient),
+                 cmocka_unit_test(test_world_mismatches), cmocka_unit_test(test_timeline_per_rank))
 #else
-#include <stdio.h>
-int main(void) {
-    printf("[  SKIPPED ] test_pe_trainers: PE was built without MPI\n");
-    return 77;
-}
+#include "tests/unit/mpi_test.h"
+PE_MPI_TEST_SKIPPED("test_pe_trainers")
 #endif

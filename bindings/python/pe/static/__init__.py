@@ -6,12 +6,13 @@ from .executor import (Executor, ParallelExecutor, CompiledProgram, ExecutionStr
 from .backward import append_backward, gradients  # noqa: F401
 from .io import save, load, save_program, load_program  # noqa: F401
 from . import nn  # noqa: F401
+from . import collective  # noqa: F401
 from ..metric import accuracy  # noqa: F401
 
 __all__ = ["Program", "program_guard", "default_main_program", "default_startup_program", "data", "Executor",
            "ParallelExecutor", "CompiledProgram", "ExecutionStrategy", "BuildStrategy", "global_scope", "Scope",
            "scope_guard", "cpu_places", "cuda_places", "append_backward", "gradients", "save", "load", "nn",
-           "Variable", "InputSpec", "accuracy", "save_program", "load_program"]
+           "Variable", "InputSpec", "accuracy", "save_program", "load_program", "collective"]
 
 
 def data(name, shape, dtype=None, lod_level=0):
