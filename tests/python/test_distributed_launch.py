@@ -18,6 +18,10 @@
   trainer_id=rank), each rank feeding its half of every batch, started
   from different seeds) ends with the same parameters on both ranks,
   allclose to one process trained on the whole batches.
+- The launcher across two hosts for real: `--ips 10.213.0.1,10.213.0.2`
+  with one rank on each of two network namespaces joined by a veth pair
+  (tests/unit/run_netns.sh launch: TCP only, the veth counters must grow),
+  training the MLP to the one-process parameters.
 - The mpirun command line for several hosts (--host with slots, the
   variables forwarded to remote ranks), and the failed rank read from
   mpirun's messages when no status file names it (no mpirun needed).
@@ -32,7 +36,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "dist_scripts"))
-from dist_run import PY, launch, needs_mpirun, run, script, vader_segments  # noqa: E402
+from dist_run import PY, job_env, launch, needs_mpirun, run, script, vader_segments  # noqa: E402
 
 from pe.distributed import _mpirun  # noqa: E402
 
@@ -155,6 +159,28 @@ def test_launch_world_mismatch_is_an_error_on_every_rank(tmp_path, fault, messag
     for k in range(2):  # every rank says it (the check is collective: nobody waits for the others)
         assert message in (log / ("workerlog.%d" % k)).read_text(), k
     assert not list(tmp_path.glob("params.*.npz"))
+
+
+@needs_mpirun
+def test_launch_on_two_hosts(tmp_path):
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = job_env(PE_NETNS_LOG_DIR=str(tmp_path / "log"))
+    env.pop("CPU_NUM", None)
+    # the MLP's gradients: 259 float32 per step each way, 10 steps, plus the headers
+    r = run(["bash", os.path.join(root, "tests", "unit", "run_netns.sh"), "launch", "8000", "",
+             script("train_mlp.py"), str(tmp_path)], timeout=150, env=env)
+    if r.rc == 77:
+        pytest.skip(r.out.strip().splitlines()[-1] if r.out.strip() else "no network namespaces here")
+    assert r.rc == 0, r
+    assert "received over the veth" in r.out, r
+    for k in range(2):
+        assert "rank %d step 9" % k in (tmp_path / "log" / ("workerlog.%d" % k)).read_text()
+    one = run([PY, script("train_mlp.py"), str(tmp_path)], timeout=60, cwd=tmp_path)
+    assert one.rc == 0, one
+    p0, p1, single = [np.load(tmp_path / ("params.%s.npz" % k)) for k in ("0", "1", "single")]
+    for name in single.files:
+        np.testing.assert_array_equal(p0[name], p1[name], err_msg=name)
+        np.testing.assert_allclose(p0[name], single[name], rtol=1e-5, atol=1e-6, err_msg=name)
 
 
 def test_mpirun_command_for_several_hosts():

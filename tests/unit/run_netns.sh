@@ -25,11 +25,20 @@
 # mpirun is missing, or namespaces cannot be made here (not root, no
 # CAP_NET_ADMIN). Run it by hand (as root):
 #     bash tests/unit/run_netns.sh build/bin/test_pe_trainers $((2 << 20))
+#
+# PROGRAM `launch`: `run_netns.sh launch MIN_RX_BYTES "" SCRIPT [ARGS...]`
+# runs `python3 -m pe.distributed.launch --ips 10.213.0.1,10.213.0.2
+# --nproc_per_node 1 SCRIPT ARGS` in the first namespace instead (the
+# transports and the agent given to mpirun as OMPI_MCA_* variables, which
+# the launcher's mpirun reads), so the launcher's multi-host path runs for
+# real; its logs go to $PE_NETNS_LOG_DIR (default: a temporary directory).
 set -u
 prog=$1
 min_rx=$2
 skip=${3:-}
+shift 3 2>/dev/null || shift $#
 name=$(basename "$prog")
+[ "$prog" != launch ] || name="pe.distributed.launch ${1:-}"
 skip() {
     echo "[  SKIPPED ] $name on two network namespaces: $*"
     exit 77
@@ -132,11 +141,19 @@ rx0=$(rx "$ns0" "$if0") rx1=$(rx "$ns1" "$if1")
 
 echo "run_netns: $name, rank 0 on $addr0 ($ns0), rank 1 on $addr1 ($ns1), TCP over $if0-$if1 only"
 # In the background and waited for, so a signal (^C) reaches the trap at once.
-timeout -k 5 "$limit" ip netns exec "$ns0" unshare --uts sh -c 'hostname pe-h0 && exec "$@"' sh \
-    mpirun --oversubscribe -np 2 --host "$addr0:1,$addr1:1" \
-    --mca plm_rsh_agent "$tmp/agent" --mca plm_rsh_no_tree_spawn 1 \
-    --mca pml ob1 --mca btl self,tcp --mca btl_tcp_if_include "$net" --mca oob_tcp_if_include "$net" \
-    "$prog" &
+if [ "$prog" = launch ]; then
+    export OMPI_MCA_plm_rsh_agent="$tmp/agent" OMPI_MCA_plm_rsh_no_tree_spawn=1 OMPI_MCA_pml=ob1 \
+        OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include="$net" OMPI_MCA_oob_tcp_if_include="$net"
+    timeout -k 5 "$limit" ip netns exec "$ns0" unshare --uts sh -c 'hostname pe-h0 && exec "$@"' sh \
+        /usr/bin/python3 -m pe.distributed.launch --ips "$addr0,$addr1" --nproc_per_node 1 \
+        --log_dir "${PE_NETNS_LOG_DIR:-$tmp/log}" "$@" &
+else
+    timeout -k 5 "$limit" ip netns exec "$ns0" unshare --uts sh -c 'hostname pe-h0 && exec "$@"' sh \
+        mpirun --oversubscribe -np 2 --host "$addr0:1,$addr1:1" \
+        --mca plm_rsh_agent "$tmp/agent" --mca plm_rsh_no_tree_spawn 1 \
+        --mca pml ob1 --mca btl self,tcp --mca btl_tcp_if_include "$net" --mca oob_tcp_if_include "$net" \
+        "$prog" &
+fi
 run=$!
 wait "$run"
 rc=$?
