@@ -27,8 +27,10 @@
  * owner's optimizer runs, and the owner broadcasts the parameter and the
  * optimizer's state, so every trainer's scope holds current values.
  *
- * The sharded optimizer spans them too (executor/opt_shard.c: one
- * reduce-scatter over every rank, the trainer's shards, one all-gather).
+ * The sharded optimizer spans them too when BuildStrategy.shard_across_trainers
+ * is set (executor/opt_shard.c: one reduce-scatter over every rank, the
+ * trainer's shards, one all-gather); by default it is off across trainers
+ * (two chained collectives per update cost more than the update).
  *
  * CUDA places: the collectives are one NCCL world over every trainer's
  * GPUs (nccl_world; the NCCL id goes from trainer 0 over MPI), not the

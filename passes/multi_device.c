@@ -679,7 +679,7 @@ pe_status pe_multi_device_build_world(const pe_program *prog, int n_places, int 
 
     /* shard_optimizer: shards per optimizer op (0 = not sharded); their
      * gradients are summed by the shards (no allreduce, no bucket) */
-    bool shard = bs->shard_optimizer && !reduce && world > 1;
+    bool shard = bs->shard_optimizer && !reduce && world > 1 && (n_trainers <= 1 || bs->shard_across_trainers);
     if (shard) {
         if (!(n_shards = calloc((size_t)b0->n_ops, sizeof *n_shards))) { st = OOM(); goto done; }
         for (int i = 0; i < b0->n_ops; i++) n_shards[i] = shard_count(g->progs[0], i, world, n_trainers > 1);

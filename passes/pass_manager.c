@@ -104,7 +104,8 @@ pe_status pe_pass_manager_run(const pe_program *prog, const pe_pass_opts *o, pe_
             record(res, pp->name, before, before, 0, true);
             continue;
         }
-        if (pp->fn == pe_fuse_all_optimizer_ops && bs->shard_optimizer && world > 1) {
+        if (pp->fn == pe_fuse_all_optimizer_ops && bs->shard_optimizer && world > 1 &&
+            (o->n_trainers <= 1 || bs->shard_across_trainers)) {
             /* the sharded update (passes/multi_device.c) already runs each update once, split over
              * the places; merged ops would run every update on every place */
             pe_log(PE_LOG_INFO, "BuildStrategy.fuse_all_optimizer_ops: not applied, shard_optimizer runs each "

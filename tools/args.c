@@ -37,6 +37,7 @@ int pe_tool_parse_strategy(const char *cmd, const char *spec, pe_build_strategy 
         {"memory_optimize", offsetof(pe_build_strategy, memory_optimize)},
         {"enable_sequential_execution", offsetof(pe_build_strategy, enable_sequential_execution)},
         {"shard_optimizer", offsetof(pe_build_strategy, shard_optimizer)},
+        {"shard_across_trainers", offsetof(pe_build_strategy, shard_across_trainers)},
     };
     char buf[1024];
     if (strlen(spec) >= sizeof buf) return pe_tool_usage_error(cmd, "--strategy value is too long");
@@ -70,7 +71,7 @@ int pe_tool_parse_strategy(const char *cmd, const char *spec, pe_build_strategy 
             return pe_tool_usage_error(cmd, "--strategy: unknown key '%s' (fuse_gemm_epilogue, "
                                        "fuse_elewise_add_act_ops, fuse_all_optimizer_ops, fuse_all_reduce_ops, "
                                        "enable_inplace, memory_optimize, enable_sequential_execution, "
-                                       "shard_optimizer, reduce_strategy, gradient_scale_strategy)", key);
+                                       "shard_optimizer, shard_across_trainers, reduce_strategy, gradient_scale_strategy)", key);
         }
     }
     return PE_EXIT_OK;

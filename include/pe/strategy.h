@@ -72,6 +72,13 @@ typedef struct pe_build_strategy {
                                        * and every sgd / momentum / adam update runs once, split
                                        * into one element range per place (each range's gradient
                                        * allreduce fused into it), instead of N times. Same bits. */
+    bool shard_across_trainers;       /* num_trainers > 1: shard_optimizer applies across the
+                                       * trainers only when this is set too (default off). Across
+                                       * processes a sharded update costs two collectives (a
+                                       * reduce-scatter and an all-gather, chained) instead of one
+                                       * allreduce, which pays only where the optimizer's work
+                                       * outweighs a collective's fixed cost (docs/benchmarks.md:
+                                       * the MLP ran at half the speed with it) */
     bool enable_sequential_execution;
     const char *debug_graphviz_path;  /* borrowed; NULL = none */
 } pe_build_strategy;

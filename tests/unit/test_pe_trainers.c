@@ -104,6 +104,7 @@ static pe_status train_state(const tm_model *m, const run_cfg *c, pe_tensor **pa
     o.build_strategy.fuse_all_reduce_ops = c->buckets;
     o.build_strategy.reduce_strategy = c->reduce ? PE_REDUCE_REDUCE : PE_REDUCE_ALL_REDUCE;
     if (c->no_shard) o.build_strategy.shard_optimizer = false; /* else its gradients stay out of buckets */
+    o.build_strategy.shard_across_trainers = !c->no_shard;     /* sharded across the trainers too */
     o.build_strategy.fuse_all_optimizer_ops = c->merge;
     o.exec_strategy.num_threads = 2 * c->places;
     o.exec_strategy.timeline_path = c->timeline;

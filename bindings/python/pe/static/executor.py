@@ -261,7 +261,7 @@ class BuildStrategy(_Strategy):
                "fuse_elewise_add_act_ops": False, "fuse_all_optimizer_ops": False, "fuse_all_reduce_ops": False,
                "fuse_gemm_epilogue": False, "fuse_grad_size_in_MB": 25.0, "fuse_first_grad_size_in_MB": 1.0,
                "enable_inplace": False, "memory_optimize": False, "enable_sequential_execution": False,
-               "shard_optimizer": True, "debug_graphviz_path": ""}
+               "shard_optimizer": True, "shard_across_trainers": False, "debug_graphviz_path": ""}
     _ignored = {"fuse_bn_act_ops": False, "fuse_bn_add_act_ops": False, "fuse_relu_depthwise_conv": False,
                 "fuse_broadcast_ops": False, "sync_batch_norm": False,
                 "enable_auto_fusion": False, "enable_addto": False, "remove_unnecessary_lock": True,
@@ -309,7 +309,8 @@ class BuildStrategy(_Strategy):
         d["gradient_scale_strategy"] = _SCALE_NAMES[int(d["gradient_scale_strategy"])]
         d["debug_graphviz_path"] = str(d["debug_graphviz_path"] or "")
         for k in ("fuse_elewise_add_act_ops", "fuse_all_optimizer_ops", "fuse_all_reduce_ops", "fuse_gemm_epilogue",
-                  "enable_inplace", "memory_optimize", "enable_sequential_execution", "shard_optimizer"):
+                  "enable_inplace", "memory_optimize", "enable_sequential_execution", "shard_optimizer",
+                  "shard_across_trainers"):
             d[k] = bool(d[k])
         for k in ("fuse_grad_size_in_MB", "fuse_first_grad_size_in_MB"):
             d[k] = float(d[k])
