@@ -41,11 +41,9 @@ MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
 
 
 def half(xb, rank, n):
-    """Rows of trainer `rank` of n (the last trainers take the extra rows)."""
-    rows = len(xb)
-    base, extra = divmod(rows, n)
-    lo = rank * base + max(0, rank - (n - extra))
-    return xb[lo:lo + base + (1 if rank >= n - extra else 0)]
+    """Rows of trainer `rank` of n (the examples' rule: the last trainers take the extra rows)."""
+    lo, hi = job.shard_rows(len(xb), n, rank)
+    return xb[lo:hi]
 
 
 def worker_pe_trainers(model, init_path, warmup, steps):

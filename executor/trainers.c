@@ -42,7 +42,7 @@
 #include <string.h>
 
 #define TAG_WORLD 0x7e5701ull /* the construction's checks */
-#define TAG_ROWS 0x7e5703ull  /* each run's row count */
+#define TAG_SUM 0x7e5703ull   /* pe_trainers_allreduce: each run's rows, metrics between runs */
 
 /* FNV-1a over block 0: op types and slots, var names, dtypes and dims. */
 static uint64_t program_hash(const pe_program *p) {
@@ -224,16 +224,8 @@ pe_status pe_pe_global_rows(pe_parallel_executor *pe, int64_t *total) {
     int64_t local = 0;
     for (int p = 0; p < pe->n; p++) local += pe->rows[p];
     *total = local;
-    if (pe->opt.num_trainers <= 1) return PE_OK;
-    /* over the processes' MPI communicator (host memory on every kind of
-     * place), before this run issues any collective of its own */
-#ifdef PE_WITH_MPI
-    pe_work *w;
-    return outer_wait(pe_comm_allreduce(pe->outer, total, 1, PE_DTYPE_INT64, TAG_ROWS, &w), &w,
-                      "summing the rows fed to the trainers");
-#else
-    return pe_error(PE_ERR_INTERNAL, "num_trainers > 1 without MPI");
-#endif
+    /* before this run issues any collective of its own */
+    return pe_trainers_allreduce(pe, total, 1, PE_DTYPE_INT64);
 }
 
 pe_status pe_trainers_allreduce(pe_parallel_executor *pe, void *buf, int64_t count, pe_dtype dt) {
@@ -241,20 +233,15 @@ pe_status pe_trainers_allreduce(pe_parallel_executor *pe, void *buf, int64_t cou
         return pe_error(PE_ERR_INVALID, "pe_trainers_allreduce: no executor, or no buffer for %lld values",
                         (long long)count);
     if (pe->opt.num_trainers <= 1 || count == 0) return PE_OK;
-    /* place 0 brings buf, the other places zeros (each its own buffer:
-     * every buffer receives the sum): the sum over the places of this
-     * trainer is buf, then the sum over the trainers */
-    size_t bytes = (size_t)count * pe_dtype_size(dt);
-    char *zeros = pe->n > 1 ? calloc((size_t)(pe->n - 1), bytes) : NULL;
-    if (pe->n > 1 && !zeros)
-        return pe_error(PE_ERR_NOMEM, "out of memory summing %lld values over the trainers", (long long)count);
-    void *bufs[PE_MAX_PLACES];
-    for (int p = 0; p < pe->n; p++) bufs[p] = p == 0 ? buf : zeros + (size_t)(p - 1) * bytes;
-    pe_status st = pe_group_allreduce(pe->comm, bufs, count, dt);
-    free(zeros);
-    if (st != PE_OK)
-        return pe_error_wrap(st, "summing %lld values over the %d trainers", (long long)count, pe->opt.num_trainers);
-    return PE_OK;
+    /* over the processes' MPI communicator: host memory on every kind of
+     * place, one value per trainer, summed in trainer order */
+#ifdef PE_WITH_MPI
+    pe_work *w;
+    return outer_wait(pe_comm_allreduce(pe->outer, buf, count, dt, TAG_SUM, &w), &w,
+                      "summing values over the trainers");
+#else
+    return pe_error(PE_ERR_INTERNAL, "num_trainers > 1 without MPI");
+#endif
 }
 
 /* The collectives of g chained in one fixed order: a topological order of

@@ -198,3 +198,14 @@ def test_nccl2_mode_two_processes_match_one():
             np.testing.assert_array_equal(a[k], b[k], err_msg=k)  # identical on every trainer
             np.testing.assert_allclose(a[k], ref[k], rtol=1e-5, atol=1e-6, err_msg=k)
         assert a["losses"][-1] < a["losses"][0]
+
+
+def test_flatten_two_dims():
+    main, startup = fresh()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=[3, 4, 5])
+        flat = [fluid.layers.flatten(x, a) for a in (0, 1, 2)]
+    assert [list(f.shape) for f in flat] == [[1, -1], [-1, 60], [-1, 20]]
+    out, = fluid.Executor(fluid.CPUPlace()).run(main, feed={"x": np.ones((2, 3, 4, 5), "float32")},
+                                                 fetch_list=[flat[2]], scope=pe.static.Scope())
+    assert out.shape == (6, 20)

@@ -142,9 +142,9 @@ def flatten(x, axis=1, name=None):
     if not 0 <= axis <= len(x.shape):
         raise _core.InvalidArgumentError("flatten: axis %d is out of range for %s of rank %d"
                                          % (axis, x.name, len(x.shape)))
-    return _t.reshape(x, [int(np.prod(x.shape[:axis])) if axis and all(d >= 0 for d in x.shape[:axis]) else
-                          (1 if axis == 0 else -1),
-                          int(np.prod(x.shape[axis:])) if all(d >= 0 for d in x.shape[axis:]) else -1], name=name)
+    def size(dims):  # -1 when a dim is unknown; 1 for no dims
+        return -1 if any(d < 0 for d in dims) else int(np.prod(dims, dtype=np.int64))
+    return _t.reshape(x, [size(x.shape[:axis]), size(x.shape[axis:])], name=name)
 
 
 def _elementwise(op_type, x, y, axis, act, name):
