@@ -184,7 +184,8 @@ static pe_status build_variant(const pe_parallel_executor *pe, const char *const
     PE_CHECK(pe_pass_manager_run(pe->prog, &po, &out->g, NULL));
     if (pe->opt.num_trainers > 1) PE_CHECK(pe_pe_chain_collectives(out->g)); /* one issue order on every trainer */
     if (bs.memory_optimize || bs.enable_inplace) {
-        PE_CHECK(pe_mem_arenas_new(out->g, pe->places, bs.memory_optimize, bs.enable_inplace, &out->arenas));
+        PE_CHECK(pe_mem_arenas_new(out->g, pe->places, bs.memory_optimize, bs.enable_inplace,
+                                   pe->kernel_threads, &out->arenas));
         PE_CHECK(pe_mem_arenas_protect(out->arenas, PE_LOSS_SCALE_VAR));
     }
     return pe_pe_protect_buckets((pe_parallel_executor *)pe, out->arenas, out->g);
@@ -372,8 +373,7 @@ pe_status pe_parallel_executor_new(const pe_place *places, int n_places, const p
     pe->check_nan_inf = o.exec_strategy.check_nan_inf || pe_flag_check_nan_inf();
     /* Intra-op threads: the OpenMP budget (OMP_NUM_THREADS, default the
      * cores) shared by the places, never more threads than that in total. */
-    int cores = omp_get_max_threads();
-    pe->kernel_threads = cores / n_places > 0 ? cores / n_places : 1;
+    pe->kernel_threads = pe_mp_kernel_threads(n_places);
     /* The collectives first: across processes, every trainer checks the
      * world before anything can fail on one trainer alone. A collective
      * runs on a scheduler thread while the other places keep computing: it
@@ -450,10 +450,27 @@ static pe_status plan_memory(pe_parallel_executor *pe, const pe_feed *const *fee
     return pe_mem_arenas_prepare(pe->arenas, pe->local);
 }
 
+/* Each op's workspace in this run's memory plan (ctx->workspace; NULL for
+ * the ops it gives none, which then use the kernel's own pool). */
+static void apply_workspaces(pe_parallel_executor *pe) {
+    const pe_mem_plan *mp = pe->arenas ? pe_mem_arenas_plan(pe->arenas) : NULL;
+    if (!mp) return;
+    for (int h = 0; h < pe->g->n_h; h++) {
+        pe->ctxs[h].workspace = NULL;
+        pe->ctxs[h].workspace_bytes = 0;
+    }
+    for (int p = 0; p < mp->n_places; p++)
+        for (int i = 0; i < mp->place[p].n_ws; i++) {
+            const pe_mp_ws_plan *w = &mp->place[p].ws[i];
+            pe->ctxs[w->handle].workspace = pe_mem_arenas_workspace(pe->arenas, p, w, &pe->ctxs[w->handle].workspace_bytes);
+        }
+}
+
 /* The graph, num_iteration_per_run times; an interrupt requested after
  * intr_mark (pe/interrupt.h) stops it before the next handle. */
 static pe_status run_graph(pe_parallel_executor *pe, unsigned intr_mark) {
     PE_CHECK(pe_pe_ensure_prepared(pe));
+    apply_workspaces(pe);
     const pe_sched_fn fn = pe->tl ? run_handle_timed : pe->check_nan_inf ? run_handle_checked : run_handle;
     for (int r = 0; r < pe->opt.exec_strategy.num_iteration_per_run; r++) {
         if (pe->sched) {

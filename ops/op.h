@@ -25,7 +25,7 @@
  * The context is all an infer function or kernel sees: the op's tensors and
  * var names by slot, its attrs through the typed accessors (pe_ctx_int ...
  * pe_ctx_strings), the op type as ctx->info->name, the place, and the place's
- * runtime services (ctx->svc: stream, library handles, workspace, transport;
+ * runtime services (ctx->svc: stream, library handles, transport; ctx->workspace;
  * filled by the executor). It holds no pointer to the graph's op, so a
  * context can be made from something other than a program (a remote request,
  * a replayed trace), and kernels cannot depend on the graph around them.
@@ -65,6 +65,12 @@ struct pe_comm;     /* runtime/comm/comm.h */
 typedef pe_status (*pe_infer_fn)(pe_op_ctx *ctx);
 typedef pe_status (*pe_kernel_fn)(const pe_op_ctx *ctx);
 typedef pe_status (*pe_grad_fn)(struct pe_grad_ctx *g);
+/* The bytes of scratch a kernel needs for one call with ctx's shapes (ctx
+ * holds meta-only tensors: dims and dtype, no data; *bytes = 0: none).
+ * The memory plan sizes each op's workspace with it and places it in the
+ * place's arena (executor/memory_plan/); the executor hands it to the
+ * kernel as ctx->workspace. */
+typedef pe_status (*pe_workspace_fn)(const pe_op_ctx *ctx, size_t *bytes);
 
 enum { PE_ARITY_ONE = 0, PE_ARITY_OPTIONAL, PE_ARITY_MANY, PE_ARITY_ANY };
 
@@ -91,6 +97,7 @@ struct pe_op_info {
     pe_infer_fn infer;
     pe_grad_fn grad;                  /* NULL: not differentiable */
     pe_kernel_fn kernels[PE_PLACE_KIND_COUNT];
+    pe_workspace_fn workspace[PE_PLACE_KIND_COUNT]; /* NULL: the kernel needs no workspace */
     /* PE_GRAD_WIRE: the grad op and its wiring, in call order (grad = pe_grad_wired) */
     int grad_op_id;                   /* -1 unless the gradient is wired */
     int n_grad_wire;
@@ -114,6 +121,9 @@ enum { PE_WIRE_FWD_INPUT = 0, PE_WIRE_FWD_OUTPUT, PE_WIRE_OUT_GRAD, PE_WIRE_IN_G
 #define PE_GRAD(fn) fn
 #define PE_NO_GRAD pe_grad_none
 #define PE_GRAD_WIRE(type, ins, outs) pe_grad_wired
+/* cpu column "PE_CPU_WS(kernel, ws)": a kernel with a workspace function
+ * (pe_workspace_fn); declared here as "pe_status ws(...); pe_status kernel(...)". */
+#define PE_CPU_WS(fn, ws) ws(const pe_op_ctx *ctx, size_t *bytes); pe_status fn
 #define PE_OP(name, ins, outs, attrs, infer, grad, inplace, cpu, cuda) \
     pe_status infer(pe_op_ctx *ctx);                                    \
     pe_status cpu(const pe_op_ctx *ctx);                                \
@@ -121,6 +131,7 @@ enum { PE_WIRE_FWD_INPUT = 0, PE_WIRE_FWD_OUTPUT, PE_WIRE_OUT_GRAD, PE_WIRE_IN_G
     pe_status grad(struct pe_grad_ctx *g);
 #include "ops/ops.def"
 #undef PE_OP
+#undef PE_CPU_WS
 #undef PE_CUDA
 #undef PE_NO_CUDA
 #undef PE_GRAD
@@ -175,8 +186,6 @@ typedef struct pe_place_services {
     void *stream;                           /* cudaStream_t of the place's compute stream */
     void *blas;                             /* cublasHandle_t bound to `stream` */
     void *dnn;                              /* cudnnHandle_t bound to `stream` */
-    void *workspace;                        /* scratch the kernel may use during one call */
-    size_t workspace_bytes;
     struct pe_comm *comm;                   /* transport for ops that talk to other places */
 } pe_place_services;
 
@@ -189,6 +198,10 @@ struct pe_op_ctx {
     const pe_place_services *svc;           /* borrowed; NULL where the executor gives none */
     int num_threads;                        /* OpenMP threads the kernel may use */
     uint64_t program_seed;                  /* Program.random_seed, for random ops */
+    void *workspace;                        /* the op's planned scratch (info->workspace sized it for
+                                             * these shapes and num_threads), or NULL: no plan; the
+                                             * kernel then finds scratch itself (oneDNN's pool) */
+    size_t workspace_bytes;
     int n_in[PE_MAX_SLOTS];                 /* per info->inputs[i] */
     pe_tensor **in[PE_MAX_SLOTS];
     const char **in_names[PE_MAX_SLOTS];

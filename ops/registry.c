@@ -26,7 +26,8 @@ typedef struct {
     pe_grad_fn grad;
     int grad_op;                        /* PE_GRAD_WIRE: the grad op's id, else -1 */
     const char *grad_ins, *grad_outs;   /* PE_GRAD_WIRE: the wiring, else NULL */
-    pe_kernel_fn cpu, cuda;
+    struct { pe_kernel_fn fn; pe_workspace_fn ws; } cpu;
+    pe_kernel_fn cuda;
 } op_spec;
 
 #define PE_GRAD(fn) fn, -1, NULL, NULL
@@ -38,12 +39,14 @@ typedef struct {
 #define PE_CUDA(fn) NULL
 #endif
 #define PE_NO_CUDA NULL
+#define PE_CPU_WS(kernel, wsfn) kernel, .ws = wsfn
 static const op_spec k_specs[] = {
 #define PE_OP(name, ins, outs, attrs, infer, grad, inplace, cpu, cuda) \
-    {#name, ins, outs, attrs, inplace, infer, grad, cpu, cuda},
+    {#name, ins, outs, attrs, inplace, infer, grad, {.fn = cpu}, cuda},
 #include "ops/ops.def"
 #undef PE_OP
 };
+#undef PE_CPU_WS
 #undef PE_CUDA
 #undef PE_NO_CUDA
 #undef PE_GRAD
@@ -275,7 +278,8 @@ static void init_registry(void) {
         info->n_attrs = parse_attrs(s->attrs, info->attrs, PE_MAX_ATTRS);
         info->infer = s->infer;
         info->grad = s->grad;
-        info->kernels[PE_PLACE_CPU] = s->cpu;
+        info->kernels[PE_PLACE_CPU] = s->cpu.fn;
+        info->workspace[PE_PLACE_CPU] = s->cpu.ws;
         info->kernels[PE_PLACE_CUDA] = s->cuda;
         info->grad_op_id = info->merged_id = info->fused_from_id = -1;
         /* inplace pairs "X>Out Y>Out2"; "-X": X's data is never read */

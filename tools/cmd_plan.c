@@ -186,6 +186,13 @@ static int plan_program(const plan_args *a, const pe_program *prog, pe_scope *sc
             for (int i = 0; i < pp->n_vars; i++)
                 printf("  %-40s offset=%-10" PRId64 " bytes=%-10" PRId64 "%s\n", pp->vars[i].name, pp->vars[i].offset,
                        pp->vars[i].bytes, pp->vars[i].inplaced ? " in-place" : "");
+            if (pp->n_workspaces) printf("  %d op workspaces (kernel scratch, live while the op runs)\n", pp->n_workspaces);
+            for (int i = 0; i < pp->n_workspaces; i++) {
+                char what[96];
+                snprintf(what, sizeof what, "op %d (%s) workspace", pp->workspaces[i].op_index, pp->workspaces[i].op_type);
+                printf("  %-40s offset=%-10" PRId64 " bytes=%-10" PRId64 "\n", what, pp->workspaces[i].offset,
+                       pp->workspaces[i].bytes);
+            }
         }
     }
     pe_plan_free(plan);

@@ -164,7 +164,8 @@ static const pe_tool_cmd k_cmds[] = {
      "  place=<i> peak_bytes_no_reuse=<n> peak_bytes_reuse=<n>\n"
      "the bytes of the non-persistable temporaries when each has its own buffer, and\n"
      "the size of the place's arena with the plan (fed, fetched and persistable vars\n"
-     "are never in it).\n"
+     "are never in it), which also holds the ops' workspaces (the oneDNN scratch of\n"
+     "conv2d, pool2d, batch_norm and their gradients, live while the op runs).\n"
      "\n"
      "  --places cpu:N        N CPU places (cpu = cpu:1)\n"
      "  --batch B             rows per step, split over the places\n"
@@ -179,7 +180,7 @@ static const pe_tool_cmd k_cmds[] = {
      "  --no-reuse            no bytes of dead temporaries reused (memory_optimize off)\n"
      "  --activations         leave the parameter gradients (op_role_var) out of both\n"
      "                        figures: activation memory only\n"
-     "  --verbose             also list every planned var: offset, bytes, in-place",
+     "  --verbose             also list every planned var (offset, bytes, in-place) and op workspace",
      pe_cmd_plan},
 };
 static const int k_n_cmds = (int)(sizeof k_cmds / sizeof k_cmds[0]);

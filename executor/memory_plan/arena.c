@@ -48,6 +48,7 @@ struct pe_mem_arenas {
     int n;
     const pe_place *places;
     bool reuse, inplace;
+    int kernel_threads;
     /* protected names (owned copies) */
     char **prot;
     int n_prot, cap_prot;
@@ -69,7 +70,7 @@ struct pe_mem_arenas {
 };
 
 pe_status pe_mem_arenas_new(const pe_ssa_graph *g, const pe_place *places, bool reuse, bool inplace,
-                            pe_mem_arenas **out) {
+                            int kernel_threads, pe_mem_arenas **out) {
     *out = NULL;
     if (g->n_places > PE_MAX_PLACES)
         return pe_error(PE_ERR_INVALID, "memory plan: %d places (at most %d)", g->n_places, PE_MAX_PLACES);
@@ -80,6 +81,7 @@ pe_status pe_mem_arenas_new(const pe_ssa_graph *g, const pe_place *places, bool 
     a->places = places;
     a->reuse = reuse;
     a->inplace = inplace;
+    a->kernel_threads = kernel_threads;
     a->next_id = 1;
     pe_status st = pe_mp_graph_new(g, &a->mg);
     if (st != PE_OK) {
@@ -202,7 +204,7 @@ static pe_status new_plan(pe_mem_arenas *a, pe_scope *const *local, cache_entry 
     meta_user u = {a, local};
     pe_mem_plan *plan;
     PE_CHECK(pe_mp_plan_build(a->mg, a->places, scope_meta, &u, (const char *const *)a->prot, a->n_prot, a->reuse,
-                              a->inplace, &plan));
+                              a->inplace, a->kernel_threads, &plan));
     int64_t *sig = malloc(sizeof *sig * (size_t)(a->sig_len ? a->sig_len : 1));
     if (!sig) {
         pe_mem_plan_free(plan);
@@ -224,8 +226,10 @@ static pe_status new_plan(pe_mem_arenas *a, pe_scope *const *local, cache_entry 
     a->n_plans++;
     char buf[64];
     for (int p = 0; p < plan->n_places; p++)
-        pe_log(PE_LOG_DEBUG, "memory plan for %s: %d temporaries, %lld bytes without reuse, %lld with (%d in place)",
-               pe_place_str(a->places[p], buf, sizeof buf), plan->place[p].n_vars,
+        pe_log(PE_LOG_DEBUG,
+               "memory plan for %s: %d temporaries and %d op workspaces, %lld bytes without reuse, %lld with (%d in "
+               "place)",
+               pe_place_str(a->places[p], buf, sizeof buf), plan->place[p].n_vars, plan->place[p].n_ws,
                (long long)plan->place[p].stats.no_reuse_bytes, (long long)plan->place[p].stats.arena_bytes,
                plan->place[p].stats.n_inplace);
     *out = &a->cache[slot];
@@ -359,6 +363,13 @@ pe_status pe_mem_arenas_prepare(pe_mem_arenas *a, pe_scope *const *local) {
     e->last_used = ++a->tick;
     if (a->views_valid && a->applied_id == e->id) return PE_OK;
     return install(a, local, e);
+}
+
+void *pe_mem_arenas_workspace(const pe_mem_arenas *a, int p, const pe_mp_ws_plan *w, size_t *bytes) {
+    *bytes = 0;
+    if (!a->views_valid || !a->arena[p] || w->offset + w->bytes > (int64_t)a->arena[p]->bytes) return NULL;
+    *bytes = (size_t)w->bytes;
+    return (char *)a->arena[p]->data + w->offset;
 }
 
 size_t pe_mem_arenas_bytes(const pe_mem_arenas *a) {

@@ -6,7 +6,9 @@
  *     // each run, after the feeds are in the local scopes:
  *     pe_mem_arenas_protect(ma, name);            // every feed and fetch name of the run
  *     pe_mem_arenas_prepare(ma, local_scopes);
- *     ... run the graph: planned temporaries are views into one arena per place ...
+ *     ... run the graph: planned temporaries are views into one arena per place, and
+ *         each op with a workspace gets its slot (pe_mem_arenas_plan's ws[i],
+ *         pe_mem_arenas_workspace) as ctx->workspace ...
  *     pe_mem_arenas_release(ma);   // with pe_drop_local_exe_scopes
  *     pe_mem_arenas_free(ma);
  *
@@ -28,9 +30,10 @@
 typedef struct pe_mem_arenas pe_mem_arenas;
 
 /* g and places (g->n_places of them) are borrowed and must outlive the
- * result. *out owned by the caller (pe_mem_arenas_free). */
+ * result; kernel_threads: each kernel's OpenMP threads (the ops'
+ * workspaces are sized for it). *out owned by the caller (pe_mem_arenas_free). */
 pe_status pe_mem_arenas_new(const pe_ssa_graph *g, const pe_place *places, bool reuse, bool inplace,
-                            pe_mem_arenas **out);
+                            int kernel_threads, pe_mem_arenas **out);
 void pe_mem_arenas_free(pe_mem_arenas *a); /* accepts NULL; the views' scopes must be gone or released first */
 /* A fed or fetched name (copied): never placed in an arena from now on;
  * when a cached plan had placed it, the next prepare re-plans. */
@@ -42,6 +45,10 @@ pe_status pe_mem_arenas_prepare(pe_mem_arenas *a, pe_scope *const *local);
 /* Frees the arenas and forgets the views (their scopes are being dropped);
  * cached plans stay. Accepts NULL. */
 void pe_mem_arenas_release(pe_mem_arenas *a);
+/* After a successful prepare: where the plan put op handle h's workspace
+ * (place p's arena), the bytes in *bytes; NULL when h has none. The
+ * executor hands it to the kernel as ctx->workspace. */
+void *pe_mem_arenas_workspace(const pe_mem_arenas *a, int p, const pe_mp_ws_plan *w, size_t *bytes);
 /* Bytes of the arenas currently allocated (all places). */
 size_t pe_mem_arenas_bytes(const pe_mem_arenas *a);
 /* The plan of the last prepare, or NULL. Borrowed. */

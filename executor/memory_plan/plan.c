@@ -31,6 +31,16 @@
  * as weight gradients from fragmenting the arena. No dependency edge is
  * added, so the plan never changes what may run concurrently.
  *
+ * Workspaces: an op whose kernel needs scratch for one call (ops.def
+ * PE_CPU_WS: oneDNN's scratchpad and blocked-layout copies of conv2d,
+ * pool2d, batch_norm and their gradients) gets it here too, as a tensor
+ * whose only access is that op — live while the op runs, so it shares
+ * bytes with whatever the DAG orders before or after the op (with reuse
+ * only: without it each would hold bytes of its own for the whole step,
+ * more than the kernels' pool, which serves them then). Its size is
+ * the kernel's pe_workspace_fn for the inferred shapes and the executor's
+ * threads per kernel (oneDNN sizes its scratchpad by thread).
+ *
  * Sizes come from static shape inference: every op's infer function runs,
  * in topological order, over meta-only tensors in a scratch scope, starting
  * from the shapes of the feeds and persistables (the caller's meta_fn), so
@@ -50,6 +60,7 @@
 #include "pe/scope.h"
 #include "runtime/internal.h"
 
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -298,9 +309,17 @@ bool pe_mp_graph_is_temp(const pe_mp_graph *mg, int place, const char *name) {
 
 /* ---- static shape inference and the plan --------------------------------- */
 
+int pe_mp_kernel_threads(int n_places) {
+    const int cores = omp_get_max_threads();
+    return n_places > 0 && cores / n_places > 0 ? cores / n_places : 1;
+}
+
 void pe_mem_plan_free(pe_mem_plan *p) {
     if (!p) return;
-    for (int i = 0; p->place && i < p->n_places; i++) free(p->place[i].vars);
+    for (int i = 0; p->place && i < p->n_places; i++) {
+        free(p->place[i].vars);
+        free(p->place[i].ws);
+    }
     free(p->place);
     free(p);
 }
@@ -339,8 +358,10 @@ static pe_status seed_inputs(const pe_mp_graph *mg, int p, const pe_op *op, pe_s
     return PE_OK;
 }
 
-static pe_status infer_place(const pe_mp_graph *mg, int p, pe_place place, pe_scope *scratch, pe_mp_meta_fn fn,
-                             void *user) {
+/* Shapes of every var of place p (in the scratch scope), and ws[k]: the
+ * workspace bytes of the place's k-th op's kernel for those shapes. */
+static pe_status infer_place(const pe_mp_graph *mg, int p, pe_place place, int threads, pe_scope *scratch,
+                             pe_mp_meta_fn fn, void *user, size_t *ws) {
     const mp_place *pl = &mg->pl[p];
     for (int k = 0; k < pl->n_ops; k++) {
         const pe_op *op = handle_op(mg->g, pl->ops[k]);
@@ -348,21 +369,32 @@ static pe_status infer_place(const pe_mp_graph *mg, int p, pe_place place, pe_sc
         pe_op_ctx ctx;
         pe_status st = pe_op_ctx_init(&ctx, op, scratch, place);
         if (st != PE_OK) return pe_error_wrap(st, "memory plan, shape inference on place %d", p);
+        ctx.num_threads = threads;
+        const char *what = "shape inference";
         st = ctx.info->infer(&ctx);
+        ws[k] = 0;
+        pe_workspace_fn wfn = ctx.info->workspace[place.kind];
+        if (st == PE_OK && wfn) {
+            what = "workspace size";
+            st = wfn(&ctx, &ws[k]);
+        }
         pe_op_ctx_release(&ctx);
         if (st != PE_OK)
-            return pe_error_wrap(st, "memory plan, shape inference of op %d (%s) on place %d", mg->g->h[pl->ops[k]].op_idx,
+            return pe_error_wrap(st, "memory plan, %s of op %d (%s) on place %d", what, mg->g->h[pl->ops[k]].op_idx,
                                  op->type, p);
     }
     return PE_OK;
 }
 
+/* The solver's tensors: the temporaries (t[0, n)), then the ops'
+ * workspaces (ws[k] > 0: one tensor that the op's handle alone touches). */
 static pe_status plan_place(const pe_mp_graph *mg, int p, pe_scope *scratch, const pe_strmap *prot, bool reuse,
-                            bool inplace, pe_mp_place_plan *out) {
+                            bool inplace, const size_t *ws, pe_mp_place_plan *out) {
     const mp_place *pl = &mg->pl[p];
-    int *idx = malloc(sizeof *idx * (size_t)(pl->n_vars ? pl->n_vars : 1));     /* tensor -> var */
+    const size_t cap = (size_t)pl->n_vars + (size_t)pl->n_ops + 1;
+    int *idx = malloc(sizeof *idx * cap);                                       /* tensor -> var */
     int *tix = malloc(sizeof *tix * (size_t)(pl->n_vars ? pl->n_vars : 1));     /* var -> tensor or -1 */
-    pe_mp_tensor *t = calloc((size_t)(pl->n_vars ? pl->n_vars : 1), sizeof *t);
+    pe_mp_tensor *t = calloc(cap, sizeof *t);
     if (!idx || !tix || !t) {
         free(idx);
         free(tix);
@@ -387,15 +419,30 @@ static pe_status plan_place(const pe_mp_graph *mg, int p, pe_scope *scratch, con
         int src = pl->vars[idx[k]].inplace_of;
         t[k].inplace_of = src >= 0 ? tix[src] : -1;
     }
+    const int n_tmp = n;
+    for (int k = 0; reuse && k < pl->n_ops; k++) {
+        if (!ws[k]) continue;
+        idx[n] = k;
+        t[n++] = (pe_mp_tensor){.bytes = (int64_t)ws[k], .first_writer = pl->ops[k], .access = &pl->ops[k],
+                                .n_access = 1, .inplace_of = -1};
+    }
     pe_status st = pe_mp_solve(mg->reach, t, n, reuse, inplace, &out->stats);
     if (st == PE_OK) {
-        out->vars = malloc(sizeof *out->vars * (size_t)(n ? n : 1));
-        if (!out->vars) st = OOM();
+        out->vars = malloc(sizeof *out->vars * (size_t)(n_tmp ? n_tmp : 1));
+        out->ws = malloc(sizeof *out->ws * (size_t)(n - n_tmp ? n - n_tmp : 1));
+        if (!out->vars || !out->ws) st = OOM();
     }
     if (st == PE_OK) {
-        for (int k = 0; k < n; k++)
+        for (int k = 0; k < n_tmp; k++)
             out->vars[k] = (pe_mp_var_plan){pl->vars[idx[k]].name, t[k].offset, pe_mp_align_up(t[k].bytes), t[k].inplaced};
-        out->n_vars = n;
+        out->n_vars = n_tmp;
+        for (int k = n_tmp; k < n; k++) {
+            out->ws[k - n_tmp] = (pe_mp_ws_plan){pl->ops[idx[k]], t[k].offset, pe_mp_align_up(t[k].bytes)};
+            /* "without reuse" stays the temporaries' figure: without a plan
+             * the workspaces are the kernels' pool, not one buffer each */
+            out->stats.no_reuse_bytes -= pe_mp_align_up(t[k].bytes);
+        }
+        out->n_ws = n - n_tmp;
     }
     free(idx);
     free(tix);
@@ -404,7 +451,8 @@ static pe_status plan_place(const pe_mp_graph *mg, int p, pe_scope *scratch, con
 }
 
 pe_status pe_mp_plan_build(const pe_mp_graph *mg, const pe_place *places, pe_mp_meta_fn meta_fn, void *user,
-                           const char *const *protect, int n_protect, bool reuse, bool inplace, pe_mem_plan **out) {
+                           const char *const *protect, int n_protect, bool reuse, bool inplace, int kernel_threads,
+                           pe_mem_plan **out) {
     *out = NULL;
     pe_strmap prot = {0};
     for (int i = 0; i < n_protect; i++)
@@ -423,13 +471,18 @@ pe_status pe_mp_plan_build(const pe_mp_graph *mg, const pe_place *places, pe_mp_
     pe_status st = PE_OK;
     for (int p = 0; p < mg->n_places && st == PE_OK; p++) {
         pe_scope *scratch = pe_scope_new(NULL);
-        if (!scratch) {
+        size_t *ws = malloc(sizeof *ws * (size_t)(mg->pl[p].n_ops + 1));
+        if (!scratch || !ws) {
+            pe_scope_free(scratch);
+            free(ws);
             st = OOM();
             break;
         }
-        st = infer_place(mg, p, places ? places[p] : pe_place_cpu(p), scratch, meta_fn, user);
-        if (st == PE_OK) st = plan_place(mg, p, scratch, &prot, reuse, inplace, &plan->place[p]);
+        st = infer_place(mg, p, places ? places[p] : pe_place_cpu(p), kernel_threads > 0 ? kernel_threads : 1, scratch,
+                         meta_fn, user, ws);
+        if (st == PE_OK) st = plan_place(mg, p, scratch, &prot, reuse, inplace, ws, &plan->place[p]);
         pe_scope_free(scratch);
+        free(ws);
     }
     pe_strmap_free(&prot);
     if (st != PE_OK) {

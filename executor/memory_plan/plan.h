@@ -23,8 +23,9 @@
  *
  *        pe_mp_graph *mg;  pe_mp_graph_new(ssa_graph, &mg);      // once per graph
  *        pe_mem_plan *plan;
- *        pe_mp_plan_build(mg, places, meta_fn, user, protect, n_protect, true, true, &plan);  // per feed shapes
+ *        pe_mp_plan_build(mg, places, meta_fn, user, protect, n_protect, true, true, threads, &plan);  // per feed shapes
  *        for each place p, plan->place[p].vars[i]: name -> offset, bytes in p's arena
+ *                          plan->place[p].ws[i]: op handle -> offset, bytes of its kernel's workspace
  */
 #ifndef PE_EXECUTOR_MEMORY_PLAN_PLAN_H
 #define PE_EXECUTOR_MEMORY_PLAN_PLAN_H
@@ -109,10 +110,20 @@ typedef struct pe_mp_var_plan {
     bool inplaced;
 } pe_mp_var_plan;
 
+/* The scratch of one op's kernel (its pe_workspace_fn, ops/op.h), placed
+ * like a temporary that only that op touches: live while it runs. */
+typedef struct pe_mp_ws_plan {
+    int handle;         /* the op handle (index in the SSA graph) */
+    int64_t offset;     /* in the place's arena */
+    int64_t bytes;      /* aligned size (>= what the kernel asked for) */
+} pe_mp_ws_plan;
+
 typedef struct pe_mp_place_plan {
     pe_mp_var_plan *vars;
     int n_vars;
-    pe_mp_stats stats;
+    pe_mp_ws_plan *ws;
+    int n_ws;
+    pe_mp_stats stats;  /* arena_bytes: vars and workspaces; no_reuse_bytes: the vars' sum */
 } pe_mp_place_plan;
 
 typedef struct pe_mem_plan {
@@ -121,11 +132,21 @@ typedef struct pe_mem_plan {
 } pe_mem_plan;
 
 /* Plans every place: shapes by static inference from meta_fn's shapes;
- * places: the graph's places (NULL = cpu:0..N-1; only named in errors);
- * protect: names never placed (fed and fetched vars). *out owned by the
- * caller (pe_mem_plan_free). Errors name the op, var and place. */
+ * places: the graph's places (NULL = cpu:0..N-1); protect: names never
+ * placed (fed and fetched vars); kernel_threads: the OpenMP threads each
+ * kernel will run with (an op's workspace depends on it: oneDNN splits
+ * its work by thread). With reuse, ops whose kernel has a pe_workspace_fn
+ * get their workspace placed too (building their oneDNN primitives now). *out owned
+ * by the caller (pe_mem_plan_free). Errors name the op, var and place. */
 pe_status pe_mp_plan_build(const pe_mp_graph *mg, const pe_place *places, pe_mp_meta_fn meta_fn, void *user,
-                           const char *const *protect, int n_protect, bool reuse, bool inplace, pe_mem_plan **out);
+                           const char *const *protect, int n_protect, bool reuse, bool inplace, int kernel_threads,
+                           pe_mem_plan **out);
 void pe_mem_plan_free(pe_mem_plan *p); /* accepts NULL */
+
+/* The OpenMP threads each kernel of an executor over n_places places runs
+ * with: the OpenMP budget (OMP_NUM_THREADS, default the cores) shared by
+ * the places, at least 1. The executor and `pe plan` both use it, so the
+ * report plans the workspaces the executor will. */
+int pe_mp_kernel_threads(int n_places);
 
 #endif

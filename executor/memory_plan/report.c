@@ -19,11 +19,13 @@ struct pe_plan {
     pe_mem_plan *mp;
     pe_plan_place *place;  /* [mp->n_places] */
     pe_plan_var *vars;     /* every place's vars, place after place */
+    pe_plan_workspace *ws; /* every place's workspaces, likewise */
 };
 
 void pe_plan_free(pe_plan *plan) {
     if (!plan) return;
     free(plan->vars);
+    free(plan->ws);
     free(plan->place);
     pe_mem_plan_free(plan->mp);
     pe_mp_graph_free(plan->mg);
@@ -40,12 +42,17 @@ const pe_plan_place *pe_plan_place_at(const pe_plan *plan, int place) {
 /* The public view of the planner's result. */
 static pe_status fill_report(pe_plan *plan) {
     const pe_mem_plan *mp = plan->mp;
-    size_t n_vars = 0;
-    for (int p = 0; p < mp->n_places; p++) n_vars += (size_t)mp->place[p].n_vars;
+    size_t n_vars = 0, n_ws = 0;
+    for (int p = 0; p < mp->n_places; p++) {
+        n_vars += (size_t)mp->place[p].n_vars;
+        n_ws += (size_t)mp->place[p].n_ws;
+    }
     plan->place = calloc(mp->n_places ? (size_t)mp->n_places : 1, sizeof *plan->place);
     plan->vars = calloc(n_vars ? n_vars : 1, sizeof *plan->vars);
-    if (!plan->place || !plan->vars) return pe_error(PE_ERR_NOMEM, "out of memory");
+    plan->ws = calloc(n_ws ? n_ws : 1, sizeof *plan->ws);
+    if (!plan->place || !plan->vars || !plan->ws) return pe_error(PE_ERR_NOMEM, "out of memory");
     pe_plan_var *v = plan->vars;
+    pe_plan_workspace *w = plan->ws;
     for (int p = 0; p < mp->n_places; p++) {
         const pe_mp_place_plan *pp = &mp->place[p];
         plan->place[p] = (pe_plan_place){.no_reuse_bytes = pp->stats.no_reuse_bytes,
@@ -53,9 +60,16 @@ static pe_status fill_report(pe_plan *plan) {
                                          .n_inplace = pp->stats.n_inplace,
                                          .n_shared = pp->stats.n_shared,
                                          .n_vars = pp->n_vars,
-                                         .vars = v};
+                                         .vars = v,
+                                         .n_workspaces = pp->n_ws,
+                                         .workspaces = w};
         for (int i = 0; i < pp->n_vars; i++)
             *v++ = (pe_plan_var){pp->vars[i].name, pp->vars[i].offset, pp->vars[i].bytes, pp->vars[i].inplaced};
+        for (int i = 0; i < pp->n_ws; i++) {
+            const pe_handle *hd = &plan->g->h[pp->ws[i].handle];
+            *w++ = (pe_plan_workspace){hd->op_idx, plan->g->progs[p]->blocks[0].ops[hd->op_idx].type, pp->ws[i].offset,
+                                       pp->ws[i].bytes};
+        }
     }
     return PE_OK;
 }
@@ -78,7 +92,8 @@ pe_status pe_plan_new(const pe_program *prog, const pe_plan_opts *o, pe_plan **o
     for (int i = 0; prot && i < o->n_exclude; i++) prot[o->n_protect + i] = o->exclude[i];
     bool reuse = o->bs && o->bs->memory_optimize, inplace = o->bs && o->bs->enable_inplace;
     if (st == PE_OK)
-        st = pe_mp_plan_build(plan->mg, NULL, o->meta, o->user, prot, n_prot, reuse, inplace, &plan->mp);
+        st = pe_mp_plan_build(plan->mg, NULL, o->meta, o->user, prot, n_prot, reuse, inplace,
+                              pe_mp_kernel_threads(o->n_places), &plan->mp);
     free(prot);
     if (st == PE_OK) st = fill_report(plan);
     if (st != PE_OK) {

@@ -19,7 +19,9 @@
  * arena as the executor does: bs->memory_optimize reuses the bytes of dead
  * temporaries, bs->enable_inplace lets an op write its output over an input
  * it reads last. A temporary is a non-persistable var some op writes before
- * any op reads it.
+ * any op reads it. The arena also holds the workspaces of the ops whose
+ * kernels need scratch (sized for these shapes and the executor's threads
+ * per place; their oneDNN primitives are built to know it).
  */
 #ifndef PE_PLAN_H
 #define PE_PLAN_H
@@ -57,13 +59,25 @@ typedef struct pe_plan_var {
     bool inplaced;                 /* written over the bytes of an input it reads last */
 } pe_plan_var;
 
+/* The scratch of one op's kernel (oneDNN's scratchpad and blocked-layout
+ * copies of a conv2d, pool2d, batch_norm or their gradients), live while
+ * that op runs. */
+typedef struct pe_plan_workspace {
+    int op_index;                  /* the op in the place's program (block 0) */
+    const char *op_type;           /* borrowed from the plan */
+    int64_t offset;                /* in the place's arena */
+    int64_t bytes;                 /* aligned size */
+} pe_plan_workspace;
 typedef struct pe_plan_place {
-    int64_t no_reuse_bytes;        /* every temporary its own allocation (no plan) */
-    int64_t arena_bytes;           /* the arena with the plan */
+    int64_t no_reuse_bytes;        /* every temporary its own allocation (no plan; the workspaces
+                                    * then come from the kernels' per-place pool, not counted here) */
+    int64_t arena_bytes;           /* the arena with the plan: temporaries and workspaces */
     int n_inplace;                 /* temporaries written in place of an input */
-    int n_shared;                  /* other temporaries placed over dead bytes */
+    int n_shared;                  /* other temporaries and workspaces placed over dead bytes */
     int n_vars;
     const pe_plan_var *vars;       /* borrowed from the plan */
+    int n_workspaces;
+    const pe_plan_workspace *workspaces; /* borrowed from the plan */
 } pe_plan_place;
 
 typedef struct pe_plan pe_plan;

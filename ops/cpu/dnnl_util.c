@@ -18,7 +18,11 @@
  * mode: the size is queried from the primitive descriptor and the buffer
  * passed as DNNL_ARG_SCRATCHPAD), its blocked-layout copies of reordered
  * arguments and its small kernel buffer are offsets in one *workspace* of
- * e->ws_bytes, which exists only while the entry is checked out: acquire
+ * e->ws_bytes, which exists only while the entry is checked out. Under the
+ * memory plan it is the op's own slot of the place's arena: the op's
+ * pe_workspace_fn asked pe_dnnl_workspace_bytes at plan time (which builds
+ * the entry then), the plan placed that many bytes live during the op only,
+ * and the kernel passes ctx->workspace to acquire. Otherwise acquire
  * attaches a block of the calling place's workspace pool, release gives it
  * back. The pool holds a few blocks per CPU place, allocated with
  * pe_place_alloc (so they are the place's bytes in pe_alloc_get_stats, under
@@ -79,7 +83,9 @@ struct pe_dnnl_entry {
     size_t scratch_off;
     size_t ws_bytes;           /* the workspace this entry needs (64-byte aligned parts) */
     size_t buf_off, buf_bytes; /* pe_dnnl_entry_reserve's part of it */
-    ws_block *ws;              /* attached while checked out (NULL when ws_bytes == 0) */
+    ws_block *ws;              /* the pool block attached while checked out, or NULL */
+    char *ws_data;             /* the attached workspace (the block's or the caller's planned
+                                * bytes); NULL when not checked out or ws_bytes == 0 */
     int n_bind;
     pe_dnnl_binding bind[PE_DNNL_MAX_BIND];
     int n_args;
@@ -206,6 +212,7 @@ void pe_dnnl_release(pe_dnnl_entry *e) {
     pthread_mutex_lock(&g_mu);
     if (e->ws) e->ws->busy = 0;
     e->ws = NULL;
+    e->ws_data = NULL;
     e->busy = 0;
     if (!e->linked) {
         e->linked = 1;
@@ -302,13 +309,19 @@ static size_t ws_reserve(pe_dnnl_entry *e, size_t bytes) {
     return off;
 }
 
-/* Attaches a free block of place's pool holding e->ws_bytes: the smallest
- * that fits, else the largest free one grown, else a new one. Growing
- * happens in the first steps only: in the steady state each block has
- * reached the largest need of the ops that use it. */
-static pe_status ws_attach(pe_dnnl_entry *e, pe_place place) {
+/* Attaches e's workspace: the caller's planned bytes (ext, ext_bytes: the
+ * op's slot in the memory plan's arena) when they hold e->ws_bytes, else a
+ * free block of place's pool: the smallest that fits, else the largest free
+ * one grown, else a new one. Growing happens in the first steps only: in
+ * the steady state each block has reached the largest need of the ops that
+ * use it. */
+static pe_status ws_attach(pe_dnnl_entry *e, pe_place place, void *ext, size_t ext_bytes) {
     if (!e->ws_bytes) return PE_OK;
     const size_t need = e->ws_bytes;
+    if (ext && ext_bytes >= need) {
+        e->ws_data = ext;
+        return PE_OK;
+    }
     ws_block *fit = NULL, *largest = NULL;
     pthread_mutex_lock(&g_mu);
     for (ws_block *b = g_ws[place.id]; b; b = b->next) {
@@ -344,6 +357,7 @@ static pe_status ws_attach(pe_dnnl_entry *e, pe_place place) {
         return pe_error(PE_ERR_NOMEM, "oneDNN workspace of %zu bytes: %s", need, why);
     }
     e->ws = b;
+    e->ws_data = b->p;
     return PE_OK;
 }
 
@@ -448,8 +462,8 @@ void pe_dnnl_entry_reserve(pe_dnnl_entry *e, size_t bytes) {
 }
 
 void *pe_dnnl_entry_buffer(pe_dnnl_entry *e) {
-    PE_ASSERT(e->buf_bytes > 0 && e->ws);
-    return (char *)e->ws->p + e->buf_off;
+    PE_ASSERT(e->buf_bytes > 0 && e->ws_data);
+    return e->ws_data + e->buf_off;
 }
 
 /* ---- running ------------------------------------------------------------ */
@@ -468,8 +482,8 @@ pe_status pe_dnnl_entry_run(pe_dnnl_entry *e, void *const *handles, int n_thread
      * is set on this thread for the run and restored afterwards. */
     int saved = omp_get_max_threads();
     if (saved != n_threads) omp_set_num_threads(n_threads);
-    PE_ASSERT(e->ws || !e->ws_bytes);
-    char *ws = e->ws ? e->ws->p : NULL;
+    PE_ASSERT(e->ws_data || !e->ws_bytes);
+    char *ws = e->ws_data;
     dnnl_status_t s = dnnl_success;
     for (int i = 0; i < e->n_bind && s == dnnl_success; i++)
         s = dnnl_memory_set_data_handle(e->bind[i].user, handles[i]);
@@ -489,8 +503,10 @@ pe_status pe_dnnl_entry_run(pe_dnnl_entry *e, void *const *handles, int n_thread
     return PE_OK;
 }
 
-pe_status pe_dnnl_acquire_built(const pe_dnnl_key *key, pe_place place, int n_threads, pe_dnnl_build_fn build,
-                                const void *geom, pe_dnnl_entry **out) {
+/* Checks out key's entry for place, building it on a miss; *out = NULL
+ * (nothing checked out) when oneDNN has no implementation for it. */
+static pe_status acquire_ready(const pe_dnnl_key *key, pe_place place, int n_threads, pe_dnnl_build_fn build,
+                               const void *geom, pe_dnnl_entry **out) {
     pe_dnnl_entry *e = NULL;
     *out = NULL;
     if (place.kind != PE_PLACE_CPU || place.id < 0 || place.id >= PE_MAX_PLACES) {
@@ -509,7 +525,27 @@ pe_status pe_dnnl_acquire_built(const pe_dnnl_key *key, pe_place place, int n_th
         pe_dnnl_release(e);
         return PE_OK;
     }
-    pe_status st = ws_attach(e, place);
+    *out = e;
+    return PE_OK;
+}
+
+pe_status pe_dnnl_workspace_bytes(const pe_dnnl_key *key, pe_place place, int n_threads, pe_dnnl_build_fn build,
+                                  const void *geom, size_t *bytes) {
+    pe_dnnl_entry *e;
+    *bytes = 0;
+    PE_CHECK(acquire_ready(key, place, n_threads, build, geom, &e));
+    if (e) *bytes = e->ws_bytes;
+    pe_dnnl_release(e);
+    return PE_OK;
+}
+
+pe_status pe_dnnl_acquire_built(const pe_dnnl_key *key, pe_place place, int n_threads, void *ws, size_t ws_bytes,
+                                pe_dnnl_build_fn build, const void *geom, pe_dnnl_entry **out) {
+    pe_dnnl_entry *e;
+    *out = NULL;
+    PE_CHECK(acquire_ready(key, place, n_threads, build, geom, &e));
+    if (!e) return PE_OK;
+    pe_status st = ws_attach(e, place, ws, ws_bytes);
     if (st != PE_OK) {
         pe_dnnl_release(e);
         return st;
@@ -518,11 +554,11 @@ pe_status pe_dnnl_acquire_built(const pe_dnnl_key *key, pe_place place, int n_th
     return PE_OK;
 }
 
-pe_status pe_dnnl_run_cached(const pe_dnnl_key *key, pe_place place, int n_threads, pe_dnnl_build_fn build,
-                             const void *geom, void *const *handles, bool *fallback) {
+pe_status pe_dnnl_run_cached(const pe_dnnl_key *key, pe_place place, int n_threads, void *ws, size_t ws_bytes,
+                             pe_dnnl_build_fn build, const void *geom, void *const *handles, bool *fallback) {
     pe_dnnl_entry *e;
     *fallback = false;
-    PE_CHECK(pe_dnnl_acquire_built(key, place, n_threads, build, geom, &e));
+    PE_CHECK(pe_dnnl_acquire_built(key, place, n_threads, ws, ws_bytes, build, geom, &e));
     *fallback = e == NULL;
     if (!e) return PE_OK;
     pe_status st = pe_dnnl_entry_run(e, handles, n_threads);

@@ -26,11 +26,14 @@
  *
  * The data an entry needs only while it runs — oneDNN's scratchpad (user
  * mode), the blocked-layout copies and the kernel's buffer
- * (pe_dnnl_entry_reserve) — is one workspace, attached from the running
- * place's pool at checkout and given back at release: blocks from
- * pe_place_alloc (counted in pe_alloc_get_stats, under PE's memory budget),
- * as many per place as ran at once, each the size of the largest workspace
- * it served (pe_dnnl_workspace_stats).
+ * (pe_dnnl_entry_reserve) — is one workspace, attached at checkout and
+ * given back at release. Under the memory plan it is the op's slot in the
+ * place's arena (ctx->workspace, sized at plan time by the op's
+ * pe_workspace_fn through pe_dnnl_workspace_bytes); without one (or when
+ * the slot is smaller than the entry needs), a block of the running place's
+ * pool: blocks from pe_place_alloc (counted in pe_alloc_get_stats, under
+ * PE's memory budget), as many per place as ran at once, each the size of
+ * the largest workspace it served (pe_dnnl_workspace_stats).
  */
 #ifndef PE_OPS_CPU_DNNL_UTIL_H
 #define PE_OPS_CPU_DNNL_UTIL_H
@@ -114,15 +117,24 @@ pe_status pe_dnnl_md_plain(dnnl_memory_desc_t *md, int nd, const int64_t *dims, 
  * answer remembered in the cache — so the caller runs its own loops. Errors
  * carry a message (pe_last_error) for the caller to wrap. */
 typedef pe_status (*pe_dnnl_build_fn)(pe_dnnl_entry *e, const void *geom, int n_threads);
-pe_status pe_dnnl_run_cached(const pe_dnnl_key *key, pe_place place, int n_threads, pe_dnnl_build_fn build,
-                             const void *geom, void *const *handles, bool *fallback);
+/* ws, ws_bytes: the op's planned workspace (ctx->workspace, borrowed for
+ * the call), used when it holds the entry's; NULL / 0: the place's pool. */
+pe_status pe_dnnl_run_cached(const pe_dnnl_key *key, pe_place place, int n_threads, void *ws, size_t ws_bytes,
+                             pe_dnnl_build_fn build, const void *geom, void *const *handles, bool *fallback);
 
 /* Its acquire / build-on-miss half, for a caller that keeps the entry checked
  * out around its own run (to use the entry's buffer): *out is the ready entry
  * with its workspace attached (pe_dnnl_release it after the run), or NULL —
  * nothing checked out — when oneDNN has no implementation for the key. */
-pe_status pe_dnnl_acquire_built(const pe_dnnl_key *key, pe_place place, int n_threads, pe_dnnl_build_fn build,
-                                const void *geom, pe_dnnl_entry **out);
+pe_status pe_dnnl_acquire_built(const pe_dnnl_key *key, pe_place place, int n_threads, void *ws, size_t ws_bytes,
+                                pe_dnnl_build_fn build, const void *geom, pe_dnnl_entry **out);
+
+/* The workspace bytes key's primitive needs on place with n_threads (0 when
+ * oneDNN has no implementation for it): builds the entry on a miss and
+ * leaves it in the cache, so the first run finds it. For the kernels'
+ * pe_workspace_fn (the memory plan). */
+pe_status pe_dnnl_workspace_bytes(const pe_dnnl_key *key, pe_place place, int n_threads, pe_dnnl_build_fn build,
+                                  const void *geom, size_t *bytes);
 
 /* Frees every entry and workspace block not checked out (tests; memory
  * pressure). */

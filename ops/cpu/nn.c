@@ -149,17 +149,6 @@
 PE_NN_LOOPS(float, f32, -FLT_MAX)
 PE_NN_LOOPS(double, f64, -DBL_MAX)
 
-/* ---- oneDNN helpers ----------------------------------------------------- */
-
-/* Runs key's cached primitive (built by `build` when new); *fallback when
- * oneDNN has no implementation for it (remembered in the cache). */
-static pe_status dnnl_run(const pe_op_ctx *ctx, const pe_dnnl_key *key, pe_dnnl_build_fn build, const void *geom,
-                          void *const *handles, bool *fallback) {
-    pe_status st = pe_dnnl_run_cached(key, ctx->place, pe_kernel_threads(ctx), build, geom, handles, fallback);
-    if (st != PE_OK) return pe_ctx_error(ctx, st, "%s", pe_last_error());
-    return PE_OK;
-}
-
 /* ---- conv2d ------------------------------------------------------------- */
 
 static pe_status conv_build(pe_dnnl_entry *e, const void *geom, int nt) {
@@ -192,6 +181,22 @@ static pe_status conv_build(pe_dnnl_entry *e, const void *geom, int nt) {
     return PE_OK;
 }
 
+/* Whether conv2d runs on oneDNN for ctx's shapes (its key in *key): not
+ * fp64 (the loops) and not an empty output (nothing to do). */
+static bool conv_on_dnnl(const pe_op_ctx *ctx, const pe_conv_geom *g, pe_dnnl_key *key) {
+    if (pe_tensor_numel(pe_ctx_out(ctx, "Output")) == 0 || pe_ctx_in(ctx, "Input")->dtype == PE_DTYPE_FP64) return false;
+    pe_conv_key(key, PE_DNNL_CONV, g, g->has_bias);
+    return true;
+}
+
+pe_status pe_cpu_conv2d_workspace(const pe_op_ctx *ctx, size_t *bytes) {
+    pe_conv_geom g;
+    pe_dnnl_key key;
+    *bytes = 0;
+    PE_CHECK(pe_conv_geom_get(ctx, &g));
+    return conv_on_dnnl(ctx, &g, &key) ? pe_nn_dnnl_workspace(ctx, &key, conv_build, &g, bytes) : PE_OK;
+}
+
 /* Input: [N, C, H, W], Filter: [M, C/groups, kh, kw], Bias?: [M] -> Output: [N, M, oh, ow] */
 pe_status pe_cpu_conv2d(const pe_op_ctx *ctx) {
     pe_conv_geom g;
@@ -200,15 +205,14 @@ pe_status pe_cpu_conv2d(const pe_op_ctx *ctx) {
     pe_tensor *y = pe_ctx_out(ctx, "Output");
     if (pe_tensor_numel(y) == 0) return PE_OK;
     const int nt = pe_kernel_threads(ctx);
-    if (x->dtype == PE_DTYPE_FP64) {
+    pe_dnnl_key key;
+    if (!conv_on_dnnl(ctx, &g, &key)) {
         conv_direct_f64(&g, pe_tensor_data(x), pe_tensor_data(f), b ? pe_tensor_data(b) : NULL, pe_tensor_data(y), nt);
         return PE_OK;
     }
-    pe_dnnl_key key;
-    pe_conv_key(&key, PE_DNNL_CONV, &g, g.has_bias);
     void *const h[4] = {pe_tensor_data(x), pe_tensor_data(f), pe_tensor_data(y), b ? pe_tensor_data(b) : NULL};
     bool fallback;
-    PE_CHECK(dnnl_run(ctx, &key, conv_build, &g, h, &fallback));
+    PE_CHECK(pe_nn_dnnl_run(ctx, &key, conv_build, &g, h, &fallback));
     if (fallback)
         conv_direct_f32(&g, pe_tensor_data(x), pe_tensor_data(f), b ? pe_tensor_data(b) : NULL, pe_tensor_data(y), nt);
     return PE_OK;
@@ -238,6 +242,27 @@ static pe_status pool_build(pe_dnnl_entry *e, const void *geom, int nt) {
     return PE_OK;
 }
 
+/* Whether pool2d runs on oneDNN for ctx's shapes (geometry and key in *pg,
+ * *key): fp32, a non-empty output, windows oneDNN takes (not adaptive, none
+ * wholly in the padding). */
+static bool pool_on_dnnl(const pe_op_ctx *ctx, const pe_pool_geom *g, pe_pool_dnnl_geom *pg, pe_dnnl_key *key) {
+    if (pe_tensor_numel(pe_ctx_out(ctx, "Out")) == 0 || pe_ctx_in(ctx, "X")->dtype == PE_DTYPE_FP64 || g->adaptive ||
+        pe_pool_empty_window(g))
+        return false;
+    *pg = pe_pool_dnnl_geom_make(g);
+    pe_pool_key(key, PE_DNNL_POOL, g, pg);
+    return true;
+}
+
+pe_status pe_cpu_pool2d_workspace(const pe_op_ctx *ctx, size_t *bytes) {
+    pe_pool_geom g;
+    pe_pool_dnnl_geom pg;
+    pe_dnnl_key key;
+    *bytes = 0;
+    PE_CHECK(pe_pool_geom_get(ctx, &g));
+    return pool_on_dnnl(ctx, &g, &pg, &key) ? pe_nn_dnnl_workspace(ctx, &key, pool_build, &pg, bytes) : PE_OK;
+}
+
 /* X: [N, C, H, W] -> Out: [N, C, oh, ow] */
 pe_status pe_cpu_pool2d(const pe_op_ctx *ctx) {
     pe_pool_geom g;
@@ -246,20 +271,16 @@ pe_status pe_cpu_pool2d(const pe_op_ctx *ctx) {
     pe_tensor *y = pe_ctx_out(ctx, "Out");
     if (pe_tensor_numel(y) == 0) return PE_OK;
     const int nt = pe_kernel_threads(ctx);
-    if (x->dtype == PE_DTYPE_FP64 || g.adaptive || pe_pool_empty_window(&g)) {
+    pe_pool_dnnl_geom pg;
+    pe_dnnl_key key;
+    if (!pool_on_dnnl(ctx, &g, &pg, &key)) {
         if (x->dtype == PE_DTYPE_FP64) pool_direct_f64(&g, pe_tensor_data(x), pe_tensor_data(y), nt);
         else pool_direct_f32(&g, pe_tensor_data(x), pe_tensor_data(y), nt);
         return PE_OK;
     }
-    const pe_pool_dnnl_geom pg = pe_pool_dnnl_geom_make(&g);
-    pe_dnnl_key key;
-    pe_dnnl_key_init(&key, PE_DNNL_POOL);
-    const int64_t kv[] = {g.n, g.c, g.h, g.w, g.kh, g.kw, g.sh, g.sw, g.pt, pg.pb, g.pl, pg.pr,
-                          g.is_max, g.exclusive};
-    for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) pe_dnnl_key_add(&key, kv[i]);
     void *const h[2] = {pe_tensor_data(x), pe_tensor_data(y)};
     bool fallback;
-    PE_CHECK(dnnl_run(ctx, &key, pool_build, &pg, h, &fallback));
+    PE_CHECK(pe_nn_dnnl_run(ctx, &key, pool_build, &pg, h, &fallback));
     if (fallback) pool_direct_f32(&g, pe_tensor_data(x), pe_tensor_data(y), nt);
     return PE_OK;
 }
@@ -304,6 +325,24 @@ static void bn_stats(int64_t C, bool global, double momentum, double eps, const 
     }
 }
 
+/* Whether batch_norm runs on oneDNN for ctx's shapes (geometry and key in
+ * *bg, *key): fp32 with something to normalise over. */
+static bool bn_on_dnnl(const pe_op_ctx *ctx, pe_bn_geom *bg, pe_dnnl_key *key) {
+    const pe_tensor *x = pe_ctx_in(ctx, "X");
+    const bool global = pe_ctx_bool(ctx, "is_test") || pe_ctx_bool(ctx, "use_global_stats");
+    if (x->dtype == PE_DTYPE_FP64 || pe_bn_nothing_to_normalise(x, global)) return false;
+    *bg = pe_bn_geom_make(x, global, pe_ctx_float(ctx, "epsilon"));
+    pe_bn_key(key, PE_DNNL_BNORM, bg);
+    return true;
+}
+
+pe_status pe_cpu_batch_norm_workspace(const pe_op_ctx *ctx, size_t *bytes) {
+    pe_bn_geom bg;
+    pe_dnnl_key key;
+    *bytes = 0;
+    return bn_on_dnnl(ctx, &bg, &key) ? pe_nn_dnnl_workspace(ctx, &key, bn_build, &bg, bytes) : PE_OK;
+}
+
 /* X: [N, C, ...], Scale/Bias/Mean/Variance: [C] -> Y: like X;
  * MeanOut/VarianceOut/SavedMean/SavedVariance: [C] (see the file comment). */
 pe_status pe_cpu_batch_norm(const pe_op_ctx *ctx) {
@@ -322,8 +361,8 @@ pe_status pe_cpu_batch_norm(const pe_op_ctx *ctx) {
     const int64_t N = x->dims[0], C = x->dims[1];
     const int64_t S = (N * C) != 0 ? pe_tensor_numel(x) / (N * C) : 0;
 
-    if (pe_tensor_numel(x) == 0 || (!global && N * S == 1)) {
-        /* Nothing to normalise over (Paddle: Y = X, statistics untouched). */
+    if (pe_bn_nothing_to_normalise(x, global)) {
+        /* Paddle: Y = X, statistics untouched. */
         if (pe_tensor_data(y) != pe_tensor_data(x)) memcpy(pe_tensor_data(y), pe_tensor_data(x), pe_tensor_nbytes(x));
         if (mean_out && mean_out != pe_tensor_data(mean)) memcpy(mean_out, pe_tensor_data(mean), (size_t)C * esz);
         if (var_out && var_out != pe_tensor_data(var)) memcpy(var_out, pe_tensor_data(var), (size_t)C * esz);
@@ -339,12 +378,10 @@ pe_status pe_cpu_batch_norm(const pe_op_ctx *ctx) {
         return PE_OK;
     }
 
-    const pe_bn_geom bg = pe_bn_geom_make(x, global, eps);
+    pe_bn_geom bg;
     pe_dnnl_key key;
-    pe_bn_key(&key, PE_DNNL_BNORM, &bg);
-    pe_dnnl_entry *e;
-    pe_status st = pe_dnnl_acquire_built(&key, ctx->place, nt, bn_build, &bg, &e);
-    if (st != PE_OK) return pe_ctx_error(ctx, st, "%s", pe_last_error());
+    pe_dnnl_entry *e = NULL;
+    if (bn_on_dnnl(ctx, &bg, &key)) PE_CHECK(pe_nn_dnnl_acquire(ctx, &key, bn_build, &bg, &e));
     if (!e) {
         bn_direct_f32(pe_tensor_data(x), pe_tensor_data(y), N, C, S, pe_tensor_data(scale), pe_tensor_data(bias),
                       pe_tensor_data(mean), pe_tensor_data(var), mean_out, var_out, saved_mean, saved_var, global,
@@ -364,7 +401,7 @@ pe_status pe_cpu_batch_norm(const pe_op_ctx *ctx) {
     void *const h[6] = {pe_tensor_data(x), pe_tensor_data(scale), pe_tensor_data(bias),
                         global ? pe_tensor_data(mean) : (void *)bmean, global ? pe_tensor_data(var) : (void *)bvar,
                         pe_tensor_data(y)};
-    st = pe_dnnl_entry_run(e, h, nt);
+    pe_status st = pe_dnnl_entry_run(e, h, nt);
     if (st == PE_OK)
         bn_stats(C, global, momentum, eps, pe_tensor_data(mean), pe_tensor_data(var), bmean, bvar, mean_out, var_out,
                  saved_mean, saved_var);

@@ -27,6 +27,37 @@ static inline int64_t pe_i64_max(int64_t a, int64_t b) { return a > b ? a : b; }
 
 static inline void *pe_data_or_null(const pe_tensor *t) { return t ? pe_tensor_data(t) : NULL; }
 
+/* Runs key's cached primitive (built by `build` when new) in the op's
+ * planned workspace (ctx->workspace) or the place's pool; *fallback when
+ * oneDNN has no implementation for it (remembered in the cache). */
+static inline pe_status pe_nn_dnnl_run(const pe_op_ctx *ctx, const pe_dnnl_key *key, pe_dnnl_build_fn build,
+                                       const void *geom, void *const *handles, bool *fallback) {
+    pe_status st = pe_dnnl_run_cached(key, ctx->place, pe_kernel_threads(ctx), ctx->workspace, ctx->workspace_bytes,
+                                      build, geom, handles, fallback);
+    if (st != PE_OK) return pe_ctx_error(ctx, st, "%s", pe_last_error());
+    return PE_OK;
+}
+
+/* The same entry checked out for the caller's own run (NULL: no oneDNN). */
+static inline pe_status pe_nn_dnnl_acquire(const pe_op_ctx *ctx, const pe_dnnl_key *key, pe_dnnl_build_fn build,
+                                           const void *geom, pe_dnnl_entry **e) {
+    pe_status st = pe_dnnl_acquire_built(key, ctx->place, pe_kernel_threads(ctx), ctx->workspace,
+                                         ctx->workspace_bytes, build, geom, e);
+    if (st != PE_OK) return pe_ctx_error(ctx, st, "%s", pe_last_error());
+    return PE_OK;
+}
+
+/* For a pe_workspace_fn: *bytes grows to key's workspace (the primitive is
+ * built now, with the thread count the op will run with). */
+static inline pe_status pe_nn_dnnl_workspace(const pe_op_ctx *ctx, const pe_dnnl_key *key, pe_dnnl_build_fn build,
+                                             const void *geom, size_t *bytes) {
+    size_t b = 0;
+    pe_status st = pe_dnnl_workspace_bytes(key, ctx->place, pe_kernel_threads(ctx), build, geom, &b);
+    if (st != PE_OK) return pe_ctx_error(ctx, st, "%s", pe_last_error());
+    if (b > *bytes) *bytes = b;
+    return PE_OK;
+}
+
 /* The input rows [*a0, *a1) of output row o (for columns pass the w fields):
  * adaptive: [o*in/out, ceil((o+1)*in/out)); else the k-window at o*s - p
  * clipped to [0, in) (empty, a0 == a1, when it lies wholly in the padding). */
@@ -74,6 +105,14 @@ static inline pe_status pe_pool_mds(const pe_pool_geom *g, dnnl_memory_desc_t *s
 }
 
 /* The cache key of kind (PE_DNNL_CONV, _CONV_BWD_DATA, _CONV_BWD_WEIGHTS) for g. */
+/* Pooling's oneDNN cache key (kind: PE_DNNL_POOL or PE_DNNL_POOL_BWD). */
+static inline void pe_pool_key(pe_dnnl_key *key, int kind, const pe_pool_geom *g, const pe_pool_dnnl_geom *pg) {
+    pe_dnnl_key_init(key, kind);
+    const int64_t kv[] = {g->n, g->c, g->h, g->w, g->kh, g->kw, g->sh, g->sw, g->pt, pg->pb, g->pl, pg->pr,
+                          g->is_max, g->exclusive};
+    for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) pe_dnnl_key_add(key, kv[i]);
+}
+
 static inline void pe_conv_key(pe_dnnl_key *key, int kind, const pe_conv_geom *g, bool with_bias) {
     pe_dnnl_key_init(key, kind);
     const int64_t kv[] = {g->n, g->c, g->h, g->w, g->m, g->kh, g->kw, g->groups, g->sh, g->sw,
@@ -89,6 +128,14 @@ typedef struct pe_bn_geom {
     bool global;
     float eps;
 } pe_bn_geom;
+
+/* X: [N, C, ...]. No batch to normalise over: an empty X, or training
+ * statistics over a single value per channel (N = 1 and nothing after C;
+ * the kernels copy X to Y, Paddle's behaviour). */
+static inline bool pe_bn_nothing_to_normalise(const pe_tensor *x, bool global) {
+    const int64_t numel = pe_tensor_numel(x), N = x->dims[0], C = x->dims[1];
+    return numel == 0 || (!global && N * (numel / (N * C)) == 1);
+}
 
 static inline pe_bn_geom pe_bn_geom_make(const pe_tensor *x, bool global, double eps) {
     pe_bn_geom g = {.ndim = x->ndim, .global = global, .eps = (float)eps};

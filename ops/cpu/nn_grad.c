@@ -315,6 +315,38 @@ static pe_status conv_bwd_weights_build(pe_dnnl_entry *e, const void *geom, int 
     return PE_OK;
 }
 
+/* The oneDNN keys of conv2d_grad's two primitives (the bias gradient rides
+ * along with the weights when both are wanted). */
+static conv_bwd_geom conv_bwd_data_key(const pe_conv_geom *g, pe_dnnl_key *key) {
+    pe_conv_key(key, PE_DNNL_CONV_BWD_DATA, g, false);
+    return (conv_bwd_geom){g, false};
+}
+
+static conv_bwd_geom conv_bwd_weights_key(const pe_conv_geom *g, bool with_bias, pe_dnnl_key *key) {
+    pe_conv_key(key, PE_DNNL_CONV_BWD_WEIGHTS, g, with_bias);
+    return (conv_bwd_geom){g, with_bias};
+}
+
+/* The larger of the two primitives' workspaces (they run one after the
+ * other, in the same bytes); fp64 and empty batches run the loops. */
+pe_status pe_cpu_conv2d_grad_workspace(const pe_op_ctx *ctx, size_t *bytes) {
+    pe_conv_geom g;
+    pe_dnnl_key key;
+    *bytes = 0;
+    PE_CHECK(pe_conv_geom_get(ctx, &g));
+    if (pe_tensor_numel(pe_ctx_in(ctx, "Output@GRAD")) == 0 || pe_ctx_in(ctx, "Input")->dtype == PE_DTYPE_FP64)
+        return PE_OK;
+    if (pe_ctx_out(ctx, "Input@GRAD")) {
+        const conv_bwd_geom cg = conv_bwd_data_key(&g, &key);
+        PE_CHECK(pe_nn_dnnl_workspace(ctx, &key, conv_bwd_data_build, &cg, bytes));
+    }
+    if (pe_ctx_out(ctx, "Filter@GRAD")) {
+        const conv_bwd_geom cg = conv_bwd_weights_key(&g, pe_ctx_out(ctx, "Bias@GRAD") != NULL, &key);
+        PE_CHECK(pe_nn_dnnl_workspace(ctx, &key, conv_bwd_weights_build, &cg, bytes));
+    }
+    return PE_OK;
+}
+
 /* Input: [N, C, H, W], Filter: [M, C/groups, kh, kw], Bias?: [M], Output@GRAD: [N, M, oh, ow] ->
  * Input@GRAD?: [N, C, H, W], Filter@GRAD?: [M, C/groups, kh, kw], Bias@GRAD?: [M] */
 pe_status pe_cpu_conv2d_grad(const pe_op_ctx *ctx) {
@@ -338,22 +370,16 @@ pe_status pe_cpu_conv2d_grad(const pe_op_ctx *ctx) {
     }
     pe_dnnl_key key;
     bool fallback;
-    pe_status st = PE_OK;
     if (dx) {
-        conv_bwd_geom cg = {&g, false};
-        pe_conv_key(&key, PE_DNNL_CONV_BWD_DATA, &g, false);
+        const conv_bwd_geom cg = conv_bwd_data_key(&g, &key);
         void *const h[3] = {pe_tensor_data(dy), pe_tensor_data(f), pe_tensor_data(dx)};
-        st = pe_dnnl_run_cached(&key, ctx->place, nt, conv_bwd_data_build, &cg, h, &fallback);
-        if (st != PE_OK) return pe_ctx_error(ctx, st, "%s", pe_last_error());
+        PE_CHECK(pe_nn_dnnl_run(ctx, &key, conv_bwd_data_build, &cg, h, &fallback));
         if (fallback) conv_bwd_data_f32(&g, pe_tensor_data(dy), pe_tensor_data(f), pe_tensor_data(dx), nt);
     }
     if (df) {
-        /* The bias gradient rides along with the weights when both are wanted. */
-        conv_bwd_geom cg = {&g, db != NULL};
-        pe_conv_key(&key, PE_DNNL_CONV_BWD_WEIGHTS, &g, db != NULL);
+        const conv_bwd_geom cg = conv_bwd_weights_key(&g, db != NULL, &key);
         void *const h[4] = {pe_tensor_data(x), pe_tensor_data(dy), pe_tensor_data(df), pe_data_or_null(db)};
-        st = pe_dnnl_run_cached(&key, ctx->place, nt, conv_bwd_weights_build, &cg, h, &fallback);
-        if (st != PE_OK) return pe_ctx_error(ctx, st, "%s", pe_last_error());
+        PE_CHECK(pe_nn_dnnl_run(ctx, &key, conv_bwd_weights_build, &cg, h, &fallback));
         if (fallback)
             conv_bwd_weights_f32(&g, pe_tensor_data(x), pe_tensor_data(dy), pe_tensor_data(df), pe_data_or_null(db), nt);
     } else if (db) {
@@ -387,6 +413,26 @@ static pe_status pool_bwd_build(pe_dnnl_entry *e, const void *geom, int nt) {
     return PE_OK;
 }
 
+/* Whether pool2d_grad runs on oneDNN for ctx's shapes (geometry and key in
+ * *pg, *key): the forward kernel's routing, plus max pooling on the loops. */
+static bool pool_bwd_on_dnnl(const pe_op_ctx *ctx, const pe_pool_geom *g, pe_pool_dnnl_geom *pg, pe_dnnl_key *key) {
+    if (!pe_ctx_out(ctx, "X@GRAD") || pe_tensor_numel(pe_ctx_in(ctx, "Out@GRAD")) == 0 ||
+        pe_ctx_in(ctx, "X")->dtype == PE_DTYPE_FP64 || g->is_max || g->adaptive || pe_pool_empty_window(g))
+        return false;
+    *pg = pe_pool_dnnl_geom_make(g);
+    pe_pool_key(key, PE_DNNL_POOL_BWD, g, pg);
+    return true;
+}
+
+pe_status pe_cpu_pool2d_grad_workspace(const pe_op_ctx *ctx, size_t *bytes) {
+    pe_pool_geom g;
+    pe_pool_dnnl_geom pg;
+    pe_dnnl_key key;
+    *bytes = 0;
+    PE_CHECK(pe_pool_geom_get(ctx, &g));
+    return pool_bwd_on_dnnl(ctx, &g, &pg, &key) ? pe_nn_dnnl_workspace(ctx, &key, pool_bwd_build, &pg, bytes) : PE_OK;
+}
+
 /* X: [N, C, H, W], Out, Out@GRAD: [N, C, oh, ow] -> X@GRAD: [N, C, H, W] */
 pe_status pe_cpu_pool2d_grad(const pe_op_ctx *ctx) {
     pe_pool_geom g;
@@ -399,24 +445,16 @@ pe_status pe_cpu_pool2d_grad(const pe_op_ctx *ctx) {
         return PE_OK;
     }
     const int nt = pe_kernel_threads(ctx);
-    /* Same routing as the forward kernel, plus max pooling on the loops. */
-    if (x->dtype == PE_DTYPE_FP64) {
-        pool_bwd_f64(&g, pe_tensor_data(x), pe_tensor_data(dy), pe_tensor_data(dx), nt);
-        return PE_OK;
-    }
-    if (g.is_max || g.adaptive || pe_pool_empty_window(&g)) {
-        pool_bwd_f32(&g, pe_tensor_data(x), pe_tensor_data(dy), pe_tensor_data(dx), nt);
-        return PE_OK;
-    }
-    const pe_pool_dnnl_geom pg = pe_pool_dnnl_geom_make(&g);
+    pe_pool_dnnl_geom pg;
     pe_dnnl_key key;
-    pe_dnnl_key_init(&key, PE_DNNL_POOL_BWD);
-    const int64_t kv[] = {g.n, g.c, g.h, g.w, g.kh, g.kw, g.sh, g.sw, g.pt, pg.pb, g.pl, pg.pr, g.exclusive};
-    for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) pe_dnnl_key_add(&key, kv[i]);
+    if (!pool_bwd_on_dnnl(ctx, &g, &pg, &key)) {
+        if (x->dtype == PE_DTYPE_FP64) pool_bwd_f64(&g, pe_tensor_data(x), pe_tensor_data(dy), pe_tensor_data(dx), nt);
+        else pool_bwd_f32(&g, pe_tensor_data(x), pe_tensor_data(dy), pe_tensor_data(dx), nt);
+        return PE_OK;
+    }
     void *const h[2] = {pe_tensor_data(dy), pe_tensor_data(dx)};
     bool fallback;
-    pe_status st = pe_dnnl_run_cached(&key, ctx->place, nt, pool_bwd_build, &pg, h, &fallback);
-    if (st != PE_OK) return pe_ctx_error(ctx, st, "%s", pe_last_error());
+    PE_CHECK(pe_nn_dnnl_run(ctx, &key, pool_bwd_build, &pg, h, &fallback));
     if (fallback) pool_bwd_f32(&g, pe_tensor_data(x), pe_tensor_data(dy), pe_tensor_data(dx), nt);
     return PE_OK;
 }
@@ -451,6 +489,24 @@ static pe_status bn_bwd_build(pe_dnnl_entry *e, const void *geom, int nt) {
     return PE_OK;
 }
 
+/* Whether batch_norm_grad runs on oneDNN for ctx's shapes (geometry and
+ * key in *bg, *key): fp32, something was normalised, X@GRAD wanted. */
+static bool bn_bwd_on_dnnl(const pe_op_ctx *ctx, pe_bn_geom *bg, pe_dnnl_key *key) {
+    const pe_tensor *x = pe_ctx_in(ctx, "X");
+    const bool global = pe_ctx_bool(ctx, "is_test") || pe_ctx_bool(ctx, "use_global_stats");
+    if (x->dtype == PE_DTYPE_FP64 || !pe_ctx_out(ctx, "X@GRAD") || pe_bn_nothing_to_normalise(x, global)) return false;
+    *bg = pe_bn_geom_make(x, global, pe_ctx_float(ctx, "epsilon"));
+    pe_bn_key(key, PE_DNNL_BNORM_BWD, bg);
+    return true;
+}
+
+pe_status pe_cpu_batch_norm_grad_workspace(const pe_op_ctx *ctx, size_t *bytes) {
+    pe_bn_geom bg;
+    pe_dnnl_key key;
+    *bytes = 0;
+    return bn_bwd_on_dnnl(ctx, &bg, &key) ? pe_nn_dnnl_workspace(ctx, &key, bn_bwd_build, &bg, bytes) : PE_OK;
+}
+
 /* X: [N, C, ...], Scale, Bias: [C], SavedMean/SavedVariance (training) or
  * Mean/Variance (global): [C], Y@GRAD: like X ->
  * X@GRAD?: like X, Scale@GRAD?, Bias@GRAD?: [C] (see the file comment). */
@@ -467,7 +523,7 @@ pe_status pe_cpu_batch_norm_grad(const pe_op_ctx *ctx) {
     const int64_t N = x->dims[0], C = x->dims[1];
     const int64_t S = (N * C) != 0 ? pe_tensor_numel(x) / (N * C) : 0;
 
-    if (pe_tensor_numel(x) == 0 || (!global && N * S == 1)) {
+    if (pe_bn_nothing_to_normalise(x, global)) {
         /* The forward was Y = X (nothing to normalise over). */
         if (dx && pe_tensor_numel(x)) memcpy(pe_tensor_data(dx), pe_tensor_data(dy), pe_tensor_nbytes(dy));
         zero_if(dscale);
@@ -485,12 +541,10 @@ pe_status pe_cpu_batch_norm_grad(const pe_op_ctx *ctx) {
         return PE_OK;
     }
 
-    const pe_bn_geom bg = pe_bn_geom_make(x, global, eps);
+    pe_bn_geom bg;
     pe_dnnl_key key;
-    pe_bn_key(&key, PE_DNNL_BNORM_BWD, &bg);
-    pe_dnnl_entry *e;
-    pe_status st = pe_dnnl_acquire_built(&key, ctx->place, nt, bn_bwd_build, &bg, &e);
-    if (st != PE_OK) return pe_ctx_error(ctx, st, "%s", pe_last_error());
+    pe_dnnl_entry *e = NULL;
+    if (bn_bwd_on_dnnl(ctx, &bg, &key)) PE_CHECK(pe_nn_dnnl_acquire(ctx, &key, bn_bwd_build, &bg, &e));
     if (!e) {
         bn_bwd_f32(pe_tensor_data(x), pe_tensor_data(dy), N, C, S, pe_tensor_data(scale), pe_tensor_data(mean),
                    pe_tensor_data(stat), global, eps, pe_tensor_data(dx), pe_data_or_null(dscale), pe_data_or_null(dbias),
@@ -508,7 +562,7 @@ pe_status pe_cpu_batch_norm_grad(const pe_op_ctx *ctx) {
     void *const h[9] = {pe_tensor_data(x), pe_tensor_data(mean), (void *)var, pe_tensor_data(dy),
                         pe_tensor_data(scale), pe_tensor_data(bias), pe_tensor_data(dx), dscale ? pe_tensor_data(dscale) : buf + C,
                         dbias ? pe_tensor_data(dbias) : buf + 2 * C};
-    st = pe_dnnl_entry_run(e, h, nt);
+    pe_status st = pe_dnnl_entry_run(e, h, nt);
     pe_dnnl_release(e);
     if (st != PE_OK) return pe_ctx_error(ctx, st, "%s", pe_last_error());
     return PE_OK;

@@ -24,6 +24,7 @@
 #include "executor/memory_plan/arena.h"
 #include "graph/ssa_graph.h"
 #include "executor/memory_plan/plan.h"
+#include "ops/cpu/dnnl_util.h"
 #include "passes/multi_device.h"
 
 #include <stdlib.h>
@@ -436,7 +437,7 @@ static pe_mem_plan *plan_program(const pe_program *p, int places, int64_t rows, 
     assert_int_equal(pe_mp_graph_new(*g_out, mg_out), PE_OK);
     rows_user u = {rows};
     pe_mem_plan *plan;
-    if (pe_mp_plan_build(*mg_out, NULL, rows_meta, &u, protect, n_protect, reuse, inplace, &plan) != PE_OK)
+    if (pe_mp_plan_build(*mg_out, NULL, rows_meta, &u, protect, n_protect, reuse, inplace, 1, &plan) != PE_OK)
         fail_msg("%s", pe_last_error());
     return plan;
 }
@@ -469,13 +470,13 @@ static void test_inplace_pairs(void **state) {
     assert_int_equal(pp->stats.no_reuse_bytes, 5 * 8 * 16 * 8);
     pe_mem_plan_free(plan);
     /* without enable_inplace nothing is written in place */
-    plan = pe_mp_plan_build(mg, NULL, rows_meta, &(rows_user){8}, prot, 1, true, false, &plan) == PE_OK ? plan : NULL;
+    plan = pe_mp_plan_build(mg, NULL, rows_meta, &(rows_user){8}, prot, 1, true, false, 1, &plan) == PE_OK ? plan : NULL;
     assert_non_null(plan);
     for (int i = 0; i < plan->place[0].n_vars; i++) assert_false(plan->place[0].vars[i].inplaced);
     pe_mem_plan_free(plan);
     /* a fetched intermediate is never placed, and nothing goes in place of it */
     const char *prot2[] = {"loss", "b"};
-    assert_int_equal(pe_mp_plan_build(mg, NULL, rows_meta, &(rows_user){8}, prot2, 2, true, true, &plan), PE_OK);
+    assert_int_equal(pe_mp_plan_build(mg, NULL, rows_meta, &(rows_user){8}, prot2, 2, true, true, 1, &plan), PE_OK);
     assert_null(find_planned(&plan->place[0], "b"));
     assert_false(find_planned(&plan->place[0], "c")->inplaced);
     pe_mem_plan_free(plan);
@@ -603,6 +604,40 @@ static void test_cnn_training_equivalence(void **state) {
     check_training(true);
 }
 
+/* fp32 CNN: its convolutions and pooling run on oneDNN. Under the
+ * memory plan every oneDNN workspace (scratchpads, blocked-layout copies) is
+ * its op's slot in the place's arena: with the workspace pool emptied first,
+ * training on 2 places takes no block from it, and gives the parameters of
+ * training without the plan, bit for bit (the same primitives, other bytes). */
+static void test_cnn_workspaces_in_plan(void **state) {
+    (void)state;
+    g_dt = PE_DTYPE_FP32;
+    tm_model m = make_cnn();
+    pe_tensor *ref[16], *got[16];
+    int nb;
+    size_t bytes;
+    train(&m, 2, false, false, 12, 4, ref); /* no plan: the pool serves */
+    pe_dnnl_workspace_stats(pe_place_cpu(0), &nb, &bytes);
+    assert_true(nb > 0 && bytes > 0);       /* so the check below can fail */
+    pe_dnnl_cache_clear();
+    for (int p = 0; p < 2; p++) {
+        pe_dnnl_workspace_stats(pe_place_cpu(p), &nb, &bytes);
+        assert_int_equal(nb, 0);
+    }
+    train(&m, 2, true, true, 12, 4, got);
+    for (int p = 0; p < 2; p++) {
+        pe_dnnl_workspace_stats(pe_place_cpu(p), &nb, &bytes);
+        if (nb) fail_msg("cpu:%d: %d oneDNN workspace blocks (%zu bytes) outside the memory plan", p, nb, bytes);
+    }
+    for (int i = 0; i < m.n_params; i++) {
+        assert_close(got[i], ref[i], 0, 0, m.params[i]);
+        pe_tensor_free(got[i]);
+        pe_tensor_free(ref[i]);
+    }
+    tm_model_free(&m);
+    g_dt = PE_DTYPE_FP64;
+}
+
 /* ---- re-planning, fetch changes, allocations, measured peak ---------------- */
 
 /* batch 8, 8, 5, 8, 5: two plans (the third and fifth runs find the cached
@@ -646,7 +681,7 @@ static void test_plan_cache(void **state) {
     assert_int_equal(pe_multi_device_build(m.main, 2, "loss", &bs, &g), PE_OK);
     pe_place places[2] = {pe_place_cpu(0), pe_place_cpu(1)};
     pe_mem_arenas *ma;
-    assert_int_equal(pe_mem_arenas_new(g, places, true, true, &ma), PE_OK);
+    assert_int_equal(pe_mem_arenas_new(g, places, true, true, 1, &ma), PE_OK);
     pe_scope *global = pe_scope_new(NULL);
     pe_executor *ex = pe_executor_new(pe_place_cpu(0));
     assert_int_equal(pe_executor_run(ex, m.startup, 0, global, NULL, 0, NULL, 0, NULL), PE_OK);
@@ -824,6 +859,7 @@ int main(void) {
         cmocka_unit_test(test_measured_peak_lower),
         cmocka_unit_test(test_mlp_training_equivalence),
         cmocka_unit_test(test_cnn_training_equivalence),
+        cmocka_unit_test(test_cnn_workspaces_in_plan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
