@@ -67,7 +67,8 @@ cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DPE_SANITIZE=thread -DPE_WITH
 cmake --build build-tsan -j"$jobs" --target test_parallel_executor test_memory_plan test_shard_optimizer test_comm \
   test_comm_conformance test_scheduler test_pe_async_comm test_comm_mpi test_pe_trainers test_check_nan_inf test_world \
   test_timeline
-(cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 OMP_NUM_THREADS=1 \
+(cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/../tests/unit/tsan.supp \
+  OMP_NUM_THREADS=1 \
   ctest --output-on-failure --timeout 900 -R 'parallel_executor|scheduler|memory_plan|shard_optimizer|test_comm|pe_async_comm|pe_trainers|check_nan_inf|test_world|timeline')
 
 if [ -x tests/fuzz/run_short.sh ]; then

@@ -430,7 +430,7 @@ pe_status pe_dnnl_entry_bind(pe_dnnl_entry *e, int arg, const dnnl_memory_desc_t
     const dnnl_memory_desc_t *pmd = dnnl_primitive_desc_query_md(e->pd, dnnl_query_exec_arg_md, arg);
     /* The descriptor may be oneDNN's cached one, shared with another place's
      * entry built at the same time: it is read through oneDNN's functions
-     * only (oneDNN synchronizes its cache itself; see tests/unit/tsan_mpi.supp). */
+     * only (oneDNN synchronizes its cache itself; see tests/unit/tsan.supp). */
     if (!pmd || dnnl_memory_desc_get_size(pmd) == 0)
         return pe_error(PE_ERR_INTERNAL, "oneDNN primitive has no argument %d", arg);
     pe_dnnl_binding *b = &e->bind[e->n_bind++];

@@ -15,5 +15,5 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 # for these tests, every other ASan/UBSan check stays on.
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 # TSan builds: Open MPI's internal handoffs are invisible to TSan
-# (tests/unit/tsan_mpi.supp says which accesses are ignored).
-export TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}suppressions=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/tsan_mpi.supp"
+# (tests/unit/tsan.supp says which accesses are ignored).
+export TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}suppressions=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/tsan.supp"
