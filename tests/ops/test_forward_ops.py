@@ -765,6 +765,55 @@ for name, xs, at in (("infer_downgrade", f32(7, 5), {"dropout_prob": 0.3, "is_te
                                         else 1.0 - a["dropout_prob"])})
 
 
+# ---- math unary ops and the later activations (ops/cpu/math_unary.c), Paddle's semantics:
+# round is half away from zero (std::round), relu6 / hard_sigmoid / clip are clamps,
+# selu's scale and alpha are attrs. The gradient rows come from these rows.
+SELU_SCALE, SELU_ALPHA = 1.0507009873554804934193349852946, 1.6732632423543772848170429916717
+HALVES = R([2, 6], fn=lambda r: np.array([[-2.5, -1.5, -0.5, 0.5, 1.5, 2.5], [-3.25, -0.75, 0.0, 0.25, 0.7, 4.5]]))
+MATH_UNARY = {
+    "exp": (lambda x, a: torch.exp(x), dict(lo=-3, hi=3)),
+    "log": (lambda x, a: torch.log(x), dict(lo=0.2, hi=5)),
+    "sqrt": (lambda x, a: torch.sqrt(x), dict(lo=0.2, hi=5)),
+    "rsqrt": (lambda x, a: torch.rsqrt(x), dict(lo=0.2, hi=5)),
+    "square": (lambda x, a: x * x, {}),
+    "abs": (lambda x, a: torch.abs(x), dict(nonzero=True)),
+    "sign": (lambda x, a: torch.sign(x), {}),
+    "floor": (lambda x, a: torch.floor(x), dict(lo=-5, hi=5)),
+    "ceil": (lambda x, a: torch.ceil(x), dict(lo=-5, hi=5)),
+    "round": (lambda x, a: torch.sign(x) * torch.floor(torch.abs(x) + 0.5), dict(lo=-5, hi=5)),
+    "pow": (lambda x, a: torch.pow(x, a.get("factor", 1.0)), dict(lo=0.2, hi=4)),
+    "clip": (lambda x, a: torch.clamp(x, a["min"], a["max"]), {}),
+    "relu6": (lambda x, a: torch.clamp(x, 0, a.get("threshold", 6.0)), dict(lo=-3, hi=9)),
+    "elu": (lambda x, a: F.elu(x, a.get("alpha", 1.0)), dict(lo=-4, hi=4)),
+    "softplus": (lambda x, a: F.softplus(x, a.get("beta", 1.0), a.get("threshold", 20.0)), dict(lo=-6, hi=6)),
+    "swish": (lambda x, a: x * torch.sigmoid(a.get("beta", 1.0) * x), dict(lo=-6, hi=6)),
+    "hard_sigmoid": (lambda x, a: torch.clamp(a.get("slope", 0.2) * x + a.get("offset", 0.5), 0, 1),
+                     dict(lo=-5, hi=5)),
+    "selu": (lambda x, a: a.get("scale", SELU_SCALE) * torch.where(x > 0, x, a.get("alpha", SELU_ALPHA) *
+                                                                    torch.expm1(x)), dict(lo=-4, hi=4)),
+}
+MATH_UNARY_ATTRS = {  # (name, attrs) rows beyond the defaults; the fp64 row takes the last
+    "pow": [("factor_2.5", {"factor": 2.5}), ("factor_3_neg", {"factor": 3.0}), ("factor_0.5", {"factor": 0.5})],
+    "clip": [("0.5", {"min": -0.5, "max": 0.5}), ("asym", {"min": -1.0, "max": 0.25})],
+    "relu6": [("threshold_4", {"threshold": 4.0})],
+    "elu": [("alpha_0.5", {"alpha": 0.5})],
+    "softplus": [("beta2_threshold3", {"beta": 2.0, "threshold": 3.0})],
+    "swish": [("beta_1.5", {"beta": 1.5})],
+    "hard_sigmoid": [("torch_slope", {"slope": 1.0 / 6, "offset": 0.5})],
+    "selu": [("attrs", {"scale": 1.5, "alpha": 0.7})],
+}
+for op, (fn, rng_kw) in MATH_UNARY.items():
+    variants = [("defaults", {})] if op != "clip" else []
+    variants += MATH_UNARY_ATTRS.get(op, [])
+    for vname, at in variants:
+        kw = dict(rng_kw, lo=-3, hi=3) if vname == "factor_3_neg" else rng_kw
+        case(op, vname + "_7x5", {"X": f32(7, 5, **kw)}, at, lambda t, a, fn=fn: {"Out": fn(t["X"], a)})
+    vname, at = variants[-1]
+    case(op, "4d", {"X": f32(2, 3, 4, 5, **rng_kw)}, at, lambda t, a, fn=fn: {"Out": fn(t["X"], a)})
+    case(op, "fp64", {"X": f64(6, 4, **rng_kw)}, at, lambda t, a, fn=fn: {"Out": fn(t["X"], a)})
+for op in ("floor", "ceil", "round", "sign"):
+    case(op, "halves", {"X": HALVES}, {}, lambda t, a, fn=MATH_UNARY[op][0]: {"Out": fn(t["X"], a)})
+
 def labels(shape, classes, dtype="int64", ignore=None):
     def make(rng):
         lab = rng.integers(0, classes, shape)
@@ -981,6 +1030,10 @@ for op, name, inputs, at, ref in (
         ("sigmoid", "big", {"X": f32(1000, 1000, lo=-10, hi=10)}, {}, lambda t, a: {"Out": torch.sigmoid(t["X"])}),
         ("tanh", "big", {"X": f32(1000, 1000, lo=-5, hi=5)}, {}, lambda t, a: {"Out": torch.tanh(t["X"])}),
         ("scale", "big", {"X": f32(1000, 1000)}, {"scale": 3.0, "bias": -1.0}, ref_scale),
+        ("softplus", "big", {"X": f32(1000, 1000, lo=-8, hi=8)}, {"beta": 2.0, "threshold": 5.0},
+         lambda t, a: {"Out": F.softplus(t["X"], 2.0, 5.0)}),
+        ("pow", "big", {"X": f32(1000, 1000, lo=0.1, hi=3)}, {"factor": 1.7},
+         lambda t, a: {"Out": torch.pow(t["X"], 1.7)}),
         ("softmax", "big", {"X": f32(2000, 100, lo=-10, hi=10)}, {"axis": -1},
          lambda t, a: {"Out": torch.softmax(t["X"], -1)}),
         ("matmul", "big_batched", {"X": f32(16, 64, 64), "Y": f32(16, 64, 64)}, {"transpose_Y": True}, ref_matmul),

@@ -219,3 +219,60 @@ def test_gradient_of_composite_matches_autograd():
     Z.backward()
     close(got_x, X.grad, "dx")
     close(got_w, W.grad, "dw")
+
+
+def test_math_functions_and_later_activations():
+    """pe.exp ... pe.clip and F.relu6 ... F.selu: values and Paddle's attrs, and the
+    gradient of their sum through the grad ops (sign/floor/ceil/round: 0)."""
+    rng = np.random.RandomState(4)
+    xv = rng.uniform(-4, 4, (6, 5)).astype(np.float32)
+    pv = rng.uniform(0.2, 4, (6, 5)).astype(np.float32)
+
+    def fns(x, p):
+        return {"exp": pe.exp(x), "log": pe.log(p), "sqrt": pe.sqrt(p), "rsqrt": pe.rsqrt(p),
+                "square": pe.square(x), "abs": pe.abs(x), "sign": pe.sign(x), "floor": pe.floor(x),
+                "ceil": pe.ceil(x), "round": pe.round(x), "pow": pe.pow(p, 1.5), "clip": pe.clip(x, -1.0, 2.0),
+                "clip_min": pe.clip(x, min=0.5), "relu6": F.relu6(x * 2), "elu": F.elu(x, 0.5),
+                "softplus": F.softplus(x, beta=2, threshold=3), "swish": F.swish(x),
+                "hardsigmoid": F.hardsigmoid(x), "selu": F.selu(x)}
+
+    def ref(x, p):
+        return {"exp": torch.exp(x), "log": torch.log(p), "sqrt": torch.sqrt(p), "rsqrt": torch.rsqrt(p),
+                "square": x * x, "abs": x.abs(), "sign": x.sign(), "floor": x.floor(), "ceil": x.ceil(),
+                "round": x.sign() * (x.abs() + 0.5).floor(), "pow": p ** 1.5, "clip": x.clamp(-1.0, 2.0),
+                "clip_min": x.clamp(min=0.5), "relu6": TF.relu6(x * 2), "elu": TF.elu(x, 0.5),
+                "softplus": TF.softplus(x, 2, 3), "swish": TF.silu(x),
+                "hardsigmoid": (x * 0.1666667 + 0.5).clamp(0, 1), "selu": TF.selu(x)}
+
+    main, startup = pe.static.Program(), pe.static.Program()
+    with pe.static.program_guard(main, startup), unique_name.guard():
+        x = pe.static.data("x", [None, 5], "float32")
+        p = pe.static.data("p", [None, 5], "float32")
+        x.stop_gradient = p.stop_gradient = False
+        outs = fns(x, p)
+        total = pe.mean(sum(pe.sum(v) for v in outs.values()))
+        gx, gp = pe.static.gradients([total], [x, p])
+    keys = list(outs)
+    assert [main.global_block().ops[i].type for i in range(2)] == ["exp", "log"]
+    attrs = {}
+    for op in main.global_block().ops:
+        attrs.setdefault(op.type, op.all_attrs())  # the first op of each type
+    assert attrs["pow"]["factor"] == 1.5 and attrs["clip"]["min"] == -1.0 and attrs["clip"]["max"] == 2.0
+    assert attrs["relu6"]["threshold"] == 6.0 and abs(attrs["hard_sigmoid"]["slope"] - 0.1666667) < 1e-9
+    vals = pe.static.Executor().run(main, feed={"x": xv, "p": pv}, fetch_list=[outs[k] for k in keys] + [gx, gp],
+                                    scope=pe.static.Scope())
+    X = torch.tensor(xv, dtype=torch.float64, requires_grad=True)
+    P = torch.tensor(pv, dtype=torch.float64, requires_grad=True)
+    want = ref(X, P)
+    for k, v in zip(keys, vals):
+        assert list(v.shape) == [6, 5], k
+        close(v, want[k].detach(), k)
+    sum(w.sum() for w in want.values()).div(1).backward()
+    close(vals[-2], X.grad, "dx")
+    close(vals[-1], P.grad, "dp")
+    with pytest.raises(pe.UnsupportedError, match="pe.pow: y must be a number"):
+        with pe.static.program_guard(pe.static.Program(), pe.static.Program()):
+            pe.pow(pe.static.data("a", [2], "float32"), pe.static.data("b", [2], "float32"))
+    with pytest.raises(pe.InvalidArgumentError, match="selu: scale must be greater than 1.0"):
+        with pe.static.program_guard(pe.static.Program(), pe.static.Program()):
+            F.selu(pe.static.data("a", [2], "float32"), scale=0.5)

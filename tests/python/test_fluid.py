@@ -209,3 +209,30 @@ def test_flatten_two_dims():
     out, = fluid.Executor(fluid.CPUPlace()).run(main, feed={"x": np.ones((2, 3, 4, 5), "float32")},
                                                  fetch_list=[flat[2]], scope=pe.static.Scope())
     assert out.shape == (6, 20)
+
+
+def test_math_layers_ops_and_attrs():
+    """fluid.layers' math functions append Paddle's ops with the 1.x defaults and run."""
+    main, startup = fresh()
+    L = fluid.layers
+    with fluid.program_guard(main, startup), unique_name.guard():
+        x = L.data(name="x", shape=[4], dtype="float32")
+        outs = [L.exp(x), L.log(L.abs(x)), L.sqrt(L.square(x)), L.rsqrt(L.exp(x)), L.sign(x), L.floor(x), L.ceil(x),
+                L.round(x), L.pow(x, factor=2.0), L.clip(x, -0.5, 0.5), L.relu6(x), L.elu(x), L.softplus(x),
+                L.swish(x), L.hard_sigmoid(x), L.selu(x), L.selu(x, scale=1.5, alpha=0.5)]
+    ops = main.global_block().ops
+    assert [op.type for op in ops] == ["exp", "abs", "log", "square", "sqrt", "exp", "rsqrt", "sign", "floor",
+                                       "ceil", "round", "pow", "clip", "relu6", "elu", "softplus", "swish",
+                                       "hard_sigmoid", "selu", "selu"]
+    a = {op.type: op.all_attrs() for op in ops}
+    assert a["pow"]["factor"] == 2.0 and (a["clip"]["min"], a["clip"]["max"]) == (-0.5, 0.5)
+    assert a["relu6"]["threshold"] == 6.0 and a["elu"]["alpha"] == 1.0 and a["swish"]["beta"] == 1.0
+    assert (a["hard_sigmoid"]["slope"], a["hard_sigmoid"]["offset"]) == (0.2, 0.5)
+    assert ops[-1].all_attrs()["scale"] == 1.5 and ops[-1].all_attrs()["alpha"] == 0.5
+    xv = np.array([[-2.5, -0.3, 0.7, 3.5], [1.5, -1.5, 0.2, -7.0]], np.float32)
+    vals = fluid.Executor(fluid.CPUPlace()).run(main, feed={"x": xv}, fetch_list=outs, scope=pe.static.Scope())
+    np.testing.assert_allclose(vals[0], np.exp(xv), rtol=1e-6)
+    np.testing.assert_array_equal(vals[7], [[-3, -0, 1, 4], [2, -2, 0, -7]])  # half away from zero
+    np.testing.assert_allclose(vals[14], np.clip(0.2 * xv + 0.5, 0, 1), rtol=1e-6)
+    np.testing.assert_allclose(vals[15], np.where(xv > 0, xv, 1.6732632423543772 * np.expm1(xv)) * 1.0507009873554805,
+                               rtol=1e-6)

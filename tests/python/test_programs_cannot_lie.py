@@ -215,6 +215,12 @@ _ALIAS_ROWS += [
     ("merged_sgd", {"Param": [_r(5), _r(3, 2)], "Grad": [_r(5), _r(3, 2)],
                     "LearningRate": [np.array([0.1], np.float32)]}, {}, [("Param", "ParamOut")]),
     ("squeeze2", {"X": [_r(2, 1, 3)]}, {"axes": [1]}, [("X", "Out")]),
+    ("exp", {"X": [_r(2, 3)]}, {}, [("X", "Out")]),
+    ("relu6", {"X": [_r(2, 3, lo=-1.0, hi=8.0)]}, {}, [("X", "Out")]),
+    ("softplus_grad", {"X": [_r(2, 3)], "Out@GRAD": [_r(2, 3)]}, {}, [("Out@GRAD", "X@GRAD")]),
+    ("elu_grad", {"X": [_r(2, 3)], "Out": [_r(2, 3)], "Out@GRAD": [_r(2, 3)]}, {}, [("Out@GRAD", "X@GRAD")]),
+    ("selu_grad", {"Out": [_r(2, 3)], "Out@GRAD": [_r(2, 3)]}, {}, [("Out@GRAD", "X@GRAD")]),
+    ("round_grad", {"Out@GRAD": [_r(2, 3)]}, {}, [("Out@GRAD", "X@GRAD")]),
 ]
 
 _OUT_SLOTS = {"batch_norm": [("Y", "float32")], "dropout": [("Out", "float32"), ("Mask", "uint8")]}

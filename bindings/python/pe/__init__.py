@@ -28,7 +28,8 @@ from .framework import (CPUPlace, CUDAPlace, enable_static, disable_static, in_d
 from .param_attr import ParamAttr  # noqa: F401
 from .tensor import (mean, sum, matmul, reshape, transpose, concat, flatten, cast, argmax, add,  # noqa: F401
                      subtract, multiply, divide, scale, topk, full, ones, zeros, tanh, sigmoid, seed,
-                     unsqueeze, squeeze, split, slice)
+                     unsqueeze, squeeze, split, slice, exp, log, sqrt, rsqrt, square, abs, sign, floor, ceil,
+                     round, pow, clip)
 from . import utils  # noqa: F401
 from . import nn  # noqa: F401
 from . import static  # noqa: F401

@@ -17,7 +17,8 @@ from .layer_helper import LayerHelper, check_variable
 __all__ = [
     "mean", "sum", "matmul", "reshape", "transpose", "concat", "flatten", "cast", "argmax", "add", "subtract",
     "multiply", "divide", "scale", "topk", "full", "ones", "zeros", "fill_constant", "tanh", "sigmoid", "relu",
-    "square_error_cost", "seed", "broadcast_shape", "unsqueeze", "squeeze", "split", "slice",
+    "square_error_cost", "seed", "broadcast_shape", "unsqueeze", "squeeze", "split", "slice", "exp", "log", "sqrt",
+    "rsqrt", "square", "abs", "sign", "floor", "ceil", "round", "pow", "clip",
 ]
 
 
@@ -141,6 +142,72 @@ def sigmoid(x, name=None):
 
 def relu(x, name=None):
     return _unary("relu", x, name)
+
+
+# ---- elementwise math (ops/math_unary.c): Paddle's op names and attrs ------------
+
+def exp(x, name=None):
+    return _unary("exp", x, name)
+
+
+def log(x, name=None):
+    return _unary("log", x, name)
+
+
+def sqrt(x, name=None):
+    return _unary("sqrt", x, name)
+
+
+def rsqrt(x, name=None):
+    return _unary("rsqrt", x, name)
+
+
+def square(x, name=None):
+    return _unary("square", x, name)
+
+
+def abs(x, name=None):
+    return _unary("abs", x, name)
+
+
+def sign(x, name=None):
+    return _unary("sign", x, name)
+
+
+def floor(x, name=None):
+    return _unary("floor", x, name)
+
+
+def ceil(x, name=None):
+    return _unary("ceil", x, name)
+
+
+def round(x, name=None):
+    """Rounds half away from zero (Paddle's round; torch.round rounds half to even)."""
+    return _unary("round", x, name)
+
+
+def pow(x, y, name=None):
+    """x ** y for a number y: Paddle's `pow` op with attr factor = y."""
+    if isinstance(y, Variable):
+        raise _core.UnsupportedError("pe.pow: y must be a number (the elementwise_pow op for a Variable y is not "
+                                     "supported yet)")
+    if isinstance(y, bool) or not isinstance(y, (int, float, np.integer, np.floating)):
+        raise TypeError("pe.pow: y must be a float or int, got %s" % type(y).__name__)
+    return _unary("pow", x, name, {"factor": float(y)})
+
+
+_FLT_MAX = float(np.finfo(np.float32).max)
+
+
+def clip(x, min=None, max=None, name=None):
+    """Clamps x to [min, max]; None means the float32 limit (as Paddle)."""
+    lo, hi = -_FLT_MAX if min is None else min, _FLT_MAX if max is None else max
+    for what, v in (("min", lo), ("max", hi)):
+        if isinstance(v, Variable):
+            raise _core.UnsupportedError("pe.clip: %s must be a number (a Variable %s, clip's %s input, is not "
+                                         "supported yet)" % (what, what, what.capitalize()))
+    return _unary("clip", x, name, {"min": float(lo), "max": float(hi)})
 
 
 # ---- constants -----------------------------------------------------------------

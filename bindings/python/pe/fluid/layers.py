@@ -19,7 +19,8 @@ __all__ = ["data", "fc", "conv2d", "pool2d", "batch_norm", "embedding", "dropout
            "softmax", "mean", "reduce_sum", "reduce_mean", "square_error_cost", "cross_entropy",
            "softmax_with_cross_entropy", "accuracy", "concat", "reshape", "transpose", "flatten", "elementwise_add",
            "elementwise_sub", "elementwise_mul", "elementwise_div", "fill_constant", "cast", "scale", "matmul",
-           "topk", "argmax", "split", "sums"]
+           "topk", "argmax", "split", "sums", "exp", "log", "sqrt", "rsqrt", "square", "abs", "sign", "floor", "ceil",
+           "round", "pow", "clip", "relu6", "elu", "softplus", "swish", "hard_sigmoid", "selu"]
 
 
 def data(name, shape, append_batch_size=True, dtype="float32", lod_level=0, type=None, stop_gradient=True):
@@ -83,6 +84,48 @@ def sigmoid(x, name=None):
 
 def tanh(x, name=None):
     return F.tanh(x, name)
+
+
+# the math layers: the same (x, name=None) signature in 1.x as in pe.*
+exp, log, sqrt, rsqrt, square, abs, sign = _t.exp, _t.log, _t.sqrt, _t.rsqrt, _t.square, _t.abs, _t.sign
+floor, ceil, round = _t.floor, _t.ceil, _t.round
+
+
+def pow(x, factor=1.0, name=None):
+    return _t.pow(x, factor, name)
+
+
+def clip(x, min, max, name=None):
+    return _t.clip(x, min, max, name)
+
+
+def relu6(x, threshold=6.0, name=None):
+    return F._act("relu6", x, name, {"threshold": float(threshold)})
+
+
+def elu(x, alpha=1.0, name=None):
+    return F.elu(x, alpha, name)
+
+
+def softplus(x, name=None):
+    return F.softplus(x, name=name)
+
+
+def swish(x, beta=1.0, name=None):
+    return F._act("swish", x, name, {"beta": float(beta)})
+
+
+def hard_sigmoid(x, slope=0.2, offset=0.5, name=None):
+    return F.hardsigmoid(x, slope, offset, name)
+
+
+def selu(x, scale=None, alpha=None, name=None):
+    attrs = {}
+    if scale is not None:
+        attrs["scale"] = float(scale)
+    if alpha is not None:
+        attrs["alpha"] = float(alpha)
+    return F._act("selu", x, name, attrs)
 
 
 def softmax(input, use_cudnn=False, name=None, axis=-1):

@@ -15,7 +15,8 @@ from ..layer_helper import LayerHelper, check_variable
 from ..initializer import Constant
 
 __all__ = [
-    "relu", "sigmoid", "tanh", "gelu", "leaky_relu", "softmax", "log_softmax", "cross_entropy",
+    "relu", "sigmoid", "tanh", "gelu", "leaky_relu", "relu6", "elu", "softplus", "swish", "hardsigmoid", "selu",
+    "softmax", "log_softmax", "cross_entropy",
     "softmax_with_cross_entropy", "mse_loss", "square_error_cost", "dropout", "linear", "conv2d", "max_pool2d",
     "avg_pool2d", "batch_norm", "layer_norm", "embedding",
 ]
@@ -48,6 +49,35 @@ def gelu(x, approximate=False, name=None):
 
 def leaky_relu(x, negative_slope=0.01, name=None):
     return _act("leaky_relu", x, name, {"alpha": float(negative_slope)})
+
+
+def relu6(x, name=None):
+    return _act("relu6", x, name, {"threshold": 6.0})
+
+
+def elu(x, alpha=1.0, name=None):
+    return _act("elu", x, name, {"alpha": float(alpha)})
+
+
+def softplus(x, beta=1, threshold=20, name=None):
+    return _act("softplus", x, name, {"beta": float(beta), "threshold": float(threshold)})
+
+
+def swish(x, name=None):
+    return _act("swish", x, name, {"beta": 1.0})
+
+
+def hardsigmoid(x, slope=0.1666667, offset=0.5, name=None):
+    """Paddle 2.x's defaults (PyTorch's slope 1/6); the hard_sigmoid op's own default slope is 0.2."""
+    return _act("hard_sigmoid", x, name, {"slope": float(slope), "offset": float(offset)})
+
+
+def selu(x, scale=1.0507009873554804934193349852946, alpha=1.6732632423543772848170429916717, name=None):
+    if scale <= 1.0:
+        raise _core.InvalidArgumentError("selu: scale must be greater than 1.0, got %s" % (scale,))
+    if alpha < 0:
+        raise _core.InvalidArgumentError("selu: alpha must be no less than 0, got %s" % (alpha,))
+    return _act("selu", x, name, {"scale": float(scale), "alpha": float(alpha)})
 
 
 def softmax(x, axis=-1, dtype=None, name=None):
