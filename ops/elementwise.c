@@ -1,11 +1,16 @@
 /* ops/elementwise.c — shape inference of the elementwise family and the
  * broadcast plan shared by its CPU and CUDA kernels (ops/elementwise.h).
  *
- * elementwise_{add,sub,mul,div}: Out gets the broadcast shape of X and Y
- * (Paddle's `axis` alignment, then numpy's per-dim rule); X and Y must have
- * the same dtype, one of fp32/fp64/int32/int64. The plan is computed by one
- * pure function so that inference, the CPU loops and the CUDA launches can
- * never disagree about the shape.
+ * elementwise_{add,sub,mul,div,max,min,pow,mod,floordiv}: Out gets the
+ * broadcast shape of X and Y (Paddle's `axis` alignment, then numpy's per-dim
+ * rule); X and Y must have the same dtype, one of fp32/fp64/int32/int64. The
+ * plan is computed by one pure function so that inference, the CPU loops and
+ * the CUDA launches can never disagree about the shape. The compare ops
+ * (equal, not_equal, less_than, less_equal, greater_than, greater_equal) take
+ * the same shapes and also bool operands, and give a bool Out; the logical
+ * ops (logical_and/or/xor: bool X, Y broadcast with axis -1; logical_not)
+ * give bool; where (Condition bool, X, Y of one shape, no broadcasting, as
+ * Paddle's op) gives X's meta.
  *
  * relu/sigmoid/tanh/scale/softmax (ops.def routes all to pe_infer_unary):
  * Out has X's meta; the dtype (and softmax's axis) is checked here so a
@@ -16,7 +21,7 @@
  * Also scale's grad maker (ops/grad.h; the family's other gradients are
  * wired in ops.def, PE_GRAD_WIRE) and the shape inference of the grad ops:
  * elementwise_*_grad (X, Y, Out@GRAD -> X@GRAD?, Y@GRAD? of X's and Y's
- * shapes), relu/sigmoid/tanh_grad (from Out), scale (its
+ * shapes), where_grad (likewise), relu/sigmoid/tanh_grad (from Out), scale (its
  * gradient is a `scale` op by the same factor without bias) and cast_grad
  * (Out@GRAD cast back to X's dtype; X is an input so the dtype comes from
  * the tensor, not from an in_dtype attr that may be left at its default).
@@ -27,6 +32,8 @@
 
 #include <stdio.h>
 #include <string.h>
+
+static bool same_dims(const pe_tensor *t, int nd, const int64_t *dims);
 
 /* ---- broadcast plan ----------------------------------------------------- */
 
@@ -170,8 +177,10 @@ pe_status pe_bcast_plan_make(int x_ndim, const int64_t *x_dims, int y_ndim, cons
 
 /* ---- infer ---------------------------------------------------------------- */
 
-/* X [..], Y [..] -> Out: broadcast shape (ops/elementwise.h). */
-pe_status pe_infer_elementwise(pe_op_ctx *ctx) {
+/* X [..], Y [..] -> Out: broadcast shape (ops/elementwise.h), of dtype
+ * out_dt (-1: X's). X and Y must have the same dtype, a number type or (when
+ * `bools`) bool, or only bool (`only_bool`: the logical ops, trailing axis). */
+static pe_status infer_binary(pe_op_ctx *ctx, bool bools, bool only_bool, int out_dt) {
     pe_tensor *x, *y;
     PE_CHECK(pe_infer_need_in(ctx, "X", &x));
     PE_CHECK(pe_infer_need_in(ctx, "Y", &y));
@@ -179,14 +188,55 @@ pe_status pe_infer_elementwise(pe_op_ctx *ctx) {
     if (x->dtype != y->dtype)
         return pe_ctx_error(ctx, PE_ERR_INVALID, "X '%s' is %s but Y '%s' is %s (they must match)", xn,
                             pe_dtype_name(x->dtype), yn, pe_dtype_name(y->dtype));
-    if (!pe_dtype_is_num(x->dtype))
-        return pe_ctx_error(ctx, PE_ERR_INVALID, "X '%s' has dtype %s (expected float32, float64, int32 or int64)",
-                            xn, pe_dtype_name(x->dtype));
+    bool ok = only_bool ? x->dtype == PE_DTYPE_BOOL : pe_dtype_is_num(x->dtype) || (bools && x->dtype == PE_DTYPE_BOOL);
+    if (!ok)
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "X '%s' has dtype %s (expected %s)", xn, pe_dtype_name(x->dtype),
+                            only_bool ? "bool" : bools ? "float32, float64, int32, int64 or bool"
+                                                       : "float32, float64, int32 or int64");
     pe_bcast_plan pl;
-    int axis = (int)pe_ctx_int(ctx, "axis");
+    int axis = only_bool ? -1 : (int)pe_ctx_int(ctx, "axis");
     if (pe_bcast_plan_make(x->ndim, x->dims, y->ndim, y->dims, axis, &pl) != PE_OK)
         return pe_ctx_error(ctx, PE_ERR_INVALID, "X '%s' and Y '%s': %s", xn, yn, pe_last_error());
-    return pe_infer_set_out(ctx, "Out", x->dtype, pl.out_ndim, pl.out_dims);
+    return pe_infer_set_out(ctx, "Out", out_dt < 0 ? x->dtype : (pe_dtype)out_dt, pl.out_ndim, pl.out_dims);
+}
+
+/* elementwise_{add,sub,mul,div,max,min,pow,mod,floordiv}: Out has X's dtype. */
+pe_status pe_infer_elementwise(pe_op_ctx *ctx) { return infer_binary(ctx, false, false, -1); }
+
+/* equal, not_equal, less_than, less_equal, greater_than, greater_equal:
+ * number or bool X, Y -> bool Out. */
+pe_status pe_infer_compare(pe_op_ctx *ctx) { return infer_binary(ctx, true, false, PE_DTYPE_BOOL); }
+
+/* logical_{and,or,xor}: bool X, Y -> bool Out; logical_not: bool X -> bool Out. */
+pe_status pe_infer_logical(pe_op_ctx *ctx) {
+    if (ctx->info->id != PE_OP_logical_not) return infer_binary(ctx, true, true, PE_DTYPE_BOOL);
+    pe_tensor *x;
+    PE_CHECK(pe_infer_need_in(ctx, "X", &x));
+    if (x->dtype != PE_DTYPE_BOOL)
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "X '%s' has dtype %s (expected bool)", pe_ctx_in_name(ctx, "X", 0),
+                            pe_dtype_name(x->dtype));
+    return pe_infer_set_out(ctx, "Out", PE_DTYPE_BOOL, x->ndim, x->dims);
+}
+
+/* Condition [..] bool, X [..], Y [..] -> Out [..]: the three of one shape
+ * (Paddle's where op; its Python API expands before), X and Y one dtype. */
+pe_status pe_infer_where(pe_op_ctx *ctx) {
+    pe_tensor *c, *x, *y;
+    PE_CHECK(pe_infer_need_in(ctx, "Condition", &c));
+    PE_CHECK(pe_infer_need_in(ctx, "X", &x));
+    PE_CHECK(pe_infer_need_in(ctx, "Y", &y));
+    const char *cn = pe_ctx_in_name(ctx, "Condition", 0), *xn = pe_ctx_in_name(ctx, "X", 0),
+               *yn = pe_ctx_in_name(ctx, "Y", 0);
+    char a[160], b[160], d[160];
+    if (c->dtype != PE_DTYPE_BOOL || x->dtype != y->dtype || !pe_dtype_is_num(x->dtype))
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "Condition '%s' is %s, X '%s' %s, Y '%s' %s (expected bool, and "
+                            "X and Y of one dtype: float32, float64, int32 or int64)", cn, pe_dtype_name(c->dtype),
+                            xn, pe_dtype_name(x->dtype), yn, pe_dtype_name(y->dtype));
+    if (!same_dims(c, x->ndim, x->dims) || !same_dims(y, x->ndim, x->dims))
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "Condition '%s' %s, X '%s' %s and Y '%s' %s must have the same "
+                            "shape", cn, pe_dims_str(c->ndim, c->dims, a, sizeof a), xn,
+                            pe_dims_str(x->ndim, x->dims, b, sizeof b), yn, pe_dims_str(y->ndim, y->dims, d, sizeof d));
+    return pe_infer_set_out(ctx, "Out", x->dtype, x->ndim, x->dims);
 }
 
 /* X [..] -> Out [..] (relu, sigmoid, tanh, softmax: float; scale: float or
@@ -264,6 +314,24 @@ pe_status pe_infer_elementwise_grad(pe_op_ctx *ctx) {
                             pe_ctx_in_name(ctx, "Y", 0), pe_last_error());
     if (g->dtype != x->dtype || !same_dims(g, pl.out_ndim, pl.out_dims))
         return grad_mismatch(ctx, "Out@GRAD", g, "Out", x->dtype, pl.out_ndim, pl.out_dims);
+    PE_CHECK(set_like(ctx, "X@GRAD", x));
+    return set_like(ctx, "Y@GRAD", y);
+}
+
+/* Condition [..], X [..], Y [..], Out@GRAD [..] -> X@GRAD? [X], Y@GRAD? [Y] */
+pe_status pe_infer_where_grad(pe_op_ctx *ctx) {
+    pe_tensor *c, *x, *y, *g;
+    PE_CHECK(pe_infer_need_in(ctx, "Condition", &c));
+    PE_CHECK(pe_infer_need_in(ctx, "X", &x));
+    PE_CHECK(pe_infer_need_in(ctx, "Y", &y));
+    PE_CHECK(pe_infer_need_in(ctx, "Out@GRAD", &g));
+    if (c->dtype != PE_DTYPE_BOOL || !same_dims(c, x->ndim, x->dims) || !same_dims(y, x->ndim, x->dims) ||
+        x->dtype != y->dtype || !pe_dtype_is_num(x->dtype))
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "Condition '%s', X '%s' and Y '%s' must be bool and one number "
+                            "dtype, of one shape", pe_ctx_in_name(ctx, "Condition", 0), pe_ctx_in_name(ctx, "X", 0),
+                            pe_ctx_in_name(ctx, "Y", 0));
+    if (g->dtype != x->dtype || !same_dims(g, x->ndim, x->dims))
+        return grad_mismatch(ctx, "Out@GRAD", g, "Out", x->dtype, x->ndim, x->dims);
     PE_CHECK(set_like(ctx, "X@GRAD", x));
     return set_like(ctx, "Y@GRAD", y);
 }

@@ -1,7 +1,8 @@
 /* ops/cpu/elementwise.c — CPU kernels of the elementwise family:
- * elementwise_{add,sub,mul,div} with Paddle broadcasting, relu, sigmoid,
- * tanh, scale and cast, and their gradients (elementwise_*_grad,
- * relu/sigmoid/tanh_grad from Out, cast_grad).
+ * elementwise_{add,sub,mul,div,max,min,pow,mod,floordiv} with Paddle
+ * broadcasting, the compare ops (bool Out) and logical ops, where, relu,
+ * sigmoid, tanh, scale and cast, and their gradients (elementwise_*_grad,
+ * where_grad, relu/sigmoid/tanh_grad from Out, cast_grad).
  *
  * How: the binary ops build the broadcast plan of ops/elementwise.h and run
  * one of five loops (same shape, scalar Y, row bias [N,D]+[D], channel bias
@@ -23,6 +24,9 @@
  *  - integer add/sub/mul wrap around (two's complement), as numpy and torch;
  *  - integer division truncates toward zero (C, Paddle); x / 0 == 0 for
  *    integers, and INT_MIN / -1 wraps to INT_MIN;
+ *  - integer elementwise_mod / floordiv by 0 is refused (an error naming Y,
+ *    as Paddle throws); x % -1 == 0 and x // -1 wraps like x / -1;
+ *  - integer pow is llrint(pow(double, double)) saturated to the type;
  *  - scale on integers casts scale and bias to the integer type first
  *    (Paddle's kernel: scale 2.5 acts as 2);
  *  - cast float -> int truncates toward zero; NaN -> 0, values beyond the
@@ -61,13 +65,80 @@ static inline int64_t div_i64(int64_t a, int64_t b) {
     return b == 0 ? 0 : b == -1 ? (int64_t)(UINT64_C(0) - (uint64_t)a) : a / b;
 }
 
+/* Paddle's functors: max is a > b ? a : b, min a < b ? a : b; integer pow
+ * rounds the double result (llrint(pow(a, b)), saturated here); mod takes
+ * the sign of the divisor (Python's %, fmod for floats); floordiv rounds
+ * toward -inf (Python's //: the float form is Paddle's and torch's, from
+ * fmod). Integer x % -1 is 0 and x // -1 wraps; a zero integer divisor never
+ * reaches these (ew_binary refuses it). */
+#define FMAX(a, b) ((a) > (b) ? (a) : (b))
+#define FMIN(a, b) ((a) < (b) ? (a) : (b))
+
+static inline int64_t sat_i64(double v);
+static inline int32_t sat_i32(double v);
+static inline int32_t pow_i32(int32_t a, int32_t b) { return sat_i32(rint(pow((double)a, (double)b))); }
+static inline int64_t pow_i64(int64_t a, int64_t b) { return sat_i64(rint(pow((double)a, (double)b))); }
+
+#define EW_INT_DIVMOD(T, S)                                                          \
+    static inline T mod_##S(T a, T b) {                                              \
+        if (b == 0 || b == -1) return 0;                                             \
+        T r = a % b;                                                                 \
+        return r != 0 && ((r < 0) != (b < 0)) ? r + b : r;                           \
+    }                                                                                \
+    static inline T floordiv_##S(T a, T b) {                                         \
+        if (b == 0) return 0;                                                        \
+        if (b == -1) return div_##S(a, b);                                           \
+        return a % b != 0 && ((a < 0) != (b < 0)) ? a / b - 1 : a / b;               \
+    }
+EW_INT_DIVMOD(int32_t, i32)
+EW_INT_DIVMOD(int64_t, i64)
+
+#define EW_FLOAT_DIVMOD(T, S, FMOD, FLOOR, COPYSIGN)                                  \
+    static inline T mod_##S(T a, T b) {                                               \
+        T r = FMOD(a, b);                                                             \
+        return r != 0 && ((b < 0) != (r < 0)) ? r + b : r;                            \
+    }                                                                                 \
+    static inline T floordiv_##S(T a, T b) {                                          \
+        if (b == 0) return a / b;                                                     \
+        T m = FMOD(a, b), d = (a - m) / b;                                            \
+        if (m != 0 && ((b < 0) != (m < 0))) d -= 1;                                   \
+        if (d == 0) return COPYSIGN(0, a / b);                                        \
+        T f = FLOOR(d);                                                               \
+        return d - f > (T)0.5 ? f + 1 : f;                                            \
+    }
+EW_FLOAT_DIVMOD(float, f32s, fmodf, floorf, copysignf)
+EW_FLOAT_DIVMOD(double, f64s, fmod, floor, copysign)
+
+/* Compare ops (Paddle's: float equality is |a - b| < 1e-8, exact on inf,
+ * false on NaN); bool operands compare as 0/1. Logical ops read bools. */
+#define CMP_EQ_F(a, b) ((uint8_t)(isinf(a) || isinf(b) ? (a) == (b) : fabs((double)(a) - (double)(b)) < 1e-8))
+#define CMP_NE_F(a, b) ((uint8_t)!CMP_EQ_F(a, b))
+#define CMP_EQ(a, b) ((uint8_t)((a) == (b)))
+#define CMP_NE(a, b) ((uint8_t)((a) != (b)))
+#define CMP_LT(a, b) ((uint8_t)((a) < (b)))
+#define CMP_LE(a, b) ((uint8_t)((a) <= (b)))
+#define CMP_GT(a, b) ((uint8_t)((a) > (b)))
+#define CMP_GE(a, b) ((uint8_t)((a) >= (b)))
+#define B01(v) ((v) != 0)
+#define CMP_EQ_B(a, b) CMP_EQ(B01(a), B01(b))
+#define CMP_NE_B(a, b) CMP_NE(B01(a), B01(b))
+#define CMP_LT_B(a, b) CMP_LT(B01(a), B01(b))
+#define CMP_LE_B(a, b) CMP_LE(B01(a), B01(b))
+#define CMP_GT_B(a, b) CMP_GT(B01(a), B01(b))
+#define CMP_GE_B(a, b) CMP_GE(B01(a), B01(b))
+#define LOG_AND(a, b) ((uint8_t)(B01(a) && B01(b)))
+#define LOG_OR(a, b) ((uint8_t)(B01(a) || B01(b)))
+#define LOG_XOR(a, b) ((uint8_t)(B01(a) != B01(b)))
+
 /* ---- binary loops ---------------------------------------------------------- */
 
-/* One function per (op, dtype): runs the plan's loop with OP(a, b). */
-#define EW_BINARY(NAME, T, OP)                                                                    \
+/* One function per (op, dtype): runs the plan's loop with OP(a, b); x, y
+ * are T, out is TO (T, or uint8_t for the bool results of compare ops). */
+#define EW_BINARY(NAME, T, OP) EW_BINARY_TO(NAME, T, T, OP)
+#define EW_BINARY_TO(NAME, T, TO, OP)                                                             \
     static void NAME(const pe_bcast_plan *pl, const void *xv, const void *yv, void *ov, int nt) { \
         const T *x = xv, *y = yv;                                                                 \
-        T *out = ov;                                                                              \
+        TO *out = ov;                                                                             \
         const int64_t numel = pl->numel;                                                          \
         const int par = numel >= PE_PAR_MIN && nt > 1;                                            \
         switch (pl->kind) {                                                                       \
@@ -83,7 +154,7 @@ static inline int64_t div_i64(int64_t a, int64_t b) {
             const int64_t n = pl->n;                                                              \
             PE_PAR_FOR(par, r, pl->pre, {                                                         \
                 const T *xr = x + r * n;                                                          \
-                T *orow = out + r * n;                                                            \
+                TO *orow = out + r * n;                                                           \
                 for (int64_t c = 0; c < n; c++) orow[c] = OP(xr[c], y[c]);                        \
             });                                                                                   \
             break;                                                                                \
@@ -93,7 +164,7 @@ static inline int64_t div_i64(int64_t a, int64_t b) {
             PE_PAR_FOR(par, rc, pl->pre * pl->n, {                                                \
                 const T b = y[rc % n];                                                            \
                 const T *xr = x + rc * post;                                                      \
-                T *orow = out + rc * post;                                                        \
+                TO *orow = out + rc * post;                                                       \
                 for (int64_t k = 0; k < post; k++) orow[k] = OP(xr[k], b);                        \
             });                                                                                   \
             break;                                                                                \
@@ -106,7 +177,7 @@ static inline int64_t div_i64(int64_t a, int64_t b) {
                 int64_t xo, yo;                                                                   \
                 pe_bcast_row_offsets(pl, r, &xo, &yo);                                            \
                 const T *xr = x + xo, *yr = y + yo;                                               \
-                T *orow = out + r * inner;                                                        \
+                TO *orow = out + r * inner;                                                       \
                 if (xs == 1 && ys == 1)                                                           \
                     for (int64_t j = 0; j < inner; j++) orow[j] = OP(xr[j], yr[j]);               \
                 else if (xs == 1 && ys == 0)                                                      \
@@ -125,42 +196,135 @@ EW_BINARY(add_f32, float, FADD)
 EW_BINARY(sub_f32, float, FSUB)
 EW_BINARY(mul_f32, float, FMUL)
 EW_BINARY(div_f32, float, FDIV)
+EW_BINARY(max_f32, float, FMAX)
+EW_BINARY(min_f32, float, FMIN)
+EW_BINARY(pow_f32, float, powf)
+EW_BINARY(mod_f32, float, mod_f32s)
+EW_BINARY(floordiv_f32, float, floordiv_f32s)
 EW_BINARY(add_f64, double, FADD)
 EW_BINARY(sub_f64, double, FSUB)
 EW_BINARY(mul_f64, double, FMUL)
 EW_BINARY(div_f64, double, FDIV)
+EW_BINARY(max_f64, double, FMAX)
+EW_BINARY(min_f64, double, FMIN)
+EW_BINARY(pow_f64, double, pow)
+EW_BINARY(mod_f64, double, mod_f64s)
+EW_BINARY(floordiv_f64, double, floordiv_f64s)
 EW_BINARY(add_s32, int32_t, add_i32)
 EW_BINARY(sub_s32, int32_t, sub_i32)
 EW_BINARY(mul_s32, int32_t, mul_i32)
 EW_BINARY(div_s32, int32_t, div_i32)
+EW_BINARY(max_s32, int32_t, FMAX)
+EW_BINARY(min_s32, int32_t, FMIN)
+EW_BINARY(pow_s32, int32_t, pow_i32)
+EW_BINARY(mod_s32, int32_t, mod_i32)
+EW_BINARY(floordiv_s32, int32_t, floordiv_i32)
 EW_BINARY(add_s64, int64_t, add_i64)
 EW_BINARY(sub_s64, int64_t, sub_i64)
 EW_BINARY(mul_s64, int64_t, mul_i64)
 EW_BINARY(div_s64, int64_t, div_i64)
+EW_BINARY(max_s64, int64_t, FMAX)
+EW_BINARY(min_s64, int64_t, FMIN)
+EW_BINARY(pow_s64, int64_t, pow_i64)
+EW_BINARY(mod_s64, int64_t, mod_i64)
+EW_BINARY(floordiv_s64, int64_t, floordiv_i64)
 
 typedef void (*ew_binary_fn)(const pe_bcast_plan *, const void *, const void *, void *, int);
-enum { EW_ADD, EW_SUB, EW_MUL, EW_DIV };
+enum { EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_MAX, EW_MIN, EW_POW, EW_MOD, EW_FLOORDIV, EW_OP_COUNT };
 
 /* [dtype][op]; rows follow pe_dtype FP32, FP64, INT32, INT64. */
-static const ew_binary_fn k_binary[4][4] = {
-    {add_f32, sub_f32, mul_f32, div_f32},
-    {add_f64, sub_f64, mul_f64, div_f64},
-    {add_s32, sub_s32, mul_s32, div_s32},
-    {add_s64, sub_s64, mul_s64, div_s64},
+static const ew_binary_fn k_binary[4][EW_OP_COUNT] = {
+    {add_f32, sub_f32, mul_f32, div_f32, max_f32, min_f32, pow_f32, mod_f32, floordiv_f32},
+    {add_f64, sub_f64, mul_f64, div_f64, max_f64, min_f64, pow_f64, mod_f64, floordiv_f64},
+    {add_s32, sub_s32, mul_s32, div_s32, max_s32, min_s32, pow_s32, mod_s32, floordiv_s32},
+    {add_s64, sub_s64, mul_s64, div_s64, max_s64, min_s64, pow_s64, mod_s64, floordiv_s64},
 };
 
-static pe_status ew_binary(const pe_op_ctx *ctx, int op) {
+/* Compare ops: x, y of T (bool inputs read any non-zero byte as 1), out bool. */
+EW_BINARY_TO(eq_f32, float, uint8_t, CMP_EQ_F)
+EW_BINARY_TO(ne_f32, float, uint8_t, CMP_NE_F)
+EW_BINARY_TO(lt_f32, float, uint8_t, CMP_LT)
+EW_BINARY_TO(le_f32, float, uint8_t, CMP_LE)
+EW_BINARY_TO(gt_f32, float, uint8_t, CMP_GT)
+EW_BINARY_TO(ge_f32, float, uint8_t, CMP_GE)
+EW_BINARY_TO(eq_f64, double, uint8_t, CMP_EQ_F)
+EW_BINARY_TO(ne_f64, double, uint8_t, CMP_NE_F)
+EW_BINARY_TO(lt_f64, double, uint8_t, CMP_LT)
+EW_BINARY_TO(le_f64, double, uint8_t, CMP_LE)
+EW_BINARY_TO(gt_f64, double, uint8_t, CMP_GT)
+EW_BINARY_TO(ge_f64, double, uint8_t, CMP_GE)
+EW_BINARY_TO(eq_s32, int32_t, uint8_t, CMP_EQ)
+EW_BINARY_TO(ne_s32, int32_t, uint8_t, CMP_NE)
+EW_BINARY_TO(lt_s32, int32_t, uint8_t, CMP_LT)
+EW_BINARY_TO(le_s32, int32_t, uint8_t, CMP_LE)
+EW_BINARY_TO(gt_s32, int32_t, uint8_t, CMP_GT)
+EW_BINARY_TO(ge_s32, int32_t, uint8_t, CMP_GE)
+EW_BINARY_TO(eq_s64, int64_t, uint8_t, CMP_EQ)
+EW_BINARY_TO(ne_s64, int64_t, uint8_t, CMP_NE)
+EW_BINARY_TO(lt_s64, int64_t, uint8_t, CMP_LT)
+EW_BINARY_TO(le_s64, int64_t, uint8_t, CMP_LE)
+EW_BINARY_TO(gt_s64, int64_t, uint8_t, CMP_GT)
+EW_BINARY_TO(ge_s64, int64_t, uint8_t, CMP_GE)
+EW_BINARY_TO(eq_b, uint8_t, uint8_t, CMP_EQ_B)
+EW_BINARY_TO(ne_b, uint8_t, uint8_t, CMP_NE_B)
+EW_BINARY_TO(lt_b, uint8_t, uint8_t, CMP_LT_B)
+EW_BINARY_TO(le_b, uint8_t, uint8_t, CMP_LE_B)
+EW_BINARY_TO(gt_b, uint8_t, uint8_t, CMP_GT_B)
+EW_BINARY_TO(ge_b, uint8_t, uint8_t, CMP_GE_B)
+/* Logical ops: bool x, y -> bool out. */
+EW_BINARY(and_b, uint8_t, LOG_AND)
+EW_BINARY(or_b, uint8_t, LOG_OR)
+EW_BINARY(xor_b, uint8_t, LOG_XOR)
+
+enum { CMP_EQ_OP, CMP_NE_OP, CMP_LT_OP, CMP_LE_OP, CMP_GT_OP, CMP_GE_OP, CMP_OP_COUNT };
+/* [dtype][op]; rows FP32, FP64, INT32, INT64, BOOL. */
+static const ew_binary_fn k_compare[5][CMP_OP_COUNT] = {
+    {eq_f32, ne_f32, lt_f32, le_f32, gt_f32, ge_f32}, {eq_f64, ne_f64, lt_f64, le_f64, gt_f64, ge_f64},
+    {eq_s32, ne_s32, lt_s32, le_s32, gt_s32, ge_s32}, {eq_s64, ne_s64, lt_s64, le_s64, gt_s64, ge_s64},
+    {eq_b, ne_b, lt_b, le_b, gt_b, ge_b},
+};
+
+/* Integer mod / floordiv by zero is refused (Paddle throws, C is undefined). */
+static bool has_int_zero(const pe_tensor *y) {
+    const int64_t n = pe_tensor_numel(y);
+    if (y->dtype == PE_DTYPE_INT32) {
+        const int32_t *v = pe_tensor_data(y);
+        for (int64_t i = 0; i < n; i++)
+            if (!v[i]) return true;
+    } else if (y->dtype == PE_DTYPE_INT64) {
+        const int64_t *v = pe_tensor_data(y);
+        for (int64_t i = 0; i < n; i++)
+            if (!v[i]) return true;
+    }
+    return false;
+}
+
+/* X [..], Y [..] -> Out [broadcast] with fn; out_dt is the dtype Out must have. */
+static pe_status ew_binary_run(const pe_op_ctx *ctx, ew_binary_fn fn, pe_dtype out_dt) {
     const pe_tensor *x = pe_ctx_in(ctx, "X"), *y = pe_ctx_in(ctx, "Y");
     pe_tensor *out = pe_ctx_out(ctx, "Out");
     pe_bcast_plan pl;
     if (pe_bcast_plan_make(x->ndim, x->dims, y->ndim, y->dims, (int)pe_ctx_int(ctx, "axis"), &pl) != PE_OK)
         return pe_ctx_error(ctx, PE_ERR_INVALID, "%s", pe_last_error());
-    if (x->dtype > PE_DTYPE_INT64 || y->dtype != x->dtype || out->dtype != x->dtype ||
-        pe_tensor_numel(out) != pl.numel)
+    if (!fn || y->dtype != x->dtype || out->dtype != out_dt || pe_tensor_numel(out) != pl.numel)
         return pe_ctx_error(ctx, PE_ERR_INTERNAL, "kernel called with tensors shape inference did not produce");
     if (pl.numel == 0) return PE_OK;
-    k_binary[x->dtype][op](&pl, pe_tensor_data(x), pe_tensor_data(y), pe_tensor_data(out), ctx->num_threads);
+    fn(&pl, pe_tensor_data(x), pe_tensor_data(y), pe_tensor_data(out), ctx->num_threads);
     return PE_OK;
+}
+
+static pe_status ew_binary(const pe_op_ctx *ctx, int op) {
+    const pe_tensor *x = pe_ctx_in(ctx, "X"), *y = pe_ctx_in(ctx, "Y");
+    if ((op == EW_MOD || op == EW_FLOORDIV) && pe_tensor_numel(pe_ctx_out(ctx, "Out")) > 0 && has_int_zero(y))
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "Y '%s' holds a 0: integer division by zero",
+                            pe_ctx_in_name(ctx, "Y", 0));
+    return ew_binary_run(ctx, x->dtype <= PE_DTYPE_INT64 ? k_binary[x->dtype][op] : NULL, x->dtype);
+}
+
+static pe_status ew_compare(const pe_op_ctx *ctx, int op) {
+    const pe_dtype dt = pe_ctx_in(ctx, "X")->dtype;
+    const int row = dt <= PE_DTYPE_INT64 ? (int)dt : dt == PE_DTYPE_BOOL ? 4 : -1;
+    return ew_binary_run(ctx, row >= 0 ? k_compare[row][op] : NULL, PE_DTYPE_BOOL);
 }
 
 /* X [..], Y [..] -> Out [broadcast]; see ops/elementwise.h. */
@@ -168,6 +332,110 @@ pe_status pe_cpu_elementwise_add(const pe_op_ctx *ctx) { return ew_binary(ctx, E
 pe_status pe_cpu_elementwise_sub(const pe_op_ctx *ctx) { return ew_binary(ctx, EW_SUB); }
 pe_status pe_cpu_elementwise_mul(const pe_op_ctx *ctx) { return ew_binary(ctx, EW_MUL); }
 pe_status pe_cpu_elementwise_div(const pe_op_ctx *ctx) { return ew_binary(ctx, EW_DIV); }
+pe_status pe_cpu_elementwise_max(const pe_op_ctx *ctx) { return ew_binary(ctx, EW_MAX); }
+pe_status pe_cpu_elementwise_min(const pe_op_ctx *ctx) { return ew_binary(ctx, EW_MIN); }
+pe_status pe_cpu_elementwise_pow(const pe_op_ctx *ctx) { return ew_binary(ctx, EW_POW); }
+pe_status pe_cpu_elementwise_mod(const pe_op_ctx *ctx) { return ew_binary(ctx, EW_MOD); }
+pe_status pe_cpu_elementwise_floordiv(const pe_op_ctx *ctx) { return ew_binary(ctx, EW_FLOORDIV); }
+
+/* X [..], Y [..] (same dtype) -> Out [broadcast] bool */
+pe_status pe_cpu_equal(const pe_op_ctx *ctx) { return ew_compare(ctx, CMP_EQ_OP); }
+pe_status pe_cpu_not_equal(const pe_op_ctx *ctx) { return ew_compare(ctx, CMP_NE_OP); }
+pe_status pe_cpu_less_than(const pe_op_ctx *ctx) { return ew_compare(ctx, CMP_LT_OP); }
+pe_status pe_cpu_less_equal(const pe_op_ctx *ctx) { return ew_compare(ctx, CMP_LE_OP); }
+pe_status pe_cpu_greater_than(const pe_op_ctx *ctx) { return ew_compare(ctx, CMP_GT_OP); }
+pe_status pe_cpu_greater_equal(const pe_op_ctx *ctx) { return ew_compare(ctx, CMP_GE_OP); }
+
+/* X [..] bool, Y [..] bool -> Out [broadcast] bool (logical ops broadcast with axis -1) */
+static pe_status ew_logical(const pe_op_ctx *ctx, ew_binary_fn fn) {
+    const pe_tensor *x = pe_ctx_in(ctx, "X"), *y = pe_ctx_in(ctx, "Y");
+    pe_tensor *out = pe_ctx_out(ctx, "Out");
+    pe_bcast_plan pl;
+    if (pe_bcast_plan_make(x->ndim, x->dims, y->ndim, y->dims, -1, &pl) != PE_OK)
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "%s", pe_last_error());
+    if (x->dtype != PE_DTYPE_BOOL || y->dtype != PE_DTYPE_BOOL || out->dtype != PE_DTYPE_BOOL ||
+        pe_tensor_numel(out) != pl.numel)
+        return pe_ctx_error(ctx, PE_ERR_INTERNAL, "kernel called with tensors shape inference did not produce");
+    if (pl.numel == 0) return PE_OK;
+    fn(&pl, pe_tensor_data(x), pe_tensor_data(y), pe_tensor_data(out), ctx->num_threads);
+    return PE_OK;
+}
+
+pe_status pe_cpu_logical_and(const pe_op_ctx *ctx) { return ew_logical(ctx, and_b); }
+pe_status pe_cpu_logical_or(const pe_op_ctx *ctx) { return ew_logical(ctx, or_b); }
+pe_status pe_cpu_logical_xor(const pe_op_ctx *ctx) { return ew_logical(ctx, xor_b); }
+
+/* X [..] bool -> Out [..] bool */
+pe_status pe_cpu_logical_not(const pe_op_ctx *ctx) {
+    const pe_tensor *x = pe_ctx_in(ctx, "X");
+    pe_tensor *out = pe_ctx_out(ctx, "Out");
+    const int64_t n = pe_tensor_numel(x);
+    if (x->dtype != PE_DTYPE_BOOL || out->dtype != PE_DTYPE_BOOL || pe_tensor_numel(out) != n)
+        return pe_ctx_error(ctx, PE_ERR_INTERNAL, "kernel called with tensors shape inference did not produce");
+    const uint8_t *xd = n ? pe_tensor_data(x) : NULL;
+    uint8_t *od = n ? pe_tensor_data(out) : NULL;
+    const int nt = ctx->num_threads;
+    PE_PAR_FOR(n >= PE_PAR_MIN && nt > 1, i, n, od[i] = (uint8_t)!xd[i];);
+    return PE_OK;
+}
+
+/* ---- where: Condition [..] bool, X [..], Y [..] -> Out [..] (no broadcasting) ----- */
+
+/* The selection moves bits: one loop per element size serves every dtype. */
+#define WHERE_LOOP(T)                                                                    \
+    {                                                                                    \
+        const T *a = xv, *b = yv;                                                        \
+        T *o = ov;                                                                       \
+        PE_PAR_FOR(par, i, n, o[i] = c[i] ? a[i] : b[i];);                               \
+    }
+
+#define WHERE_GRAD_LOOP(T)                                                                \
+    {                                                                                     \
+        const T *gd = pe_tensor_data(g);                                                  \
+        T *gx = dxd, *gy = dyd;                                                           \
+        if (gx) PE_PAR_FOR(par, i, n, gx[i] = cd[i] ? gd[i] : 0;);                        \
+        if (gy) PE_PAR_FOR(par, i, n, gy[i] = cd[i] ? 0 : gd[i];);                        \
+    }
+
+static void where_select(size_t es, const uint8_t *c, const void *xv, const void *yv, void *ov, int64_t n, int nt) {
+    const int par = n >= PE_PAR_MIN && nt > 1;
+    if (es == 8) WHERE_LOOP(uint64_t)
+    else WHERE_LOOP(uint32_t)
+}
+
+pe_status pe_cpu_where(const pe_op_ctx *ctx) {
+    const pe_tensor *c = pe_ctx_in(ctx, "Condition"), *x = pe_ctx_in(ctx, "X"), *y = pe_ctx_in(ctx, "Y");
+    pe_tensor *out = pe_ctx_out(ctx, "Out");
+    const int64_t n = pe_tensor_numel(out);
+    const size_t es = pe_dtype_size(x->dtype);
+    if (c->dtype != PE_DTYPE_BOOL || y->dtype != x->dtype || out->dtype != x->dtype || (es != 4 && es != 8) ||
+        pe_tensor_numel(c) != n || pe_tensor_numel(x) != n || pe_tensor_numel(y) != n)
+        return pe_ctx_error(ctx, PE_ERR_INTERNAL, "kernel called with tensors shape inference did not produce");
+    if (n == 0) return PE_OK;
+    where_select(es, pe_tensor_data(c), pe_tensor_data(x), pe_tensor_data(y), pe_tensor_data(out), n,
+                 ctx->num_threads);
+    return PE_OK;
+}
+
+/* Condition [..], Out@GRAD [..] -> X@GRAD? [..] (g where c, else 0), Y@GRAD? [..] (the rest).
+ * X and Y are read for their meta only; integer 0 has the bits of float 0. */
+pe_status pe_cpu_where_grad(const pe_op_ctx *ctx) {
+    const pe_tensor *c = pe_ctx_in(ctx, "Condition"), *g = pe_ctx_in(ctx, "Out@GRAD");
+    pe_tensor *dx = pe_ctx_out(ctx, "X@GRAD"), *dy = pe_ctx_out(ctx, "Y@GRAD");
+    const int64_t n = pe_tensor_numel(g);
+    const size_t es = pe_dtype_size(g->dtype);
+    if (c->dtype != PE_DTYPE_BOOL || pe_tensor_numel(c) != n || (es != 4 && es != 8) ||
+        (dx && (dx->dtype != g->dtype || pe_tensor_numel(dx) != n)) ||
+        (dy && (dy->dtype != g->dtype || pe_tensor_numel(dy) != n)))
+        return pe_ctx_error(ctx, PE_ERR_INTERNAL, "kernel called with tensors shape inference did not produce");
+    if (n == 0) return PE_OK;
+    const uint8_t *cd = pe_tensor_data(c);
+    void *dxd = dx ? pe_tensor_data(dx) : NULL, *dyd = dy ? pe_tensor_data(dy) : NULL;
+    const int nt = ctx->num_threads, par = n >= PE_PAR_MIN && nt > 1;
+    if (es == 8) WHERE_GRAD_LOOP(uint64_t)
+    else WHERE_GRAD_LOOP(uint32_t)
+    return PE_OK;
+}
 
 /* ---- activations: x [numel] -> out [numel], fp32/fp64 ---------------------- */
 
@@ -338,6 +606,14 @@ pe_status pe_cpu_cast(const pe_op_ctx *ctx) {
 #define GX_DIV(g, a, b) ((void)(a), (g) / (b))
 #define GY_DIV(g, a, b) (-(g) * (a) / ((b) * (b)))
 
+/* Paddle's MaxGradDx/Dy, MinGradDx/Dy: a tie sends the gradient to Y. */
+#define GX_MAX(g, a, b) ((a) > (b) ? (g) : 0)
+#define GY_MAX(g, a, b) ((a) <= (b) ? (g) : 0)
+#define GX_MIN(g, a, b) ((a) < (b) ? (g) : 0)
+#define GY_MIN(g, a, b) ((a) >= (b) ? (g) : 0)
+#define GX_POW(g, a, b) ((g) * (b) * pow((a), (b) - 1))
+#define GY_POW(g, a, b) ((g) * log(a) * pow((a), (b)))
+
 #define PE_GRAD_TILE 256        /* columns of dY summed together (stack accumulators) */
 #define PE_GRAD_MAX_BLOCKS 256  /* whole-tensor sums: at most this many partials */
 #define PE_GRAD_MIN_BLOCK 4096  /* ... of at least this many elements */
@@ -474,12 +750,21 @@ EW_GRAD(add_grad_f64, double, GX_ADD, GY_ADD)
 EW_GRAD(sub_grad_f64, double, GX_ADD, GY_SUB)
 EW_GRAD(mul_grad_f64, double, GX_MUL, GY_MUL)
 EW_GRAD(div_grad_f64, double, GX_DIV, GY_DIV)
+EW_GRAD(max_grad_f32, float, GX_MAX, GY_MAX)
+EW_GRAD(min_grad_f32, float, GX_MIN, GY_MIN)
+EW_GRAD(pow_grad_f32, float, GX_POW, GY_POW)
+EW_GRAD(max_grad_f64, double, GX_MAX, GY_MAX)
+EW_GRAD(min_grad_f64, double, GX_MIN, GY_MIN)
+EW_GRAD(pow_grad_f64, double, GX_POW, GY_POW)
 
 typedef void (*ew_grad_f32)(const pe_bcast_plan *, const float *, const float *, const float *, float *, float *, int);
 typedef void (*ew_grad_f64)(const pe_bcast_plan *, const double *, const double *, const double *, double *, double *,
                             int);
-static const ew_grad_f32 k_grad_f32[4] = {add_grad_f32, sub_grad_f32, mul_grad_f32, div_grad_f32};
-static const ew_grad_f64 k_grad_f64[4] = {add_grad_f64, sub_grad_f64, mul_grad_f64, div_grad_f64};
+/* [op], EW_ADD .. EW_POW (mod and floordiv have no gradient) */
+static const ew_grad_f32 k_grad_f32[EW_POW + 1] = {add_grad_f32, sub_grad_f32, mul_grad_f32, div_grad_f32,
+                                                   max_grad_f32, min_grad_f32, pow_grad_f32};
+static const ew_grad_f64 k_grad_f64[EW_POW + 1] = {add_grad_f64, sub_grad_f64, mul_grad_f64, div_grad_f64,
+                                                   max_grad_f64, min_grad_f64, pow_grad_f64};
 
 /* X [..], Y [..], Out@GRAD [broadcast] -> X@GRAD [X's dims]?, Y@GRAD [Y's dims]? */
 static pe_status ew_binary_grad(const pe_op_ctx *ctx, int op) {
@@ -512,6 +797,9 @@ pe_status pe_cpu_elementwise_add_grad(const pe_op_ctx *ctx) { return ew_binary_g
 pe_status pe_cpu_elementwise_sub_grad(const pe_op_ctx *ctx) { return ew_binary_grad(ctx, EW_SUB); }
 pe_status pe_cpu_elementwise_mul_grad(const pe_op_ctx *ctx) { return ew_binary_grad(ctx, EW_MUL); }
 pe_status pe_cpu_elementwise_div_grad(const pe_op_ctx *ctx) { return ew_binary_grad(ctx, EW_DIV); }
+pe_status pe_cpu_elementwise_max_grad(const pe_op_ctx *ctx) { return ew_binary_grad(ctx, EW_MAX); }
+pe_status pe_cpu_elementwise_min_grad(const pe_op_ctx *ctx) { return ew_binary_grad(ctx, EW_MIN); }
+pe_status pe_cpu_elementwise_pow_grad(const pe_op_ctx *ctx) { return ew_binary_grad(ctx, EW_POW); }
 
 /* ---- activation gradients from Out: out, dout, dx [numel] ------------------------ */
 

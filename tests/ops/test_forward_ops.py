@@ -276,6 +276,94 @@ case("elementwise_sub", "int64_axis0", {"X": i64(3, 4), "Y": i64(3)}, {"axis": 0
 case("elementwise_mul", "int64", {"X": i64(2, 3, 4), "Y": i64(3, 4)}, {"axis": -1},
      lambda t, a: {"Out": t["X"] * t["Y"]})
 
+# elementwise_max/min/pow/mod/floordiv, compare and logical ops, where: the same
+# broadcasting. max/min refs are Paddle's functors (a > b ? a : b), so the gradient
+# rows derived from them send a tie's gradient to Y as Paddle does; mod is
+# Python's % (torch.remainder), floordiv Python's // (rounding toward -inf).
+def ref_max(x, y):
+    return torch.where(x > y, x, y)
+
+
+def ref_min(x, y):
+    return torch.where(x < y, x, y)
+
+
+def nonzero_ints(shape, dtype, hi=8):
+    return R(shape, dtype, fn=lambda r: r.integers(1, hi, shape) * r.choice([-1, 1], shape))
+
+
+def ties(shape, dtype="float32"):
+    return R(shape, dtype, fn=lambda r: r.integers(-2, 3, shape))
+
+
+EW2 = {"elementwise_max": ref_max, "elementwise_min": ref_min,
+       "elementwise_pow": torch.pow, "elementwise_mod": torch.remainder,
+       "elementwise_floordiv": lambda x, y: torch.div(x, y, rounding_mode="floor")}
+EW2_SHAPES = [("same_7x5", (7, 5), (7, 5), -1), ("row_bias", (6, 5), (5,), -1),
+              ("nchw_channel_axis1", (2, 3, 4, 5), (3,), 1), ("leading_axis0", (2, 3, 4, 5), (2, 3), 0),
+              ("y_trailing_ones_axis1", (2, 3, 4, 5), (3, 1), 1), ("both_broadcast", (4, 1, 5), (3, 1), -1),
+              ("x_lower_rank", (3, 5), (2, 3, 5), -1), ("scalar_y", (7, 5), (1,), -1)]
+EW2_KW = {"elementwise_pow": (dict(lo=0.5, hi=2.0), dict(lo=-2.0, hi=2.5)),
+          "elementwise_mod": ({}, dict(nonzero=True)), "elementwise_floordiv": ({}, dict(nonzero=True))}
+for op, fn in EW2.items():
+    xkw, ykw = EW2_KW.get(op, ({}, {}))
+    for name, xsh, ysh, axis in EW2_SHAPES:
+        case(op, name, {"X": f32(*xsh, **xkw), "Y": f32(*ysh, **ykw)}, {"axis": axis},
+             lambda t, a, fn=fn: {"Out": fn(*pd_align(t["X"], t["Y"], a["axis"]))})
+    case(op, "fp64_3d", {"X": f64(3, 1, 5, **xkw), "Y": f64(3, 4, 5, **ykw)}, {"axis": -1},
+         lambda t, a, fn=fn: {"Out": fn(t["X"], t["Y"])})
+    yi = R([7, 5], "int32", lo=0, hi=4) if op == "elementwise_pow" else nonzero_ints([7, 5], "int32")
+    case(op, "int32", {"X": i32(7, 5, lo=-5, hi=6), "Y": yi}, {"axis": -1},
+         lambda t, a, fn=fn: {"Out": fn(t["X"], t["Y"])})
+    yl = R([3], "int64", lo=0, hi=4) if op == "elementwise_pow" else nonzero_ints([3], "int64")
+    case(op, "int64_axis0", {"X": i64(3, 4, lo=-30, hi=30), "Y": yl}, {"axis": 0},
+         lambda t, a, fn=fn: {"Out": fn(t["X"], t["Y"].reshape(3, 1))})
+for op in ("elementwise_max", "elementwise_min"):
+    case(op, "ties", {"X": ties([6, 5]), "Y": ties([6, 5])}, {"axis": -1},
+         lambda t, a, fn=EW2[op]: {"Out": fn(t["X"], t["Y"])})
+    case(op, "ties_bcast", {"X": ties([4, 5]), "Y": ties([5])}, {"axis": -1},
+         lambda t, a, fn=EW2[op]: {"Out": fn(t["X"], t["Y"])})
+for op in ("elementwise_mod", "elementwise_floordiv"):
+    case(op, "int_signs", {"X": R([8], "int32", fn=lambda r: np.array([7, -7, 7, -7, 6, -6, 0, 2147483647])),
+                           "Y": R([8], "int32", fn=lambda r: np.array([3, 3, -3, -3, 3, -3, 5, -1]))}, {},
+         lambda t, a, fn=EW2[op]: {"Out": fn(t["X"], t["Y"])})
+    case(op, "float_signs", {"X": R([6], "float32", fn=lambda r: np.array([7.5, -7.5, 7.5, -7.5, 6.0, -0.0])),
+                             "Y": R([6], "float32", fn=lambda r: np.array([2.0, 2.0, -2.0, -2.0, 3.0, 2.0]))}, {},
+         lambda t, a, fn=EW2[op]: {"Out": fn(t["X"], t["Y"])})
+
+CMP = {"equal": torch.eq, "not_equal": torch.ne, "less_than": torch.lt, "less_equal": torch.le,
+       "greater_than": torch.gt, "greater_equal": torch.ge}
+for op, fn in CMP.items():
+    ref = (lambda t, a, fn=fn: {"Out": fn(*pd_align(t["X"], t["Y"], a.get("axis", -1)))})
+    case(op, "ties_7x5", {"X": ties([7, 5]), "Y": ties([7, 5])}, {}, ref)
+    case(op, "row_bias", {"X": ties([6, 5]), "Y": ties([5])}, {"axis": -1}, ref)
+    case(op, "channel_axis1", {"X": ties([2, 3, 4]), "Y": ties([3])}, {"axis": 1}, ref)
+    case(op, "both_broadcast_fp64", {"X": ties([4, 1, 5], "float64"), "Y": ties([3, 1], "float64")}, {}, ref)
+    case(op, "int32", {"X": i32(7, 5, lo=-3, hi=3), "Y": i32(5, lo=-3, hi=3)}, {}, ref)
+    case(op, "int64_x_lower_rank", {"X": i64(5, lo=-3, hi=3), "Y": i64(4, 5, lo=-3, hi=3)}, {}, ref)
+    case(op, "bool", {"X": R([4, 5], "bool"), "Y": R([4, 5], "bool")}, {}, ref)
+    case(op, "random_f32", {"X": f32(7, 5), "Y": f32(7, 5)}, {}, ref)
+
+LOGICAL = {"logical_and": torch.logical_and, "logical_or": torch.logical_or, "logical_xor": torch.logical_xor}
+for op, fn in LOGICAL.items():
+    ref = (lambda t, a, fn=fn: {"Out": fn(t["X"], t["Y"])})
+    case(op, "same_4x5", {"X": R([4, 5], "bool"), "Y": R([4, 5], "bool")}, {}, ref)
+    case(op, "bcast", {"X": R([3, 1, 5], "bool"), "Y": R([4, 5], "bool")}, {}, ref)
+case("logical_not", "4x5", {"X": R([4, 5], "bool")}, {}, lambda t, a: {"Out": torch.logical_not(t["X"])})
+case("logical_not", "3d", {"X": R([2, 3, 4], "bool")}, {}, lambda t, a: {"Out": torch.logical_not(t["X"])})
+
+
+def ref_where(t, a):
+    return {"Out": torch.where(t["Condition"], t["X"], t["Y"])}
+
+
+case("where", "7x5", {"Condition": R([7, 5], "bool"), "X": f32(7, 5), "Y": f32(7, 5)}, {}, ref_where)
+case("where", "4d", {"Condition": R([2, 3, 4, 5], "bool"), "X": f32(2, 3, 4, 5), "Y": f32(2, 3, 4, 5)}, {},
+     ref_where)
+case("where", "fp64", {"Condition": R([6, 4], "bool"), "X": f64(6, 4), "Y": f64(6, 4)}, {}, ref_where)
+case("where", "int32", {"Condition": R([6, 4], "bool"), "X": i32(6, 4), "Y": i32(6, 4)}, {}, ref_where)
+case("where", "int64", {"Condition": R([9], "bool"), "X": i64(9), "Y": i64(9)}, {}, ref_where)
+
 for op, fn in (("relu", torch.relu), ("sigmoid", torch.sigmoid), ("tanh", torch.tanh)):
     for name, xs in (("7x5", f32(7, 5)), ("4d", f32(2, 3, 4, 5, lo=-6, hi=6)),
                      ("1x1", f32(1, 1)), ("1d_13", f32(13)), ("fp64", f64(7, 5, lo=-8, hi=8))):
@@ -1279,6 +1367,21 @@ def test_dropout_train(impl, tmp_path):
         masks.append(m)
     assert np.array_equal(masks[0], masks[1]), "same seed, different masks"
     assert not np.array_equal(masks[0], masks[2]), "seeds 7 and 8 gave the same mask"
+
+
+@pytest.mark.parametrize("op", ["elementwise_mod", "elementwise_floordiv"])
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_integer_division_by_zero_is_refused(op, dtype, tmp_path):
+    """An integer 0 divisor is a clean error naming Y (Paddle throws; C would trap)."""
+    prog = Program()
+    prog.var("x", dtype, [2, 3])
+    prog.var("y", dtype, [3])
+    prog.var("out", dtype, [2, 3])
+    prog.op(op, {"X": ["x"], "Y": ["y"]}, {"Out": ["out"]}, {"axis": -1})
+    prog.save(str(tmp_path / "p.json"))
+    feeds = {"x": np.arange(6, dtype=dtype).reshape(2, 3), "y": np.array([1, 0, 2], dtype)}
+    with pytest.raises(PeError, match="Y 'y' holds a 0: integer division by zero"):
+        run_pe(str(tmp_path / "p.json"), feeds, ["out"], workdir=str(tmp_path))
 
 
 # ---- coverage: every forward op in ops.def has rows --------------------------------------

@@ -34,7 +34,7 @@
 
 typedef struct empty_row {
     const char *op;
-    const char *ins;    /* "Slot=f[0,3] ..."; dtype f fp32, d fp64, i int32, l int64; a slot may repeat */
+    const char *ins;    /* "Slot=f[0,3] ..."; dtype f fp32, d fp64, i int32, l int64, b bool; a slot may repeat */
     const char *outs;   /* output slots, in order; a slot may repeat ("Out Out": two parts) */
     const char *attrs;  /* "name=value ...", types from the registry; lists comma-separated */
     const char *want;   /* dims of the first output, "[0,3]" */
@@ -49,6 +49,24 @@ static const empty_row k_rows[] = {
     {"elementwise_sub", "X=f[0,3] Y=f[0,3]", "Out", "", "[0,3]", NULL, NULL, true},
     {"elementwise_mul", "X=f[0,3] Y=f[3]", "Out", "", "[0,3]", NULL, NULL, true},
     {"elementwise_div", "X=f[2,0] Y=f[2,0]", "Out", "", "[2,0]", NULL, NULL, true},
+    {"elementwise_max", "X=f[0,3] Y=f[3]", "Out", "", "[0,3]", NULL, NULL, true},
+    {"elementwise_min", "X=f[2,0] Y=f[2,0]", "Out", "", "[2,0]", NULL, NULL, true},
+    {"elementwise_pow", "X=d[0,3] Y=d[1,3]", "Out", "", "[0,3]", NULL, NULL, true},
+    {"elementwise_mod", "X=f[0,3] Y=f[3]", "Out", "", "[0,3]", NULL, NULL, false},
+    {"elementwise_floordiv", "X=l[0,3] Y=l[3]", "Out", "", "[0,3]", NULL, NULL, false}, /* Y's 0s are never read */
+    {"equal", "X=f[0,3] Y=f[3]", "Out", "", "[0,3]", NULL, NULL, false},
+    {"not_equal", "X=i[0,3] Y=i[0,3]", "Out", "", "[0,3]", NULL, NULL, false},
+    {"less_than", "X=d[2,0] Y=d[2,1]", "Out", "", "[2,0]", NULL, NULL, false},
+    {"less_equal", "X=l[0] Y=l[1]", "Out", "", "[0]", NULL, NULL, false},
+    {"greater_than", "X=b[0,3] Y=b[3]", "Out", "", "[0,3]", NULL, NULL, false},
+    {"greater_equal", "X=f[3,0] Y=f[3,1]", "Out", "axis=0", "[3,0]", NULL, NULL, false},
+    {"logical_and", "X=b[0,3] Y=b[3]", "Out", "", "[0,3]", NULL, NULL, false},
+    {"logical_or", "X=b[0,3] Y=b[0,3]", "Out", "", "[0,3]", NULL, NULL, false},
+    {"logical_xor", "X=b[2,0] Y=b[1,0]", "Out", "", "[2,0]", NULL, NULL, false},
+    {"logical_not", "X=b[0,3]", "Out", "", "[0,3]", NULL, NULL, false},
+    {"where", "Condition=b[0,3] X=f[0,3] Y=f[0,3]", "Out", "", "[0,3]", NULL, NULL, true},
+    {"where", "Condition=b[2,0] X=l[2,0] Y=l[2,0]", "Out", "", "[2,0]", NULL, NULL, false},
+    {"logical_and", "X=b[0,3] Y=f[3]", "Out", "", NULL, NULL, "they must match", false},
     {"relu", "X=f[0,3]", "Out", "", "[0,3]", NULL, NULL, true},
     {"sigmoid", "X=f[0,3]", "Out", "", "[0,3]", NULL, NULL, true},
     {"tanh", "X=f[0,3]", "Out", "", "[0,3]", NULL, NULL, true},
@@ -251,6 +269,7 @@ static pe_dtype dtype_of(char c) {
     case 'd': return PE_DTYPE_FP64;
     case 'i': return PE_DTYPE_INT32;
     case 'l': return PE_DTYPE_INT64;
+    case 'b': return PE_DTYPE_BOOL;
     default: return PE_DTYPE_FP32;
     }
 }
