@@ -270,9 +270,72 @@ def test_math_functions_and_later_activations():
     sum(w.sum() for w in want.values()).div(1).backward()
     close(vals[-2], X.grad, "dx")
     close(vals[-1], P.grad, "dp")
-    with pytest.raises(pe.UnsupportedError, match="pe.pow: y must be a number"):
-        with pe.static.program_guard(pe.static.Program(), pe.static.Program()):
-            pe.pow(pe.static.data("a", [2], "float32"), pe.static.data("b", [2], "float32"))
     with pytest.raises(pe.InvalidArgumentError, match="selu: scale must be greater than 1.0"):
         with pe.static.program_guard(pe.static.Program(), pe.static.Program()):
             F.selu(pe.static.data("a", [2], "float32"), scale=0.5)
+
+
+def test_binary_compare_logical_and_where():
+    """pe.maximum ... pe.where: values against torch, bool results, Paddle's op
+    names, and the gradients (max/min ties to y, as Paddle; where to x / y)."""
+    rng = np.random.RandomState(5)
+    xv = rng.randint(-3, 4, (6, 5)).astype(np.float32)  # ties for max/min/equal
+    yv = rng.randint(-3, 4, (5,)).astype(np.float32)
+    pv = rng.uniform(0.5, 2, (6, 5)).astype(np.float32)
+    iv = rng.randint(-20, 20, (6, 5)).astype(np.int64)
+    jv = (rng.randint(1, 6, (5,)) * rng.choice([-1, 1], 5)).astype(np.int64)
+
+    main, startup = pe.static.Program(), pe.static.Program()
+    with pe.static.program_guard(main, startup), unique_name.guard():
+        x = pe.static.data("x", [None, 5], "float32")
+        y = pe.static.data("y", [5], "float32")
+        p = pe.static.data("p", [None, 5], "float32")
+        i = pe.static.data("i", [None, 5], "int64")
+        j = pe.static.data("j", [5], "int64")
+        x.stop_gradient = y.stop_gradient = p.stop_gradient = False
+        gt = pe.greater_than(x, y)
+        outs = {"maximum": pe.maximum(x, y), "minimum": pe.minimum(x, y), "pow": pe.pow(p, y),
+                "pow_op": p ** y, "mod": pe.mod(i, j), "remainder": pe.remainder(x, y + 10.0),
+                "floor_divide": pe.floor_divide(i, j), "floordiv_op": i // j, "mod_op": i % j,
+                "equal": pe.equal(x, y), "not_equal": pe.not_equal(x, y), "less_than": pe.less_than(x, y),
+                "less_equal": pe.less_equal(x, y), "greater_than": gt, "greater_equal": pe.greater_equal(x, y),
+                "lt_op": x < y, "ge_op": x >= 0.5,
+                "logical_and": pe.logical_and(gt, pe.less_than(x, p)), "logical_or": pe.logical_or(gt, x > p),
+                "logical_xor": pe.logical_xor(gt, x > p), "logical_not": pe.logical_not(gt),
+                "where": pe.where(gt, x, p), "where_bcast": pe.where(gt, x, y)}
+        grad_keys = ["maximum", "minimum", "pow", "where", "where_bcast"]
+        total = pe.mean(sum(pe.sum(outs[k] * (n + 1.0)) for n, k in enumerate(grad_keys)))
+        gx, gy, gp = pe.static.gradients([total], [x, y, p])
+    types = [op.type for op in main.global_block().ops]
+    for op in ("elementwise_max", "elementwise_min", "elementwise_pow", "elementwise_mod", "elementwise_floordiv",
+               "equal", "not_equal", "less_than", "less_equal", "greater_than", "greater_equal", "logical_and",
+               "logical_or", "logical_xor", "logical_not", "where"):
+        assert op in types, op
+    keys = list(outs)
+    vals = pe.static.Executor().run(main, feed={"x": xv, "y": yv, "p": pv, "i": iv, "j": jv},
+                                    fetch_list=[outs[k] for k in keys] + [gx, gy, gp], scope=pe.static.Scope())
+    X, Y, P = (torch.tensor(v, dtype=torch.float64, requires_grad=True) for v in (xv, yv, pv))
+    I, J = torch.tensor(iv), torch.tensor(jv)
+    G = X > Y
+    want = {"maximum": torch.where(X > Y, X, Y), "minimum": torch.where(X < Y, X, Y), "pow": P ** Y,
+            "pow_op": P ** Y, "mod": torch.remainder(I, J), "remainder": torch.remainder(X, Y + 10.0),
+            "floor_divide": torch.div(I, J, rounding_mode="floor"), "floordiv_op": torch.div(I, J, rounding_mode="floor"),
+            "mod_op": torch.remainder(I, J), "equal": X == Y, "not_equal": X != Y, "less_than": X < Y,
+            "less_equal": X <= Y, "greater_than": G, "greater_equal": X >= Y, "lt_op": X < Y, "ge_op": X >= 0.5,
+            "logical_and": G & (X < P), "logical_or": G | (X > P), "logical_xor": G ^ (X > P),
+            "logical_not": ~G, "where": torch.where(G, X, P), "where_bcast": torch.where(G, X, Y)}
+    for k, v in zip(keys, vals):
+        w = want[k].detach()
+        if w.dtype == torch.bool:
+            assert v.dtype == np.bool_ and outs[k].dtype == "bool", k
+            np.testing.assert_array_equal(v, w.numpy(), err_msg=k)
+        elif w.dtype == torch.int64:
+            assert v.dtype == np.int64, k
+            np.testing.assert_array_equal(v, w.numpy(), err_msg=k)
+        else:
+            close(v, w, k)
+    total_t = sum((want[k] * (n + 1.0)).sum() for n, k in enumerate(grad_keys)) / 1.0
+    total_t.backward()
+    close(vals[-3], X.grad, "dx")
+    close(vals[-2], Y.grad, "dy")
+    close(vals[-1], P.grad, "dp")

@@ -236,3 +236,54 @@ def test_math_layers_ops_and_attrs():
     np.testing.assert_allclose(vals[14], np.clip(0.2 * xv + 0.5, 0, 1), rtol=1e-6)
     np.testing.assert_allclose(vals[15], np.where(xv > 0, xv, 1.6732632423543772 * np.expm1(xv)) * 1.0507009873554805,
                                rtol=1e-6)
+
+
+def test_binary_compare_logical_layers():
+    """fluid.layers' elementwise_max ... logical_not: Paddle's ops, the 1.x `axis`,
+    `cond` / `out` forms, and values; fluid.layers.where(condition) is where_index."""
+    main, startup = fresh()
+    L = fluid.layers
+    with fluid.program_guard(main, startup), unique_name.guard():
+        x = L.data(name="x", shape=[3, 4], dtype="float32")
+        y = L.data(name="y", shape=[3], dtype="float32", append_batch_size=False)
+        i = L.data(name="i", shape=[4], dtype="int32")
+        j = L.data(name="j", shape=[4], dtype="int32", append_batch_size=False)
+        cond = fluid.default_main_program().global_block().create_var(name="cond", shape=[-1, 3, 4], dtype="bool")
+        lt = L.less_than(x, L.fill_constant([1], "float32", 0.0), force_cpu=True)
+        outs = [L.elementwise_max(x, y, axis=1), L.elementwise_min(x, y, axis=1),
+                L.elementwise_pow(L.abs(x), y, axis=1), L.elementwise_mod(i, j), L.elementwise_floordiv(i, j),
+                L.equal(x, x), L.not_equal(x, x), lt, L.less_equal(x, x), L.greater_than(x, x, cond=cond),
+                L.greater_equal(x, x), L.logical_and(lt, lt), L.logical_or(lt, lt), L.logical_xor(lt, lt),
+                L.logical_not(lt)]
+    assert outs[9] is cond
+    ops = main.global_block().ops
+    types = [op.type for op in ops]
+    for op in ("elementwise_max", "elementwise_min", "elementwise_pow", "elementwise_mod", "elementwise_floordiv",
+               "equal", "not_equal", "less_than", "less_equal", "greater_than", "greater_equal", "logical_and",
+               "logical_or", "logical_xor", "logical_not"):
+        assert op in types, op
+    assert next(op for op in ops if op.type == "elementwise_max").all_attrs()["axis"] == 1
+    assert next(op for op in ops if op.type == "less_than").all_attrs()["force_cpu"] is True
+    rng = np.random.RandomState(2)
+    xv = rng.randn(2, 3, 4).astype(np.float32)
+    yv = np.array([0.5, -1.0, 2.0], np.float32)
+    iv = rng.randint(-9, 9, (2, 4)).astype(np.int32)
+    jv = np.array([3, -3, 2, -5], np.int32)
+    vals = fluid.Executor(fluid.CPUPlace()).run(main, feed={"x": xv, "y": yv, "i": iv, "j": jv}, fetch_list=outs,
+                                                scope=pe.static.Scope())
+    yb = yv.reshape(3, 1)
+    np.testing.assert_allclose(vals[0], np.maximum(xv, yb), rtol=1e-6)
+    np.testing.assert_allclose(vals[1], np.minimum(xv, yb), rtol=1e-6)
+    np.testing.assert_allclose(vals[2], np.abs(xv) ** yb, rtol=1e-5)
+    np.testing.assert_array_equal(vals[3], np.mod(iv, jv))  # Python's %: the sign of the divisor
+    np.testing.assert_array_equal(vals[4], np.floor_divide(iv, jv))
+    lt_v = xv < 0
+    for k, want in ((5, True), (6, False), (8, True), (9, False), (10, True)):
+        assert vals[k].dtype == np.bool_ and vals[k].all() == want and vals[k].any() == want, k
+    np.testing.assert_array_equal(vals[7], lt_v)
+    np.testing.assert_array_equal(vals[11], lt_v)
+    np.testing.assert_array_equal(vals[12], lt_v)
+    np.testing.assert_array_equal(vals[13], np.zeros_like(lt_v))
+    np.testing.assert_array_equal(vals[14], ~lt_v)
+    with pytest.raises(pe.UnsupportedError, match="where_index"):
+        L.where(lt)

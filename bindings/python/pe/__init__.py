@@ -29,7 +29,9 @@ from .param_attr import ParamAttr  # noqa: F401
 from .tensor import (mean, sum, matmul, reshape, transpose, concat, flatten, cast, argmax, add,  # noqa: F401
                      subtract, multiply, divide, scale, topk, full, ones, zeros, tanh, sigmoid, seed,
                      unsqueeze, squeeze, split, slice, exp, log, sqrt, rsqrt, square, abs, sign, floor, ceil,
-                     round, pow, clip)
+                     round, pow, clip, maximum, minimum, mod, remainder, floor_divide, equal, not_equal,
+                     less_than, less_equal, greater_than, greater_equal, logical_and, logical_or, logical_xor,
+                     logical_not, where)
 from . import utils  # noqa: F401
 from . import nn  # noqa: F401
 from . import static  # noqa: F401

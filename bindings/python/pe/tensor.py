@@ -18,7 +18,9 @@ __all__ = [
     "mean", "sum", "matmul", "reshape", "transpose", "concat", "flatten", "cast", "argmax", "add", "subtract",
     "multiply", "divide", "scale", "topk", "full", "ones", "zeros", "fill_constant", "tanh", "sigmoid", "relu",
     "square_error_cost", "seed", "broadcast_shape", "unsqueeze", "squeeze", "split", "slice", "exp", "log", "sqrt",
-    "rsqrt", "square", "abs", "sign", "floor", "ceil", "round", "pow", "clip",
+    "rsqrt", "square", "abs", "sign", "floor", "ceil", "round", "pow", "clip", "maximum", "minimum", "mod",
+    "remainder", "floor_divide", "equal", "not_equal", "less_than", "less_equal", "greater_than", "greater_equal",
+    "logical_and", "logical_or", "logical_xor", "logical_not", "where",
 ]
 
 
@@ -188,13 +190,132 @@ def round(x, name=None):
 
 
 def pow(x, y, name=None):
-    """x ** y for a number y: Paddle's `pow` op with attr factor = y."""
+    """x ** y: Paddle's `pow` op (attr factor = y) for a number y, elementwise_pow
+    (broadcasting) for a Variable y."""
     if isinstance(y, Variable):
-        raise _core.UnsupportedError("pe.pow: y must be a number (the elementwise_pow op for a Variable y is not "
-                                     "supported yet)")
+        return _elementwise("elementwise_pow", x, y, -1, name)
     if isinstance(y, bool) or not isinstance(y, (int, float, np.integer, np.floating)):
         raise TypeError("pe.pow: y must be a float or int, got %s" % type(y).__name__)
     return _unary("pow", x, name, {"factor": float(y)})
+
+
+# ---- binary math, compare and logical ops (ops/elementwise.c) ---------------------
+
+def maximum(x, y, name=None):
+    """Elementwise max (elementwise_max); a tie's gradient goes to y, as Paddle's."""
+    return _elementwise("elementwise_max", x, y, -1, name)
+
+
+def minimum(x, y, name=None):
+    """Elementwise min (elementwise_min); a tie's gradient goes to y, as Paddle's."""
+    return _elementwise("elementwise_min", x, y, -1, name)
+
+
+def mod(x, y, name=None):
+    """x % y with the sign of y (Python's %; elementwise_mod). No gradient."""
+    return _elementwise("elementwise_mod", x, y, -1, name)
+
+
+remainder = mod
+
+
+def floor_divide(x, y, name=None):
+    """x // y rounded toward -inf (elementwise_floordiv). No gradient."""
+    return _elementwise("elementwise_floordiv", x, y, -1, name)
+
+
+def _bool_op(op_type, inputs, shape, attrs=None, out=None, name=None):
+    """Appends op_type (inputs {slot: Variable}) with a bool Out of `shape` (or into `out`)."""
+    for slot, v in inputs.items():
+        check_variable(v, slot.lower(), op_type)
+    require_op(op_type, "pe." + op_type)
+    helper = LayerHelper(op_type, name)
+    if out is None:
+        out = helper.create_variable_for_type_inference("bool", shape=shape, stop_gradient=True)
+    helper.append_op(op_type, {k: [v] for k, v in inputs.items()}, {"Out": [out]}, attrs)
+    out.stop_gradient = True
+    return out
+
+
+def _compare(op_type, x, y, name=None, out=None, attrs=None):
+    check_variable(x, "x", op_type)
+    y = _to_var(y, x, op_type)
+    return _bool_op(op_type, {"X": x, "Y": y}, broadcast_shape(x.shape, y.shape), attrs, out, name)
+
+
+def equal(x, y, name=None):
+    return _compare("equal", x, y, name)
+
+
+def not_equal(x, y, name=None):
+    return _compare("not_equal", x, y, name)
+
+
+def less_than(x, y, name=None):
+    return _compare("less_than", x, y, name)
+
+
+def less_equal(x, y, name=None):
+    return _compare("less_equal", x, y, name)
+
+
+def greater_than(x, y, name=None):
+    return _compare("greater_than", x, y, name)
+
+
+def greater_equal(x, y, name=None):
+    return _compare("greater_equal", x, y, name)
+
+
+def _logical(op_type, x, y=None, out=None, name=None):
+    if y is None:
+        return _bool_op(op_type, {"X": x}, x.shape, out=out, name=name)
+    check_variable(y, "y", op_type)
+    return _bool_op(op_type, {"X": x, "Y": y}, broadcast_shape(x.shape, y.shape), out=out, name=name)
+
+
+def logical_and(x, y, out=None, name=None):
+    return _logical("logical_and", x, y, out, name)
+
+
+def logical_or(x, y, out=None, name=None):
+    return _logical("logical_or", x, y, out, name)
+
+
+def logical_xor(x, y, out=None, name=None):
+    return _logical("logical_xor", x, y, out, name)
+
+
+def logical_not(x, out=None, name=None):
+    return _logical("logical_not", x, None, out, name)
+
+
+def _zeros_like(x):
+    helper = LayerHelper("fill_any_like")
+    out = helper.create_variable_for_type_inference(x.dtype, shape=x.shape, stop_gradient=True)
+    helper.append_op("fill_any_like", {"X": [x]}, {"Out": [out]}, {"value": 0.0, "dtype": -1})
+    return out
+
+
+def where(condition, x, y, name=None):
+    """x where condition, else y (the `where` op; gradients reach x and y).
+    Shapes that differ are broadcast first as Paddle's API does: adding the
+    zeros of the broadcast shape (fill_any_like + elementwise_add)."""
+    check_variable(condition, "condition", "where")
+    check_variable(x, "x", "where")
+    y = _to_var(y, x, "where")
+    if condition.dtype != "bool":
+        raise TypeError("pe.where: condition must be bool, got %s" % condition.dtype)
+    shape = broadcast_shape(broadcast_shape(condition.shape, x.shape), y.shape)
+    if not (list(condition.shape) == list(x.shape) == list(y.shape)):
+        c = cast(condition, x.dtype)
+        zeros = add(add(_zeros_like(x), _zeros_like(y)), _zeros_like(c))
+        x, y, condition = add(x, zeros), add(y, zeros), cast(add(c, zeros), "bool")
+    require_op("where", "pe.where")
+    helper = LayerHelper("where", name)
+    out = helper.create_variable_for_type_inference(x.dtype, shape=shape)
+    helper.append_op("where", {"Condition": [condition], "X": [x], "Y": [y]}, {"Out": [out]})
+    return out
 
 
 _FLT_MAX = float(np.finfo(np.float32).max)
@@ -588,6 +709,13 @@ def _install_variable_operators(cls):
     cls.__rmul__ = binary("elementwise_mul", True)
     cls.__truediv__ = binary("elementwise_div")
     cls.__rtruediv__ = binary("elementwise_div", True)
+    cls.__pow__ = lambda self, o: pow(self, o)
+    cls.__mod__ = binary("elementwise_mod")
+    cls.__floordiv__ = binary("elementwise_floordiv")
+    cls.__lt__ = lambda self, o: less_than(self, o)
+    cls.__le__ = lambda self, o: less_equal(self, o)
+    cls.__gt__ = lambda self, o: greater_than(self, o)
+    cls.__ge__ = lambda self, o: greater_equal(self, o)
     cls.__neg__ = lambda self: scale(self, -1.0)
     cls.__matmul__ = lambda self, o: matmul(self, o)
     cls.astype = lambda self, dtype: cast(self, dtype)

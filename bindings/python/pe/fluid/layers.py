@@ -20,7 +20,10 @@ __all__ = ["data", "fc", "conv2d", "pool2d", "batch_norm", "embedding", "dropout
            "softmax_with_cross_entropy", "accuracy", "concat", "reshape", "transpose", "flatten", "elementwise_add",
            "elementwise_sub", "elementwise_mul", "elementwise_div", "fill_constant", "cast", "scale", "matmul",
            "topk", "argmax", "split", "sums", "exp", "log", "sqrt", "rsqrt", "square", "abs", "sign", "floor", "ceil",
-           "round", "pow", "clip", "relu6", "elu", "softplus", "swish", "hard_sigmoid", "selu"]
+           "round", "pow", "clip", "relu6", "elu", "softplus", "swish", "hard_sigmoid", "selu", "elementwise_max",
+           "elementwise_min", "elementwise_pow", "elementwise_mod", "elementwise_floordiv", "equal", "not_equal",
+           "less_than", "less_equal", "greater_than", "greater_equal", "logical_and", "logical_or", "logical_xor",
+           "logical_not", "where"]
 
 
 def data(name, shape, append_batch_size=True, dtype="float32", lod_level=0, type=None, stop_gradient=True):
@@ -209,6 +212,65 @@ def elementwise_mul(x, y, axis=-1, act=None, name=None):
 
 def elementwise_div(x, y, axis=-1, act=None, name=None):
     return _elementwise("elementwise_div", x, y, axis, act, name)
+
+
+def elementwise_max(x, y, axis=-1, act=None, name=None):
+    return _elementwise("elementwise_max", x, y, axis, act, name)
+
+
+def elementwise_min(x, y, axis=-1, act=None, name=None):
+    return _elementwise("elementwise_min", x, y, axis, act, name)
+
+
+def elementwise_pow(x, y, axis=-1, act=None, name=None):
+    return _elementwise("elementwise_pow", x, y, axis, act, name)
+
+
+def elementwise_mod(x, y, axis=-1, act=None, name=None):
+    return _elementwise("elementwise_mod", x, y, axis, act, name)
+
+
+def elementwise_floordiv(x, y, axis=-1, act=None, name=None):
+    return _elementwise("elementwise_floordiv", x, y, axis, act, name)
+
+
+# compare layers: `cond` is an existing bool Variable to write into (fluid's form)
+def equal(x, y, cond=None, name=None):
+    return _t._compare("equal", x, y, name, out=cond)
+
+
+def not_equal(x, y, cond=None, name=None):
+    return _t._compare("not_equal", x, y, name, out=cond)
+
+
+def less_than(x, y, force_cpu=None, cond=None, name=None):
+    attrs = None if force_cpu is None else {"force_cpu": bool(force_cpu)}
+    return _t._compare("less_than", x, y, name, out=cond, attrs=attrs)
+
+
+def less_equal(x, y, cond=None, name=None):
+    return _t._compare("less_equal", x, y, name, out=cond)
+
+
+def greater_than(x, y, cond=None, name=None):
+    return _t._compare("greater_than", x, y, name, out=cond)
+
+
+def greater_equal(x, y, cond=None, name=None):
+    return _t._compare("greater_equal", x, y, name, out=cond)
+
+
+logical_and = _t.logical_and
+logical_or = _t.logical_or
+logical_xor = _t.logical_xor
+logical_not = _t.logical_not
+
+
+def where(condition):
+    """fluid.layers.where(condition) is Paddle 1.x's where_index (the coordinates
+    of the true elements), an op PE does not have; pe.where(cond, x, y) selects."""
+    raise _core.UnsupportedError("fluid.layers.where(condition) needs the where_index op, which PE does not "
+                                 "register; for a select use pe.where(condition, x, y)")
 
 
 def fill_constant(shape, dtype, value, force_cpu=False, out=None, name=None):
