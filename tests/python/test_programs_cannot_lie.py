@@ -221,6 +221,12 @@ _ALIAS_ROWS += [
     ("elu_grad", {"X": [_r(2, 3)], "Out": [_r(2, 3)], "Out@GRAD": [_r(2, 3)]}, {}, [("Out@GRAD", "X@GRAD")]),
     ("selu_grad", {"Out": [_r(2, 3)], "Out@GRAD": [_r(2, 3)]}, {}, [("Out@GRAD", "X@GRAD")]),
     ("round_grad", {"Out@GRAD": [_r(2, 3)]}, {}, [("Out@GRAD", "X@GRAD")]),
+    ("elementwise_max", {"X": [_r(2, 3)], "Y": [_r(3)]}, {}, [("X", "Out")]),
+    ("elementwise_pow", {"X": [_r(2, 3, lo=0.5, hi=2.0)], "Y": [_r(2, 3)]}, {}, [("X", "Out")]),
+    ("elementwise_floordiv", {"X": [_r(2, 3)], "Y": [_r(3, lo=0.5, hi=2.0)]}, {}, [("X", "Out")]),
+    ("logical_xor", {"X": [_r(2, 3) > 0], "Y": [_r(3) > 0]}, {}, [("X", "Out")]),
+    ("logical_not", {"X": [_r(2, 3) > 0]}, {}, [("X", "Out")]),
+    ("where", {"Condition": [_r(2, 3) > 0], "X": [_r(2, 3)], "Y": [_r(2, 3)]}, {}, [("X", "Out")]),
 ]
 
 _OUT_SLOTS = {"batch_norm": [("Y", "float32")], "dropout": [("Out", "float32"), ("Mask", "uint8")]}
