@@ -69,7 +69,8 @@ static inline int64_t div_i64(int64_t a, int64_t b) {
  * rounds the double result (llrint(pow(a, b)), saturated here); mod takes
  * the sign of the divisor (Python's %, fmod for floats); floordiv rounds
  * toward -inf (Python's //: the float form is Paddle's and torch's, from
- * fmod). Integer x % -1 is 0 and x // -1 wraps; a zero integer divisor never
+ * fmod), as Paddle >= 2.6 and its docs; Paddle 2.0-2.5 kernels truncated
+ * (std::trunc(a / b)), which differs for operands of opposite signs. Integer x % -1 is 0 and x // -1 wraps; a zero integer divisor never
  * reaches these (ew_binary refuses it). */
 #define FMAX(a, b) ((a) > (b) ? (a) : (b))
 #define FMIN(a, b) ((a) < (b) ? (a) : (b))
