@@ -743,6 +743,45 @@ for op, fn in (("reduce_sum", torch.sum), ("reduce_mean", torch.mean)):
              flat=("Out",) if at.get("reduce_all") else ())
 case("reduce_sum", "int64", {"X": i64(3, 4, 5)}, {"dim": [0, 2]}, lambda t, a: ref_reduce(t, a, torch.sum))
 
+
+# reduce_max / min / prod (float and int) and reduce_any / all (bool), the same attrs;
+# torch.prod / any / all take one dim at a time (torch 1.13). prod's inputs stay
+# near |1| (nonzero: the gradient divides by X); int prod wraps around like torch's
+# int64 product cast back.
+def t_each_dim(fn):
+    def f(x, dim, keepdim):
+        for d in sorted(dim, reverse=True):
+            x = fn(x, d, keepdim=keepdim)
+        return x
+    return f
+
+
+REDUCE_MORE = {"reduce_max": torch.amax, "reduce_min": torch.amin, "reduce_prod": t_each_dim(torch.prod)}
+for op, fn in REDUCE_MORE.items():
+    kw = {"lo": 0.6, "hi": 1.6, "nonzero": True} if op == "reduce_prod" else {}
+    for name, xs, at in (("dim0_default", f32(7, 5, **kw), {}), ("last", f32(2, 3, 4, **kw), {"dim": [-1]}),
+                         ("two_dims_keep", f32(2, 3, 4, 5, **kw), {"dim": [1, 3], "keep_dim": True}),
+                         ("hw_of_nchw", f32(2, 3, 4, 5, **kw), {"dim": [2, 3]}),
+                         ("reduce_all", f32(3, 4, 5, **kw), {"reduce_all": True}),
+                         ("one_sized", f32(1, 5, 1, **kw), {"dim": [0, 2]}),
+                         ("fp64", f64(4, 6, 3, **kw), {"dim": [1]})):
+        case(op, name, {"X": xs}, at, lambda t, a, fn=fn: ref_reduce(t, a, fn),
+             flat=("Out",) if at.get("reduce_all") else ())
+    case(op, "int32", {"X": i32(3, 4, 5, lo=-3, hi=4)}, {"dim": [0, 2]}, lambda t, a, fn=fn: ref_reduce(t, a, fn),
+         dtypes={"Out": "int32"})
+    case(op, "int64_all", {"X": i64(4, 6, lo=-3, hi=4)}, {"reduce_all": True}, lambda t, a, fn=fn: ref_reduce(t, a, fn),
+         flat=("Out",), dtypes={"Out": "int64"})
+case("reduce_max", "nan_propagates", {"X": R([2, 4], fn=lambda r: np.array([[1, np.nan, 3, 2], [4, 5, 6, 7]]))},
+     {"dim": [1]}, lambda t, a: ref_reduce(t, a, torch.amax), upcast=False)
+case("reduce_min", "big", {"X": f32(300, 400)}, {"dim": [0]}, lambda t, a: ref_reduce(t, a, torch.amin), threads=True)
+MOSTLY_TRUE = R([4, 6], "bool", fn=lambda r: r.random((4, 6)) < 0.9)
+for op, fn in (("reduce_any", t_each_dim(torch.any)), ("reduce_all", t_each_dim(torch.all))):
+    for name, xs, at in (("dim0_default", R([7, 5], "bool"), {}), ("last_keep", MOSTLY_TRUE, {"dim": [-1], "keep_dim": True}),
+                         ("two_dims", R([2, 3, 4, 5], "bool"), {"dim": [1, 3]}),
+                         ("reduce_all", MOSTLY_TRUE, {"reduce_all": True})):
+        case(op, name, {"X": xs}, at, lambda t, a, fn=fn: ref_reduce(t, a, fn),
+             flat=("Out",) if at.get("reduce_all") else ())
+
 for name, xs, at in (("default_alpha", f32(7, 5), {}), ("alpha_0.2_4d", f32(2, 3, 4, 5), {"alpha": 0.2}),
                      ("fp64", f64(6, 4), {"alpha": 0.01})):
     case("leaky_relu", name, {"X": xs}, at, lambda t, a: {"Out": F.leaky_relu(t["X"], a.get("alpha", 0.02))})
@@ -1081,7 +1120,7 @@ def _check(case, name, got, want, want_dtype):
     rtol, atol = case.tol or (FP64_TOL if np.dtype(want_dtype) == np.float64 else FP32_TOL)
     g, w = got.astype(np.float64), want.astype(np.float64)
     err = np.abs(g - w)
-    bad = ~(err <= atol + rtol * np.abs(w))
+    bad = ~(err <= atol + rtol * np.abs(w)) & ~(np.isnan(g) & np.isnan(w))  # NaN where torch has NaN is right
     bad |= np.isnan(g) != np.isnan(w)
     if bad.any():
         i = np.unravel_index(np.argmax(np.where(bad, err, -1)), g.shape) if g.ndim else ()

@@ -127,6 +127,10 @@ grad_row("softmax_with_cross_entropy", "ignore_minus100",
          {"Logits": f32(7, 6), "Label": fw.labels([7, 1], 6, ignore=-100)}, {}, fw.ref_swce)
 grad_row("batch_norm", "train_odd_hw", fw.bn_inputs(f32(3, 5, 3, 7), 5), {"momentum": 0.9}, fw.ref_batch_norm)
 grad_row("layer_norm", "odd_wide", {"X": f32(3, 129), "Scale": f32(129), "Bias": f32(129)}, {}, fw.ref_layer_norm)
+grad_row("reduce_prod", "negatives_two_dims", {"X": f32(3, 4, 5, lo=-1.2, hi=1.2, nonzero=True)}, {"dim": [0, 2]},
+         lambda t, a: fw.ref_reduce(t, a, fw.REDUCE_MORE["reduce_prod"]))
+grad_row("reduce_max", "neg_dims_keep_fp64", {"X": f64(3, 1, 4, 5)}, {"dim": [-1, -3], "keep_dim": True},
+         lambda t, a: fw.ref_reduce(t, a, torch.amax))
 grad_row("reduce_mean", "neg_dims_keep", {"X": f32(3, 1, 4, 5)}, {"dim": [-1, -3], "keep_dim": True},
          lambda t, a: fw.ref_reduce(t, a, torch.mean))
 grad_row("lookup_table_v2", "repeated_ids", {"W": f32(4, 5), "Ids": R([6, 3], "int64", fn=lambda r: r.integers(0, 2, (6, 3)))},

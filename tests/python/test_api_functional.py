@@ -276,3 +276,41 @@ def test_math_functions_and_later_activations():
     with pytest.raises(pe.InvalidArgumentError, match="selu: scale must be greater than 1.0"):
         with pe.static.program_guard(pe.static.Program(), pe.static.Program()):
             F.selu(pe.static.data("a", [2], "float32"), scale=0.5)
+
+
+def test_reductions_max_min_prod_any_all():
+    """pe.max / min / prod / any / all: Paddle's reduce ops and attrs, values, and the
+    gradients of max (to the maximum) and prod against autograd."""
+    rng = np.random.RandomState(5)
+    xv = (rng.uniform(0.5, 1.5, (4, 3, 5)) * rng.choice([-1, 1], (4, 3, 5))).astype(np.float32)
+    bv = rng.rand(4, 3, 5) < 0.7
+    main, startup = pe.static.Program(), pe.static.Program()
+    with pe.static.program_guard(main, startup), unique_name.guard():
+        x = pe.static.data("x", [None, 3, 5], "float32")
+        b = pe.static.data("b", [None, 3, 5], "bool")
+        x.stop_gradient = False
+        outs = {"max": pe.max(x), "max1": pe.max(x, axis=1), "min_keep": pe.min(x, axis=[0, 2], keepdim=True),
+                "prod": pe.prod(x, axis=-1), "any": pe.any(b, axis=0), "all": pe.all(b),
+                "all_keep": pe.all(b, axis=(1, 2), keepdim=True)}
+        total = pe.sum(outs["max1"]) + pe.sum(outs["prod"])
+        gx, = pe.static.gradients([total], [x])
+    ops = [op.type for op in main.global_block().ops]
+    assert ops[:7] == ["reduce_max", "reduce_max", "reduce_min", "reduce_prod", "reduce_any", "reduce_all",
+                       "reduce_all"]
+    assert [list(outs[k].shape) for k in ("max", "max1", "min_keep", "prod", "any", "all", "all_keep")] == [
+        [1], [-1, 5], [1, 3, 1], [-1, 3], [3, 5], [1], [-1, 1, 1]]
+    assert outs["any"].dtype == "bool" and outs["all"].dtype == "bool"
+    keys = list(outs)
+    vals = pe.static.Executor().run(main, feed={"x": xv, "b": bv}, fetch_list=[outs[k] for k in keys] + [gx],
+                                    scope=pe.static.Scope())
+    got = dict(zip(keys, vals))
+    X = torch.tensor(xv, dtype=torch.float64, requires_grad=True)
+    close(got["max"], [X.max().item()], "max")
+    close(got["max1"], X.amax(1).detach(), "max1")
+    close(got["min_keep"], X.amin((0, 2), keepdim=True).detach(), "min_keep")
+    close(got["prod"], X.prod(-1).detach(), "prod")
+    np.testing.assert_array_equal(got["any"], bv.any(0))
+    np.testing.assert_array_equal(got["all"], [bv.all()])
+    np.testing.assert_array_equal(got["all_keep"], bv.all((1, 2), keepdims=True))
+    (X.amax(1).sum() + X.prod(-1).sum()).backward()
+    close(vals[-1], X.grad, "dx")

@@ -236,3 +236,30 @@ def test_math_layers_ops_and_attrs():
     np.testing.assert_allclose(vals[14], np.clip(0.2 * xv + 0.5, 0, 1), rtol=1e-6)
     np.testing.assert_allclose(vals[15], np.where(xv > 0, xv, 1.6732632423543772 * np.expm1(xv)) * 1.0507009873554805,
                                rtol=1e-6)
+
+
+def test_reduce_layers():
+    """fluid.layers.reduce_{max,min,prod,any,all}: Paddle's ops and attrs (dim, keep_dim, reduce_all), values."""
+    main, startup = fresh()
+    L = fluid.layers
+    with fluid.program_guard(main, startup), unique_name.guard():
+        x = L.data(name="x", shape=[3, 4], dtype="float32")
+        b = L.data(name="b", shape=[3, 4], dtype="bool")
+        outs = [L.reduce_max(x), L.reduce_min(x, dim=1), L.reduce_prod(x, dim=[1, 2], keep_dim=True),
+                L.reduce_any(b, dim=-1), L.reduce_all(b, dim=[0])]
+    ops = main.global_block().ops
+    assert [op.type for op in ops] == ["reduce_max", "reduce_min", "reduce_prod", "reduce_any", "reduce_all"]
+    a = [op.all_attrs() for op in ops]
+    assert a[0]["reduce_all"] and not a[1]["reduce_all"] and a[1]["dim"] == [1]
+    assert a[2]["dim"] == [1, 2] and a[2]["keep_dim"] and a[4]["dim"] == [0]
+    assert [list(o.shape) for o in outs] == [[1], [-1, 4], [-1, 1, 1], [-1, 3], [3, 4]]
+    assert outs[3].dtype == "bool"
+    rng = np.random.RandomState(3)
+    xv = rng.uniform(0.5, 1.5, (2, 3, 4)).astype(np.float32)
+    bv = rng.rand(2, 3, 4) < 0.6
+    vals = fluid.Executor(fluid.CPUPlace()).run(main, feed={"x": xv, "b": bv}, fetch_list=outs, scope=pe.static.Scope())
+    np.testing.assert_allclose(vals[0], [xv.max()], rtol=1e-6)
+    np.testing.assert_allclose(vals[1], xv.min(axis=1), rtol=1e-6)
+    np.testing.assert_allclose(vals[2], xv.prod(axis=(1, 2), keepdims=True), rtol=1e-5)
+    np.testing.assert_array_equal(vals[3], bv.any(axis=-1))
+    np.testing.assert_array_equal(vals[4], bv.all(axis=0))

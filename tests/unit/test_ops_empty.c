@@ -34,7 +34,7 @@
 
 typedef struct empty_row {
     const char *op;
-    const char *ins;    /* "Slot=f[0,3] ..."; dtype f fp32, d fp64, i int32, l int64; a slot may repeat */
+    const char *ins;    /* "Slot=f[0,3] ..."; dtype f fp32, d fp64, i int32, l int64, b bool; a slot may repeat */
     const char *outs;   /* output slots, in order; a slot may repeat ("Out Out": two parts) */
     const char *attrs;  /* "name=value ...", types from the registry; lists comma-separated */
     const char *want;   /* dims of the first output, "[0,3]" */
@@ -79,6 +79,17 @@ static const empty_row k_rows[] = {
     {"reduce_sum", "X=f[0,3]", "Out", "reduce_all=true", "[1]", "0", NULL, true},
     {"reduce_mean", "X=f[0,3]", "Out", "dim=0", "[3]", "nan", NULL, true},
     {"reduce_mean", "X=f[0,3]", "Out", "dim=1", "[0]", NULL, NULL, true},
+    /* reduce_max / min / prod / any / all: prod over nothing is 1, any false, all
+     * true (torch); max / min over nothing have no value (an error, as torch.amax) */
+    {"reduce_max", "X=f[0,3]", "Out", "dim=1", "[0]", NULL, NULL, true},
+    {"reduce_max", "X=f[0,3]", "Out", "dim=0", NULL, NULL, "empty along the reduced dims", false},
+    {"reduce_min", "X=d[2,0]", "Out", "dim=0", "[0]", NULL, NULL, true},
+    {"reduce_min", "X=l[2,0]", "Out", "reduce_all=true", NULL, NULL, "empty along the reduced dims", false},
+    {"reduce_prod", "X=f[0,3]", "Out", "dim=0", "[3]", "1", NULL, true},
+    {"reduce_prod", "X=i[3,0]", "Out", "dim=1 keep_dim=true", "[3,1]", "1", NULL, false},
+    {"reduce_any", "X=b[0,3]", "Out", "dim=0", "[3]", "0", NULL, false},
+    {"reduce_all", "X=b[3,0]", "Out", "dim=1", "[3]", "1", NULL, false},
+    {"reduce_all", "X=b[0]", "Out", "reduce_all=true", "[1]", "1", NULL, false},
     /* activations */
     {"leaky_relu", "X=f[0,3]", "Out", "", "[0,3]", NULL, NULL, true},
     {"gelu", "X=f[0,3]", "Out", "", "[0,3]", NULL, NULL, true},
@@ -251,6 +262,7 @@ static pe_dtype dtype_of(char c) {
     case 'd': return PE_DTYPE_FP64;
     case 'i': return PE_DTYPE_INT32;
     case 'l': return PE_DTYPE_INT64;
+    case 'b': return PE_DTYPE_BOOL;
     default: return PE_DTYPE_FP32;
     }
 }

@@ -7,6 +7,8 @@ the default main program, with an output Variable named like Paddle's
 unknown dim) so later layers can size their parameters. Numbers are
 computed by the C kernels when the program runs.
 """
+import builtins as _builtins
+
 import numpy as np
 
 from . import _core
@@ -18,7 +20,7 @@ __all__ = [
     "mean", "sum", "matmul", "reshape", "transpose", "concat", "flatten", "cast", "argmax", "add", "subtract",
     "multiply", "divide", "scale", "topk", "full", "ones", "zeros", "fill_constant", "tanh", "sigmoid", "relu",
     "square_error_cost", "seed", "broadcast_shape", "unsqueeze", "squeeze", "split", "slice", "exp", "log", "sqrt",
-    "rsqrt", "square", "abs", "sign", "floor", "ceil", "round", "pow", "clip",
+    "rsqrt", "square", "abs", "sign", "floor", "ceil", "round", "pow", "clip", "max", "min", "prod", "any", "all",
 ]
 
 
@@ -30,7 +32,7 @@ def _bcast_dim(a, b):
     if b == 1:
         return a
     if a == -1 or b == -1:
-        return max(a, b) if min(a, b) == -1 and max(a, b) != 1 else -1
+        return _builtins.max(a, b) if _builtins.min(a, b) == -1 and _builtins.max(a, b) != 1 else -1
     if a != b:
         raise _core.InvalidArgumentError("shapes cannot be broadcast: dims %d and %d" % (a, b))
     return a
@@ -38,7 +40,7 @@ def _bcast_dim(a, b):
 
 def broadcast_shape(x_shape, y_shape):
     x, y = list(x_shape), list(y_shape)
-    n = max(len(x), len(y))
+    n = _builtins.max(len(x), len(y))
     x = [1] * (n - len(x)) + x
     y = [1] * (n - len(y)) + y
     return [_bcast_dim(a, b) for a, b in zip(x, y)]
@@ -54,7 +56,7 @@ def _norm_axis(axis, ndim, api):
     a = int(axis)
     if a < 0:
         a += ndim
-    if not 0 <= a < max(ndim, 1):
+    if not 0 <= a < _builtins.max(ndim, 1):
         raise _core.InvalidArgumentError("%s: axis %d is out of range for rank %d" % (api, axis, ndim))
     return a
 
@@ -262,11 +264,17 @@ def mean(x, axis=None, keepdim=False, name=None):
         out = helper.create_variable_for_type_inference(x.dtype, shape=[1])
         helper.append_op("mean", {"X": [x]}, {"Out": [out]})
         return out
-    helper = LayerHelper("reduce_mean", name)
+    return _reduce("reduce_mean", x, axes, keepdim, name)
+
+
+def _reduce(op, x, axis, keepdim, name, out_dtype=None):
+    """reduce_<op> of x over axis (all dims when None), Paddle's attrs."""
+    axes = _axes(axis)
     reduce_all = axes is None or len(axes) == len(x.shape)
-    out = helper.create_variable_for_type_inference(x.dtype, shape=_reduce_shape(x.shape, axes or [], keepdim,
-                                                                                 reduce_all))
-    helper.append_op("reduce_mean", {"X": [x]}, {"Out": [out]},
+    helper = LayerHelper(op, name)
+    out = helper.create_variable_for_type_inference(out_dtype or x.dtype,
+                                                    shape=_reduce_shape(x.shape, axes or [], keepdim, reduce_all))
+    helper.append_op(op, {"X": [x]}, {"Out": [out]},
                      {"dim": axes or [0], "keep_dim": bool(keepdim), "reduce_all": reduce_all})
     return out
 
@@ -276,14 +284,39 @@ def sum(x, axis=None, dtype=None, keepdim=False, name=None):
     check_variable(x, "x", "sum")
     if dtype is not None and convert_dtype(dtype) != x.dtype:
         x = cast(x, dtype)
-    axes = _axes(axis)
-    reduce_all = axes is None or len(axes) == len(x.shape)
-    helper = LayerHelper("reduce_sum", name)
-    out = helper.create_variable_for_type_inference(x.dtype, shape=_reduce_shape(x.shape, axes or [], keepdim,
-                                                                                 reduce_all))
-    helper.append_op("reduce_sum", {"X": [x]}, {"Out": [out]},
-                     {"dim": axes or [0], "keep_dim": bool(keepdim), "reduce_all": reduce_all})
-    return out
+    return _reduce("reduce_sum", x, axis, keepdim, name)
+
+
+def max(x, axis=None, keepdim=False, name=None):
+    """Maximum over axis (all when None); its gradient goes to every element equal to it (Paddle's)."""
+    check_variable(x, "x", "max")
+    return _reduce("reduce_max", x, axis, keepdim, name)
+
+
+def min(x, axis=None, keepdim=False, name=None):
+    """Minimum over axis (all when None); its gradient goes to every element equal to it (Paddle's)."""
+    check_variable(x, "x", "min")
+    return _reduce("reduce_min", x, axis, keepdim, name)
+
+
+def prod(x, axis=None, keepdim=False, dtype=None, name=None):
+    """Product over axis (all when None)."""
+    check_variable(x, "x", "prod")
+    if dtype is not None and convert_dtype(dtype) != x.dtype:
+        x = cast(x, dtype)
+    return _reduce("reduce_prod", x, axis, keepdim, name)
+
+
+def any(x, axis=None, keepdim=False, name=None):
+    """Logical or over axis (all when None) of a bool x."""
+    check_variable(x, "x", "any")
+    return _reduce("reduce_any", x, axis, keepdim, name, "bool")
+
+
+def all(x, axis=None, keepdim=False, name=None):
+    """Logical and over axis (all when None) of a bool x."""
+    check_variable(x, "x", "all")
+    return _reduce("reduce_all", x, axis, keepdim, name, "bool")
 
 
 def argmax(x, axis=None, keepdim=False, dtype="int64", name=None):
@@ -370,12 +403,13 @@ def _reshape_shape(in_shape, shape):
     if -1 in shape:
         k = list(shape).index(-1)
         rest = [d for i, d in enumerate(out) if i != k]
-        if all(d >= 0 for d in in_shape) and all(d >= 0 for d in rest):
+        if _builtins.all(d >= 0 for d in in_shape) and _builtins.all(d >= 0 for d in rest):
             total, part = int(np.prod(in_shape)), int(np.prod(rest))
             if part == 0 or total % part:
                 raise _core.InvalidArgumentError("reshape: cannot reshape %s into %s" % (list(in_shape), list(shape)))
             out[k] = total // part
-    elif all(d >= 0 for d in in_shape) and all(d >= 0 for d in out) and int(np.prod(in_shape)) != int(np.prod(out)):
+    elif (_builtins.all(d >= 0 for d in in_shape) and _builtins.all(d >= 0 for d in out)
+          and int(np.prod(in_shape)) != int(np.prod(out))):
         raise _core.InvalidArgumentError("reshape: cannot reshape %s into %s" % (list(in_shape), list(shape)))
     return out
 
@@ -414,11 +448,11 @@ def flatten(x, start_axis=0, stop_axis=-1, name=None):
     if s > e:
         raise _core.InvalidArgumentError("flatten: start_axis %d is after stop_axis %d" % (start_axis, stop_axis))
     mid = x.shape[s:e + 1]
-    merged = -1 if any(d < 0 for d in mid) else int(np.prod(mid))
+    merged = -1 if _builtins.any(d < 0 for d in mid) else int(np.prod(mid))
     shape = list(x.shape[:s]) + [merged] + list(x.shape[e + 1:])
     if not has_op("flatten_contiguous_range"):  # older engines: the same as a reshape2
         tail = list(x.shape[e + 1:])
-        if any(d < 0 for d in tail):
+        if _builtins.any(d < 0 for d in tail):
             raise _core.UnsupportedError("flatten: unknown dims after stop_axis need flatten_contiguous_range")
         return reshape(x, [0] * s + [merged] + tail, name)
     return _xshape_op("flatten_contiguous_range", x, shape, {"start_axis": s, "stop_axis": e}, name, "pe.flatten")
@@ -498,9 +532,9 @@ def slice(input, axes, starts, ends):
         if d < 0:
             shape[a] = -1
             continue
-        s1 = max(0, min(d, s0 + d if s0 < 0 else s0))
-        e1 = max(0, min(d, e0 + d if e0 < 0 else e0))
-        shape[a] = max(0, e1 - s1)
+        s1 = _builtins.max(0, _builtins.min(d, s0 + d if s0 < 0 else s0))
+        e1 = _builtins.max(0, _builtins.min(d, e0 + d if e0 < 0 else e0))
+        shape[a] = _builtins.max(0, e1 - s1)
     helper = LayerHelper("slice")
     out = helper.create_variable_for_type_inference(input.dtype, shape=shape)
     helper.append_op("slice", {"Input": [input]}, {"Out": [out]},
@@ -532,7 +566,7 @@ def concat(x, axis=0, name=None):
     a = _norm_axis(axis, len(x[0].shape), "concat")
     shape = list(x[0].shape)
     dims = [v.shape[a] for v in x]
-    shape[a] = -1 if any(d < 0 for d in dims) else int(np.sum(dims))
+    shape[a] = -1 if _builtins.any(d < 0 for d in dims) else int(np.sum(dims))
     helper = LayerHelper("concat", name)
     out = helper.create_variable_for_type_inference(x[0].dtype, shape=shape)
     helper.append_op("concat", {"X": list(x)}, {"Out": [out]}, {"axis": a})

@@ -20,7 +20,8 @@ __all__ = ["data", "fc", "conv2d", "pool2d", "batch_norm", "embedding", "dropout
            "softmax_with_cross_entropy", "accuracy", "concat", "reshape", "transpose", "flatten", "elementwise_add",
            "elementwise_sub", "elementwise_mul", "elementwise_div", "fill_constant", "cast", "scale", "matmul",
            "topk", "argmax", "split", "sums", "exp", "log", "sqrt", "rsqrt", "square", "abs", "sign", "floor", "ceil",
-           "round", "pow", "clip", "relu6", "elu", "softplus", "swish", "hard_sigmoid", "selu"]
+           "round", "pow", "clip", "relu6", "elu", "softplus", "swish", "hard_sigmoid", "selu", "reduce_max",
+           "reduce_min", "reduce_prod", "reduce_any", "reduce_all"]
 
 
 def data(name, shape, append_batch_size=True, dtype="float32", lod_level=0, type=None, stop_gradient=True):
@@ -136,12 +137,17 @@ def mean(x, name=None):
     return _t.mean(x, name=name)
 
 
-def reduce_sum(input, dim=None, keep_dim=False, name=None):
-    return _t.sum(input, axis=dim, keepdim=keep_dim, name=name)
+def _reduce_layer(fn):
+    """fluid.layers.reduce_<op>(input, dim=None, keep_dim=False, name=None) over pe.<fn>."""
+    def layer(input, dim=None, keep_dim=False, name=None):
+        return fn(input, axis=dim, keepdim=keep_dim, name=name)
+    layer.__name__ = "reduce_" + fn.__name__
+    return layer
 
 
-def reduce_mean(input, dim=None, keep_dim=False, name=None):
-    return _t.mean(input, axis=dim, keepdim=keep_dim, name=name)
+reduce_sum, reduce_mean = _reduce_layer(_t.sum), _reduce_layer(_t.mean)
+reduce_max, reduce_min, reduce_prod = _reduce_layer(_t.max), _reduce_layer(_t.min), _reduce_layer(_t.prod)
+reduce_any, reduce_all = _reduce_layer(_t.any), _reduce_layer(_t.all)
 
 
 def square_error_cost(input, label):
