@@ -470,6 +470,65 @@ for name, xs, axis in (("axis0", [f32(2, 5), f32(3, 5)], 0), ("axis1_three", [f3
                        ("int64", [i64(3, 2), i64(1, 2)], 0)):
     case("concat", name, {"X": xs}, {"axis": axis}, lambda t, a: {"Out": torch.cat(t["X"], a["axis"])})
 
+# stack: X* (alike) -> Y with a new axis (negative: of Y's rank); unstack: X -> Y*, num = dims[axis]
+for name, xs, axis in (("axis0", [f32(2, 3)] * 3, 0), ("axis1", [f32(2, 3), f32(2, 3)], 1),
+                       ("last_neg", [f32(2, 3, 4)] * 2, -1), ("first_neg", [f32(4)] * 3, -2),
+                       ("single", [f32(3, 2)], 1), ("fp64", [f64(2, 3)] * 2, 2), ("int64", [i64(3, 2)] * 2, 0)):
+    case("stack", name, {"X": xs}, {"axis": axis}, lambda t, a: {"Y": torch.stack(t["X"], a["axis"])})
+for name, xs, axis in (("axis0", f32(3, 4), 0), ("axis1_3d", f32(2, 3, 4), 1), ("neg", f32(2, 3, 4), -1),
+                       ("one", f32(1, 5), 0), ("fp64", f64(4, 2), 1), ("int32", i32(2, 3), 0)):
+    case("unstack", name, {"X": xs}, {"axis": axis, "num": xs.shape[axis]},
+         lambda t, a: {"Y": list(torch.unbind(t["X"], a["axis"]))})
+
+# tile (repeat_times; the shorter of it and X's dims gets leading 1s, as torch.tile) and
+# expand_v2 (shape; -1 keeps X's dim, size-1 dims broadcast, leading dims added)
+for name, xs, reps in (("2d", f32(2, 3), [2, 3]), ("fewer_repeats", f32(2, 3, 4), [2]),
+                       ("more_repeats", f32(3), [2, 1, 2]), ("ones", f32(1, 4), [3, 1]),
+                       ("fp64", f64(2, 1, 3), [1, 4, 2]), ("int32", i32(2, 3), [2, 2])):
+    case("tile", name, {"X": xs}, {"repeat_times": reps}, lambda t, a: {"Out": torch.tile(t["X"], a["repeat_times"])})
+for name, xs, shape in (("bcast_rows", f32(1, 4), [3, 4]), ("minus_one", f32(3, 1), [-1, 5]),
+                        ("new_lead", f32(2, 3), [4, 2, 3]), ("mid", f32(2, 1, 3), [2, 5, 3]),
+                        ("fp64", f64(1, 3), [2, -1]), ("int64", i64(3, 1), [3, 4])):
+    case("expand_v2", name, {"X": xs}, {"shape": shape},
+         lambda t, a: {"Out": t["X"].expand(*a["shape"]).contiguous()})
+
+
+# cumsum: axis (-1), exclusive (the sum before each element), reverse, flatten ([numel]).
+# flatten's gradient is [numel] (Paddle's CumsumGradMaker), so its row is kept out of
+# the gradient table (upcast=False); the others are differentiated.
+def ref_cumsum(t, a):
+    x, ax = t["X"], a.get("axis", -1)
+    if a.get("flatten"):
+        x, ax = x.reshape(-1), 0
+    if a.get("reverse"):
+        x = x.flip(ax)
+    y = torch.cumsum(x, ax)
+    if a.get("exclusive"):
+        y = y - x
+    return {"Out": y.flip(ax) if a.get("reverse") else y}
+
+
+for name, xs, at in (("default_last", f32(3, 4), {}), ("axis0", f32(3, 4), {"axis": 0}),
+                     ("mid_3d", f32(2, 3, 4), {"axis": 1}), ("reverse", f32(3, 5), {"reverse": True}),
+                     ("exclusive", f32(3, 5), {"exclusive": True, "axis": 0}),
+                     ("excl_rev_fp64", f64(4, 3), {"exclusive": True, "reverse": True}),
+                     ("int64", i64(3, 4), {"axis": 1})):
+    case("cumsum", name, {"X": xs}, at, ref_cumsum)
+case("cumsum", "int32_rev", {"X": i32(5, 2)}, {"axis": 0, "reverse": True}, ref_cumsum, dtypes={"Out": "int32"})
+case("cumsum", "flatten", {"X": f32(3, 4)}, {"flatten": True}, ref_cumsum, upcast=False)
+case("cumsum", "big", {"X": f32(300, 400)}, {"axis": 0}, ref_cumsum, threads=True, tol=(1e-5, 1e-4),
+     why="300 float32 terms per column; the reference adds them in float64")
+
+# assign (any dtype), shape (Input's dims as int32), increment (a one-element X + step)
+for name, xs in (("f32", f32(3, 4)), ("fp64", f64(2, 3, 2)), ("int64", i64(5)), ("bool", R([2, 3], "bool"))):
+    case("assign", name, {"X": xs}, {}, lambda t, a: {"Out": t["X"].clone()})
+for name, xs in (("2d", f32(3, 4)), ("4d_int64", i64(2, 1, 3, 5)), ("1d_fp64", f64(7))):
+    case("shape", name, {"Input": xs}, {}, lambda t, a: {"Out": torch.tensor(list(t["Input"].shape), dtype=torch.int32)})
+for name, xs, at in (("default", f32(1), {}), ("step_fp64", f64(1), {"step": 2.5}),
+                     ("int64_neg", i64(1), {"step": -3.0}), ("int32", i32(1, 1), {"step": 1.0})):
+    case("increment", name, {"X": xs}, at,
+         lambda t, a: {"Out": t["X"] + (a.get("step", 1.0) if t["X"].is_floating_point() else int(a.get("step", 1)))})
+
 
 def ref_split(t, a):
     x, ax = t["X"], a.get("axis", 0)

@@ -314,3 +314,47 @@ def test_reductions_max_min_prod_any_all():
     np.testing.assert_array_equal(got["all_keep"], bv.all((1, 2), keepdims=True))
     (X.amax(1).sum() + X.prod(-1).sum()).backward()
     close(vals[-1], X.grad, "dx")
+
+
+def test_stack_tile_expand_cumsum_assign_shape_increment():
+    """pe.stack / unstack / expand / tile / cumsum / assign / shape / increment: Paddle's ops and
+    attrs, values, declared shapes, and the gradients of the differentiable ones against autograd."""
+    rng = np.random.RandomState(6)
+    av, bv, cv = (rng.randn(2, 3).astype(np.float32) for _ in range(3))
+    main, startup = pe.static.Program(), pe.static.Program()
+    with pe.static.program_guard(main, startup), unique_name.guard():
+        a, b = pe.static.data("a", [2, 3], "float32"), pe.static.data("b", [2, 3], "float32")
+        c = pe.static.data("c", [None, 3], "float32")
+        for v in (a, b, c):
+            v.stop_gradient = False
+        counter = pe.full([1], 5, "int64")
+        outs = {"stack": pe.stack([a, b], axis=1), "unstack0": pe.unstack(a, axis=1)[0],
+                "expand": pe.expand(pe.unsqueeze(a, 1), [2, 4, 3]), "tile": pe.tile(b, [2, 1]),
+                "cumsum": pe.cumsum(c, axis=0), "cumsum_flat": pe.cumsum(a), "assign": pe.assign(c),
+                "shape": pe.shape(c), "counter": pe.increment(counter, 2)}
+        total = pe.sum(outs["stack"] * 2) + pe.sum(outs["unstack0"]) + pe.sum(outs["expand"])
+        total = total + pe.sum(outs["tile"] * outs["tile"]) + pe.sum(outs["cumsum"] * outs["assign"])
+        ga, gb, gc = pe.static.gradients([total], [a, b, c])
+    ops = [op.type for op in main.global_block().ops]
+    for op in ("stack", "unstack", "expand_v2", "tile", "cumsum", "assign", "shape", "increment"):
+        assert op in ops, op
+    assert outs["counter"] is counter
+    assert [list(outs[k].shape) for k in ("stack", "unstack0", "expand", "tile", "cumsum", "cumsum_flat", "shape")] == [
+        [2, 2, 3], [2], [2, 4, 3], [4, 3], [-1, 3], [6], [2]]
+    keys = list(outs)
+    vals = pe.static.Executor().run(main, feed={"a": av, "b": bv, "c": cv},
+                                    fetch_list=[outs[k] for k in keys] + [ga, gb, gc], scope=pe.static.Scope())
+    got = dict(zip(keys, vals))
+    A, B, C = (torch.tensor(v, dtype=torch.float64, requires_grad=True) for v in (av, bv, cv))
+    want = {"stack": torch.stack([A, B], 1), "unstack0": A[:, 0], "expand": A.unsqueeze(1).expand(2, 4, 3),
+            "tile": B.repeat(2, 1), "cumsum": C.cumsum(0), "cumsum_flat": A.reshape(-1).cumsum(0), "assign": C}
+    for k, w in want.items():
+        close(got[k], w.detach(), k)
+    np.testing.assert_array_equal(got["shape"], np.array([2, 3], np.int32))
+    assert got["shape"].dtype == np.int32
+    np.testing.assert_array_equal(got["counter"], [7])
+    (want["stack"].sum() * 2 + want["unstack0"].sum() + want["expand"].sum() + (want["tile"] ** 2).sum()
+     + (want["cumsum"] * C).sum()).backward()
+    close(vals[-3], A.grad, "da")
+    close(vals[-2], B.grad, "db")
+    close(vals[-1], C.grad, "dc")

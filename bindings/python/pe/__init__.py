@@ -29,7 +29,8 @@ from .param_attr import ParamAttr  # noqa: F401
 from .tensor import (mean, sum, matmul, reshape, transpose, concat, flatten, cast, argmax, add,  # noqa: F401
                      subtract, multiply, divide, scale, topk, full, ones, zeros, tanh, sigmoid, seed,
                      unsqueeze, squeeze, split, slice, exp, log, sqrt, rsqrt, square, abs, sign, floor, ceil,
-                     round, pow, clip, max, min, prod, any, all)
+                     round, pow, clip, max, min, prod, any, all, stack, unstack, expand, tile, assign,
+                     shape, increment, cumsum)
 from . import utils  # noqa: F401
 from . import nn  # noqa: F401
 from . import static  # noqa: F401

@@ -21,6 +21,7 @@ __all__ = [
     "multiply", "divide", "scale", "topk", "full", "ones", "zeros", "fill_constant", "tanh", "sigmoid", "relu",
     "square_error_cost", "seed", "broadcast_shape", "unsqueeze", "squeeze", "split", "slice", "exp", "log", "sqrt",
     "rsqrt", "square", "abs", "sign", "floor", "ceil", "round", "pow", "clip", "max", "min", "prod", "any", "all",
+    "stack", "unstack", "expand", "tile", "assign", "shape", "increment", "cumsum",
 ]
 
 
@@ -570,6 +571,123 @@ def concat(x, axis=0, name=None):
     helper = LayerHelper("concat", name)
     out = helper.create_variable_for_type_inference(x[0].dtype, shape=shape)
     helper.append_op("concat", {"X": list(x)}, {"Out": [out]}, {"axis": a})
+    return out
+
+
+def stack(x, axis=0, name=None):
+    """Joins the alike variables of x along a new axis (stack; axis in [-(rank+1), rank])."""
+    if isinstance(x, Variable) or not x:
+        raise TypeError("stack: x must be a non-empty list of Variables")
+    for i, v in enumerate(x):
+        check_variable(v, "x[%d]" % i, "stack")
+    a = _norm_axis(axis, len(x[0].shape) + 1, "stack")
+    shape = list(x[0].shape)
+    shape.insert(a, len(x))
+    helper = LayerHelper("stack", name)
+    out = helper.create_variable_for_type_inference(x[0].dtype, shape=shape)
+    helper.append_op("stack", {"X": list(x)}, {"Y": [out]}, {"axis": a})
+    return out
+
+
+def unstack(x, axis=0, num=None):
+    """Cuts x along axis into its dims[axis] slices, that axis removed (unstack)."""
+    check_variable(x, "x", "unstack")
+    a = _norm_axis(axis, len(x.shape), "unstack")
+    n = x.shape[a] if num is None else int(num)
+    if n < 0:
+        raise _core.InvalidArgumentError("unstack: dim %d of %s is unknown: give num" % (a, list(x.shape)))
+    helper = LayerHelper("unstack")
+    shape = [d for i, d in enumerate(x.shape) if i != a]
+    outs = [helper.create_variable_for_type_inference(x.dtype, shape=shape) for _ in range(n)]
+    helper.append_op("unstack", {"X": [x]}, {"Y": outs}, {"axis": a, "num": n})
+    return outs
+
+
+def _int_list(v, api, what):
+    if isinstance(v, Variable) or _builtins.any(isinstance(e, Variable) for e in v):
+        raise _core.UnsupportedError("%s: %s must be a list of ints (a Variable is not supported yet)" % (api, what))
+    return [int(e) for e in v]
+
+
+def expand(x, shape, name=None):
+    """Broadcasts x's size-1 dims to shape (-1 keeps x's dim; leading dims may be added) (expand_v2)."""
+    check_variable(x, "x", "expand")
+    shape = _int_list(shape, "expand", "shape")
+    lead = len(shape) - len(x.shape)
+    if lead < 0:
+        raise _core.InvalidArgumentError("expand: shape %s has fewer dims than x %s" % (shape, list(x.shape)))
+    out_shape = [x.shape[i - lead] if s == -1 and i >= lead else s for i, s in enumerate(shape)]
+    helper = LayerHelper("expand_v2", name)
+    out = helper.create_variable_for_type_inference(x.dtype, shape=out_shape)
+    helper.append_op("expand_v2", {"X": [x]}, {"Out": [out]}, {"shape": shape})
+    return out
+
+
+def tile(x, repeat_times, name=None):
+    """Repeats x repeat_times[i] times along dim i (leading 1s added to the shorter) (tile)."""
+    check_variable(x, "x", "tile")
+    reps = _int_list(repeat_times, "tile", "repeat_times")
+    n = _builtins.max(len(reps), len(x.shape))
+    xs, rs = [1] * (n - len(x.shape)) + list(x.shape), [1] * (n - len(reps)) + reps
+    helper = LayerHelper("tile", name)
+    out = helper.create_variable_for_type_inference(x.dtype, shape=[d * r if d >= 0 else -1 for d, r in zip(xs, rs)])
+    helper.append_op("tile", {"X": [x]}, {"Out": [out]}, {"repeat_times": reps})
+    return out
+
+
+def assign(x, output=None):
+    """Copies x into output (a new variable when None) (assign; a numpy array: assign_value)."""
+    helper = LayerHelper("assign")
+    if not isinstance(x, Variable):
+        a = np.asarray(x)
+        if a.dtype == np.float64:
+            a = a.astype(np.float32)
+        dtype = convert_dtype(a.dtype)
+        if output is None:
+            output = helper.create_variable_for_type_inference(dtype, shape=list(a.shape))
+        key = {"float32": "fp32_values", "int32": "int32_values", "int64": "int64_values"}.get(dtype)
+        if key is None:
+            raise _core.UnsupportedError("assign: a numpy array of dtype %s (float32, int32 or int64 only)" % dtype)
+        vals = [float(v) for v in a.ravel()] if key == "fp32_values" else [int(v) for v in a.ravel()]
+        helper.append_op("assign_value", {}, {"Out": [output]},
+                         {"shape": list(a.shape), "dtype": DTYPE_ENUM[dtype], key: vals})
+        return output
+    if output is None:
+        output = helper.create_variable_for_type_inference(x.dtype, shape=x.shape)
+    helper.append_op("assign", {"X": [x]}, {"Out": [output]})
+    return output
+
+
+def shape(input):
+    """input's dims as an int32 [rank] variable (shape)."""
+    check_variable(input, "input", "shape")
+    helper = LayerHelper("shape")
+    out = helper.create_variable_for_type_inference("int32", shape=[len(input.shape)], stop_gradient=True)
+    helper.append_op("shape", {"Input": [input]}, {"Out": [out]})
+    return out
+
+
+def increment(x, value=1.0, name=None):
+    """x += value in place, x one element (increment, Out = X); returns x."""
+    check_variable(x, "x", "increment")
+    LayerHelper("increment", name).append_op("increment", {"X": [x]}, {"Out": [x]}, {"step": float(value)})
+    return x
+
+
+def cumsum(x, axis=None, dtype=None, name=None):
+    """Cumulative sum along axis (of the flattened x when None) (cumsum)."""
+    check_variable(x, "x", "cumsum")
+    if dtype is not None and convert_dtype(dtype) != x.dtype:
+        x = cast(x, dtype)
+    helper = LayerHelper("cumsum", name)
+    if axis is None:
+        n = int(np.prod(x.shape)) if _builtins.all(d >= 0 for d in x.shape) else -1
+        out = helper.create_variable_for_type_inference(x.dtype, shape=[n])
+        attrs = {"flatten": True, "axis": -1}
+    else:
+        out = helper.create_variable_for_type_inference(x.dtype, shape=x.shape)
+        attrs = {"axis": _norm_axis(axis, len(x.shape), "cumsum") - len(x.shape), "flatten": False}
+    helper.append_op("cumsum", {"X": [x]}, {"Out": [out]}, attrs)
     return out
 
 

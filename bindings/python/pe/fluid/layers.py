@@ -21,7 +21,8 @@ __all__ = ["data", "fc", "conv2d", "pool2d", "batch_norm", "embedding", "dropout
            "elementwise_sub", "elementwise_mul", "elementwise_div", "fill_constant", "cast", "scale", "matmul",
            "topk", "argmax", "split", "sums", "exp", "log", "sqrt", "rsqrt", "square", "abs", "sign", "floor", "ceil",
            "round", "pow", "clip", "relu6", "elu", "softplus", "swish", "hard_sigmoid", "selu", "reduce_max",
-           "reduce_min", "reduce_prod", "reduce_any", "reduce_all"]
+           "reduce_min", "reduce_prod", "reduce_any", "reduce_all", "stack", "unstack", "expand", "assign", "shape",
+           "increment", "cumsum"]
 
 
 def data(name, shape, append_batch_size=True, dtype="float32", lod_level=0, type=None, stop_gradient=True):
@@ -260,3 +261,51 @@ def sums(input, out=None):
 
 def _is_var(v):
     return isinstance(v, Variable)
+
+
+def stack(x, axis=0):
+    return _t.stack(x, axis=axis)
+
+
+def unstack(x, axis=0, num=None):
+    return _t.unstack(x, axis=axis, num=num)
+
+
+def expand(x, expand_times, name=None):
+    """Paddle 1.x's expand: dim i repeated expand_times[i] times (a tile op)."""
+    if len(expand_times) != len(x.shape):
+        raise _core.InvalidArgumentError("fluid.layers.expand: expand_times %s must have one entry per dim of %s"
+                                         % (list(expand_times), list(x.shape)))
+    return _t.tile(x, expand_times, name=name)
+
+
+def assign(input, output=None):
+    return _t.assign(input, output)
+
+
+def shape(input):
+    return _t.shape(input)
+
+
+def increment(x, value=1.0, in_place=True):
+    """x + value (one element); in place (the loop counter) unless in_place=False."""
+    if in_place:
+        return _t.increment(x, value)
+    check_variable(x, "x", "increment")
+    helper = LayerHelper("increment")
+    out = helper.create_variable_for_type_inference(x.dtype, shape=x.shape)
+    helper.append_op("increment", {"X": [x]}, {"Out": [out]}, {"step": float(value)})
+    return out
+
+
+def cumsum(x, axis=None, exclusive=None, reverse=None):
+    """Paddle 1.x's cumsum: axis None = the last axis (not flattened); exclusive / reverse flags."""
+    check_variable(x, "x", "cumsum")
+    a = -1 if axis is None else int(axis)
+    if not -len(x.shape) <= a < len(x.shape):
+        raise _core.InvalidArgumentError("fluid.layers.cumsum: axis %d is out of range for rank %d" % (a, len(x.shape)))
+    helper = LayerHelper("cumsum")
+    out = helper.create_variable_for_type_inference(x.dtype, shape=x.shape)
+    helper.append_op("cumsum", {"X": [x]}, {"Out": [out]},
+                     {"axis": a, "exclusive": bool(exclusive), "reverse": bool(reverse), "flatten": False})
+    return out
