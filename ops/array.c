@@ -7,7 +7,7 @@
  * both add leading dims as needed, and their gradients sum Out@GRAD back
  * onto X (tile_grad / expand_v2_grad read X for its dims only). cumsum's
  * gradient is Paddle's CumsumGradMaker: a cumsum of Out@GRAD in the other
- * direction (with flatten that gradient is [numel], as Paddle's); assign's
+ * direction (with flatten reshaped back to X's dims); assign's
  * is an assign of Out@GRAD. shape (any dtype) gives Input's dims as int32;
  * increment adds step to a one-element X (the fluid loop counter, in place).
  * The optional tensor inputs (RepeatTimes, Shape, expand_shapes_tensor) are
@@ -15,7 +15,10 @@
  */
 #include "ops/array.h"
 #include "ops/grad.h"
+#include "ops/grad_ctx.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 pe_status pe_tile_plan_make(const pe_op_ctx *ctx, const pe_tensor *x, pe_tile_plan *tp) {
@@ -120,13 +123,37 @@ pe_status pe_infer_increment(pe_op_ctx *ctx) {
 
 /* ---- grad makers -------------------------------------------------------------- */
 
-/* cumsum: X@GRAD = cumsum(Out@GRAD) with reverse flipped (Paddle's CumsumGradMaker). */
+/* cumsum: X@GRAD = cumsum(Out@GRAD) with reverse flipped (Paddle's CumsumGradMaker).
+ * With flatten that scan is [numel]: it goes to "<X@GRAD>@FLAT" (declared like
+ * Out) and a reshape2_grad (a copy shaped like X) gives X@GRAD X's dims, where
+ * Paddle leaves the gradient flat. */
 pe_status pe_grad_cumsum_op(pe_grad_ctx *g) {
     PE_CHECK(pe_grad_new_op(g, "cumsum"));
     const pe_attr *rev = pe_op_attr(pe_grad_cur_op(g), "reverse");
     PE_CHECK(pe_op_set_bool(pe_grad_cur_op(g), "reverse", !(rev && rev->i)));
     PE_CHECK(pe_grad_out_grad(g, "Out", "X"));
-    return pe_grad_in_grad(g, "X", "Out");
+    PE_CHECK(pe_grad_in_grad(g, "X", "Out"));
+    const pe_attr *flat = pe_op_attr(pe_grad_cur_op(g), "flatten");
+    pe_slot *o = (pe_slot *)pe_op_output(pe_grad_cur_op(g), "Out");
+    if (!flat || !flat->i || !o || o->n_args != 1) return PE_OK;
+    char dx[512], tmp[512];
+    snprintf(dx, sizeof dx, "%s", o->args[0]);
+    if (snprintf(tmp, sizeof tmp, "%s@FLAT", dx) >= (int)sizeof tmp)
+        return pe_error(PE_ERR_INVALID, "append_backward: cumsum gradient name '%s' is too long", dx);
+    char *t = strdup(tmp);
+    if (!t) return pe_error(PE_ERR_NOMEM, "append_backward: out of memory naming '%s'", tmp);
+    free(o->args[0]);
+    o->args[0] = t;
+    PE_CHECK(pe_grad_declare_like(g, tmp, pe_op_output1(pe_grad_fwd(g), "Out")));
+    char x[512];
+    snprintf(x, sizeof x, "%s", pe_op_input(pe_grad_fwd(g), "X")->args[0]);
+    pe_op *r = pe_block_add_op(&g->p->blocks[0], "reshape2_grad"); /* not pe_grad_new_op: no cumsum attrs */
+    if (!r) return pe_error(PE_ERR_NOMEM, "append_backward: out of memory adding reshape2_grad");
+    g->cur_idx = g->p->blocks[0].n_ops - 1;
+    PE_CHECK(pe_op_set_int(r, "op_role", PE_ROLE_BACKWARD));
+    PE_CHECK(pe_op_add_input(r, "X", x));
+    PE_CHECK(pe_op_add_input(r, "Out@GRAD", tmp));
+    return pe_op_add_output(r, "X@GRAD", dx);
 }
 
 /* assign: X@GRAD = assign(Out@GRAD) (Paddle's AssignGradMaker). */

@@ -494,8 +494,6 @@ for name, xs, shape in (("bcast_rows", f32(1, 4), [3, 4]), ("minus_one", f32(3, 
 
 
 # cumsum: axis (-1), exclusive (the sum before each element), reverse, flatten ([numel]).
-# flatten's gradient is [numel] (Paddle's CumsumGradMaker), so its row is kept out of
-# the gradient table (upcast=False); the others are differentiated.
 def ref_cumsum(t, a):
     x, ax = t["X"], a.get("axis", -1)
     if a.get("flatten"):
@@ -515,7 +513,9 @@ for name, xs, at in (("default_last", f32(3, 4), {}), ("axis0", f32(3, 4), {"axi
                      ("int64", i64(3, 4), {"axis": 1})):
     case("cumsum", name, {"X": xs}, at, ref_cumsum)
 case("cumsum", "int32_rev", {"X": i32(5, 2)}, {"axis": 0, "reverse": True}, ref_cumsum, dtypes={"Out": "int32"})
-case("cumsum", "flatten", {"X": f32(3, 4)}, {"flatten": True}, ref_cumsum, upcast=False)
+case("cumsum", "flatten", {"X": f32(3, 4)}, {"flatten": True}, ref_cumsum)
+case("cumsum", "flatten_rev_excl_fp64", {"X": f64(2, 3, 2)}, {"flatten": True, "reverse": True, "exclusive": True},
+     ref_cumsum)
 case("cumsum", "big", {"X": f32(300, 400)}, {"axis": 0}, ref_cumsum, threads=True, tol=(1e-5, 1e-4),
      why="300 float32 terms per column; the reference adds them in float64")
 
