@@ -318,7 +318,8 @@ def test_reductions_max_min_prod_any_all():
 
 def test_stack_tile_expand_cumsum_assign_shape_increment():
     """pe.stack / unstack / expand / tile / cumsum / assign / shape / increment: Paddle's ops and
-    attrs, values, declared shapes, and the gradients of the differentiable ones against autograd."""
+    attrs, values, declared shapes, and the gradients of the differentiable ones against autograd
+    (a flattened cumsum's gradient has x's dims)."""
     rng = np.random.RandomState(6)
     av, bv, cv = (rng.randn(2, 3).astype(np.float32) for _ in range(3))
     main, startup = pe.static.Program(), pe.static.Program()
@@ -334,6 +335,7 @@ def test_stack_tile_expand_cumsum_assign_shape_increment():
                 "shape": pe.shape(c), "counter": pe.increment(counter, 2)}
         total = pe.sum(outs["stack"] * 2) + pe.sum(outs["unstack0"]) + pe.sum(outs["expand"])
         total = total + pe.sum(outs["tile"] * outs["tile"]) + pe.sum(outs["cumsum"] * outs["assign"])
+        total = total + pe.sum(outs["cumsum_flat"] * outs["cumsum_flat"])
         ga, gb, gc = pe.static.gradients([total], [a, b, c])
     ops = [op.type for op in main.global_block().ops]
     for op in ("stack", "unstack", "expand_v2", "tile", "cumsum", "assign", "shape", "increment"):
@@ -354,7 +356,7 @@ def test_stack_tile_expand_cumsum_assign_shape_increment():
     assert got["shape"].dtype == np.int32
     np.testing.assert_array_equal(got["counter"], [7])
     (want["stack"].sum() * 2 + want["unstack0"].sum() + want["expand"].sum() + (want["tile"] ** 2).sum()
-     + (want["cumsum"] * C).sum()).backward()
+     + (want["cumsum"] * C).sum() + (want["cumsum_flat"] ** 2).sum()).backward()
     close(vals[-3], A.grad, "da")
     close(vals[-2], B.grad, "db")
     close(vals[-1], C.grad, "dc")
