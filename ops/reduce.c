@@ -1,8 +1,11 @@
 /* ops/reduce.c — shape inference of the reductions: mean, sum, arg_max,
- * top_k, accuracy, reduce_sum / reduce_mean over dims (softmax keeps X's
+ * top_k, accuracy, reduce_sum / mean / max / min / prod / any / all over
+ * dims (any / all: bool -> bool; max / min refuse an empty reduction, as
+ * torch.amax does; softmax keeps X's
  * shape and is checked by pe_infer_unary in ops/elementwise.c, where ops.def
  * routes it) and the shape inference of the grad ops of mean, sum, softmax,
- * reduce_sum and reduce_mean (their grad makers are wired in ops.def).
+ * reduce_sum / mean / max / min / prod (their grad makers are wired in
+ * ops.def).
  *
  * Shapes follow Paddle before 0-D tensors existed: a full reduction gives
  * shape [1], never rank 0, so per-place results concatenate along axis 0.
@@ -162,7 +165,7 @@ pe_status pe_infer_accuracy(pe_op_ctx *ctx) {
     return pe_infer_set_out(ctx, "Total", PE_DTYPE_INT32, 1, &one);
 }
 
-/* ---- reduce_sum / reduce_mean ------------------------------------------------- */
+/* ---- reduce_sum / mean / max / min / prod / any / all ------------------------------------------------- */
 
 pe_status pe_reduce_flags(const pe_op_ctx *ctx, int ndim, const int64_t *x_dims, bool *red) {
     int n = 0;
@@ -233,11 +236,24 @@ static int reduce_out_dims(const pe_tensor *x, const bool *red, bool keep, int64
 pe_status pe_infer_reduce(pe_op_ctx *ctx) {
     pe_tensor *x;
     PE_CHECK(pe_infer_need_in(ctx, "X", &x));
-    bool mean = ctx->info->id == PE_OP_reduce_mean;
-    if (mean ? !pe_dtype_is_float(x->dtype) : !pe_dtype_is_num(x->dtype))
-        return bad_dtype(ctx, "X", x, mean ? "float32 or float64" : "float32, float64, int32 or int64");
+    const int id = ctx->info->id;
+    if (id == PE_OP_reduce_any || id == PE_OP_reduce_all) {
+        if (x->dtype != PE_DTYPE_BOOL) return bad_dtype(ctx, "X", x, "bool");
+    } else if (id == PE_OP_reduce_mean ? !pe_dtype_is_float(x->dtype) : !pe_dtype_is_num(x->dtype)) {
+        return bad_dtype(ctx, "X", x, id == PE_OP_reduce_mean ? "float32 or float64" : "float32, float64, int32 or int64");
+    }
     bool red[PE_MAX_DIMS];
     PE_CHECK(pe_reduce_flags(ctx, x->ndim, x->dims, red));
+    if (id == PE_OP_reduce_max || id == PE_OP_reduce_min) {
+        pe_reduce_view v;
+        pe_reduce_view_make(x->ndim, x->dims, red, &v);
+        if (v.count == 0 && v.out_numel > 0) {
+            char xs[160];
+            return pe_ctx_error(ctx, PE_ERR_INVALID, "X '%s' of shape %s is empty along the reduced dims (%s of no "
+                                "elements has no value)", pe_ctx_in_name(ctx, "X", 0),
+                                pe_dims_str(x->ndim, x->dims, xs, sizeof xs), ctx->info->name);
+        }
+    }
     int64_t od[PE_MAX_DIMS];
     int on = reduce_out_dims(x, red, pe_ctx_bool(ctx, "keep_dim"), od);
     return pe_infer_set_out(ctx, "Out", x->dtype, on, od);
@@ -286,7 +302,7 @@ pe_status pe_infer_softmax_grad(pe_op_ctx *ctx) {
     return pe_infer_set_out(ctx, "X@GRAD", o->dtype, o->ndim, o->dims);
 }
 
-/* reduce_{sum,mean}_grad: X [..], Out@GRAD [reduced] -> X@GRAD [X] */
+/* reduce_{sum,mean,max,min,prod}_grad: X [..], (Out [reduced],) Out@GRAD [reduced] -> X@GRAD [X] */
 pe_status pe_infer_reduce_grad(pe_op_ctx *ctx) {
     pe_tensor *x, *g;
     PE_CHECK(pe_infer_need_in(ctx, "X", &x));

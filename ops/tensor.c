@@ -2,7 +2,7 @@
  * of the reshaping ops; the others' are wired in ops.def):
  * reshape2, transpose2, concat, split, slice, flatten_contiguous_range,
  * flatten2, squeeze2, unsqueeze2 (and their grads), fill_constant,
- * assign_value.
+ * assign_value, stack / unstack (each the other's gradient).
  *
  * Paddle's semantics: reshape2's shape attr copies an input dim where it
  * holds 0 and infers one -1; reshape2/transpose2 also produce XShape,
@@ -416,6 +416,72 @@ pe_status pe_infer_concat_grad(pe_op_ctx *ctx) {
         pe_tensor *dx = pe_ctx_out_at(ctx, "X@GRAD", i);
         const pe_tensor *x = pe_ctx_in_at(ctx, "X", i);
         if (dx) PE_CHECK(pe_infer_set_meta(ctx, dx, x->dtype, x->ndim, x->dims));
+    }
+    return PE_OK;
+}
+
+/* ---- stack / unstack (and unstack_grad / stack_grad) -------------------------- */
+
+/* The new axis of the whole, of rank r: attr axis in [-r, r). */
+static pe_status stack_axis(const pe_op_ctx *ctx, int r, const char *whole, int *axis) {
+    int64_t a = pe_ctx_int(ctx, "axis");
+    if (a < -r || a >= r)
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "attr axis = %lld is out of range for %s of rank %d (expected %d..%d)",
+                            (long long)a, whole, r, -r, r - 1);
+    *axis = (int)(a < 0 ? a + r : a);
+    return PE_OK;
+}
+
+/* parts_i: [d...] (all alike) -> whole: [d...] with n inserted at axis (stack, unstack_grad) */
+pe_status pe_infer_stack(pe_op_ctx *ctx) {
+    const char *whole, *parts;
+    pe_stack_slots(ctx, &whole, &parts);
+    const int n = pe_ctx_n_in(ctx, parts);
+    if (n < 1) return pe_ctx_error(ctx, PE_ERR_INVALID, "needs at least one %s", parts);
+    const pe_tensor *x0 = pe_ctx_in_at(ctx, parts, 0);
+    char s0[128], si[128];
+    for (int i = 0; i < n; i++) {
+        const pe_tensor *xi = pe_ctx_in_at(ctx, parts, i);
+        if (!xi) return pe_ctx_error(ctx, PE_ERR_INVALID, "input %s[%d] is empty (%s)", parts, i, PE_EMPTY_VAR);
+        if (xi->dtype != x0->dtype || xi->ndim != x0->ndim ||
+            memcmp(xi->dims, x0->dims, sizeof(int64_t) * (size_t)x0->ndim) != 0)
+            return pe_ctx_error(ctx, PE_ERR_INVALID, "%s[%d] '%s' is %s %s but %s[0] '%s' is %s %s (all must match)",
+                                parts, i, pe_ctx_in_name(ctx, parts, i), pe_dtype_name(xi->dtype),
+                                pe_dims_str(xi->ndim, xi->dims, si, sizeof si), parts, pe_ctx_in_name(ctx, parts, 0),
+                                pe_dtype_name(x0->dtype), pe_dims_str(x0->ndim, x0->dims, s0, sizeof s0));
+    }
+    const int r = x0->ndim + 1;
+    if (r > PE_MAX_DIMS)
+        return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "%s would have rank %d > %d", whole, r, PE_MAX_DIMS);
+    int axis = 0;
+    PE_CHECK(stack_axis(ctx, r, whole, &axis));
+    int64_t d[PE_MAX_DIMS];
+    for (int k = 0, j = 0; k < r; k++) d[k] = k == axis ? n : x0->dims[j++];
+    return pe_infer_set_out(ctx, whole, x0->dtype, r, d);
+}
+
+/* whole: [pre..., n, post...] -> parts_i: [pre..., post...], i < n (unstack: num = n;
+ * stack_grad: absent parts skipped) */
+pe_status pe_infer_unstack(pe_op_ctx *ctx) {
+    const char *whole, *parts;
+    pe_stack_slots(ctx, &whole, &parts);
+    pe_tensor *x;
+    PE_CHECK(pe_infer_need_in(ctx, whole, &x));
+    int axis = 0;
+    PE_CHECK(stack_axis(ctx, x->ndim, whole, &axis));
+    const int n = pe_ctx_n_out(ctx, parts);
+    char xs[128];
+    if (n != x->dims[axis] || (ctx->info->id == PE_OP_unstack && pe_ctx_int(ctx, "num") != x->dims[axis]))
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "%s '%s' %s has %lld along axis %d, but there are %d %s outputs%s",
+                            whole, pe_ctx_in_name(ctx, whole, 0), pe_dims_str(x->ndim, x->dims, xs, sizeof xs),
+                            (long long)x->dims[axis], axis, n, parts,
+                            ctx->info->id == PE_OP_unstack ? " (and attr num must be that length too)" : "");
+    int64_t d[PE_MAX_DIMS];
+    for (int k = 0, j = 0; k < x->ndim; k++)
+        if (k != axis) d[j++] = x->dims[k];
+    for (int i = 0; i < n; i++) {
+        pe_tensor *y = pe_ctx_out_at(ctx, parts, i);
+        if (y) PE_CHECK(pe_infer_set_meta(ctx, y, x->dtype, x->ndim - 1, d));
     }
     return PE_OK;
 }

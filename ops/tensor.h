@@ -1,6 +1,7 @@
 /* ops/tensor.h — helpers shared by the tensor family's inference
  * (ops/tensor.c) and kernels (ops/cpu/tensor.c), internal to PE: the
- * fill value of fill_constant, slice's clamped region, split's part sizes.
+ * fill value of fill_constant, slice's clamped region, split's part sizes,
+ * the slots of stack / unstack and their grads.
  */
 #ifndef PE_OPS_TENSOR_H
 #define PE_OPS_TENSOR_H
@@ -28,6 +29,18 @@ typedef struct pe_slice_plan {
  * clamps starts/ends as Paddle and numpy do (negative counts from the end,
  * out-of-range bounds clamp to [0, dim], end <= start gives an empty axis). */
 pe_status pe_slice_plan_make(const pe_op_ctx *ctx, const char *slot, const pe_tensor *in, pe_slice_plan *sp);
+
+/* stack and unstack_grad join the parts (inputs) along a new axis into the
+ * whole (output); unstack and stack_grad cut the whole (input) into the
+ * parts (outputs). The slots of each of the four ops. */
+static inline void pe_stack_slots(const pe_op_ctx *ctx, const char **whole, const char **parts) {
+    switch (ctx->info->id) {
+    case PE_OP_stack: *whole = "Y"; *parts = "X"; break;
+    case PE_OP_unstack_grad: *whole = "X@GRAD"; *parts = "Y@GRAD"; break;
+    case PE_OP_unstack: *whole = "X"; *parts = "Y"; break;
+    default: *whole = "Y@GRAD"; *parts = "X@GRAD"; break; /* stack_grad */
+    }
+}
 
 /* split: parts of x along `axis` (normalized), from num (equal parts) or
  * sections (one -1 inferred). */

@@ -1,5 +1,6 @@
 /* ops/cpu/reduce.c — CPU kernels of the reductions: mean, sum, softmax,
- * arg_max, top_k, accuracy.
+ * arg_max, top_k, accuracy, reduce_{sum,mean,max,min,prod,any,all} and
+ * the grads of the reduce ops.
  *
  * How: every op views its input as [pre, D, post] around the reduced axis.
  * Reductions over the whole tensor (mean) use a fixed block size that
@@ -470,22 +471,42 @@ REDUCE_GENERAL(reduce_general_f64, double, double, FIN_F)
 REDUCE_GENERAL(reduce_general_i32, int32_t, uint64_t, FIN_I)
 REDUCE_GENERAL(reduce_general_i64, int64_t, uint64_t, FIN_I)
 
+/* The view of X under the op's dim / reduce_all attrs (ops/reduce.h). */
+static pe_status x_view(const pe_op_ctx *ctx, const pe_tensor *x, pe_reduce_view *v) {
+    bool red[PE_MAX_DIMS];
+    PE_CHECK(pe_reduce_flags(ctx, x->ndim, x->dims, red));
+    pe_reduce_view_make(x->ndim, x->dims, red, v);
+    return PE_OK;
+}
+
+/* t is a reduced tensor of x (Out, Out@GRAD): x's dtype, v's out_numel elements. */
+static bool is_reduced(const pe_tensor *t, const pe_tensor *x, const pe_reduce_view *v) {
+    return t->dtype == x->dtype && pe_tensor_numel(t) == v->out_numel;
+}
+
+/* out[0..n) = val (the value of a reduction over no elements). */
+static void fill_value(pe_tensor *out, int64_t n, double val) {
+    void *od = pe_tensor_data(out);
+    for (int64_t i = 0; i < n; i++) {
+        switch (out->dtype) {
+        case PE_DTYPE_FP32: ((float *)od)[i] = (float)val; break;
+        case PE_DTYPE_FP64: ((double *)od)[i] = val; break;
+        case PE_DTYPE_INT32: ((int32_t *)od)[i] = (int32_t)val; break;
+        case PE_DTYPE_INT64: ((int64_t *)od)[i] = (int64_t)val; break;
+        default: ((uint8_t *)od)[i] = (uint8_t)val; break;
+        }
+    }
+}
+
 static pe_status reduce_run(const pe_op_ctx *ctx, bool mean) {
     const pe_tensor *x = pe_ctx_in(ctx, "X");
     pe_tensor *out = pe_ctx_out(ctx, "Out");
-    bool red[PE_MAX_DIMS];
-    PE_CHECK(pe_reduce_flags(ctx, x->ndim, x->dims, red));
     pe_reduce_view v;
-    pe_reduce_view_make(x->ndim, x->dims, red, &v);
-    if (out->dtype != x->dtype || pe_tensor_numel(out) != v.out_numel) return internal_mismatch(ctx);
+    PE_CHECK(x_view(ctx, x, &v));
+    if (!is_reduced(out, x, &v)) return internal_mismatch(ctx);
     if (v.out_numel == 0) return PE_OK;
     if (v.count == 0) { /* empty reduction: sum 0, mean NaN (numpy, torch) */
-        for (int64_t i = 0; i < v.out_numel; i++) {
-            if (x->dtype == PE_DTYPE_FP32) ((float *)pe_tensor_data(out))[i] = mean ? NAN : 0.0f;
-            else if (x->dtype == PE_DTYPE_FP64) ((double *)pe_tensor_data(out))[i] = mean ? NAN : 0.0;
-            else if (x->dtype == PE_DTYPE_INT32) ((int32_t *)pe_tensor_data(out))[i] = 0;
-            else ((int64_t *)pe_tensor_data(out))[i] = 0;
-        }
+        fill_value(out, v.out_numel, mean ? NAN : 0.0);
         return PE_OK;
     }
     const double scale = mean ? 1.0 / (double)v.count : 1.0;
@@ -556,12 +577,9 @@ REDUCE_GRAD(reduce_grad_f64, double)
 static pe_status reduce_grad_run(const pe_op_ctx *ctx, bool mean) {
     const pe_tensor *x = pe_ctx_in(ctx, "X"), *g = pe_ctx_in(ctx, "Out@GRAD");
     pe_tensor *dx = pe_ctx_out(ctx, "X@GRAD");
-    bool red[PE_MAX_DIMS];
-    PE_CHECK(pe_reduce_flags(ctx, x->ndim, x->dims, red));
     pe_reduce_view v;
-    pe_reduce_view_make(x->ndim, x->dims, red, &v);
-    if (g->dtype != x->dtype || dx->dtype != x->dtype || pe_tensor_numel(g) != v.out_numel ||
-        pe_tensor_numel(dx) != pe_tensor_numel(x))
+    PE_CHECK(x_view(ctx, x, &v));
+    if (!is_reduced(g, x, &v) || dx->dtype != x->dtype || pe_tensor_numel(dx) != pe_tensor_numel(x))
         return internal_mismatch(ctx);
     if (pe_tensor_numel(x) == 0) return PE_OK;
     const double scale = mean ? 1.0 / (double)v.count : 1.0;
@@ -573,6 +591,159 @@ static pe_status reduce_grad_run(const pe_op_ctx *ctx, bool mean) {
 
 pe_status pe_cpu_reduce_sum_grad(const pe_op_ctx *ctx) { return reduce_grad_run(ctx, false); }
 pe_status pe_cpu_reduce_mean_grad(const pe_op_ctx *ctx) { return reduce_grad_run(ctx, true); }
+
+/* ---- reduce_{max,min,prod,any,all}: each output element t folds, in row-major
+ * order, the elements of x reduced into it (the same walk as REDUCE_GENERAL,
+ * for one reduced block too); their grads walk the same elements. max / min
+ * propagate NaN (torch.amax); prod accumulates floats in double, integers
+ * wrap around; any / all read bool (one byte, 0 or 1). */
+
+/* The walk over view v: out element t's first x offset is base, reduced element
+ * (r, j) sits at base + roff(r) + j * ls; nr == 0 (only size-1 dims reduced) is
+ * a single element. */
+#define FOLD_SETUP(v)                                                                      \
+    int64_t xstr[PE_MAX_DIMS];                                                             \
+    int kept[PE_MAX_DIMS], red[PE_MAX_DIMS], nk, nr;                                       \
+    view_split(v, xstr, kept, &nk, red, &nr);                                              \
+    const int64_t ln = nr ? (v)->dims[red[nr - 1]] : 1, ls = nr ? xstr[red[nr - 1]] : 0;   \
+    const int64_t nouter = (v)->count / ln;                                                \
+    const int nrm = nr ? nr - 1 : 0;                                                       \
+    const int par = (v)->out_numel * (v)->count >= PE_PAR_MIN && nt > 1
+
+#define MAX_F(a, x) ((x) > (a) || isnan(x) ? (x) : (a))
+#define MIN_F(a, x) ((x) < (a) || isnan(x) ? (x) : (a))
+#define MAX_I(a, x) ((x) > (a) ? (x) : (a))
+#define MIN_I(a, x) ((x) < (a) ? (x) : (a))
+#define PROD(a, x) ((a) * (x))
+#define ANY(a, x) ((a) | ((x) != 0))
+#define ALL(a, x) ((a) & ((x) != 0))
+
+/* ACC acc = INIT (may read x0, the first reduced element); acc = STEP(acc, e) for each. */
+#define FOLD_LOOP(NAME, T, ACC, INIT, STEP)                                         \
+    static void NAME(const pe_reduce_view *v, const void *xv, void *ov, int nt) {  \
+        const T *x = xv;                                                           \
+        T *out = ov;                                                               \
+        FOLD_SETUP(v);                                                             \
+        PE_PAR_FOR(par, t, v->out_numel, {                                         \
+            const T *xb = x + view_offset(v, kept, nk, xstr, t);                   \
+            const T x0 = xb[0];                                                    \
+            ACC acc = INIT;                                                        \
+            for (int64_t r = 0; r < nouter; r++) {                                 \
+                const T *xr = xb + view_offset(v, red, nrm, xstr, r);              \
+                for (int64_t j = 0; j < ln; j++) acc = STEP(acc, (ACC)xr[j * ls]); \
+            }                                                                      \
+            (void)x0;                                                              \
+            out[t] = (T)acc;                                                       \
+        });                                                                        \
+    }
+FOLD_LOOP(max_f32, float, float, x0, MAX_F)
+FOLD_LOOP(max_f64, double, double, x0, MAX_F)
+FOLD_LOOP(max_i32, int32_t, int32_t, x0, MAX_I)
+FOLD_LOOP(max_i64, int64_t, int64_t, x0, MAX_I)
+FOLD_LOOP(min_f32, float, float, x0, MIN_F)
+FOLD_LOOP(min_f64, double, double, x0, MIN_F)
+FOLD_LOOP(min_i32, int32_t, int32_t, x0, MIN_I)
+FOLD_LOOP(min_i64, int64_t, int64_t, x0, MIN_I)
+FOLD_LOOP(prod_f32, float, double, 1.0, PROD)
+FOLD_LOOP(prod_f64, double, double, 1.0, PROD)
+FOLD_LOOP(prod_i32, int32_t, uint32_t, 1u, PROD)
+FOLD_LOOP(prod_i64, int64_t, uint64_t, 1u, PROD)
+FOLD_LOOP(any_b, uint8_t, unsigned, 0u, ANY)
+FOLD_LOOP(all_b, uint8_t, unsigned, 1u, ALL)
+
+typedef void (*fold_fn)(const pe_reduce_view *, const void *, void *, int);
+
+/* fns: the fp32, fp64, int32, int64 and bool loops (NULL: none); empty:
+ * the value of a reduction over no elements (prod 1, any 0, all 1). */
+static pe_status fold_run(const pe_op_ctx *ctx, const fold_fn fns[5], double empty) {
+    const pe_tensor *x = pe_ctx_in(ctx, "X");
+    pe_tensor *out = pe_ctx_out(ctx, "Out");
+    pe_reduce_view v;
+    PE_CHECK(x_view(ctx, x, &v));
+    if (!is_reduced(out, x, &v)) return internal_mismatch(ctx);
+    fold_fn fn = NULL;
+    switch (x->dtype) {
+    case PE_DTYPE_FP32: fn = fns[0]; break;
+    case PE_DTYPE_FP64: fn = fns[1]; break;
+    case PE_DTYPE_INT32: fn = fns[2]; break;
+    case PE_DTYPE_INT64: fn = fns[3]; break;
+    case PE_DTYPE_BOOL: fn = fns[4]; break;
+    default: break;
+    }
+    if (!fn) return pe_ctx_error(ctx, PE_ERR_INVALID, "dtype %s is not supported", pe_dtype_name(x->dtype));
+    if (v.out_numel == 0) return PE_OK;
+    if (v.count == 0) { /* (max / min refuse this in shape inference) */
+        fill_value(out, v.out_numel, empty);
+        return PE_OK;
+    }
+    fn(&v, pe_tensor_data(x), pe_tensor_data(out), ctx->num_threads);
+    return PE_OK;
+}
+
+#define FOLD_FNS(OP) {OP##_f32, OP##_f64, OP##_i32, OP##_i64, NULL}
+pe_status pe_cpu_reduce_max(const pe_op_ctx *ctx) {
+    static const fold_fn fns[5] = FOLD_FNS(max);
+    return fold_run(ctx, fns, 0);
+}
+pe_status pe_cpu_reduce_min(const pe_op_ctx *ctx) {
+    static const fold_fn fns[5] = FOLD_FNS(min);
+    return fold_run(ctx, fns, 0);
+}
+pe_status pe_cpu_reduce_prod(const pe_op_ctx *ctx) {
+    static const fold_fn fns[5] = FOLD_FNS(prod);
+    return fold_run(ctx, fns, 1);
+}
+pe_status pe_cpu_reduce_any(const pe_op_ctx *ctx) {
+    static const fold_fn fns[5] = {NULL, NULL, NULL, NULL, any_b};
+    return fold_run(ctx, fns, 0);
+}
+pe_status pe_cpu_reduce_all(const pe_op_ctx *ctx) {
+    static const fold_fn fns[5] = {NULL, NULL, NULL, NULL, all_b};
+    return fold_run(ctx, fns, 1);
+}
+
+/* ---- reduce_{max,min,prod}_grad: dx[e] = dout[t] * (x[e] == out[t]) (max / min,
+ * Paddle's MaxOrMinGradFunctor: every tied element gets the whole gradient) or
+ * dout[t] * out[t] / x[e] (prod, Paddle's ProdGradFunctor: inf / NaN at x = 0) */
+#define EQ_GRAD(xe, o, g) ((xe) == (o) ? (g) : 0)
+#define PROD_GRAD(xe, o, g) ((g) * (o) / (xe))
+#define FOLD_GRAD(NAME, T, F)                                                        \
+    static void NAME(const pe_reduce_view *v, const T *x, const T *o, const T *g, T *dx, int nt) { \
+        FOLD_SETUP(v);                                                               \
+        PE_PAR_FOR(par, t, v->out_numel, {                                           \
+            const int64_t b = view_offset(v, kept, nk, xstr, t);                     \
+            for (int64_t r = 0; r < nouter; r++) {                                   \
+                const int64_t rb = b + view_offset(v, red, nrm, xstr, r);            \
+                for (int64_t j = 0; j < ln; j++) dx[rb + j * ls] = F(x[rb + j * ls], o[t], g[t]); \
+            }                                                                        \
+        });                                                                          \
+    }
+FOLD_GRAD(eq_grad_f32, float, EQ_GRAD)
+FOLD_GRAD(eq_grad_f64, double, EQ_GRAD)
+FOLD_GRAD(prod_grad_f32, float, PROD_GRAD)
+FOLD_GRAD(prod_grad_f64, double, PROD_GRAD)
+
+static pe_status fold_grad_run(const pe_op_ctx *ctx, bool prod) {
+    const pe_tensor *x = pe_ctx_in(ctx, "X"), *o = pe_ctx_in(ctx, "Out"), *g = pe_ctx_in(ctx, "Out@GRAD");
+    pe_tensor *dx = pe_ctx_out(ctx, "X@GRAD");
+    pe_reduce_view v;
+    PE_CHECK(x_view(ctx, x, &v));
+    if (!is_reduced(g, x, &v) || !is_reduced(o, x, &v) || dx->dtype != x->dtype ||
+        pe_tensor_numel(dx) != pe_tensor_numel(x))
+        return internal_mismatch(ctx);
+    if (pe_tensor_numel(x) == 0) return PE_OK;
+    const int nt = ctx->num_threads;
+    const void *xd = pe_tensor_data(x), *od = pe_tensor_data(o), *gd = pe_tensor_data(g);
+    void *dd = pe_tensor_data(dx);
+    if (x->dtype == PE_DTYPE_FP32) (prod ? prod_grad_f32 : eq_grad_f32)(&v, xd, od, gd, dd, nt);
+    else if (x->dtype == PE_DTYPE_FP64) (prod ? prod_grad_f64 : eq_grad_f64)(&v, xd, od, gd, dd, nt);
+    else return pe_ctx_error(ctx, PE_ERR_INVALID, "dtype %s is not supported", pe_dtype_name(x->dtype));
+    return PE_OK;
+}
+
+pe_status pe_cpu_reduce_max_grad(const pe_op_ctx *ctx) { return fold_grad_run(ctx, false); }
+pe_status pe_cpu_reduce_min_grad(const pe_op_ctx *ctx) { return fold_grad_run(ctx, false); }
+pe_status pe_cpu_reduce_prod_grad(const pe_op_ctx *ctx) { return fold_grad_run(ctx, true); }
 
 /* ---- mean_grad: dout [1] -> dx [numel] = dout / numel ---------------------------- */
 

@@ -1,7 +1,7 @@
 /* ops/cpu/tensor.c — CPU kernels of the tensor family: reshape2 (also
  * flatten_contiguous_range, flatten2, squeeze2, unsqueeze2 and all their
- * grads: a copy), transpose2, concat, split, slice and their grads,
- * fill_constant, assign_value.
+ * grads: a copy), transpose2, concat, split, slice, stack, unstack and
+ * their grads, fill_constant, assign_value.
  *
  * All of them move bytes, so they work for every dtype by element size.
  * transpose2 first simplifies the permutation (drops size-1 dims, merges
@@ -225,8 +225,9 @@ static void move_part(char *whole, size_t row, size_t off, char *part, size_t ch
 }
 
 /* whole: [pre..., sum a_i, post...] <-> parts i: [pre..., a_i, post...]
- * (viewed as [outer, a_i * inner]); parts that are NULL tensors (absent
- * gradients) are skipped, their sizes taken from `shapes` (slot shape_slot). */
+ * (viewed as [outer, a_i * inner]), or stacked parts [pre..., post...] of
+ * whole [pre..., n, post...]; parts that are NULL tensors (absent gradients)
+ * are skipped, their sizes taken from slot shape_slot (NULL: stacked). */
 static void concat_split(const pe_op_ctx *ctx, pe_tensor *whole, const char *part_slot, bool parts_are_inputs,
                          const char *shape_slot, bool to_whole) {
     int r = whole->ndim;
@@ -241,8 +242,10 @@ static void concat_split(const pe_op_ctx *ctx, pe_tensor *whole, const char *par
     size_t off = 0;
     for (int i = 0; i < n; i++) {
         pe_tensor *p = parts_are_inputs ? pe_ctx_in_at(ctx, part_slot, i) : pe_ctx_out_at(ctx, part_slot, i);
-        const pe_tensor *shape = p ? p : pe_ctx_in_at(ctx, shape_slot, i);
-        size_t chunk = (size_t)pe_dims_prod(shape->dims, (int)axis, r) * es;
+        const pe_tensor *shape = p ? p : shape_slot ? pe_ctx_in_at(ctx, shape_slot, i) : NULL;
+        /* a stacked part lacks the axis: its chunk is the whole's post (as when shape_slot is NULL) */
+        size_t chunk = (size_t)(shape ? pe_dims_prod(shape->dims, (int)axis, shape->ndim)
+                                      : pe_dims_prod(whole->dims, (int)axis + 1, r)) * es;
         if (p) move_part(wd, row, off, pe_tensor_data(p), chunk, outer, to_whole, nt);
         off += chunk;
     }
@@ -275,6 +278,24 @@ pe_status pe_cpu_split(const pe_op_ctx *ctx) {
 /* Out@GRAD_k: [pre..., s_k, post...] -> X@GRAD: [pre..., d, post...] */
 pe_status pe_cpu_split_grad(const pe_op_ctx *ctx) {
     concat_split(ctx, pe_ctx_out(ctx, "X@GRAD"), "Out@GRAD", true, "Out@GRAD", true);
+    return PE_OK;
+}
+
+/* ---- stack / unstack (and unstack_grad / stack_grad) ---------------------------- */
+
+/* parts_i: [pre..., post...] -> whole: [pre..., n, post...] (stack, unstack_grad) */
+pe_status pe_cpu_stack(const pe_op_ctx *ctx) {
+    const char *whole, *parts;
+    pe_stack_slots(ctx, &whole, &parts);
+    concat_split(ctx, pe_ctx_out(ctx, whole), parts, true, NULL, true);
+    return PE_OK;
+}
+
+/* whole: [pre..., n, post...] -> parts_i: [pre..., post...] (unstack, stack_grad; absent ones skipped) */
+pe_status pe_cpu_unstack(const pe_op_ctx *ctx) {
+    const char *whole, *parts;
+    pe_stack_slots(ctx, &whole, &parts);
+    concat_split(ctx, pe_ctx_in(ctx, whole), parts, false, NULL, false);
     return PE_OK;
 }
 

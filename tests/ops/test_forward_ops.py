@@ -558,6 +558,65 @@ for name, xs, axis in (("axis0", [f32(2, 5), f32(3, 5)], 0), ("axis1_three", [f3
                        ("int64", [i64(3, 2), i64(1, 2)], 0)):
     case("concat", name, {"X": xs}, {"axis": axis}, lambda t, a: {"Out": torch.cat(t["X"], a["axis"])})
 
+# stack: X* (alike) -> Y with a new axis (negative: of Y's rank); unstack: X -> Y*, num = dims[axis]
+for name, xs, axis in (("axis0", [f32(2, 3)] * 3, 0), ("axis1", [f32(2, 3), f32(2, 3)], 1),
+                       ("last_neg", [f32(2, 3, 4)] * 2, -1), ("first_neg", [f32(4)] * 3, -2),
+                       ("single", [f32(3, 2)], 1), ("fp64", [f64(2, 3)] * 2, 2), ("int64", [i64(3, 2)] * 2, 0)):
+    case("stack", name, {"X": xs}, {"axis": axis}, lambda t, a: {"Y": torch.stack(t["X"], a["axis"])})
+for name, xs, axis in (("axis0", f32(3, 4), 0), ("axis1_3d", f32(2, 3, 4), 1), ("neg", f32(2, 3, 4), -1),
+                       ("one", f32(1, 5), 0), ("fp64", f64(4, 2), 1), ("int32", i32(2, 3), 0)):
+    case("unstack", name, {"X": xs}, {"axis": axis, "num": xs.shape[axis]},
+         lambda t, a: {"Y": list(torch.unbind(t["X"], a["axis"]))})
+
+# tile (repeat_times; the shorter of it and X's dims gets leading 1s, as torch.tile) and
+# expand_v2 (shape; -1 keeps X's dim, size-1 dims broadcast, leading dims added)
+for name, xs, reps in (("2d", f32(2, 3), [2, 3]), ("fewer_repeats", f32(2, 3, 4), [2]),
+                       ("more_repeats", f32(3), [2, 1, 2]), ("ones", f32(1, 4), [3, 1]),
+                       ("fp64", f64(2, 1, 3), [1, 4, 2]), ("int32", i32(2, 3), [2, 2])):
+    case("tile", name, {"X": xs}, {"repeat_times": reps}, lambda t, a: {"Out": torch.tile(t["X"], a["repeat_times"])})
+for name, xs, shape in (("bcast_rows", f32(1, 4), [3, 4]), ("minus_one", f32(3, 1), [-1, 5]),
+                        ("new_lead", f32(2, 3), [4, 2, 3]), ("mid", f32(2, 1, 3), [2, 5, 3]),
+                        ("fp64", f64(1, 3), [2, -1]), ("int64", i64(3, 1), [3, 4])):
+    case("expand_v2", name, {"X": xs}, {"shape": shape},
+         lambda t, a: {"Out": t["X"].expand(*a["shape"]).contiguous()})
+
+
+# cumsum: axis (-1), exclusive (the sum before each element), reverse, flatten ([numel]).
+def ref_cumsum(t, a):
+    x, ax = t["X"], a.get("axis", -1)
+    if a.get("flatten"):
+        x, ax = x.reshape(-1), 0
+    if a.get("reverse"):
+        x = x.flip(ax)
+    y = torch.cumsum(x, ax)
+    if a.get("exclusive"):
+        y = y - x
+    return {"Out": y.flip(ax) if a.get("reverse") else y}
+
+
+for name, xs, at in (("default_last", f32(3, 4), {}), ("axis0", f32(3, 4), {"axis": 0}),
+                     ("mid_3d", f32(2, 3, 4), {"axis": 1}), ("reverse", f32(3, 5), {"reverse": True}),
+                     ("exclusive", f32(3, 5), {"exclusive": True, "axis": 0}),
+                     ("excl_rev_fp64", f64(4, 3), {"exclusive": True, "reverse": True}),
+                     ("int64", i64(3, 4), {"axis": 1})):
+    case("cumsum", name, {"X": xs}, at, ref_cumsum)
+case("cumsum", "int32_rev", {"X": i32(5, 2)}, {"axis": 0, "reverse": True}, ref_cumsum, dtypes={"Out": "int32"})
+case("cumsum", "flatten", {"X": f32(3, 4)}, {"flatten": True}, ref_cumsum)
+case("cumsum", "flatten_rev_excl_fp64", {"X": f64(2, 3, 2)}, {"flatten": True, "reverse": True, "exclusive": True},
+     ref_cumsum)
+case("cumsum", "big", {"X": f32(300, 400)}, {"axis": 0}, ref_cumsum, threads=True, tol=(1e-5, 1e-4),
+     why="300 float32 terms per column; the reference adds them in float64")
+
+# assign (any dtype), shape (Input's dims as int32), increment (a one-element X + step)
+for name, xs in (("f32", f32(3, 4)), ("fp64", f64(2, 3, 2)), ("int64", i64(5)), ("bool", R([2, 3], "bool"))):
+    case("assign", name, {"X": xs}, {}, lambda t, a: {"Out": t["X"].clone()})
+for name, xs in (("2d", f32(3, 4)), ("4d_int64", i64(2, 1, 3, 5)), ("1d_fp64", f64(7))):
+    case("shape", name, {"Input": xs}, {}, lambda t, a: {"Out": torch.tensor(list(t["Input"].shape), dtype=torch.int32)})
+for name, xs, at in (("default", f32(1), {}), ("step_fp64", f64(1), {"step": 2.5}),
+                     ("int64_neg", i64(1), {"step": -3.0}), ("int32", i32(1, 1), {"step": 1.0})):
+    case("increment", name, {"X": xs}, at,
+         lambda t, a: {"Out": t["X"] + (a.get("step", 1.0) if t["X"].is_floating_point() else int(a.get("step", 1)))})
+
 
 def ref_split(t, a):
     x, ax = t["X"], a.get("axis", 0)
@@ -830,6 +889,45 @@ for op, fn in (("reduce_sum", torch.sum), ("reduce_mean", torch.mean)):
         case(op, name, {"X": xs}, at, lambda t, a, fn=fn: ref_reduce(t, a, fn),
              flat=("Out",) if at.get("reduce_all") else ())
 case("reduce_sum", "int64", {"X": i64(3, 4, 5)}, {"dim": [0, 2]}, lambda t, a: ref_reduce(t, a, torch.sum))
+
+
+# reduce_max / min / prod (float and int) and reduce_any / all (bool), the same attrs;
+# torch.prod / any / all take one dim at a time (torch 1.13). prod's inputs stay
+# near |1| (nonzero: the gradient divides by X); int prod wraps around like torch's
+# int64 product cast back.
+def t_each_dim(fn):
+    def f(x, dim, keepdim):
+        for d in sorted(dim, reverse=True):
+            x = fn(x, d, keepdim=keepdim)
+        return x
+    return f
+
+
+REDUCE_MORE = {"reduce_max": torch.amax, "reduce_min": torch.amin, "reduce_prod": t_each_dim(torch.prod)}
+for op, fn in REDUCE_MORE.items():
+    kw = {"lo": 0.6, "hi": 1.6, "nonzero": True} if op == "reduce_prod" else {}
+    for name, xs, at in (("dim0_default", f32(7, 5, **kw), {}), ("last", f32(2, 3, 4, **kw), {"dim": [-1]}),
+                         ("two_dims_keep", f32(2, 3, 4, 5, **kw), {"dim": [1, 3], "keep_dim": True}),
+                         ("hw_of_nchw", f32(2, 3, 4, 5, **kw), {"dim": [2, 3]}),
+                         ("reduce_all", f32(3, 4, 5, **kw), {"reduce_all": True}),
+                         ("one_sized", f32(1, 5, 1, **kw), {"dim": [0, 2]}),
+                         ("fp64", f64(4, 6, 3, **kw), {"dim": [1]})):
+        case(op, name, {"X": xs}, at, lambda t, a, fn=fn: ref_reduce(t, a, fn),
+             flat=("Out",) if at.get("reduce_all") else ())
+    case(op, "int32", {"X": i32(3, 4, 5, lo=-3, hi=4)}, {"dim": [0, 2]}, lambda t, a, fn=fn: ref_reduce(t, a, fn),
+         dtypes={"Out": "int32"})
+    case(op, "int64_all", {"X": i64(4, 6, lo=-3, hi=4)}, {"reduce_all": True}, lambda t, a, fn=fn: ref_reduce(t, a, fn),
+         flat=("Out",), dtypes={"Out": "int64"})
+case("reduce_max", "nan_propagates", {"X": R([2, 4], fn=lambda r: np.array([[1, np.nan, 3, 2], [4, 5, 6, 7]]))},
+     {"dim": [1]}, lambda t, a: ref_reduce(t, a, torch.amax), upcast=False)
+case("reduce_min", "big", {"X": f32(300, 400)}, {"dim": [0]}, lambda t, a: ref_reduce(t, a, torch.amin), threads=True)
+MOSTLY_TRUE = R([4, 6], "bool", fn=lambda r: r.random((4, 6)) < 0.9)
+for op, fn in (("reduce_any", t_each_dim(torch.any)), ("reduce_all", t_each_dim(torch.all))):
+    for name, xs, at in (("dim0_default", R([7, 5], "bool"), {}), ("last_keep", MOSTLY_TRUE, {"dim": [-1], "keep_dim": True}),
+                         ("two_dims", R([2, 3, 4, 5], "bool"), {"dim": [1, 3]}),
+                         ("reduce_all", MOSTLY_TRUE, {"reduce_all": True})):
+        case(op, name, {"X": xs}, at, lambda t, a, fn=fn: ref_reduce(t, a, fn),
+             flat=("Out",) if at.get("reduce_all") else ())
 
 for name, xs, at in (("default_alpha", f32(7, 5), {}), ("alpha_0.2_4d", f32(2, 3, 4, 5), {"alpha": 0.2}),
                      ("fp64", f64(6, 4), {"alpha": 0.01})):
@@ -1181,7 +1279,7 @@ def _check(case, name, got, want, want_dtype):
     rtol, atol = case.tol or (FP64_TOL if np.dtype(want_dtype) == np.float64 else FP32_TOL)
     g, w = got.astype(np.float64), want.astype(np.float64)
     err = np.abs(g - w)
-    bad = ~(err <= atol + rtol * np.abs(w))
+    bad = ~(err <= atol + rtol * np.abs(w)) & ~(np.isnan(g) & np.isnan(w))  # NaN where torch has NaN is right
     bad |= np.isnan(g) != np.isnan(w)
     if bad.any():
         i = np.unravel_index(np.argmax(np.where(bad, err, -1)), g.shape) if g.ndim else ()

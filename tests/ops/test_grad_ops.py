@@ -127,12 +127,26 @@ grad_row("softmax_with_cross_entropy", "ignore_minus100",
          {"Logits": f32(7, 6), "Label": fw.labels([7, 1], 6, ignore=-100)}, {}, fw.ref_swce)
 grad_row("batch_norm", "train_odd_hw", fw.bn_inputs(f32(3, 5, 3, 7), 5), {"momentum": 0.9}, fw.ref_batch_norm)
 grad_row("layer_norm", "odd_wide", {"X": f32(3, 129), "Scale": f32(129), "Bias": f32(129)}, {}, fw.ref_layer_norm)
+grad_row("reduce_prod", "negatives_two_dims", {"X": f32(3, 4, 5, lo=-1.2, hi=1.2, nonzero=True)}, {"dim": [0, 2]},
+         lambda t, a: fw.ref_reduce(t, a, fw.REDUCE_MORE["reduce_prod"]))
+grad_row("reduce_max", "neg_dims_keep_fp64", {"X": f64(3, 1, 4, 5)}, {"dim": [-1, -3], "keep_dim": True},
+         lambda t, a: fw.ref_reduce(t, a, torch.amax))
 grad_row("reduce_mean", "neg_dims_keep", {"X": f32(3, 1, 4, 5)}, {"dim": [-1, -3], "keep_dim": True},
          lambda t, a: fw.ref_reduce(t, a, torch.mean))
 grad_row("lookup_table_v2", "repeated_ids", {"W": f32(4, 5), "Ids": R([6, 3], "int64", fn=lambda r: r.integers(0, 2, (6, 3)))},
          {}, fw.ref_lookup)
 grad_row("concat", "axis2_odd", {"X": [f32(2, 3, 1), f32(2, 3, 4), f32(2, 3, 2)]}, {"axis": 2},
          lambda t, a: {"Out": torch.cat(t["X"], a["axis"])})
+grad_row("stack", "mid_axis_four", {"X": [f32(3, 5)] * 4}, {"axis": 1},
+         lambda t, a: {"Y": torch.stack(t["X"], a["axis"])})
+grad_row("unstack", "mid_axis", {"X": f64(3, 4, 2)}, {"axis": 1, "num": 4},
+         lambda t, a: {"Y": list(torch.unbind(t["X"], a["axis"]))})
+grad_row("tile", "repeat_lead_and_odd", {"X": f32(3, 1, 5)}, {"repeat_times": [2, 1, 4, 3]},
+         lambda t, a: {"Out": torch.tile(t["X"], a["repeat_times"])})
+grad_row("expand_v2", "two_bcast_dims_fp64", {"X": f64(1, 4, 1)}, {"shape": [3, 6, 4, 5]},
+         lambda t, a: {"Out": t["X"].expand(*a["shape"])})
+grad_row("cumsum", "exclusive_reverse_mid", {"X": f32(3, 7, 2)}, {"axis": 1, "exclusive": True, "reverse": True},
+         fw.ref_cumsum)
 grad_row("split", "sections_axis0", {"X": f32(7, 3)}, {"sections": [2, 4, 1], "axis": 0}, fw.ref_split)
 grad_row("slice", "three_axes", {"Input": f32(4, 5, 6)}, {"axes": [0, 1, 2], "starts": [1, -4, 0], "ends": [3, 5, -2]},
          fw.ref_slice)

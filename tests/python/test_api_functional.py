@@ -339,3 +339,87 @@ def test_binary_compare_logical_and_where():
     close(vals[-3], X.grad, "dx")
     close(vals[-2], Y.grad, "dy")
     close(vals[-1], P.grad, "dp")
+
+
+def test_reductions_max_min_prod_any_all():
+    """pe.max / min / prod / any / all: Paddle's reduce ops and attrs, values, and the
+    gradients of max (to the maximum) and prod against autograd."""
+    rng = np.random.RandomState(5)
+    xv = (rng.uniform(0.5, 1.5, (4, 3, 5)) * rng.choice([-1, 1], (4, 3, 5))).astype(np.float32)
+    bv = rng.rand(4, 3, 5) < 0.7
+    main, startup = pe.static.Program(), pe.static.Program()
+    with pe.static.program_guard(main, startup), unique_name.guard():
+        x = pe.static.data("x", [None, 3, 5], "float32")
+        b = pe.static.data("b", [None, 3, 5], "bool")
+        x.stop_gradient = False
+        outs = {"max": pe.max(x), "max1": pe.max(x, axis=1), "min_keep": pe.min(x, axis=[0, 2], keepdim=True),
+                "prod": pe.prod(x, axis=-1), "any": pe.any(b, axis=0), "all": pe.all(b),
+                "all_keep": pe.all(b, axis=(1, 2), keepdim=True)}
+        total = pe.sum(outs["max1"]) + pe.sum(outs["prod"])
+        gx, = pe.static.gradients([total], [x])
+    ops = [op.type for op in main.global_block().ops]
+    assert ops[:7] == ["reduce_max", "reduce_max", "reduce_min", "reduce_prod", "reduce_any", "reduce_all",
+                       "reduce_all"]
+    assert [list(outs[k].shape) for k in ("max", "max1", "min_keep", "prod", "any", "all", "all_keep")] == [
+        [1], [-1, 5], [1, 3, 1], [-1, 3], [3, 5], [1], [-1, 1, 1]]
+    assert outs["any"].dtype == "bool" and outs["all"].dtype == "bool"
+    keys = list(outs)
+    vals = pe.static.Executor().run(main, feed={"x": xv, "b": bv}, fetch_list=[outs[k] for k in keys] + [gx],
+                                    scope=pe.static.Scope())
+    got = dict(zip(keys, vals))
+    X = torch.tensor(xv, dtype=torch.float64, requires_grad=True)
+    close(got["max"], [X.max().item()], "max")
+    close(got["max1"], X.amax(1).detach(), "max1")
+    close(got["min_keep"], X.amin((0, 2), keepdim=True).detach(), "min_keep")
+    close(got["prod"], X.prod(-1).detach(), "prod")
+    np.testing.assert_array_equal(got["any"], bv.any(0))
+    np.testing.assert_array_equal(got["all"], [bv.all()])
+    np.testing.assert_array_equal(got["all_keep"], bv.all((1, 2), keepdims=True))
+    (X.amax(1).sum() + X.prod(-1).sum()).backward()
+    close(vals[-1], X.grad, "dx")
+
+
+def test_stack_tile_expand_cumsum_assign_shape_increment():
+    """pe.stack / unstack / expand / tile / cumsum / assign / shape / increment: Paddle's ops and
+    attrs, values, declared shapes, and the gradients of the differentiable ones against autograd
+    (a flattened cumsum's gradient has x's dims)."""
+    rng = np.random.RandomState(6)
+    av, bv, cv = (rng.randn(2, 3).astype(np.float32) for _ in range(3))
+    main, startup = pe.static.Program(), pe.static.Program()
+    with pe.static.program_guard(main, startup), unique_name.guard():
+        a, b = pe.static.data("a", [2, 3], "float32"), pe.static.data("b", [2, 3], "float32")
+        c = pe.static.data("c", [None, 3], "float32")
+        for v in (a, b, c):
+            v.stop_gradient = False
+        counter = pe.full([1], 5, "int64")
+        outs = {"stack": pe.stack([a, b], axis=1), "unstack0": pe.unstack(a, axis=1)[0],
+                "expand": pe.expand(pe.unsqueeze(a, 1), [2, 4, 3]), "tile": pe.tile(b, [2, 1]),
+                "cumsum": pe.cumsum(c, axis=0), "cumsum_flat": pe.cumsum(a), "assign": pe.assign(c),
+                "shape": pe.shape(c), "counter": pe.increment(counter, 2)}
+        total = pe.sum(outs["stack"] * 2) + pe.sum(outs["unstack0"]) + pe.sum(outs["expand"])
+        total = total + pe.sum(outs["tile"] * outs["tile"]) + pe.sum(outs["cumsum"] * outs["assign"])
+        total = total + pe.sum(outs["cumsum_flat"] * outs["cumsum_flat"])
+        ga, gb, gc = pe.static.gradients([total], [a, b, c])
+    ops = [op.type for op in main.global_block().ops]
+    for op in ("stack", "unstack", "expand_v2", "tile", "cumsum", "assign", "shape", "increment"):
+        assert op in ops, op
+    assert outs["counter"] is counter
+    assert [list(outs[k].shape) for k in ("stack", "unstack0", "expand", "tile", "cumsum", "cumsum_flat", "shape")] == [
+        [2, 2, 3], [2], [2, 4, 3], [4, 3], [-1, 3], [6], [2]]
+    keys = list(outs)
+    vals = pe.static.Executor().run(main, feed={"a": av, "b": bv, "c": cv},
+                                    fetch_list=[outs[k] for k in keys] + [ga, gb, gc], scope=pe.static.Scope())
+    got = dict(zip(keys, vals))
+    A, B, C = (torch.tensor(v, dtype=torch.float64, requires_grad=True) for v in (av, bv, cv))
+    want = {"stack": torch.stack([A, B], 1), "unstack0": A[:, 0], "expand": A.unsqueeze(1).expand(2, 4, 3),
+            "tile": B.repeat(2, 1), "cumsum": C.cumsum(0), "cumsum_flat": A.reshape(-1).cumsum(0), "assign": C}
+    for k, w in want.items():
+        close(got[k], w.detach(), k)
+    np.testing.assert_array_equal(got["shape"], np.array([2, 3], np.int32))
+    assert got["shape"].dtype == np.int32
+    np.testing.assert_array_equal(got["counter"], [7])
+    (want["stack"].sum() * 2 + want["unstack0"].sum() + want["expand"].sum() + (want["tile"] ** 2).sum()
+     + (want["cumsum"] * C).sum() + (want["cumsum_flat"] ** 2).sum()).backward()
+    close(vals[-3], A.grad, "da")
+    close(vals[-2], B.grad, "db")
+    close(vals[-1], C.grad, "dc")

@@ -287,3 +287,60 @@ def test_binary_compare_logical_layers():
     np.testing.assert_array_equal(vals[14], ~lt_v)
     with pytest.raises(pe.UnsupportedError, match="where_index"):
         L.where(lt)
+
+
+def test_reduce_layers():
+    """fluid.layers.reduce_{max,min,prod,any,all}: Paddle's ops and attrs (dim, keep_dim, reduce_all), values."""
+    main, startup = fresh()
+    L = fluid.layers
+    with fluid.program_guard(main, startup), unique_name.guard():
+        x = L.data(name="x", shape=[3, 4], dtype="float32")
+        b = L.data(name="b", shape=[3, 4], dtype="bool")
+        outs = [L.reduce_max(x), L.reduce_min(x, dim=1), L.reduce_prod(x, dim=[1, 2], keep_dim=True),
+                L.reduce_any(b, dim=-1), L.reduce_all(b, dim=[0])]
+    ops = main.global_block().ops
+    assert [op.type for op in ops] == ["reduce_max", "reduce_min", "reduce_prod", "reduce_any", "reduce_all"]
+    a = [op.all_attrs() for op in ops]
+    assert a[0]["reduce_all"] and not a[1]["reduce_all"] and a[1]["dim"] == [1]
+    assert a[2]["dim"] == [1, 2] and a[2]["keep_dim"] and a[4]["dim"] == [0]
+    assert [list(o.shape) for o in outs] == [[1], [-1, 4], [-1, 1, 1], [-1, 3], [3, 4]]
+    assert outs[3].dtype == "bool"
+    rng = np.random.RandomState(3)
+    xv = rng.uniform(0.5, 1.5, (2, 3, 4)).astype(np.float32)
+    bv = rng.rand(2, 3, 4) < 0.6
+    vals = fluid.Executor(fluid.CPUPlace()).run(main, feed={"x": xv, "b": bv}, fetch_list=outs, scope=pe.static.Scope())
+    np.testing.assert_allclose(vals[0], [xv.max()], rtol=1e-6)
+    np.testing.assert_allclose(vals[1], xv.min(axis=1), rtol=1e-6)
+    np.testing.assert_allclose(vals[2], xv.prod(axis=(1, 2), keepdims=True), rtol=1e-5)
+    np.testing.assert_array_equal(vals[3], bv.any(axis=-1))
+    np.testing.assert_array_equal(vals[4], bv.all(axis=0))
+
+
+def test_stack_expand_assign_shape_increment_cumsum_layers():
+    """The 1.x forms: expand(x, expand_times) is a tile op, increment is in place by default,
+    cumsum's axis=None is the last axis (not flattened), assign copies."""
+    main, startup = fresh()
+    L = fluid.layers
+    with fluid.program_guard(main, startup), unique_name.guard():
+        x = L.data(name="x", shape=[3], dtype="float32")
+        i = L.fill_constant([1], "int64", 0)
+        outs = [L.stack([x, x], axis=0), L.unstack(x, axis=1)[2], L.expand(x, [1, 2]), L.assign(x), L.shape(x),
+                L.increment(i), L.increment(i, value=3, in_place=False), L.cumsum(x),
+                L.cumsum(x, axis=0, exclusive=True, reverse=True)]
+    ops = main.global_block().ops
+    assert [op.type for op in ops][1:] == ["stack", "unstack", "tile", "assign", "shape", "increment", "increment",
+                                           "cumsum", "cumsum"]
+    assert ops[3].all_attrs()["repeat_times"] == [1, 2] and outs[5] is i and outs[6] is not i
+    assert ops[8].all_attrs()["axis"] == -1 and not ops[8].all_attrs()["flatten"]
+    assert ops[9].all_attrs()["exclusive"] and ops[9].all_attrs()["reverse"]
+    xv = np.arange(6, dtype=np.float32).reshape(2, 3)
+    vals = fluid.Executor(fluid.CPUPlace()).run(main, feed={"x": xv}, fetch_list=outs, scope=pe.static.Scope())
+    np.testing.assert_array_equal(vals[0], np.stack([xv, xv]))
+    np.testing.assert_array_equal(vals[1], xv[:, 2])
+    np.testing.assert_array_equal(vals[2], np.tile(xv, (1, 2)))
+    np.testing.assert_array_equal(vals[3], xv)
+    np.testing.assert_array_equal(vals[4], [2, 3])
+    np.testing.assert_array_equal(vals[5], [1])
+    np.testing.assert_array_equal(vals[6], [4])
+    np.testing.assert_array_equal(vals[7], np.cumsum(xv, axis=-1))
+    np.testing.assert_array_equal(vals[8], [[3, 4, 5], [0, 0, 0]])

@@ -216,6 +216,7 @@ _ALIAS_ROWS += [
                     "LearningRate": [np.array([0.1], np.float32)]}, {}, [("Param", "ParamOut")]),
     ("squeeze2", {"X": [_r(2, 1, 3)]}, {"axes": [1]}, [("X", "Out")]),
     ("exp", {"X": [_r(2, 3)]}, {}, [("X", "Out")]),
+    ("increment", {"X": [_r(1)]}, {"step": 2.0}, [("X", "Out")]),
     ("relu6", {"X": [_r(2, 3, lo=-1.0, hi=8.0)]}, {}, [("X", "Out")]),
     ("softplus_grad", {"X": [_r(2, 3)], "Out@GRAD": [_r(2, 3)]}, {}, [("Out@GRAD", "X@GRAD")]),
     ("elu_grad", {"X": [_r(2, 3)], "Out": [_r(2, 3)], "Out@GRAD": [_r(2, 3)]}, {}, [("Out@GRAD", "X@GRAD")]),

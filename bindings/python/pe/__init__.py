@@ -31,7 +31,9 @@ from .tensor import (mean, sum, matmul, reshape, transpose, concat, flatten, cas
                      unsqueeze, squeeze, split, slice, exp, log, sqrt, rsqrt, square, abs, sign, floor, ceil,
                      round, pow, clip, maximum, minimum, mod, remainder, floor_divide, equal, not_equal,
                      less_than, less_equal, greater_than, greater_equal, logical_and, logical_or, logical_xor,
-                     logical_not, where)
+                     logical_not, where,
+                     max, min, prod, any, all, stack, unstack, expand, tile, assign,
+                     shape, increment, cumsum)
 from . import utils  # noqa: F401
 from . import nn  # noqa: F401
 from . import static  # noqa: F401

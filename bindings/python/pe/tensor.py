@@ -7,6 +7,8 @@ the default main program, with an output Variable named like Paddle's
 unknown dim) so later layers can size their parameters. Numbers are
 computed by the C kernels when the program runs.
 """
+import builtins as _builtins
+
 import numpy as np
 
 from . import _core
@@ -21,6 +23,8 @@ __all__ = [
     "rsqrt", "square", "abs", "sign", "floor", "ceil", "round", "pow", "clip", "maximum", "minimum", "mod",
     "remainder", "floor_divide", "equal", "not_equal", "less_than", "less_equal", "greater_than", "greater_equal",
     "logical_and", "logical_or", "logical_xor", "logical_not", "where",
+    "max", "min", "prod", "any", "all",
+    "stack", "unstack", "expand", "tile", "assign", "shape", "increment", "cumsum",
 ]
 
 
@@ -32,7 +36,7 @@ def _bcast_dim(a, b):
     if b == 1:
         return a
     if a == -1 or b == -1:
-        return max(a, b) if min(a, b) == -1 and max(a, b) != 1 else -1
+        return _builtins.max(a, b) if _builtins.min(a, b) == -1 and _builtins.max(a, b) != 1 else -1
     if a != b:
         raise _core.InvalidArgumentError("shapes cannot be broadcast: dims %d and %d" % (a, b))
     return a
@@ -40,7 +44,7 @@ def _bcast_dim(a, b):
 
 def broadcast_shape(x_shape, y_shape):
     x, y = list(x_shape), list(y_shape)
-    n = max(len(x), len(y))
+    n = _builtins.max(len(x), len(y))
     x = [1] * (n - len(x)) + x
     y = [1] * (n - len(y)) + y
     return [_bcast_dim(a, b) for a, b in zip(x, y)]
@@ -56,7 +60,7 @@ def _norm_axis(axis, ndim, api):
     a = int(axis)
     if a < 0:
         a += ndim
-    if not 0 <= a < max(ndim, 1):
+    if not 0 <= a < _builtins.max(ndim, 1):
         raise _core.InvalidArgumentError("%s: axis %d is out of range for rank %d" % (api, axis, ndim))
     return a
 
@@ -383,11 +387,17 @@ def mean(x, axis=None, keepdim=False, name=None):
         out = helper.create_variable_for_type_inference(x.dtype, shape=[1])
         helper.append_op("mean", {"X": [x]}, {"Out": [out]})
         return out
-    helper = LayerHelper("reduce_mean", name)
+    return _reduce("reduce_mean", x, axes, keepdim, name)
+
+
+def _reduce(op, x, axis, keepdim, name, out_dtype=None):
+    """reduce_<op> of x over axis (all dims when None), Paddle's attrs."""
+    axes = _axes(axis)
     reduce_all = axes is None or len(axes) == len(x.shape)
-    out = helper.create_variable_for_type_inference(x.dtype, shape=_reduce_shape(x.shape, axes or [], keepdim,
-                                                                                 reduce_all))
-    helper.append_op("reduce_mean", {"X": [x]}, {"Out": [out]},
+    helper = LayerHelper(op, name)
+    out = helper.create_variable_for_type_inference(out_dtype or x.dtype,
+                                                    shape=_reduce_shape(x.shape, axes or [], keepdim, reduce_all))
+    helper.append_op(op, {"X": [x]}, {"Out": [out]},
                      {"dim": axes or [0], "keep_dim": bool(keepdim), "reduce_all": reduce_all})
     return out
 
@@ -397,14 +407,39 @@ def sum(x, axis=None, dtype=None, keepdim=False, name=None):
     check_variable(x, "x", "sum")
     if dtype is not None and convert_dtype(dtype) != x.dtype:
         x = cast(x, dtype)
-    axes = _axes(axis)
-    reduce_all = axes is None or len(axes) == len(x.shape)
-    helper = LayerHelper("reduce_sum", name)
-    out = helper.create_variable_for_type_inference(x.dtype, shape=_reduce_shape(x.shape, axes or [], keepdim,
-                                                                                 reduce_all))
-    helper.append_op("reduce_sum", {"X": [x]}, {"Out": [out]},
-                     {"dim": axes or [0], "keep_dim": bool(keepdim), "reduce_all": reduce_all})
-    return out
+    return _reduce("reduce_sum", x, axis, keepdim, name)
+
+
+def max(x, axis=None, keepdim=False, name=None):
+    """Maximum over axis (all when None); its gradient goes to every element equal to it (Paddle's)."""
+    check_variable(x, "x", "max")
+    return _reduce("reduce_max", x, axis, keepdim, name)
+
+
+def min(x, axis=None, keepdim=False, name=None):
+    """Minimum over axis (all when None); its gradient goes to every element equal to it (Paddle's)."""
+    check_variable(x, "x", "min")
+    return _reduce("reduce_min", x, axis, keepdim, name)
+
+
+def prod(x, axis=None, keepdim=False, dtype=None, name=None):
+    """Product over axis (all when None)."""
+    check_variable(x, "x", "prod")
+    if dtype is not None and convert_dtype(dtype) != x.dtype:
+        x = cast(x, dtype)
+    return _reduce("reduce_prod", x, axis, keepdim, name)
+
+
+def any(x, axis=None, keepdim=False, name=None):
+    """Logical or over axis (all when None) of a bool x."""
+    check_variable(x, "x", "any")
+    return _reduce("reduce_any", x, axis, keepdim, name, "bool")
+
+
+def all(x, axis=None, keepdim=False, name=None):
+    """Logical and over axis (all when None) of a bool x."""
+    check_variable(x, "x", "all")
+    return _reduce("reduce_all", x, axis, keepdim, name, "bool")
 
 
 def argmax(x, axis=None, keepdim=False, dtype="int64", name=None):
@@ -491,12 +526,13 @@ def _reshape_shape(in_shape, shape):
     if -1 in shape:
         k = list(shape).index(-1)
         rest = [d for i, d in enumerate(out) if i != k]
-        if all(d >= 0 for d in in_shape) and all(d >= 0 for d in rest):
+        if _builtins.all(d >= 0 for d in in_shape) and _builtins.all(d >= 0 for d in rest):
             total, part = int(np.prod(in_shape)), int(np.prod(rest))
             if part == 0 or total % part:
                 raise _core.InvalidArgumentError("reshape: cannot reshape %s into %s" % (list(in_shape), list(shape)))
             out[k] = total // part
-    elif all(d >= 0 for d in in_shape) and all(d >= 0 for d in out) and int(np.prod(in_shape)) != int(np.prod(out)):
+    elif (_builtins.all(d >= 0 for d in in_shape) and _builtins.all(d >= 0 for d in out)
+          and int(np.prod(in_shape)) != int(np.prod(out))):
         raise _core.InvalidArgumentError("reshape: cannot reshape %s into %s" % (list(in_shape), list(shape)))
     return out
 
@@ -535,11 +571,11 @@ def flatten(x, start_axis=0, stop_axis=-1, name=None):
     if s > e:
         raise _core.InvalidArgumentError("flatten: start_axis %d is after stop_axis %d" % (start_axis, stop_axis))
     mid = x.shape[s:e + 1]
-    merged = -1 if any(d < 0 for d in mid) else int(np.prod(mid))
+    merged = -1 if _builtins.any(d < 0 for d in mid) else int(np.prod(mid))
     shape = list(x.shape[:s]) + [merged] + list(x.shape[e + 1:])
     if not has_op("flatten_contiguous_range"):  # older engines: the same as a reshape2
         tail = list(x.shape[e + 1:])
-        if any(d < 0 for d in tail):
+        if _builtins.any(d < 0 for d in tail):
             raise _core.UnsupportedError("flatten: unknown dims after stop_axis need flatten_contiguous_range")
         return reshape(x, [0] * s + [merged] + tail, name)
     return _xshape_op("flatten_contiguous_range", x, shape, {"start_axis": s, "stop_axis": e}, name, "pe.flatten")
@@ -619,9 +655,9 @@ def slice(input, axes, starts, ends):
         if d < 0:
             shape[a] = -1
             continue
-        s1 = max(0, min(d, s0 + d if s0 < 0 else s0))
-        e1 = max(0, min(d, e0 + d if e0 < 0 else e0))
-        shape[a] = max(0, e1 - s1)
+        s1 = _builtins.max(0, _builtins.min(d, s0 + d if s0 < 0 else s0))
+        e1 = _builtins.max(0, _builtins.min(d, e0 + d if e0 < 0 else e0))
+        shape[a] = _builtins.max(0, e1 - s1)
     helper = LayerHelper("slice")
     out = helper.create_variable_for_type_inference(input.dtype, shape=shape)
     helper.append_op("slice", {"Input": [input]}, {"Out": [out]},
@@ -653,10 +689,127 @@ def concat(x, axis=0, name=None):
     a = _norm_axis(axis, len(x[0].shape), "concat")
     shape = list(x[0].shape)
     dims = [v.shape[a] for v in x]
-    shape[a] = -1 if any(d < 0 for d in dims) else int(np.sum(dims))
+    shape[a] = -1 if _builtins.any(d < 0 for d in dims) else int(np.sum(dims))
     helper = LayerHelper("concat", name)
     out = helper.create_variable_for_type_inference(x[0].dtype, shape=shape)
     helper.append_op("concat", {"X": list(x)}, {"Out": [out]}, {"axis": a})
+    return out
+
+
+def stack(x, axis=0, name=None):
+    """Joins the alike variables of x along a new axis (stack; axis in [-(rank+1), rank])."""
+    if isinstance(x, Variable) or not x:
+        raise TypeError("stack: x must be a non-empty list of Variables")
+    for i, v in enumerate(x):
+        check_variable(v, "x[%d]" % i, "stack")
+    a = _norm_axis(axis, len(x[0].shape) + 1, "stack")
+    shape = list(x[0].shape)
+    shape.insert(a, len(x))
+    helper = LayerHelper("stack", name)
+    out = helper.create_variable_for_type_inference(x[0].dtype, shape=shape)
+    helper.append_op("stack", {"X": list(x)}, {"Y": [out]}, {"axis": a})
+    return out
+
+
+def unstack(x, axis=0, num=None):
+    """Cuts x along axis into its dims[axis] slices, that axis removed (unstack)."""
+    check_variable(x, "x", "unstack")
+    a = _norm_axis(axis, len(x.shape), "unstack")
+    n = x.shape[a] if num is None else int(num)
+    if n < 0:
+        raise _core.InvalidArgumentError("unstack: dim %d of %s is unknown: give num" % (a, list(x.shape)))
+    helper = LayerHelper("unstack")
+    shape = [d for i, d in enumerate(x.shape) if i != a]
+    outs = [helper.create_variable_for_type_inference(x.dtype, shape=shape) for _ in range(n)]
+    helper.append_op("unstack", {"X": [x]}, {"Y": outs}, {"axis": a, "num": n})
+    return outs
+
+
+def _int_list(v, api, what):
+    if isinstance(v, Variable) or _builtins.any(isinstance(e, Variable) for e in v):
+        raise _core.UnsupportedError("%s: %s must be a list of ints (a Variable is not supported yet)" % (api, what))
+    return [int(e) for e in v]
+
+
+def expand(x, shape, name=None):
+    """Broadcasts x's size-1 dims to shape (-1 keeps x's dim; leading dims may be added) (expand_v2)."""
+    check_variable(x, "x", "expand")
+    shape = _int_list(shape, "expand", "shape")
+    lead = len(shape) - len(x.shape)
+    if lead < 0:
+        raise _core.InvalidArgumentError("expand: shape %s has fewer dims than x %s" % (shape, list(x.shape)))
+    out_shape = [x.shape[i - lead] if s == -1 and i >= lead else s for i, s in enumerate(shape)]
+    helper = LayerHelper("expand_v2", name)
+    out = helper.create_variable_for_type_inference(x.dtype, shape=out_shape)
+    helper.append_op("expand_v2", {"X": [x]}, {"Out": [out]}, {"shape": shape})
+    return out
+
+
+def tile(x, repeat_times, name=None):
+    """Repeats x repeat_times[i] times along dim i (leading 1s added to the shorter) (tile)."""
+    check_variable(x, "x", "tile")
+    reps = _int_list(repeat_times, "tile", "repeat_times")
+    n = _builtins.max(len(reps), len(x.shape))
+    xs, rs = [1] * (n - len(x.shape)) + list(x.shape), [1] * (n - len(reps)) + reps
+    helper = LayerHelper("tile", name)
+    out = helper.create_variable_for_type_inference(x.dtype, shape=[d * r if d >= 0 else -1 for d, r in zip(xs, rs)])
+    helper.append_op("tile", {"X": [x]}, {"Out": [out]}, {"repeat_times": reps})
+    return out
+
+
+def assign(x, output=None):
+    """Copies x into output (a new variable when None) (assign; a numpy array: assign_value)."""
+    helper = LayerHelper("assign")
+    if not isinstance(x, Variable):
+        a = np.asarray(x)
+        if a.dtype == np.float64:
+            a = a.astype(np.float32)
+        dtype = convert_dtype(a.dtype)
+        if output is None:
+            output = helper.create_variable_for_type_inference(dtype, shape=list(a.shape))
+        key = {"float32": "fp32_values", "int32": "int32_values", "int64": "int64_values"}.get(dtype)
+        if key is None:
+            raise _core.UnsupportedError("assign: a numpy array of dtype %s (float32, int32 or int64 only)" % dtype)
+        vals = [float(v) for v in a.ravel()] if key == "fp32_values" else [int(v) for v in a.ravel()]
+        helper.append_op("assign_value", {}, {"Out": [output]},
+                         {"shape": list(a.shape), "dtype": DTYPE_ENUM[dtype], key: vals})
+        return output
+    if output is None:
+        output = helper.create_variable_for_type_inference(x.dtype, shape=x.shape)
+    helper.append_op("assign", {"X": [x]}, {"Out": [output]})
+    return output
+
+
+def shape(input):
+    """input's dims as an int32 [rank] variable (shape)."""
+    check_variable(input, "input", "shape")
+    helper = LayerHelper("shape")
+    out = helper.create_variable_for_type_inference("int32", shape=[len(input.shape)], stop_gradient=True)
+    helper.append_op("shape", {"Input": [input]}, {"Out": [out]})
+    return out
+
+
+def increment(x, value=1.0, name=None):
+    """x += value in place, x one element (increment, Out = X); returns x."""
+    check_variable(x, "x", "increment")
+    LayerHelper("increment", name).append_op("increment", {"X": [x]}, {"Out": [x]}, {"step": float(value)})
+    return x
+
+
+def cumsum(x, axis=None, dtype=None, name=None):
+    """Cumulative sum along axis (of the flattened x when None) (cumsum)."""
+    check_variable(x, "x", "cumsum")
+    if dtype is not None and convert_dtype(dtype) != x.dtype:
+        x = cast(x, dtype)
+    helper = LayerHelper("cumsum", name)
+    if axis is None:
+        n = int(np.prod(x.shape)) if _builtins.all(d >= 0 for d in x.shape) else -1
+        out = helper.create_variable_for_type_inference(x.dtype, shape=[n])
+        attrs = {"flatten": True, "axis": -1}
+    else:
+        out = helper.create_variable_for_type_inference(x.dtype, shape=x.shape)
+        attrs = {"axis": _norm_axis(axis, len(x.shape), "cumsum") - len(x.shape), "flatten": False}
+    helper.append_op("cumsum", {"X": [x]}, {"Out": [out]}, attrs)
     return out
 
 

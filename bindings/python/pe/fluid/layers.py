@@ -23,7 +23,10 @@ __all__ = ["data", "fc", "conv2d", "pool2d", "batch_norm", "embedding", "dropout
            "round", "pow", "clip", "relu6", "elu", "softplus", "swish", "hard_sigmoid", "selu", "elementwise_max",
            "elementwise_min", "elementwise_pow", "elementwise_mod", "elementwise_floordiv", "equal", "not_equal",
            "less_than", "less_equal", "greater_than", "greater_equal", "logical_and", "logical_or", "logical_xor",
-           "logical_not", "where"]
+           "logical_not", "where",
+           "reduce_max",
+           "reduce_min", "reduce_prod", "reduce_any", "reduce_all", "stack", "unstack", "expand", "assign", "shape",
+           "increment", "cumsum"]
 
 
 def data(name, shape, append_batch_size=True, dtype="float32", lod_level=0, type=None, stop_gradient=True):
@@ -139,12 +142,17 @@ def mean(x, name=None):
     return _t.mean(x, name=name)
 
 
-def reduce_sum(input, dim=None, keep_dim=False, name=None):
-    return _t.sum(input, axis=dim, keepdim=keep_dim, name=name)
+def _reduce_layer(fn):
+    """fluid.layers.reduce_<op>(input, dim=None, keep_dim=False, name=None) over pe.<fn>."""
+    def layer(input, dim=None, keep_dim=False, name=None):
+        return fn(input, axis=dim, keepdim=keep_dim, name=name)
+    layer.__name__ = "reduce_" + fn.__name__
+    return layer
 
 
-def reduce_mean(input, dim=None, keep_dim=False, name=None):
-    return _t.mean(input, axis=dim, keepdim=keep_dim, name=name)
+reduce_sum, reduce_mean = _reduce_layer(_t.sum), _reduce_layer(_t.mean)
+reduce_max, reduce_min, reduce_prod = _reduce_layer(_t.max), _reduce_layer(_t.min), _reduce_layer(_t.prod)
+reduce_any, reduce_all = _reduce_layer(_t.any), _reduce_layer(_t.all)
 
 
 def square_error_cost(input, label):
@@ -316,3 +324,51 @@ def sums(input, out=None):
 
 def _is_var(v):
     return isinstance(v, Variable)
+
+
+def stack(x, axis=0):
+    return _t.stack(x, axis=axis)
+
+
+def unstack(x, axis=0, num=None):
+    return _t.unstack(x, axis=axis, num=num)
+
+
+def expand(x, expand_times, name=None):
+    """Paddle 1.x's expand: dim i repeated expand_times[i] times (a tile op)."""
+    if len(expand_times) != len(x.shape):
+        raise _core.InvalidArgumentError("fluid.layers.expand: expand_times %s must have one entry per dim of %s"
+                                         % (list(expand_times), list(x.shape)))
+    return _t.tile(x, expand_times, name=name)
+
+
+def assign(input, output=None):
+    return _t.assign(input, output)
+
+
+def shape(input):
+    return _t.shape(input)
+
+
+def increment(x, value=1.0, in_place=True):
+    """x + value (one element); in place (the loop counter) unless in_place=False."""
+    if in_place:
+        return _t.increment(x, value)
+    check_variable(x, "x", "increment")
+    helper = LayerHelper("increment")
+    out = helper.create_variable_for_type_inference(x.dtype, shape=x.shape)
+    helper.append_op("increment", {"X": [x]}, {"Out": [out]}, {"step": float(value)})
+    return out
+
+
+def cumsum(x, axis=None, exclusive=None, reverse=None):
+    """Paddle 1.x's cumsum: axis None = the last axis (not flattened); exclusive / reverse flags."""
+    check_variable(x, "x", "cumsum")
+    a = -1 if axis is None else int(axis)
+    if not -len(x.shape) <= a < len(x.shape):
+        raise _core.InvalidArgumentError("fluid.layers.cumsum: axis %d is out of range for rank %d" % (a, len(x.shape)))
+    helper = LayerHelper("cumsum")
+    out = helper.create_variable_for_type_inference(x.dtype, shape=x.shape)
+    helper.append_op("cumsum", {"X": [x]}, {"Out": [out]},
+                     {"axis": a, "exclusive": bool(exclusive), "reverse": bool(reverse), "flatten": False})
+    return out
