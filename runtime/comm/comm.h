@@ -234,6 +234,9 @@ void pe_comm_add(void *d, const void *s, int64_t n, pe_dtype dt);
 /* d[0..n) = red(d, s) elementwise (sum: pe_comm_add; max, min, prod;
  * integer products wrap). */
 void pe_comm_combine(void *d, const void *s, int64_t n, pe_dtype dt, pe_red red);
+/* d[0..n) = red(a, s) elementwise: pe_comm_combine on a copy of a, bit for
+ * bit, without the copy. d may be a or s, not a partial overlap of either. */
+void pe_comm_combine_to(void *d, const void *a, const void *s, int64_t n, pe_dtype dt, pe_red red);
 
 /* "inproc rank 1/4: allreduce of 7 float32 elements (tag 3)" into buf. */
 const char *pe_coll_desc(const pe_comm *c, const pe_coll_args *a, char *buf, size_t size);

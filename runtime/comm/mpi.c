@@ -27,9 +27,13 @@
  * never comes. Then the data, in chunks of PE_MPI_CHUNK_BYTES (default 4
  * MiB), at most `window` chunks holding scratch at once:
  *   sums (allreduce, reduce, reduce_scatter): an MPI_Ialltoallv gives each
- *     rank every rank's piece of its part of the chunk; the rank sums them
- *     in rank order 0, 1, ..., N-1 (pe_comm_combine, one element at a time:
- *     a sum, or max / min / prod);
+ *     rank every other rank's piece of its part of the chunk (allreduce and
+ *     reduce work in place, so the rank's own piece is not sent to itself:
+ *     it is read where it is); the rank sums them in rank order 0, 1, ...,
+ *     N-1, the first two straight into the result (pe_comm_combine_to, then
+ *     pe_comm_combine, one element at a time: a sum, or max / min / prod)
+ *     — no copy of its own piece, no copy of the first piece: at 2 ranks
+ *     those two copies were a third of the bytes PE moved per chunk;
  *     then allreduce shares the sums (MPI_Iallgatherv, in place) and reduce
  *     gathers them at the root (MPI_Igatherv). Bandwidth is the ring's
  *     (each byte sent about twice), and every element is summed once, by
@@ -383,6 +387,7 @@ static chunk *issue_a(mpi_comm *m, mpi_op *op, int64_t j) {
             rc[q] = (int)part_bytes;
             rd[q] = (int)(part_bytes * (size_t)q);
         }
+        if (!pack) sc[me] = rc[me] = 0; /* in place: this rank's own piece stays where it is (finish_a) */
         what = "MPI_Ialltoallv";
         rcode = MPI_Ialltoallv(send, sc, sd, MPI_BYTE, recv, rc, rd, MPI_BYTE, cm, &r);
     } break;
@@ -444,14 +449,24 @@ static void finish_a(mpi_comm *m, chunk *k) {
         size_t packed = 0;
         if (a->op == PE_COLL_REDUCE_SCATTER)
             for (int q = 0; q < n; q++) packed += (size_t)k->cnt[q];
-        const char *pieces = k->scratch + packed;
+        char *pieces = k->scratch + packed; /* rank q's piece of this rank's part: pieces + q * part_bytes */
+        char *own = pieces + part_bytes * (size_t)me; /* this rank's */
         char *dst;
-        if (a->op == PE_COLL_REDUCE_SCATTER) dst = (char *)a->recv + (op->counts[me] * k->j / op->n_chunks) * es;
-        else if (a->op == PE_COLL_REDUCE && me != a->root) dst = k->scratch + part_bytes * (size_t)n;
-        else dst = (char *)a->recv + (k->b + k->m * me / n) * es;
-        /* rank order: ((p0 + p1) + p2) + ... */
-        memcpy(dst, pieces, part_bytes);
-        for (int q = 1; q < n; q++) pe_comm_combine(dst, pieces + part_bytes * (size_t)q, k->part, a->dt, a->red);
+        if (a->op == PE_COLL_REDUCE_SCATTER) {
+            dst = (char *)a->recv + (op->counts[me] * k->j / op->n_chunks) * es;
+        } else { /* allreduce, reduce: this rank's piece was not sent, it is in place */
+            char *mine = (char *)a->recv + (k->b + k->m * me / n) * es;
+            dst = a->op == PE_COLL_REDUCE && me != a->root ? k->scratch + part_bytes * (size_t)n : mine;
+            if (dst == mine && me >= 2) memcpy(own, mine, part_bytes); /* the first sum would overwrite it */
+            else own = mine;
+        }
+#define PIECE(q) ((q) == me ? own : pieces + part_bytes * (size_t)(q))
+        /* rank order: ((p0 + p1) + p2) + ..., the first sum straight into dst */
+        if (n == 1) memmove(dst, own, part_bytes);
+        else if (dst == PIECE(0)) pe_comm_combine(dst, PIECE(1), k->part, a->dt, a->red); /* rank 0, in place */
+        else pe_comm_combine_to(dst, PIECE(0), PIECE(1), k->part, a->dt, a->red);
+        for (int q = 2; q < n; q++) pe_comm_combine(dst, PIECE(q), k->part, a->dt, a->red);
+#undef PIECE
     } break;
     case PE_COLL_ALLGATHER:
         for (int q = 0; q < n; q++)
