@@ -343,7 +343,10 @@ void pe_group_free(pe_comm_group *g); /* accepts NULL */
  * in rank order 0..N-1, bitwise equal on every rank and run to run.
  * Environment: PE_MPI_CHUNK_BYTES (pieces, default 4 MiB),
  * PE_MPI_WINDOW (chunks in flight, default 4), PE_MPI_TIMEOUT (seconds
- * without progress before every pending work fails, default 600).
+ * without progress before every pending work fails, default 600),
+ * PE_MPI_SHM (1, the default: when all ranks run on one machine, allreduce
+ * goes through a shared window of PE_MPI_CHUNK_BYTES per rank; 0: MPI's
+ * transfers only). Every rank must see the same values.
  * Owned by the caller (pe_comm_free, before exit). */
 pe_status pe_comm_mpi_new(pe_comm **out);
 #endif
