@@ -345,8 +345,8 @@ void pe_group_free(pe_comm_group *g); /* accepts NULL */
  * PE_MPI_WINDOW (chunks in flight, default 4), PE_MPI_TIMEOUT (seconds
  * without progress before every pending work fails, default 600),
  * PE_MPI_SHM (1, the default: when all ranks run on one machine, allreduce
- * goes through a shared window of PE_MPI_CHUNK_BYTES per rank; 0: MPI's
- * transfers only). Every rank must see the same values.
+ * goes through a shared window of PE_MPI_CHUNK_BYTES per rank; 0 on any
+ * rank: MPI's transfers only). Every rank must see the same values.
  * Owned by the caller (pe_comm_free, before exit). */
 pe_status pe_comm_mpi_new(pe_comm **out);
 #endif

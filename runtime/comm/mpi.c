@@ -31,7 +31,7 @@
  * never comes. Then the data, in chunks of PE_MPI_CHUNK_BYTES (default 4
  * MiB), at most `window` chunks holding scratch at once:
  *   allreduce, when every rank runs on this machine (MPI_Comm_split_type
- *     says so, and PE_MPI_SHM is not 0): through a shared window
+ *     says so, and no rank's PE_MPI_SHM is 0): through a shared window
  *     (MPI_Win_allocate_shared, one segment of chunk_bytes per rank, made
  *     by the constructor) instead of MPI's transfers, three phases per
  *     chunk (shm_advance): each rank copies the other ranks' parts of its
@@ -113,6 +113,7 @@
 #define DEFAULT_TIMEOUT_S 600.0
 #define SPIN_S 0.002 /* progress_main */
 #define SHM_HEAD 256  /* bytes of a shared segment before its data: the three step counters */
+#define SHM_TILE (32 << 10) /* bytes summed at a time (shm_advance) */
 
 enum { LANE_HDR, LANE_A, LANE_B, N_LANES };
 
@@ -606,19 +607,23 @@ static bool shm_advance(mpi_comm *m, mpi_op *op) {
             shm_done(m, 0);
         } else if (m->shm_phase == 1) {
             if (!shm_all_at(m, 0, m->shm_step)) break;
-            int64_t part = LO(me + 1) - LO(me);
-            char *dst = buf + LO(me) * es, *own = dst;
-            if (me >= 2) { /* the first sum would overwrite it before its turn */
-                own = mine + LO(me) * es;
-                memcpy(own, dst, BYTES(me));
-            }
-#define PIECE(q) ((q) == me ? own : m->seg[q] + SHM_HEAD + LO(me) * es)
-            /* rank order: ((p0 + p1) + p2) + ... */
-            if (me == 0) pe_comm_combine(dst, PIECE(1), part, a->dt, a->red);
-            else pe_comm_combine_to(dst, PIECE(0), PIECE(1), part, a->dt, a->red);
-            for (int q = 2; q < n; q++) pe_comm_combine(dst, PIECE(q), part, a->dt, a->red);
+            /* in tiles, so the copy into the segment reads the sums from cache */
+            int64_t part = LO(me + 1) - LO(me), tile = SHM_TILE / es;
+            for (int64_t t = 0; t < part; t += tile) {
+                int64_t tm = part - t < tile ? part - t : tile, off = (LO(me) + t) * es;
+                char *dst = buf + off, *own = dst;
+                if (me >= 2) { /* the first sum would overwrite it before its turn */
+                    own = mine + off;
+                    memcpy(own, dst, (size_t)(tm * es));
+                }
+#define PIECE(q) ((q) == me ? own : m->seg[q] + SHM_HEAD + off)
+                /* rank order: ((p0 + p1) + p2) + ... */
+                if (me == 0) pe_comm_combine(dst, PIECE(1), tm, a->dt, a->red);
+                else pe_comm_combine_to(dst, PIECE(0), PIECE(1), tm, a->dt, a->red);
+                for (int q = 2; q < n; q++) pe_comm_combine(dst, PIECE(q), tm, a->dt, a->red);
 #undef PIECE
-            memcpy(mine + LO(me) * es, dst, BYTES(me));
+                memcpy(mine + off, dst, (size_t)(tm * es));
+            }
             shm_done(m, 1);
         } else {
             if (!shm_all_at(m, 1, m->shm_step)) break;
@@ -876,16 +881,22 @@ static void mpi_free(pe_comm *c) {
 
 static const pe_comm_ops k_mpi_ops = {"mpi", mpi_start, NULL, NULL, mpi_free};
 
-/* When every rank runs on this node (and PE_MPI_SHM is not 0): a shared
+/* When every rank runs on this node (and no rank's PE_MPI_SHM is 0): a shared
  * window of SHM_HEAD + chunk_bytes per rank for the allreduce. All ranks
  * take the same decision (an MPI_Allreduce of the outcome); on any failure
  * the MPI path serves, as across nodes. Collective: in the constructor. */
 static void shm_setup(mpi_comm *m) {
     m->win = MPI_WIN_NULL;
     int n = m->base.size;
-    if (n < 2 || env_num("PE_MPI_SHM", 1, 0, 1) == 0) return; /* the same environment on every rank */
+    if (n < 2) return;
+    /* every rank asks for it with the same segment size, or none uses it */
+    bool want = env_num("PE_MPI_SHM", 1, 0, 1) != 0;
+    long long v[2] = {want ? m->chunk_bytes : -1, want ? -m->chunk_bytes : -1}, lo[2];
+    if (MPI_Allreduce(v, lo, 2, MPI_LONG_LONG, MPI_MIN, m->lane[0]) != MPI_SUCCESS || lo[0] < 0 || lo[0] != -lo[1])
+        return;
+    int all = 0;
     MPI_Comm node = MPI_COMM_NULL;
-    int ok = MPI_Comm_split_type(m->lane[0], MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS, all = 0;
+    int ok = MPI_Comm_split_type(m->lane[0], MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS;
     int node_n = 0;
     if (ok) MPI_Comm_size(node, &node_n);
     MPI_Win win = MPI_WIN_NULL;
