@@ -11,55 +11,35 @@
  * ONE progress thread per communicator issues MPI's non-blocking calls in
  * queue order, polls them (MPI_Testsome) and completes the works, so
  * callbacks run on that thread. It sleeps on a condition variable while
- * nothing is queued (a call wakes it at once) and polls without sleeping
+ * nothing is queued (a call wakes it at once), and polls without sleeping
  * while a collective moves (Open MPI's non-blocking collectives advance
- * only inside MPI_Test*); only when nothing has moved for 2 ms does it
- * back off to short sleeps (progress_main). Every MPI call is made there (constructor
- * and free aside), which needs MPI_THREAD_SERIALIZED; PE asks for
+ * only inside MPI_Test*; a 10 us sleep lasts ~60 us with the kernel's
+ * timer slack and stalled every rank's next copy); only when nothing has
+ * moved for 2 ms (a late peer) does it back off to short sleeps
+ * (progress_main). Every MPI call is made there (constructor and free
+ * aside), which needs MPI_THREAD_SERIALIZED; PE asks for
  * MPI_THREAD_MULTIPLE when it initializes MPI itself (so the program may
  * call MPI too) and refuses a level below SERIALIZED.
  *
- * How: each collective starts with a header: an MPI_Iallgather of every
- * rank's (tag, op, dtype, count, root, counts hash, own-check error and
- * the end of its message; runtime/comm/mpi_header.h). All
- * ranks see the same headers, so they take the same decision (the check,
- * pe_mpi_headers_check, treats them as hostile bytes and is fuzzed): when a rank
- * failed its own checks (bad root, bad dtype) or the calls differ (another
- * count, another op, another tag: the ranks issued in different orders),
- * every rank's work fails with a message naming the rank and the
+ * How: each collective starts with a header: every rank's (tag, op, dtype,
+ * count, root, counts hash, own-check error and the end of its message;
+ * runtime/comm/mpi_header.h), exchanged with an MPI_Iallgather. All ranks
+ * see the same headers, so they take the same decision (the check,
+ * pe_mpi_headers_check, treats them as hostile bytes and is fuzzed): when
+ * a rank failed its own checks (bad root, bad dtype) or the calls differ
+ * (another count, another op, another tag: the ranks issued in different
+ * orders), every rank's work fails with a message naming the rank and the
  * difference, and no data moves; nobody waits forever for a call that
- * never comes. When every rank runs on this machine the headers go
- * through the shared window below instead (a ring of SHM_SLOTS headers per
- * rank, paced by two counters: shm_headers), the same bytes and the same
- * check, without MPI's latency (~1-3 us less per collective here). Then
- * the data, in chunks of PE_MPI_CHUNK_BYTES (default 4
+ * never comes. Then the data, in chunks of PE_MPI_CHUNK_BYTES (default 4
  * MiB), at most `window` chunks holding scratch at once:
- *   allreduce, when every rank runs on this machine (MPI_Comm_split_type
- *     says so, and no rank's PE_MPI_SHM is 0): through a shared window
- *     (MPI_Win_allocate_shared, one segment per rank: counters, headers,
- *     chunk_bytes of data; made by the constructor) instead of MPI's transfers, three phases per
- *     chunk (shm_advance): each rank copies the other ranks' parts of its
- *     buffer into its segment; when all have (a step counter per phase at
- *     the head of each segment, C11 release / acquire atomics: the window
- *     is plain shared memory), each sums its own part in rank order, from
- *     its buffer and the others' segments, into its buffer, and publishes
- *     the sum in its segment; when all have, each copies the others' sums
- *     out. A segment is written again only when every rank has finished
- *     reading it (the third counter). Same sums, same order as below, one
- *     plain memcpy where MPI's transfer between processes on one machine
- *     (Open MPI's vader, CMA) pins the pages and copies at well under half
- *     of memcpy's speed (measured here: 512 KB in ~90 us, memcpy ~35 us).
- *     The progress thread moves the phases as the
- *     counters allow, so the call stays non-blocking, and the timeout
- *     covers a rank that never gets there.
- *   sums over MPI (reduce, reduce_scatter, allreduce across machines): an MPI_Ialltoallv gives each
- *     rank every other rank's piece of its part of the chunk (allreduce and
- *     reduce work in place, so the rank's own piece is not sent to itself:
- *     it is read where it is); the rank sums them in rank order 0, 1, ...,
- *     N-1, the first two straight into the result (pe_comm_combine_to, then
- *     pe_comm_combine, one element at a time: a sum, or max / min / prod)
- *     — no copy of its own piece, no copy of the first piece: at 2 ranks
- *     those two copies were a third of the bytes PE moved per chunk;
+ *   sums (reduce, reduce_scatter; allreduce across machines): an
+ *     MPI_Ialltoallv gives each rank every other rank's piece of its part
+ *     of the chunk (allreduce and reduce work in place, so a rank's own
+ *     piece is not sent to itself: it is read where it is); the rank sums
+ *     them in rank order 0, 1, ..., N-1, the first two straight into the
+ *     result (pe_comm_combine_to, then pe_comm_combine, one element at a
+ *     time: a sum, or max / min / prod; no copy of its own piece or of the
+ *     first one, which at 2 ranks were a third of the bytes moved);
  *     then allreduce shares the sums (MPI_Iallgatherv, in place) and reduce
  *     gathers them at the root (MPI_Igatherv). Bandwidth is the ring's
  *     (each byte sent about twice), and every element is summed once, by
@@ -76,9 +56,35 @@
  * headers, the first data step and the second data step each run on their
  * own duplicate of the communicator, and each is issued strictly in queue
  * order: every rank issues the same sequence on each, whatever the timing.
- * Data moves as MPI_BYTE, so MPI never reduces anything. The header comes
- * first on the shared-memory path too: the window's steps are counted
- * alike on every rank only because every rank's call matched.
+ * Data moves as MPI_BYTE, so MPI never reduces anything.
+ *
+ * One machine: when every rank runs on this machine (MPI_Comm_split_type
+ * says so, and no rank's PE_MPI_SHM is 0), the constructor makes a shared
+ * window (MPI_Win_allocate_shared; shm_setup), one segment per rank:
+ * counters, a ring of SHM_SLOTS headers, chunk_bytes of data. Then
+ *   headers go through the ring (shm_headers): a rank writes op seq's
+ *     header into its slot seq % SHM_SLOTS once every rank has read that
+ *     slot's last one, and reads the op's headers once every rank has
+ *     posted; the same bytes and the same check as above, without MPI's
+ *     latency (~1-3 us less per collective here);
+ *   allreduce goes through the segments, in three phases per chunk
+ *     (shm_advance): each rank copies the other ranks' parts of its buffer
+ *     into its segment; when all have, each sums its own part in rank
+ *     order, from its buffer and the others' segments, into its buffer
+ *     (the same sums in the same order as above), and publishes the sum in
+ *     its segment; when all have, each copies the others' sums out. A
+ *     segment is written again only when every rank has finished reading
+ *     it. One plain memcpy per byte moved, where a transfer between
+ *     processes of one machine in Open MPI (vader, CMA) pins pages and
+ *     copies at well under half of memcpy's speed (measured here: 512 KB
+ *     in ~90 us, memcpy ~35 us).
+ *   Each phase ends with a step counter in the rank's segment (C11
+ *   release store; the others acquire-load it: the window is plain shared
+ *   memory); the progress thread moves on as the counters allow, so calls
+ *   stay non-blocking, and the timeout covers a rank that never gets
+ *   there. The header still comes first: every rank counts the window's
+ *   steps alike only because every rank's call matched. Other collectives,
+ *   and machines without the window, use MPI as above.
  *
  * Order: as with NCCL, the ranks' calls on one communicator must be issued
  * in the same order (the tag must still match; a mismatch is reported, see
