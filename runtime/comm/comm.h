@@ -234,6 +234,9 @@ void pe_comm_add(void *d, const void *s, int64_t n, pe_dtype dt);
 /* d[0..n) = red(d, s) elementwise (sum: pe_comm_add; max, min, prod;
  * integer products wrap). */
 void pe_comm_combine(void *d, const void *s, int64_t n, pe_dtype dt, pe_red red);
+/* d[0..n) = red(a, s) elementwise: pe_comm_combine on a copy of a, bit for
+ * bit, without the copy. d may be a or s, not a partial overlap of either. */
+void pe_comm_combine_to(void *d, const void *a, const void *s, int64_t n, pe_dtype dt, pe_red red);
 
 /* "inproc rank 1/4: allreduce of 7 float32 elements (tag 3)" into buf. */
 const char *pe_coll_desc(const pe_comm *c, const pe_coll_args *a, char *buf, size_t size);
@@ -340,7 +343,10 @@ void pe_group_free(pe_comm_group *g); /* accepts NULL */
  * in rank order 0..N-1, bitwise equal on every rank and run to run.
  * Environment: PE_MPI_CHUNK_BYTES (pieces, default 4 MiB),
  * PE_MPI_WINDOW (chunks in flight, default 4), PE_MPI_TIMEOUT (seconds
- * without progress before every pending work fails, default 600).
+ * without progress before every pending work fails, default 600),
+ * PE_MPI_SHM (1, the default: when all ranks run on one machine, allreduce
+ * goes through a shared window of PE_MPI_CHUNK_BYTES per rank; 0 on any
+ * rank: MPI's transfers only). Every rank must see the same values.
  * Owned by the caller (pe_comm_free, before exit). */
 pe_status pe_comm_mpi_new(pe_comm **out);
 #endif

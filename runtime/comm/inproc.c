@@ -117,6 +117,50 @@ void pe_comm_combine(void *d, const void *s, int64_t n, pe_dtype dt, pe_red red)
     }
 }
 
+#define COMBINE_TO(T, EXPR)                                                                                      \
+    {                                                                                                            \
+        T *z = d;                                                                                                \
+        const T *x = a, *y = s;                                                                                  \
+        for (int64_t i = 0; i < n; i++) z[i] = (EXPR);                                                           \
+    }
+#define COMBINE_TO_ALL(EXPR)                                                                                     \
+    switch (dt) {                                                                                                \
+    case PE_DTYPE_FP32: COMBINE_TO(float, EXPR) break;                                                           \
+    case PE_DTYPE_FP64: COMBINE_TO(double, EXPR) break;                                                          \
+    case PE_DTYPE_INT32: COMBINE_TO(int32_t, EXPR) break;                                                        \
+    case PE_DTYPE_INT64: COMBINE_TO(int64_t, EXPR) break;                                                        \
+    default: break;                                                                                              \
+    }
+
+/* d = red(a, s), one element at a time, exactly as pe_comm_combine on a
+ * copy of a (a is the accumulator: max / min keep a on a tie), without the
+ * copy: the MPI backend sums its first two pieces straight into the result.
+ * d may be a or s (the same elements), not a partial overlap. */
+void pe_comm_combine_to(void *d, const void *a, const void *s, int64_t n, pe_dtype dt, pe_red red) {
+    switch (red) {
+    case PE_RED_MAX: COMBINE_TO_ALL(y[i] > x[i] ? y[i] : x[i]) break;
+    case PE_RED_MIN: COMBINE_TO_ALL(y[i] < x[i] ? y[i] : x[i]) break;
+    case PE_RED_PROD:
+        switch (dt) {
+        case PE_DTYPE_FP32: COMBINE_TO(float, x[i] * y[i]) break;
+        case PE_DTYPE_FP64: COMBINE_TO(double, x[i] * y[i]) break;
+        case PE_DTYPE_INT32: COMBINE_TO(int32_t, (int32_t)((uint32_t)x[i] * (uint32_t)y[i])) break;
+        case PE_DTYPE_INT64: COMBINE_TO(int64_t, (int64_t)((uint64_t)x[i] * (uint64_t)y[i])) break;
+        default: break;
+        }
+        break;
+    default:
+        switch (dt) {
+        case PE_DTYPE_FP32: COMBINE_TO(float, x[i] + y[i]) break;
+        case PE_DTYPE_FP64: COMBINE_TO(double, x[i] + y[i]) break;
+        case PE_DTYPE_INT32: COMBINE_TO(int32_t, x[i] + y[i]) break;
+        case PE_DTYPE_INT64: COMBINE_TO(int64_t, x[i] + y[i]) break;
+        default: break;
+        }
+        break;
+    }
+}
+
 /* d[0..n) += s[0..n) (also the MPI backend's local sums) */
 void pe_comm_add(void *d, const void *s, int64_t n, pe_dtype dt) {
     switch (dt) {

@@ -11,7 +11,10 @@
  *   - the ladder (every collective at 1, 7, 4097, 65537 elements, every sum
  *     dtype, twice, issued from one thread and waited out of order), with
  *     the default 4 MiB chunks and again with 64 KiB chunks and a window of
- *     2 (many chunks per collective, reduce_scatter's packing);
+ *     2 (many chunks per collective, reduce_scatter's packing); all ranks
+ *     run on this machine, so allreduce goes through shared memory: the
+ *     small-chunk ladder runs once more with PE_MPI_SHM=0 (allreduce over
+ *     MPI's own transfers, as across machines);
  *   - a 16 MiB fp32 allreduce, twice;
  *   - callbacks (exactly once, registered before and after completion, on
  *     a work freed while pending);
@@ -91,6 +94,22 @@ static void test_mpi_ladder_small_chunks(void **state) {
     setenv("PE_MPI_WINDOW", "2", 1);
     world w;
     world_mpi(&w, new_mpi());
+    unsetenv("PE_MPI_CHUNK_BYTES");
+    unsetenv("PE_MPI_WINDOW");
+    run_ladder(&w);
+    pe_comm_free(w.rank[w.lo]);
+}
+
+/* The same over MPI's transfers only (PE_MPI_SHM=0: no shared memory,
+ * as when the ranks run on different machines). */
+static void test_mpi_ladder_no_shm(void **state) {
+    (void)state;
+    setenv("PE_MPI_SHM", "0", 1);
+    setenv("PE_MPI_CHUNK_BYTES", "65536", 1);
+    setenv("PE_MPI_WINDOW", "2", 1);
+    world w;
+    world_mpi(&w, new_mpi());
+    unsetenv("PE_MPI_SHM");
     unsetenv("PE_MPI_CHUNK_BYTES");
     unsetenv("PE_MPI_WINDOW");
     run_ladder(&w);
@@ -305,6 +324,7 @@ int main(void) {
         cmocka_unit_test(test_mpi_basics),
         cmocka_unit_test(test_mpi_ladder),
         cmocka_unit_test(test_mpi_ladder_small_chunks),
+        cmocka_unit_test(test_mpi_ladder_no_shm),
         cmocka_unit_test(test_mpi_allreduce_16mb),
         cmocka_unit_test(test_mpi_callbacks),
         cmocka_unit_test(test_mpi_errors),
