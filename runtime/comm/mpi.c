@@ -110,6 +110,7 @@
 
 #include <mpi.h>
 #include <sched.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,6 +128,7 @@
 #define SHM_HEAD 512
 #define SHM_SLOTS 16
 #define SHM_DATA (SHM_HEAD + SHM_SLOTS * (int)sizeof(pe_mpi_header))
+#define SHM_ALIGN 64 /* a segment's start: shm_flag's alignment (one cache line each) */
 enum { F_COPIED, F_SUMMED, F_READ, F_HDR_POSTED, F_HDR_READ, N_FLAGS };
 #define SHM_TILE (32 << 10) /* bytes summed at a time (shm_advance) */
 
@@ -960,7 +962,12 @@ static void shm_setup(mpi_comm *m) {
         MPI_Info info;
         MPI_Info_create(&info);
         MPI_Info_set(info, "alloc_shared_noncontig", "true");
-        ok = MPI_Win_allocate_shared((MPI_Aint)(SHM_DATA + m->chunk_bytes), 1, info, node, &base, &win) == MPI_SUCCESS;
+        /* + SHM_ALIGN: MPI aligns a rank's segment to no more than 8 or 16
+         * bytes (alloc_shared_noncontig packs them in one mapping); each is
+         * used from its first 64-byte boundary, which lies at the same
+         * offset in every process (the mappings are page-aligned) */
+        ok = MPI_Win_allocate_shared((MPI_Aint)(SHM_DATA + m->chunk_bytes + SHM_ALIGN), 1, info, node, &base, &win) ==
+             MPI_SUCCESS;
         MPI_Info_free(&info);
         if (ok) MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN);
         m->seg = ok ? calloc((size_t)n, sizeof *m->seg) : NULL;
@@ -968,8 +975,10 @@ static void shm_setup(mpi_comm *m) {
         for (int q = 0; ok && q < n; q++) {
             MPI_Aint size = 0;
             int disp = 0;
-            ok = MPI_Win_shared_query(win, q, &size, &disp, &m->seg[q]) == MPI_SUCCESS &&
-                 size >= (MPI_Aint)(SHM_DATA + m->chunk_bytes);
+            char *p = NULL;
+            ok = MPI_Win_shared_query(win, q, &size, &disp, &p) == MPI_SUCCESS &&
+                 size >= (MPI_Aint)(SHM_DATA + m->chunk_bytes + SHM_ALIGN);
+            m->seg[q] = (char *)(((uintptr_t)p + SHM_ALIGN - 1) & ~(uintptr_t)(SHM_ALIGN - 1));
         }
         if (ok)
             for (int f = 0; f < N_FLAGS; f++) atomic_store(&shm_flags(m, m->base.rank)[f].v, 0);
