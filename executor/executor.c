@@ -15,10 +15,13 @@
  * pe_interrupt (pe/interrupt.h) is checked before every op: an interrupted
  * run returns PE_ERR_CANCELLED after the op in progress.
  * Collective ops (c_allreduce_sum, ...) see a world of one rank: Out = X.
+ * A block holding listen_and_serv (a pserver program) runs the parameter
+ * server's loop instead (executor/pserver.c) until its trainers have left.
  */
 #include "pe/executor.h"
 #include "executor/feed_fetch.h"
 #include "executor/nan_inf.h"
+#include "executor/pserver.h"
 #include "ops/collective.h"
 #include "ops/op.h"
 #include "runtime/internal.h"
@@ -154,6 +157,17 @@ pe_status pe_executor_run(pe_executor *ex, const pe_program *prog, int block_idx
     PE_CHECK(pe_fetch_check_names(prog, block_idx, fetch, n_fetch,
                                   " (check the name; a var removed by a pass or only in another block cannot be "
                                   "fetched)"));
+    if (ex->prog != prog || ex->block_idx != block_idx || ex->scope != scope) {
+        /* a pserver program: its block runs the server loop (executor/pserver.c) */
+        const pe_block *b = &prog->blocks[block_idx];
+        for (int i = 0; i < b->n_ops; i++)
+            if (pe_op_type_id(b->ops[i].type) == PE_OP_listen_and_serv) {
+                if (n_feeds || n_fetch)
+                    return pe_error(PE_ERR_INVALID, "a pserver program (listen_and_serv) takes no feeds or fetches");
+                pe_executor_drop_local_scope(ex);
+                return pe_pserver_serve(ex->place, ex->num_threads, prog, block_idx, scope, &b->ops[i]);
+            }
+    }
     PE_CHECK(prepare(ex, prog, block_idx, scope));
     for (int i = 0; i < n_feeds; i++) {
         pe_tensor *dst = pe_scope_find_var(ex->local, feeds[i].name);

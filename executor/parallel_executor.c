@@ -354,6 +354,14 @@ pe_status pe_parallel_executor_new(const pe_place *places, int n_places, const p
     if (o.num_trainers < 1)
         return pe_error(PE_ERR_INVALID, "ParallelExecutor: num_trainers=%d (1 = this process only)", o.num_trainers);
     PE_CHECK(check_places(places, n_places));
+    for (int i = 0; i < main_program->blocks[0].n_ops; i++) {
+        const int id = pe_op_type_id(main_program->blocks[0].ops[i].type);
+        if (id == PE_OP_send || id == PE_OP_recv || id == PE_OP_send_barrier || id == PE_OP_fetch_barrier ||
+            id == PE_OP_listen_and_serv)
+            return pe_error(PE_ERR_UNSUPPORTED, "ParallelExecutor: op %d is %s: parameter-server programs "
+                            "(DistributeTranspiler's trainer and pserver programs) run on the single-place Executor "
+                            "(fluid.Executor(place).run(program))", i, main_program->blocks[0].ops[i].type);
+    }
     const pe_parallel_executor *src = o.share_vars_from;
     if (src && (!src->built || src->n != n_places))
         return pe_error(PE_ERR_INVALID,

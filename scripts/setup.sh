@@ -9,6 +9,7 @@ PKGS=(
   libflatbuffers-dev flatbuffers-compiler
   libopenblas-openmp-dev libdnnl-dev libcjson-dev libcmocka-dev
   libopenmpi-dev openmpi-bin
+  libzmq3-dev
   python3 python3-dev python3-numpy python3-pytest python3-torch python3-pip
   python3-matplotlib python3-venv python3-wheel python3-setuptools
   dataset-fashion-mnist

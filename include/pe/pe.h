@@ -40,6 +40,7 @@
 #include "pe/plan.h"
 #include "pe/world.h"
 #include "pe/interrupt.h"
+#include "pe/pserver.h"
 
 #define PE_VERSION_STRING "0.1.0"
 

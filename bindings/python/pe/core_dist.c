@@ -159,7 +159,20 @@ static PyObject *py_world_barrier(PyObject *m, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
+/* exe.close() of a parameter-server trainer: COMPLETE to every pserver (pe/pserver.h) */
+static PyObject *py_ps_close(PyObject *m, PyObject *unused) {
+    (void)m;
+    (void)unused;
+    pe_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = pe_ps_trainer_close();
+    Py_END_ALLOW_THREADS
+    if (st != PE_OK) return raise_status(st);
+    Py_RETURN_NONE;
+}
+
 PyMethodDef g_world_methods[] = {
+    {"ps_close", py_ps_close, METH_NOARGS, "ps_close(): this trainer leaves every pserver it talked to (exe.close())."},
     {"world_available", py_world_available, METH_NOARGS, "Whether PE was built with MPI (pe/world.h)."},
     {"world_init", py_world_init, METH_NOARGS, "world_init() -> (rank, size) of MPI_COMM_WORLD; idempotent."},
     {"world_shutdown", py_world_shutdown, METH_NOARGS, "Frees the process world (MPI_Finalize at exit)."},

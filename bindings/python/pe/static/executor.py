@@ -167,8 +167,13 @@ class Executor:
         return _as_results(outs, return_numpy)
 
     def close(self):
+        """Frees the executor's caches; a parameter-server trainer also tells every
+        pserver it talked to that it has left (their sync barriers stop waiting for it)."""
+        if self._closed:
+            return
         self._execs.clear()
         self._closed = True
+        _core.ps_close()
 
 
 # ---- strategies --------------------------------------------------------------------------

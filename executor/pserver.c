@@ -1,0 +1,467 @@
+/* executor/pserver.c — the parameter server's loop: what the Executor runs
+ * for a block holding `listen_and_serv` (Paddle's pserver program).
+ *
+ *     trainer t:  SEND g.. ─► held per (grad, trainer) ─┐
+ *                 SEND_BARRIER ───────────────────────► all live trainers in?
+ *                                                       ├─ sum each grad in trainer order, x 1/n
+ *                                                       ├─ lr-decay block once, optimize blocks
+ *                 ◄──────────────────────────── ACK ────┘  (in parallel after the first step)
+ *                 GET p ─► the scope's p now;  FETCH_BARRIER ─► ACK;  COMPLETE ─► leaves
+ *
+ * Sync mode (Paddle's): a step's update runs when every trainer still in
+ * the job has sent its barrier; each gradient block is the sum of the
+ * trainers' blocks in trainer-id order (so a run is repeatable bit for
+ * bit), scaled by 1 / (trainers that sent it). The received data frames
+ * are summed where ZeroMQ put them (zero-copy). A trainer's GETs come
+ * after its barrier's reply and before its next barrier on the same
+ * connection, so FETCH_BARRIER needs no waiting: its reply confirms the
+ * trainer's fetches were served. Async mode runs a gradient's block as it
+ * arrives (unscaled, as Paddle does); barriers are answered at once.
+ *
+ * Lifecycle and faults: a trainer that sends COMPLETE (exe.close()) has
+ * left; barriers stop waiting for it. A trainer whose connection closes
+ * without COMPLETE (killed, or exited without close()) is lost: logged on
+ * stderr and dropped from the fan-in (stop_on_lost_trainer: the loop
+ * fails instead). A trainer that never shows up within PE_PS_TRAINER_WAIT
+ * seconds (default 600) counts as lost. The loop returns when every trainer
+ * has left or been lost: OK when at least one left normally. A malformed
+ * message is answered with ERROR, logged and ignored. pe_interrupt (Ctrl-C)
+ * stops the loop within 200 ms.
+ *
+ * Only persistable vars of the program's global block can be fetched.
+ * Gradients must be declared there: what arrives is checked against the
+ * declaration (dtype and dims) before it is held.
+ */
+#include "executor/pserver.h"
+#include "ops/op.h"
+#include "runtime/internal.h"
+#include "runtime/transport/transport.h"
+
+#include <omp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { T_UNSEEN = 0, T_ACTIVE, T_DONE, T_LOST };
+
+typedef struct grad_slot {
+    const char *name;
+    int block;                  /* optimize block index */
+    const pe_var *decl;
+    pe_ps_event *held;          /* [fanin]: this step's message per trainer (kind NONE: none) */
+} grad_slot;
+
+typedef struct serve {
+    const pe_program *prog;
+    pe_scope *scope;
+    pe_place place;
+    int threads;
+    pe_ps_server *srv;
+    char ep[208];
+    int fanin;
+    bool sync, stop_on_lost;
+    int lr_block;
+    int n_grads;
+    grad_slot *grads;
+    int n_blocks;               /* optimize_blocks */
+    const int64_t *blocks;
+    pe_executor **bex;          /* per program block: its executor (lazily made) */
+    int *state;                 /* [fanin] */
+    pe_ps_event *barrier;       /* [fanin]: the pending SEND_BARRIER (kind NONE: none) */
+    int steps;
+    int n_done, n_lost;
+} serve;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static const pe_attr *attr(const pe_op *op, const char *name) { return pe_op_attr(op, name); }
+
+static pe_status run_block(serve *s, int b) {
+    if (!s->bex[b]) {
+        s->bex[b] = pe_executor_new(s->place);
+        if (!s->bex[b]) return pe_error_wrap(PE_ERR_INTERNAL, "pserver %s: executor for block %d", s->ep, b);
+    }
+    pe_status st = pe_executor_run(s->bex[b], s->prog, b, s->scope, NULL, 0, NULL, 0, NULL);
+    return st == PE_OK ? PE_OK : pe_error_wrap(st, "pserver %s: optimize block %d", s->ep, b);
+}
+
+/* Runs blocks bl[0..n) of one step: in order the first time (their
+ * executors create what they need in the scope), then in parallel. */
+static pe_status run_blocks(serve *s, const int *bl, int n) {
+    if (n <= 1 || s->steps == 0 || s->threads <= 1) {
+        for (int i = 0; i < n; i++) PE_CHECK(run_block(s, bl[i]));
+        return PE_OK;
+    }
+    pe_status first = PE_OK;
+    char msg[1024] = "";
+    for (int i = 0; i < n; i++) pe_executor_set_num_threads(s->bex[bl[i]], 1);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(s->threads < n ? s->threads : n)
+    for (int i = 0; i < n; i++) {
+        pe_status st = run_block(s, bl[i]);
+        if (st != PE_OK) {
+#pragma omp critical(pe_pserver_err)
+            if (first == PE_OK) {
+                first = st;
+                snprintf(msg, sizeof msg, "%s", pe_last_error());
+            }
+        }
+    }
+    return first == PE_OK ? PE_OK : pe_error(first, "%s", msg);
+}
+
+static void reply_error(serve *s, const pe_ps_event *ev, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void reply_error(serve *s, const pe_ps_event *ev, const char *fmt, ...) {
+    char m[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m, sizeof m, fmt, ap);
+    va_end(ap);
+    pe_ps_reply_error(s->srv, ev, m);
+}
+
+static grad_slot *find_grad(serve *s, const char *name) {
+    for (int i = 0; i < s->n_grads; i++)
+        if (!strcmp(s->grads[i].name, name)) return &s->grads[i];
+    return NULL;
+}
+
+/* Writes sum_k data_k * scale into the scope var g->name (hdr: the meta). */
+static pe_status reduce_into(serve *s, grad_slot *g, const pe_ps_hdr *h, const void *const *data, int n,
+                             double scale) {
+    pe_tensor *t = pe_scope_find_var(s->scope, g->name);
+    if (!t) return pe_error(PE_ERR_INTERNAL, "pserver %s: gradient var '%s' is not in the scope", s->ep, g->name);
+    PE_CHECK(pe_tensor_resize(t, h->dtype, h->ndim, h->dims, s->place));
+    int64_t m = pe_tensor_numel(t);
+    if (h->dtype == PE_DTYPE_FP32) {
+        float *o = pe_tensor_data(t);
+        const float *const *d = (const float *const *)data;
+        const float sc = (float)scale;
+#pragma omp parallel for num_threads(s->threads) if (m > 65536) schedule(static)
+        for (int64_t i = 0; i < m; i++) {
+            float a = d[0][i];
+            for (int k = 1; k < n; k++) a += d[k][i];
+            o[i] = scale == 1.0 ? a : a * sc;
+        }
+    } else if (h->dtype == PE_DTYPE_FP64) {
+        double *o = pe_tensor_data(t);
+        const double *const *d = (const double *const *)data;
+#pragma omp parallel for num_threads(s->threads) if (m > 65536) schedule(static)
+        for (int64_t i = 0; i < m; i++) {
+            double a = d[0][i];
+            for (int k = 1; k < n; k++) a += d[k][i];
+            o[i] = scale == 1.0 ? a : a * scale;
+        }
+    } else if (n == 1 && scale == 1.0) {
+        memcpy(pe_tensor_data(t), data[0], pe_tensor_nbytes(t));
+    } else {
+        return pe_error(PE_ERR_INVALID, "pserver %s: gradient '%s' is %s; only float32 / float64 gradients are summed",
+                        s->ep, g->name, pe_dtype_name(h->dtype));
+    }
+    return PE_OK;
+}
+
+static int live(const serve *s) {
+    int n = 0;
+    for (int t = 0; t < s->fanin; t++) n += s->state[t] == T_UNSEEN || s->state[t] == T_ACTIVE;
+    return n;
+}
+
+static void drop_held(serve *s, int t) {
+    for (int i = 0; i < s->n_grads; i++) pe_ps_event_release(&s->grads[i].held[t]), s->grads[i].held[t].kind = 0;
+    s->barrier[t].kind = PE_PS_EV_NONE;
+}
+
+/* Sync mode: when every live trainer has sent its barrier, run the step. */
+static pe_status try_step(serve *s) {
+    int waiting = 0;
+    for (int t = 0; t < s->fanin; t++) {
+        if (s->state[t] == T_UNSEEN) return PE_OK;
+        if (s->state[t] == T_ACTIVE) {
+            if (s->barrier[t].kind != PE_PS_EV_REQUEST) return PE_OK;
+            waiting++;
+        }
+    }
+    if (!waiting) return PE_OK;
+    pe_status st = PE_OK;
+    int *bl = malloc(sizeof *bl * (size_t)(s->n_blocks + s->n_grads + 1));
+    const void **data = malloc(sizeof *data * (size_t)s->fanin);
+    int nb = 0;
+    if (!bl || !data) st = pe_error(PE_ERR_NOMEM, "pserver %s: out of memory", s->ep);
+    for (int i = 0; st == PE_OK && i < s->n_grads; i++) {
+        grad_slot *g = &s->grads[i];
+        int n = 0;
+        const pe_ps_hdr *h = NULL;
+        for (int t = 0; t < s->fanin; t++)
+            if (g->held[t].kind == PE_PS_EV_REQUEST) {
+                if (h && (h->dtype != g->held[t].hdr.dtype || h->ndim != g->held[t].hdr.ndim ||
+                          memcmp(h->dims, g->held[t].hdr.dims, sizeof h->dims))) {
+                    st = pe_error(PE_ERR_INVALID, "pserver %s: trainers sent gradient '%s' with different shapes "
+                                  "(trainer %d's differs from trainer %d's)", s->ep, g->name, t,
+                                  g->held[0].kind == PE_PS_EV_REQUEST ? 0 : -1);
+                    break;
+                }
+                h = &g->held[t].hdr;
+                data[n++] = g->held[t].data;
+            }
+        if (st != PE_OK || !n) continue;
+        st = reduce_into(s, g, h, data, n, 1.0 / n);
+        bool dup = false;
+        for (int j = 0; j < nb; j++) dup |= bl[j] == g->block;
+        if (!dup) bl[nb++] = g->block;
+    }
+    /* optimize blocks no gradient names run every step */
+    for (int i = 0; st == PE_OK && i < s->n_blocks; i++) {
+        bool named = false, dup = false;
+        for (int j = 0; j < s->n_grads; j++) named |= s->grads[j].block == (int)s->blocks[i];
+        for (int j = 0; j < nb; j++) dup |= bl[j] == (int)s->blocks[i];
+        if (!named && !dup) bl[nb++] = (int)s->blocks[i];
+    }
+    if (st == PE_OK && s->lr_block >= 0) st = run_block(s, s->lr_block);
+    if (st == PE_OK) st = run_blocks(s, bl, nb);
+    char msg[1024];
+    if (st != PE_OK) snprintf(msg, sizeof msg, "%s", pe_last_error());
+    for (int t = 0; t < s->fanin; t++) {
+        if (s->barrier[t].kind == PE_PS_EV_REQUEST) {
+            if (st == PE_OK) pe_ps_reply_ack(s->srv, &s->barrier[t]);
+            else pe_ps_reply_error(s->srv, &s->barrier[t], msg);
+        }
+        drop_held(s, t);
+    }
+    s->steps++;
+    free(bl);
+    free(data);
+    return st == PE_OK ? PE_OK : pe_error(st, "%s", msg);
+}
+
+static pe_status on_lost(serve *s, int t, const char *why) {
+    if (t < 0 || t >= s->fanin || s->state[t] == T_DONE || s->state[t] == T_LOST) return PE_OK;
+    s->state[t] = T_LOST;
+    s->n_lost++;
+    drop_held(s, t);
+    fprintf(stderr, "pserver %s: trainer %d lost: %s; %s\n", s->ep, t, why,
+            s->stop_on_lost ? "stopping (stop_on_lost_trainer)" : "dropped from the fan-in, the others go on");
+    fflush(stderr);
+    if (s->stop_on_lost)
+        return pe_error(PE_ERR_IO, "pserver %s: trainer %d lost (%s) and stop_on_lost_trainer is set", s->ep, t, why);
+    return s->sync ? try_step(s) : PE_OK;
+}
+
+static pe_status on_send(serve *s, pe_ps_event *ev) {
+    const pe_ps_hdr *h = &ev->hdr;
+    grad_slot *g = find_grad(s, h->name);
+    if (!g) {
+        reply_error(s, ev, "pserver %s has no gradient '%s' (grad_to_block_id names %d gradient(s), e.g. '%s')",
+                    s->ep, h->name, s->n_grads, s->n_grads ? s->grads[0].name : "");
+        return PE_OK;
+    }
+    if (g->decl && !pe_var_meta_agrees(g->decl, h->dtype, h->ndim, h->dims)) {
+        char a[128], b[128];
+        reply_error(s, ev, "pserver %s: gradient '%s' from trainer %d is %s %s, the pserver program declares %s %s",
+                    s->ep, h->name, h->trainer_id, pe_dtype_name(h->dtype), pe_dims_str(h->ndim, h->dims, a, sizeof a),
+                    pe_dtype_name(g->decl->dtype), pe_dims_str(g->decl->ndim, g->decl->dims, b, sizeof b));
+        return PE_OK;
+    }
+    if (!s->sync) {
+        const void *d[1] = {ev->data};
+        pe_status st = reduce_into(s, g, h, d, 1, 1.0);
+        if (st == PE_OK) st = run_block(s, g->block);
+        if (st != PE_OK) {
+            pe_ps_reply_error(s->srv, ev, pe_last_error());
+            return st;
+        }
+        s->steps++;
+        pe_ps_reply_ack(s->srv, ev);
+        return PE_OK;
+    }
+    int t = h->trainer_id;
+    if (g->held[t].kind == PE_PS_EV_REQUEST) {
+        reply_error(s, ev, "pserver %s: trainer %d sent gradient '%s' twice in one step", s->ep, t, h->name);
+        return PE_OK;
+    }
+    pe_ps_reply_ack(s->srv, ev);
+    g->held[t] = *ev; /* keeps the data frame */
+    ev->msg_ = NULL;
+    return PE_OK;
+}
+
+static pe_status on_get(serve *s, const pe_ps_event *ev) {
+    const pe_var *v = pe_block_find_var(&s->prog->blocks[0], ev->hdr.name);
+    const pe_tensor *t = v && v->persistable ? pe_scope_find_var(s->scope, ev->hdr.name) : NULL;
+    if (!t || !t->buf) {
+        reply_error(s, ev, "pserver %s has no %s '%s'%s", s->ep, v && !v->persistable ? "persistable var" : "var",
+                    ev->hdr.name, t ? " value yet (did its startup program run?)" : "");
+        return PE_OK;
+    }
+    if (pe_ps_reply_value(s->srv, ev, t) != PE_OK) {
+        fprintf(stderr, "%s\n", pe_last_error());
+        fflush(stderr);
+    }
+    return PE_OK;
+}
+
+static pe_status on_request(serve *s, pe_ps_event *ev) {
+    int t = ev->hdr.trainer_id;
+    if (t >= s->fanin) {
+        reply_error(s, ev, "pserver %s serves %d trainer(s) (Fanin); trainer id %d is out of range", s->ep, s->fanin,
+                    t);
+        return PE_OK;
+    }
+    if (s->state[t] == T_DONE || s->state[t] == T_LOST) {
+        reply_error(s, ev, "pserver %s: trainer %d has %s", s->ep, t,
+                    s->state[t] == T_DONE ? "already left (exe.close())" : "been dropped as lost");
+        return PE_OK;
+    }
+    s->state[t] = T_ACTIVE;
+    switch (ev->hdr.type) {
+    case PE_PS_SEND: return on_send(s, ev);
+    case PE_PS_GET: return on_get(s, ev);
+    case PE_PS_FETCH_BARRIER: pe_ps_reply_ack(s->srv, ev); return PE_OK;
+    case PE_PS_SEND_BARRIER:
+        if (!s->sync) {
+            pe_ps_reply_ack(s->srv, ev);
+            return PE_OK;
+        }
+        if (s->barrier[t].kind == PE_PS_EV_REQUEST) {
+            reply_error(s, ev, "pserver %s: trainer %d sent two barriers in one step", s->ep, t);
+            return PE_OK;
+        }
+        s->barrier[t] = *ev;
+        s->barrier[t].msg_ = NULL, s->barrier[t].data = NULL;
+        return try_step(s);
+    case PE_PS_COMPLETE:
+        s->state[t] = T_DONE;
+        s->n_done++;
+        drop_held(s, t);
+        pe_ps_reply_ack(s->srv, ev);
+        return s->sync ? try_step(s) : PE_OK;
+    default: reply_error(s, ev, "pserver %s: unexpected %s", s->ep, pe_ps_type_name(ev->hdr.type)); return PE_OK;
+    }
+}
+
+static pe_status setup(serve *s, const pe_op *op) {
+    const pe_attr *a;
+    const char *ep = (a = attr(op, "endpoint")) && a->s ? a->s : NULL;
+    if (!ep || !*ep) return pe_error(PE_ERR_INVALID, "listen_and_serv: attr endpoint (ip:port) is required");
+    s->fanin = (a = attr(op, "Fanin")) ? (int)a->i : 1;
+    s->sync = (a = attr(op, "sync_mode")) ? a->i != 0 : true;
+    s->stop_on_lost = (a = attr(op, "stop_on_lost_trainer")) ? a->i != 0 : false;
+    s->lr_block = (a = attr(op, "lr_decay_block_id")) ? (int)a->i : -1;
+    if (s->fanin < 1 || s->fanin > 4096)
+        return pe_error(PE_ERR_INVALID, "listen_and_serv at %s: Fanin %d (the trainer count) must be in 1..4096", ep,
+                        s->fanin);
+    const int nb = s->prog->n_blocks;
+    if (s->lr_block >= nb || s->lr_block == 0)
+        return pe_error(PE_ERR_INVALID, "listen_and_serv at %s: lr_decay_block_id %d is not a sub-block (the program "
+                        "has %d blocks)", ep, s->lr_block, nb);
+    a = attr(op, "optimize_blocks");
+    s->n_blocks = a ? a->n : 0;
+    s->blocks = a ? a->ints : NULL;
+    for (int i = 0; i < s->n_blocks; i++)
+        if (s->blocks[i] <= 0 || s->blocks[i] >= nb)
+            return pe_error(PE_ERR_INVALID, "listen_and_serv at %s: optimize_blocks[%d] = %lld is not a sub-block (the "
+                            "program has %d blocks)", ep, i, (long long)s->blocks[i], nb);
+    a = attr(op, "grad_to_block_id");
+    s->n_grads = a ? a->n : 0;
+    s->grads = calloc((size_t)(s->n_grads ? s->n_grads : 1), sizeof *s->grads);
+    s->state = calloc((size_t)s->fanin, sizeof *s->state);
+    s->barrier = calloc((size_t)s->fanin, sizeof *s->barrier);
+    s->bex = calloc((size_t)nb, sizeof *s->bex);
+    if (!s->grads || !s->state || !s->barrier || !s->bex) return pe_error(PE_ERR_NOMEM, "pserver %s: out of memory", ep);
+    for (int i = 0; i < s->n_grads; i++) {
+        grad_slot *g = &s->grads[i];
+        const char *e = a->strings[i], *colon = strrchr(e, ':');
+        char *end;
+        long b = colon ? strtol(colon + 1, &end, 10) : -1;
+        if (!colon || colon == e || !colon[1] || *end || b <= 0 || b >= nb)
+            return pe_error(PE_ERR_INVALID, "listen_and_serv at %s: grad_to_block_id[%d] = '%s' is not "
+                            "\"GRAD:BLOCK\" with BLOCK a sub-block (1..%d)", ep, i, e, nb - 1);
+        char *name = strndup(e, (size_t)(colon - e));
+        g->name = name;
+        g->block = (int)b;
+        g->held = calloc((size_t)s->fanin, sizeof *g->held);
+        if (!name || !g->held) return pe_error(PE_ERR_NOMEM, "pserver %s: out of memory", ep);
+        g->decl = pe_block_find_var(&s->prog->blocks[0], name);
+        if (!g->decl)
+            return pe_error(PE_ERR_INVALID, "listen_and_serv at %s: gradient '%s' (grad_to_block_id) is not declared "
+                            "in the pserver program's global block", ep, name);
+        if (!pe_scope_find_var(s->scope, name) && !pe_scope_var(s->scope, name))
+            return pe_error(PE_ERR_NOMEM, "pserver %s: out of memory creating '%s'", ep, name);
+    }
+    s->srv = pe_ps_server_new(ep, s->ep, sizeof s->ep);
+    if (!s->srv) return pe_error_wrap(PE_ERR_IO, "listen_and_serv");
+    fprintf(stderr, "pserver %s: listening (%d trainer%s, %s mode, %d gradient block%s)\n", s->ep, s->fanin,
+            s->fanin == 1 ? "" : "s", s->sync ? "sync" : "async", s->n_grads, s->n_grads == 1 ? "" : "s");
+    fflush(stderr);
+    return PE_OK;
+}
+
+static void teardown(serve *s) {
+    for (int i = 0; s->grads && i < s->n_grads; i++) {
+        for (int t = 0; s->grads[i].held && t < s->fanin; t++) pe_ps_event_release(&s->grads[i].held[t]);
+        free(s->grads[i].held);
+        free((char *)s->grads[i].name);
+    }
+    for (int b = 0; s->bex && b < s->prog->n_blocks; b++) pe_executor_free(s->bex[b]);
+    free(s->grads), free(s->state), free(s->barrier), free(s->bex);
+    pe_ps_server_free(s->srv);
+}
+
+pe_status pe_pserver_serve(pe_place place, int threads, const pe_program *prog, int block_idx, pe_scope *scope,
+                           const pe_op *op) {
+    const pe_block *b = &prog->blocks[block_idx];
+    if (b->n_ops != 1)
+        return pe_error(PE_ERR_INVALID, "block %d holds listen_and_serv and %d other op(s): a pserver program's block "
+                        "runs the server loop alone (DistributeTranspiler.get_pserver_program)", block_idx,
+                        b->n_ops - 1);
+    const unsigned mark = pe_interrupt_mark();
+    serve s;
+    memset(&s, 0, sizeof s);
+    s.prog = prog, s.scope = scope, s.place = place, s.threads = threads > 0 ? threads : 1;
+    pe_status st = setup(&s, op);
+    const double t0 = now_s(), join_wait = pe_ps_env_seconds("PE_PS_TRAINER_WAIT", 600);
+    while (st == PE_OK && live(&s) > 0) {
+        if (pe_interrupted_since(mark)) {
+            st = pe_interrupted_error();
+            break;
+        }
+        pe_ps_event ev;
+        st = pe_ps_server_poll(s.srv, 200, &ev);
+        if (st != PE_OK) break;
+        switch (ev.kind) {
+        case PE_PS_EV_REQUEST: st = on_request(&s, &ev); break;
+        case PE_PS_EV_LOST:
+            st = on_lost(&s, ev.hdr.trainer_id, "its connection closed without COMPLETE (the process ended or stopped "
+                         "answering heartbeats; exe.close() was not called)");
+            break;
+        case PE_PS_EV_BAD:
+            fprintf(stderr, "pserver %s: ignored a malformed message: %s\n", s.ep, ev.error);
+            fflush(stderr);
+            break;
+        case PE_PS_EV_NONE:
+            if (now_s() - t0 > join_wait)
+                for (int t = 0; st == PE_OK && t < s.fanin; t++)
+                    if (s.state[t] == T_UNSEEN) {
+                        char why[128];
+                        snprintf(why, sizeof why, "it never connected within %.0f s (PE_PS_TRAINER_WAIT)", join_wait);
+                        st = on_lost(&s, t, why);
+                    }
+            break;
+        }
+        pe_ps_event_release(&ev);
+    }
+    if (st == PE_OK && s.n_done == 0)
+        st = pe_error(PE_ERR_IO, "pserver %s: every trainer (%d) was lost; none left with exe.close()", s.ep, s.fanin);
+    if (st == PE_OK) {
+        fprintf(stderr, "pserver %s: done after %d step%s (%d trainer%s left, %d lost)\n", s.ep, s.steps,
+                s.steps == 1 ? "" : "s", s.n_done, s.n_done == 1 ? "" : "s", s.n_lost);
+        fflush(stderr);
+    }
+    teardown(&s);
+    return st;
+}
