@@ -399,7 +399,9 @@ def trainer_program(plan):
                     attrs={"endpoints": list(plan.eps), "trainer_id": plan.trainer_id, "op_role": _RPC})
     _append_concats(plan, block)
     prog._pe_ps = {"role": "trainer", "pservers": list(plan.eps), "trainer_id": plan.trainer_id,
-                   "trainers": plan.trainers, "sync_mode": plan.sync_mode, "vars": plan.var_map()}
+                   "trainers": plan.trainers, "sync_mode": plan.sync_mode, "vars": plan.var_map(),
+                   "meta": {v.name: (list(v.shape), v.dtype, v.is_parameter)
+                            for v in plan.block.vars.values() if v.persistable}}
     return prog
 
 

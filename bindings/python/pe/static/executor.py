@@ -167,8 +167,16 @@ class Executor:
         return _as_results(outs, return_numpy)
 
     def close(self):
+        """Frees the prepared programs; with parameter servers (when this build
+        has _core.ps_close) also tells every pserver this trainer has left.
+        Idempotent: a second close does nothing."""
+        if self._closed:
+            return
         self._execs.clear()
         self._closed = True
+        ps_close = getattr(_core, "ps_close", None)
+        if ps_close is not None:
+            ps_close()
 
 
 # ---- strategies --------------------------------------------------------------------------
