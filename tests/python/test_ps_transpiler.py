@@ -8,6 +8,7 @@ registered ops is run: the pservers' startup programs (their blocks must be
 the rows of what a single-process startup draws), fluid.io's save / load on
 plain programs, and loading a pserver's blocks from a full checkpoint.
 """
+import json
 import os
 import subprocess
 import sys
@@ -267,7 +268,6 @@ def test_round_robin_and_hash_name():
         assert r.returncode == 0, r.stderr
         outs.append(r.stdout)
     assert outs[0] == outs[1]
-    import json
     assert json.loads(outs[0])[0] == pl
 
 
@@ -354,9 +354,24 @@ def test_bad_arguments():
         t.get_startup_program("10.0.0.1:1")
     with pytest.raises(pe.InvalidArgumentError, match="not this transpiler's program for endpoint"):
         t.get_startup_program(EP1, t.get_pserver_program(EP0))
+    with pytest.raises(pe.InvalidArgumentError, match="startup_program was already transpiled"):
+        transpile(main, startup)
     empty_main, empty_startup = fluid.Program(), fluid.Program()
     with pytest.raises(pe.InvalidArgumentError, match="no optimizer ops"):
         transpile(empty_main, empty_startup)
+
+
+def test_pserver_without_blocks():
+    main, startup, _ = build("sgd")
+    eps = ["127.0.0.1:%d" % p for p in range(7000, 7005)]
+    t = transpile(main, startup, pservers=",".join(eps))
+    prog, st = t.get_pserver_programs(eps[4])  # 4 params, 5 pservers: nothing to serve but the barriers
+    l = las(prog)
+    assert prog.num_blocks == 1 and l.attr("optimize_blocks") == [] and l.attr("grad_to_block_id") == []
+    attrs = {a["name"]: a["type"] for a in json.loads(prog.to_json())["blocks"][0]["ops"][0]["attrs"]}
+    assert attrs["optimize_blocks"] == "INTS" and attrs["grad_to_block_id"] == "STRINGS"
+    assert attrs["endpoint"] == "STRING" and attrs["Fanin"] == "INT" and attrs["sync_mode"] == "BOOL"
+    assert st.global_block().ops == []
 
 
 def test_deterministic():

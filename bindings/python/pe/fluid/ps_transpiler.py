@@ -55,7 +55,7 @@ program._pe_ps (on the trainer program) records, for each persistable of the
 original program, where it lives: {"vars": {name: (kind, [(endpoint, block
 var, row offset, rows), ...])}} with kind "rows" (concatenate the blocks),
 "copy" (every entry holds the whole value; read the first) or "local" (the
-trainer's scope). fluid.io uses it to save a checkpoint that a single-process
+trainer's scope), and "meta": {name: (shape, dtype, is_parameter)}. fluid.io uses it to save a checkpoint that a single-process
 run of the original program loads, and the pserver program's _pe_ps_server
 ({block var: (kind, original name, row offset, rows)}) to load its blocks
 from such a checkpoint.
@@ -67,6 +67,49 @@ from ..framework import OpRole, Program, op_registry
 
 _RPC = OpRole.RPC
 _DIST = OpRole.Dist
+
+
+class PSDispatcher:
+    """Assigns variables to parameter servers (for the pserver mode's split_method)."""
+
+    def __init__(self, pserver_endpoints):
+        self._eps = list(pserver_endpoints)
+        if not self._eps:
+            raise _core.InvalidArgumentError("%s: the pserver endpoint list is empty" % type(self).__name__)
+        self._step = 0
+
+    @property
+    def eps(self):
+        return self._eps
+
+    def reset(self):
+        self._step = 0
+
+
+class RoundRobin(PSDispatcher):
+    """Variable i goes to endpoint i mod len(endpoints), in order of the calls."""
+
+    def dispatch(self, varlist):
+        out = []
+        for _ in varlist:
+            out.append(self._eps[self._step % len(self._eps)])
+            self._step += 1
+        return out
+
+
+class HashName(PSDispatcher):
+    """A variable goes to the endpoint its name hashes to (a stable hash: the
+    same on every process, unlike Python's salted hash())."""
+
+    def dispatch(self, varlist):
+        out = []
+        for v in varlist:
+            name = v if isinstance(v, str) else v.name
+            h = 0
+            for ch in name.encode():
+                h = (h * 131 + ch) & 0xFFFFFFFF
+            out.append(self._eps[h % len(self._eps)])
+        return out
 
 
 def _is_optimizer_op(op_type):
@@ -206,7 +249,6 @@ class PServerPlan:
     # -- placement -----------------------------------------------------------------
     def _place(self):
         cfg = self.config
-        from .transpiler import PSDispatcher, RoundRobin
         method = cfg.split_method if cfg.split_method is not None else RoundRobin
         if not (isinstance(method, type) and issubclass(method, PSDispatcher)):
             raise _core.InvalidArgumentError("DistributeTranspilerConfig.split_method must be RoundRobin or HashName "
@@ -407,6 +449,9 @@ def trainer_program(plan):
 
 def edit_trainer_startup(plan, startup):
     """In place: drop the init of the state moved to the pservers, append recv + concat of every param."""
+    if getattr(startup, "_pe_ps", None) is not None:
+        raise _core.InvalidArgumentError("DistributeTranspiler.transpile: startup_program was already transpiled "
+                                         "(it receives the params from the pservers); pass the original one")
     moved = set()
     for name, (kind, _) in plan.var_map().items():
         if kind != "local" and name not in {ch.param for ch in plan.chains}:

@@ -46,52 +46,10 @@ pserver) and the checkpoint mapping fluid.io uses are in ps_transpiler.py.
 from .. import _core
 from ..framework import Program, default_main_program, default_startup_program
 from . import ps_transpiler as _ps
+from .ps_transpiler import HashName, PSDispatcher, RoundRobin  # noqa: F401 (fluid.transpiler's names)
 
 __all__ = ["DistributeTranspiler", "DistributeTranspilerConfig", "RoundRobin", "HashName", "memory_optimize",
            "release_memory"]
-
-
-class PSDispatcher:
-    """Assigns variables to parameter servers (for the pserver mode's split_method)."""
-
-    def __init__(self, pserver_endpoints):
-        self._eps = list(pserver_endpoints)
-        if not self._eps:
-            raise _core.InvalidArgumentError("%s: the pserver endpoint list is empty" % type(self).__name__)
-        self._step = 0
-
-    @property
-    def eps(self):
-        return self._eps
-
-    def reset(self):
-        self._step = 0
-
-
-class RoundRobin(PSDispatcher):
-    """Variable i goes to endpoint i mod len(endpoints), in order of the calls."""
-
-    def dispatch(self, varlist):
-        out = []
-        for _ in varlist:
-            out.append(self._eps[self._step % len(self._eps)])
-            self._step += 1
-        return out
-
-
-class HashName(PSDispatcher):
-    """A variable goes to the endpoint its name hashes to (a stable hash: the
-    same on every process, unlike Python's salted hash())."""
-
-    def dispatch(self, varlist):
-        out = []
-        for v in varlist:
-            name = v if isinstance(v, str) else v.name
-            h = 0
-            for ch in name.encode():
-                h = (h * 131 + ch) & 0xFFFFFFFF
-            out.append(self._eps[h % len(self._eps)])
-        return out
 
 
 class DistributeTranspilerConfig:
