@@ -276,7 +276,7 @@ def test_momentum_trainers3_async():
     t = transpile(main, startup, trainers=3, trainer_id=2, sync_mode=False, min_block_size=1024)
     tp = t.get_trainer_program()
     types = [op.type for op in tail_ops(tp)]
-    assert "send_barrier" not in types and "fetch_barrier" in types
+    assert types == ["split"] + ["send"] * 4 + ["recv"] * 4 + ["concat"]  # no barriers in async mode
     for op in tail_ops(tp):
         if op.type in ("split", "concat"):
             continue

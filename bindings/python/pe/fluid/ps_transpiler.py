@@ -9,7 +9,7 @@ transpile() reads the program minimize() produced and cuts it in two:
              send_varnames=the block names)
     send_barrier   sync mode only, endpoints=every pserver
     recv     one per parameter (Out=its blocks, epmap, varnames=the block names)
-    fetch_barrier  endpoints=every pserver (both modes)
+    fetch_barrier  sync mode only (as Paddle), endpoints=every pserver
     concat   one per parameter cut into >1 blocks (X=its blocks, Out=param)
   The executor runs ops in program order, so the ops carry no dependency vars
   (their Out / X optional slots are left empty).
@@ -387,8 +387,8 @@ def _append_recv_concat(plan, block, declare_from):
             for b in ch.blocks:
                 _declare(block, pv, b["param"], plan.block_shape(ch.param, b), persistable=False)
         ops.append(_rpc_op(block, "recv", inputs={}, outputs={"Out": names},
-                                   attrs={"epmap": [b["endpoint"] for b in ch.blocks], "varnames": names,
-                                          "trainer_id": plan.trainer_id, "op_role": _RPC}))
+                       attrs={"epmap": [b["endpoint"] for b in ch.blocks], "varnames": names,
+                              "trainer_id": plan.trainer_id, "op_role": _RPC}))
     return ops
 
 
@@ -431,14 +431,15 @@ def trainer_program(plan):
     for ch in plan.chains:
         names = [b["grad"] for b in ch.blocks]
         _rpc_op(block, "send", inputs={"X": names}, outputs={},
-                        attrs={"epmap": [b["endpoint"] for b in ch.blocks], "send_varnames": names,
-                               "trainer_id": plan.trainer_id, "sync_mode": plan.sync_mode, "op_role": _RPC})
+                attrs={"epmap": [b["endpoint"] for b in ch.blocks], "send_varnames": names,
+                       "trainer_id": plan.trainer_id, "sync_mode": plan.sync_mode, "op_role": _RPC})
     if plan.sync_mode:
         _rpc_op(block, "send_barrier", inputs={}, outputs={},
-                        attrs={"endpoints": list(plan.eps), "trainer_id": plan.trainer_id, "op_role": _RPC})
+                attrs={"endpoints": list(plan.eps), "trainer_id": plan.trainer_id, "op_role": _RPC})
     _append_recv_concat(plan, block, block)
-    _rpc_op(block, "fetch_barrier", inputs={}, outputs={},
-                    attrs={"endpoints": list(plan.eps), "trainer_id": plan.trainer_id, "op_role": _RPC})
+    if plan.sync_mode:
+        _rpc_op(block, "fetch_barrier", inputs={}, outputs={},
+                attrs={"endpoints": list(plan.eps), "trainer_id": plan.trainer_id, "op_role": _RPC})
     _append_concats(plan, block)
     prog._pe_ps = {"role": "trainer", "pservers": list(plan.eps), "trainer_id": plan.trainer_id,
                    "trainers": plan.trainers, "sync_mode": plan.sync_mode, "vars": plan.var_map(),
@@ -521,9 +522,9 @@ def pserver_program(plan, endpoint):
         optimize_blocks.append(sb.idx)
         grad_to_block.append("%s:%d" % (b["grad"], sb.idx))
     _rpc_op(g, "listen_and_serv", inputs={}, outputs={},
-                attrs={"endpoint": endpoint, "Fanin": plan.trainers, "sync_mode": plan.sync_mode,
-                       "optimize_blocks": optimize_blocks, "grad_to_block_id": grad_to_block,
-                       "lr_decay_block_id": lr_block, "stop_on_lost_trainer": False, "op_role": _RPC})
+            attrs={"endpoint": endpoint, "Fanin": plan.trainers, "sync_mode": plan.sync_mode,
+                   "optimize_blocks": optimize_blocks, "grad_to_block_id": grad_to_block,
+                   "lr_decay_block_id": lr_block, "stop_on_lost_trainer": False, "op_role": _RPC})
     prog._pe_ps_server = {"endpoint": endpoint, "pservers": list(plan.eps), "vars": where}
     return prog
 
