@@ -548,3 +548,91 @@ def test_executor_close_tells_the_pservers(monkeypatch):
     assert calls == [1]
     with pytest.raises(pe.InvalidArgumentError, match="closed"):
         exe.run(fluid.Program())
+
+
+# ---- the rewriting, run: 2 trainers and 2 pservers played in one process ----------------------
+
+def _server_block_program(ps_prog, idx, received):
+    """Block idx of a pserver program as a runnable program over the pserver's
+    scope (the received gradients declared persistable: this test plays the
+    server loop and writes them into the scope)."""
+    p = fluid.Program()
+    g = p.global_block()
+    for v in ps_prog.global_block().vars.values():
+        g.create_var(name=v.name, shape=list(v.shape), dtype=v.dtype,
+                     persistable=v.persistable or v.name in received)
+    for op in ps_prog.block(idx).ops:
+        ps_transpiler._copy_op(g, op)
+    return p
+
+
+@pytest.mark.parametrize("opt,lr_sched", [("sgd", False), ("momentum", False), ("adam", True)])
+def test_sync_steps_match_one_process_on_the_whole_batch(opt, lr_sched):
+    """What the C side does (sum the trainers' gradient blocks in trainer
+    order, scale by 1/trainers, run the LR block then each optimize block;
+    the trainers recv + concat) played with numpy and the Executor on the
+    programs the transpiler wrote: after 3 steps every param and optimizer
+    state var equals a single-process run on both trainers' batches."""
+    exe = fluid.Executor(fluid.CPUPlace())
+    ref_main, ref_startup, _ = build(opt, decay=1e-3, lr_sched=lr_sched)
+    ref_startup.random_seed = 7
+    ref = fluid.Scope()
+    exe.run(ref_startup, scope=ref)
+    main, startup, _ = build(opt, decay=1e-3, lr_sched=lr_sched)
+    startup.random_seed = 7
+    t = transpile(main, startup, min_block_size=1024)
+    tp = t.get_trainer_program()
+    info = tp._pe_ps
+    servers = {}
+    for ep in (EP0, EP1):
+        prog, st = t.get_pserver_programs(ep)
+        scope = fluid.Scope()
+        exe.run(st, scope=scope)
+        servers[ep] = (prog, scope)
+    # the trainer's compute part: everything but the RPC ops and the concat of received blocks
+    compute = tp.clone()
+    cut = next(i for i, op in enumerate(compute.global_block().ops) if op.type in ("split", "send"))
+    compute.global_block().ops = [op for i, op in enumerate(compute.global_block().ops)
+                                  if i < cut or op.type == "split"]
+    sends = [op for op in tp.global_block().ops if op.type == "send"]
+    sent = [(x, ep, name) for op in sends for x, ep, name in zip(op.input("X"), op.attr("epmap"),
+                                                                  op.attr("send_varnames"))]
+    assert "lr_step" not in [v.name for v in compute.global_block().vars.values()]
+
+    def full(name):
+        kind, entries = info["vars"][name]
+        parts = [arr(servers[ep][1], b) for ep, b, _, _ in entries]
+        return np.concatenate(parts, axis=0) if kind == "rows" else parts[0]
+
+    trainers = [fluid.Scope(), fluid.Scope()]
+    rng = np.random.RandomState(1)
+    for step in range(3):
+        feeds = [{"x": rng.randn(8, 13).astype("float32"), "y": rng.randn(8, 1).astype("float32")} for _ in trainers]
+        grads = []
+        for ts, feed in zip(trainers, feeds):
+            for p in tp.global_block().all_parameters():
+                ts.var(p.name).get_tensor().set(full(p.name))  # recv + concat
+            outs = exe.run(compute, feed=feed, fetch_list=[x for x, _, _ in sent], scope=ts)
+            grads.append([np.array(o) for o in outs])
+        for ep, (prog, scope) in servers.items():
+            l = las(prog)
+            mine = [(k, name) for k, (x, e, name) in enumerate(sent) if e == ep]
+            for k, name in mine:
+                summed = grads[0][k].copy()
+                for g in grads[1:]:
+                    summed += g[k]
+                scope.var(name).get_tensor().set(summed * np.float32(1.0 / len(trainers)))
+            received = {name for _, name in mine}
+            assert received == {a.split(":")[0] for a in l.attr("grad_to_block_id")}
+            if l.attr("lr_decay_block_id") >= 0:
+                exe.run(_server_block_program(prog, l.attr("lr_decay_block_id"), received), scope=scope)
+            for idx in l.attr("optimize_blocks"):
+                exe.run(_server_block_program(prog, idx, received), scope=scope)
+        exe.run(ref_main, feed={k: np.concatenate([f[k] for f in feeds]) for k in ("x", "y")}, scope=ref)
+    checked = 0
+    for name, (kind, _) in info["vars"].items():
+        if kind == "local":
+            continue
+        np.testing.assert_allclose(full(name), arr(ref, name), rtol=2e-5, atol=1e-6, err_msg=name)
+        checked += 1
+    assert checked == len([v for v in ref_main.global_block().vars.values() if v.persistable])
