@@ -6,7 +6,9 @@ checked as structure (op order, attrs, var names and shapes, the row blocks
 and their placement, the checkpoint mapping), and everything that runs on
 registered ops is run: the pservers' startup programs (their blocks must be
 the rows of what a single-process startup draws), fluid.io's save / load on
-plain programs, and loading a pserver's blocks from a full checkpoint.
+plain programs, loading a pserver's blocks from a full checkpoint, and
+a sync step of 2 trainers x 2 pservers with this test playing the server
+loop (the written optimize blocks run by the Executor) against one process.
 """
 import json
 import os
