@@ -5,8 +5,8 @@ data() appends the batch dim as fluid did, DataFeeder turns sample tuples
 into a feed dict (and names what is wrong), fluid.optimizer takes
 regularization= / parameter_list=, and DistributeTranspiler's nccl2 mode
 (seed 002, trainers= form) trains across 2 MPI processes to the parameters
-of one process on the whole batch; its argument errors and the pserver mode
-are clear errors.
+of one process on the whole batch; its argument errors are clear errors
+(pserver mode: test_ps_transpiler.py).
 """
 import os
 import shutil
@@ -148,9 +148,11 @@ def test_transpiler_nccl2_checks():
         nccl2(trainers="127.0.0.1,127.0.0.1:6171")
     with pytest.raises(pe.InvalidArgumentError, match="repeat"):
         nccl2(trainers="127.0.0.1:6170,127.0.0.1:6170")
-    with pytest.raises(pe.UnsupportedError, match="parameter servers"):
-        nccl2(mode="pserver")
-    with pytest.raises(pe.UnsupportedError, match="parameter-server"):
+    with pytest.raises(pe.InvalidArgumentError, match="pserver mode trainers must be the number of trainers"):
+        nccl2(mode="pserver")  # the nccl2 form (an endpoint list) in pserver mode
+    with pytest.raises(pe.UnsupportedError, match="mode 'geo' is not implemented"):
+        nccl2(mode="geo")
+    with pytest.raises(pe.InvalidArgumentError, match="transpiled in nccl2 mode, not pserver mode"):
         t.get_pserver_program("127.0.0.1:6170")
     fresh_t = fluid.DistributeTranspiler()
     with pytest.raises(pe.InvalidArgumentError, match="transpile\\(\\) first"):

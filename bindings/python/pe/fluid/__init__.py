@@ -4,8 +4,9 @@ Thin wrappers with Paddle 1.x signatures, not new machinery: the programs,
 layers, optimizers and executors are pe.static's (pe.framework, the C
 engine); fluid.layers keeps the 1.x argument names (act=, param_attr=,
 append_batch_size=, dropout_prob=, ...), fluid.optimizer takes
-regularization= and parameter_list=, and fluid.transpiler holds
-DistributeTranspiler (nccl2 mode; see transpiler.py).
+regularization= and parameter_list=, fluid.transpiler holds
+DistributeTranspiler (pserver and nccl2 modes; see transpiler.py) and
+fluid.io saves / loads persistables and parameters (see io.py).
 
     import pe.fluid as fluid
     x = fluid.layers.data(name="x", shape=[13], dtype="float32")
@@ -25,11 +26,12 @@ from .. import regularizer  # noqa: F401
 from . import layers  # noqa: F401
 from . import optimizer  # noqa: F401
 from . import transpiler  # noqa: F401
+from . import io  # noqa: F401
 from .data_feeder import DataFeeder  # noqa: F401
 from .transpiler import DistributeTranspiler, DistributeTranspilerConfig, memory_optimize, release_memory  # noqa: F401
 
 __all__ = ["CPUPlace", "CUDAPlace", "Program", "Variable", "program_guard", "default_main_program",
            "default_startup_program", "Executor", "ParallelExecutor", "CompiledProgram", "ExecutionStrategy",
            "BuildStrategy", "global_scope", "scope_guard", "ParamAttr", "DataFeeder", "DistributeTranspiler",
-           "DistributeTranspilerConfig", "memory_optimize", "release_memory", "layers", "optimizer", "transpiler",
+           "DistributeTranspilerConfig", "memory_optimize", "release_memory", "layers", "optimizer", "transpiler", "io",
            "is_compiled_with_cuda", "cpu_places", "cuda_places"]

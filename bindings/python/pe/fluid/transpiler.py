@@ -23,56 +23,33 @@ program; the ParallelExecutor refuses a num_trainers / trainer_id that
 disagrees with them. The program's ops are unchanged: gradients are summed
 across all trainers' places by the executor's allreduce.
 
-Parameter-server mode (pservers=...) is not implemented: transpile() says so.
+Parameter-server mode (config.mode = "pserver", the default; Paddle's
+dist_train.py):
+
+    t = fluid.DistributeTranspiler()
+    t.transpile(trainer_id, pservers="10.0.0.1:6174,10.0.0.2:6174", trainers=2)
+    if role == "PSERVER":
+        prog = t.get_pserver_program(current_endpoint)
+        exe.run(t.get_startup_program(current_endpoint, prog)); exe.run(prog)
+    else:
+        exe.run(fluid.default_startup_program()); exe.run(t.get_trainer_program(), ...)
+        exe.close()
+
+transpile() checks the arguments (pservers "ip:port" without repeats,
+trainers an int >= 1, trainer_id in [0, trainers)), cuts every parameter into
+row blocks placed on the pservers, and edits the startup program in place
+(the trainer starts from the pservers' values). The rewriting itself, the op
+wiring (split / send / send_barrier / recv / fetch_barrier / concat on the
+trainer, listen_and_serv with one optimize block per parameter block on a
+pserver) and the checkpoint mapping fluid.io uses are in ps_transpiler.py.
 """
 from .. import _core
 from ..framework import Program, default_main_program, default_startup_program
+from . import ps_transpiler as _ps
+from .ps_transpiler import HashName, PSDispatcher, RoundRobin  # noqa: F401 (fluid.transpiler's names)
 
 __all__ = ["DistributeTranspiler", "DistributeTranspilerConfig", "RoundRobin", "HashName", "memory_optimize",
            "release_memory"]
-
-
-class PSDispatcher:
-    """Assigns variables to parameter servers (for the pserver mode's split_method)."""
-
-    def __init__(self, pserver_endpoints):
-        self._eps = list(pserver_endpoints)
-        if not self._eps:
-            raise _core.InvalidArgumentError("%s: the pserver endpoint list is empty" % type(self).__name__)
-        self._step = 0
-
-    @property
-    def eps(self):
-        return self._eps
-
-    def reset(self):
-        self._step = 0
-
-
-class RoundRobin(PSDispatcher):
-    """Variable i goes to endpoint i mod len(endpoints), in order of the calls."""
-
-    def dispatch(self, varlist):
-        out = []
-        for _ in varlist:
-            out.append(self._eps[self._step % len(self._eps)])
-            self._step += 1
-        return out
-
-
-class HashName(PSDispatcher):
-    """A variable goes to the endpoint its name hashes to (a stable hash: the
-    same on every process, unlike Python's salted hash())."""
-
-    def dispatch(self, varlist):
-        out = []
-        for v in varlist:
-            name = v if isinstance(v, str) else v.name
-            h = 0
-            for ch in name.encode():
-                h = (h * 131 + ch) & 0xFFFFFFFF
-            out.append(self._eps[h % len(self._eps)])
-        return out
 
 
 class DistributeTranspilerConfig:
@@ -91,20 +68,23 @@ class DistributeTranspilerConfig:
         self.sync_mode = True
 
 
-def _endpoints(trainers, what):
+def _endpoints(trainers, what, arg="trainers", kind="trainer"):
     if not isinstance(trainers, str):
         raise _core.InvalidArgumentError(
-            "DistributeTranspiler.transpile: in %s mode trainers must be the comma-separated trainer endpoints "
-            "(\"ip:port,ip:port,...\"), got %r" % (what, trainers))
+            "DistributeTranspiler.transpile: in %s mode %s must be the comma-separated %s endpoints "
+            "(\"ip:port,ip:port,...\"), got %r" % (what, arg, kind, trainers))
     eps = [e.strip() for e in trainers.split(",") if e.strip()]
     if not eps:
-        raise _core.InvalidArgumentError("DistributeTranspiler.transpile: the trainer endpoint list is empty")
+        raise _core.InvalidArgumentError("DistributeTranspiler.transpile: the %s endpoint list %s=%r is empty"
+                                         % (kind, arg, trainers))
     for e in eps:
         host, sep, port = e.rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise _core.InvalidArgumentError("DistributeTranspiler.transpile: trainer endpoint %r is not ip:port" % e)
+            raise _core.InvalidArgumentError("DistributeTranspiler.transpile: %s endpoint %r is not ip:port"
+                                             % (kind, e))
     if len(set(eps)) != len(eps):
-        raise _core.InvalidArgumentError("DistributeTranspiler.transpile: trainer endpoints repeat: %s" % trainers)
+        raise _core.InvalidArgumentError("DistributeTranspiler.transpile: %s endpoints repeat: %s=%s"
+                                         % (kind, arg, trainers))
     return eps
 
 
@@ -116,6 +96,7 @@ class DistributeTranspiler:
                             % type(self.config).__name__)
         self._program = None
         self._startup = None
+        self._plan = None
 
     def transpile(self, trainer_id, program=None, pservers="127.0.0.1:6174", trainers=1, sync_mode=True,
                   startup_program=None, current_endpoint="127.0.0.1:6174"):
@@ -126,10 +107,12 @@ class DistributeTranspiler:
                 raise TypeError("DistributeTranspiler.transpile: %s must be a Program, got %s"
                                 % (what, type(p).__name__))
         mode = self.config.mode
+        if mode == "pserver":
+            return self._transpile_pserver(trainer_id, program, pservers, trainers, sync_mode, startup_program)
         if mode not in ("nccl2", "collective"):
             raise _core.UnsupportedError(
-                "DistributeTranspiler: mode %r (parameter servers at %s) is not implemented in PE; mode \"nccl2\" "
-                "(collective data parallelism over MPI / NCCL) is" % (mode, pservers))
+                "DistributeTranspiler: mode %r is not implemented in PE; modes \"pserver\" and \"nccl2\" "
+                "(collective data parallelism over MPI / NCCL) are" % (mode,))
         eps = _endpoints(trainers, mode)
         if isinstance(trainer_id, bool) or not isinstance(trainer_id, int) or not 0 <= trainer_id < len(eps):
             raise _core.InvalidArgumentError("DistributeTranspiler.transpile: trainer_id %r is not in [0, %d) "
@@ -144,28 +127,63 @@ class DistributeTranspiler:
         info = {"trainer_id": trainer_id, "endpoints": eps, "current_endpoint": current_endpoint}
         program._pe_nccl2 = info
         startup_program._pe_nccl2 = info
+        self._program, self._startup, self._plan = program, startup_program, None
+
+    def _transpile_pserver(self, trainer_id, program, pservers, trainers, sync_mode, startup_program):
+        eps = _endpoints(pservers, "pserver", arg="pservers", kind="pserver")
+        if isinstance(trainers, bool) or not isinstance(trainers, int) or trainers < 1:
+            raise _core.InvalidArgumentError("DistributeTranspiler.transpile: in pserver mode trainers must be the "
+                                             "number of trainers, an int >= 1, got %r" % (trainers,))
+        if isinstance(trainer_id, bool) or not isinstance(trainer_id, int) or not 0 <= trainer_id < trainers:
+            raise _core.InvalidArgumentError("DistributeTranspiler.transpile: trainer_id %r is not in [0, %d) "
+                                             "(trainers=%d)" % (trainer_id, trainers, trainers))
+        if self.config.enable_dc_asgd:
+            raise _core.UnsupportedError("DistributeTranspiler: enable_dc_asgd is not supported in PE")
+        sync = bool(sync_mode) and bool(self.config.sync_mode)
+        plan = _ps.PServerPlan(program, startup_program, eps, trainer_id, trainers, sync, self.config)
+        self._plan = plan
+        self._trainer = _ps.trainer_program(plan)
+        _ps.edit_trainer_startup(plan, startup_program)
         self._program, self._startup = program, startup_program
 
     def _need(self, what):
         if self._program is None:
             raise _core.InvalidArgumentError("DistributeTranspiler.%s: call transpile() first" % what)
 
+    def _need_ps(self, what):
+        self._need(what)
+        if getattr(self, "_plan", None) is None:
+            raise _core.InvalidArgumentError("DistributeTranspiler.%s: the program was transpiled in %s mode, not "
+                                             "pserver mode" % (what, self.config.mode))
+
     def get_trainer_program(self, wait_port=True):
+        """nccl2: the program (unchanged). pserver: the trainer program (a copy
+        without the optimizer ops, with the send / recv ops; see ps_transpiler)."""
         self._need("get_trainer_program")
+        if getattr(self, "_plan", None) is not None:
+            self._trainer._pe_ps["wait_port"] = bool(wait_port)
+            return self._trainer
         return self._program
 
+    def get_pserver_program(self, endpoint):
+        """The program the pserver at `endpoint` runs (block 0: listen_and_serv)."""
+        self._need_ps("get_pserver_program")
+        return _ps.pserver_program(self._plan, endpoint)
+
+    def get_pserver_programs(self, endpoint):
+        """(pserver program, its startup program) for `endpoint`."""
+        prog = self.get_pserver_program(endpoint)
+        return prog, _ps.pserver_startup(self._plan, endpoint, prog)
+
     def get_startup_program(self, endpoint=None, pserver_program=None, startup_program=None):
+        """nccl2 mode, or no endpoint: the startup program given to transpile.
+        pserver mode with an endpoint: that pserver's startup program (inits its
+        params / optimizer state / LR at full shape, then cuts its blocks)."""
         self._need("get_startup_program")
-        if endpoint is not None:
-            raise _core.UnsupportedError("DistributeTranspiler.get_startup_program(endpoint): parameter-server "
-                                         "mode is not implemented in PE")
-        return self._startup
-
-    def _pserver(self, *args, **kwargs):
-        raise _core.UnsupportedError("DistributeTranspiler: parameter-server mode (get_pserver_program) is not "
-                                     "implemented in PE; use config.mode = \"nccl2\"")
-
-    get_pserver_program = get_pserver_programs = _pserver
+        if endpoint is None:
+            return self._startup
+        self._need_ps("get_startup_program")
+        return _ps.pserver_startup(self._plan, endpoint, pserver_program)
 
 
 def memory_optimize(input_program, skip_opt_set=None, print_log=False, level=0, skip_grads=True):
