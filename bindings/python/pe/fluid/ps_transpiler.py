@@ -524,7 +524,8 @@ def pserver_program(plan, endpoint):
     _rpc_op(g, "listen_and_serv", inputs={}, outputs={},
             attrs={"endpoint": endpoint, "Fanin": plan.trainers, "sync_mode": plan.sync_mode,
                    "optimize_blocks": optimize_blocks, "grad_to_block_id": grad_to_block,
-                   "lr_decay_block_id": lr_block, "stop_on_lost_trainer": False, "op_role": _RPC})
+                   "lr_decay_block_id": lr_block,
+                   "stop_on_lost_trainer": bool(getattr(plan.config, "stop_on_lost_trainer", False)), "op_role": _RPC})
     prog._pe_ps_server = {"endpoint": endpoint, "pservers": list(plan.eps), "vars": where}
     return prog
 

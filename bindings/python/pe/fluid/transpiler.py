@@ -66,6 +66,9 @@ class DistributeTranspilerConfig:
         self.nccl_comm_num = 1
         self.use_hierarchical_allreduce = False
         self.sync_mode = True
+        # PE's: a pserver whose trainer dies stops with an error instead of
+        # dropping it from the fan-in and going on (listen_and_serv's attr)
+        self.stop_on_lost_trainer = False
 
 
 def _endpoints(trainers, what, arg="trainers", kind="trainer"):
