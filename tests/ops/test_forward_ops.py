@@ -607,6 +607,95 @@ case("cumsum", "flatten_rev_excl_fp64", {"X": f64(2, 3, 2)}, {"flatten": True, "
 case("cumsum", "big", {"X": f32(300, 400)}, {"axis": 0}, ref_cumsum, threads=True, tol=(1e-5, 1e-4),
      why="300 float32 terms per column; the reference adds them in float64")
 
+# ---- index ops: gather (axis), gather_nd, scatter, one_hot / one_hot_v2 ----
+def ids(n, bound, dtype="int64", unique=False, shape=None):
+    """n indices in [0, bound) (unique: a permutation's first n), shaped `shape` (default [n])."""
+    return R(shape or [n], dtype, fn=lambda r: (r.permutation(bound)[:n] if unique else r.integers(0, bound, n))
+             .reshape(shape or [n]))
+
+
+def ref_gather(t, a):
+    return {"Out": torch.index_select(t["X"], a.get("axis", 0), t["Index"].reshape(-1).long())}
+
+
+for name, ins, at in (("rows", {"X": f32(5, 3), "Index": ids(4, 5)}, {}),
+                      ("dup_int32", {"X": f32(6, 4), "Index": ids(9, 3, "int32")}, {}),
+                      ("index_n1", {"X": f32(5, 2), "Index": ids(3, 5, shape=[3, 1])}, {}),
+                      ("axis1_3d", {"X": f32(2, 5, 3), "Index": ids(7, 5)}, {"axis": 1}),
+                      ("axis_neg", {"X": f64(3, 4), "Index": ids(5, 4)}, {"axis": -1}),
+                      ("int64_x", {"X": i64(6, 2), "Index": ids(4, 6)}, {}),
+                      ("big", {"X": f32(400, 100), "Index": ids(500, 400)}, {})):
+    case("gather", name, ins, at, ref_gather, threads=name == "big")
+
+
+def ref_gather_nd(t, a):
+    x, idx = t["X"], t["Index"].long()
+    k = idx.shape[-1]
+    return {"Out": x[tuple(idx[..., j] for j in range(k))] if k else x.expand(*idx.shape[:-1], *x.shape).clone()}
+
+
+def nd_index(lead, dims, dtype="int64"):
+    """Index [*lead, len(dims)], column j in [0, dims[j])."""
+    return R(list(lead) + [len(dims)], dtype,
+             fn=lambda r: np.stack([r.integers(0, d, lead) for d in dims], -1).reshape(list(lead) + [len(dims)]))
+
+
+for name, ins in (("k1", {"X": f32(5, 3), "Index": nd_index([4], [5])}),
+                  ("k2_3d", {"X": f32(3, 4, 2), "Index": nd_index([2, 3], [3, 4])}),
+                  ("full_k_dup", {"X": f64(3, 4), "Index": nd_index([9], [3, 4])}),
+                  ("k0", {"X": f32(2, 3), "Index": R([2, 0], "int64")}),
+                  ("int32_idx", {"X": f32(4, 5, 2), "Index": nd_index([3], [4, 5], "int32")})):
+    case("gather_nd", name, ins, {}, ref_gather_nd)
+
+
+def ref_scatter(t, a):
+    x, ii, u = t["X"], t["Ids"].reshape(-1).long(), t["Updates"]
+    if not a.get("overwrite", True):
+        return {"Out": x.index_fill(0, ii, 0).index_add(0, ii, u)}
+    out = x.clone()
+    for k in range(ii.numel()):  # in order: the later duplicate wins (Paddle's CPU kernel)
+        out[ii[k]] = u[k]
+    return {"Out": out}
+
+
+for name, ins, at in (("overwrite", {"X": f32(6, 3), "Ids": ids(4, 6, unique=True), "Updates": f32(4, 3)}, {}),
+                      ("add_dups", {"X": f32(5, 2, 3), "Ids": ids(7, 5), "Updates": f32(7, 2, 3)},
+                       {"overwrite": False}),
+                      ("ids_n1_fp64", {"X": f64(5, 4), "Ids": ids(3, 5, "int32", True, [3, 1]),
+                                       "Updates": f64(3, 4)}, {}),
+                      ("add_int64", {"X": i64(4, 3), "Ids": ids(5, 4), "Updates": i64(5, 3)}, {"overwrite": False})):
+    case("scatter", name, ins, at, ref_scatter)
+# duplicates with overwrite: the later one wins; its gradient is Paddle's (Updates@GRAD gathers
+# every id, where autograd gives the overwritten ones 0), so the row stays out of the grad table
+case("scatter", "overwrite_dups_last_wins", {"X": f32(4, 3), "Ids": R([5], "int64", fn=lambda r: np.array([1, 3, 1, 0, 3])),
+                                             "Updates": f32(5, 3)}, {}, ref_scatter, upcast=False)
+
+
+def ref_one_hot(t, a, v1=False):
+    x = t["X"].long()
+    if v1:
+        x = x.squeeze(-1)
+    ok = (x >= 0) & (x < a["depth"])
+    oh = F.one_hot(torch.where(ok, x, torch.zeros_like(x)), a["depth"]) * ok.unsqueeze(-1)
+    dt = {0: torch.float32, 1: torch.float64, 2: torch.int32, 3: torch.int64}[a.get("dtype", 0)]
+    return {"Out": oh.to(dt)}
+
+
+for name, ins, at in (("n1", {"X": ids(6, 5, shape=[6, 1])}, {"depth": 5}),
+                      ("3d_int32", {"X": ids(6, 4, "int32", shape=[2, 3, 1])}, {"depth": 4}),
+                      ("fp64", {"X": ids(4, 3, shape=[4, 1])}, {"depth": 3, "dtype": 1}),
+                      ("out_of_range_allowed", {"X": R([5, 1], "int64", fn=lambda r: np.array([[0], [7], [-1], [2], [3]]))},
+                       {"depth": 4, "allow_out_of_range": True})):
+    case("one_hot", name, ins, at, lambda t, a: ref_one_hot(t, a, v1=True),
+         dtypes={"Out": "float64"} if at.get("dtype") == 1 else None)
+for name, ins, at in (("1d", {"X": ids(6, 5)}, {"depth": 5}),
+                      ("2d_int32", {"X": ids(6, 4, "int32", shape=[2, 3])}, {"depth": 6}),
+                      ("int64_out", {"X": ids(4, 3)}, {"depth": 3, "dtype": 3}),
+                      ("out_of_range_allowed", {"X": R([4], "int64", fn=lambda r: np.array([0, 9, 2, -3]))},
+                       {"depth": 3, "allow_out_of_range": True})):
+    case("one_hot_v2", name, ins, at, ref_one_hot)
+
+
 # assign (any dtype), shape (Input's dims as int32), increment (a one-element X + step)
 for name, xs in (("f32", f32(3, 4)), ("fp64", f64(2, 3, 2)), ("int64", i64(5)), ("bool", R([2, 3], "bool"))):
     case("assign", name, {"X": xs}, {}, lambda t, a: {"Out": t["X"].clone()})
@@ -1491,6 +1580,42 @@ def test_integer_division_by_zero_is_refused(op, dtype, tmp_path):
     prog.save(str(tmp_path / "p.json"))
     feeds = {"x": np.arange(6, dtype=dtype).reshape(2, 3), "y": np.array([1, 0, 2], dtype)}
     with pytest.raises(PeError, match="Y 'y' holds a 0: integer division by zero"):
+        run_pe(str(tmp_path / "p.json"), feeds, ["out"], workdir=str(tmp_path))
+
+
+@pytest.mark.parametrize("op,slot,xs,idx,attrs,msg", [
+    ("one_hot_v2", "X", None, np.array([0, 5, 1]), {"depth": 4},
+     r"X 'x' element 1 is 5, outside \[0, depth = 4\) \(set allow_out_of_range"),
+    ("one_hot", "X", None, np.array([[2], [-1]]), {"depth": 3}, r"X 'x' element 1 is -1, outside \[0, depth = 3\)"),
+    ("gather", "Index", np.zeros((3, 2), np.float32), np.array([0, 3]), {},
+     r"Index 'idx' element 1 is 3, outside \[0, 3\) \(the gathered axis of X 'x'\)"),
+    ("gather_nd", "Index", np.zeros((3, 2), np.float32), np.array([[0, 1], [2, 2]]), {},
+     r"Index 'idx' element 3 is 2, outside \[0, 2\) \(dim 1 of X 'x'\)"),
+    ("scatter", "Ids", np.zeros((3, 2), np.float32), np.array([1, -2]), {},
+     r"Ids 'idx' element 1 is -2, outside \[0, 3\) \(the rows of X 'x'\)"),
+])
+def test_index_out_of_range_is_refused(op, slot, xs, idx, attrs, msg, tmp_path):
+    """A bad index is a clean error naming the op, the var, the element, the value and the range."""
+    prog = Program()
+    feeds = {}
+    if xs is None:
+        prog.var("x", "int64", list(idx.shape))
+        feeds["x"] = idx.astype(np.int64)
+        ins = {"X": ["x"]}
+        prog.var("out", "float32", list(idx.shape[:-1] if op == "one_hot" else idx.shape) + [attrs["depth"]])
+    else:
+        prog.var("x", "float32", list(xs.shape))
+        prog.var("idx", "int64", list(idx.shape))
+        feeds.update(x=xs, idx=idx.astype(np.int64))
+        ins = {"X": ["x"], slot: ["idx"]}
+        if op == "scatter":
+            prog.var("upd", "float32", [len(idx), 2])
+            feeds["upd"] = np.ones((len(idx), 2), np.float32)
+            ins["Updates"] = ["upd"]
+        prog.var("out", "float32", [])
+    prog.op(op, ins, {"Out": ["out"]}, attrs)
+    prog.save(str(tmp_path / "p.json"))
+    with pytest.raises(PeError, match="op %s .*%s" % (op, msg)):
         run_pe(str(tmp_path / "p.json"), feeds, ["out"], workdir=str(tmp_path))
 
 
