@@ -12,6 +12,17 @@
  *   cross_entropy  X probabilities [.., D], Label hard [.., 1] / [..] or
  *       soft [.., D] -> Y [.., 1]; Y = -log X[label] or -sum Label log X.
  *   square_error_cost  X [..], Y [..] (same dims) -> Out = (X - Y)^2.
+ *   cos_sim  X [N, ..], Y [N or 1, ..] (the same dims after the first)
+ *       -> Out [N, 1] = X.Y / (|X| |Y|) per row (Y's one row broadcast),
+ *       XNorm [N, 1], YNorm [N or 1, 1]; no epsilon (a zero row gives NaN,
+ *       as Paddle's). The gradient reads the norms and Out.
+ *   sigmoid_cross_entropy_with_logits  X [..], Label [..] (same float dtype
+ *       and dims) -> Out = max(x, 0) - x label + log(1 + exp(-|x|)), 0 where
+ *       (int)label == ignore_index; normalize divides by the number of the
+ *       other elements (at least 1e-5), as Paddle's.
+ *   label_smooth  X [.., D], PriorDist? (D values) -> Out = (1 - epsilon) X
+ *       + epsilon PriorDist (epsilon / D without one); its gradient is
+ *       (1 - epsilon) Out@GRAD.
  */
 #include "ops/grad.h"
 #include "ops/op.h"
@@ -164,4 +175,105 @@ pe_status pe_infer_square_error_cost_grad(pe_op_ctx *ctx) {
     }
     PE_CHECK(pe_infer_set_out(ctx, "X@GRAD", x->dtype, x->ndim, x->dims));
     return pe_infer_set_out(ctx, "Y@GRAD", y->dtype, y->ndim, y->dims);
+}
+
+/* ---- cos_sim ------------------------------------------------------------------------ */
+
+/* Input `slot` (present) must be dtype dt with dims (nd, d): "<slot> '<v>' is <dt> <dims>, expected <what> <dims>". */
+static pe_status need_meta(pe_op_ctx *ctx, const char *slot, pe_dtype dt, int nd, const int64_t *d, const char *what) {
+    pe_tensor *t;
+    PE_CHECK(pe_infer_need_in(ctx, slot, &t));
+    if (t->dtype == dt && dims_eq(t->ndim, t->dims, nd, d)) return PE_OK;
+    char a[160], b[160];
+    return pe_ctx_error(ctx, PE_ERR_INVALID, "%s '%s' is %s %s, expected %s %s (%s '%s')", slot,
+                        pe_ctx_in_name(ctx, slot, 0), pe_dtype_name(t->dtype), pe_dims_str(t->ndim, t->dims, a, sizeof a),
+                        pe_dtype_name(dt), pe_dims_str(nd, d, b, sizeof b), what, pe_ctx_in_name(ctx, "X", 0));
+}
+
+/* X [N, ..] rank >= 2 float, Y [N or 1, ..] with X's dtype and trailing dims. */
+static pe_status cos_sim_inputs(pe_op_ctx *ctx, pe_tensor **x, pe_tensor **y) {
+    PE_CHECK(pe_infer_need_in(ctx, "X", x));
+    PE_CHECK(pe_infer_need_in(ctx, "Y", y));
+    PE_CHECK(need_float(ctx, "X", *x));
+    const pe_tensor *a = *x, *b = *y;
+    bool ok = a->ndim >= 2 && b->dtype == a->dtype && b->ndim == a->ndim && (b->dims[0] == a->dims[0] || b->dims[0] == 1);
+    for (int i = 1; ok && i < a->ndim; i++) ok = a->dims[i] == b->dims[i];
+    if (ok) return PE_OK;
+    char as[160], bs[160];
+    return pe_ctx_error(ctx, PE_ERR_INVALID, "X '%s' is %s %s and Y '%s' is %s %s (expected X of rank >= 2 and Y "
+                        "of its dtype and dims, or with 1 as the first dim)", pe_ctx_in_name(ctx, "X", 0),
+                        pe_dtype_name(a->dtype), pe_dims_str(a->ndim, a->dims, as, sizeof as),
+                        pe_ctx_in_name(ctx, "Y", 0), pe_dtype_name(b->dtype),
+                        pe_dims_str(b->ndim, b->dims, bs, sizeof bs));
+}
+
+/* X [N, ..], Y [M, ..] (M = N or 1) -> Out [N, 1], XNorm [N, 1], YNorm [M, 1] */
+pe_status pe_infer_cos_sim(pe_op_ctx *ctx) {
+    pe_tensor *x, *y;
+    PE_CHECK(cos_sim_inputs(ctx, &x, &y));
+    const int64_t nd[2] = {x->dims[0], 1}, md[2] = {y->dims[0], 1};
+    PE_CHECK(pe_infer_set_out(ctx, "Out", x->dtype, 2, nd));
+    PE_CHECK(pe_infer_set_out(ctx, "XNorm", x->dtype, 2, nd));
+    return pe_infer_set_out(ctx, "YNorm", x->dtype, 2, md);
+}
+
+/* X, Y, Out, XNorm, YNorm, Out@GRAD [N, 1] -> X@GRAD? [X], Y@GRAD? [Y] */
+pe_status pe_infer_cos_sim_grad(pe_op_ctx *ctx) {
+    pe_tensor *x, *y;
+    PE_CHECK(cos_sim_inputs(ctx, &x, &y));
+    const int64_t nd[2] = {x->dims[0], 1}, md[2] = {y->dims[0], 1};
+    PE_CHECK(need_meta(ctx, "Out", x->dtype, 2, nd, "the forward output of X"));
+    PE_CHECK(need_meta(ctx, "XNorm", x->dtype, 2, nd, "the forward output of X"));
+    PE_CHECK(need_meta(ctx, "YNorm", x->dtype, 2, md, "the forward output of X"));
+    PE_CHECK(need_meta(ctx, "Out@GRAD", x->dtype, 2, nd, "the forward output of X"));
+    PE_CHECK(pe_infer_set_out(ctx, "X@GRAD", x->dtype, x->ndim, x->dims));
+    return pe_infer_set_out(ctx, "Y@GRAD", y->dtype, y->ndim, y->dims);
+}
+
+/* ---- sigmoid_cross_entropy_with_logits ------------------------------------------------ */
+
+/* X [..], Label [..] (same float dtype and dims) -> Out [..] */
+pe_status pe_infer_sigmoid_cross_entropy_with_logits(pe_op_ctx *ctx) {
+    pe_tensor *x;
+    PE_CHECK(pe_infer_need_in(ctx, "X", &x));
+    PE_CHECK(need_float(ctx, "X", x));
+    PE_CHECK(need_meta(ctx, "Label", x->dtype, x->ndim, x->dims, "one probability per logit of X"));
+    return pe_infer_set_out(ctx, "Out", x->dtype, x->ndim, x->dims);
+}
+
+/* X, Label, Out@GRAD [..] -> X@GRAD [..] */
+pe_status pe_infer_sigmoid_cross_entropy_with_logits_grad(pe_op_ctx *ctx) {
+    pe_tensor *x;
+    PE_CHECK(pe_infer_need_in(ctx, "X", &x));
+    PE_CHECK(need_float(ctx, "X", x));
+    PE_CHECK(need_meta(ctx, "Label", x->dtype, x->ndim, x->dims, "one probability per logit of X"));
+    PE_CHECK(need_meta(ctx, "Out@GRAD", x->dtype, x->ndim, x->dims, "the forward output of X"));
+    return pe_infer_set_out(ctx, "X@GRAD", x->dtype, x->ndim, x->dims);
+}
+
+/* ---- label_smooth ----------------------------------------------------------------------- */
+
+/* X [.., D], PriorDist? (D values, X's dtype) -> Out [X] */
+pe_status pe_infer_label_smooth(pe_op_ctx *ctx) {
+    pe_tensor *x;
+    PE_CHECK(pe_infer_need_in(ctx, "X", &x));
+    PE_CHECK(need_float(ctx, "X", x));
+    const pe_tensor *p = pe_ctx_in(ctx, "PriorDist");
+    if (p && (p->dtype != x->dtype || pe_tensor_numel(p) != x->dims[x->ndim - 1])) {
+        char a[160], b[160];
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "PriorDist '%s' is %s %s, expected %lld values of %s (the last dim "
+                            "of X '%s' %s)", pe_ctx_in_name(ctx, "PriorDist", 0), pe_dtype_name(p->dtype),
+                            pe_dims_str(p->ndim, p->dims, a, sizeof a), (long long)x->dims[x->ndim - 1],
+                            pe_dtype_name(x->dtype), pe_ctx_in_name(ctx, "X", 0),
+                            pe_dims_str(x->ndim, x->dims, b, sizeof b));
+    }
+    return pe_infer_set_out(ctx, "Out", x->dtype, x->ndim, x->dims);
+}
+
+/* Out@GRAD [..] -> X@GRAD [..] */
+pe_status pe_infer_label_smooth_grad(pe_op_ctx *ctx) {
+    pe_tensor *g;
+    PE_CHECK(pe_infer_need_in(ctx, "Out@GRAD", &g));
+    PE_CHECK(need_float(ctx, "Out@GRAD", g));
+    return pe_infer_set_out(ctx, "X@GRAD", g->dtype, g->ndim, g->dims);
 }

@@ -19,12 +19,22 @@
  *   cross_entropy: hard y = -log x_label (0 when ignored), grad -g / x_label
  *     at the label only; soft y = -sum_j label_j log x_j, grad -g label_j / x_j.
  *   square_error_cost: out = (x - y)^2, dx = 2 (x - y) g, dy = -dx.
+ *   cos_sim (rows r of X [N, D], Y row r or 0): xn = |x|, yn = |y|,
+ *     out = x.y / (xn yn) (sums in double); dx = g (y / (xn yn) - out x / xn^2),
+ *     dy = g (x / (xn yn) - out y / yn^2), summed over the rows in row order
+ *     when Y is one row broadcast.
+ *   sigmoid_cross_entropy_with_logits: out = max(x, 0) - x l + log1p(exp(-|x|)),
+ *     dx = (sigmoid(x) - l) g; both 0 where (int)l == ignore_index, both
+ *     divided by max(count of the other elements, 1e-5) with normalize.
+ *   label_smooth: out = (1 - eps) x + eps p_j (p_j = 1 / D without PriorDist),
+ *     dx = (1 - eps) g.
  */
 #include "ops/cpu/par.h"
 #include "ops/op.h"
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 static pe_status internal_mismatch(const pe_op_ctx *ctx) {
     return pe_ctx_error(ctx, PE_ERR_INTERNAL, "kernel called with tensors shape inference did not produce");
@@ -299,5 +309,213 @@ pe_status pe_cpu_square_error_cost_grad(const pe_op_ctx *ctx) {
         sec_grad_f64(pe_tensor_data(x), pe_tensor_data(y), pe_tensor_data(g), dxd, dyd, n, ctx->num_threads);
     else
         return pe_ctx_error(ctx, PE_ERR_INVALID, "dtype %s is not supported", pe_dtype_name(x->dtype));
+    return PE_OK;
+}
+
+/* ---- cos_sim: x [n, d], y [m, d] (m = n or 1) -> out, xn [n], yn [m] ------------------------ */
+
+#define COS_SIM(SUF, T)                                                                                    \
+    static void cos_sim_##SUF(const T *x, const T *y, T *out, T *xn, T *yn, int64_t n, int64_t m, int64_t d, \
+                              int nt) {                                                                    \
+        PE_PAR_FOR(n * d >= PE_PAR_MIN && nt > 1, r, n, {                                                  \
+            const T *xr = x + r * d, *yr = y + (m == 1 ? 0 : r) * d;                                       \
+            double xx = 0, yy = 0, xy = 0;                                                                 \
+            for (int64_t j = 0; j < d; j++) {                                                              \
+                xx += (double)xr[j] * xr[j];                                                               \
+                yy += (double)yr[j] * yr[j];                                                               \
+                xy += (double)xr[j] * yr[j];                                                               \
+            }                                                                                              \
+            const double a = sqrt(xx), b = sqrt(yy);                                                       \
+            xn[r] = (T)a;                                                                                  \
+            if (m != 1 || r == 0) yn[m == 1 ? 0 : r] = (T)b;                                               \
+            out[r] = (T)(xy / (a * b));                                                                    \
+        });                                                                                                \
+        if (n == 0 && m == 1) {                                                                            \
+            double yy = 0;                                                                                 \
+            for (int64_t j = 0; j < d; j++) yy += (double)y[j] * y[j];                                     \
+            yn[0] = (T)sqrt(yy);                                                                           \
+        }                                                                                                  \
+    }                                                                                                      \
+    static void cos_sim_grad_##SUF(const T *x, const T *y, const T *out, const T *xn, const T *yn,          \
+                                   const T *g, T *dx, T *dy, int64_t n, int64_t m, int64_t d, int nt) {     \
+        PE_PAR_FOR(n * d >= PE_PAR_MIN && nt > 1 && (m != 1 || !dy), r, n, {                              \
+            const int64_t yrow = m == 1 ? 0 : r;                                                           \
+            const T *xr = x + r * d, *yr = y + yrow * d;                                                   \
+            const double a = xn[r], b = yn[yrow], o = out[r], gr = g[r];                                   \
+            for (int64_t j = 0; j < d; j++) {                                                              \
+                if (dx) dx[r * d + j] = (T)(gr * (yr[j] / (a * b) - o * xr[j] / (a * a)));                 \
+                if (dy && m != 1) dy[r * d + j] = (T)(gr * (xr[j] / (a * b) - o * yr[j] / (b * b)));       \
+            }                                                                                              \
+        });                                                                                                \
+        if (dy && m == 1) {                                                                                \
+            for (int64_t j = 0; j < d; j++) {                                                              \
+                double acc = 0;                                                                            \
+                for (int64_t r = 0; r < n; r++) {                                                          \
+                    const double a = xn[r], b = yn[0];                                                     \
+                    acc += (double)g[r] * (x[r * d + j] / (a * b) - (double)out[r] * y[j] / (b * b));      \
+                }                                                                                          \
+                dy[j] = (T)acc;                                                                            \
+            }                                                                                              \
+        }                                                                                                  \
+    }
+COS_SIM(f32, float)
+COS_SIM(f64, double)
+
+/* X [N, ..], Y [M, ..] -> Out [N, 1], XNorm [N, 1], YNorm [M, 1] */
+pe_status pe_cpu_cos_sim(const pe_op_ctx *ctx) {
+    const pe_tensor *x = pe_ctx_in(ctx, "X"), *y = pe_ctx_in(ctx, "Y");
+    pe_tensor *out = pe_ctx_out(ctx, "Out"), *xn = pe_ctx_out(ctx, "XNorm"), *yn = pe_ctx_out(ctx, "YNorm");
+    const int64_t n = x->dims[0], m = y->dims[0], d = pe_dims_prod(x->dims, 1, x->ndim);
+    if (y->dtype != x->dtype || out->dtype != x->dtype || pe_tensor_numel(out) != n || pe_tensor_numel(xn) != n ||
+        pe_tensor_numel(yn) != m || pe_tensor_numel(y) != m * d)
+        return internal_mismatch(ctx);
+    if (n == 0 && m == 0) return PE_OK;
+    if (x->dtype == PE_DTYPE_FP32)
+        cos_sim_f32(pe_tensor_data(x), pe_tensor_data(y), pe_tensor_data(out), pe_tensor_data(xn), pe_tensor_data(yn),
+                    n, m, d, ctx->num_threads);
+    else if (x->dtype == PE_DTYPE_FP64)
+        cos_sim_f64(pe_tensor_data(x), pe_tensor_data(y), pe_tensor_data(out), pe_tensor_data(xn), pe_tensor_data(yn),
+                    n, m, d, ctx->num_threads);
+    else
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "dtype %s is not supported", pe_dtype_name(x->dtype));
+    return PE_OK;
+}
+
+/* X, Y, Out, XNorm, YNorm, Out@GRAD -> X@GRAD?, Y@GRAD? */
+pe_status pe_cpu_cos_sim_grad(const pe_op_ctx *ctx) {
+    const pe_tensor *x = pe_ctx_in(ctx, "X"), *y = pe_ctx_in(ctx, "Y"), *out = pe_ctx_in(ctx, "Out");
+    const pe_tensor *xn = pe_ctx_in(ctx, "XNorm"), *yn = pe_ctx_in(ctx, "YNorm"), *g = pe_ctx_in(ctx, "Out@GRAD");
+    pe_tensor *dx = pe_ctx_out(ctx, "X@GRAD"), *dy = pe_ctx_out(ctx, "Y@GRAD");
+    const int64_t n = x->dims[0], m = y->dims[0], d = pe_dims_prod(x->dims, 1, x->ndim);
+    if (g->dtype != x->dtype || pe_tensor_numel(g) != n || pe_tensor_numel(out) != n || pe_tensor_numel(xn) != n ||
+        pe_tensor_numel(yn) != m || (dx && (dx->dtype != x->dtype || pe_tensor_numel(dx) != n * d)) ||
+        (dy && (dy->dtype != x->dtype || pe_tensor_numel(dy) != m * d)))
+        return internal_mismatch(ctx);
+    if (dy && pe_tensor_nbytes(dy)) memset(pe_tensor_data(dy), 0, pe_tensor_nbytes(dy));
+    if (n * d == 0) return PE_OK;
+    void *dxd = dx ? pe_tensor_data(dx) : NULL, *dyd = dy ? pe_tensor_data(dy) : NULL;
+    if (x->dtype == PE_DTYPE_FP32)
+        cos_sim_grad_f32(pe_tensor_data(x), pe_tensor_data(y), pe_tensor_data(out), pe_tensor_data(xn),
+                         pe_tensor_data(yn), pe_tensor_data(g), dxd, dyd, n, m, d, ctx->num_threads);
+    else if (x->dtype == PE_DTYPE_FP64)
+        cos_sim_grad_f64(pe_tensor_data(x), pe_tensor_data(y), pe_tensor_data(out), pe_tensor_data(xn),
+                         pe_tensor_data(yn), pe_tensor_data(g), dxd, dyd, n, m, d, ctx->num_threads);
+    else
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "dtype %s is not supported", pe_dtype_name(x->dtype));
+    return PE_OK;
+}
+
+/* ---- sigmoid_cross_entropy_with_logits: x, label, out [numel] ------------------------------ */
+
+#define SIGCE(SUF, T)                                                                                    \
+    static double sigce_norm_##SUF(const T *l, int64_t n, int64_t ignore) {                              \
+        int64_t c = 0;                                                                                   \
+        for (int64_t i = 0; i < n; i++) c += (int64_t)l[i] != ignore;                                    \
+        return c > 0 ? (double)c : 1e-5;                                                                 \
+    }                                                                                                    \
+    static void sigce_##SUF(const T *x, const T *l, T *out, int64_t n, int64_t ignore, double inv, int nt) { \
+        PE_PAR_FOR(n >= PE_PAR_MIN && nt > 1, i, n, {                                                    \
+            const double v = x[i];                                                                       \
+            out[i] = (int64_t)l[i] == ignore                                                             \
+                         ? (T)0                                                                          \
+                         : (T)(((v > 0 ? v : 0) - v * (double)l[i] + log1p(exp(-fabs(v)))) * inv);       \
+        });                                                                                              \
+    }                                                                                                    \
+    static void sigce_grad_##SUF(const T *x, const T *l, const T *g, T *dx, int64_t n, int64_t ignore,   \
+                                 double inv, int nt) {                                                   \
+        PE_PAR_FOR(n >= PE_PAR_MIN && nt > 1, i, n, {                                                    \
+            const double s = 1.0 / (1.0 + exp(-(double)x[i]));                                           \
+            dx[i] = (int64_t)l[i] == ignore ? (T)0 : (T)((s - (double)l[i]) * (double)g[i] * inv);       \
+        });                                                                                              \
+    }
+SIGCE(f32, float)
+SIGCE(f64, double)
+
+/* X [..], Label [..] -> Out [..] */
+pe_status pe_cpu_sigmoid_cross_entropy_with_logits(const pe_op_ctx *ctx) {
+    const pe_tensor *x = pe_ctx_in(ctx, "X"), *lab = pe_ctx_in(ctx, "Label");
+    pe_tensor *out = pe_ctx_out(ctx, "Out");
+    const int64_t n = pe_tensor_numel(x), ignore = pe_ctx_int(ctx, "ignore_index");
+    const bool norm = pe_ctx_bool(ctx, "normalize");
+    if (lab->dtype != x->dtype || out->dtype != x->dtype || pe_tensor_numel(lab) != n || pe_tensor_numel(out) != n)
+        return internal_mismatch(ctx);
+    if (n == 0) return PE_OK;
+    if (x->dtype == PE_DTYPE_FP32) {
+        const double inv = norm ? 1.0 / sigce_norm_f32(pe_tensor_data(lab), n, ignore) : 1.0;
+        sigce_f32(pe_tensor_data(x), pe_tensor_data(lab), pe_tensor_data(out), n, ignore, inv, ctx->num_threads);
+    } else if (x->dtype == PE_DTYPE_FP64) {
+        const double inv = norm ? 1.0 / sigce_norm_f64(pe_tensor_data(lab), n, ignore) : 1.0;
+        sigce_f64(pe_tensor_data(x), pe_tensor_data(lab), pe_tensor_data(out), n, ignore, inv, ctx->num_threads);
+    } else {
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "dtype %s is not supported", pe_dtype_name(x->dtype));
+    }
+    return PE_OK;
+}
+
+/* X, Label, Out@GRAD [..] -> X@GRAD [..] */
+pe_status pe_cpu_sigmoid_cross_entropy_with_logits_grad(const pe_op_ctx *ctx) {
+    const pe_tensor *x = pe_ctx_in(ctx, "X"), *lab = pe_ctx_in(ctx, "Label"), *g = pe_ctx_in(ctx, "Out@GRAD");
+    pe_tensor *dx = pe_ctx_out(ctx, "X@GRAD");
+    const int64_t n = pe_tensor_numel(x), ignore = pe_ctx_int(ctx, "ignore_index");
+    const bool norm = pe_ctx_bool(ctx, "normalize");
+    if (lab->dtype != x->dtype || g->dtype != x->dtype || dx->dtype != x->dtype || pe_tensor_numel(lab) != n ||
+        pe_tensor_numel(g) != n || pe_tensor_numel(dx) != n)
+        return internal_mismatch(ctx);
+    if (n == 0) return PE_OK;
+    if (x->dtype == PE_DTYPE_FP32) {
+        const double inv = norm ? 1.0 / sigce_norm_f32(pe_tensor_data(lab), n, ignore) : 1.0;
+        sigce_grad_f32(pe_tensor_data(x), pe_tensor_data(lab), pe_tensor_data(g), pe_tensor_data(dx), n, ignore, inv,
+                       ctx->num_threads);
+    } else if (x->dtype == PE_DTYPE_FP64) {
+        const double inv = norm ? 1.0 / sigce_norm_f64(pe_tensor_data(lab), n, ignore) : 1.0;
+        sigce_grad_f64(pe_tensor_data(x), pe_tensor_data(lab), pe_tensor_data(g), pe_tensor_data(dx), n, ignore, inv,
+                       ctx->num_threads);
+    } else {
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "dtype %s is not supported", pe_dtype_name(x->dtype));
+    }
+    return PE_OK;
+}
+
+/* ---- label_smooth: x, out [rows, d], prior [d] ------------------------------------------------ */
+
+#define LSMOOTH(SUF, T)                                                                                \
+    static void lsmooth_##SUF(const T *x, const T *p, T *out, int64_t n, int64_t d, double eps, int nt) { \
+        PE_PAR_FOR(n >= PE_PAR_MIN && nt > 1, i, n, {                                                  \
+            out[i] = (T)((1.0 - eps) * (double)x[i] + eps * (p ? (double)p[i % d] : 1.0 / (double)d)); \
+        });                                                                                            \
+    }                                                                                                  \
+    static void lsmooth_grad_##SUF(const T *g, T *dx, int64_t n, double eps, int nt) {                 \
+        PE_PAR_FOR(n >= PE_PAR_MIN && nt > 1, i, n, { dx[i] = (T)((1.0 - eps) * (double)g[i]); });    \
+    }
+LSMOOTH(f32, float)
+LSMOOTH(f64, double)
+
+/* X [.., D], PriorDist? [D] -> Out [.., D] */
+pe_status pe_cpu_label_smooth(const pe_op_ctx *ctx) {
+    const pe_tensor *x = pe_ctx_in(ctx, "X"), *p = pe_ctx_in(ctx, "PriorDist");
+    pe_tensor *out = pe_ctx_out(ctx, "Out");
+    const int64_t n = pe_tensor_numel(x), d = x->ndim ? x->dims[x->ndim - 1] : 1;
+    const double eps = pe_ctx_float(ctx, "epsilon");
+    if (out->dtype != x->dtype || pe_tensor_numel(out) != n || (p && (p->dtype != x->dtype || pe_tensor_numel(p) != d)))
+        return internal_mismatch(ctx);
+    if (n == 0) return PE_OK;
+    const void *pd = p ? pe_tensor_data(p) : NULL;
+    if (x->dtype == PE_DTYPE_FP32) lsmooth_f32(pe_tensor_data(x), pd, pe_tensor_data(out), n, d, eps, ctx->num_threads);
+    else if (x->dtype == PE_DTYPE_FP64) lsmooth_f64(pe_tensor_data(x), pd, pe_tensor_data(out), n, d, eps, ctx->num_threads);
+    else return pe_ctx_error(ctx, PE_ERR_INVALID, "dtype %s is not supported", pe_dtype_name(x->dtype));
+    return PE_OK;
+}
+
+/* Out@GRAD [..] -> X@GRAD [..] */
+pe_status pe_cpu_label_smooth_grad(const pe_op_ctx *ctx) {
+    const pe_tensor *g = pe_ctx_in(ctx, "Out@GRAD");
+    pe_tensor *dx = pe_ctx_out(ctx, "X@GRAD");
+    const int64_t n = pe_tensor_numel(g);
+    if (dx->dtype != g->dtype || pe_tensor_numel(dx) != n) return internal_mismatch(ctx);
+    if (n == 0) return PE_OK;
+    const double eps = pe_ctx_float(ctx, "epsilon");
+    if (g->dtype == PE_DTYPE_FP32) lsmooth_grad_f32(pe_tensor_data(g), pe_tensor_data(dx), n, eps, ctx->num_threads);
+    else if (g->dtype == PE_DTYPE_FP64) lsmooth_grad_f64(pe_tensor_data(g), pe_tensor_data(dx), n, eps, ctx->num_threads);
+    else return pe_ctx_error(ctx, PE_ERR_INVALID, "dtype %s is not supported", pe_dtype_name(g->dtype));
     return PE_OK;
 }

@@ -1153,6 +1153,65 @@ for name, xs, ys in (("7x5", f32(7, 5), f32(7, 5)), ("col", f32(8, 1), f32(8, 1)
     case("square_error_cost", name, {"X": xs, "Y": ys}, {}, lambda t, a: {"Out": (t["X"] - t["Y"]) ** 2})
 
 
+
+# cos_sim (Paddle's: no epsilon; Y of one row broadcast; XNorm / YNorm outputs)
+def ref_cos_sim(t, a):
+    x, y = t["X"].flatten(1), t["Y"].flatten(1)
+    xn, yn = x.norm(dim=1, keepdim=True), y.norm(dim=1, keepdim=True)
+    return {"Out": (x * y).sum(1, keepdim=True) / (xn * yn), "XNorm": xn, "YNorm": yn}
+
+
+for name, ins in (("rows", {"X": f32(6, 5), "Y": f32(6, 5)}), ("y_one_row", {"X": f32(7, 4), "Y": f32(1, 4)}),
+                  ("3d_fp64", {"X": f64(3, 2, 4), "Y": f64(3, 2, 4)}), ("d2_y_one_row", {"X": f32(4, 2), "Y": f32(1, 2)}),
+                  ("big", {"X": f32(300, 128), "Y": f32(300, 128)})):
+    case("cos_sim", name, ins, {}, ref_cos_sim, threads=name == "big")
+# one column: Out is +-1 whatever X and Y (its gradient is 0 up to rounding: kept out of the grad table)
+case("cos_sim", "one_col", {"X": f32(4, 1), "Y": f32(1, 1)}, {}, ref_cos_sim, upcast=False)
+
+
+# sigmoid_cross_entropy_with_logits: labels are probabilities; (int)label == ignore_index
+# elements give 0 (and no gradient); normalize divides by the count of the others
+def prob_labels(shape, ignore=None, dtype="float32"):
+    def make(rng):
+        lab = rng.random(shape)
+        if ignore is not None:
+            lab.reshape(-1)[::4] = ignore
+        return lab
+    return R(shape, dtype, fn=make)
+
+
+def ref_sigce(t, a):
+    x, lab = t["X"], t["Label"]
+    keep = lab.long() != a.get("ignore_index", -100)
+    out = torch.where(keep, F.binary_cross_entropy_with_logits(x, torch.where(keep, lab, torch.zeros_like(lab)),
+                                                                reduction="none"), torch.zeros_like(x))
+    if a.get("normalize"):
+        out = out / max(float(keep.sum()), 1e-5)
+    return {"Out": out}
+
+
+for name, ins, at in (("plain", {"X": f32(6, 5, lo=-8, hi=8), "Label": prob_labels([6, 5])}, {}),
+                      ("ignore", {"X": f32(4, 6), "Label": prob_labels([4, 6], -100)}, {}),
+                      ("ignore_normalize", {"X": f32(5, 3), "Label": prob_labels([5, 3], -1)},
+                       {"ignore_index": -1, "normalize": True}),
+                      ("normalize_fp64_3d", {"X": f64(2, 3, 4), "Label": prob_labels([2, 3, 4], dtype="float64")},
+                       {"normalize": True}),
+                      ("large_logits", {"X": f32(3, 4, lo=-90, hi=90), "Label": prob_labels([3, 4])}, {})):
+    case("sigmoid_cross_entropy_with_logits", name, ins, at, ref_sigce)
+
+
+def ref_label_smooth(t, a):
+    x, eps = t["X"], a.get("epsilon", 0.0)
+    p = t["PriorDist"].reshape(-1) if "PriorDist" in t else 1.0 / x.shape[-1]
+    return {"Out": (1 - eps) * x + eps * p}
+
+
+for name, ins, at in (("uniform", {"X": f32(5, 6, lo=0, hi=1)}, {"epsilon": 0.1}),
+                      ("prior", {"X": f32(4, 3, lo=0, hi=1), "PriorDist": f32(1, 3, lo=0, hi=1)}, {"epsilon": 0.2}),
+                      ("3d_fp64", {"X": f64(2, 3, 5)}, {"epsilon": 0.3}),
+                      ("eps0", {"X": f32(3, 4)}, {})):
+    case("label_smooth", name, ins, at, ref_label_smooth)
+
 # Optimizer ops: one step of torch.optim from the same state. Paddle's
 # formulas (ops/cpu/optimizer.c) equal torch's SGD (dampening 0) and Adam
 # (amsgrad off) when torch's state holds the same velocity / moments / step.

@@ -61,8 +61,9 @@ def grad_ops():
 # Per op: the input slots never differentiated, and the outputs the loss reads
 # (default: the first output the reference returns).
 NO_GRAD_SLOTS = {"batch_norm": {"Mean", "Variance"}, "softmax_with_cross_entropy": {"Label"},
-                 "cross_entropy": {"Label"}, "dropout": {"Step"}}
-LOSS_OUTS = {"batch_norm": ["Y"], "layer_norm": ["Y"], "softmax_with_cross_entropy": ["Loss"]}
+                 "cross_entropy": {"Label"}, "dropout": {"Step"},
+                 "sigmoid_cross_entropy_with_logits": {"Label"}, "label_smooth": {"PriorDist"}}
+LOSS_OUTS = {"batch_norm": ["Y"], "layer_norm": ["Y"], "softmax_with_cross_entropy": ["Loss"], "cos_sim": ["Out"]}
 
 
 class GradCase:
