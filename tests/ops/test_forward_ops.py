@@ -696,6 +696,51 @@ for name, ins, at in (("1d", {"X": ids(6, 5)}, {"depth": 5}),
     case("one_hot_v2", name, ins, at, ref_one_hot)
 
 
+# ---- padding: pad (before / after per dim, constant), pad2d (fluid 1.x: [top, bottom, left, right],
+# constant / reflect / edge, NCHW / NHWC), pad3d ([left, right, top, bottom, front, back], constant /
+# reflect / replicate / circular, NCDHW / NDHWC)
+def ref_pad(t, a):
+    p = a.get("paddings", [])
+    flat = [v for i in reversed(range(len(p) // 2)) for v in (p[2 * i], p[2 * i + 1])]
+    return {"Out": F.pad(t["X"], flat, value=a.get("pad_value", 0.0))}
+
+
+def ref_pad_nd(t, a, three):
+    x, p = t["X"], a["paddings"]
+    last = a.get("data_format", "NCDHW" if three else "NCHW") in ("NHWC", "NDHWC")
+    if last:
+        x = x.movedim(-1, 1)
+    mode = {"edge": "replicate"}.get(a.get("mode", "constant"), a.get("mode", "constant"))
+    flat = list(p) if three else [p[2], p[3], p[0], p[1]]
+    kw = {"value": a.get("value" if three else "pad_value", 0.0)} if mode == "constant" else {}
+    y = F.pad(x, flat, mode=mode, **kw)
+    return {"Out": y.movedim(1, -1) if last else y}
+
+
+for name, ins, at in (("2d", {"X": f32(3, 4)}, {"paddings": [1, 2, 0, 3]}),
+                      ("3d_value", {"X": f32(2, 3, 2)}, {"paddings": [0, 1, 2, 0, 1, 1], "pad_value": 1.5}),
+                      ("1d_fp64", {"X": f64(5)}, {"paddings": [3, 2], "pad_value": -2.0}),
+                      ("int64", {"X": i64(2, 3)}, {"paddings": [1, 1, 1, 1], "pad_value": 7.0}),
+                      ("none", {"X": f32(2, 2)}, {"paddings": [0, 0, 0, 0]})):
+    case("pad", name, ins, at, ref_pad)
+for name, ins, at in (("constant", {"X": f32(2, 3, 4, 5)}, {"paddings": [1, 2, 0, 1], "pad_value": 0.5}),
+                      ("reflect", {"X": f32(2, 2, 4, 5)}, {"paddings": [2, 1, 3, 4], "mode": "reflect"}),
+                      ("edge_nhwc", {"X": f32(2, 4, 3, 3)}, {"paddings": [1, 3, 2, 0], "mode": "edge",
+                                                             "data_format": "NHWC"}),
+                      ("reflect_fp64_nhwc", {"X": f64(1, 3, 4, 2)}, {"paddings": [2, 2, 1, 3], "mode": "reflect",
+                                                                     "data_format": "NHWC"})):
+    case("pad2d", name, ins, at, lambda t, a: ref_pad_nd(t, a, False))
+for name, ins, at in (("constant", {"X": f32(1, 2, 3, 4, 2)}, {"paddings": [1, 0, 2, 1, 0, 2], "value": -1.0}),
+                      ("reflect", {"X": f32(2, 1, 3, 4, 5)}, {"paddings": [2, 1, 1, 3, 2, 0], "mode": "reflect"}),
+                      ("replicate_ndhwc", {"X": f32(1, 2, 3, 2, 3)}, {"paddings": [1, 2, 0, 3, 2, 1],
+                                                                      "mode": "replicate", "data_format": "NDHWC"}),
+                      ("circular_fp64", {"X": f64(1, 2, 3, 4, 3)}, {"paddings": [2, 1, 3, 0, 1, 2],
+                                                                    "mode": "circular"})):
+    case("pad3d", name, ins, at, lambda t, a: ref_pad_nd(t, a, True))
+case("pad2d", "big_reflect", {"X": f32(8, 16, 32, 32)}, {"paddings": [2, 2, 3, 3], "mode": "reflect"},
+     lambda t, a: ref_pad_nd(t, a, False), threads=True)
+
+
 # assign (any dtype), shape (Input's dims as int32), increment (a one-element X + step)
 for name, xs in (("f32", f32(3, 4)), ("fp64", f64(2, 3, 2)), ("int64", i64(5)), ("bool", R([2, 3], "bool"))):
     case("assign", name, {"X": xs}, {}, lambda t, a: {"Out": t["X"].clone()})
