@@ -423,3 +423,89 @@ def test_stack_tile_expand_cumsum_assign_shape_increment():
     close(vals[-3], A.grad, "da")
     close(vals[-2], B.grad, "db")
     close(vals[-1], C.grad, "dc")
+
+
+def test_gather_scatter_one_hot_cos_bce_label_smooth_pad():
+    """pe.gather / gather_nd / scatter and F.one_hot / cosine_similarity /
+    binary_cross_entropy_with_logits / label_smooth / pad: Paddle's ops, values and declared
+    shapes against torch, and the gradients of a loss through all of them against autograd."""
+    rng = np.random.RandomState(7)
+    xv = rng.randn(5, 4).astype(np.float32)
+    uv = rng.randn(3, 4).astype(np.float32)
+    iv = np.array([4, 0, 4, 2], np.int64)
+    sv = np.array([3, 1, 3], np.int64)
+    ndv = np.array([[0, 1], [4, 3], [0, 1]], np.int64)
+    lv = rng.rand(5, 4).astype(np.float32)
+    cv = np.array([2, 0, 1, 2, 1], np.int64)
+    img = rng.randn(2, 3, 4, 5).astype(np.float32)
+    main, startup = pe.static.Program(), pe.static.Program()
+    with pe.static.program_guard(main, startup), unique_name.guard():
+        x, u = pe.static.data("x", [5, 4], "float32"), pe.static.data("u", [3, 4], "float32")
+        i, s = pe.static.data("i", [4], "int64"), pe.static.data("s", [3], "int64")
+        nd, lab = pe.static.data("nd", [3, 2], "int64"), pe.static.data("lab", [5, 4], "float32")
+        c, im = pe.static.data("c", [5], "int64"), pe.static.data("im", [2, 3, 4, 5], "float32")
+        for v in (x, u, im):
+            v.stop_gradient = False
+        outs = {"gather": pe.gather(x, i), "gather1": pe.gather(x, pe.static.data("i1", [2], "int32"), axis=1),
+                "gather_nd": pe.gather_nd(x, nd), "scatter": pe.scatter(x, s, u),
+                "scatter_add": pe.scatter(x, s, u, overwrite=False), "one_hot": F.one_hot(c, 3),
+                "cos": F.cosine_similarity(x, lab), "bce": F.binary_cross_entropy_with_logits(x, lab),
+                "bce_none": F.binary_cross_entropy_with_logits(x, lab, reduction="none"),
+                "smooth": F.label_smooth(lab, epsilon=0.2), "pad_c": F.pad(x, [1, 0, 2, 3], value=0.5),
+                "pad_reflect": F.pad(im, [1, 2, 2, 1], mode="reflect"),
+                "pad_rep_nhwc": F.pad(im, [1, 1, 0, 2], mode="replicate", data_format="NHWC")}
+        total = (pe.sum(outs["gather"] * outs["gather"]) + pe.sum(outs["gather_nd"]) + pe.sum(outs["scatter_add"] * 3)
+                 + pe.sum(outs["cos"]) + outs["bce"] + pe.sum(outs["pad_c"] * outs["pad_c"])
+                 + pe.sum(outs["pad_reflect"] * outs["pad_reflect"]) + pe.sum(outs["pad_rep_nhwc"]))
+        gx, gu, gim = pe.static.gradients([total], [x, u, im])
+    ops = {op.type for op in main.global_block().ops}
+    for op in ("gather", "gather_nd", "scatter", "one_hot_v2", "sigmoid_cross_entropy_with_logits", "label_smooth",
+               "pad", "pad3d"):
+        assert op in ops, op
+    keys = list(outs)
+    feeds = {"x": xv, "u": uv, "i": iv, "s": sv, "nd": ndv, "lab": lv, "c": cv, "im": img,
+             "i1": np.array([3, 1], np.int32)}
+    vals = pe.static.Executor().run(main, feed=feeds, fetch_list=[outs[k] for k in keys] + [gx, gu, gim],
+                                    scope=pe.static.Scope())
+    got = dict(zip(keys, vals))
+    for k in keys:
+        d = outs[k].shape
+        assert len(d) == got[k].ndim and all(a in (-1, b) for a, b in zip(d, got[k].shape)), (k, d, got[k].shape)
+    X, U, IM = (torch.tensor(v, dtype=torch.float64, requires_grad=True) for v in (xv, uv, img))
+    L = torch.tensor(lv, dtype=torch.float64)
+    S = torch.tensor(sv)
+    over = X.clone()
+    for k in range(3):
+        over[S[k]] = U[k]
+    want = {"gather": X[torch.tensor(iv)], "gather1": X[:, [3, 1]], "gather_nd": X[ndv[:, 0], ndv[:, 1]],
+            "scatter": over, "scatter_add": X.index_fill(0, S, 0).index_add(0, S, U),
+            "one_hot": TF.one_hot(torch.tensor(cv), 3).double(), "cos": TF.cosine_similarity(X, L, dim=1, eps=1e-8),
+            "bce": TF.binary_cross_entropy_with_logits(X, L),
+            "bce_none": TF.binary_cross_entropy_with_logits(X, L, reduction="none"), "smooth": 0.8 * L + 0.2 / 4,
+            "pad_c": TF.pad(X, [2, 3, 1, 0], value=0.5), "pad_reflect": TF.pad(IM, [1, 2, 2, 1], mode="reflect"),
+            "pad_rep_nhwc": TF.pad(IM.movedim(-1, 1), [1, 1, 0, 2], mode="replicate").movedim(1, -1)}
+    for k, w in want.items():
+        close(got[k], w.detach(), k)
+    assert got["one_hot"].dtype == np.float32
+    tot = ((want["gather"] ** 2).sum() + want["gather_nd"].sum() + (want["scatter_add"] * 3).sum() + want["cos"].sum()
+           + want["bce"] + (want["pad_c"] ** 2).sum() + (want["pad_reflect"] ** 2).sum() + want["pad_rep_nhwc"].sum())
+    tot.backward()
+    close(vals[-3], X.grad, "dx")
+    close(vals[-2], U.grad, "du")
+    close(vals[-1], IM.grad, "dim")
+
+
+def test_index_and_pad_api_errors():
+    main, startup = pe.static.Program(), pe.static.Program()
+    with pe.static.program_guard(main, startup), unique_name.guard():
+        x = pe.static.data("x", [5, 4], "float32")
+        with pytest.raises(TypeError, match="gather: index must be int32 or int64"):
+            pe.gather(x, x)
+        with pytest.raises(pe.InvalidArgumentError, match="gather: axis 2 is out of range"):
+            pe.gather(x, pe.static.data("i", [2], "int64"), axis=2)
+        with pytest.raises(TypeError, match="one_hot: x must be int32 or int64"):
+            F.one_hot(x, 3)
+        with pytest.raises(pe.InvalidArgumentError, match="pad: x of shape"):
+            F.pad(x, [1, 1], mode="reflect")
+        with pytest.raises(pe.InvalidArgumentError, match="pad: mode 'wrap'"):
+            F.pad(x, [1, 1], mode="wrap")

@@ -346,3 +346,63 @@ def test_stack_expand_assign_shape_increment_cumsum_layers():
     np.testing.assert_array_equal(vals[6], [4])
     np.testing.assert_array_equal(vals[7], np.cumsum(xv, axis=-1))
     np.testing.assert_array_equal(vals[8], [[3, 4, 5], [0, 0, 0]])
+
+
+def test_index_loss_and_pad_layers():
+    """The 1.x forms: gather (axis 0), gather_nd, scatter, one_hot on [N, 1] labels (the one_hot
+    op, last dim replaced), cos_sim (Out [N, 1]), sigmoid_cross_entropy_with_logits
+    (ignore_index, normalize), label_smooth, pad (paddings per dim), pad2d (reflect)."""
+    main, startup = fresh()
+    L = fluid.layers
+    with fluid.program_guard(main, startup), unique_name.guard():
+        x = L.data(name="x", shape=[4], dtype="float32")
+        y = L.data(name="y", shape=[1, 4], dtype="float32", append_batch_size=False)
+        lab = L.data(name="lab", shape=[1], dtype="int64")
+        idx = L.data(name="idx", shape=[3], dtype="int64", append_batch_size=False)
+        prob = L.data(name="prob", shape=[4], dtype="float32")
+        img = L.data(name="img", shape=[2, 3, 3], dtype="float32")
+        outs = [L.gather(x, idx), L.gather_nd(x, pe.unsqueeze(idx, [1])),
+                L.scatter(x, idx, L.gather(x, idx), overwrite=False), L.one_hot(lab, depth=5),
+                L.one_hot(lab, depth=2, allow_out_of_range=True), L.cos_sim(x, y),
+                L.sigmoid_cross_entropy_with_logits(x, prob, ignore_index=-1, normalize=True),
+                L.label_smooth(L.one_hot(lab, depth=5), epsilon=0.1), L.pad(x, [1, 0, 0, 2], pad_value=9.0),
+                L.pad2d(img, [1, 1, 2, 0], mode="reflect")]
+    types = [op.type for op in main.global_block().ops]
+    for t in ("gather", "gather_nd", "scatter", "one_hot", "cos_sim", "sigmoid_cross_entropy_with_logits",
+              "label_smooth", "pad", "pad2d"):
+        assert t in types, t
+    assert list(outs[3].shape) == [-1, 5] and list(outs[5].shape) == [-1, 1]
+    rng = np.random.RandomState(3)
+    xv, yv = rng.randn(3, 4).astype(np.float32), rng.randn(1, 4).astype(np.float32)
+    lv, iv = np.array([[4], [0], [1]], np.int64), np.array([2, 0, 2], np.int64)
+    pv = rng.rand(3, 4).astype(np.float32)
+    pv[0, 1] = pv[2, 3] = -1
+    imv = rng.randn(3, 2, 3, 3).astype(np.float32)
+    vals = fluid.Executor(fluid.CPUPlace()).run(main, feed={"x": xv, "y": yv, "lab": lv, "idx": iv, "prob": pv,
+                                                            "img": imv}, fetch_list=outs, scope=pe.static.Scope())
+    np.testing.assert_array_equal(vals[0], xv[iv])
+    np.testing.assert_array_equal(vals[1], xv[iv])
+    want = xv.copy()
+    want[[0, 2]] = 0
+    np.add.at(want, iv, xv[iv])
+    np.testing.assert_allclose(vals[2], want, rtol=1e-6)
+    np.testing.assert_array_equal(vals[3], np.eye(5, dtype=np.float32)[lv[:, 0]])
+    np.testing.assert_array_equal(vals[4], [[0, 0], [1, 0], [0, 1]])
+    cos = (xv * yv).sum(1) / np.linalg.norm(xv, axis=1) / np.linalg.norm(yv)
+    np.testing.assert_allclose(vals[5], cos[:, None], rtol=1e-5)
+    keep = pv.astype(np.int64) != -1
+    ce = np.maximum(xv, 0) - xv * pv + np.log1p(np.exp(-np.abs(xv)))
+    np.testing.assert_allclose(vals[6], np.where(keep, ce, 0) / keep.sum(), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(vals[7], 0.9 * np.eye(5)[lv[:, 0]] + 0.02, rtol=1e-6)
+    np.testing.assert_array_equal(vals[8], np.pad(xv, [(1, 0), (0, 2)], constant_values=9.0))
+    np.testing.assert_array_equal(vals[9], np.pad(imv, [(0, 0), (0, 0), (1, 1), (2, 0)], mode="reflect"))
+
+
+def test_one_hot_out_of_range_is_an_error():
+    main, startup = fresh()
+    with fluid.program_guard(main, startup), unique_name.guard():
+        lab = fluid.layers.data(name="lab", shape=[1], dtype="int64")
+        out = fluid.layers.one_hot(lab, depth=3)
+    with pytest.raises(pe.InvalidArgumentError, match=r"op one_hot .*X 'lab' element 1 is 3, outside \[0, depth = 3\)"):
+        fluid.Executor(fluid.CPUPlace()).run(main, feed={"lab": np.array([[0], [3]], np.int64)}, fetch_list=[out],
+                                             scope=pe.static.Scope())

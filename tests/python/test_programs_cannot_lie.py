@@ -228,6 +228,11 @@ _ALIAS_ROWS += [
     ("logical_xor", {"X": [_r(2, 3) > 0], "Y": [_r(3) > 0]}, {}, [("X", "Out")]),
     ("logical_not", {"X": [_r(2, 3) > 0]}, {}, [("X", "Out")]),
     ("where", {"Condition": [_r(2, 3) > 0], "X": [_r(2, 3)], "Y": [_r(2, 3)]}, {}, [("X", "Out")]),
+    ("scatter", {"X": [_r(4, 3)], "Ids": [np.array([2, 0, 2], np.int64)], "Updates": [_r(3, 3)]},
+     {"overwrite": False}, [("X", "Out")]),
+    ("sigmoid_cross_entropy_with_logits_grad", {"X": [_r(2, 3)], "Label": [_r(2, 3, lo=0.0)], "Out@GRAD": [_r(2, 3)]},
+     {}, [("Out@GRAD", "X@GRAD")]),
+    ("label_smooth_grad", {"Out@GRAD": [_r(2, 3)]}, {"epsilon": 0.1}, [("Out@GRAD", "X@GRAD")]),
 ]
 
 _OUT_SLOTS = {"batch_norm": [("Y", "float32")], "dropout": [("Out", "float32"), ("Mask", "uint8")]}

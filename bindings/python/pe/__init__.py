@@ -33,7 +33,7 @@ from .tensor import (mean, sum, matmul, reshape, transpose, concat, flatten, cas
                      less_than, less_equal, greater_than, greater_equal, logical_and, logical_or, logical_xor,
                      logical_not, where,
                      max, min, prod, any, all, stack, unstack, expand, tile, assign,
-                     shape, increment, cumsum)
+                     shape, increment, cumsum, gather, gather_nd, scatter)
 from . import utils  # noqa: F401
 from . import nn  # noqa: F401
 from . import static  # noqa: F401

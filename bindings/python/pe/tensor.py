@@ -24,7 +24,7 @@ __all__ = [
     "remainder", "floor_divide", "equal", "not_equal", "less_than", "less_equal", "greater_than", "greater_equal",
     "logical_and", "logical_or", "logical_xor", "logical_not", "where",
     "max", "min", "prod", "any", "all",
-    "stack", "unstack", "expand", "tile", "assign", "shape", "increment", "cumsum",
+    "stack", "unstack", "expand", "tile", "assign", "shape", "increment", "cumsum", "gather", "gather_nd", "scatter",
 ]
 
 
@@ -878,3 +878,52 @@ def _install_variable_operators(cls):
 
 
 _install_variable_operators(Variable)
+
+
+# ---- index ops -------------------------------------------------------------------
+
+def _check_index(index, what, api):
+    check_variable(index, what, api)
+    if index.dtype not in ("int32", "int64"):
+        raise TypeError("%s: %s must be int32 or int64, got %s" % (api, what, index.dtype))
+
+
+def gather(x, index, axis=None, name=None):
+    """x's slices along axis (0 when None) at index, a 1-D (or [N, 1]) int tensor (gather)."""
+    check_variable(x, "x", "gather")
+    _check_index(index, "index", "gather")
+    if isinstance(axis, Variable):
+        raise _core.UnsupportedError("gather: axis must be an int (a Variable is not supported yet)")
+    a = _norm_axis(0 if axis is None else axis, len(x.shape), "gather")
+    n = index.shape[0] if index.shape else -1
+    helper = LayerHelper("gather", name)
+    out = helper.create_variable_for_type_inference(x.dtype, shape=[n if i == a else d for i, d in enumerate(x.shape)])
+    helper.append_op("gather", {"X": [x], "Index": [index]}, {"Out": [out]}, {"axis": a})
+    return out
+
+
+def gather_nd(x, index, name=None):
+    """x at the index tuples in index's last dim: [*index.shape[:-1], *x.shape[K:]] (gather_nd)."""
+    check_variable(x, "x", "gather_nd")
+    _check_index(index, "index", "gather_nd")
+    k = index.shape[-1] if index.shape else -1
+    if k < 0 or k > len(x.shape):
+        raise _core.InvalidArgumentError("gather_nd: the last dim of index %s must be known and at most the rank of "
+                                         "x %s" % (list(index.shape), list(x.shape)))
+    helper = LayerHelper("gather_nd", name)
+    out = helper.create_variable_for_type_inference(x.dtype, shape=list(index.shape[:-1]) + list(x.shape[k:]))
+    helper.append_op("gather_nd", {"X": [x], "Index": [index]}, {"Out": [out]})
+    return out
+
+
+def scatter(x, index, updates, overwrite=True, name=None):
+    """x with rows index replaced by updates' rows (overwrite: the later duplicate wins;
+    otherwise the rows are zeroed, then every update added) (scatter)."""
+    check_variable(x, "x", "scatter")
+    _check_index(index, "index", "scatter")
+    check_variable(updates, "updates", "scatter")
+    helper = LayerHelper("scatter", name)
+    out = helper.create_variable_for_type_inference(x.dtype, shape=x.shape)
+    helper.append_op("scatter", {"X": [x], "Ids": [index], "Updates": [updates]}, {"Out": [out]},
+                     {"overwrite": bool(overwrite)})
+    return out

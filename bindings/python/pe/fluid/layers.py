@@ -26,7 +26,8 @@ __all__ = ["data", "fc", "conv2d", "pool2d", "batch_norm", "embedding", "dropout
            "logical_not", "where",
            "reduce_max",
            "reduce_min", "reduce_prod", "reduce_any", "reduce_all", "stack", "unstack", "expand", "assign", "shape",
-           "increment", "cumsum"]
+           "increment", "cumsum", "gather", "gather_nd", "scatter", "one_hot", "cos_sim",
+           "sigmoid_cross_entropy_with_logits", "label_smooth", "pad", "pad2d"]
 
 
 def data(name, shape, append_batch_size=True, dtype="float32", lod_level=0, type=None, stop_gradient=True):
@@ -371,4 +372,96 @@ def cumsum(x, axis=None, exclusive=None, reverse=None):
     out = helper.create_variable_for_type_inference(x.dtype, shape=x.shape)
     helper.append_op("cumsum", {"X": [x]}, {"Out": [out]},
                      {"axis": a, "exclusive": bool(exclusive), "reverse": bool(reverse), "flatten": False})
+    return out
+
+
+def gather(input, index, overwrite=True):
+    """Paddle 1.x's gather: rows of input (axis 0) at index; overwrite only concerns Paddle's
+    gradient kernels (PE's gather_grad always sums duplicates)."""
+    return _t.gather(input, index)
+
+
+def gather_nd(input, index, name=None):
+    return _t.gather_nd(input, index, name=name)
+
+
+def scatter(input, index, updates, name=None, overwrite=True):
+    return _t.scatter(input, index, updates, overwrite=overwrite, name=name)
+
+
+def one_hot(input, depth, allow_out_of_range=False):
+    """Paddle 1.x's one_hot: int input [.., 1] -> float32 [.., depth] (the last dim replaced);
+    a label outside [0, depth) is an error unless allow_out_of_range (its row is all zeros)."""
+    check_variable(input, "input", "one_hot")
+    if input.dtype not in ("int32", "int64"):
+        raise TypeError("fluid.layers.one_hot: input must be int32 or int64, got %s" % input.dtype)
+    if not input.shape or input.shape[-1] != 1:
+        raise _core.InvalidArgumentError("fluid.layers.one_hot: input %s must have a last dim of 1 ([N, 1])"
+                                         % list(input.shape))
+    if isinstance(depth, Variable):
+        raise _core.UnsupportedError("fluid.layers.one_hot: depth must be an int (a Variable is not supported yet)")
+    helper = LayerHelper("one_hot")
+    out = helper.create_variable_for_type_inference("float32", shape=list(input.shape[:-1]) + [int(depth)])
+    out.stop_gradient = True
+    helper.append_op("one_hot", {"X": [input]}, {"Out": [out]},
+                     {"depth": int(depth), "allow_out_of_range": bool(allow_out_of_range), "dtype": 0})
+    return out
+
+
+def cos_sim(X, Y):
+    """Cosine similarity of X's rows [N, D] with Y's ([N, D], or [1, D] for every row): [N, 1] (cos_sim)."""
+    check_variable(X, "X", "cos_sim")
+    check_variable(Y, "Y", "cos_sim")
+    helper = LayerHelper("cos_sim")
+    out = helper.create_variable_for_type_inference(X.dtype, shape=[X.shape[0], 1])
+    xnorm = helper.create_variable_for_type_inference(X.dtype, shape=[X.shape[0], 1])
+    ynorm = helper.create_variable_for_type_inference(X.dtype, shape=[Y.shape[0], 1])
+    helper.append_op("cos_sim", {"X": [X], "Y": [Y]}, {"Out": [out], "XNorm": [xnorm], "YNorm": [ynorm]})
+    return out
+
+
+def sigmoid_cross_entropy_with_logits(x, label, ignore_index=-100, name=None, normalize=False):
+    """Elementwise sigmoid cross entropy of logits x against probabilities label (same shape)."""
+    check_variable(x, "x", "sigmoid_cross_entropy_with_logits")
+    check_variable(label, "label", "sigmoid_cross_entropy_with_logits")
+    helper = LayerHelper("sigmoid_cross_entropy_with_logits", name)
+    out = helper.create_variable_for_type_inference(x.dtype, shape=x.shape)
+    helper.append_op("sigmoid_cross_entropy_with_logits", {"X": [x], "Label": [label]}, {"Out": [out]},
+                     {"ignore_index": int(ignore_index), "normalize": bool(normalize)})
+    return out
+
+
+def label_smooth(label, prior_dist=None, epsilon=0.1, dtype="float32", name=None):
+    return F.label_smooth(label, prior_dist=prior_dist, epsilon=epsilon, name=name)
+
+
+def pad(x, paddings, pad_value=0., name=None):
+    """Paddle 1.x's pad: paddings = (before, after) of every dim, constant pad_value."""
+    check_variable(x, "x", "pad")
+    if len(paddings) != 2 * len(x.shape):
+        raise _core.InvalidArgumentError("fluid.layers.pad: paddings %s must have 2 values per dim of %s"
+                                         % (list(paddings), list(x.shape)))
+    return F.pad(x, list(paddings), mode="constant", value=pad_value, name=name)
+
+
+def pad2d(input, paddings=[0, 0, 0, 0], mode="constant", pad_value=0.0, data_format="NCHW", name=None):
+    """Paddle 1.x's pad2d: paddings (top, bottom, left, right) of [N, C, H, W] (or NHWC);
+    mode constant / reflect / edge."""
+    check_variable(input, "input", "pad2d")
+    if isinstance(paddings, Variable):
+        raise _core.UnsupportedError("fluid.layers.pad2d: paddings must be a list of ints (a Variable is not "
+                                     "supported yet)")
+    p = [int(v) for v in paddings]
+    if len(p) != 4 or len(input.shape) != 4:
+        raise _core.InvalidArgumentError("fluid.layers.pad2d: needs a rank-4 input and 4 paddings, got %s and %s"
+                                         % (list(input.shape), p))
+    shape = list(input.shape)
+    h, w = (1, 2) if data_format == "NHWC" else (2, 3)
+    for dim, (a, b) in ((h, p[0:2]), (w, p[2:4])):
+        if shape[dim] >= 0:
+            shape[dim] += a + b
+    helper = LayerHelper("pad2d", name)
+    out = helper.create_variable_for_type_inference(input.dtype, shape=shape)
+    helper.append_op("pad2d", {"X": [input]}, {"Out": [out]},
+                     {"paddings": p, "mode": mode, "pad_value": float(pad_value), "data_format": data_format})
     return out

@@ -18,7 +18,8 @@ __all__ = [
     "relu", "sigmoid", "tanh", "gelu", "leaky_relu", "relu6", "elu", "softplus", "swish", "hardsigmoid", "selu",
     "softmax", "log_softmax", "cross_entropy",
     "softmax_with_cross_entropy", "mse_loss", "square_error_cost", "dropout", "linear", "conv2d", "max_pool2d",
-    "avg_pool2d", "batch_norm", "layer_norm", "embedding",
+    "avg_pool2d", "batch_norm", "layer_norm", "embedding", "one_hot", "cosine_similarity",
+    "binary_cross_entropy_with_logits", "label_smooth", "pad",
 ]
 
 
@@ -359,3 +360,115 @@ def embedding(x, weight, padding_idx=None, sparse=False, name=None):
 
 def _is_var(v):
     return isinstance(v, Variable)
+
+
+# ---- one_hot, cosine_similarity, binary_cross_entropy_with_logits, label_smooth, pad ----
+
+def one_hot(x, num_classes, name=None):
+    """float32 one-hot rows of the int labels x: [*x.shape, num_classes] (one_hot_v2). A label
+    outside [0, num_classes) is an error when the program runs."""
+    check_variable(x, "x", "one_hot")
+    if x.dtype not in ("int32", "int64"):
+        raise TypeError("one_hot: x must be int32 or int64, got %s" % x.dtype)
+    if isinstance(num_classes, Variable):
+        raise _core.UnsupportedError("one_hot: num_classes must be an int (a Variable is not supported yet)")
+    helper = LayerHelper("one_hot_v2", name)
+    out = helper.create_variable_for_type_inference("float32", shape=list(x.shape) + [int(num_classes)])
+    out.stop_gradient = True
+    helper.append_op("one_hot_v2", {"X": [x]}, {"Out": [out]},
+                     {"depth": int(num_classes), "allow_out_of_range": False, "dtype": 0})
+    return out
+
+
+def cosine_similarity(x1, x2, axis=1, eps=1e-8):
+    """Paddle 2.x's composition: sum(x1 x2) / sqrt(max(sum(x1^2) sum(x2^2), eps^2)) along axis."""
+    check_variable(x1, "x1", "cosine_similarity")
+    check_variable(x2, "x2", "cosine_similarity")
+    w12 = _t.sum(_t.multiply(x1, x2), axis=axis)
+    w1 = _t.sum(_t.multiply(x1, x1), axis=axis)
+    w2 = _t.sum(_t.multiply(x2, x2), axis=axis)
+    n12 = _t.sqrt(_t.clip(_t.multiply(w1, w2), min=float(eps) ** 2))
+    return _t.divide(w12, n12)
+
+
+def binary_cross_entropy_with_logits(logit, label, weight=None, reduction="mean", pos_weight=None, name=None):
+    """sigmoid_cross_entropy_with_logits, then Paddle 2.x's pos_weight (the loss times
+    1 + (pos_weight - 1) label) and weight factors, then the reduction."""
+    check_variable(logit, "logit", "binary_cross_entropy_with_logits")
+    check_variable(label, "label", "binary_cross_entropy_with_logits")
+    if reduction not in ("mean", "sum", "none"):
+        raise _core.InvalidArgumentError("binary_cross_entropy_with_logits: reduction must be 'mean', 'sum' or "
+                                         "'none', got %r" % (reduction,))
+    helper = LayerHelper("sigmoid_cross_entropy_with_logits", name)
+    out = helper.create_variable_for_type_inference(logit.dtype, shape=logit.shape)
+    helper.append_op("sigmoid_cross_entropy_with_logits", {"X": [logit], "Label": [label]}, {"Out": [out]},
+                     {"ignore_index": -100, "normalize": False})
+    if pos_weight is not None:
+        check_variable(pos_weight, "pos_weight", "binary_cross_entropy_with_logits")
+        out = _t.multiply(out, _t.scale(_t.multiply(label, _t.scale(pos_weight, 1.0, -1.0)), 1.0, 1.0))
+    if weight is not None:
+        check_variable(weight, "weight", "binary_cross_entropy_with_logits")
+        out = _t.multiply(out, weight)
+    return _reduce(out, reduction, "binary_cross_entropy_with_logits")
+
+
+def label_smooth(label, prior_dist=None, epsilon=0.1, name=None):
+    """(1 - epsilon) label + epsilon prior_dist (epsilon / D when None) (label_smooth)."""
+    check_variable(label, "label", "label_smooth")
+    if not 0.0 <= float(epsilon) <= 1.0:
+        raise _core.InvalidArgumentError("label_smooth: epsilon %r is outside [0, 1]" % (epsilon,))
+    helper = LayerHelper("label_smooth", name)
+    out = helper.create_variable_for_type_inference(label.dtype, shape=label.shape)
+    ins = {"X": [label]}
+    if prior_dist is not None:
+        check_variable(prior_dist, "prior_dist", "label_smooth")
+        ins["PriorDist"] = [prior_dist]
+    helper.append_op("label_smooth", ins, {"Out": [out]}, {"epsilon": float(epsilon)})
+    return out
+
+
+_PAD_FORMATS = {3: ("NCL", "NLC"), 4: ("NCHW", "NHWC"), 5: ("NCDHW", "NDHWC")}
+
+
+def pad(x, pad, mode="constant", value=0.0, data_format="NCHW", name=None):
+    """Paddle 2.x's F.pad. constant with 2 x rank values: (before, after) of every dim from the
+    first (a pad op); otherwise x of rank 3 / 4 / 5 in data_format and pad = (left, right
+    [, top, bottom [, front, back]]) of the spatial dims from the last, mode constant /
+    reflect / replicate / circular (a pad3d op, on x unsqueezed to rank 5 as Paddle)."""
+    check_variable(x, "x", "pad")
+    if isinstance(pad, Variable):
+        raise _core.UnsupportedError("pad: pad must be a list of ints (a Variable is not supported yet)")
+    pad = [int(p) for p in pad]
+    nd = len(x.shape)
+    if mode == "constant" and len(pad) == 2 * nd:
+        helper = LayerHelper("pad", name)
+        out = helper.create_variable_for_type_inference(
+            x.dtype, shape=[d + pad[2 * i] + pad[2 * i + 1] if d >= 0 else -1 for i, d in enumerate(x.shape)])
+        helper.append_op("pad", {"X": [x]}, {"Out": [out]}, {"paddings": pad, "pad_value": float(value)})
+        return out
+    if mode not in ("constant", "reflect", "replicate", "circular"):
+        raise _core.InvalidArgumentError("pad: mode %r (expected 'constant', 'reflect', 'replicate' or 'circular')"
+                                         % (mode,))
+    if nd not in _PAD_FORMATS or data_format not in _PAD_FORMATS[nd] or len(pad) != 2 * (nd - 2):
+        raise _core.InvalidArgumentError(
+            "pad: x of shape %s with data_format %r and %d pads (expected rank 3 NCL / NLC with 2 pads, 4 NCHW / "
+            "NHWC with 4, 5 NCDHW / NDHWC with 6, or 2 x rank pads in constant mode)"
+            % (list(x.shape), data_format, len(pad)))
+    last = data_format in ("NLC", "NHWC", "NDHWC")
+    y = x
+    for _ in range(5 - nd):  # add the missing spatial dims (size 1) in front of the others
+        y = _t.unsqueeze(y, [1 if last else 2])
+    pads = pad + [0] * (6 - len(pad))
+    shape = list(y.shape)
+    sp = [1, 2, 3] if last else [2, 3, 4]  # D, H, W
+    for k, dim in enumerate(reversed(sp)):  # W from pads 0/1, H from 2/3, D from 4/5
+        if shape[dim] >= 0:
+            shape[dim] += pads[2 * k] + pads[2 * k + 1]
+    helper = LayerHelper("pad3d", name)
+    out = helper.create_variable_for_type_inference(x.dtype, shape=shape)
+    helper.append_op("pad3d", {"X": [y]}, {"Out": [out]},
+                     {"paddings": pads, "mode": mode, "value": float(value),
+                      "data_format": "NDHWC" if last else "NCDHW"})
+    for _ in range(5 - nd):
+        out = _t.squeeze(out, [1 if last else 2])
+    return out
