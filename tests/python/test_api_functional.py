@@ -509,3 +509,22 @@ def test_index_and_pad_api_errors():
             F.pad(x, [1, 1], mode="reflect")
         with pytest.raises(pe.InvalidArgumentError, match="pad: mode 'wrap'"):
             F.pad(x, [1, 1], mode="wrap")
+
+
+def test_bce_with_logits_weights():
+    """weight and pos_weight as Paddle 2.x (the loss times 1 + (pos_weight - 1) label): torch's
+    formula for hard 0/1 labels; reductions sum / none."""
+    rng = np.random.RandomState(8)
+    xv = rng.randn(6, 3).astype(np.float32)
+    lv = rng.randint(0, 2, (6, 3)).astype(np.float32)
+    wv, pv = rng.rand(6, 3).astype(np.float32), (rng.rand(3) * 3).astype(np.float32)
+
+    def build():
+        x, lab = pe.static.data("x", [6, 3], "float32"), pe.static.data("lab", [6, 3], "float32")
+        w, pw = pe.static.data("w", [6, 3], "float32"), pe.static.data("pw", [3], "float32")
+        return {"sum": F.binary_cross_entropy_with_logits(x, lab, weight=w, pos_weight=pw, reduction="sum"),
+                "none": F.binary_cross_entropy_with_logits(x, lab, pos_weight=pw, reduction="none")}
+    got, _, _ = run(build, {"x": xv, "lab": lv, "w": wv, "pw": pv})
+    X, L, W, P = (torch.tensor(v, dtype=torch.float64) for v in (xv, lv, wv, pv))
+    close(got["sum"], TF.binary_cross_entropy_with_logits(X, L, weight=W, pos_weight=P, reduction="sum"), "sum")
+    close(got["none"], TF.binary_cross_entropy_with_logits(X, L, pos_weight=P, reduction="none"), "none")
