@@ -458,6 +458,8 @@ pe_status pe_pserver_serve(pe_place place, int threads, const pe_program *prog, 
     if (st == PE_OK && s.n_done == 0)
         st = pe_error(PE_ERR_IO, "pserver %s: every trainer (%d) was lost; none left with exe.close()", s.ep, s.fanin);
     if (st == PE_OK) {
+        /* the last COMPLETE's ACK is queued: let it reach its trainer before the socket goes */
+        pe_ps_server_drain(s.srv, 2000);
         fprintf(stderr, "pserver %s: done after %d step%s (%d trainer%s left, %d lost)\n", s.ep, s.steps,
                 s.steps == 1 ? "" : "s", s.n_done, s.n_done == 1 ? "" : "s", s.n_lost);
         fflush(stderr);

@@ -658,6 +658,22 @@ static void take_request(pe_ps_server *s, pe_ps_event *ev) {
     }
 }
 
+void pe_ps_server_drain(pe_ps_server *s, int timeout_ms) {
+    if (!s) return;
+    const double end = now_s() + 1e-3 * timeout_ms;
+    for (;;) {
+        int open = 0;
+        for (int i = 0; i < s->n_fd; i++) open += s->fds[i].trainer >= 0;
+        const double left = end - now_s();
+        if (!open || left <= 0) return;
+        zmq_pollitem_t it = {s->mon, 0, ZMQ_POLLIN, 0};
+        if (zmq_poll(&it, 1, (long)(1e3 * left) + 1) < 0 && errno != EINTR) return;
+        int ev_id, val;
+        while (read_monitor(s->mon, &ev_id, &val))
+            if (ev_id == ZMQ_EVENT_DISCONNECTED) fd_drop(s, val);
+    }
+}
+
 pe_status pe_ps_server_poll(pe_ps_server *s, int timeout_ms, pe_ps_event *ev) {
     memset(ev, 0, sizeof *ev);
     zmq_pollitem_t items[2] = {{s->sock, 0, ZMQ_POLLIN, 0}, {s->mon, 0, ZMQ_POLLIN, 0}};
@@ -722,6 +738,7 @@ pe_ps_server *pe_ps_server_new(const char *endpoint, char *bound, size_t bound_s
     return NULL;
 }
 void pe_ps_server_free(pe_ps_server *s) { (void)s; }
+void pe_ps_server_drain(pe_ps_server *s, int timeout_ms) { (void)s, (void)timeout_ms; }
 pe_status pe_ps_server_poll(pe_ps_server *s, int timeout_ms, pe_ps_event *ev) {
     (void)s, (void)timeout_ms, (void)ev;
     return NO_ZMQ;
