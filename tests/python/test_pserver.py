@@ -19,8 +19,9 @@ limit, every process killed at the end whatever happened (ps_cluster.py).
   it lost and end OK), the same with stop_on_lost_trainer (the pserver
   fails naming the trainer), a pserver SIGKILLed mid-run (every trainer
   raises naming its endpoint within 5 s of the kill), a trainer that never
-  calls exe.close(), a port in use, trainers started before the pservers,
-  foreign clients on the pserver port (raw TCP garbage; ZeroMQ messages
+  calls exe.close(), a trainer that never comes (PE_PS_TRAINER_WAIT), a
+  pserver that never comes (PE_PS_CONNECT_TIMEOUT), a port in use,
+  trainers started before the pservers, foreign clients on the pserver port (raw TCP garbage; ZeroMQ messages
   with a truncated or garbled header) — the pserver ignores them and the
   trainers finish.
 - Checkpoints: save_persistables on the trainer program gathers one file
@@ -347,6 +348,29 @@ def test_trainers_started_before_pservers(tmp_path):
         c.wait(ps + tr, RUN_LIMIT)
         assert_ok(c, ps + tr)
         assert all(steps_done(c, p.name) == base["steps"] for p in tr)
+
+
+def test_waits_are_bounded(tmp_path):
+    """PE_PS_TRAINER_WAIT: a trainer that never connects is dropped as lost and
+    the others train on; PE_PS_CONNECT_TIMEOUT: a trainer whose pserver never
+    listens raises naming the endpoint."""
+    with Cluster(tmp_path) as c:
+        port = c.port("127.0.0.1")
+        base = {"endpoints": ["127.0.0.1:%d" % port], "trainers": 2, "opt": "sgd", "steps": 4, "batch": 12,
+                "seed": 7, "slice": True, "min_block_size": 8}
+        ps = c.node("ps0", dict(base, role="pserver", endpoint=base["endpoints"][0]), PE_PS_TRAINER_WAIT=2)
+        tr = c.node("tr0", dict(base, role="trainer", trainer_id=0, progress=os.path.join(c.dir, "tr0.progress")))
+        c.wait([ps, tr], RUN_LIMIT)
+        assert_ok(c, [ps, tr])
+        assert "trainer 1 lost: it never connected within 2 s (PE_PS_TRAINER_WAIT)" in ps.err(), c.report([ps])
+        assert "(1 trainer left, 1 lost)" in ps.err() and steps_done(c, "tr0") == 4, c.report()
+
+        nobody = "127.0.0.1:%d" % c.port("127.0.0.1")
+        lone = c.node("lone", dict(base, role="trainer", trainer_id=0, endpoints=[nobody]), PE_PS_CONNECT_TIMEOUT=2)
+        c.wait([lone], 30)
+        assert lone.rc != 0 and "pserver %s: no pserver is listening there: waited 2 s (PE_PS_CONNECT_TIMEOUT)" % (
+            nobody) in lone.err(), c.report([lone])
+        assert lone.ended - lone.t0 < 15, c.report([lone])
 
 
 class _Zmq:
