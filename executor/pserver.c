@@ -24,7 +24,9 @@
  * stderr and dropped from the fan-in (stop_on_lost_trainer: the loop
  * fails instead). A trainer that never shows up within PE_PS_TRAINER_WAIT
  * seconds (default 600) counts as lost. The loop returns when every trainer
- * has left or been lost: OK when at least one left normally. A malformed
+ * has left or been lost: OK when at least one left normally (then it waits,
+ * at most 2 s, for the trainers to close their connections, so the last
+ * ACKs are delivered before the socket goes). A malformed
  * message is answered with ERROR, logged and ignored. pe_interrupt (Ctrl-C)
  * stops the loop within 200 ms.
  *
