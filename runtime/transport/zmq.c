@@ -24,6 +24,8 @@
 
 #ifdef PE_WITH_ZMQ
 
+#include "runtime/internal.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -312,6 +314,7 @@ static pe_status wait_all(pe_ps_client *c, pending *p, int np, double reply_to) 
     const double connect_to = pe_ps_env_seconds("PE_PS_CONNECT_TIMEOUT", 60);
     if (reply_to <= 0) reply_to = pe_ps_env_seconds("PE_PS_TIMEOUT", 3600);
     const double t0 = now_s();
+    const unsigned mark = pe_interrupt_mark();
     conn *ks[MAX_CONNS];
     int nk = 0;
     for (int i = 0; i < np; i++) {
@@ -324,6 +327,12 @@ static pe_status wait_all(pe_ps_client *c, pending *p, int np, double reply_to) 
         int left = 0;
         for (int i = 0; i < np; i++) left += !p[i].done;
         if (!left) return PE_OK;
+        if (pe_interrupted_since(mark)) {
+            /* Ctrl-C: its replies cannot be matched later either */
+            for (int i = 0; i < np; i++)
+                if (!p[i].done && p[i].k->sock) conn_kill(p[i].k, "a request on it was interrupted (Ctrl-C)");
+            return pe_interrupted_error();
+        }
         for (int j = 0; j < nk; j++) {
             items[2 * j] = (zmq_pollitem_t){ks[j]->sock, 0, ZMQ_POLLIN, 0};
             items[2 * j + 1] = (zmq_pollitem_t){ks[j]->mon, 0, ZMQ_POLLIN, 0};
