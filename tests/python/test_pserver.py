@@ -21,7 +21,8 @@ limit, every process killed at the end whatever happened (ps_cluster.py).
   raises naming its endpoint within 5 s of the kill), a trainer that never
   calls exe.close(), a trainer that never comes (PE_PS_TRAINER_WAIT), a
   pserver that never comes (PE_PS_CONNECT_TIMEOUT), a port in use,
-  trainers started before the pservers, foreign clients on the pserver port (raw TCP garbage; ZeroMQ messages
+  trainers started before the pservers, Ctrl-C of a trainer blocked in a
+  barrier and of a pserver, foreign clients on the pserver port (raw TCP garbage; ZeroMQ messages
   with a truncated or garbled header) — the pserver ignores them and the
   trainers finish.
 - Checkpoints: save_persistables on the trainer program gathers one file
@@ -77,7 +78,7 @@ DEAD_PSERVER_LIMIT = 5.0  # the issue's bound: a trainer raises within 5 s of it
 
 def start_job(c, hosts=("127.0.0.1",), trainers=2, opt="sgd", steps=4, batch=12, seed=7, slice=True,
               min_block_size=8, split="RoundRobin", sync=True, port=None, pservers=True, start_trainers=True,
-              trainer_cfg=None, pserver_cfg=None, prefix=""):
+              trainer_cfg=None, pserver_cfg=None, prefix="", **extra):
     """Starts the pservers (one per host, one port) and the trainers of a
     ps_node.py job. trainer_cfg / pserver_cfg: {index: extra config}.
     Returns (pserver procs, trainer procs, the shared config)."""
@@ -85,6 +86,7 @@ def start_job(c, hosts=("127.0.0.1",), trainers=2, opt="sgd", steps=4, batch=12,
     eps = ["%s:%d" % (h, port) for h in hosts]
     base = {"endpoints": eps, "trainers": trainers, "opt": opt, "steps": steps, "batch": batch, "seed": seed,
             "slice": slice, "min_block_size": min_block_size, "split": split, "sync": sync}
+    base.update(extra)
     ps, tr = [], []
     if pservers:
         for i, ep in enumerate(eps):
@@ -222,6 +224,26 @@ def test_sync_matches_one_process(tmp_path, opt, trainers, slice_):
     np.testing.assert_allclose(np.mean([r["losses"] for r in results], axis=0), ref_losses, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("opt", ["momentum", "adam"])
+def test_sync_with_decay_and_lr_schedule_matches_one_process(tmp_path, opt):
+    """L2 decay (per-parameter ops on the pservers) and an LR schedule (the
+    pservers' LR block, run once per step): every persistable, optimizer
+    state and LR counter included, gathered into a checkpoint, is one
+    process's."""
+    steps, batch, seed, decay = 4, 12, 5, 1e-2
+    _, ref, main = ps_node.train_local(opt, seed, steps, batch, decay=decay, lr_sched=True)
+    ckpt = os.path.join(str(tmp_path), "ckpt")
+    with Cluster(tmp_path) as c:
+        ps, tr, _ = start_job(c, ("127.0.0.1", "127.0.0.2"), trainers=2, opt=opt, steps=steps, batch=batch,
+                              seed=seed, trainer_cfg={0: {"save_dir": ckpt}}, decay=decay, lr_sched=True)
+        c.wait(ps + tr, RUN_LIMIT)
+        assert_ok(c, ps + tr)
+    got, _ = _load_plain(ckpt, main)
+    assert "lr_step" in got and float(got["lr_step"].reshape(-1)[0]) == steps
+    for n in ps_node.persistable_names(main):
+        np.testing.assert_allclose(got[n], ref[n], rtol=1e-5, atol=1e-6, err_msg=n)
+
+
 def mlp_loss(p, x, y):
     """ps_node.build's model in numpy: mean square error of fc(relu(fc(x)))."""
     h = np.maximum(x @ p["fc_0.w_0"] + p["fc_0.b_0"], 0)
@@ -297,6 +319,26 @@ def test_pserver_killed_mid_run(tmp_path, sig):
             assert took < DEAD_PSERVER_LIMIT, "%s raised %.2f s after pserver %s died\n%s" % (
                 p.name, took, ep, c.report([p]))
             assert steps_done(c, p.name) < 1000
+
+
+def test_ctrl_c(tmp_path):
+    """SIGINT stops a trainer blocked in a barrier (its peer holds) and a
+    pserver in its loop within a second or two: KeyboardInterrupt, not a
+    wait for the pservers' timeouts."""
+    with Cluster(tmp_path) as c:
+        ps, tr, _ = start_job(c, ("127.0.0.1",), trainers=2, steps=10, trainer_cfg={1: {"hold_after": 2}})
+        c.wait_for(lambda: "holding" in tr[1].out() and steps_done(c, "tr0") >= 2, RUN_LIMIT, "trainer 1 holding")
+        time.sleep(0.3)  # trainer 0 is in step 3's send_barrier now, which waits for trainer 1
+        for p, lost in ((tr[0], "trainer 0 lost"), (ps[0], None)):
+            sent = time.monotonic()
+            p.p.send_signal(signal.SIGINT)
+            c.wait([p], 30)
+            assert p.rc != 0 and "KeyboardInterrupt" in p.err(), c.report([p])
+            assert p.ended - sent < 2.0, "%s took %.2f s to stop on SIGINT\n%s" % (p.name, p.ended - sent,
+                                                                                   c.report([p]))
+            if lost:
+                c.wait_for(lambda: lost in ps[0].err(), 10, "the pserver noting " + lost)
+        assert steps_done(c, "tr0") == 2
 
 
 def test_trainer_without_close(tmp_path):

@@ -7,7 +7,8 @@ compares with (build / batch / train_local, imported by the test).
 
 CONFIG (JSON): role "pserver" | "trainer"; endpoints [ip:port, ...];
 endpoint (a pserver's own); trainers; trainer_id; opt "sgd" | "momentum" |
-"adam"; slice (slice_var_up); min_block_size; split "RoundRobin" |
+"adam"; decay (L2Decay coefficient); lr_sched (an LR schedule: its ops
+run on the pservers); slice (slice_var_up); min_block_size; split "RoundRobin" |
 "HashName"; sync (sync_mode); steps; batch (the whole batch of a step:
 trainer t feeds rows [t*k, (t+1)*k), k = batch / trainers); seed;
 step_sleep (seconds after each step); hold_after (after that many steps,
@@ -21,19 +22,23 @@ fluid.io.save_persistables of the trainer program at the end); load_dir
 """
 import json
 import os
+import signal
 import sys
 import time
 
 import numpy as np
 
+import pe
 import pe.fluid as fluid
+from pe.framework import OpRole
 from pe.utils import unique_name
 
 FEATURES, HIDDEN = 13, 16
 
 
-def build(opt, seed):
-    """fc(13 -> 16, relu) -> fc(16 -> 1), mean square error, minimized by opt."""
+def build(opt, seed, decay=0.0, lr_sched=False):
+    """fc(13 -> 16, relu) -> fc(16 -> 1), mean square error, minimized by opt
+    (with L2 decay when decay > 0; with an LR schedule when lr_sched)."""
     main, startup = fluid.Program(), fluid.Program()
     main.random_seed = startup.random_seed = seed
     with fluid.program_guard(main, startup), unique_name.guard():
@@ -41,16 +46,36 @@ def build(opt, seed):
         y = fluid.layers.data(name="y", shape=[1], dtype="float32")
         h = fluid.layers.fc(x, HIDDEN, act="relu")
         loss = fluid.layers.mean(fluid.layers.square_error_cost(fluid.layers.fc(h, 1), y))
+        reg = pe.regularizer.L2Decay(decay) if decay else None
         if opt == "sgd":
-            o = fluid.optimizer.SGD(learning_rate=0.05)
+            o = fluid.optimizer.SGD(learning_rate=0.05, regularization=reg)
         elif opt == "momentum":
-            o = fluid.optimizer.Momentum(learning_rate=0.02, momentum=0.9)
+            o = fluid.optimizer.Momentum(learning_rate=0.02, momentum=0.9, regularization=reg)
         elif opt == "adam":
-            o = fluid.optimizer.Adam(learning_rate=0.01)
+            o = fluid.optimizer.Adam(learning_rate=0.01, regularization=reg)
         else:
             raise ValueError("opt %r" % opt)
         o.minimize(loss)
+    if lr_sched:
+        add_lr_schedule(main, startup)
     return main, startup, loss
+
+
+def add_lr_schedule(main, startup):
+    """What an LR scheduler emits (op_role LRSched), written by hand as
+    test_ps_transpiler.py does: a persistable step counter, incremented each
+    step, and lr = 0.01 * step (run on the pservers, in their LR block)."""
+    g = main.global_block()
+    lr = next(op for op in g.ops if op.type in ("sgd", "momentum", "adam")).input("LearningRate")[0]
+    g.create_var(name="lr_step", shape=[1], dtype="float32", persistable=True)
+    first_opt = next(i for i, op in enumerate(g.ops) if int(op.attr("op_role") or 0) & OpRole.Optimize)
+    g._insert_op(first_opt, type="increment", inputs={"X": ["lr_step"]}, outputs={"Out": ["lr_step"]},
+                 attrs={"step": 1.0, "op_role": OpRole.LRSched})
+    g._insert_op(first_opt + 1, type="scale", inputs={"X": ["lr_step"]}, outputs={"Out": [lr]},
+                 attrs={"scale": 0.01, "op_role": OpRole.LRSched})
+    sg = startup.global_block()
+    sg.create_var(name="lr_step", shape=[1], dtype="float32", persistable=True)
+    sg.append_op(type="fill_constant", outputs={"Out": ["lr_step"]}, attrs={"shape": [1], "dtype": 0, "value": 0.0})
 
 
 def batch(seed, step, size):
@@ -80,9 +105,9 @@ def read(scope, names):
     return {n: np.array(scope.find_var(n).get_tensor()) for n in names}
 
 
-def train_local(opt, seed, steps, size):
+def train_local(opt, seed, steps, size, decay=0.0, lr_sched=False):
     """One process on the whole batch: (losses, {persistable: value}, main)."""
-    main, startup, loss = build(opt, seed)
+    main, startup, loss = build(opt, seed, decay, lr_sched)
     exe = fluid.Executor(fluid.CPUPlace())
     scope = fluid.Scope()
     exe.run(startup, scope=scope)
@@ -107,7 +132,7 @@ def transpiler(cfg, main, startup):
 
 
 def pserver(cfg):
-    main, startup, _ = build(cfg["opt"], cfg["seed"])
+    main, startup, _ = build(cfg["opt"], cfg["seed"], cfg.get("decay", 0.0), cfg.get("lr_sched", False))
     t = transpiler(cfg, main, startup)
     ep = cfg["endpoint"]
     prog = t.get_pserver_program(ep)
@@ -133,7 +158,7 @@ def hold(path):
 
 
 def trainer(cfg):
-    main, startup, loss = build(cfg["opt"], cfg["seed"])
+    main, startup, loss = build(cfg["opt"], cfg["seed"], cfg.get("decay", 0.0), cfg.get("lr_sched", False))
     t = transpiler(cfg, main, startup)
     prog = t.get_trainer_program()
     exe = fluid.Executor(fluid.CPUPlace())
@@ -164,6 +189,8 @@ def trainer(cfg):
 
 
 if __name__ == "__main__":
+    # Ctrl-C raises KeyboardInterrupt even when this was started with SIGINT ignored (a background job)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     with open(sys.argv[1]) as f:
         c = json.load(f)
     {"pserver": pserver, "trainer": trainer}[c["role"]](c)
