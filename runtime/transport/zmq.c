@@ -8,7 +8,8 @@
  * polling each DEALER and its socket monitor: a pserver whose connection
  * closes (its process died) or whose heartbeats stop is an error naming
  * the endpoint within the heartbeat timeout, and that connection is closed
- * (its queued messages dropped) so a later call fails at once. Tensors go
+ * (its queued messages dropped) so a later call fails at once; Ctrl-C
+ * (pe_interrupt) ends a wait within a poll round (100 ms). Tensors go
  * out zero-copy: the data frame points into the tensor's buffer, which is
  * retained until ZeroMQ releases the frame.
  *
