@@ -15,16 +15,18 @@ limit, every process killed at the end whatever happened (ps_cluster.py).
   with the parameters of one process trained on the whole batch (SGD,
   Momentum, Adam; sliced into row blocks or not). Async mode trains to a
   loss comparable to sync mode's.
-- Faults: a trainer SIGKILLed mid-run (the others finish; the pservers log
-  it lost and end OK), the same with stop_on_lost_trainer (the pserver
-  fails naming the trainer), a pserver SIGKILLed mid-run (every trainer
-  raises naming its endpoint within 5 s of the kill), a trainer that never
-  calls exe.close(), a trainer that never comes (PE_PS_TRAINER_WAIT), a
-  pserver that never comes (PE_PS_CONNECT_TIMEOUT), a port in use,
-  trainers started before the pservers, Ctrl-C of a trainer blocked in a
-  barrier and of a pserver, foreign clients on the pserver port (raw TCP garbage; ZeroMQ messages
-  with a truncated or garbled header) — the pserver ignores them and the
-  trainers finish.
+- Faults: a trainer SIGKILLed or SIGSTOPped mid-run (the others finish;
+  the pservers log it lost and end OK), the same with stop_on_lost_trainer
+  (the pserver fails naming the trainer), a pserver SIGKILLed or
+  SIGSTOPped mid-run (every trainer raises naming its endpoint within 5 s),
+  a trainer that never calls exe.close(), a trainer that never comes
+  (PE_PS_TRAINER_WAIT), a pserver that never comes (PE_PS_CONNECT_TIMEOUT),
+  a port in use, trainers started before the pservers, Ctrl-C of a trainer
+  blocked in a barrier and of a pserver, foreign clients on the pserver
+  port (raw TCP garbage; ZeroMQ messages with a truncated or garbled
+  header): the pserver answers ERROR, logs them, and the trainers finish.
+- L2 decay and an LR schedule (the pservers' LR block) in sync mode: one
+  process's values, every persistable.
 - Checkpoints: save_persistables on the trainer program gathers one file
   from 2 pservers that a single-process run of the original program loads,
   holding the trained values; pservers restarted from it serve them, and
@@ -50,6 +52,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "ps_scripts"))
 import ps_node  # noqa: E402
 from ps_cluster import Cluster, child_env, lines  # noqa: E402
+
 
 def _built_with_zmq():
     """False when PE was built without ZeroMQ (PE_WITH_ZMQ=AUTO and no libzmq3-dev)."""
