@@ -24,7 +24,9 @@
  * stderr and dropped from the fan-in (stop_on_lost_trainer: the loop
  * fails instead). A trainer that never shows up within PE_PS_TRAINER_WAIT
  * seconds (default 600) counts as lost. The loop returns when every trainer
- * has left or been lost: OK when at least one left normally. A malformed
+ * has left or been lost: OK when at least one left normally (then it waits,
+ * at most 2 s, for the trainers to close their connections, so the last
+ * ACKs are delivered before the socket goes). A malformed
  * message is answered with ERROR, logged and ignored. pe_interrupt (Ctrl-C)
  * stops the loop within 200 ms.
  *
@@ -458,6 +460,8 @@ pe_status pe_pserver_serve(pe_place place, int threads, const pe_program *prog, 
     if (st == PE_OK && s.n_done == 0)
         st = pe_error(PE_ERR_IO, "pserver %s: every trainer (%d) was lost; none left with exe.close()", s.ep, s.fanin);
     if (st == PE_OK) {
+        /* the last COMPLETE's ACK is queued: let it reach its trainer before the socket goes */
+        pe_ps_server_drain(s.srv, 2000);
         fprintf(stderr, "pserver %s: done after %d step%s (%d trainer%s left, %d lost)\n", s.ep, s.steps,
                 s.steps == 1 ? "" : "s", s.n_done, s.n_done == 1 ? "" : "s", s.n_lost);
         fflush(stderr);

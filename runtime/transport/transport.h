@@ -140,6 +140,10 @@ typedef struct pe_ps_event {
  * use, bad address). */
 pe_ps_server *pe_ps_server_new(const char *endpoint, char *bound, size_t bound_size);
 void pe_ps_server_free(pe_ps_server *s); /* accepts NULL */
+/* Waits up to timeout_ms until every connection that carried a trainer has
+ * closed (a trainer closes its own once COMPLETE is acknowledged): the
+ * socket's linger is 0, so freeing it at once could drop the last ACKs. */
+void pe_ps_server_drain(pe_ps_server *s, int timeout_ms);
 /* Waits up to timeout_ms for one event. */
 pe_status pe_ps_server_poll(pe_ps_server *s, int timeout_ms, pe_ps_event *ev);
 void pe_ps_event_release(pe_ps_event *ev);

@@ -8,7 +8,8 @@
  * polling each DEALER and its socket monitor: a pserver whose connection
  * closes (its process died) or whose heartbeats stop is an error naming
  * the endpoint within the heartbeat timeout, and that connection is closed
- * (its queued messages dropped) so a later call fails at once. Tensors go
+ * (its queued messages dropped) so a later call fails at once; Ctrl-C
+ * (pe_interrupt) ends a wait within a poll round (100 ms). Tensors go
  * out zero-copy: the data frame points into the tensor's buffer, which is
  * retained until ZeroMQ releases the frame.
  *
@@ -23,6 +24,8 @@
 #include "runtime/transport/transport.h"
 
 #ifdef PE_WITH_ZMQ
+
+#include "runtime/internal.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -312,6 +315,7 @@ static pe_status wait_all(pe_ps_client *c, pending *p, int np, double reply_to) 
     const double connect_to = pe_ps_env_seconds("PE_PS_CONNECT_TIMEOUT", 60);
     if (reply_to <= 0) reply_to = pe_ps_env_seconds("PE_PS_TIMEOUT", 3600);
     const double t0 = now_s();
+    const unsigned mark = pe_interrupt_mark();
     conn *ks[MAX_CONNS];
     int nk = 0;
     for (int i = 0; i < np; i++) {
@@ -324,6 +328,12 @@ static pe_status wait_all(pe_ps_client *c, pending *p, int np, double reply_to) 
         int left = 0;
         for (int i = 0; i < np; i++) left += !p[i].done;
         if (!left) return PE_OK;
+        if (pe_interrupted_since(mark)) {
+            /* Ctrl-C: its replies cannot be matched later either */
+            for (int i = 0; i < np; i++)
+                if (!p[i].done && p[i].k->sock) conn_kill(p[i].k, "a request on it was interrupted (Ctrl-C)");
+            return pe_interrupted_error();
+        }
         for (int j = 0; j < nk; j++) {
             items[2 * j] = (zmq_pollitem_t){ks[j]->sock, 0, ZMQ_POLLIN, 0};
             items[2 * j + 1] = (zmq_pollitem_t){ks[j]->mon, 0, ZMQ_POLLIN, 0};
@@ -658,6 +668,22 @@ static void take_request(pe_ps_server *s, pe_ps_event *ev) {
     }
 }
 
+void pe_ps_server_drain(pe_ps_server *s, int timeout_ms) {
+    if (!s) return;
+    const double end = now_s() + 1e-3 * timeout_ms;
+    for (;;) {
+        int open = 0;
+        for (int i = 0; i < s->n_fd; i++) open += s->fds[i].trainer >= 0;
+        const double left = end - now_s();
+        if (!open || left <= 0) return;
+        zmq_pollitem_t it = {s->mon, 0, ZMQ_POLLIN, 0};
+        if (zmq_poll(&it, 1, (long)(1e3 * left) + 1) < 0 && errno != EINTR) return;
+        int ev_id, val;
+        while (read_monitor(s->mon, &ev_id, &val))
+            if (ev_id == ZMQ_EVENT_DISCONNECTED) fd_drop(s, val);
+    }
+}
+
 pe_status pe_ps_server_poll(pe_ps_server *s, int timeout_ms, pe_ps_event *ev) {
     memset(ev, 0, sizeof *ev);
     zmq_pollitem_t items[2] = {{s->sock, 0, ZMQ_POLLIN, 0}, {s->mon, 0, ZMQ_POLLIN, 0}};
@@ -722,6 +748,7 @@ pe_ps_server *pe_ps_server_new(const char *endpoint, char *bound, size_t bound_s
     return NULL;
 }
 void pe_ps_server_free(pe_ps_server *s) { (void)s; }
+void pe_ps_server_drain(pe_ps_server *s, int timeout_ms) { (void)s, (void)timeout_ms; }
 pe_status pe_ps_server_poll(pe_ps_server *s, int timeout_ms, pe_ps_event *ev) {
     (void)s, (void)timeout_ms, (void)ev;
     return NO_ZMQ;
