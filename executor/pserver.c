@@ -298,7 +298,8 @@ static pe_status on_get(serve *s, const pe_ps_event *ev) {
                     ev->hdr.name, t ? " value yet (did its startup program run?)" : "");
         return PE_OK;
     }
-    if (pe_ps_reply_value(s->srv, ev, t) != PE_OK) {
+    /* sync mode: no update before this trainer's next barrier, sent once it has the value: no copy */
+    if ((s->sync ? pe_ps_reply_value_shared(s->srv, ev, t) : pe_ps_reply_value(s->srv, ev, t)) != PE_OK) {
         fprintf(stderr, "%s\n", pe_last_error());
         fflush(stderr);
     }

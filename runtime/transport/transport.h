@@ -151,6 +151,11 @@ void pe_ps_event_release(pe_ps_event *ev);
 /* Replies to the request in ev. */
 pe_status pe_ps_reply_ack(pe_ps_server *s, const pe_ps_event *ev);
 pe_status pe_ps_reply_value(pe_ps_server *s, const pe_ps_event *ev, const pe_tensor *t);
+/* The same without copying t: ZeroMQ sends from t's buffer (retained), so
+ * t must not change until the trainer has the value. Sync mode guarantees
+ * that: a trainer's GETs are answered before its next barrier, and the next
+ * update waits for every live trainer's barrier. */
+pe_status pe_ps_reply_value_shared(pe_ps_server *s, const pe_ps_event *ev, const pe_tensor *t);
 pe_status pe_ps_reply_error(pe_ps_server *s, const pe_ps_event *ev, const char *msg);
 
 /* Seconds from the environment variable `name` (positive), else def. */

@@ -548,8 +548,10 @@ static void fd_drop(pe_ps_server *s, int fd) {
         }
 }
 
-static pe_status reply(pe_ps_server *s, const pe_ps_event *ev, int type, const char *name, const pe_tensor *t,
-                       const char *text) {
+/* share: t's buffer goes as a zero-copy data frame (retained until ZeroMQ
+ * has sent it); else it is copied. */
+static pe_status reply_t(pe_ps_server *s, const pe_ps_event *ev, int type, const char *name, const pe_tensor *t,
+                         const char *text, bool share) {
     pe_ps_hdr h;
     memset(&h, 0, sizeof h);
     h.type = type;
@@ -569,8 +571,20 @@ static pe_status reply(pe_ps_server *s, const pe_ps_event *ev, int type, const c
     if (data && text && send_frame(s->sock, text, tl, 0) != 0)
         return pe_error(PE_ERR_IO, "pserver %s: replying to trainer %d: %s", s->ep, ev->hdr.trainer_id,
                         zmq_strerror(errno));
-    if (data && t) {
-        /* copied: the scope's tensor changes with the next update */
+    if (data && t && share) {
+        zmq_msg_t m;
+        pe_buffer_retain(t->buf);
+        if (zmq_msg_init_data(&m, pe_tensor_data(t), h.nbytes, free_retained, t->buf) != 0) {
+            pe_buffer_release(t->buf);
+            return pe_error(PE_ERR_NOMEM, "pserver %s: out of memory sending '%s'", s->ep, h.name);
+        }
+        if (zmq_msg_send(&m, s->sock, 0) < 0) {
+            zmq_msg_close(&m);
+            return pe_error(PE_ERR_IO, "pserver %s: sending '%s' to trainer %d: %s", s->ep, h.name,
+                            ev->hdr.trainer_id, zmq_strerror(errno));
+        }
+    } else if (data && t) {
+        /* copied: the scope's tensor may change with the next update */
         if (send_frame(s->sock, pe_tensor_data(t), h.nbytes, 0) != 0)
             return pe_error(PE_ERR_IO, "pserver %s: sending '%s' to trainer %d: %s", s->ep, h.name,
                             ev->hdr.trainer_id, zmq_strerror(errno));
@@ -578,9 +592,17 @@ static pe_status reply(pe_ps_server *s, const pe_ps_event *ev, int type, const c
     return PE_OK;
 }
 
+static pe_status reply(pe_ps_server *s, const pe_ps_event *ev, int type, const char *name, const pe_tensor *t,
+                       const char *text) {
+    return reply_t(s, ev, type, name, t, text, false);
+}
+
 pe_status pe_ps_reply_ack(pe_ps_server *s, const pe_ps_event *ev) { return reply(s, ev, PE_PS_ACK, "", NULL, NULL); }
 pe_status pe_ps_reply_value(pe_ps_server *s, const pe_ps_event *ev, const pe_tensor *t) {
     return reply(s, ev, PE_PS_VALUE, ev->hdr.name, t, NULL);
+}
+pe_status pe_ps_reply_value_shared(pe_ps_server *s, const pe_ps_event *ev, const pe_tensor *t) {
+    return reply_t(s, ev, PE_PS_VALUE, ev->hdr.name, t, NULL, true);
 }
 pe_status pe_ps_reply_error(pe_ps_server *s, const pe_ps_event *ev, const char *msg) {
     return reply(s, ev, PE_PS_ERROR, "", NULL, msg);
@@ -747,6 +769,10 @@ pe_status pe_ps_reply_ack(pe_ps_server *s, const pe_ps_event *ev) {
     return NO_ZMQ;
 }
 pe_status pe_ps_reply_value(pe_ps_server *s, const pe_ps_event *ev, const pe_tensor *t) {
+    (void)s, (void)ev, (void)t;
+    return NO_ZMQ;
+}
+pe_status pe_ps_reply_value_shared(pe_ps_server *s, const pe_ps_event *ev, const pe_tensor *t) {
     (void)s, (void)ev, (void)t;
     return NO_ZMQ;
 }
