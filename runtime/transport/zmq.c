@@ -672,9 +672,13 @@ static void take_request(pe_ps_server *s, pe_ps_event *ev) {
     zmq_msg_close(&frames[1]);
     if (nf == 3) {
         /* kept until released: the data is summed in place (zero-copy); a
-         * small message's data may sit unaligned inside the zmq_msg_t */
+         * small message's data may sit unaligned inside the zmq_msg_t. The
+         * sums read it as float / double: 8-byte alignment is all they need
+         * (a large message's data follows libzmq's 40-byte header in its
+         * malloc block, so it is 8- but not 16-aligned: requiring 16 copied
+         * every large gradient once more) */
         zmq_msg_t *held = malloc(sizeof *held);
-        if (held && ((uintptr_t)zmq_msg_data(&frames[2]) % 16) == 0) {
+        if (held && ((uintptr_t)zmq_msg_data(&frames[2]) % 8) == 0) {
             *held = frames[2];
             ev->msg_ = held;
             ev->data = zmq_msg_data(held);
