@@ -165,7 +165,28 @@ def split_programs(prog):
     return parts
 
 
-def worker_ps_trainer(model, ep, tid, warmup, steps, rows, split_steps):
+def merge_rpc(prog):
+    """Experiment: the trainer program's send ops merged into one (all gradients, then one wait for every
+    receipt) and its recv ops into one (every GET in flight at once), in place of one round trip per var."""
+    g = prog.global_block()
+    for kind, xs, names in (("send", "X", "send_varnames"), ("recv", "Out", "varnames")):
+        idx = [i for i, op in enumerate(g.ops) if op.type == kind]
+        if len(idx) < 2:
+            continue
+        ops = [g.ops[i] for i in idx]
+        slots = {xs: [a for op in ops for a in (op.input(xs) if kind == "send" else op.output(xs))]}
+        attrs = {k: ops[0].attr(k) for k in ops[0].attr_names}
+        attrs["epmap"] = [e for op in ops for e in op.attr("epmap")]
+        attrs[names] = [n for op in ops for n in op.attr(names)]
+        for i in reversed(idx[1:]):
+            g._remove_op(i)
+        g._remove_op(idx[0])
+        g._insert_op(idx[0], type=kind, inputs=slots if kind == "send" else {}, outputs={} if kind == "send" else slots,
+                     attrs=attrs)
+    return prog
+
+
+def worker_ps_trainer(model, ep, tid, warmup, steps, rows, split_steps, merge=False):
     import_pe()
     import pe.fluid as fluid
     main, startup, loss, _ = build(model)
@@ -173,6 +194,8 @@ def worker_ps_trainer(model, ep, tid, warmup, steps, rows, split_steps):
     t = fluid.DistributeTranspiler()
     t.transpile(trainer_id=tid, program=main, pservers=ep, trainers=TRAINERS, startup_program=startup)
     prog = t.get_trainer_program()
+    if merge:
+        prog = merge_rpc(prog)
     exe = fluid.Executor(fluid.CPUPlace())
     exe.run(startup)
     data = [shard(b, tid, TRAINERS) for b in batches(model, warmup + steps, rows)]
@@ -279,7 +302,7 @@ def run_pserver_mode(args, model, rows, warmup, steps, split_steps=0):
             for tid in range(TRAINERS):
                 cmd = [sys.executable, os.path.abspath(__file__), "--worker", "ps_trainer", "--model", model,
                        "--ep", ep, "--tid", str(tid), "--warmup", str(warmup), "--steps", str(steps), "--rows",
-                       str(rows), "--split", str(split_steps)]
+                       str(rows), "--split", str(split_steps)] + (["--merge-rpc"] if args.merge_rpc else [])
                 procs.append(subprocess.Popen(cmd, env=dict(base_env(args.threads), **kv(args.trainer_env)),
                                               stdout=subprocess.PIPE,
                                               stderr=subprocess.PIPE, text=True))
@@ -379,6 +402,8 @@ def main(argv=None):
     ap.add_argument("--perf", default="", help="transport: run the pserver under perf record -g -o PATH")
     ap.add_argument("--pserver-env", action="append", metavar="K=V", help="an environment variable of the pserver")
     ap.add_argument("--trainer-env", action="append", metavar="K=V", help="an environment variable of the trainers")
+    ap.add_argument("--merge-rpc", action="store_true",
+                    help="experiment: one send op and one recv op per trainer step instead of one per variable")
     ap.add_argument("--python-pserver", action="store_true",
                     help="run the pserver as Python (fluid.Executor on the saved programs) instead of `pe pserver`")
     ap.add_argument("--worker", choices=["ps_trainer", "ps_server", "collective"], help=argparse.SUPPRESS)
@@ -388,7 +413,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.worker == "ps_trainer":
         print(json.dumps(worker_ps_trainer(args.model, args.ep, args.tid, args.warmup, args.steps, args.rows,
-                                           args.split)), flush=True)
+                                           args.split, args.merge_rpc)), flush=True)
         return 0
     if args.worker == "ps_server":
         return worker_ps_server(args.model, args.ep)
