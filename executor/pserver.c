@@ -15,7 +15,9 @@
  * are summed where ZeroMQ put them (zero-copy). A trainer's GETs come
  * after its barrier's reply and before its next barrier on the same
  * connection, so FETCH_BARRIER needs no waiting: its reply confirms the
- * trainer's fetches were served. Async mode runs a gradient's block as it
+ * trainer's fetches were served; for the same reason a GET is answered
+ * from the parameter's own buffer (no copy): the next update cannot start
+ * before the trainer has the value and sends its next barrier. Async mode runs a gradient's block as it
  * arrives (unscaled, as Paddle does); barriers are answered at once.
  *
  * Lifecycle and faults: a trainer that sends COMPLETE (exe.close()) has

@@ -18,7 +18,11 @@
  * the trainer that spoke on it (PE_PS_EV_LOST). Malformed input (wrong
  * frame count, a header msg.c rejects, a data frame that disagrees with the
  * header, a trainer id that changes on one connection) is answered with
- * ERROR and reported as PE_PS_EV_BAD; the server keeps serving.
+ * ERROR and reported as PE_PS_EV_BAD; the server keeps serving. A VALUE
+ * reply is copied, or sent zero-copy from the retained tensor buffer when
+ * the caller vouches the tensor stays unchanged (sync mode). Closing waits
+ * for the trainers to hang up first (pe_ps_server_drain), so the last ACKs
+ * are not dropped by linger 0.
  */
 #include "runtime/transport/transport.h"
 
