@@ -15,7 +15,9 @@
  * are summed where ZeroMQ put them (zero-copy). A trainer's GETs come
  * after its barrier's reply and before its next barrier on the same
  * connection, so FETCH_BARRIER needs no waiting: its reply confirms the
- * trainer's fetches were served. Async mode runs a gradient's block as it
+ * trainer's fetches were served; for the same reason a GET is answered
+ * from the parameter's own buffer (no copy): the next update cannot start
+ * before the trainer has the value and sends its next barrier. Async mode runs a gradient's block as it
  * arrives (unscaled, as Paddle does); barriers are answered at once.
  *
  * Lifecycle and faults: a trainer that sends COMPLETE (exe.close()) has
@@ -300,7 +302,8 @@ static pe_status on_get(serve *s, const pe_ps_event *ev) {
                     ev->hdr.name, t ? " value yet (did its startup program run?)" : "");
         return PE_OK;
     }
-    if (pe_ps_reply_value(s->srv, ev, t) != PE_OK) {
+    /* sync mode: no update before this trainer's next barrier, sent once it has the value: no copy */
+    if ((s->sync ? pe_ps_reply_value_shared(s->srv, ev, t) : pe_ps_reply_value(s->srv, ev, t)) != PE_OK) {
         fprintf(stderr, "%s\n", pe_last_error());
         fflush(stderr);
     }
@@ -466,6 +469,7 @@ pe_status pe_pserver_serve(pe_place place, int threads, const pe_program *prog, 
                 s.steps == 1 ? "" : "s", s.n_done, s.n_done == 1 ? "" : "s", s.n_lost);
         fflush(stderr);
     }
+    if (st == PE_OK) pe_ps_server_drain(s.srv, 2000); /* the last ACKs reach their trainers */
     teardown(&s);
     return st;
 }

@@ -4,6 +4,7 @@
  *            --feed x=x.npy --fetch prob --out results
  *     pe train examples/mlp_forward.pe --startup examples/mlp_forward_startup.pe \
  *            --loss loss --optimizer adam --data batches/ --steps 200
+ *     pe pserver pserver0.pe --startup pserver0_startup.pe --endpoint 127.0.0.1:6174
  *     pe inspect examples/mlp_infer.json
  *     pe convert examples/mlp_infer.json /tmp/mlp_infer.pe
  *
@@ -111,6 +112,26 @@ static const pe_tool_cmd k_cmds[] = {
      "                        a directory: PATH/timeline.rank0.json) at the end\n"
      "Flags take their value as the next argument or after '=' (--lr=0.1).",
      pe_cmd_train},
+    {"pserver", "pe pserver PROGRAM [--endpoint IP:PORT] [--startup S.pe] [--threads N]",
+     "run a parameter-server program (listen_and_serv) until its trainers have left",
+     "Loads PROGRAM, a pserver program written by DistributeTranspiler\n"
+     "(t.get_pserver_program(endpoint), saved with pe.static.save_program), runs the\n"
+     "startup program if given (t.get_startup_program(endpoint, program): it\n"
+     "initializes the parameter blocks this server holds), and runs block 0: the\n"
+     "server loop of its listen_and_serv op. Trainers (send / recv ops) connect to\n"
+     "the endpoint; in sync mode each step's gradients are summed over the trainers,\n"
+     "scaled by 1/trainers and the optimize blocks run. Returns when every trainer\n"
+     "has left (exe.close()) or been lost: exit 0 when at least one left normally.\n"
+     "\n"
+     "  --endpoint IP:PORT    listen here instead of the endpoint saved in the program\n"
+     "                        (the trainers' epmap must name the same address)\n"
+     "  --startup S.pe        startup program, run once first\n"
+     "  --threads N           threads for the gradient sums and the optimize blocks\n"
+     "                        (default: all cores)\n"
+     "Environment: PE_PS_TRAINER_WAIT (seconds a trainer may take to connect, 600).\n"
+     "Ctrl-C stops the loop (exit 130).\n"
+     "Flags take their value as the next argument or after '=' (--endpoint=IP:PORT).",
+     pe_cmd_pserver},
     {"inspect", "pe inspect PROGRAM", "print blocks, ops, vars and the parameter count of a program",
      "Prints every block of PROGRAM (.pe or .json): its ops in order (index, type,\n"
      "inputs and outputs by slot, attrs), its vars (dtype, shape with -1 for an\n"
@@ -309,7 +330,7 @@ int pe_tool_usage_error(const char *cmd, const char *fmt, ...) {
     if (c)
         fprintf(stderr, "usage: %s\n(see 'pe help %s')\n", c->usage, c->name);
     else
-        fprintf(stderr, "usage: pe COMMAND [ARGS]   (commands: run, train, inspect, convert, plan, graph; see 'pe --help')\n");
+        fprintf(stderr, "usage: pe COMMAND [ARGS]   (commands: run, train, pserver, inspect, convert, plan, graph; see 'pe --help')\n");
     return PE_EXIT_USAGE;
 }
 

@@ -56,6 +56,7 @@ int pe_cmd_convert(int argc, char **argv);
 int pe_cmd_graph(int argc, char **argv);
 int pe_cmd_plan(int argc, char **argv);
 int pe_cmd_train(int argc, char **argv);
+int pe_cmd_pserver(int argc, char **argv);
 
 /* The command table entry for name, or NULL. */
 const pe_tool_cmd *pe_tool_find_cmd(const char *name);

@@ -139,6 +139,11 @@ typedef struct pe_ps_event {
  * receives "ip:port" as bound. NULL + message naming the endpoint (port in
  * use, bad address). */
 pe_ps_server *pe_ps_server_new(const char *endpoint, char *bound, size_t bound_size);
+/* Waits up to timeout_ms until every connection to s has closed: the
+ * sockets close with linger 0, so the last replies (the ACK of a trainer's
+ * COMPLETE) would be dropped if s were freed while they are queued; a
+ * trainer closes its connection once it has its reply. */
+void pe_ps_server_drain(pe_ps_server *s, int timeout_ms);
 void pe_ps_server_free(pe_ps_server *s); /* accepts NULL */
 /* Waits up to timeout_ms until every connection that carried a trainer has
  * closed (a trainer closes its own once COMPLETE is acknowledged): the
@@ -150,6 +155,11 @@ void pe_ps_event_release(pe_ps_event *ev);
 /* Replies to the request in ev. */
 pe_status pe_ps_reply_ack(pe_ps_server *s, const pe_ps_event *ev);
 pe_status pe_ps_reply_value(pe_ps_server *s, const pe_ps_event *ev, const pe_tensor *t);
+/* The same without copying t: ZeroMQ sends from t's buffer (retained), so
+ * t must not change until the trainer has the value. Sync mode guarantees
+ * that: a trainer's GETs are answered before its next barrier, and the next
+ * update waits for every live trainer's barrier. */
+pe_status pe_ps_reply_value_shared(pe_ps_server *s, const pe_ps_event *ev, const pe_tensor *t);
 pe_status pe_ps_reply_error(pe_ps_server *s, const pe_ps_event *ev, const char *msg);
 
 /* Seconds from the environment variable `name` (positive), else def. */

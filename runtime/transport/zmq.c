@@ -19,7 +19,11 @@
  * the trainer that spoke on it (PE_PS_EV_LOST). Malformed input (wrong
  * frame count, a header msg.c rejects, a data frame that disagrees with the
  * header, a trainer id that changes on one connection) is answered with
- * ERROR and reported as PE_PS_EV_BAD; the server keeps serving.
+ * ERROR and reported as PE_PS_EV_BAD; the server keeps serving. A VALUE
+ * reply is copied, or sent zero-copy from the retained tensor buffer when
+ * the caller vouches the tensor stays unchanged (sync mode). Closing waits
+ * for the trainers to hang up first (pe_ps_server_drain), so the last ACKs
+ * are not dropped by linger 0.
  */
 #include "runtime/transport/transport.h"
 
@@ -482,6 +486,8 @@ struct pe_ps_server {
     struct { int fd, trainer; } fds[4 * MAX_CONNS];
 };
 
+static void fd_drop(pe_ps_server *s, int fd);
+
 pe_ps_server *pe_ps_server_new(const char *endpoint, char *bound, size_t bound_size) {
     char addr[256];
     if (tcp_addr(endpoint, addr, sizeof addr, true) != PE_OK) return NULL;
@@ -520,6 +526,18 @@ pe_ps_server *pe_ps_server_new(const char *endpoint, char *bound, size_t bound_s
     return s;
 }
 
+void pe_ps_server_drain(pe_ps_server *s, int timeout_ms) {
+    if (!s || !s->mon) return;
+    const double end = now_s() + timeout_ms / 1e3;
+    int ev_id, val;
+    while (s->n_fd > 0 && now_s() < end) {
+        zmq_pollitem_t it = {s->mon, 0, ZMQ_POLLIN, 0};
+        if (zmq_poll(&it, 1, 20) < 0 && errno != EINTR) return;
+        while (read_monitor(s->mon, &ev_id, &val))
+            if (ev_id == ZMQ_EVENT_DISCONNECTED) fd_drop(s, val);
+    }
+}
+
 void pe_ps_server_free(pe_ps_server *s) {
     if (!s) return;
     if (s->mon) zmq_close(s->mon);
@@ -544,8 +562,10 @@ static void fd_drop(pe_ps_server *s, int fd) {
         }
 }
 
-static pe_status reply(pe_ps_server *s, const pe_ps_event *ev, int type, const char *name, const pe_tensor *t,
-                       const char *text) {
+/* share: t's buffer goes as a zero-copy data frame (retained until ZeroMQ
+ * has sent it); else it is copied. */
+static pe_status reply_t(pe_ps_server *s, const pe_ps_event *ev, int type, const char *name, const pe_tensor *t,
+                         const char *text, bool share) {
     pe_ps_hdr h;
     memset(&h, 0, sizeof h);
     h.type = type;
@@ -565,8 +585,20 @@ static pe_status reply(pe_ps_server *s, const pe_ps_event *ev, int type, const c
     if (data && text && send_frame(s->sock, text, tl, 0) != 0)
         return pe_error(PE_ERR_IO, "pserver %s: replying to trainer %d: %s", s->ep, ev->hdr.trainer_id,
                         zmq_strerror(errno));
-    if (data && t) {
-        /* copied: the scope's tensor changes with the next update */
+    if (data && t && share) {
+        zmq_msg_t m;
+        pe_buffer_retain(t->buf);
+        if (zmq_msg_init_data(&m, pe_tensor_data(t), h.nbytes, free_retained, t->buf) != 0) {
+            pe_buffer_release(t->buf);
+            return pe_error(PE_ERR_NOMEM, "pserver %s: out of memory sending '%s'", s->ep, h.name);
+        }
+        if (zmq_msg_send(&m, s->sock, 0) < 0) {
+            zmq_msg_close(&m);
+            return pe_error(PE_ERR_IO, "pserver %s: sending '%s' to trainer %d: %s", s->ep, h.name,
+                            ev->hdr.trainer_id, zmq_strerror(errno));
+        }
+    } else if (data && t) {
+        /* copied: the scope's tensor may change with the next update */
         if (send_frame(s->sock, pe_tensor_data(t), h.nbytes, 0) != 0)
             return pe_error(PE_ERR_IO, "pserver %s: sending '%s' to trainer %d: %s", s->ep, h.name,
                             ev->hdr.trainer_id, zmq_strerror(errno));
@@ -574,9 +606,17 @@ static pe_status reply(pe_ps_server *s, const pe_ps_event *ev, int type, const c
     return PE_OK;
 }
 
+static pe_status reply(pe_ps_server *s, const pe_ps_event *ev, int type, const char *name, const pe_tensor *t,
+                       const char *text) {
+    return reply_t(s, ev, type, name, t, text, false);
+}
+
 pe_status pe_ps_reply_ack(pe_ps_server *s, const pe_ps_event *ev) { return reply(s, ev, PE_PS_ACK, "", NULL, NULL); }
 pe_status pe_ps_reply_value(pe_ps_server *s, const pe_ps_event *ev, const pe_tensor *t) {
     return reply(s, ev, PE_PS_VALUE, ev->hdr.name, t, NULL);
+}
+pe_status pe_ps_reply_value_shared(pe_ps_server *s, const pe_ps_event *ev, const pe_tensor *t) {
+    return reply_t(s, ev, PE_PS_VALUE, ev->hdr.name, t, NULL, true);
 }
 pe_status pe_ps_reply_error(pe_ps_server *s, const pe_ps_event *ev, const char *msg) {
     return reply(s, ev, PE_PS_ERROR, "", NULL, msg);
@@ -646,9 +686,13 @@ static void take_request(pe_ps_server *s, pe_ps_event *ev) {
     zmq_msg_close(&frames[1]);
     if (nf == 3) {
         /* kept until released: the data is summed in place (zero-copy); a
-         * small message's data may sit unaligned inside the zmq_msg_t */
+         * small message's data may sit unaligned inside the zmq_msg_t. The
+         * sums read it as float / double: 8-byte alignment is all they need
+         * (a large message's data follows libzmq's 40-byte header in its
+         * malloc block, so it is 8- but not 16-aligned: requiring 16 copied
+         * every large gradient once more) */
         zmq_msg_t *held = malloc(sizeof *held);
-        if (held && ((uintptr_t)zmq_msg_data(&frames[2]) % 16) == 0) {
+        if (held && ((uintptr_t)zmq_msg_data(&frames[2]) % 8) == 0) {
             *held = frames[2];
             ev->msg_ = held;
             ev->data = zmq_msg_data(held);
@@ -747,6 +791,7 @@ pe_ps_server *pe_ps_server_new(const char *endpoint, char *bound, size_t bound_s
     NO_ZMQ;
     return NULL;
 }
+void pe_ps_server_drain(pe_ps_server *s, int timeout_ms) { (void)s, (void)timeout_ms; }
 void pe_ps_server_free(pe_ps_server *s) { (void)s; }
 void pe_ps_server_drain(pe_ps_server *s, int timeout_ms) { (void)s, (void)timeout_ms; }
 pe_status pe_ps_server_poll(pe_ps_server *s, int timeout_ms, pe_ps_event *ev) {
@@ -759,6 +804,10 @@ pe_status pe_ps_reply_ack(pe_ps_server *s, const pe_ps_event *ev) {
     return NO_ZMQ;
 }
 pe_status pe_ps_reply_value(pe_ps_server *s, const pe_ps_event *ev, const pe_tensor *t) {
+    (void)s, (void)ev, (void)t;
+    return NO_ZMQ;
+}
+pe_status pe_ps_reply_value_shared(pe_ps_server *s, const pe_ps_event *ev, const pe_tensor *t) {
     (void)s, (void)ev, (void)t;
     return NO_ZMQ;
 }
