@@ -469,7 +469,6 @@ pe_status pe_pserver_serve(pe_place place, int threads, const pe_program *prog, 
                 s.steps == 1 ? "" : "s", s.n_done, s.n_done == 1 ? "" : "s", s.n_lost);
         fflush(stderr);
     }
-    if (st == PE_OK) pe_ps_server_drain(s.srv, 2000); /* the last ACKs reach their trainers */
     teardown(&s);
     return st;
 }

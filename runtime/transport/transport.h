@@ -139,11 +139,6 @@ typedef struct pe_ps_event {
  * receives "ip:port" as bound. NULL + message naming the endpoint (port in
  * use, bad address). */
 pe_ps_server *pe_ps_server_new(const char *endpoint, char *bound, size_t bound_size);
-/* Waits up to timeout_ms until every connection to s has closed: the
- * sockets close with linger 0, so the last replies (the ACK of a trainer's
- * COMPLETE) would be dropped if s were freed while they are queued; a
- * trainer closes its connection once it has its reply. */
-void pe_ps_server_drain(pe_ps_server *s, int timeout_ms);
 void pe_ps_server_free(pe_ps_server *s); /* accepts NULL */
 /* Waits up to timeout_ms until every connection that carried a trainer has
  * closed (a trainer closes its own once COMPLETE is acknowledged): the

@@ -486,8 +486,6 @@ struct pe_ps_server {
     struct { int fd, trainer; } fds[4 * MAX_CONNS];
 };
 
-static void fd_drop(pe_ps_server *s, int fd);
-
 pe_ps_server *pe_ps_server_new(const char *endpoint, char *bound, size_t bound_size) {
     char addr[256];
     if (tcp_addr(endpoint, addr, sizeof addr, true) != PE_OK) return NULL;
@@ -524,18 +522,6 @@ pe_ps_server *pe_ps_server_new(const char *endpoint, char *bound, size_t bound_s
     snprintf(s->ep, sizeof s->ep, "%.200s", strncmp(last, "tcp://", 6) ? endpoint : last + 6);
     if (bound) snprintf(bound, bound_size, "%s", s->ep);
     return s;
-}
-
-void pe_ps_server_drain(pe_ps_server *s, int timeout_ms) {
-    if (!s || !s->mon) return;
-    const double end = now_s() + timeout_ms / 1e3;
-    int ev_id, val;
-    while (s->n_fd > 0 && now_s() < end) {
-        zmq_pollitem_t it = {s->mon, 0, ZMQ_POLLIN, 0};
-        if (zmq_poll(&it, 1, 20) < 0 && errno != EINTR) return;
-        while (read_monitor(s->mon, &ev_id, &val))
-            if (ev_id == ZMQ_EVENT_DISCONNECTED) fd_drop(s, val);
-    }
 }
 
 void pe_ps_server_free(pe_ps_server *s) {
@@ -713,7 +699,7 @@ static void take_request(pe_ps_server *s, pe_ps_event *ev) {
 }
 
 void pe_ps_server_drain(pe_ps_server *s, int timeout_ms) {
-    if (!s) return;
+    if (!s || !s->mon) return;
     const double end = now_s() + 1e-3 * timeout_ms;
     for (;;) {
         int open = 0;
@@ -793,7 +779,6 @@ pe_ps_server *pe_ps_server_new(const char *endpoint, char *bound, size_t bound_s
 }
 void pe_ps_server_drain(pe_ps_server *s, int timeout_ms) { (void)s, (void)timeout_ms; }
 void pe_ps_server_free(pe_ps_server *s) { (void)s; }
-void pe_ps_server_drain(pe_ps_server *s, int timeout_ms) { (void)s, (void)timeout_ms; }
 pe_status pe_ps_server_poll(pe_ps_server *s, int timeout_ms, pe_ps_event *ev) {
     (void)s, (void)timeout_ms, (void)ev;
     return NO_ZMQ;
