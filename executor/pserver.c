@@ -41,12 +41,35 @@
 #include "runtime/internal.h"
 #include "runtime/transport/transport.h"
 
+#include <malloc.h>
 #include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+/* Every step ZeroMQ receives each trainer's gradient blocks into fresh
+ * buffers of the blocks' size and frees them after the sum. glibc serves
+ * allocations over 32 MB with mmap whatever M_MMAP_THRESHOLD says, so each
+ * step mapped, page-faulted and unmapped them again: the 10M-parameter
+ * sync step of benchmarks/bench_pserver.py spent ~40% of its pserver time
+ * in page faults. A process that runs the loop serves: keep freed memory in the heap
+ * for the next step instead (no mmap, no trimming, one arena so the
+ * I/O thread reuses what the loop freed). PE_PS_MALLOC=default keeps
+ * glibc's behaviour. */
+static void tune_malloc(void) {
+    static bool done;
+    if (done) return;
+    done = true;
+    const char *v = getenv("PE_PS_MALLOC");
+    if (v && !strcmp(v, "default")) return;
+#ifdef __GLIBC__
+    mallopt(M_MMAP_MAX, 0);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+    mallopt(M_ARENA_MAX, 1);
+#endif
+}
 
 enum { T_UNSEEN = 0, T_ACTIVE, T_DONE, T_LOST };
 
@@ -425,6 +448,7 @@ pe_status pe_pserver_serve(pe_place place, int threads, const pe_program *prog, 
                         "runs the server loop alone (DistributeTranspiler.get_pserver_program)", block_idx,
                         b->n_ops - 1);
     const unsigned mark = pe_interrupt_mark();
+    tune_malloc();
     serve s;
     memset(&s, 0, sizeof s);
     s.prog = prog, s.scope = scope, s.place = place, s.threads = threads > 0 ? threads : 1;

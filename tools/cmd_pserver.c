@@ -20,7 +20,6 @@
 #include "tool.h"
 
 #include <errno.h>
-#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -83,30 +82,10 @@ static pe_op *find_listen_and_serv(pe_program *p) {
     return NULL;
 }
 
-/* Every step ZeroMQ receives each trainer's gradient blocks into fresh
- * buffers of the blocks' size and frees them after the sum. glibc serves
- * allocations over 32 MB with mmap whatever M_MMAP_THRESHOLD says, so each
- * step mapped, page-faulted and unmapped them again: the 10M-parameter
- * sync step of benchmarks/bench_pserver.py spent ~40% of its pserver time
- * in page faults. This process only serves: keep freed memory in the heap
- * for the next step instead (no mmap, no trimming, one arena so the
- * I/O thread reuses what the loop freed). PE_PS_MALLOC=default keeps
- * glibc's behaviour. */
-static void tune_malloc(void) {
-    const char *v = getenv("PE_PS_MALLOC");
-    if (v && !strcmp(v, "default")) return;
-#ifdef __GLIBC__
-    mallopt(M_MMAP_MAX, 0);
-    mallopt(M_TRIM_THRESHOLD, 1 << 30);
-    mallopt(M_ARENA_MAX, 1);
-#endif
-}
-
 int pe_cmd_pserver(int argc, char **argv) {
     pserver_args a = {0};
     int rc = parse_args(argc, argv, &a);
     if (rc != PE_EXIT_OK) return rc;
-    tune_malloc();
 
     pe_program *prog = NULL, *startup = NULL;
     pe_scope *scope = NULL;
