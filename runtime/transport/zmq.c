@@ -674,7 +674,10 @@ pe_status pe_ps_server_poll(pe_ps_server *s, int timeout_ms, pe_ps_event *ev) {
         }
         while (read_monitor(s->mon, &ev_id, &val)) {
             if (ev_id == ZMQ_EVENT_ACCEPTED) {
-                fd_drop(s, val); /* a reused fd starts anew */
+                /* Not reset: requests are read first, so this connection's
+                 * first request may have been taken (and its trainer noted)
+                 * before this event; a reused fd's old entry was dropped by
+                 * its DISCONNECTED, which the monitor reports before. */
                 fd_trainer(s, val, true);
             } else if (ev_id == ZMQ_EVENT_DISCONNECTED) {
                 int *tr = fd_trainer(s, val, false);
