@@ -166,6 +166,7 @@ pe_status pe_ps_client_get(int trainer_id, pe_ps_client **out) {
 
 static void conn_kill(conn *k, const char *why) {
     if (!k->dead[0]) snprintf(k->dead, sizeof k->dead, "%s", why);
+    if (k->sock) zmq_socket_monitor(k->sock, NULL, 0); /* see pe_ps_server_free */
     if (k->mon) zmq_close(k->mon);
     if (k->sock) zmq_close(k->sock);
     k->mon = k->sock = NULL;
@@ -512,6 +513,14 @@ pe_ps_server *pe_ps_server_new(const char *endpoint, char *bound, size_t bound_s
 
 void pe_ps_server_free(pe_ps_server *s) {
     if (!s) return;
+    /* The monitor is stopped before either socket is closed. Closing the
+     * PAIR that reads a socket's events first (libzmq 4.3.4) stalled the
+     * context's I/O thread, apparently on that socket's closing events with
+     * their reader gone: a closed ROUTER kept its port ("Address already in
+     * use" for a new server on the endpoint, even 0.5 s later), a closed
+     * connection stayed in CLOSE-WAIT, and a new client never connected to
+     * a listening server ("no pserver is listening"). */
+    if (s->sock) zmq_socket_monitor(s->sock, NULL, 0);
     if (s->mon) zmq_close(s->mon);
     if (s->sock) zmq_close(s->sock);
     free(s);
