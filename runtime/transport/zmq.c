@@ -220,6 +220,10 @@ static pe_status conn_send(pe_ps_client *c, conn *k, int type, const char *name,
     h.seq = *seq = ++c->seq;
     snprintf(h.name, sizeof h.name, "%s", name ? name : "");
     if (t) PE_CHECK(pe_ps_hdr_set_tensor(&h, t));
+    if (h.nbytes > (uint64_t)PE_PS_MAX_DATA)
+        return pe_error(PE_ERR_INVALID, "pserver %s: var '%s' is %llu bytes; one message carries at most %lld "
+                        "(split it into blocks: DistributeTranspiler's slice_var_up)", k->ep, h.name,
+                        (unsigned long long)h.nbytes, (long long)PE_PS_MAX_DATA);
     unsigned char buf[PE_PS_MAX_MSG];
     size_t n = pe_ps_hdr_encode(&h, buf);
     bool data = t && h.nbytes > 0;
@@ -495,6 +499,8 @@ pe_ps_server *pe_ps_server_new(const char *endpoint, char *bound, size_t bound_s
         return NULL;
     }
     set_heartbeat(s->sock);
+    int64_t max_msg = PE_PS_MAX_DATA;
+    zmq_setsockopt(s->sock, ZMQ_MAXMSGSIZE, &max_msg, sizeof max_msg);
     s->mon = monitor_of(s->sock, ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED);
     if (!s->mon || zmq_bind(s->sock, addr) != 0) {
         int e = errno;
