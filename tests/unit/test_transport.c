@@ -240,6 +240,7 @@ typedef struct srv_thread {
     pthread_mutex_t mu;
     int stop;             /* under mu */
     int die_on_barrier;   /* SEND_BARRIER: free the server without replying */
+    int die_after_complete; /* COMPLETE: reply, then free the server at once (as the pserver loop does) */
     int start_delay_ms;   /* bind the server only after this (port of ep) */
     /* what came (under mu) */
     int n_requests, n_bad, n_lost, n_complete, n_barriers;
@@ -294,7 +295,11 @@ static void *srv_main(void *arg) {
                 if (t->die_on_barrier) die = true;
                 else pe_ps_reply_ack(t->s, &ev);
                 break;
-            case PE_PS_COMPLETE: t->n_complete++; pe_ps_reply_ack(t->s, &ev); break;
+            case PE_PS_COMPLETE:
+                t->n_complete++;
+                pe_ps_reply_ack(t->s, &ev);
+                die = t->die_after_complete;
+                break;
             default: t->n_barriers++; pe_ps_reply_ack(t->s, &ev); break;
             }
         } else if (ev.kind == PE_PS_EV_BAD) {
@@ -342,6 +347,7 @@ static void free_endpoint(char *ep, size_t n) {
     pe_ps_server *s = pe_ps_server_new("127.0.0.1:0", ep, n);
     if (!s) fail_msg("%s", pe_last_error());
     pe_ps_server_free(s);
+    sleep_ms(100); /* zmq_close is asynchronous: the port is let go shortly after */
 }
 
 static void close_client(void) {
@@ -452,6 +458,19 @@ static void test_client_server(void **state) {
     assert_null(pe_ps_server_new(t->ep, NULL, 0));
     tu_assert_error_has("pserver cannot listen on", t->ep, "in use");
 
+    /* a freed server lets its port go: a new one binds it (the next test's) */
+    pe_ps_server *s2 = pe_ps_server_new("127.0.0.1:0", NULL, 0);
+    assert_non_null(s2);
+    char ep2[256];
+    free_endpoint(ep2, sizeof ep2);
+    for (int rep = 0; rep < 10; rep++) {
+        pe_ps_server *s3 = pe_ps_server_new(ep2, NULL, 0);
+        if (!s3) fail_msg("repetition %d: %s", rep, pe_last_error());
+        pe_ps_server_free(s3);
+        sleep_ms(100);
+    }
+    pe_ps_server_free(s2);
+
     close_client(); /* COMPLETE to the server */
     pthread_mutex_lock(&t->mu);
     assert_int_equal(t->n_complete, 1);
@@ -487,6 +506,24 @@ static void test_pserver_goes_away(void **state) {
     tu_assert_error_has(t->ep, "gave up on it", NULL);
     close_client();
     srv_stop(t);
+}
+
+/* The pserver loop frees its server right after acknowledging the last
+ * COMPLETE: that ACK must still reach the trainer (pe_ps_trainer_close
+ * returns PE_OK). */
+static void test_last_ack_delivered(void **state) {
+    (void)state;
+    for (int rep = 0; rep < 20; rep++) {
+        srv_thread *t = srv_start("127.0.0.1:0", 0);
+        t->die_after_complete = 1;
+        srv_run(t);
+        pe_ps_client *c;
+        assert_int_equal(pe_ps_client_get(0, &c), PE_OK);
+        const char *eps[1] = {t->ep};
+        if (pe_ps_barrier(c, PE_PS_SEND_BARRIER, 1, eps) != PE_OK) fail_msg("%s", pe_last_error());
+        if (pe_ps_trainer_close() != PE_OK) fail_msg("repetition %d: %s", rep, pe_last_error());
+        srv_stop(t);
+    }
 }
 
 static void test_connect_timeout(void **state) {
@@ -697,6 +734,23 @@ static void test_lost_trainer(void **state) {
     poll_event(s, &ev);
     assert_int_equal(ev.kind, PE_PS_EV_LOST);
     assert_int_equal(ev.hdr.trainer_id, 3);
+    /* the same when the server was not polling while the trainer connected
+     * and spoke: its request and its connection's ACCEPTED event wait
+     * together, and the request is read first */
+    d = raw_dealer(ctx, ep);
+    unsigned char hb[PE_PS_MAX_MSG];
+    size_t n = enc(hb, PE_PS_SEND_BARRIER, 3, "", 0, NULL);
+    raw_send(d, 1, (const void *[]){hb}, (size_t[]){n});
+    sleep_ms(300);
+    poll_event(s, &ev);
+    assert_int_equal(ev.kind, PE_PS_EV_REQUEST);
+    assert_int_equal(ev.hdr.trainer_id, 3);
+    assert_int_equal(pe_ps_reply_ack(s, &ev), PE_OK);
+    pe_ps_event_release(&ev);
+    zmq_close(d);
+    poll_event(s, &ev);
+    assert_int_equal(ev.kind, PE_PS_EV_LOST);
+    assert_int_equal(ev.hdr.trainer_id, 3);
     /* a connection that never said who it is closes: nothing */
     d = raw_dealer(ctx, ep);
     sleep_ms(200);
@@ -825,6 +879,7 @@ int main(void) {
         cmocka_unit_test(test_malformed_input),
         cmocka_unit_test(test_lost_trainer),
         cmocka_unit_test(test_pserver_goes_away),
+        cmocka_unit_test(test_last_ack_delivered),
         cmocka_unit_test(test_connect_timeout),
         cmocka_unit_test(test_pserver_loop),
     };
