@@ -13,10 +13,14 @@
  * the server keeps serving, and a raw TCP peer sending garbage does not
  * disturb it; a client fails within ~3 s naming the endpoint when its
  * pserver goes away mid-call, or when none listens (PE_PS_CONNECT_TIMEOUT),
- * and succeeds when the pserver starts late; a connection that spoke as
- * trainer 3 is reported lost as trainer 3; a listen_and_serv program run
- * by pe_executor_run on a thread applies SGD to the mean of two trainers'
- * gradients and returns PE_OK once both have left.
+ * and succeeds when the pserver starts late; a server freed right after its
+ * last ACK still delivers it, and its port binds again; a connection that
+ * spoke as trainer 3 is reported lost as trainer 3, also when its request
+ * was read before its connection's ACCEPTED event; a listen_and_serv
+ * program run by pe_executor_run on a thread applies SGD to the mean of two
+ * trainers' gradients (trainer 0: the client; trainer 1: a raw DEALER),
+ * refuses a gradient of the wrong shape, and returns PE_OK once both have
+ * left.
  *
  * The client is a process singleton (pe_ps_client_get), so every test ends
  * with pe_ps_trainer_close. Every wait is bounded. Skipped (77) when PE was
