@@ -47,7 +47,7 @@ cmake --build build-asan -j"$jobs"
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 OMP_NUM_THREADS=1 \
   ctest --output-on-failure -j"$jobs" --timeout 900)
 
-step "TSan build (build-tsan/): the scheduler, collectives, ParallelExecutor, memory plan and sharded optimizer tests"
+step "TSan build (build-tsan/): the scheduler, collectives, ParallelExecutor, memory plan, sharded optimizer and pserver transport tests"
 # test_memory_plan trains with the memory plan on 1 and 3 places: two ops the
 # scheduler may run at once writing shared arena bytes would be a race here;
 # test_shard_optimizer runs the shards of one update at once on shared storage;
@@ -61,15 +61,17 @@ step "TSan build (build-tsan/): the scheduler, collectives, ParallelExecutor, me
 # process world from two threads at once; test_check_nan_inf reads
 # each shard's range of shared storage while the other shards update theirs,
 # and checks sums inside those callbacks; test_timeline records handles from
-# every pool thread and from collectives' callbacks into one array
+# every pool thread and from collectives' callbacks into one array;
+# test_transport runs a pserver (its loop or a test's server thread) and a
+# trainer client in one process over loopback
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DPE_SANITIZE=thread -DPE_WITH_CUDA=OFF \
   -DPE_BUILD_PYTHON=OFF >/dev/null
 cmake --build build-tsan -j"$jobs" --target test_parallel_executor test_memory_plan test_shard_optimizer test_comm \
   test_comm_conformance test_scheduler test_pe_async_comm test_comm_mpi test_pe_trainers test_check_nan_inf test_world \
-  test_timeline
+  test_timeline test_transport
 (cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/../tests/unit/tsan.supp \
   OMP_NUM_THREADS=1 \
-  ctest --output-on-failure --timeout 900 -R 'parallel_executor|scheduler|memory_plan|shard_optimizer|test_comm|pe_async_comm|pe_trainers|check_nan_inf|test_world|timeline')
+  ctest --output-on-failure --timeout 900 -R 'parallel_executor|scheduler|memory_plan|shard_optimizer|test_comm|pe_async_comm|pe_trainers|check_nan_inf|test_world|timeline|test_transport')
 
 if [ -x tests/fuzz/run_short.sh ]; then
   step "short fuzz run"

@@ -56,6 +56,12 @@ extern "C" {
 #define PE_PS_MAX_NAME 1024
 #define PE_PS_MAX_DIMS 8
 #define PE_PS_MAX_MSG (1024 + 96)   /* header frame bound: fixed part + name */
+/* Largest data frame (16 GiB). The pserver's ROUTER refuses (drops the
+ * connection of) a peer announcing a larger frame before allocating it: the
+ * port is open to anyone, and a stray or hostile peer's length prefix
+ * (garbage read as a ZMTP 1.0 frame: up to 2^63 bytes) would otherwise be
+ * handed to malloc. pe_ps_send refuses a larger tensor with an error. */
+#define PE_PS_MAX_DATA ((int64_t)1 << 34)
 
 typedef enum pe_ps_type {
     /* requests (trainer -> pserver) */

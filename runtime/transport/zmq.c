@@ -173,6 +173,7 @@ pe_status pe_ps_client_get(int trainer_id, pe_ps_client **out) {
 
 static void conn_kill(conn *k, const char *why) {
     if (!k->dead[0]) snprintf(k->dead, sizeof k->dead, "%s", why);
+    if (k->sock) zmq_socket_monitor(k->sock, NULL, 0); /* see pe_ps_server_free */
     if (k->mon) zmq_close(k->mon);
     if (k->sock) zmq_close(k->sock);
     k->mon = k->sock = NULL;
@@ -226,6 +227,10 @@ static pe_status conn_send(pe_ps_client *c, conn *k, int type, const char *name,
     h.seq = *seq = ++c->seq;
     snprintf(h.name, sizeof h.name, "%s", name ? name : "");
     if (t) PE_CHECK(pe_ps_hdr_set_tensor(&h, t));
+    if (h.nbytes > (uint64_t)PE_PS_MAX_DATA)
+        return pe_error(PE_ERR_INVALID, "pserver %s: var '%s' is %llu bytes; one message carries at most %lld "
+                        "(split it into blocks: DistributeTranspiler's slice_var_up)", k->ep, h.name,
+                        (unsigned long long)h.nbytes, (long long)PE_PS_MAX_DATA);
     unsigned char buf[PE_PS_MAX_MSG];
     size_t n = pe_ps_hdr_encode(&h, buf);
     bool data = t && h.nbytes > 0;
@@ -508,6 +513,8 @@ pe_ps_server *pe_ps_server_new(const char *endpoint, char *bound, size_t bound_s
         return NULL;
     }
     set_heartbeat(s->sock);
+    int64_t max_msg = PE_PS_MAX_DATA;
+    zmq_setsockopt(s->sock, ZMQ_MAXMSGSIZE, &max_msg, sizeof max_msg);
     s->mon = monitor_of(s->sock, ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED);
     if (!s->mon || zmq_bind(s->sock, addr) != 0) {
         int e = errno;
@@ -526,6 +533,14 @@ pe_ps_server *pe_ps_server_new(const char *endpoint, char *bound, size_t bound_s
 
 void pe_ps_server_free(pe_ps_server *s) {
     if (!s) return;
+    /* The monitor is stopped before either socket is closed. Closing the
+     * PAIR that reads a socket's events first (libzmq 4.3.4) stalled the
+     * context's I/O thread, apparently on that socket's closing events with
+     * their reader gone: a closed ROUTER kept its port ("Address already in
+     * use" for a new server on the endpoint, even 0.5 s later), a closed
+     * connection stayed in CLOSE-WAIT, and a new client never connected to
+     * a listening server ("no pserver is listening"). */
+    if (s->sock) zmq_socket_monitor(s->sock, NULL, 0);
     if (s->mon) zmq_close(s->mon);
     if (s->sock) zmq_close(s->sock);
     free(s);
@@ -730,7 +745,10 @@ pe_status pe_ps_server_poll(pe_ps_server *s, int timeout_ms, pe_ps_event *ev) {
         }
         while (read_monitor(s->mon, &ev_id, &val)) {
             if (ev_id == ZMQ_EVENT_ACCEPTED) {
-                fd_drop(s, val); /* a reused fd starts anew */
+                /* Not reset: requests are read first, so this connection's
+                 * first request may have been taken (and its trainer noted)
+                 * before this event; a reused fd's old entry was dropped by
+                 * its DISCONNECTED, which the monitor reports before. */
                 fd_trainer(s, val, true);
             } else if (ev_id == ZMQ_EVENT_DISCONNECTED) {
                 int *tr = fd_trainer(s, val, false);

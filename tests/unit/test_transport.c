@@ -1,0 +1,900 @@
+/* tests/unit/test_transport.c — the parameter server's transport
+ * (runtime/transport: msg.c's header codec, zmq.c's client and server) and
+ * the pserver loop (executor/pserver.c) over loopback TCP, in one process.
+ *
+ * Cases: the header codec round-trips every message type and names the
+ * problem in every rejection; a trainer client talks to a server driven by
+ * a thread of this test (SEND of fp32 / fp64 / int64 / empty / 8 MB
+ * tensors, GET resizing its output, an ERROR reply raised naming the
+ * endpoint, barriers); a second trainer id, an endpoint that is not
+ * ip:port and a port in use are refused; malformed messages from a raw
+ * DEALER (short header, bad magic, missing data frame, 4 frames, a reply
+ * as a request) are answered with ERROR and reported as PE_PS_EV_BAD while
+ * the server keeps serving, and a raw TCP peer sending garbage does not
+ * disturb it; a client fails within ~3 s naming the endpoint when its
+ * pserver goes away mid-call, or when none listens (PE_PS_CONNECT_TIMEOUT),
+ * and succeeds when the pserver starts late; a server freed right after its
+ * last ACK still delivers it, and its port binds again; a connection that
+ * spoke as trainer 3 is reported lost as trainer 3, also when its request
+ * was read before its connection's ACCEPTED event; a listen_and_serv
+ * program run by pe_executor_run on a thread applies SGD to the mean of two
+ * trainers' gradients (trainer 0: the client; trainer 1: a raw DEALER),
+ * refuses a gradient of the wrong shape, and returns PE_OK once both have
+ * left.
+ *
+ * The client is a process singleton (pe_ps_client_get), so every test ends
+ * with pe_ps_trainer_close. Every wait is bounded. Skipped (77) when PE was
+ * built without ZeroMQ.
+ */
+#include "tests/unit/op_test_util.h"
+#include "runtime/transport/transport.h"
+
+#include <stdlib.h>
+
+#ifdef PE_WITH_ZMQ
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+#define assert_has(s, sub) \
+    do { \
+        if (!strstr((s), (sub))) fail_msg("'%s' lacks '%s'", (s), (sub)); \
+    } while (0)
+
+/* ======================================================================
+ * header codec
+ * ====================================================================== */
+
+static pe_ps_hdr tensor_hdr(int type, const char *name, pe_dtype dt, int ndim, const int64_t *dims) {
+    pe_ps_hdr h;
+    memset(&h, 0, sizeof h);
+    h.type = type;
+    h.trainer_id = 7;
+    h.seq = 0xdeadbeefu;
+    h.dtype = dt;
+    h.ndim = ndim;
+    uint64_t n = 1;
+    for (int i = 0; i < ndim; i++) h.dims[i] = dims[i], n *= (uint64_t)dims[i];
+    h.nbytes = n * pe_dtype_size(dt);
+    snprintf(h.name, sizeof h.name, "%s", name);
+    return h;
+}
+
+static void test_hdr_round_trip(void **state) {
+    (void)state;
+    const int types[] = {PE_PS_SEND, PE_PS_GET, PE_PS_SEND_BARRIER, PE_PS_FETCH_BARRIER,
+                         PE_PS_COMPLETE, PE_PS_ACK, PE_PS_VALUE, PE_PS_ERROR};
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        pe_ps_hdr h, d;
+        if (types[k] == PE_PS_SEND || types[k] == PE_PS_VALUE)
+            h = tensor_hdr(types[k], "fc_0.w_0@GRAD.block1", PE_DTYPE_FP64, 3, (int64_t[]){2, 0, 5});
+        else
+            h = tensor_hdr(types[k], types[k] == PE_PS_GET ? "fc_0.w_0" : "", PE_DTYPE_FP32, 0, NULL);
+        if (types[k] != PE_PS_SEND && types[k] != PE_PS_VALUE) {
+            h.dtype = 0, h.nbytes = 0;
+            if (types[k] == PE_PS_ERROR) h.nbytes = 300; /* the message's length */
+        }
+        unsigned char buf[PE_PS_MAX_MSG];
+        size_t n = pe_ps_hdr_encode(&h, buf);
+        assert_int_equal(n, 96 + strlen(h.name));
+        if (pe_ps_hdr_decode(buf, n, &d) != PE_OK) fail_msg("%s: %s", pe_ps_type_name(types[k]), pe_last_error());
+        assert_int_equal(d.type, h.type);
+        assert_int_equal(d.trainer_id, 7);
+        assert_int_equal(d.seq, 0xdeadbeefu);
+        assert_int_equal(d.nbytes, h.nbytes);
+        assert_string_equal(d.name, h.name);
+        assert_string_not_equal(pe_ps_type_name(types[k]), "?");
+        if (types[k] == PE_PS_SEND || types[k] == PE_PS_VALUE) {
+            assert_int_equal(d.dtype, PE_DTYPE_FP64);
+            assert_int_equal(d.ndim, 3);
+            assert_memory_equal(d.dims, h.dims, sizeof d.dims);
+        }
+    }
+    /* a name of exactly the bound, every dtype */
+    pe_ps_hdr h = tensor_hdr(PE_PS_SEND, "", PE_DTYPE_INT64, 2, (int64_t[]){3, 4}), d;
+    memset(h.name, 'n', PE_PS_MAX_NAME);
+    h.name[PE_PS_MAX_NAME] = 0;
+    unsigned char buf[PE_PS_MAX_MSG];
+    size_t n = pe_ps_hdr_encode(&h, buf);
+    assert_int_equal(n, 96 + PE_PS_MAX_NAME);
+    assert_int_equal(pe_ps_hdr_decode(buf, n, &d), PE_OK);
+    assert_int_equal(strlen(d.name), PE_PS_MAX_NAME);
+    for (int dt = 0; dt < PE_DTYPE_COUNT; dt++) {
+        h = tensor_hdr(PE_PS_VALUE, "v", (pe_dtype)dt, 1, (int64_t[]){5});
+        n = pe_ps_hdr_encode(&h, buf);
+        assert_int_equal(pe_ps_hdr_decode(buf, n, &d), PE_OK);
+        assert_int_equal(d.dtype, dt);
+        assert_int_equal(d.nbytes, 5 * pe_dtype_size((pe_dtype)dt));
+    }
+    /* pe_ps_hdr_set_tensor: meta from a tensor; rank 9 is refused */
+    pe_tensor *t = tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){3, 2}, NULL);
+    h = tensor_hdr(PE_PS_SEND, "x", PE_DTYPE_INT64, 0, NULL);
+    assert_int_equal(pe_ps_hdr_set_tensor(&h, t), PE_OK);
+    assert_int_equal(h.dtype, PE_DTYPE_FP32);
+    assert_int_equal(h.nbytes, 24);
+    assert_int_equal(h.dims[1], 2);
+    pe_tensor_free(t);
+}
+
+/* Encodes h, lets `edit` change the bytes, decodes: must fail naming `want`. */
+static void expect_reject(const pe_ps_hdr *h, void (*edit)(unsigned char *, size_t *), const char *want,
+                          const char *want2) {
+    unsigned char buf[PE_PS_MAX_MSG + 64];
+    memset(buf, 0, sizeof buf);
+    size_t n = pe_ps_hdr_encode(h, buf);
+    if (edit) edit(buf, &n);
+    pe_ps_hdr d;
+    pe_status st = pe_ps_hdr_decode(buf, n, &d);
+    if (st == PE_OK) fail_msg("decoded; expected an error naming '%s'", want);
+    assert_int_equal(st, PE_ERR_INVALID);
+    assert_has(pe_last_error(), want);
+    if (want2) assert_has(pe_last_error(), want2);
+}
+
+static void put32(unsigned char *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static void put64(unsigned char *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static void e_short(unsigned char *b, size_t *n) { (void)b, *n = 7; }
+static void e_magic(unsigned char *b, size_t *n) { (void)n, b[0] = 'X'; }
+static void e_version(unsigned char *b, size_t *n) { (void)n, b[4] = 2; }
+static void e_type(unsigned char *b, size_t *n) { (void)n, b[6] = 9; }
+static void e_type_hi(unsigned char *b, size_t *n) { (void)n, b[7] = 1; }
+static void e_tid(unsigned char *b, size_t *n) { (void)n, put32(b + 8, 0x80000000u); }
+static void e_name_long(unsigned char *b, size_t *n) {
+    memset(b + 96, 'a', PE_PS_MAX_NAME + 1);
+    *n = 96 + PE_PS_MAX_NAME + 1;
+}
+static void e_name_ctrl(unsigned char *b, size_t *n) { (void)n, b[96 + 2] = '\n'; }
+static void e_name_hi(unsigned char *b, size_t *n) { (void)n, b[96] = 0xc3; }
+static void e_name_nul(unsigned char *b, size_t *n) { (void)n, b[96 + 1] = 0; }
+static void e_dtype(unsigned char *b, size_t *n) { (void)n, put32(b + 16, 200); }
+static void e_rank(unsigned char *b, size_t *n) { (void)n, put32(b + 20, 9); }
+static void e_dim_neg(unsigned char *b, size_t *n) { (void)n, put64(b + 24, (uint64_t)-1); }
+static void e_dims_overflow(unsigned char *b, size_t *n) {
+    (void)n;
+    put32(b + 20, 3);
+    put64(b + 24, (uint64_t)1 << 40);
+    put64(b + 32, (uint64_t)1 << 40);
+    put64(b + 40, 1);
+}
+static void e_bytes_overflow(unsigned char *b, size_t *n) { /* numel fits, x 8 bytes does not */
+    (void)n;
+    put32(b + 20, 2);
+    put64(b + 24, (uint64_t)1 << 31);
+    put64(b + 32, (uint64_t)1 << 31);
+}
+static void e_nbytes(unsigned char *b, size_t *n) { (void)n, put64(b + 88, 13); }
+static void e_nbytes100(unsigned char *b, size_t *n) { (void)n, put64(b + 88, 100); }
+static void e_error_long(unsigned char *b, size_t *n) { (void)n, put64(b + 88, 65537); }
+
+static void test_hdr_rejects(void **state) {
+    (void)state;
+    pe_ps_hdr s = tensor_hdr(PE_PS_SEND, "w@GRAD", PE_DTYPE_FP64, 2, (int64_t[]){4, 3});
+    pe_ps_hdr b = tensor_hdr(PE_PS_SEND_BARRIER, "", PE_DTYPE_FP32, 0, NULL);
+    b.nbytes = 0;
+    pe_ps_hdr g = b;
+    g.type = PE_PS_GET;
+    snprintf(g.name, sizeof g.name, "w");
+    pe_ps_hdr e = b;
+    e.type = PE_PS_ERROR;
+    expect_reject(&s, e_short, "header frame of 7 bytes is shorter than the 96-byte fixed part", NULL);
+    expect_reject(&s, e_magic, "does not start with \"PEPS\"", "bytes 58 45 50 53");
+    expect_reject(&s, e_version, "protocol version 2, this PE speaks 1", NULL);
+    expect_reject(&s, e_type, "unknown message type 9", NULL);
+    expect_reject(&s, e_type_hi, "unknown message type 257", NULL);
+    expect_reject(&s, e_tid, "trainer id 2147483648 is negative", NULL);
+    expect_reject(&s, e_name_long, "var name of 1025 bytes (at most 1024)", NULL);
+    expect_reject(&s, e_name_ctrl, "non-printable byte 0x0a at 2", NULL);
+    expect_reject(&s, e_name_hi, "non-printable byte 0xc3 at 0", NULL);
+    expect_reject(&s, e_name_nul, "non-printable byte 0x00 at 1", NULL);
+    pe_ps_hdr noname = s;
+    noname.name[0] = 0;
+    expect_reject(&noname, NULL, "SEND without a var name", NULL);
+    pe_ps_hdr g0 = g;
+    g0.name[0] = 0;
+    expect_reject(&g0, NULL, "GET without a var name", NULL);
+    pe_ps_hdr v0 = s;
+    v0.type = PE_PS_VALUE, v0.name[0] = 0;
+    expect_reject(&v0, NULL, "VALUE without a var name", NULL);
+    expect_reject(&s, e_dtype, "SEND 'w@GRAD': dtype code 200 is not a PE dtype", NULL);
+    expect_reject(&s, e_rank, "SEND 'w@GRAD': rank 9 (at most 8)", NULL);
+    expect_reject(&s, e_dim_neg, "SEND 'w@GRAD': dim 0 is -1", NULL);
+    expect_reject(&s, e_dims_overflow, "the dims overflow 64 bits", NULL);
+    expect_reject(&s, e_bytes_overflow, "does not match float64 dims of 4611686018427387904 elements", NULL);
+    expect_reject(&s, e_nbytes, "data length 13 bytes does not match float64 dims of 12 elements", NULL);
+    expect_reject(&b, e_nbytes100, "SEND_BARRIER '' announces a 100-byte data frame; it carries none", NULL);
+    expect_reject(&g, e_nbytes100, "GET 'w' announces a 100-byte data frame", NULL);
+    pe_ps_hdr ack = b;
+    ack.type = PE_PS_ACK;
+    expect_reject(&ack, e_nbytes100, "ACK '' announces a 100-byte data frame", NULL);
+    expect_reject(&e, e_error_long, "ERROR message of 65537 bytes (at most 65536)", NULL);
+    /* the fixed part alone with a NULL-free buffer of odd sizes */
+    unsigned char zero[200] = {0};
+    pe_ps_hdr d;
+    for (size_t n = 0; n < sizeof zero; n++) assert_int_equal(pe_ps_hdr_decode(zero, n, &d), PE_ERR_INVALID);
+}
+
+/* ======================================================================
+ * a server driven by a thread of this test
+ * ====================================================================== */
+
+typedef struct srv_thread {
+    pe_ps_server *s;
+    char ep[256];
+    pthread_t th;
+    pthread_mutex_t mu;
+    int stop;             /* under mu */
+    int die_on_barrier;   /* SEND_BARRIER: free the server without replying */
+    int die_after_complete; /* COMPLETE: reply, then free the server at once (as the pserver loop does) */
+    int start_delay_ms;   /* bind the server only after this (port of ep) */
+    /* what came (under mu) */
+    int n_requests, n_bad, n_lost, n_complete, n_barriers;
+    pe_ps_hdr last;
+    unsigned char *last_data;
+    size_t last_len;
+    char last_bad[512];
+    pe_tensor *value;     /* GET's answer */
+} srv_thread;
+
+static void *srv_main(void *arg) {
+    srv_thread *t = arg;
+    if (t->start_delay_ms) {
+        sleep_ms(t->start_delay_ms);
+        t->s = pe_ps_server_new(t->ep, NULL, 0);
+        if (!t->s) fprintf(stderr, "late server: %s\n", pe_last_error());
+    }
+    const double t0 = now_s();
+    while (t->s && now_s() - t0 < 60) { /* bounded: no test runs this long */
+        pthread_mutex_lock(&t->mu);
+        int stop = t->stop;
+        pthread_mutex_unlock(&t->mu);
+        if (stop) break;
+        pe_ps_event ev;
+        if (pe_ps_server_poll(t->s, 20, &ev) != PE_OK) {
+            fprintf(stderr, "poll: %s\n", pe_last_error());
+            break;
+        }
+        pthread_mutex_lock(&t->mu);
+        bool die = false;
+        if (ev.kind == PE_PS_EV_REQUEST) {
+            t->n_requests++;
+            t->last = ev.hdr;
+            free(t->last_data);
+            t->last_data = NULL;
+            t->last_len = ev.hdr.nbytes;
+            if (ev.hdr.nbytes) {
+                t->last_data = malloc(ev.hdr.nbytes);
+                memcpy(t->last_data, ev.data, ev.hdr.nbytes);
+            }
+            switch (ev.hdr.type) {
+            case PE_PS_SEND:
+                if (!strcmp(ev.hdr.name, "refused")) pe_ps_reply_error(t->s, &ev, "no gradient 'refused' here");
+                else pe_ps_reply_ack(t->s, &ev);
+                break;
+            case PE_PS_GET:
+                if (t->value && !strcmp(ev.hdr.name, "w")) pe_ps_reply_value(t->s, &ev, t->value);
+                else pe_ps_reply_error(t->s, &ev, "has no var");
+                break;
+            case PE_PS_SEND_BARRIER:
+                t->n_barriers++;
+                if (t->die_on_barrier) die = true;
+                else pe_ps_reply_ack(t->s, &ev);
+                break;
+            case PE_PS_COMPLETE:
+                t->n_complete++;
+                pe_ps_reply_ack(t->s, &ev);
+                die = t->die_after_complete;
+                break;
+            default: t->n_barriers++; pe_ps_reply_ack(t->s, &ev); break;
+            }
+        } else if (ev.kind == PE_PS_EV_BAD) {
+            t->n_bad++;
+            snprintf(t->last_bad, sizeof t->last_bad, "%s", ev.error);
+        } else if (ev.kind == PE_PS_EV_LOST) {
+            t->n_lost++;
+        }
+        pthread_mutex_unlock(&t->mu);
+        pe_ps_event_release(&ev);
+        if (die) break;
+    }
+    pe_ps_server_free(t->s);
+    t->s = NULL;
+    return NULL;
+}
+
+static srv_thread *srv_start(const char *ep, int delay_ms) {
+    srv_thread *t = calloc(1, sizeof *t);
+    assert_non_null(t);
+    pthread_mutex_init(&t->mu, NULL);
+    t->start_delay_ms = delay_ms;
+    if (!delay_ms) {
+        t->s = pe_ps_server_new(ep, t->ep, sizeof t->ep);
+        if (!t->s) fail_msg("%s", pe_last_error());
+    } else {
+        snprintf(t->ep, sizeof t->ep, "%s", ep);
+    }
+    return t;
+}
+static void srv_run(srv_thread *t) { assert_int_equal(pthread_create(&t->th, NULL, srv_main, t), 0); }
+static void srv_stop(srv_thread *t) {
+    pthread_mutex_lock(&t->mu);
+    t->stop = 1;
+    pthread_mutex_unlock(&t->mu);
+    pthread_join(t->th, NULL);
+    free(t->last_data);
+    pe_tensor_free(t->value);
+    pthread_mutex_destroy(&t->mu);
+    free(t);
+}
+
+/* A free loopback port: bind on port 0, read it back, let it go. */
+static void free_endpoint(char *ep, size_t n) {
+    pe_ps_server *s = pe_ps_server_new("127.0.0.1:0", ep, n);
+    if (!s) fail_msg("%s", pe_last_error());
+    pe_ps_server_free(s);
+    sleep_ms(100); /* zmq_close is asynchronous: the port is let go shortly after */
+}
+
+static void close_client(void) {
+    if (pe_ps_trainer_close() != PE_OK) fail_msg("pe_ps_trainer_close: %s", pe_last_error());
+}
+
+/* ---- client <-> server ---------------------------------------------- */
+
+static void send_one(pe_ps_client *c, srv_thread *t, const char *name, pe_tensor *x) {
+    const char *eps[1] = {t->ep}, *names[1] = {name};
+    const pe_tensor *ts[1] = {x};
+    if (pe_ps_send(c, 1, eps, names, ts) != PE_OK) fail_msg("send '%s': %s", name, pe_last_error());
+    pthread_mutex_lock(&t->mu);
+    assert_int_equal(t->last.type, PE_PS_SEND);
+    assert_string_equal(t->last.name, name);
+    assert_int_equal(t->last.trainer_id, 0);
+    assert_int_equal(t->last.dtype, x->dtype);
+    assert_int_equal(t->last.ndim, x->ndim);
+    for (int i = 0; i < x->ndim; i++) assert_int_equal(t->last.dims[i], x->dims[i]);
+    assert_int_equal(t->last_len, pe_tensor_nbytes(x));
+    if (t->last_len) assert_memory_equal(t->last_data, pe_tensor_data(x), t->last_len);
+    pthread_mutex_unlock(&t->mu);
+}
+
+static void test_client_server(void **state) {
+    (void)state;
+    char bound[256];
+    srv_thread *t = srv_start("127.0.0.1:0", 0);
+    snprintf(bound, sizeof bound, "%s", t->ep);
+    assert_has(bound, "127.0.0.1:");
+    assert_int_not_equal(atoi(strrchr(bound, ':') + 1), 0);
+    t->value = tu_tensor(PE_DTYPE_FP64, 2, (int64_t[]){2, 3}, (double[]){1, 2, 3, 4, 5, 6.5});
+    srv_run(t);
+
+    pe_ps_client *c, *c2;
+    assert_int_equal(pe_ps_client_get(0, &c), PE_OK);
+    assert_int_equal(pe_ps_client_get(0, &c2), PE_OK);
+    assert_ptr_equal(c, c2);
+    /* one trainer per process */
+    assert_int_equal(pe_ps_client_get(1, &c2), PE_ERR_INVALID);
+    assert_null(c2);
+    tu_assert_error_has("already talks to the pservers as trainer 0", "an op says trainer 1", NULL);
+
+    pe_tensor *f32 = tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){4, 3}, (double[]){1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, -12});
+    pe_tensor *f64 = tu_tensor(PE_DTYPE_FP64, 1, (int64_t[]){3}, (double[]){0.1, -1e300, 3});
+    pe_tensor *i64 = tu_tensor(PE_DTYPE_INT64, 1, (int64_t[]){2}, (double[]){-5, 1e15});
+    pe_tensor *empty = tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){0, 7}, NULL);
+    pe_tensor *big = tu_tensor(PE_DTYPE_FP32, 1, (int64_t[]){2 * 1024 * 1024}, NULL); /* 8 MB */
+    float *bd = pe_tensor_data(big);
+    for (int64_t i = 0; i < pe_tensor_numel(big); i++) bd[i] = (float)(i % 1000) * 0.5f;
+    send_one(c, t, "w@GRAD", f32);
+    send_one(c, t, "d@GRAD", f64);
+    send_one(c, t, "ids", i64);
+    send_one(c, t, "empty@GRAD", empty);
+    send_one(c, t, "big@GRAD", big);
+
+    /* several at once to one endpoint: every receipt awaited */
+    const char *eps3[3] = {t->ep, t->ep, t->ep}, *names3[3] = {"a", "b", "c"};
+    const pe_tensor *ts3[3] = {f32, f64, i64};
+    pthread_mutex_lock(&t->mu);
+    int before = t->n_requests;
+    pthread_mutex_unlock(&t->mu);
+    assert_int_equal(pe_ps_send(c, 3, eps3, names3, ts3), PE_OK);
+    pthread_mutex_lock(&t->mu);
+    assert_int_equal(t->n_requests, before + 3);
+    pthread_mutex_unlock(&t->mu);
+
+    /* GET: the value arrives, the output resized to it */
+    const char *eps[1] = {t->ep}, *wn[1] = {"w"};
+    pe_tensor *out = tu_tensor(PE_DTYPE_FP32, 1, (int64_t[]){1}, NULL);
+    assert_int_equal(pe_ps_get(c, 1, eps, wn, &out, pe_place_cpu(0)), PE_OK);
+    tu_assert_dims(out, 2, (int64_t[]){2, 3});
+    assert_int_equal(out->dtype, PE_DTYPE_FP64);
+    tu_assert_close(out, (double[]){1, 2, 3, 4, 5, 6.5}, 6, 0);
+
+    /* an ERROR reply: the client's error names the endpoint and the server's text */
+    const char *rn[1] = {"refused"};
+    const pe_tensor *rt[1] = {f32};
+    assert_int_equal(pe_ps_send(c, 1, eps, rn, rt), PE_ERR_INVALID);
+    char want[600];
+    snprintf(want, sizeof want, "pserver %.256s refused SEND 'refused': no gradient 'refused' here", t->ep);
+    tu_assert_error_has(want, NULL, NULL);
+    const char *nn[1] = {"nothing"};
+    assert_int_equal(pe_ps_get(c, 1, eps, nn, &out, pe_place_cpu(0)), PE_ERR_INVALID);
+    tu_assert_error_has(t->ep, "GET 'nothing': has no var", NULL);
+    /* ... and the connection still serves */
+    assert_int_equal(pe_ps_barrier(c, PE_PS_SEND_BARRIER, 1, eps), PE_OK);
+    assert_int_equal(pe_ps_barrier(c, PE_PS_FETCH_BARRIER, 1, eps), PE_OK);
+    const char *eps2[2] = {t->ep, t->ep};
+    assert_int_equal(pe_ps_barrier(c, PE_PS_SEND_BARRIER, 2, eps2), PE_OK);
+    pthread_mutex_lock(&t->mu);
+    assert_int_equal(t->n_barriers, 4);
+    assert_int_equal(t->n_bad, 0);
+    pthread_mutex_unlock(&t->mu);
+
+    /* an endpoint that is not ip:port */
+    const char *badeps[] = {"127.0.0.1", "127.0.0.1:", ":6174", "127.0.0.1:65536", "127.0.0.1:0", "host:12x"};
+    for (size_t i = 0; i < sizeof badeps / sizeof badeps[0]; i++) {
+        const char *be[1] = {badeps[i]};
+        assert_int_equal(pe_ps_barrier(c, PE_PS_SEND_BARRIER, 1, be), PE_ERR_INVALID);
+        tu_assert_error_has("is not ip:port", badeps[i], NULL);
+    }
+    assert_null(pe_ps_server_new("localhost", NULL, 0));
+    tu_assert_error_has("endpoint 'localhost' is not ip:port", NULL, NULL);
+    assert_null(pe_ps_server_new("127.0.0.1:99999", NULL, 0));
+    tu_assert_error_has("'127.0.0.1:99999' is not ip:port", NULL, NULL);
+    /* port in use */
+    assert_null(pe_ps_server_new(t->ep, NULL, 0));
+    tu_assert_error_has("pserver cannot listen on", t->ep, "in use");
+
+    /* a freed server lets its port go: a new one binds it (the next test's) */
+    pe_ps_server *s2 = pe_ps_server_new("127.0.0.1:0", NULL, 0);
+    assert_non_null(s2);
+    char ep2[256];
+    free_endpoint(ep2, sizeof ep2);
+    for (int rep = 0; rep < 10; rep++) {
+        pe_ps_server *s3 = pe_ps_server_new(ep2, NULL, 0);
+        if (!s3) fail_msg("repetition %d: %s", rep, pe_last_error());
+        pe_ps_server_free(s3);
+        sleep_ms(100);
+    }
+    pe_ps_server_free(s2);
+
+    close_client(); /* COMPLETE to the server */
+    pthread_mutex_lock(&t->mu);
+    assert_int_equal(t->n_complete, 1);
+    pthread_mutex_unlock(&t->mu);
+    assert_int_equal(pe_ps_trainer_close(), PE_OK); /* idempotent */
+    /* a new client may take another trainer id */
+    assert_int_equal(pe_ps_client_get(1, &c), PE_OK);
+    close_client();
+    srv_stop(t);
+    pe_tensor_free(f32), pe_tensor_free(f64), pe_tensor_free(i64), pe_tensor_free(empty), pe_tensor_free(big);
+    pe_tensor_free(out);
+}
+
+/* ---- liveness --------------------------------------------------------- */
+
+static void test_pserver_goes_away(void **state) {
+    (void)state;
+    srv_thread *t = srv_start("127.0.0.1:0", 0);
+    t->die_on_barrier = 1;
+    srv_run(t);
+    pe_ps_client *c;
+    assert_int_equal(pe_ps_client_get(0, &c), PE_OK);
+    const char *eps[1] = {t->ep};
+    const double t0 = now_s();
+    assert_int_equal(pe_ps_barrier(c, PE_PS_SEND_BARRIER, 1, eps), PE_ERR_IO);
+    const double dt = now_s() - t0;
+    if (dt > 3.5) fail_msg("the client noticed after %.1f s", dt);
+    char want[600];
+    snprintf(want, sizeof want, "pserver %.256s: the connection closed", t->ep);
+    tu_assert_error_has(want, "while trainer 0 waited for SEND_BARRIER", NULL);
+    /* a later call to that endpoint fails at once */
+    assert_int_equal(pe_ps_barrier(c, PE_PS_FETCH_BARRIER, 1, eps), PE_ERR_IO);
+    tu_assert_error_has(t->ep, "gave up on it", NULL);
+    close_client();
+    srv_stop(t);
+}
+
+/* The pserver loop frees its server right after acknowledging the last
+ * COMPLETE: that ACK must still reach the trainer (pe_ps_trainer_close
+ * returns PE_OK). */
+static void test_last_ack_delivered(void **state) {
+    (void)state;
+    for (int rep = 0; rep < 20; rep++) {
+        srv_thread *t = srv_start("127.0.0.1:0", 0);
+        t->die_after_complete = 1;
+        srv_run(t);
+        pe_ps_client *c;
+        assert_int_equal(pe_ps_client_get(0, &c), PE_OK);
+        const char *eps[1] = {t->ep};
+        if (pe_ps_barrier(c, PE_PS_SEND_BARRIER, 1, eps) != PE_OK) fail_msg("%s", pe_last_error());
+        if (pe_ps_trainer_close() != PE_OK) fail_msg("repetition %d: %s", rep, pe_last_error());
+        srv_stop(t);
+    }
+}
+
+static void test_connect_timeout(void **state) {
+    (void)state;
+    setenv("PE_PS_CONNECT_TIMEOUT", "1", 1);
+    char ep[256];
+    free_endpoint(ep, sizeof ep);
+    pe_ps_client *c;
+    assert_int_equal(pe_ps_client_get(0, &c), PE_OK);
+    const char *eps[1] = {ep};
+    double t0 = now_s();
+    assert_int_equal(pe_ps_barrier(c, PE_PS_SEND_BARRIER, 1, eps), PE_ERR_IO);
+    double dt = now_s() - t0;
+    if (dt > 2.5 || dt < 0.9) fail_msg("gave up after %.1f s with PE_PS_CONNECT_TIMEOUT=1", dt);
+    tu_assert_error_has(ep, "no pserver is listening there: waited 1 s (PE_PS_CONNECT_TIMEOUT)", NULL);
+    close_client();
+
+    /* a pserver that starts 0.5 s after the trainer's first request */
+    free_endpoint(ep, sizeof ep);
+    srv_thread *t = srv_start(ep, 500);
+    srv_run(t);
+    assert_int_equal(pe_ps_client_get(0, &c), PE_OK);
+    t0 = now_s();
+    if (pe_ps_barrier(c, PE_PS_SEND_BARRIER, 1, eps) != PE_OK) fail_msg("%s", pe_last_error());
+    dt = now_s() - t0;
+    if (dt < 0.4) fail_msg("answered after %.2f s, before the server started", dt);
+    close_client();
+    srv_stop(t);
+    unsetenv("PE_PS_CONNECT_TIMEOUT");
+}
+
+/* ======================================================================
+ * malformed input, driven from this thread (no server thread)
+ * ====================================================================== */
+
+/* Polls s until an event other than NONE, for up to 5 s. */
+static void poll_event(pe_ps_server *s, pe_ps_event *ev) {
+    const double t0 = now_s();
+    while (now_s() - t0 < 5) {
+        if (pe_ps_server_poll(s, 50, ev) != PE_OK) fail_msg("%s", pe_last_error());
+        if (ev->kind != PE_PS_EV_NONE) return;
+    }
+    fail_msg("no event within 5 s");
+}
+
+static void *raw_dealer(void *ctx, const char *ep) {
+    void *d = zmq_socket(ctx, ZMQ_DEALER);
+    assert_non_null(d);
+    int linger = 0, rcv = 5000;
+    zmq_setsockopt(d, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(d, ZMQ_RCVTIMEO, &rcv, sizeof rcv);
+    char addr[300];
+    snprintf(addr, sizeof addr, "tcp://%s", ep);
+    assert_int_equal(zmq_connect(d, addr), 0);
+    return d;
+}
+
+/* Sends frames[0..n) (lens) from d. */
+static void raw_send(void *d, int n, const void *const *frames, const size_t *lens) {
+    for (int i = 0; i < n; i++) assert_true(zmq_send(d, frames[i], lens[i], i + 1 < n ? ZMQ_SNDMORE : 0) >= 0);
+}
+
+/* Receives one reply on d: its header (and the ERROR text into text). */
+static void raw_reply(void *d, pe_ps_hdr *h, char *text, size_t n) {
+    unsigned char buf[PE_PS_MAX_MSG];
+    int r = zmq_recv(d, buf, sizeof buf, 0);
+    if (r < 0) fail_msg("no reply: %s", zmq_strerror(zmq_errno()));
+    assert_int_equal(pe_ps_hdr_decode(buf, (size_t)r, h), PE_OK);
+    int more = 0;
+    size_t sz = sizeof more;
+    zmq_getsockopt(d, ZMQ_RCVMORE, &more, &sz);
+    text[0] = 0;
+    if (more) {
+        int m = zmq_recv(d, text, n - 1, 0);
+        assert_true(m >= 0);
+        text[(size_t)m < n - 1 ? (size_t)m : n - 1] = 0;
+    }
+}
+
+static size_t enc(unsigned char *buf, int type, int tid, const char *name, int ndim, const int64_t *dims) {
+    pe_ps_hdr h = tensor_hdr(type, name, PE_DTYPE_FP32, ndim, dims);
+    h.trainer_id = tid;
+    h.seq = 42;
+    if (type != PE_PS_SEND && type != PE_PS_VALUE) h.nbytes = 0;
+    return pe_ps_hdr_encode(&h, buf);
+}
+
+/* A bad message from d: BAD naming `want`, and an ERROR reply with it. */
+static void expect_bad(pe_ps_server *s, void *d, int n, const void *const *frames, const size_t *lens,
+                       const char *want) {
+    raw_send(d, n, frames, lens);
+    pe_ps_event ev;
+    poll_event(s, &ev);
+    if (ev.kind != PE_PS_EV_BAD) fail_msg("event %d, not BAD, for a message that should say '%s'", ev.kind, want);
+    assert_has(ev.error, want);
+    pe_ps_event_release(&ev);
+    pe_ps_hdr h;
+    char text[1024];
+    raw_reply(d, &h, text, sizeof text);
+    assert_int_equal(h.type, PE_PS_ERROR);
+    assert_has(text, want);
+}
+
+/* A well-formed SEND_BARRIER from d is served. */
+static void expect_served(pe_ps_server *s, void *d, int tid) {
+    unsigned char hb[PE_PS_MAX_MSG];
+    const void *f[1] = {hb};
+    size_t l[1] = {enc(hb, PE_PS_SEND_BARRIER, tid, "", 0, NULL)};
+    raw_send(d, 1, f, l);
+    pe_ps_event ev;
+    poll_event(s, &ev);
+    if (ev.kind != PE_PS_EV_REQUEST) fail_msg("event %d (%s), not the request", ev.kind, ev.error);
+    assert_int_equal(ev.hdr.type, PE_PS_SEND_BARRIER);
+    assert_int_equal(ev.hdr.trainer_id, tid);
+    assert_int_equal(pe_ps_reply_ack(s, &ev), PE_OK);
+    pe_ps_event_release(&ev);
+    pe_ps_hdr h;
+    char text[64];
+    raw_reply(d, &h, text, sizeof text);
+    assert_int_equal(h.type, PE_PS_ACK);
+    assert_int_equal(h.seq, 42);
+}
+
+static void test_malformed_input(void **state) {
+    (void)state;
+    char ep[256];
+    pe_ps_server *s = pe_ps_server_new("127.0.0.1:0", ep, sizeof ep);
+    if (!s) fail_msg("%s", pe_last_error());
+    void *ctx = zmq_ctx_new();
+    void *d = raw_dealer(ctx, ep);
+    unsigned char hb[PE_PS_MAX_MSG], data[128] = {0};
+
+    size_t n = enc(hb, PE_PS_SEND_BARRIER, 0, "", 0, NULL);
+    expect_bad(s, d, 1, (const void *[]){hb}, (size_t[]){7}, "header frame of 7 bytes is shorter");
+    expect_served(s, d, 0);
+    hb[0] = 'Q';
+    expect_bad(s, d, 1, (const void *[]){hb}, (size_t[]){n}, "does not start with \"PEPS\"");
+    n = enc(hb, PE_PS_SEND, 0, "g", 1, (int64_t[]){25}); /* 100 data bytes announced */
+    expect_bad(s, d, 1, (const void *[]){hb}, (size_t[]){n},
+               "SEND 'g': the header announces 100 data bytes, the data frame has 0");
+    expect_bad(s, d, 2, (const void *[]){hb, data}, (size_t[]){n, 99}, "announces 100 data bytes, the data frame has 99");
+    expect_bad(s, d, 4, (const void *[]){hb, data, data, data}, (size_t[]){n, 100, 1, 1},
+               "a message of 4 frames (a header and at most one data frame expected)");
+    n = enc(hb, PE_PS_ACK, 0, "", 0, NULL);
+    expect_bad(s, d, 1, (const void *[]){hb}, (size_t[]){n}, "a ACK message: a pserver takes requests only");
+    n = enc(hb, PE_PS_GET, 0, "", 0, NULL);
+    expect_bad(s, d, 1, (const void *[]){hb}, (size_t[]){n}, "GET without a var name");
+    expect_bad(s, d, 1, (const void *[]){""}, (size_t[]){0}, "header frame of 0 bytes");
+    /* one connection, one trainer id */
+    expect_served(s, d, 0);
+    n = enc(hb, PE_PS_SEND_BARRIER, 1, "", 0, NULL);
+    expect_bad(s, d, 1, (const void *[]){hb}, (size_t[]){n}, "trainer 1 spoke as trainer 0 before on this connection");
+    /* a valid SEND with data still works */
+    n = enc(hb, PE_PS_SEND, 0, "g", 1, (int64_t[]){25});
+    raw_send(d, 2, (const void *[]){hb, data}, (size_t[]){n, 100});
+    pe_ps_event ev;
+    poll_event(s, &ev);
+    assert_int_equal(ev.kind, PE_PS_EV_REQUEST);
+    assert_int_equal(ev.hdr.nbytes, 100);
+    assert_non_null(ev.data);
+    assert_memory_equal(ev.data, data, 100);
+    assert_int_equal(pe_ps_reply_ack(s, &ev), PE_OK);
+    pe_ps_event_release(&ev);
+    pe_ps_hdr h;
+    char text[64];
+    raw_reply(d, &h, text, sizeof text);
+    assert_int_equal(h.type, PE_PS_ACK);
+
+    /* a raw TCP peer writing garbage (not ZMTP): dropped by ZeroMQ */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)atoi(strrchr(ep, ':') + 1));
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    char junk[4096];
+    for (size_t i = 0; i < sizeof junk; i++) junk[i] = (char)(i * 7 + 3);
+    memcpy(junk, "GET / HTTP/1.1\r\n\r\n", 18);
+    ssize_t w = write(fd, junk, sizeof junk);
+    (void)w;
+    const double t0 = now_s();
+    while (now_s() - t0 < 0.5) { /* only NONE (or BAD: never a request, never LOST) */
+        assert_int_equal(pe_ps_server_poll(s, 50, &ev), PE_OK);
+        if (ev.kind == PE_PS_EV_REQUEST || ev.kind == PE_PS_EV_LOST) fail_msg("garbage made event %d", ev.kind);
+        pe_ps_event_release(&ev);
+    }
+    close(fd);
+    expect_served(s, d, 0);
+
+    zmq_close(d);
+    zmq_ctx_term(ctx);
+    pe_ps_server_free(s);
+}
+
+/* A connection that spoke as trainer 3 closes: LOST, trainer 3. */
+static void test_lost_trainer(void **state) {
+    (void)state;
+    char ep[256];
+    pe_ps_server *s = pe_ps_server_new("127.0.0.1:0", ep, sizeof ep);
+    if (!s) fail_msg("%s", pe_last_error());
+    void *ctx = zmq_ctx_new();
+    void *d = raw_dealer(ctx, ep);
+    expect_served(s, d, 3);
+    zmq_close(d);
+    pe_ps_event ev;
+    poll_event(s, &ev);
+    assert_int_equal(ev.kind, PE_PS_EV_LOST);
+    assert_int_equal(ev.hdr.trainer_id, 3);
+    /* the same when the server was not polling while the trainer connected
+     * and spoke: its request and its connection's ACCEPTED event wait
+     * together, and the request is read first */
+    d = raw_dealer(ctx, ep);
+    unsigned char hb[PE_PS_MAX_MSG];
+    size_t n = enc(hb, PE_PS_SEND_BARRIER, 3, "", 0, NULL);
+    raw_send(d, 1, (const void *[]){hb}, (size_t[]){n});
+    sleep_ms(300);
+    poll_event(s, &ev);
+    assert_int_equal(ev.kind, PE_PS_EV_REQUEST);
+    assert_int_equal(ev.hdr.trainer_id, 3);
+    assert_int_equal(pe_ps_reply_ack(s, &ev), PE_OK);
+    pe_ps_event_release(&ev);
+    zmq_close(d);
+    poll_event(s, &ev);
+    assert_int_equal(ev.kind, PE_PS_EV_LOST);
+    assert_int_equal(ev.hdr.trainer_id, 3);
+    /* a connection that never said who it is closes: nothing */
+    d = raw_dealer(ctx, ep);
+    sleep_ms(200);
+    zmq_close(d);
+    const double t0 = now_s();
+    while (now_s() - t0 < 0.5) {
+        assert_int_equal(pe_ps_server_poll(s, 50, &ev), PE_OK);
+        assert_int_equal(ev.kind, PE_PS_EV_NONE);
+    }
+    zmq_ctx_term(ctx);
+    pe_ps_server_free(s);
+}
+
+/* ======================================================================
+ * the pserver loop: listen_and_serv run by pe_executor_run
+ * ====================================================================== */
+
+typedef struct loop_run {
+    pe_program *p;
+    pe_scope *scope;
+    pe_status st;
+    char err[1024];
+} loop_run;
+
+static void *loop_main(void *arg) {
+    loop_run *r = arg;
+    pe_executor *ex = pe_executor_new(pe_place_cpu(0));
+    r->st = pe_executor_run(ex, r->p, 0, r->scope, NULL, 0, NULL, 0, NULL);
+    if (r->st != PE_OK) snprintf(r->err, sizeof r->err, "%s", pe_last_error());
+    pe_executor_free(ex);
+    return NULL;
+}
+
+static void test_pserver_loop(void **state) {
+    (void)state;
+    char ep[256];
+    free_endpoint(ep, sizeof ep);
+    pe_program *p = pe_program_new();
+    const int64_t wd[2] = {4, 3};
+    pe_var *w = pe_block_add_var(&p->blocks[0], "w", PE_DTYPE_FP32, 2, wd);
+    w->persistable = w->is_parameter = true;
+    pe_block_add_var(&p->blocks[0], "w@GRAD", PE_DTYPE_FP32, 2, wd);
+    pe_var *lr = pe_block_add_var(&p->blocks[0], "lr", PE_DTYPE_FP32, 1, (int64_t[]){1});
+    lr->persistable = true;
+    pe_block *b1 = pe_program_add_block(p, 0);
+    assert_non_null(b1);
+    pe_op *op = pe_block_add_op(&p->blocks[1], "sgd");
+    pe_op_add_input(op, "Param", "w");
+    pe_op_add_input(op, "Grad", "w@GRAD");
+    pe_op_add_input(op, "LearningRate", "lr");
+    pe_op_add_output(op, "ParamOut", "w");
+    op = pe_block_add_op(&p->blocks[0], "listen_and_serv");
+    pe_op_set_string(op, "endpoint", ep);
+    pe_op_set_int(op, "Fanin", 2);
+    pe_op_set_ints(op, "optimize_blocks", (int64_t[]){1}, 1);
+    const char *g2b[1] = {"w@GRAD:1"};
+    pe_op_set_strings(op, "grad_to_block_id", g2b, 1);
+
+    double w0[12], g0[12], g1[12];
+    for (int i = 0; i < 12; i++) w0[i] = i * 0.25, g0[i] = i - 5, g1[i] = 2.0 * i + 1;
+    loop_run r = {p, pe_scope_new(NULL), PE_OK, ""};
+    pe_tensor *wt = tu_tensor(PE_DTYPE_FP32, 2, wd, w0), *lt = tu_tensor(PE_DTYPE_FP32, 1, (int64_t[]){1}, (double[]){0.5});
+    assert_int_equal(pe_tensor_copy(pe_scope_var(r.scope, "w"), wt, pe_place_cpu(0)), PE_OK);
+    assert_int_equal(pe_tensor_copy(pe_scope_var(r.scope, "lr"), lt, pe_place_cpu(0)), PE_OK);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, loop_main, &r), 0);
+
+    /* trainer 0: this process's client; trainer 1: a raw DEALER */
+    setenv("PE_PS_CONNECT_TIMEOUT", "20", 1);
+    pe_ps_client *c;
+    assert_int_equal(pe_ps_client_get(0, &c), PE_OK);
+    const char *eps[1] = {ep}, *gn[1] = {"w@GRAD"}, *wn[1] = {"w"};
+    pe_tensor *gt0 = tu_tensor(PE_DTYPE_FP32, 2, wd, g0), *gt1 = tu_tensor(PE_DTYPE_FP32, 2, wd, g1);
+    const pe_tensor *ts[1] = {gt0};
+    if (pe_ps_send(c, 1, eps, gn, ts) != PE_OK) fail_msg("%s", pe_last_error());
+    /* a gradient with the wrong shape is refused by the loop */
+    pe_tensor *wrong = tu_tensor(PE_DTYPE_FP32, 1, (int64_t[]){5}, NULL);
+    ts[0] = wrong;
+    assert_int_equal(pe_ps_send(c, 1, eps, gn, ts), PE_ERR_INVALID);
+    tu_assert_error_has("declares float32 [4, 3]", ep, NULL);
+    void *ctx = zmq_ctx_new();
+    void *d = raw_dealer(ctx, ep);
+    unsigned char hb[PE_PS_MAX_MSG];
+    size_t n = enc(hb, PE_PS_SEND, 1, "w@GRAD", 2, wd);
+    raw_send(d, 2, (const void *[]){hb, pe_tensor_data(gt1)}, (size_t[]){n, 48});
+    pe_ps_hdr h;
+    char text[1024];
+    raw_reply(d, &h, text, sizeof text);
+    if (h.type != PE_PS_ACK) fail_msg("trainer 1's SEND: %s", text);
+    n = enc(hb, PE_PS_SEND_BARRIER, 1, "", 0, NULL);
+    raw_send(d, 1, (const void *[]){hb}, (size_t[]){n});
+    /* trainer 0's barrier: the step runs when both are in */
+    if (pe_ps_barrier(c, PE_PS_SEND_BARRIER, 1, eps) != PE_OK) fail_msg("%s", pe_last_error());
+    raw_reply(d, &h, text, sizeof text);
+    assert_int_equal(h.type, PE_PS_ACK);
+    pe_tensor *got = pe_tensor_new();
+    if (pe_ps_get(c, 1, eps, wn, &got, pe_place_cpu(0)) != PE_OK) fail_msg("%s", pe_last_error());
+    double want[12];
+    for (int i = 0; i < 12; i++) want[i] = w0[i] - 0.5 * (g0[i] + g1[i]) / 2;
+    tu_assert_dims(got, 2, wd);
+    tu_assert_close(got, want, 12, 1e-6);
+    assert_int_equal(pe_ps_barrier(c, PE_PS_FETCH_BARRIER, 1, eps), PE_OK);
+    /* both leave: the loop returns PE_OK */
+    n = enc(hb, PE_PS_COMPLETE, 1, "", 0, NULL);
+    raw_send(d, 1, (const void *[]){hb}, (size_t[]){n});
+    raw_reply(d, &h, text, sizeof text);
+    assert_int_equal(h.type, PE_PS_ACK);
+    close_client();
+    pthread_join(th, NULL);
+    if (r.st != PE_OK) fail_msg("the pserver loop: %s", r.err);
+    tu_assert_close(pe_scope_find_var(r.scope, "w"), want, 12, 1e-6);
+    unsetenv("PE_PS_CONNECT_TIMEOUT");
+    zmq_close(d);
+    zmq_ctx_term(ctx);
+    pe_tensor_free(wt), pe_tensor_free(lt), pe_tensor_free(gt0), pe_tensor_free(gt1), pe_tensor_free(wrong);
+    pe_tensor_free(got);
+    pe_scope_free(r.scope);
+    pe_program_free(p);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hdr_round_trip),
+        cmocka_unit_test(test_hdr_rejects),
+        cmocka_unit_test(test_client_server),
+        cmocka_unit_test(test_malformed_input),
+        cmocka_unit_test(test_lost_trainer),
+        cmocka_unit_test(test_pserver_goes_away),
+        cmocka_unit_test(test_last_ack_delivered),
+        cmocka_unit_test(test_connect_timeout),
+        cmocka_unit_test(test_pserver_loop),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
+
+#else
+
+int main(void) {
+    fprintf(stderr, "test_transport: PE was built without ZeroMQ; skipped\n");
+    return 77;
+}
+
+#endif
