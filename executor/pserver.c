@@ -224,15 +224,16 @@ static pe_status try_step(serve *s) {
         grad_slot *g = &s->grads[i];
         int n = 0;
         const pe_ps_hdr *h = NULL;
+        int first_t = -1;
         for (int t = 0; t < s->fanin; t++)
             if (g->held[t].kind == PE_PS_EV_REQUEST) {
                 if (h && (h->dtype != g->held[t].hdr.dtype || h->ndim != g->held[t].hdr.ndim ||
                           memcmp(h->dims, g->held[t].hdr.dims, sizeof h->dims))) {
                     st = pe_error(PE_ERR_INVALID, "pserver %s: trainers sent gradient '%s' with different shapes "
-                                  "(trainer %d's differs from trainer %d's)", s->ep, g->name, t,
-                                  g->held[0].kind == PE_PS_EV_REQUEST ? 0 : -1);
+                                  "(trainer %d's differs from trainer %d's)", s->ep, g->name, t, first_t);
                     break;
                 }
+                if (!h) first_t = t;
                 h = &g->held[t].hdr;
                 data[n++] = g->held[t].data;
             }
