@@ -489,7 +489,32 @@ struct pe_ps_server {
     char ep[208];
     int n_fd;
     struct { int fd, trainer; } fds[4 * MAX_CONNS];
+    int n_lost;                 /* trainers whose connection closed, not yet reported */
+    int lost[4 * MAX_CONNS];
 };
+
+static int *fd_trainer(pe_ps_server *s, int fd, bool add);
+static void fd_drop(pe_ps_server *s, int fd);
+
+/* Takes every pending monitor event: connections accepted and closed; a
+ * closed one that carried a trainer is queued for PE_PS_EV_LOST. */
+static void monitor_step(pe_ps_server *s) {
+    int ev_id, val;
+    while (read_monitor(s->mon, &ev_id, &val)) {
+        if (ev_id == ZMQ_EVENT_ACCEPTED) {
+            /* Not reset: requests are read first, so this connection's
+             * first request may have been taken (and its trainer noted)
+             * before this event; a reused fd's old entry was dropped by
+             * its DISCONNECTED, which the monitor reports before. */
+            fd_trainer(s, val, true);
+        } else if (ev_id == ZMQ_EVENT_DISCONNECTED) {
+            int *tr = fd_trainer(s, val, false);
+            int t = tr ? *tr : -1;
+            fd_drop(s, val);
+            if (t >= 0 && s->n_lost < (int)(sizeof s->lost / sizeof s->lost[0])) s->lost[s->n_lost++] = t;
+        }
+    }
+}
 
 pe_ps_server *pe_ps_server_new(const char *endpoint, char *bound, size_t bound_size) {
     char addr[256];
@@ -670,6 +695,12 @@ static void take_request(pe_ps_server *s, pe_ps_event *ev) {
                       pe_ps_type_name(ev->hdr.type), ev->hdr.name, (unsigned long long)ev->hdr.nbytes, dlen);
     if (st == PE_OK && fd >= 0) {
         int *tr = fd_trainer(s, fd, true);
+        if (tr && *tr >= 0 && *tr != ev->hdr.trainer_id) {
+            /* the fd may be a closed connection's, reused: its DISCONNECTED
+             * is already in the monitor (reported before the fd is freed) */
+            monitor_step(s);
+            tr = fd_trainer(s, fd, true);
+        }
         if (tr && *tr >= 0 && *tr != ev->hdr.trainer_id)
             st = pe_error(PE_ERR_INVALID, "trainer %d spoke as trainer %d before on this connection",
                           ev->hdr.trainer_id, *tr);
@@ -733,8 +764,8 @@ pe_status pe_ps_server_poll(pe_ps_server *s, int timeout_ms, pe_ps_event *ev) {
     memset(ev, 0, sizeof *ev);
     zmq_pollitem_t items[2] = {{s->sock, 0, ZMQ_POLLIN, 0}, {s->mon, 0, ZMQ_POLLIN, 0}};
     /* requests first: a trainer's last message is handled before its connection's close */
-    int ev_id, val;
     for (int round = 0; round < 2; round++) {
+        if (s->n_lost) break;
         int ready = zmq_poll(items, 2, round ? timeout_ms : 0);
         if (ready < 0 && errno != EINTR)
             return pe_error(PE_ERR_IO, "pserver %s: poll: %s", s->ep, zmq_strerror(errno));
@@ -743,24 +774,13 @@ pe_status pe_ps_server_poll(pe_ps_server *s, int timeout_ms, pe_ps_event *ev) {
             take_request(s, ev);
             return PE_OK;
         }
-        while (read_monitor(s->mon, &ev_id, &val)) {
-            if (ev_id == ZMQ_EVENT_ACCEPTED) {
-                /* Not reset: requests are read first, so this connection's
-                 * first request may have been taken (and its trainer noted)
-                 * before this event; a reused fd's old entry was dropped by
-                 * its DISCONNECTED, which the monitor reports before. */
-                fd_trainer(s, val, true);
-            } else if (ev_id == ZMQ_EVENT_DISCONNECTED) {
-                int *tr = fd_trainer(s, val, false);
-                int t = tr ? *tr : -1;
-                fd_drop(s, val);
-                if (t >= 0) {
-                    ev->kind = PE_PS_EV_LOST;
-                    ev->hdr.trainer_id = t;
-                    return PE_OK;
-                }
-            }
-        }
+        monitor_step(s);
+    }
+    if (s->n_lost) {
+        ev->kind = PE_PS_EV_LOST;
+        ev->hdr.trainer_id = s->lost[0];
+        memmove(s->lost, s->lost + 1, sizeof s->lost[0] * (size_t)--s->n_lost);
+        return PE_OK;
     }
     ev->kind = PE_PS_EV_NONE;
     return PE_OK;
