@@ -580,6 +580,13 @@ static int *fd_trainer(pe_ps_server *s, int fd, bool add) {
     return &s->fds[s->n_fd++].trainer;
 }
 
+/* The fd of another connection that carries trainer t, or -1. */
+static int fd_of_trainer(const pe_ps_server *s, int t, int fd) {
+    for (int i = 0; i < s->n_fd; i++)
+        if (s->fds[i].fd != fd && s->fds[i].trainer == t) return s->fds[i].fd;
+    return -1;
+}
+
 static void fd_drop(pe_ps_server *s, int fd) {
     for (int i = 0; i < s->n_fd; i++)
         if (s->fds[i].fd == fd) {
@@ -704,8 +711,21 @@ static void take_request(pe_ps_server *s, pe_ps_event *ev) {
         if (tr && *tr >= 0 && *tr != ev->hdr.trainer_id)
             st = pe_error(PE_ERR_INVALID, "trainer %d spoke as trainer %d before on this connection",
                           ev->hdr.trainer_id, *tr);
-        else if (tr)
-            *tr = ev->hdr.trainer_id;
+        if (st == PE_OK && tr && *tr < 0) {
+            /* a new connection: its trainer id must not be live on another one
+             * (closed ones are dropped by their DISCONNECTED, taken first) */
+            int other = fd_of_trainer(s, ev->hdr.trainer_id, fd);
+            if (other >= 0) {
+                monitor_step(s);
+                tr = fd_trainer(s, fd, true);
+                other = fd_of_trainer(s, ev->hdr.trainer_id, fd);
+            }
+            if (other >= 0)
+                st = pe_error(PE_ERR_INVALID, "trainer %d is already connected to this pserver on another connection: "
+                              "two trainer processes with the same trainer id (PADDLE_TRAINER_ID)?",
+                              ev->hdr.trainer_id);
+        }
+        if (st == PE_OK && tr) *tr = ev->hdr.trainer_id;
     }
     if (st != PE_OK) {
         snprintf(ev->error, sizeof ev->error, "%s", pe_last_error());
