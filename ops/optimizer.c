@@ -1,12 +1,13 @@
 /* ops/optimizer.c — shape inference of the optimizer ops: sgd, momentum,
- * adam and clip_by_global_norm (kernels in ops/cpu/optimizer.c; the pass
+ * adam (also adamw's and lamb's: the same slots), adagrad, rmsprop, adamax
+ * and clip_by_global_norm (kernels in ops/cpu/optimizer.c; the pass
  * that emits them is passes/optimizer.c).
  *
  * Paddle's slots and meaning. Every output normally aliases its input
  * (ParamOut = Param, VelocityOut = Velocity, ...): the optimizer updates
  * persistable state in place, so an output gets exactly its input's meta.
  * Checked here, so the kernels trust the metas: Param is fp32 or fp64; Grad
- * and every accumulator (Velocity, Moment1, Moment2) have Param's dtype and
+ * and every accumulator (Velocity, Moment*, MeanSquare, MeanGrad, InfNorm) have Param's dtype and
  * dims; LearningRate, Beta1Pow and Beta2Pow are fp32/fp64 with one element
  * (their dtype may differ from Param's: the kernels read them as doubles).
  * Messages name the op, the slot, the var and both shapes.
@@ -146,4 +147,66 @@ pe_status pe_infer_clip_by_global_norm(pe_op_ctx *ctx) {
         if (o != x) PE_CHECK(set_meta(ctx, o, x));
     }
     return PE_OK;
+}
+
+/* param, grad, moment: [d...]; lr: [1] -> param_out, moment_out: [d...] */
+pe_status pe_infer_adagrad(pe_op_ctx *ctx) {
+    const pe_tensor *param;
+    PE_CHECK(check_param(ctx, &param));
+    PE_CHECK(check_like_param(ctx, "Grad", param));
+    PE_CHECK(check_like_param(ctx, "Moment", param));
+    PE_CHECK(check_scalar(ctx, "LearningRate"));
+    double eps = pe_ctx_float(ctx, "epsilon");
+    if (!(eps >= 0) || !isfinite(eps))
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "epsilon = %g; it must be finite and >= 0", eps);
+    PE_CHECK(out_like(ctx, "ParamOut", "Param"));
+    return out_like(ctx, "MomentOut", "Moment");
+}
+
+/* param, grad, mean_square, moment (, mean_grad): [d...]; lr: [1]
+ * -> param_out, moment_out, mean_square_out (, mean_grad_out): [d...] */
+pe_status pe_infer_rmsprop(pe_op_ctx *ctx) {
+    const pe_tensor *param;
+    PE_CHECK(check_param(ctx, &param));
+    PE_CHECK(check_like_param(ctx, "Grad", param));
+    PE_CHECK(check_like_param(ctx, "MeanSquare", param));
+    PE_CHECK(check_like_param(ctx, "Moment", param));
+    PE_CHECK(check_scalar(ctx, "LearningRate"));
+    double eps = pe_ctx_float(ctx, "epsilon"), rho = pe_ctx_float(ctx, "decay"), mu = pe_ctx_float(ctx, "momentum");
+    if (!(eps >= 0) || !isfinite(eps))
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "epsilon = %g; it must be finite and >= 0", eps);
+    if (!isfinite(rho) || !isfinite(mu))
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "decay = %g, momentum = %g; they must be finite", rho, mu);
+    if (pe_ctx_bool(ctx, "centered")) {
+        if (!pe_ctx_in(ctx, "MeanGrad") || !pe_ctx_out(ctx, "MeanGradOut"))
+            return pe_ctx_error(ctx, PE_ERR_INVALID, "centered = true needs input MeanGrad and output MeanGradOut "
+                                "(MeanGrad '%s', MeanGradOut '%s')", pe_ctx_in_name(ctx, "MeanGrad", 0),
+                                pe_ctx_out_name(ctx, "MeanGradOut", 0));
+    }
+    if (pe_ctx_in(ctx, "MeanGrad")) PE_CHECK(check_like_param(ctx, "MeanGrad", param));
+    PE_CHECK(out_like(ctx, "ParamOut", "Param"));
+    PE_CHECK(out_like(ctx, "MomentOut", "Moment"));
+    PE_CHECK(out_like(ctx, "MeanSquareOut", "MeanSquare"));
+    return pe_ctx_in(ctx, "MeanGrad") ? out_like(ctx, "MeanGradOut", "MeanGrad") : PE_OK;
+}
+
+/* param, grad, moment, inf_norm: [d...]; lr, beta1_pow: [1]
+ * -> param_out, moment_out, inf_norm_out: [d...]; beta1_pow_out: [1] */
+pe_status pe_infer_adamax(pe_op_ctx *ctx) {
+    const pe_tensor *param;
+    PE_CHECK(check_param(ctx, &param));
+    PE_CHECK(check_like_param(ctx, "Grad", param));
+    PE_CHECK(check_like_param(ctx, "Moment", param));
+    PE_CHECK(check_like_param(ctx, "InfNorm", param));
+    PE_CHECK(check_scalar(ctx, "LearningRate"));
+    PE_CHECK(check_scalar(ctx, "Beta1Pow"));
+    double b1 = pe_ctx_float(ctx, "beta1"), b2 = pe_ctx_float(ctx, "beta2"), eps = pe_ctx_float(ctx, "epsilon");
+    if (!(b1 >= 0 && b1 < 1) || !(b2 >= 0 && b2 < 1))
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "beta1 = %g, beta2 = %g; each must be in [0, 1)", b1, b2);
+    if (!(eps >= 0) || !isfinite(eps))
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "epsilon = %g; it must be finite and >= 0", eps);
+    PE_CHECK(out_like(ctx, "ParamOut", "Param"));
+    PE_CHECK(out_like(ctx, "MomentOut", "Moment"));
+    PE_CHECK(out_like(ctx, "InfNormOut", "InfNorm"));
+    return out_like(ctx, "Beta1PowOut", "Beta1Pow");
 }

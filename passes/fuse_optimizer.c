@@ -1,8 +1,9 @@
 /* passes/fuse_optimizer.c — BuildStrategy.fuse_all_optimizer_ops.
  *
- * Every run of sgd / momentum / adam ops of one type, with equal attrs
- * (mu, use_nesterov / beta1, beta2, epsilon) and params of one dtype,
- * becomes one merged_sgd / merged_momentum / merged_adam op (Paddle's
+ * Every run of optimizer ops of one type (sgd, momentum, adam, adagrad,
+ * rmsprop, adamax, adamw, lamb), with equal attrs (mu, use_nesterov /
+ * beta1, beta2, epsilon / ...) and params of one dtype, becomes one
+ * merged_<type> op (Paddle's
  * merged_momentum / merged_adam slots: each slot lists the vars of all the
  * members in order; LearningRate lists one var, or one per param when they
  * differ, e.g. per-parameter lr_mult). Which op types, their merged

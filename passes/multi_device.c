@@ -365,12 +365,17 @@ static bool is_exchanged_grad(const pe_block *b, const char *grad) {
  * that only it reads (after its last writer), and only it writes the
  * per-element vars. Across trainers (cross) the shards are the world's
  * ranks, and an op with whole in-place outputs (adam's beta powers, which
- * every place advances) is not sharded. */
+ * every place advances) is not sharded; nor is lamb (its trust ratio spans the
+ * whole parameter). */
 static int shard_count(const pe_program *p, int i, int n_places, bool cross) {
     const pe_block *b = &p->blocks[0];
     const pe_op *op = &b->ops[i];
     const pe_op_info *info = pe_op_info_find(op->type);
     if (!pe_op_info_is_optimizer(info) || !(op_role(op) & PE_ROLE_OPTIMIZE)) return 0;
+    /* lamb's trust ratio ||p|| / ||r|| needs the whole parameter: a shard sees
+     * only its range, so lamb runs unsharded on every place (exact, as without
+     * shard_optimizer) */
+    if (pe_op_type_id(op->type) == PE_OP_lamb) return 0;
     const char *grad = pe_op_input1(op, "Grad"), *param = pe_op_input1(op, "Param");
     if (!grad || !param || !is_exchanged_grad(b, grad)) return 0;
     int64_t n = static_numel(p, param);

@@ -13,8 +13,11 @@
  *      (Paddle's L2DecayRegularizer; torch's weight_decay: g + c * p,
  *      applied after gradient clipping as torch users do);
  *   3. per parameter with lr_mult != 1: scale(lr, lr_mult) -> <param>_lr_k;
- *   4. one sgd / momentum / adam op per parameter, its outputs aliasing its
- *      inputs (ParamOut = Param, ...).
+ *   4. one sgd / momentum / adam / adagrad / rmsprop / adamax / adamw / lamb
+ *      op per parameter, its outputs aliasing its inputs (ParamOut = Param,
+ *      ...). adamw's decoupled decay (with_decay) and lamb's weight_decay
+ *      are off for the params in o->no_decay (Paddle's apply_decay_param_fun
+ *      / exclude_from_weight_decay_fn, evaluated in Python).
  * Every added op has op_role = optimize; the per-parameter ones (2-4) also
  * carry op_role_var = [param, grad] (grad = the name append_backward gave),
  * which the multi-device pass uses to run a parameter's optimizer only on
@@ -24,8 +27,10 @@
  * State: the learning rate is a persistable fp32 [1] var learning_rate_k
  * (or the caller's lr_var); accumulators are persistable vars named as
  * Paddle's unique_name does (<param>_velocity_0, <param>_moment1_0,
- * <param>_moment2_0, <param>_beta1_pow_acc_0, <param>_beta2_pow_acc_0; the
- * suffix grows when a name is taken in main or startup), with the param's
+ * <param>_moment2_0, <param>_beta1_pow_acc_0, <param>_beta2_pow_acc_0;
+ * adagrad <param>_moment_0 (= initial_accumulator_value); rmsprop
+ * <param>_momentum_0, _mean_square_0, _mean_grad_0; adamax <param>_moment_0,
+ * _inf_norm_0, _beta1_pow_acc_0 (= beta1); the suffix grows when a name is taken in main or startup), with the param's
  * dtype ([1] for the beta powers). Each is declared in both programs and
  * initialized in `startup` by fill_constant (lr; zeros; beta1 / beta2).
  *
@@ -49,7 +54,11 @@ void pe_optimizer_default(pe_optimizer *o, pe_optimizer_kind kind, double learni
     o->momentum = 0.9;
     o->beta1 = 0.9;
     o->beta2 = 0.999;
-    o->epsilon = 1e-8;
+    o->epsilon = kind == PE_OPT_ADAGRAD || kind == PE_OPT_RMSPROP || kind == PE_OPT_LAMB ? 1e-6 : 1e-8;
+    if (kind == PE_OPT_RMSPROP) o->momentum = 0.0;
+    o->rho = 0.95;
+    o->coeff = 0.01;
+    o->lr_ratio = 1.0;
 }
 
 typedef struct {
@@ -108,17 +117,33 @@ static pe_status add_op(const mctx *m, const char *type, const char *param, cons
 
 static pe_status check_optimizer(const pe_optimizer *o) {
     if ((int)o->kind < 0 || o->kind >= PE_OPT_KIND_COUNT)
-        return pe_error(PE_ERR_INVALID, "minimize: unknown optimizer kind %d (expected 0 sgd, 1 momentum, 2 adam)", (int)o->kind);
+        return pe_error(PE_ERR_INVALID, "minimize: unknown optimizer kind %d (expected 0 sgd, 1 momentum, 2 adam, "
+                        "3 adagrad, 4 rmsprop, 5 adamax, 6 adamw, 7 lamb)", (int)o->kind);
     if (!o->lr_var && !isfinite(o->learning_rate))
         return pe_error(PE_ERR_INVALID, "minimize: learning_rate = %g; it must be finite", o->learning_rate);
     if (o->kind == PE_OPT_MOMENTUM && !isfinite(o->momentum))
         return pe_error(PE_ERR_INVALID, "minimize: momentum = %g; it must be finite", o->momentum);
-    if (o->kind == PE_OPT_ADAM) {
+    static const char *const kname[PE_OPT_KIND_COUNT] = {"sgd", "momentum", "adam", "adagrad", "rmsprop",
+                                                          "adamax", "adamw", "lamb"};
+    const char *kn = kname[o->kind];
+    if (o->kind == PE_OPT_ADAM || o->kind == PE_OPT_ADAMAX || o->kind == PE_OPT_ADAMW || o->kind == PE_OPT_LAMB) {
         if (!(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1))
-            return pe_error(PE_ERR_INVALID, "minimize: adam beta1 = %g, beta2 = %g; each must be in [0, 1)", o->beta1, o->beta2);
-        if (!(o->epsilon >= 0) || !isfinite(o->epsilon))
-            return pe_error(PE_ERR_INVALID, "minimize: adam epsilon = %g; it must be finite and >= 0", o->epsilon);
+            return pe_error(PE_ERR_INVALID, "minimize: %s beta1 = %g, beta2 = %g; each must be in [0, 1)", kn, o->beta1,
+                            o->beta2);
     }
+    if (o->kind >= PE_OPT_ADAM && (!(o->epsilon >= 0) || !isfinite(o->epsilon)))
+        return pe_error(PE_ERR_INVALID, "minimize: %s epsilon = %g; it must be finite and >= 0", kn, o->epsilon);
+    if (o->kind == PE_OPT_ADAGRAD && !isfinite(o->initial_accumulator_value))
+        return pe_error(PE_ERR_INVALID, "minimize: adagrad initial_accumulator_value = %g; it must be finite",
+                        o->initial_accumulator_value);
+    if (o->kind == PE_OPT_RMSPROP && (!isfinite(o->rho) || !isfinite(o->momentum)))
+        return pe_error(PE_ERR_INVALID, "minimize: rmsprop rho = %g, momentum = %g; they must be finite", o->rho,
+                        o->momentum);
+    if ((o->kind == PE_OPT_ADAMW || o->kind == PE_OPT_LAMB) && (!isfinite(o->coeff) || !isfinite(o->lr_ratio)))
+        return pe_error(PE_ERR_INVALID, "minimize: %s coeff = %g, lr_ratio = %g; they must be finite", kn, o->coeff,
+                        o->lr_ratio);
+    if (o->n_no_decay > 0 && !o->no_decay)
+        return pe_error(PE_ERR_INVALID, "minimize: n_no_decay = %d but no_decay is NULL", o->n_no_decay);
     if (!(o->weight_decay >= 0) || !isfinite(o->weight_decay))
         return pe_error(PE_ERR_INVALID, "minimize: weight_decay = %g; it must be finite and >= 0", o->weight_decay);
     if (!(o->clip_global_norm >= 0) || !isfinite(o->clip_global_norm))
@@ -210,7 +235,56 @@ static pe_status add_update(const mctx *m, const pe_var *pv, const char *grad, c
         PE_CHECK(pe_op_set_float(op, "mu", o->momentum));
         PE_CHECK(pe_op_set_bool(op, "use_nesterov", o->use_nesterov));
         break;
-    default: { /* ADAM */
+    case PE_OPT_ADAGRAD:
+        snprintf(base, sizeof base, "%s_moment", param);
+        PE_CHECK(unique_name(m, base, acc[0]));
+        PE_CHECK(add_state(m, acc[0], dt, ndim, dims, o->initial_accumulator_value));
+        PE_CHECK(add_op(m, "adagrad", param, grad, &op));
+        PE_CHECK(pe_op_add_input(op, "Moment", acc[0]));
+        PE_CHECK(pe_op_add_output(op, "MomentOut", acc[0]));
+        PE_CHECK(pe_op_set_float(op, "epsilon", o->epsilon));
+        break;
+    case PE_OPT_RMSPROP: {
+        static const char *const suffix[3] = {"_momentum", "_mean_square", "_mean_grad"};
+        static const char *const in_slot[3] = {"Moment", "MeanSquare", "MeanGrad"};
+        static const char *const out_slot[3] = {"MomentOut", "MeanSquareOut", "MeanGradOut"};
+        for (int i = 0; i < 3; i++) {
+            snprintf(base, sizeof base, "%s%s", param, suffix[i]);
+            PE_CHECK(unique_name(m, base, acc[i]));
+            PE_CHECK(add_state(m, acc[i], dt, ndim, dims, 0.0));
+        }
+        PE_CHECK(add_op(m, "rmsprop", param, grad, &op));
+        for (int i = 0; i < 3; i++) {
+            PE_CHECK(pe_op_add_input(op, in_slot[i], acc[i]));
+            PE_CHECK(pe_op_add_output(op, out_slot[i], acc[i]));
+        }
+        PE_CHECK(pe_op_set_float(op, "epsilon", o->epsilon));
+        PE_CHECK(pe_op_set_float(op, "decay", o->rho));
+        PE_CHECK(pe_op_set_float(op, "momentum", o->momentum));
+        PE_CHECK(pe_op_set_bool(op, "centered", o->centered));
+        break;
+    }
+    case PE_OPT_ADAMAX: {
+        static const char *const suffix[3] = {"_moment", "_inf_norm", "_beta1_pow_acc"};
+        static const char *const in_slot[3] = {"Moment", "InfNorm", "Beta1Pow"};
+        static const char *const out_slot[3] = {"MomentOut", "InfNormOut", "Beta1PowOut"};
+        for (int i = 0; i < 3; i++) {
+            snprintf(base, sizeof base, "%s%s", param, suffix[i]);
+            PE_CHECK(unique_name(m, base, acc[i]));
+            if (i < 2) PE_CHECK(add_state(m, acc[i], dt, ndim, dims, 0.0));
+            else PE_CHECK(add_state(m, acc[i], dt, 1, one, o->beta1));
+        }
+        PE_CHECK(add_op(m, "adamax", param, grad, &op));
+        for (int i = 0; i < 3; i++) {
+            PE_CHECK(pe_op_add_input(op, in_slot[i], acc[i]));
+            PE_CHECK(pe_op_add_output(op, out_slot[i], acc[i]));
+        }
+        PE_CHECK(pe_op_set_float(op, "beta1", o->beta1));
+        PE_CHECK(pe_op_set_float(op, "beta2", o->beta2));
+        PE_CHECK(pe_op_set_float(op, "epsilon", o->epsilon));
+        break;
+    }
+    default: { /* ADAM, ADAMW, LAMB: adam's slots */
         static const char *const suffix[4] = {"_moment1", "_moment2", "_beta1_pow_acc", "_beta2_pow_acc"};
         static const char *const in_slot[4] = {"Moment1", "Moment2", "Beta1Pow", "Beta2Pow"};
         static const char *const out_slot[4] = {"Moment1Out", "Moment2Out", "Beta1PowOut", "Beta2PowOut"};
@@ -220,7 +294,17 @@ static pe_status add_update(const mctx *m, const pe_var *pv, const char *grad, c
             if (i < 2) PE_CHECK(add_state(m, acc[i], dt, ndim, dims, 0.0));
             else PE_CHECK(add_state(m, acc[i], dt, 1, one, i == 2 ? o->beta1 : o->beta2));
         }
-        PE_CHECK(add_op(m, "adam", param, grad, &op));
+        bool decay = o->kind != PE_OPT_ADAM;
+        for (int i = 0; decay && i < o->n_no_decay; i++)
+            if (o->no_decay[i] && !strcmp(o->no_decay[i], param)) decay = false;
+        PE_CHECK(add_op(m, o->kind == PE_OPT_ADAM ? "adam" : o->kind == PE_OPT_ADAMW ? "adamw" : "lamb", param, grad, &op));
+        if (o->kind == PE_OPT_ADAMW) {
+            PE_CHECK(pe_op_set_float(op, "coeff", o->coeff));
+            PE_CHECK(pe_op_set_float(op, "lr_ratio", o->lr_ratio));
+            PE_CHECK(pe_op_set_bool(op, "with_decay", decay));
+        } else if (o->kind == PE_OPT_LAMB) {
+            PE_CHECK(pe_op_set_float(op, "weight_decay", decay ? o->coeff : 0.0));
+        }
         for (int i = 0; i < 4; i++) {
             PE_CHECK(pe_op_add_input(op, in_slot[i], acc[i]));
             PE_CHECK(pe_op_add_output(op, out_slot[i], acc[i]));

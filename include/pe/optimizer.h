@@ -17,9 +17,11 @@
  * (one clip_by_global_norm op, in place on the gradients), L2 weight decay
  * (scale + sum into a new var <grad>@DECAYED_k), a per-param lr (scale)
  * when lr_mult != 1, and one optimizer op per parameter (sgd / momentum /
- * adam, learning rate as a persistable variable, outputs aliasing inputs).
+ * adam / adagrad / rmsprop / adamax / adamw / lamb, learning rate as a persistable variable, outputs aliasing inputs).
  * Accumulators (<param>_velocity_0, _moment1_0, _moment2_0,
- * _beta1_pow_acc_0, _beta2_pow_acc_0) and the learning rate
+ * _beta1_pow_acc_0, _beta2_pow_acc_0; adagrad _moment_0; rmsprop
+ * _momentum_0, _mean_square_0, _mean_grad_0; adamax _moment_0,
+ * _inf_norm_0, _beta1_pow_acc_0: Paddle's names and initial values) and the learning rate
  * (learning_rate_0) are declared persistable in `main` and `startup` and
  * initialized by fill_constant ops appended to `startup`. Every op added
  * has op_role optimize; the per-parameter ones carry op_role_var
@@ -41,17 +43,28 @@ extern "C" {
 #endif
 #pragma GCC visibility push(default)
 
-typedef enum pe_optimizer_kind { PE_OPT_SGD = 0, PE_OPT_MOMENTUM, PE_OPT_ADAM, PE_OPT_KIND_COUNT } pe_optimizer_kind;
+typedef enum pe_optimizer_kind {
+    PE_OPT_SGD = 0, PE_OPT_MOMENTUM, PE_OPT_ADAM, PE_OPT_ADAGRAD, PE_OPT_RMSPROP, PE_OPT_ADAMAX, PE_OPT_ADAMW,
+    PE_OPT_LAMB, PE_OPT_KIND_COUNT
+} pe_optimizer_kind;
 
 typedef struct pe_optimizer {
     pe_optimizer_kind kind;
     double learning_rate;     /* initial value of the learning-rate var */
     const char *lr_var;       /* existing persistable [1] var to use; NULL = create one */
-    double momentum;          /* MOMENTUM (default 0.9) */
+    double momentum;          /* MOMENTUM (default 0.9), RMSPROP (default 0) */
     bool use_nesterov;
-    double beta1, beta2, epsilon;  /* ADAM (0.9, 0.999, 1e-8) */
-    double weight_decay;      /* L2 coefficient; 0 = none */
+    double beta1, beta2;      /* ADAM, ADAMAX, ADAMW, LAMB (0.9, 0.999) */
+    double epsilon;           /* 1e-8; ADAGRAD, RMSPROP, LAMB: 1e-6 (Paddle's defaults) */
+    double weight_decay;      /* L2 coefficient (added to the gradient); 0 = none */
     double clip_global_norm;  /* clip gradients by global norm; 0 = none */
+    double initial_accumulator_value; /* ADAGRAD: Moment's initial value (0) */
+    double rho;               /* RMSPROP: decay of the mean square (0.95) */
+    bool centered;            /* RMSPROP: divide by the centered second moment */
+    double coeff;             /* ADAMW: decoupled decay p -= lr * coeff * p; LAMB: lamb_weight_decay (0.01) */
+    double lr_ratio;          /* ADAMW: its learning rate is lr * lr_ratio (1) */
+    const char *const *no_decay; /* ADAMW, LAMB: params that get no coeff decay (borrowed) */
+    int n_no_decay;
 } pe_optimizer;
 
 /* Per-parameter settings (Paddle's ParamAttr): learning-rate multiplier

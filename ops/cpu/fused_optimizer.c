@@ -1,5 +1,6 @@
-/* ops/cpu/fused_optimizer.c — CPU kernels of merged_sgd, merged_momentum
- * and merged_adam: n parameters updated in one op call (shape inference in
+/* ops/cpu/fused_optimizer.c — CPU kernels of merged_sgd, merged_momentum,
+ * merged_adam, merged_adagrad, merged_rmsprop, merged_adamax, merged_adamw
+ * and merged_lamb: n parameters updated in one op call (shape inference in
  * ops/fused.c; emitted by passes/fuse_optimizer.c).
  *
  * How: the parameters are laid end to end in one virtual index space of
@@ -19,7 +20,9 @@
  * lr_t and epsilon term) before any element is touched and advanced after
  * all elements are done, as the single adam op does. The pass never merges
  * adam ops that share a pow accumulator (that would need the sequential
- * order), and infer checks every pow is a scalar.
+ * order), and infer checks every pow is a scalar. merged_adamax / merged_adamw
+ * likewise. merged_lamb runs member by member (its trust ratio is per
+ * parameter): only the op launches are saved.
  */
 #include "ops/op.h"
 #include "ops/cpu/par.h"
@@ -211,5 +214,144 @@ pe_status pe_cpu_merged_adam(const pe_op_ctx *ctx) {
         if (out1) pe_opt_set_scalar(pe_ctx_out_at(ctx, "Beta1PowOut", k), b1p * a.b1);
         if (out2) pe_opt_set_scalar(pe_ctx_out_at(ctx, "Beta2PowOut", k), b2p * a.b2);
     }
+    return PE_OK;
+}
+
+/* ---- merged_adagrad, merged_rmsprop, merged_adamax, merged_adamw: the element
+ * updates of ops/cpu/optimizer.h (PE_*_ELEM), as the single kernels run them */
+
+#define ADAGRAD_PIECE(NAME, T, SQRT)                                                                 \
+    static void NAME(const pe_op_ctx *ctx, int k, int64_t b, int64_t e, const void *arg) {           \
+        (void)arg;                                                                                   \
+        const T lr = (T)lr_of(ctx, k), eps = (T)pe_ctx_float(ctx, "epsilon");                        \
+        const T *p = DATA("Param", k), *g = DATA("Grad", k), *m = DATA("Moment", k);                 \
+        T *po = ODATA("ParamOut", k), *mo = ODATA("MomentOut", k);                                   \
+        _Pragma("omp simd")                                                                          \
+        for (int64_t i = b; i < e; i++) PE_ADAGRAD_ELEM(T, SQRT, i)                                  \
+    }
+ADAGRAD_PIECE(adagrad_piece_f32, float, sqrtf)
+ADAGRAD_PIECE(adagrad_piece_f64, double, sqrt)
+
+pe_status pe_cpu_merged_adagrad(const pe_op_ctx *ctx) {
+    for_pieces(ctx, pe_ctx_in(ctx, "Param")->dtype == PE_DTYPE_FP32 ? adagrad_piece_f32 : adagrad_piece_f64, NULL);
+    return PE_OK;
+}
+
+#define RMSPROP_PIECE(NAME, T, SQRT)                                                                 \
+    static void NAME(const pe_op_ctx *ctx, int k, int64_t b, int64_t e, const void *arg) {           \
+        (void)arg;                                                                                   \
+        const T lr = (T)lr_of(ctx, k), eps = (T)pe_ctx_float(ctx, "epsilon"), mu = (T)pe_ctx_float(ctx, "momentum"); \
+        const double rho_d = pe_ctx_float(ctx, "decay");                                             \
+        const T rho = (T)rho_d, c_rho = (T)(1.0 - rho_d);                                            \
+        const T *p = DATA("Param", k), *g = DATA("Grad", k), *ms = DATA("MeanSquare", k), *mom = DATA("Moment", k); \
+        T *po = ODATA("ParamOut", k), *mso = ODATA("MeanSquareOut", k), *momo = ODATA("MomentOut", k); \
+        if (pe_ctx_bool(ctx, "centered")) {                                                          \
+            const T *mg = DATA("MeanGrad", k);                                                       \
+            T *mgo = ODATA("MeanGradOut", k);                                                        \
+            _Pragma("omp simd")                                                                      \
+            for (int64_t i = b; i < e; i++) PE_RMSPROP_CENTERED_ELEM(T, SQRT, i)                     \
+        } else {                                                                                     \
+            _Pragma("omp simd")                                                                      \
+            for (int64_t i = b; i < e; i++) PE_RMSPROP_ELEM(T, SQRT, i)                              \
+        }                                                                                            \
+    }
+RMSPROP_PIECE(rmsprop_piece_f32, float, sqrtf)
+RMSPROP_PIECE(rmsprop_piece_f64, double, sqrt)
+
+pe_status pe_cpu_merged_rmsprop(const pe_op_ctx *ctx) {
+    for_pieces(ctx, pe_ctx_in(ctx, "Param")->dtype == PE_DTYPE_FP32 ? rmsprop_piece_f32 : rmsprop_piece_f64, NULL);
+    /* not centered: each MeanGradOut keeps its MeanGrad (as the single op) */
+    for (int k = 0; !pe_ctx_bool(ctx, "centered") && k < pe_ctx_n_in(ctx, "MeanGrad") && k < pe_ctx_n_out(ctx, "MeanGradOut"); k++) {
+        const pe_tensor *mg = pe_ctx_in_at(ctx, "MeanGrad", k);
+        pe_tensor *mgo = pe_ctx_out_at(ctx, "MeanGradOut", k);
+        if (mg && mgo && pe_tensor_data(mgo) != pe_tensor_data(mg) && pe_tensor_nbytes(mg))
+            memcpy(pe_tensor_data(mgo), pe_tensor_data(mg), pe_tensor_nbytes(mg));
+    }
+    return PE_OK;
+}
+
+static pe_status check_pows(const pe_op_ctx *ctx, const char *slot) {
+    for (int k = 0; k < pe_ctx_n_in(ctx, slot); k++) {
+        double v = pe_opt_scalar(pe_ctx_in_at(ctx, slot, k));
+        if (!(v >= 0.0 && v < 1.0))
+            return pe_ctx_error(ctx, PE_ERR_INVALID, "%s[%d] '%s' = %g; it must be in [0, 1) (the startup program "
+                                "initializes it to the beta)", slot, k, pe_ctx_in_name(ctx, slot, k), v);
+    }
+    return PE_OK;
+}
+
+/* advances each member's pow by beta, after every element is done */
+static void advance_pows(const pe_op_ctx *ctx, const char *in, const char *out, double beta) {
+    if (pe_ctx_n_out(ctx, out) == 0) return;
+    for (int k = 0; k < pe_ctx_n_in(ctx, in); k++)
+        pe_opt_set_scalar(pe_ctx_out_at(ctx, out, k), pe_opt_scalar(pe_ctx_in_at(ctx, in, k)) * beta);
+}
+
+#define ADAMAX_PIECE(NAME, T, FABS)                                                                  \
+    static void NAME(const pe_op_ctx *ctx, int k, int64_t b, int64_t e, const void *arg) {           \
+        (void)arg;                                                                                   \
+        const double b1_d = pe_ctx_float(ctx, "beta1");                                              \
+        const double b1p = pe_opt_scalar(pe_ctx_in_at(ctx, "Beta1Pow", k));                         \
+        const T lr_t = (T)(lr_of(ctx, k) / (1.0 - b1p)), b1 = (T)b1_d, c1 = (T)(1.0 - b1_d);         \
+        const T b2 = (T)pe_ctx_float(ctx, "beta2"), eps = (T)pe_ctx_float(ctx, "epsilon");           \
+        const T *p = DATA("Param", k), *g = DATA("Grad", k), *m = DATA("Moment", k), *u = DATA("InfNorm", k); \
+        T *po = ODATA("ParamOut", k), *mo = ODATA("MomentOut", k), *uo = ODATA("InfNormOut", k);     \
+        _Pragma("omp simd")                                                                          \
+        for (int64_t i = b; i < e; i++) PE_ADAMAX_ELEM(T, FABS, i)                                   \
+    }
+ADAMAX_PIECE(adamax_piece_f32, float, fabsf)
+ADAMAX_PIECE(adamax_piece_f64, double, fabs)
+
+pe_status pe_cpu_merged_adamax(const pe_op_ctx *ctx) {
+    PE_CHECK(check_pows(ctx, "Beta1Pow"));
+    for_pieces(ctx, pe_ctx_in(ctx, "Param")->dtype == PE_DTYPE_FP32 ? adamax_piece_f32 : adamax_piece_f64, NULL);
+    advance_pows(ctx, "Beta1Pow", "Beta1PowOut", pe_ctx_float(ctx, "beta1"));
+    return PE_OK;
+}
+
+#define ADAMW_PIECE(NAME, T, SQRT)                                                                   \
+    static void NAME(const pe_op_ctx *ctx, int k, int64_t b, int64_t e, const void *arg) {           \
+        const adam_arg *a = arg;                                                                     \
+        const double lr = lr_of(ctx, k) * pe_ctx_float(ctx, "lr_ratio");                             \
+        const double b1p = pe_opt_scalar(pe_ctx_in_at(ctx, "Beta1Pow", k));                         \
+        const double b2p = pe_opt_scalar(pe_ctx_in_at(ctx, "Beta2Pow", k));                         \
+        const T lr_t = (T)(lr * sqrt(1.0 - b2p) / (1.0 - b1p)), eps_t = (T)(a->eps * sqrt(1.0 - b2p)); \
+        const T dc = (T)(pe_ctx_bool(ctx, "with_decay") ? lr * pe_ctx_float(ctx, "coeff") : 0.0);    \
+        const T b1 = (T)a->b1, b2 = (T)a->b2, c1 = (T)(1.0 - a->b1), c2 = (T)(1.0 - a->b2);          \
+        const T *p = DATA("Param", k), *g = DATA("Grad", k);                                         \
+        const T *m1 = DATA("Moment1", k), *m2 = DATA("Moment2", k);                                  \
+        T *po = ODATA("ParamOut", k), *m1o = ODATA("Moment1Out", k), *m2o = ODATA("Moment2Out", k);  \
+        _Pragma("omp simd")                                                                          \
+        for (int64_t i = b; i < e; i++) PE_ADAMW_ELEM(T, SQRT, i)                                    \
+    }
+ADAMW_PIECE(adamw_piece_f32, float, sqrtf)
+ADAMW_PIECE(adamw_piece_f64, double, sqrt)
+
+pe_status pe_cpu_merged_adamw(const pe_op_ctx *ctx) {
+    adam_arg a = {pe_ctx_float(ctx, "beta1"), pe_ctx_float(ctx, "beta2"), pe_ctx_float(ctx, "epsilon")};
+    PE_CHECK(check_pows(ctx, "Beta1Pow"));
+    PE_CHECK(check_pows(ctx, "Beta2Pow"));
+    for_pieces(ctx, pe_ctx_in(ctx, "Param")->dtype == PE_DTYPE_FP32 ? adamw_piece_f32 : adamw_piece_f64, &a);
+    advance_pows(ctx, "Beta1Pow", "Beta1PowOut", a.b1);
+    advance_pows(ctx, "Beta2Pow", "Beta2PowOut", a.b2);
+    return PE_OK;
+}
+
+/* ---- merged_lamb: the trust ratio is per parameter, so member by member
+ * (pe_cpu_lamb_param, the single op's code), never as one flat buffer */
+pe_status pe_cpu_merged_lamb(const pe_op_ctx *ctx) {
+    PE_CHECK(check_pows(ctx, "Beta1Pow"));
+    PE_CHECK(check_pows(ctx, "Beta2Pow"));
+    const double b1 = pe_ctx_float(ctx, "beta1"), b2 = pe_ctx_float(ctx, "beta2");
+    for (int k = 0; k < pe_ctx_n_in(ctx, "Param"); k++)
+        pe_cpu_lamb_param(pe_ctx_out_at(ctx, "ParamOut", k), pe_ctx_out_at(ctx, "Moment1Out", k),
+                          pe_ctx_out_at(ctx, "Moment2Out", k), pe_ctx_in_at(ctx, "Param", k),
+                          pe_ctx_in_at(ctx, "Grad", k), pe_ctx_in_at(ctx, "Moment1", k),
+                          pe_ctx_in_at(ctx, "Moment2", k), lr_of(ctx, k),
+                          pe_opt_scalar(pe_ctx_in_at(ctx, "Beta1Pow", k)),
+                          pe_opt_scalar(pe_ctx_in_at(ctx, "Beta2Pow", k)), b1, b2, pe_ctx_float(ctx, "epsilon"),
+                          pe_ctx_float(ctx, "weight_decay"), pe_kernel_threads(ctx));
+    advance_pows(ctx, "Beta1Pow", "Beta1PowOut", b1);
+    advance_pows(ctx, "Beta2Pow", "Beta2PowOut", b2);
     return PE_OK;
 }

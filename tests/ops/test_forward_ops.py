@@ -1329,6 +1329,119 @@ case("adam", "step10_betas", adam_inputs((2, 3, 4), "float32", 10, 0.8, 0.99),
      {"beta1": 0.8, "beta2": 0.99, "epsilon": 1e-6}, ref_adam)
 case("adam", "fp64_step3", adam_inputs((9,), "float64", 3), {}, ref_adam)
 
+
+
+# adagrad / rmsprop / adamax / adamw: torch.optim from the same state where the
+# formulas agree (adagrad, adamw); rmsprop and adamax put epsilon elsewhere than
+# torch (Paddle: sqrt(ms + eps), max(b2 u + eps, |g|); torch: sqrt(ms) + eps,
+# max(b2 u, |g| + eps)), so they are checked against Paddle's formulas in numpy
+# (float64) and lamb (no torch op) likewise.
+
+def ref_adagrad(t, a):
+    p, g = _param(t)
+    p.grad = g
+    opt = torch.optim.Adagrad([p], lr=float(t["LearningRate"]), eps=a.get("epsilon", 1e-6))
+    opt.state[p]["sum"] = t["Moment"].clone()
+    opt.step()
+    return {"ParamOut": p.detach(), "MomentOut": opt.state[p]["sum"]}
+
+
+def _np(t):
+    return {k: (v.double().numpy() if hasattr(v, "numpy") else v) for k, v in t.items()}
+
+
+def ref_rmsprop(t, a):
+    n, dt = _np(t), t["Param"].dtype
+    rho, eps, mu = a.get("decay", 0.9), a.get("epsilon", 1e-10), a.get("momentum", 0.0)
+    g, lrv = n["Grad"], float(n["LearningRate"][0])
+    ms = rho * n["MeanSquare"] + (1 - rho) * g * g
+    out = {"MeanSquareOut": ms}
+    if a.get("centered", False):
+        mg = rho * n["MeanGrad"] + (1 - rho) * g
+        mom = mu * n["Moment"] + lrv * g / np.sqrt(ms - mg * mg + eps)
+        out["MeanGradOut"] = mg
+    else:
+        mom = mu * n["Moment"] + lrv * g / np.sqrt(ms + eps)
+    out.update(MomentOut=mom, ParamOut=n["Param"] - mom)
+    return {k: torch.tensor(v, dtype=dt) for k, v in out.items()}
+
+
+def ref_adamax(t, a):
+    n, dt = _np(t), t["Param"].dtype
+    b1, b2, eps = a.get("beta1", 0.9), a.get("beta2", 0.999), a.get("epsilon", 1e-8)
+    g, b1p = n["Grad"], float(n["Beta1Pow"][0])
+    m = b1 * n["Moment"] + (1 - b1) * g
+    u = np.maximum(b2 * n["InfNorm"] + eps, np.abs(g))
+    p = n["Param"] - float(n["LearningRate"][0]) / (1 - b1p) * m / u
+    return {"ParamOut": torch.tensor(p, dtype=dt), "MomentOut": torch.tensor(m, dtype=dt),
+            "InfNormOut": torch.tensor(u, dtype=dt), "Beta1PowOut": t["Beta1Pow"] * b1}
+
+
+def ref_adamw(t, a):
+    p, g = _param(t)
+    p.grad = g
+    b1, b2, eps = a.get("beta1", 0.9), a.get("beta2", 0.999), a.get("epsilon", 1e-8)
+    lrv = float(t["LearningRate"]) * a.get("lr_ratio", 1.0)
+    wd = a.get("coeff", 0.01) if a.get("with_decay", False) else 0.0
+    step = int(round(np.log(float(t["Beta1Pow"])) / np.log(b1)))
+    opt = torch.optim.AdamW([p], lr=lrv, betas=(b1, b2), eps=eps, weight_decay=wd)
+    opt.state[p].update({"step": torch.tensor(float(step - 1)), "exp_avg": t["Moment1"].clone(),
+                         "exp_avg_sq": t["Moment2"].clone()})
+    opt.step()
+    st = opt.state[p]
+    return {"ParamOut": p.detach(), "Moment1Out": st["exp_avg"], "Moment2Out": st["exp_avg_sq"],
+            "Beta1PowOut": t["Beta1Pow"] * b1, "Beta2PowOut": t["Beta2Pow"] * b2}
+
+
+def ref_lamb(t, a):
+    n, dt = _np(t), t["Param"].dtype
+    b1, b2, eps, wd = a.get("beta1", 0.9), a.get("beta2", 0.999), a.get("epsilon", 1e-6), a["weight_decay"]
+    g, p = n["Grad"], n["Param"]
+    m1 = b1 * n["Moment1"] + (1 - b1) * g
+    m2 = b2 * n["Moment2"] + (1 - b2) * g * g
+    r = (m1 / (1 - float(n["Beta1Pow"][0]))) / (np.sqrt(m2 / (1 - float(n["Beta2Pow"][0]))) + eps) + wd * p
+    pn, rn = np.linalg.norm(p), np.linalg.norm(r)
+    ratio = pn / rn if pn > 0 and rn > 0 else 1.0
+    p = p - float(n["LearningRate"][0]) * ratio * r
+    return {"ParamOut": torch.tensor(p, dtype=dt), "Moment1Out": torch.tensor(m1, dtype=dt),
+            "Moment2Out": torch.tensor(m2, dtype=dt),
+            "Beta1PowOut": t["Beta1Pow"] * b1, "Beta2PowOut": t["Beta2Pow"] * b2}
+
+
+def adagrad_inputs(shape, dt):
+    return {"Param": R(shape, dt), "Grad": R(shape, dt), "Moment": R(shape, dt, lo=0.0, hi=0.5),
+            "LearningRate": lr(0.1)}
+
+
+def rmsprop_inputs(shape, dt):
+    return {"Param": R(shape, dt), "MeanSquare": R(shape, dt, lo=0.5, hi=1.0), "Grad": R(shape, dt),
+            "Moment": R(shape, dt, lo=-0.1, hi=0.1), "LearningRate": lr(0.01),
+            "MeanGrad": R(shape, dt, lo=-0.1, hi=0.1)}
+
+
+def adamax_inputs(shape, dt, step, b1=0.9):
+    return {"Param": R(shape, dt), "Grad": R(shape, dt), "LearningRate": lr(0.01),
+            "Moment": R(shape, dt, lo=-0.1, hi=0.1), "InfNorm": R(shape, dt, lo=0.0, hi=0.5),
+            "Beta1Pow": R([1], dt, fn=lambda r: [b1 ** step])}
+
+
+case("adagrad", "7x5", adagrad_inputs((7, 5), "float32"), {}, ref_adagrad)
+case("adagrad", "fp64_eps", adagrad_inputs((2, 3, 4), "float64"), {"epsilon": 1e-3}, ref_adagrad)
+case("rmsprop", "plain", rmsprop_inputs((7, 5), "float32"), {}, ref_rmsprop)
+case("rmsprop", "momentum", rmsprop_inputs((3, 4), "float32"), {"momentum": 0.9, "decay": 0.95, "epsilon": 1e-6},
+     ref_rmsprop)
+case("rmsprop", "centered_fp64", rmsprop_inputs((10,), "float64"), {"momentum": 0.5, "centered": True}, ref_rmsprop)
+case("adamax", "step1", adamax_inputs((7, 5), "float32", 1), {}, ref_adamax)
+case("adamax", "fp64_step4_betas", adamax_inputs((9,), "float64", 4, 0.8), {"beta1": 0.8, "beta2": 0.99},
+     ref_adamax)
+case("adamw", "decay", adam_inputs((7, 5), "float32", 1), {"coeff": 0.1, "with_decay": True}, ref_adamw)
+case("adamw", "no_decay_ratio", adam_inputs((2, 3, 4), "float32", 3), {"lr_ratio": 0.5}, ref_adamw)
+case("adamw", "fp64", adam_inputs((9,), "float64", 2), {"coeff": 0.02, "with_decay": True}, ref_adamw)
+case("lamb", "7x5", adam_inputs((7, 5), "float32", 1), {"weight_decay": 0.01}, ref_lamb)
+case("lamb", "fp64_step5", adam_inputs((3, 4), "float64", 5), {"weight_decay": 0.1, "epsilon": 1e-8}, ref_lamb)
+case("lamb", "zero_param", adam_inputs((4,), "float32", 1) | {"Param": R((4,), "float32", fn=lambda r: [0.0] * 4)},
+     {"weight_decay": 0.0}, ref_lamb)
+
 # Fused ops emitted by the fusion passes (passes/fuse_*.c): each row checks the
 # fused kernel against the same torch computation as the ops it replaces.
 ACTS = {"": lambda v: v, "relu": torch.relu, "sigmoid": torch.sigmoid, "tanh": torch.tanh}
@@ -1384,6 +1497,22 @@ _adams = [adam_inputs(s, "float32", 2) for s in SHAPES]
 case("merged_adam", "three_params", {k: [d[k] for d in _adams] for k in _adams[0] if k != "LearningRate"}
      | {"LearningRate": [lr(0.01)]}, {},
      merged(ref_adam, ["ParamOut", "Moment1Out", "Moment2Out", "Beta1PowOut", "Beta2PowOut"]))
+case("merged_adagrad", "three_params", {k: [adagrad_inputs(s, "float32")[k] for s in SHAPES]
+                                        for k in ("Param", "Grad", "Moment")} | {"LearningRate": [lr(0.1)]},
+     {}, merged(ref_adagrad, ["ParamOut", "MomentOut"]))
+_rms = [rmsprop_inputs(s, "float32") for s in SHAPES]
+case("merged_rmsprop", "three_params_centered", {k: [d[k] for d in _rms] for k in _rms[0] if k != "LearningRate"}
+     | {"LearningRate": [lr(0.01)]}, {"momentum": 0.9, "centered": True},
+     merged(ref_rmsprop, ["ParamOut", "MomentOut", "MeanSquareOut", "MeanGradOut"]))
+_amx = [adamax_inputs(s, "float32", 2) for s in SHAPES]
+case("merged_adamax", "three_params", {k: [d[k] for d in _amx] for k in _amx[0] if k != "LearningRate"}
+     | {"LearningRate": [lr(0.01)]}, {}, merged(ref_adamax, ["ParamOut", "MomentOut", "InfNormOut", "Beta1PowOut"]))
+case("merged_adamw", "three_params", {k: [d[k] for d in _adams] for k in _adams[0] if k != "LearningRate"}
+     | {"LearningRate": [lr(0.01)]}, {"coeff": 0.1, "with_decay": True},
+     merged(ref_adamw, ["ParamOut", "Moment1Out", "Moment2Out", "Beta1PowOut", "Beta2PowOut"]))
+case("merged_lamb", "three_params", {k: [d[k] for d in _adams] for k in _adams[0] if k != "LearningRate"}
+     | {"LearningRate": [lr(0.01)]}, {"weight_decay": 0.01},
+     merged(ref_lamb, ["ParamOut", "Moment1Out", "Moment2Out", "Beta1PowOut", "Beta2PowOut"]))
 for name, xs, m in (("clipped", [f32(7, 5), f32(3), f32(2, 2, 2)], 1.0),
                     ("not_clipped", [f32(4, 3, lo=-0.1, hi=0.1), f32(5, lo=-0.1, hi=0.1)], 5.0),
                     ("single_fp64", [f64(6, 4)], 0.5)):

@@ -44,8 +44,20 @@ def build(opt="sgd", hidden=300, decay=None, clip=None, bn=False, lr_sched=False
             o = fluid.optimizer.SGD(learning_rate=0.01, regularization=reg, grad_clip=clip)
         elif opt == "momentum":
             o = fluid.optimizer.Momentum(learning_rate=0.01, momentum=0.9, regularization=reg, grad_clip=clip)
-        else:
+        elif opt == "adam":
             o = fluid.optimizer.Adam(learning_rate=0.01, regularization=reg, grad_clip=clip)
+        elif opt == "adagrad":
+            o = fluid.optimizer.Adagrad(learning_rate=0.01, regularization=reg, grad_clip=clip,
+                                        initial_accumulator_value=0.1)
+        elif opt == "rmsprop":
+            o = fluid.optimizer.RMSProp(learning_rate=0.01, momentum=0.5, centered=True, regularization=reg,
+                                        grad_clip=clip)
+        elif opt == "adamax":
+            o = fluid.optimizer.Adamax(learning_rate=0.01, regularization=reg, grad_clip=clip)
+        elif opt == "adamw":
+            o = pe.optimizer.AdamW(learning_rate=0.01, weight_decay=0.1, grad_clip=clip)
+        else:
+            o = fluid.optimizer.Lamb(learning_rate=0.01, regularization=reg, grad_clip=clip)
         o.minimize(loss)
     if lr_sched:
         add_lr_schedule(main, startup)
@@ -56,7 +68,8 @@ def add_lr_schedule(main, startup):
     """PE has no LR scheduler layer: write what one emits (op_role LRSched) by
     hand: a persistable step counter, incremented, and lr = 0.01 * step."""
     g = main.global_block()
-    lr = next(op for op in g.ops if op.type in ("sgd", "momentum", "adam")).input("LearningRate")[0]
+    lr = next(op for op in g.ops if op.type in ("sgd", "momentum", "adam", "adagrad", "rmsprop", "adamax", "adamw",
+                                               "lamb")).input("LearningRate")[0]
     g.create_var(name="lr_step", shape=[1], dtype="float32", persistable=True)
     first_opt = next(i for i, op in enumerate(g.ops) if int(op.attr("op_role") or 0) & OpRole.Optimize)
     g._insert_op(first_opt, type="increment", inputs={"X": ["lr_step"]}, outputs={"Out": ["lr_step"]},
@@ -568,7 +581,19 @@ def _server_block_program(ps_prog, idx, received):
     return p
 
 
-@pytest.mark.parametrize("opt,lr_sched", [("sgd", False), ("momentum", False), ("adam", True)])
+def test_lamb_refuses_a_sliced_parameter():
+    """lamb's trust ratio is a norm of the whole parameter: per-block norms on
+    two pservers would compute a different update, so slicing is refused."""
+    main, startup, _ = build("lamb")
+    with pytest.raises(pe.UnsupportedError, match="lamb.*slice_var_up"):
+        transpile(main, startup, min_block_size=1024)
+    main, startup, _ = build("lamb")
+    transpile(main, startup, slice_var_up=False)  # whole parameters: fine
+
+
+@pytest.mark.parametrize("opt,lr_sched", [("sgd", False), ("momentum", False), ("adam", True), ("adagrad", False),
+                                          ("rmsprop", False), ("adamax", True), ("adamw", False),
+                                          ("lamb", False)])
 def test_sync_steps_match_one_process_on_the_whole_batch(opt, lr_sched):
     """What the C side does (sum the trainers' gradient blocks in trainer
     order, scale by 1/trainers, run the LR block then each optimize block;
@@ -582,7 +607,8 @@ def test_sync_steps_match_one_process_on_the_whole_batch(opt, lr_sched):
     exe.run(ref_startup, scope=ref)
     main, startup, _ = build(opt, decay=1e-3, lr_sched=lr_sched)
     startup.random_seed = 7
-    t = transpile(main, startup, min_block_size=1024)
+    # lamb: whole parameters (its trust ratio cannot be sliced), spread over the 2 pservers
+    t = transpile(main, startup, min_block_size=1024, slice_var_up=opt != "lamb")
     tp = t.get_trainer_program()
     info = tp._pe_ps
     servers = {}

@@ -504,20 +504,26 @@ static void test_train_cnn(void **state) {
     tm_model_free(&m);
 }
 
-/* sgd and adam (per-parameter learning rate: the merged op gets one
- * LearningRate per param) through merged_sgd / merged_adam. */
+/* sgd, adam and the other optimizers with a merged form (per-parameter
+ * learning rate: the merged op gets one LearningRate per param) through
+ * merged_<type>. */
 static void test_train_sgd_adam(void **state) {
     (void)state;
-    for (int k = 0; k < 2; k++) {
-        tm_model m = make_mlp(k ? PE_OPT_ADAM : PE_OPT_SGD, true);
-        check_fires(&m, SW_OPT, k ? "merged_adam" : "merged_sgd", 1);
+    const pe_optimizer_kind kinds[] = {PE_OPT_SGD,    PE_OPT_ADAM,  PE_OPT_ADAGRAD, PE_OPT_RMSPROP,
+                                       PE_OPT_ADAMAX, PE_OPT_ADAMW, PE_OPT_LAMB};
+    const char *names[] = {"sgd", "adam", "adagrad", "rmsprop", "adamax", "adamw", "lamb"};
+    for (int k = 0; k < 7; k++) {
+        char merged[32];
+        snprintf(merged, sizeof merged, "merged_%s", names[k]);
+        tm_model m = make_mlp(kinds[k], true);
+        check_fires(&m, SW_OPT, merged, 1);
         pe_build_strategy bs;
         memset(&bs, 0, sizeof bs);
         bs.fuse_all_optimizer_ops = true;
         pe_pass_opts po = {.n_places = 1, .loss_name = "loss", .bs = &bs};
         pe_ssa_graph *g;
         assert_int_equal(pe_pass_manager_run(m.main, &po, &g, NULL), PE_OK);
-        const pe_op *mo = find_op(g->progs[0], k ? "merged_adam" : "merged_sgd");
+        const pe_op *mo = find_op(g->progs[0], merged);
         assert_int_equal(pe_op_input(mo, "Param")->n_args, 6);
         assert_int_equal(pe_op_input(mo, "LearningRate")->n_args, 6); /* fc_0.b_0 has lr_mult 2 */
         pe_ssa_graph_free(g);
@@ -525,7 +531,7 @@ static void test_train_sgd_adam(void **state) {
             pe_tensor *ref[16], *got[16];
             train(&m, places, 0, 5, ref, NULL, NULL, NULL);
             train(&m, places, SW_OPT | SW_FC, 5, got, NULL, NULL, NULL);
-            assert_true(assert_params_close(&m, got, ref, k ? "adam" : "sgd"));
+            assert_true(assert_params_close(&m, got, ref, names[k]));
             tm_free_params(&m, got);
             tm_free_params(&m, ref);
         }

@@ -228,6 +228,18 @@ static const empty_row k_rows[] = {
     {"adam",
      "Param=f[0] Grad=f[0] LearningRate=f[1] Moment1=f[0] Moment2=f[0] Beta1Pow=f[1] Beta2Pow=f[1]",
      "ParamOut Moment1Out Moment2Out", "", "[0]", NULL, NULL, false},
+    {"adagrad", "Param=f[0] Grad=f[0] Moment=f[0] LearningRate=f[1]", "ParamOut MomentOut", "", "[0]", NULL, NULL,
+     false},
+    {"rmsprop", "Param=f[0,3] MeanSquare=f[0,3] Grad=f[0,3] Moment=f[0,3] LearningRate=f[1] MeanGrad=f[0,3]",
+     "ParamOut MomentOut MeanSquareOut MeanGradOut", "centered=true", "[0,3]", NULL, NULL, false},
+    {"adamax", "Param=f[0] Grad=f[0] LearningRate=f[1] Moment=f[0] InfNorm=f[0] Beta1Pow=f[1]",
+     "ParamOut MomentOut InfNormOut", "", "[0]", NULL, NULL, false},
+    {"adamw",
+     "Param=f[0] Grad=f[0] LearningRate=f[1] Moment1=f[0] Moment2=f[0] Beta1Pow=f[1] Beta2Pow=f[1]",
+     "ParamOut Moment1Out Moment2Out", "with_decay=true", "[0]", NULL, NULL, false},
+    {"lamb",
+     "Param=f[0] Grad=f[0] LearningRate=f[1] Moment1=f[0] Moment2=f[0] Beta1Pow=f[1] Beta2Pow=f[1]",
+     "ParamOut Moment1Out Moment2Out", "weight_decay=0.01", "[0]", NULL, NULL, false},
     {"clip_by_global_norm", "X=f[0] X=f[2]", "Out Out", "max_global_norm=1", "[0]", NULL, NULL, false},
     {"clip_by_global_norm", "X=f[0,3]", "Out", "max_global_norm=1", "[0,3]", NULL, NULL, false},
     /* more shapes of the same ops: an empty reduced axis, an empty last dim, an empty piece */
@@ -315,6 +327,24 @@ static const empty_row k_rows[] = {
      "Param=f[0] Param=f[2] Grad=f[0] Grad=f[2] LearningRate=f[1] Moment1=f[0] Moment1=f[2] Moment2=f[0] "
      "Moment2=f[2] Beta1Pow=f[1] Beta1Pow=f[1] Beta2Pow=f[1] Beta2Pow=f[1]",
      "ParamOut ParamOut Moment1Out Moment1Out Moment2Out Moment2Out", "", "[0]", NULL, NULL, false},
+    {"merged_adagrad", "Param=f[0] Param=f[2] Grad=f[0] Grad=f[2] Moment=f[0] Moment=f[2] LearningRate=f[1]",
+     "ParamOut ParamOut MomentOut MomentOut", "", "[0]", NULL, NULL, false},
+    {"merged_rmsprop",
+     "Param=f[0] Param=f[2] MeanSquare=f[0] MeanSquare=f[2] Grad=f[0] Grad=f[2] Moment=f[0] Moment=f[2] "
+     "LearningRate=f[1]",
+     "ParamOut ParamOut MomentOut MomentOut MeanSquareOut MeanSquareOut", "", "[0]", NULL, NULL, false},
+    {"merged_adamax",
+     "Param=f[0] Param=f[2] Grad=f[0] Grad=f[2] LearningRate=f[1] Moment=f[0] Moment=f[2] InfNorm=f[0] "
+     "InfNorm=f[2] Beta1Pow=f[1] Beta1Pow=f[1]",
+     "ParamOut ParamOut MomentOut MomentOut InfNormOut InfNormOut", "", "[0]", NULL, NULL, false},
+    {"merged_adamw",
+     "Param=f[0] Param=f[2] Grad=f[0] Grad=f[2] LearningRate=f[1] Moment1=f[0] Moment1=f[2] Moment2=f[0] "
+     "Moment2=f[2] Beta1Pow=f[1] Beta1Pow=f[1] Beta2Pow=f[1] Beta2Pow=f[1]",
+     "ParamOut ParamOut Moment1Out Moment1Out Moment2Out Moment2Out", "", "[0]", NULL, NULL, false},
+    {"merged_lamb",
+     "Param=f[0] Param=f[2] Grad=f[0] Grad=f[2] LearningRate=f[1] Moment1=f[0] Moment1=f[2] Moment2=f[0] "
+     "Moment2=f[2] Beta1Pow=f[1] Beta1Pow=f[1] Beta2Pow=f[1] Beta2Pow=f[1]",
+     "ParamOut ParamOut Moment1Out Moment1Out Moment2Out Moment2Out", "weight_decay=0.01", "[0]", NULL, NULL, false},
 };
 
 /* Op types no row runs, and why. Keep it short: an op belongs in k_rows. */

@@ -211,6 +211,190 @@ static void test_large_parallel(void **state) {
     run_optimizer_case(K_ADAM, PE_DTYPE_FP64, 70001, 2, 1e-12);
 }
 
+/* ---- adagrad / rmsprop / adamax / adamw / lamb: several steps, in place ------- */
+
+typedef enum { M_ADAGRAD, M_RMSPROP, M_RMSPROP_CENTERED, M_ADAMAX, M_ADAMW, M_LAMB } more_t;
+
+/* Per-element state slot k of `kind` (NULL past the last): input slot, output
+ * slot; elem_init is its initial value. */
+static const char *const more_slots[6][4] = {
+    {"Moment", NULL},
+    {"MeanSquare", "Moment", "MeanGrad", NULL},
+    {"MeanSquare", "Moment", "MeanGrad", NULL},
+    {"Moment", "InfNorm", NULL},
+    {"Moment1", "Moment2", NULL},
+    {"Moment1", "Moment2", NULL},
+};
+static const char *const more_type[6] = {"adagrad", "rmsprop", "rmsprop", "adamax", "adamw", "lamb"};
+
+/* The op over fp32/fp64 state (outputs aliasing inputs), N_STEPS steps on
+ * `threads` threads, against Paddle's formulas in double after every step. */
+static void run_more_case(more_t kind, pe_dtype dt, int64_t n, int threads, double tol) {
+    const int64_t dims[1] = {n}, one[1] = {1};
+    const double lr = (float)0.05, b1 = 0.85, b2 = 0.99, eps = 1e-6, rho = 0.9, mu = 0.7, coeff = 0.1, init = 0.1;
+    const bool pows = kind >= M_ADAMAX, pow2 = kind >= M_ADAMW;
+    pe_program *p = pe_program_new();
+    declare(p, "w", dt, 1, dims, true);
+    declare(p, "g", dt, 1, dims, false);
+    declare(p, "lr", PE_DTYPE_FP32, 1, one, true);
+    pe_op *op = pe_block_add_op(&p->blocks[0], more_type[kind]);
+    pe_op_add_input(op, "Param", "w");
+    pe_op_add_input(op, "Grad", "g");
+    pe_op_add_input(op, "LearningRate", "lr");
+    pe_op_add_output(op, "ParamOut", "w");
+    char outs[4][32];
+    for (int k = 0; more_slots[kind][k]; k++) {
+        declare(p, more_slots[kind][k], dt, 1, dims, true);
+        snprintf(outs[k], sizeof outs[k], "%sOut", more_slots[kind][k]);
+        op = &p->blocks[0].ops[0];
+        pe_op_add_input(op, more_slots[kind][k], more_slots[kind][k]);
+        pe_op_add_output(op, outs[k], more_slots[kind][k]);
+    }
+    if (pows) {
+        declare(p, "b1p", dt, 1, one, true);
+        op = &p->blocks[0].ops[0];
+        pe_op_add_input(op, "Beta1Pow", "b1p");
+        pe_op_add_output(op, "Beta1PowOut", "b1p");
+    }
+    if (pow2) {
+        declare(p, "b2p", dt, 1, one, true);
+        op = &p->blocks[0].ops[0];
+        pe_op_add_input(op, "Beta2Pow", "b2p");
+        pe_op_add_output(op, "Beta2PowOut", "b2p");
+    }
+    op = &p->blocks[0].ops[0];
+    pe_op_set_float(op, "epsilon", eps);
+    if (kind == M_RMSPROP || kind == M_RMSPROP_CENTERED) {
+        pe_op_set_float(op, "decay", rho);
+        pe_op_set_float(op, "momentum", mu);
+        pe_op_set_bool(op, "centered", kind == M_RMSPROP_CENTERED);
+    }
+    if (pows) {
+        pe_op_set_float(op, "beta1", b1);
+        pe_op_set_float(op, "beta2", b2);
+    }
+    if (kind == M_ADAMW) {
+        pe_op_set_float(op, "coeff", coeff);
+        pe_op_set_bool(op, "with_decay", true);
+    }
+    if (kind == M_LAMB) pe_op_set_float(op, "weight_decay", coeff);
+    assert_int_equal(pe_program_check(p, "test"), PE_OK);
+
+    double *w = malloc(sizeof(double) * (size_t)n), *g = malloc(sizeof(double) * (size_t)n);
+    double *st[3], *r = malloc(sizeof(double) * (size_t)n);
+    double b1p = dt == PE_DTYPE_FP32 ? (float)b1 : b1, b2p = dt == PE_DTYPE_FP32 ? (float)b2 : b2;
+    fill_rand(w, n, 3);
+    pe_scope *sc = pe_scope_new(NULL);
+    pe_tensor *t = tu_tensor(dt, 1, dims, w);
+    scope_set(sc, "w", t);
+    pe_tensor_free(t);
+    t = tu_tensor(PE_DTYPE_FP32, 1, one, &lr);
+    scope_set(sc, "lr", t);
+    pe_tensor_free(t);
+    for (int k = 0; k < 3; k++) {
+        st[k] = calloc((size_t)n, sizeof(double));
+        if (kind == M_ADAGRAD && k == 0)
+            for (int64_t i = 0; i < n; i++) st[k][i] = dt == PE_DTYPE_FP32 ? (float)init : init;
+        if (!more_slots[kind][k]) continue;
+        t = tu_tensor(dt, 1, dims, st[k]);
+        scope_set(sc, more_slots[kind][k], t);
+        pe_tensor_free(t);
+    }
+    if (pows) {
+        t = tu_tensor(dt, 1, one, &b1p);
+        scope_set(sc, "b1p", t);
+        pe_tensor_free(t);
+    }
+    if (pow2) {
+        t = tu_tensor(dt, 1, one, &b2p);
+        scope_set(sc, "b2p", t);
+        pe_tensor_free(t);
+    }
+    pe_executor *ex = pe_executor_new(pe_place_cpu(0));
+    pe_executor_set_num_threads(ex, threads);
+    for (int step = 0; step < N_STEPS; step++) {
+        fill_rand(g, n, 200 + (uint64_t)step);
+        if (dt == PE_DTYPE_FP32)
+            for (int64_t i = 0; i < n; i++) g[i] = (float)g[i];
+        pe_tensor *gt = tu_tensor(dt, 1, dims, g);
+        pe_feed f = {"g", gt};
+        pe_status rs = pe_executor_run(ex, p, 0, sc, &f, 1, NULL, 0, NULL);
+        if (rs != PE_OK) fail_msg("%s step %d: %s", more_type[kind], step, pe_last_error());
+        pe_tensor_free(gt);
+        /* reference (Paddle's formulas) */
+        double pn = 0, rn = 0;
+        for (int64_t i = 0; i < n; i++) {
+            double *a = st[0], *b = st[1], *c = st[2];
+            switch (kind) {
+            case M_ADAGRAD:
+                a[i] += g[i] * g[i];
+                w[i] -= lr * g[i] / (sqrt(a[i]) + eps);
+                break;
+            case M_RMSPROP:
+                a[i] = rho * a[i] + (1 - rho) * g[i] * g[i];
+                b[i] = mu * b[i] + lr * g[i] / sqrt(a[i] + eps);
+                w[i] -= b[i];
+                break;
+            case M_RMSPROP_CENTERED:
+                a[i] = rho * a[i] + (1 - rho) * g[i] * g[i];
+                c[i] = rho * c[i] + (1 - rho) * g[i];
+                b[i] = mu * b[i] + lr * g[i] / sqrt(a[i] - c[i] * c[i] + eps);
+                w[i] -= b[i];
+                break;
+            case M_ADAMAX:
+                a[i] = b1 * a[i] + (1 - b1) * g[i];
+                b[i] = fmax(b2 * b[i] + eps, fabs(g[i]));
+                w[i] -= lr / (1 - b1p) * a[i] / b[i];
+                break;
+            case M_ADAMW:
+                w[i] -= lr * coeff * w[i];
+                a[i] = b1 * a[i] + (1 - b1) * g[i];
+                b[i] = b2 * b[i] + (1 - b2) * g[i] * g[i];
+                w[i] -= lr * sqrt(1 - b2p) / (1 - b1p) * a[i] / (sqrt(b[i]) + eps * sqrt(1 - b2p));
+                break;
+            case M_LAMB:
+                a[i] = b1 * a[i] + (1 - b1) * g[i];
+                b[i] = b2 * b[i] + (1 - b2) * g[i] * g[i];
+                r[i] = a[i] / (1 - b1p) / (sqrt(b[i] / (1 - b2p)) + eps) + coeff * w[i];
+                pn += w[i] * w[i];
+                rn += r[i] * r[i];
+                break;
+            }
+        }
+        if (kind == M_LAMB) {
+            double ratio = pn > 0 && rn > 0 ? sqrt(pn) / sqrt(rn) : 1.0;
+            for (int64_t i = 0; i < n; i++) w[i] -= lr * ratio * r[i];
+        }
+        b1p = dt == PE_DTYPE_FP32 ? (float)(b1p * b1) : b1p * b1;
+        b2p = dt == PE_DTYPE_FP32 ? (float)(b2p * b2) : b2p * b2;
+        assert_scope_close(sc, "w", w, n, tol);
+        for (int k = 0; more_slots[kind][k]; k++) {
+            if (kind == M_RMSPROP && k == 2) continue; /* not centered: MeanGrad stays 0 */
+            assert_scope_close(sc, more_slots[kind][k], st[k], n, tol);
+        }
+        if (pows) assert_scope_close(sc, "b1p", &b1p, 1, dt == PE_DTYPE_FP64 ? 1e-15 : 1e-6);
+        if (pow2) assert_scope_close(sc, "b2p", &b2p, 1, dt == PE_DTYPE_FP64 ? 1e-15 : 1e-6);
+    }
+    pe_executor_free(ex);
+    pe_scope_free(sc);
+    pe_program_free(p);
+    free(w);
+    free(g);
+    free(r);
+    for (int k = 0; k < 3; k++) free(st[k]);
+}
+
+static void test_more_optimizers(void **state) {
+    (void)state;
+    for (int k = M_ADAGRAD; k <= M_LAMB; k++) {
+        run_more_case((more_t)k, PE_DTYPE_FP32, N_ELEMS, 1, 2e-5);
+        run_more_case((more_t)k, PE_DTYPE_FP64, N_ELEMS, 1, 1e-12);
+    }
+    /* above the parallel threshold, on 2 threads (lamb's norms by chunks) */
+    run_more_case(M_LAMB, PE_DTYPE_FP64, 70001, 2, 1e-12);
+    run_more_case(M_RMSPROP_CENTERED, PE_DTYPE_FP32, 70001, 2, 2e-5);
+}
+
 /* ParamOut a separate var: Param stays, ParamOut gets the update. */
 static void test_not_aliased(void **state) {
     (void)state;
@@ -789,7 +973,7 @@ static void test_minimize_sgd_errors_leave_programs_unchanged(void **state) {
         {o, {0}, 0, "loss", "beta1"},
     };
     cases[3].o.lr_var = "x"; /* [-1, 5]: not one element */
-    cases[4].o.kind = (pe_optimizer_kind)7;
+    cases[4].o.kind = PE_OPT_KIND_COUNT;
     cases[5].o.clip_global_norm = -1;
     cases[6].o.kind = PE_OPT_ADAM;
     cases[6].o.beta1 = 1.0;
@@ -1052,6 +1236,7 @@ int main(void) {
         cmocka_unit_test(test_momentum),
         cmocka_unit_test(test_adam),
         cmocka_unit_test(test_large_parallel),
+        cmocka_unit_test(test_more_optimizers),
         cmocka_unit_test(test_not_aliased),
         cmocka_unit_test(test_shape_errors),
         cmocka_unit_test(test_clip_by_global_norm),

@@ -99,9 +99,10 @@ static tm_model make_mlp(pe_optimizer_kind kind) {
 
 static void test_bitwise_equal_to_unsharded(void **state) {
     (void)state;
-    const pe_optimizer_kind kinds[] = {PE_OPT_SGD, PE_OPT_MOMENTUM, PE_OPT_ADAM};
-    const char *names[] = {"sgd", "momentum", "adam"};
-    for (int k = 0; k < 3; k++) {
+    const pe_optimizer_kind kinds[] = {PE_OPT_SGD,     PE_OPT_MOMENTUM, PE_OPT_ADAM,  PE_OPT_ADAGRAD,
+                                       PE_OPT_RMSPROP, PE_OPT_ADAMAX,   PE_OPT_ADAMW, PE_OPT_LAMB};
+    const char *names[] = {"sgd", "momentum", "adam", "adagrad", "rmsprop", "adamax", "adamw", "lamb"};
+    for (int k = 0; k < 8; k++) {
         tm_model m = make_mlp(kinds[k]);
         for (int places = 2; places <= 3; places++) {
             trainer off, on;
@@ -171,6 +172,27 @@ static void test_graph_and_shared_storage(void **state) {
     }
     assert_int_equal(shared, 2 * 6 * 3); /* param, moment1, moment2 of 6 parameters on places 1, 2 */
     assert_int_equal(pows, 2 * 6 * 2);
+    trainer_free(&t);
+    tm_model_free(&m);
+}
+
+/* lamb's trust ratio needs the whole parameter: its updates are never
+ * sharded (they run on every place after the allreduce), the other
+ * optimizers' are. */
+static void test_lamb_is_not_sharded(void **state) {
+    (void)state;
+    tm_model m = make_mlp(PE_OPT_LAMB);
+    char dir[] = "/tmp/pe_shard_XXXXXX", dot[64], cmd[96];
+    assert_non_null(mkdtemp(dir));
+    snprintf(dot, sizeof dot, "%s/g.dot", dir);
+    trainer t;
+    trainer_new(&t, &m, 3, true, dot);
+    step(&t, &m, 0, NULL, 0, NULL, NULL);
+    assert_int_equal(count_in_file(dot, "(shard)"), 0);
+    assert_int_equal(count_in_file(dot, "lamb 1/3"), 0);
+    assert_int_equal(count_in_file(dot, "lamb\\nplace"), 6 * 3);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
     trainer_free(&t);
     tm_model_free(&m);
 }
@@ -282,6 +304,7 @@ static void test_bad_accumulator_is_an_error(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bitwise_equal_to_unsharded),
+        cmocka_unit_test(test_lamb_is_not_sharded),
         cmocka_unit_test(test_graph_and_shared_storage),
         cmocka_unit_test(test_fetched_gradient_is_summed),
         cmocka_unit_test(test_fed_parameter_stays_exact),

@@ -86,21 +86,31 @@ PyObject *py_minimize(PyObject *m, PyObject *args, PyObject *kw) {
     (void)m;
     static char *kwlist[] = {"main", "startup", "loss", "kind", "learning_rate", "lr_var", "momentum",
                              "use_nesterov", "beta1", "beta2", "epsilon", "weight_decay", "clip_global_norm",
-                             "params", "no_grad", "param_configs", NULL};
+                             "params", "no_grad", "param_configs", "initial_accumulator_value", "rho",
+                             "centered", "coeff", "lr_ratio", "no_decay", NULL};
     PyObject *main_o, *startup_o, *lr_var_o = Py_None, *params_o = Py_None, *nograd_o = Py_None, *cfg_o = Py_None;
+    PyObject *nodecay_o = Py_None;
     const char *loss, *kind_s = "sgd";
     pe_optimizer o;
     pe_optimizer_default(&o, PE_OPT_SGD, 0.01);
-    int nesterov = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOs|sdOdpdddddOOO", kwlist, &main_o, &startup_o, &loss, &kind_s,
+    int nesterov = 0, centered = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOs|sdOdpdddddOOOddpddO", kwlist, &main_o, &startup_o, &loss, &kind_s,
                                      &o.learning_rate, &lr_var_o, &o.momentum, &nesterov, &o.beta1, &o.beta2,
-                                     &o.epsilon, &o.weight_decay, &o.clip_global_norm, &params_o, &nograd_o, &cfg_o))
+                                     &o.epsilon, &o.weight_decay, &o.clip_global_norm, &params_o, &nograd_o, &cfg_o,
+                                     &o.initial_accumulator_value, &o.rho, &centered, &o.coeff, &o.lr_ratio,
+                                     &nodecay_o))
         return NULL;
-    if (!strcmp(kind_s, "sgd")) o.kind = PE_OPT_SGD;
-    else if (!strcmp(kind_s, "momentum")) o.kind = PE_OPT_MOMENTUM;
-    else if (!strcmp(kind_s, "adam")) o.kind = PE_OPT_ADAM;
-    else return raise_msg(PE_ERR_INVALID, "minimize: unknown optimizer kind '%s' (sgd, momentum, adam)", kind_s);
+    static const char *const kinds[PE_OPT_KIND_COUNT] = {"sgd", "momentum", "adam", "adagrad", "rmsprop",
+                                                         "adamax", "adamw", "lamb"};
+    int kind = -1;
+    for (int i = 0; i < PE_OPT_KIND_COUNT; i++)
+        if (!strcmp(kind_s, kinds[i])) kind = i;
+    if (kind < 0)
+        return raise_msg(PE_ERR_INVALID, "minimize: unknown optimizer kind '%s' (sgd, momentum, adam, adagrad, "
+                         "rmsprop, adamax, adamw, lamb)", kind_s);
+    o.kind = (pe_optimizer_kind)kind;
     o.use_nesterov = nesterov != 0;
+    o.centered = centered != 0;
     ProgramObject *mainp = as_program(main_o, "minimize(main)");
     if (!mainp || program_mutable(mainp, "minimize")) return NULL;
     ProgramObject *startp = as_program(startup_o, "minimize(startup)");
@@ -112,12 +122,19 @@ PyObject *py_minimize(PyObject *m, PyObject *args, PyObject *kw) {
             return NULL;
         }
     }
-    strlist params, nograd;
+    strlist params, nograd, nodecay;
     if (strlist_from(params_o, "parameters", &params)) return NULL;
     if (strlist_from(nograd_o, "no_grad_set", &nograd)) {
         strlist_free(&params);
         return NULL;
     }
+    if (strlist_from(nodecay_o, "no_decay", &nodecay)) {
+        strlist_free(&params);
+        strlist_free(&nograd);
+        return NULL;
+    }
+    o.no_decay = (const char *const *)nodecay.s;
+    o.n_no_decay = nodecay.n;
     pe_param_config *cfg = NULL;
     strlist cfg_names = {NULL, 0};
     int n_cfg = 0;
@@ -159,6 +176,7 @@ out:
     strlist_free(&cfg_names);
     strlist_free(&params);
     strlist_free(&nograd);
+    strlist_free(&nodecay);
     return r;
 }
 

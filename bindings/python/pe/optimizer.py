@@ -1,4 +1,5 @@
-"""pe.optimizer — SGD, Momentum, Adam with Paddle's signatures; minimize() runs the C pass.
+"""pe.optimizer — SGD, Momentum, Adam, Adagrad, RMSProp, Adamax, AdamW, Lamb with Paddle's
+signatures; minimize() runs the C pass.
 
 minimize(loss) = Paddle's Optimizer.minimize: append_backward, gradient
 clipping (ClipGradByGlobalNorm), L2 weight decay (weight_decay= float or
@@ -13,7 +14,7 @@ from .framework import Parameter, Variable, _var_name, default_startup_program
 from .nn.clip import ClipGradByGlobalNorm
 from .regularizer import L2Decay
 
-__all__ = ["Optimizer", "SGD", "Momentum", "Adam"]
+__all__ = ["Optimizer", "SGD", "Momentum", "Adam", "Adagrad", "RMSProp", "Adamax", "AdamW", "Lamb"]
 
 
 class Optimizer:
@@ -47,7 +48,7 @@ class Optimizer:
     def get_lr(self):
         return self._lr
 
-    def _extra(self):
+    def _extra(self, program):
         return {}
 
     def _param_configs(self, program):
@@ -85,7 +86,7 @@ class Optimizer:
         pairs = _core.minimize(
             cm, cs, loss.name, kind=self._kind, learning_rate=self._lr, lr_var=self._lr_var,
             weight_decay=self._weight_decay, clip_global_norm=self._grad_clip.clip_norm if self._grad_clip else 0.0,
-            params=pnames, no_grad=nograd, param_configs=self._param_configs(main), **self._extra())
+            params=pnames, no_grad=nograd, param_configs=self._param_configs(main), **self._extra(main))
         main._load_json(cm.to_json())
         startup._load_json(cs.to_json())
         block = main.global_block()
@@ -120,7 +121,7 @@ class Momentum(Optimizer):
         self._momentum = float(momentum)
         self._use_nesterov = bool(use_nesterov)
 
-    def _extra(self):
+    def _extra(self, program):
         return {"momentum": self._momentum, "use_nesterov": self._use_nesterov}
 
 
@@ -138,5 +139,103 @@ class Adam(Optimizer):
             raise _core.UnsupportedError("Adam: beta1/beta2 must be floats")
         self._beta1, self._beta2, self._epsilon = float(beta1), float(beta2), float(epsilon)
 
-    def _extra(self):
+    def _extra(self, program):
         return {"beta1": self._beta1, "beta2": self._beta2, "epsilon": self._epsilon}
+
+
+def _float(name, v):
+    if isinstance(v, Variable):
+        raise _core.UnsupportedError("%s must be a float, not a Variable" % name)
+    return float(v)
+
+
+class Adagrad(Optimizer):
+    """moment += grad^2; param -= lr * grad / (sqrt(moment) + epsilon)."""
+    _kind = "adagrad"
+
+    def __init__(self, learning_rate, epsilon=1e-06, parameters=None, weight_decay=None, grad_clip=None, name=None,
+                 initial_accumulator_value=0.0):
+        super().__init__(learning_rate, parameters, weight_decay, grad_clip, name)
+        self._epsilon = _float("Adagrad: epsilon", epsilon)
+        self._initial = _float("Adagrad: initial_accumulator_value", initial_accumulator_value)
+
+    def _extra(self, program):
+        return {"epsilon": self._epsilon, "initial_accumulator_value": self._initial}
+
+
+class RMSProp(Optimizer):
+    """mean_square = rho * ms + (1 - rho) * grad^2 (centered: minus mean_grad^2);
+    moment = momentum * moment + lr * grad / sqrt(ms + epsilon); param -= moment."""
+    _kind = "rmsprop"
+
+    def __init__(self, learning_rate, rho=0.95, epsilon=1e-06, momentum=0.0, centered=False, parameters=None,
+                 weight_decay=None, grad_clip=None, name=None):
+        super().__init__(learning_rate, parameters, weight_decay, grad_clip, name)
+        self._rho, self._epsilon = _float("RMSProp: rho", rho), _float("RMSProp: epsilon", epsilon)
+        self._momentum, self._centered = _float("RMSProp: momentum", momentum), bool(centered)
+
+    def _extra(self, program):
+        return {"rho": self._rho, "epsilon": self._epsilon, "momentum": self._momentum, "centered": self._centered}
+
+
+class Adamax(Optimizer):
+    """moment = beta1 * m + (1 - beta1) * g; inf_norm = max(beta2 * u + epsilon, |g|);
+    param -= lr / (1 - beta1^t) * moment / inf_norm."""
+    _kind = "adamax"
+
+    def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-08, parameters=None,
+                 weight_decay=None, grad_clip=None, name=None):
+        super().__init__(learning_rate, parameters, weight_decay, grad_clip, name)
+        self._beta1, self._beta2 = _float("Adamax: beta1", beta1), _float("Adamax: beta2", beta2)
+        self._epsilon = _float("Adamax: epsilon", epsilon)
+
+    def _extra(self, program):
+        return {"beta1": self._beta1, "beta2": self._beta2, "epsilon": self._epsilon}
+
+
+def _no_decay(program, keep):
+    """Names of the parameters of `program` for which keep(name) is false."""
+    if keep is None:
+        return None
+    return [p.name for p in program.global_block().all_parameters() if not keep(p.name)]
+
+
+class AdamW(Adam):
+    """Paddle 2.x AdamW: param -= lr * weight_decay * param (for the parameters
+    apply_decay_param_fun accepts, all when None), then Adam's step."""
+    _kind = "adamw"
+
+    def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, parameters=None,
+                 weight_decay=0.01, lr_ratio=None, apply_decay_param_fun=None, grad_clip=None, lazy_mode=False,
+                 multi_precision=False, name=None):
+        super().__init__(learning_rate, beta1, beta2, epsilon, parameters, None, grad_clip, lazy_mode,
+                         multi_precision, False, name)
+        if lr_ratio is not None:
+            raise _core.UnsupportedError("AdamW: lr_ratio (a per-parameter function) is not supported")
+        if isinstance(weight_decay, L2Decay):
+            weight_decay = weight_decay.coeff
+        self._coeff = _float("AdamW: weight_decay", weight_decay)
+        self._apply_decay_param_fun = apply_decay_param_fun
+
+    def _extra(self, program):
+        return dict(super()._extra(program), coeff=self._coeff,
+                    no_decay=_no_decay(program, self._apply_decay_param_fun))
+
+
+class Lamb(Optimizer):
+    """LAMB (You et al.): Adam's moments, r = m_hat / (sqrt(v_hat) + epsilon) + lamb_weight_decay * param,
+    param -= lr * (||param|| / ||r||) * r (ratio 1 when either norm is 0)."""
+    _kind = "lamb"
+
+    def __init__(self, learning_rate=0.001, lamb_weight_decay=0.01, beta1=0.9, beta2=0.999, epsilon=1e-6,
+                 parameters=None, grad_clip=None, exclude_from_weight_decay_fn=None, multi_precision=False,
+                 name=None):
+        super().__init__(learning_rate, parameters, None, grad_clip, name)
+        self._beta1, self._beta2 = _float("Lamb: beta1", beta1), _float("Lamb: beta2", beta2)
+        self._epsilon, self._coeff = _float("Lamb: epsilon", epsilon), _float("Lamb: lamb_weight_decay", lamb_weight_decay)
+        self._exclude = exclude_from_weight_decay_fn
+
+    def _extra(self, program):
+        excl = self._exclude
+        return {"beta1": self._beta1, "beta2": self._beta2, "epsilon": self._epsilon, "coeff": self._coeff,
+                "no_decay": _no_decay(program, None if excl is None else (lambda n: not excl(n)))}

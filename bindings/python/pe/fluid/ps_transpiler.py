@@ -18,7 +18,8 @@ transpile() reads the program minimize() produced and cuts it in two:
   LR-schedule ops (op_role LRSched); then one optimize block per parameter
   block placed on that endpoint, holding the parameter's optimize chain (its
   per-parameter gradient transforms such as the L2 decay scale/sum, the lr
-  multiplier scale, and its sgd / momentum / adam op) rewritten onto the block
+  multiplier scale, and its sgd / momentum / adam / adagrad / rmsprop / adamax /
+  adamw / lamb op) rewritten onto the block
   vars. Every var is declared in the global block.
 - one pserver startup program per endpoint (get_startup_program): the
   original startup's init ops for the full vars it needs, under their
@@ -261,6 +262,13 @@ class PServerPlan:
         for ch in self.chains:
             shape = self.block.var(ch.param).shape
             parts = slice_rows(shape, len(self.eps), cfg.slice_var_up, mbs)
+            if ch.opt_op.type == "lamb" and len(parts) > 1:
+                # lamb's trust ratio ||param|| / ||r|| is over the whole parameter: per-block norms
+                # would compute a different update
+                raise _core.UnsupportedError(
+                    "DistributeTranspiler: parameter %s (%s) would be sliced into %d blocks, but its lamb update "
+                    "needs the norm of the whole parameter; set DistributeTranspilerConfig.slice_var_up = False"
+                    % (ch.param, list(shape), len(parts)))
             ch.parts = parts
             for i, (off, rows) in enumerate(parts):
                 self.blocks.append({"chain": ch, "index": i, "n": len(parts), "offset": off, "rows": rows,
