@@ -418,6 +418,26 @@ def test_waits_are_bounded(tmp_path):
         assert lone.ended - lone.t0 < 15, c.report([lone])
 
 
+def test_two_trainers_with_one_id(tmp_path):
+    """Two trainer processes started with the same trainer id: the second to
+    reach the pserver is refused naming the id (not mixed into the fan-in);
+    the first trains, the missing trainer 1 is dropped after PE_PS_TRAINER_WAIT."""
+    with Cluster(tmp_path) as c:
+        port = c.port("127.0.0.1")
+        base = {"endpoints": ["127.0.0.1:%d" % port], "trainers": 2, "opt": "sgd", "steps": 4, "batch": 12,
+                "seed": 7, "slice": True, "min_block_size": 8}
+        ps = c.node("ps0", dict(base, role="pserver", endpoint=base["endpoints"][0]), PE_PS_TRAINER_WAIT=3)
+        tr = [c.node("tr%d" % k, dict(base, role="trainer", trainer_id=0,
+                                       progress=os.path.join(c.dir, "tr%d.progress" % k))) for k in range(2)]
+        c.wait([ps] + tr, RUN_LIMIT)
+        refused = [p for p in tr if p.rc != 0]
+        assert len(refused) == 1, c.report()
+        assert "trainer 0 is already connected to this pserver on another connection" in refused[0].err(), c.report()
+        ok = [p for p in tr if p.rc == 0][0]
+        assert steps_done(c, ok.name) == 4 and ps.rc == 0, c.report()
+        assert "trainer 1 lost: it never connected" in ps.err(), c.report([ps])
+
+
 class _Zmq:
     """A ZeroMQ DEALER through ctypes on libzmq.so.5 (no pyzmq here)."""
     DEALER, LINGER, RCVTIMEO, SNDMORE = 5, 17, 27, 2
