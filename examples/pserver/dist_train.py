@@ -15,12 +15,15 @@ PADDLE_* variables; see docs/guide.md, "Parameter-server training"):
 
 The data is a synthetic regression set of the UCI housing shape (13
 features), made from a fixed seed, so every process sees the same samples;
-each trainer reads its own share of every batch. DIST_TRAIN_EPOCHS and
+each trainer reads its own share of every batch, shuffled by
+paddle.reader.shuffle (Python's random, seeded with the trainer id) as the
+quick start shuffles. DIST_TRAIN_EPOCHS and
 DIST_TRAIN_SLICE (slice_var_up, 1/0) and DIST_TRAIN_SPLIT (RoundRobin /
 HashName) vary the run; the trainers print their loss and write it, one
 value per line, to DIST_TRAIN_LOSS_FILE when that is set.
 """
 import os
+import random
 
 import numpy as np
 
@@ -85,12 +88,14 @@ def train():
     elif training_role == "TRAINER":
         trainer_prog = t.get_trainer_program()
         exe.run(fluid.default_startup_program())
-        reader = paddle.batch(train_reader(trainer_id, trainers), batch_size=BATCH_SIZE // trainers)
+        random.seed(trainer_id)  # paddle.reader.shuffle draws from Python's random
+        reader = paddle.batch(paddle.reader.shuffle(train_reader(trainer_id, trainers), buf_size=500),
+                              batch_size=BATCH_SIZE // trainers)
         losses = []
         for epoch in range(EPOCH_NUM):
             for batch_id, batch_data in enumerate(reader()):
                 avg_loss_value, = exe.run(trainer_prog, feed=feeder.feed(batch_data), fetch_list=[avg_loss])
-                losses.append(float(avg_loss_value.reshape(-1)[0]))
+                losses.append(float(avg_loss_value[0]))
                 if (batch_id + 1) % 8 == 0:
                     print("Epoch: {0}, Batch: {1}, loss: {2}".format(epoch, batch_id, losses[-1]), flush=True)
         exe.close()

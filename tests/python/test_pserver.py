@@ -36,6 +36,7 @@ import ctypes
 import ctypes.util
 import importlib.util
 import os
+import random
 import re
 import signal
 import socket
@@ -45,6 +46,7 @@ import time
 import numpy as np
 import pytest
 
+import pe
 import pe.fluid as fluid
 from pe.utils import unique_name
 
@@ -159,11 +161,16 @@ def example_single_process_losses(epochs, trainers):
     scope = fluid.Scope()
     exe.run(startup, scope=scope)
     per = mod.BATCH_SIZE // trainers
-    streams = [list(mod.train_reader(t, trainers)()) for t in range(trainers)]
+    # each trainer seeds Python's random with its id and shuffles every epoch
+    streams = []
+    for t in range(trainers):
+        random.seed(t)
+        streams.append([list(pe.reader.shuffle(mod.train_reader(t, trainers), buf_size=500)())
+                        for _ in range(epochs)])
     out = []
-    for _ in range(epochs):
-        for b in range(len(streams[0]) // per):
-            rows = [s for st in streams for s in st[b * per:(b + 1) * per]]
+    for e in range(epochs):
+        for b in range(len(streams[0][e]) // per):
+            rows = [s for st in streams for s in st[e][b * per:(b + 1) * per]]
             feed = {"x": np.stack([r[0] for r in rows]), "y": np.stack([r[1] for r in rows])}
             l, = exe.run(main, feed=feed, fetch_list=[loss], scope=scope)
             out.append(float(np.array(l).reshape(-1)[0]))
@@ -195,7 +202,8 @@ def test_example_cluster(tmp_path, ips, trainers, slice_, split):
         losses = [np.array([float(v) for v in lines(f)]) for f in loss_files]
         for t, l in enumerate(losses):
             assert len(l) >= 2 * epochs, (t, l)
-            assert l[-1] < 0.25 * l[0], "trainer %d: loss %s -> %s" % (t, l[0], l[-1])
+            # shuffled small batches: compare the first and last few steps
+            assert l[-4:].mean() < 0.35 * l[:4].mean(), "trainer %d: loss %s -> %s" % (t, l[:4], l[-4:])
         if trainers == 2:
             # sync mode: every step is one process's step on the union of the trainers' batches
             ref = example_single_process_losses(epochs, trainers)
