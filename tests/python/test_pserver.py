@@ -426,10 +426,36 @@ def test_waits_are_bounded(tmp_path):
         assert lone.ended - lone.t0 < 15, c.report([lone])
 
 
+def listening(pid):
+    """(ip, port) of every TCP socket process `pid` listens on (/proc)."""
+    inodes = set()
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            link = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    out = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = open(table).read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            f = row.split()
+            if f[3] == "0A" and f[9] in inodes:  # LISTEN
+                ip_hex, port_hex = f[1].split(":")
+                ip = ".".join(str(int(ip_hex[i:i + 2], 16)) for i in (6, 4, 2, 0)) if len(ip_hex) == 8 else ip_hex
+                out.append((ip, int(port_hex, 16)))
+    return out
+
+
 def test_two_trainers_with_one_id(tmp_path):
     """Two trainer processes started with the same trainer id: the second to
     reach the pserver is refused naming the id (not mixed into the fan-in);
-    the first trains, the missing trainer 1 is dropped after PE_PS_TRAINER_WAIT."""
+    the first trains, the missing trainer 1 is dropped after PE_PS_TRAINER_WAIT.
+    Meanwhile only the pserver listens, on its endpoint alone (/proc)."""
     with Cluster(tmp_path) as c:
         port = c.port("127.0.0.1")
         base = {"endpoints": ["127.0.0.1:%d" % port], "trainers": 2, "opt": "sgd", "steps": 4, "batch": 12,
@@ -437,6 +463,13 @@ def test_two_trainers_with_one_id(tmp_path):
         ps = c.node("ps0", dict(base, role="pserver", endpoint=base["endpoints"][0]), PE_PS_TRAINER_WAIT=3)
         tr = [c.node("tr%d" % k, dict(base, role="trainer", trainer_id=0,
                                        progress=os.path.join(c.dir, "tr%d.progress" % k))) for k in range(2)]
+        # meanwhile (the pserver waits PE_PS_TRAINER_WAIT for trainer 1): nothing
+        # listens but the pserver on its endpoint; the trainers open no port
+        wait_listening(c, ps)
+        assert listening(ps.p.pid) == [("127.0.0.1", port)], c.report([ps])
+        for p in tr:
+            if p.rc is None:
+                assert listening(p.p.pid) == [], c.report([p])
         c.wait([ps] + tr, RUN_LIMIT)
         refused = [p for p in tr if p.rc != 0]
         assert len(refused) == 1, c.report()
