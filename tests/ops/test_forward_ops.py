@@ -950,13 +950,14 @@ CONV_T = [
     ("pad4_asym_dilation", f32(2, 2, 5, 6), f32(2, 3, 3, 2), {"paddings": [1, 0, 2, 1], "dilations": [2, 1]}),
     ("groups2", f32(2, 4, 5, 5), f32(4, 3, 3, 3), {"groups": 2, "strides": [2, 1], "paddings": [1, 1]}),
     ("same_stride2", f32(1, 3, 4, 5), f32(3, 2, 3, 3), {"strides": [2, 2], "padding_algorithm": "SAME"}),
-    ("dcgan_k4s2p1", f32(4, 16, 8, 8), f32(16, 8, 4, 4, lo=-0.1, hi=0.1), {"strides": [2, 2], "paddings": [1, 1]}),
+    ("dcgan_k4s2p1", f32(4, 16, 8, 8), f32(16, 8, 4, 4, lo=-0.1, hi=0.1), {"strides": [2, 2], "paddings": [1, 1]},
+     True),
     ("fp64_stride2_groups", f64(2, 4, 4, 3), f64(4, 2, 3, 3),
      {"strides": [2, 2], "paddings": [1, 0], "groups": 2, "output_padding": [1, 0]}),
     ("fp64_valid", f64(1, 2, 3, 3), f64(2, 2, 2, 3), {"padding_algorithm": "VALID", "paddings": [1, 1]}),
 ]
-for name, xs, ws, at in CONV_T:
-    case("conv2d_transpose", name, {"Input": xs, "Filter": ws}, at, ref_conv2d_transpose)
+for name, xs, ws, at, *threads in CONV_T:
+    case("conv2d_transpose", name, {"Input": xs, "Filter": ws}, at, ref_conv2d_transpose, threads=bool(threads))
 
 
 def pd_interp_taps(n_in, n_out, scale, a, bilinear):
