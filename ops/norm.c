@@ -38,7 +38,6 @@ pe_status pe_gnorm_geom_get(const pe_op_ctx *ctx, pe_gnorm_geom *g) {
     if (!g->instance && (g->groups < 1 || g->c % g->groups))
         return pe_ctx_error(ctx, PE_ERR_INVALID, "attr groups = %lld must be >= 1 and divide X '%s' %s's C = %lld",
                             (long long)g->groups, xn, xs, (long long)g->c);
-    if (g->instance && g->groups < 1) g->groups = 1; /* C = 0: no channel, nothing to do */
     static const char *const params[2] = {"Scale", "Bias"};
     for (int i = 0; i < 2; i++) {
         const pe_tensor *t = pe_ctx_in(ctx, params[i]);

@@ -11,7 +11,7 @@
 
 typedef struct pe_gnorm_geom {
     int64_t n, c, s;     /* X: [N, C, S] (S: the product of the dims after C, 1 for rank 2) */
-    int64_t groups;      /* group_norm: attr groups; instance_norm: C */
+    int64_t groups;      /* group_norm: attr groups (>= 1); instance_norm: C (0 when C is) */
     double eps;
     bool instance;       /* instance_norm(_grad): statistics [N * C], the variance saved as 1 / sqrt(var + eps) */
 } pe_gnorm_geom;

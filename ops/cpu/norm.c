@@ -24,7 +24,7 @@
      * inverse std; each NULL: not kept) */                                                                 \
     static void gnorm_fwd_##SUF(const pe_gnorm_geom *g, const T *x, const T *scale, const T *bias, T *y,     \
                                 T *mean, T *var, int nt) {                                                  \
-        const int64_t cg = g->c / g->groups, M = cg * g->s;                                                 \
+        const int64_t cg = g->groups ? g->c / g->groups : 0, M = cg * g->s;                                 \
         PE_PAR_FOR(g->n * g->c * g->s >= PE_PAR_MIN && nt > 1, ng, g->n * g->groups, {                      \
             const T *xp = x + ng * M;                                                                        \
             T *yp = y + ng * M;                                                                              \
@@ -48,7 +48,7 @@
      * dx?, dscale?, dbias? */                                                                              \
     static void gnorm_bwd_##SUF(const pe_gnorm_geom *g, const T *x, const T *scale, const T *mean,          \
                                 const T *stat, const T *dy, T *dx, T *dscale, T *dbias, int nt) {            \
-        const int64_t cg = g->c / g->groups, M = cg * g->s;                                                 \
+        const int64_t cg = g->groups ? g->c / g->groups : 0, M = cg * g->s;                                 \
         const bool par = g->n * g->c * g->s >= PE_PAR_MIN && nt > 1;                                        \
         if (dx) {                                                                                            \
             PE_PAR_FOR(par, ng, g->n * g->groups, {                                                          \
