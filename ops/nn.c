@@ -1,6 +1,7 @@
-/* ops/nn.c — shape inference of the nn family (conv2d, pool2d, batch_norm)
- * and of their gradient ops, and batch_norm's grad maker (ops/grad.h;
- * conv2d's and pool2d's are wired in ops.def, PE_GRAD_WIRE).
+/* ops/nn.c — shape inference of the nn family (conv2d / depthwise_conv2d,
+ * conv2d_transpose, pool2d, batch_norm) and of their gradient ops, and
+ * batch_norm's grad maker (ops/grad.h; the others are wired in ops.def,
+ * PE_GRAD_WIRE).
  *
  * How: pe_conv_geom_get / pe_pool_geom_get turn the op's inputs and attrs
  * into one validated geometry struct (ops/nn.h) using Paddle's rules:
@@ -9,6 +10,9 @@
  *     max((out-1)*stride + k - in, 0) split with the smaller half first, and
  *     (conv) dilations reset to 1; VALID: paddings 0;
  *   - conv: out = (in + p0 + p1 - (d*(k-1)+1)) / stride + 1;
+ *   - conv2d_transpose: out = (in - 1) * stride - p0 - p1 + d*(k-1)+1, plus
+ *     output_padding (< stride) or output_size (in [out, out + stride)); its
+ *     geometry is that of the conv2d whose input gradient it is;
  *   - pool: same with d = 1, rounded up when ceil_mode; global_pooling uses
  *     the whole plane (ksize = [H, W], paddings 0); adaptive: out = ksize.
  * The kernels call the same functions, so infer and kernel never disagree.

@@ -1,4 +1,7 @@
-/* ops/cpu/nn.c — CPU kernels of the nn family: conv2d, pool2d, batch_norm.
+/* ops/cpu/nn.c — CPU kernels of the nn family: conv2d (and depthwise_conv2d,
+ * the same kernel), pool2d, batch_norm. The convolution itself is
+ * pe_nn_conv_fwd on an explicit geometry, which conv2d_transpose's gradient
+ * (deconv.c) calls too.
  *
  * How: float32 goes through oneDNN (the CPU counterpart of cuDNN): conv2d
  * lets oneDNN pick its preferred (blocked) layouts and reorders the plain
