@@ -228,14 +228,28 @@ def _conv_out(size, k, s, p, d, algo, ceil=False):
     return (num + (s - 1 if ceil else 0)) // s + 1
 
 
-def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, data_format="NCHW", name=None):
-    check_variable(x, "x", "conv2d")
-    check_variable(weight, "weight", "conv2d")
+def _check_conv(x, weight, data_format, api, weight_dims):
+    """NCHW x and a 4-D weight (weight_dims: how the op lays it out)."""
+    check_variable(x, "x", api)
+    check_variable(weight, "weight", api)
     if data_format != "NCHW":
-        raise _core.UnsupportedError("conv2d: data_format must be NCHW")
+        raise _core.UnsupportedError("%s: data_format must be NCHW" % api)
     if len(x.shape) != 4 or len(weight.shape) != 4:
-        raise _core.InvalidArgumentError("conv2d: x must be [N, C, H, W] and weight [M, C/groups, kh, kw], got %s and %s"
-                                         % (list(x.shape), list(weight.shape)))
+        raise _core.InvalidArgumentError("%s: x must be [N, C, H, W] and weight %s, got %s and %s"
+                                         % (api, weight_dims, list(x.shape), list(weight.shape)))
+
+
+def _add_channel_bias(helper, out, bias):
+    """out + bias along axis 1 (elementwise_add), or out when bias is None."""
+    if bias is None:
+        return out
+    res = helper.create_variable_for_type_inference(out.dtype, shape=out.shape)
+    helper.append_op("elementwise_add", {"X": [out], "Y": [bias]}, {"Out": [res]}, {"axis": 1})
+    return res
+
+
+def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, data_format="NCHW", name=None):
+    _check_conv(x, weight, data_format, "conv2d", "[M, C/groups, kh, kw]")
     strides, dil = _pair(stride, "conv2d stride"), _pair(dilation, "conv2d dilation")
     pads, algo = _padding(padding, "conv2d")
     m, _, kh, kw = weight.shape
@@ -250,11 +264,7 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, data
     helper.append_op(op, {"Input": [x], "Filter": [weight]}, {"Output": [out]},
                      {"strides": strides, "paddings": pads, "dilations": dil, "groups": int(groups),
                       "padding_algorithm": algo, "data_format": "NCHW"})
-    if bias is None:
-        return out
-    res = helper.create_variable_for_type_inference(x.dtype, shape=shape)
-    helper.append_op("elementwise_add", {"X": [out], "Y": [bias]}, {"Out": [res]}, {"axis": 1})
-    return res
+    return _add_channel_bias(helper, out, bias)
 
 
 def _conv_transpose_out(size, k, s, p, d, algo, output_padding, output_size):
@@ -294,13 +304,7 @@ def conv2d_transpose(x, weight, bias=None, stride=1, padding=0, output_padding=0
                      data_format="NCHW", output_size=None, name=None):
     """Paddle 2.x's F.conv2d_transpose: weight [C_in, C_out/groups, kh, kw]; output_size (a pair) picks
     the output size among the ones the strides allow, instead of output_padding."""
-    check_variable(x, "x", "conv2d_transpose")
-    check_variable(weight, "weight", "conv2d_transpose")
-    if data_format != "NCHW":
-        raise _core.UnsupportedError("conv2d_transpose: data_format must be NCHW")
-    if len(x.shape) != 4 or len(weight.shape) != 4:
-        raise _core.InvalidArgumentError("conv2d_transpose: x must be [N, C, H, W] and weight [C, M/groups, kh, kw], "
-                                         "got %s and %s" % (list(x.shape), list(weight.shape)))
+    _check_conv(x, weight, data_format, "conv2d_transpose", "[C, M/groups, kh, kw]")
     if output_size is not None and output_padding:
         raise _core.InvalidArgumentError("conv2d_transpose: give output_padding or output_size, not both")
     strides, dil = _pair(stride, "conv2d_transpose stride"), _pair(dilation, "conv2d_transpose dilation")
@@ -308,11 +312,7 @@ def conv2d_transpose(x, weight, bias=None, stride=1, padding=0, output_padding=0
     helper = LayerHelper("conv2d_transpose", name)
     out = _conv_transpose_op(helper, x, weight, strides, pads, dil, groups, algo,
                              output_padding if output_size is None else None, output_size)
-    if bias is None:
-        return out
-    res = helper.create_variable_for_type_inference(x.dtype, shape=out.shape)
-    helper.append_op("elementwise_add", {"X": [out], "Y": [bias]}, {"Out": [res]}, {"axis": 1})
-    return res
+    return _add_channel_bias(helper, out, bias)
 
 
 def _pool(x, pooling_type, kernel_size, stride, padding, ceil_mode, exclusive, data_format, name, api):
@@ -371,6 +371,19 @@ def batch_norm(x, running_mean, running_var, weight, bias, training=False, momen
     return out
 
 
+def _norm_vars(helper, x, stat_shape, weight, bias):
+    """A normalisation op's inputs {X, Scale?, Bias?}, its output Y (like x) and its two statistics."""
+    mean = helper.create_variable_for_type_inference(x.dtype, shape=stat_shape, stop_gradient=True)
+    var = helper.create_variable_for_type_inference(x.dtype, shape=stat_shape, stop_gradient=True)
+    out = helper.create_variable_for_type_inference(x.dtype, shape=x.shape)
+    inputs = {"X": [x]}
+    if weight is not None:
+        inputs["Scale"] = [weight]
+    if bias is not None:
+        inputs["Bias"] = [bias]
+    return inputs, out, mean, var
+
+
 def layer_norm(x, normalized_shape, weight=None, bias=None, epsilon=1e-05, name=None):
     """layer_norm op over the trailing dims given by normalized_shape."""
     check_variable(x, "x", "layer_norm")
@@ -384,14 +397,7 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, epsilon=1e-05, name=
     helper = LayerHelper("layer_norm", name)
     rows = list(x.shape[:begin])
     nrows = -1 if any(d < 0 for d in rows) else int(np.prod(rows)) if rows else 1
-    mean = helper.create_variable_for_type_inference(x.dtype, shape=[nrows], stop_gradient=True)
-    var = helper.create_variable_for_type_inference(x.dtype, shape=[nrows], stop_gradient=True)
-    out = helper.create_variable_for_type_inference(x.dtype, shape=x.shape)
-    inputs = {"X": [x]}
-    if weight is not None:
-        inputs["Scale"] = [weight]
-    if bias is not None:
-        inputs["Bias"] = [bias]
+    inputs, out, mean, var = _norm_vars(helper, x, [nrows], weight, bias)
     helper.append_op("layer_norm", inputs, {"Y": [out], "Mean": [mean], "Variance": [var]},
                      {"epsilon": float(epsilon), "begin_norm_axis": begin})
     return out
@@ -461,14 +467,7 @@ def _group_norm_op(x, groups, weight, bias, epsilon, op, name):
     helper = LayerHelper(op, name)
     n, c = x.shape[0], x.shape[1]
     stat = [n, groups] if op == "group_norm" else [n * c if n >= 0 and c >= 0 else -1]
-    mean = helper.create_variable_for_type_inference(x.dtype, shape=stat, stop_gradient=True)
-    var = helper.create_variable_for_type_inference(x.dtype, shape=stat, stop_gradient=True)
-    out = helper.create_variable_for_type_inference(x.dtype, shape=x.shape)
-    inputs = {"X": [x]}
-    if weight is not None:
-        inputs["Scale"] = [weight]
-    if bias is not None:
-        inputs["Bias"] = [bias]
+    inputs, out, mean, var = _norm_vars(helper, x, stat, weight, bias)
     if op == "group_norm":
         helper.append_op(op, inputs, {"Y": [out], "Mean": [mean], "Variance": [var]},
                          {"epsilon": float(epsilon), "groups": int(groups), "data_layout": "NCHW"})

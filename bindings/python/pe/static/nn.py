@@ -53,18 +53,24 @@ def fc(x, size, num_flatten_dims=1, weight_attr=None, bias_attr=None, activation
     return helper.append_activation(pre_act, activation)
 
 
-def conv2d(input, num_filters, filter_size, stride=1, padding=0, dilation=1, groups=None, param_attr=None,
-           bias_attr=None, use_cudnn=True, act=None, name=None, data_format="NCHW"):
-    check_variable(input, "input", "conv2d")
+def _conv_groups(input, groups, data_format, api):
+    """Checks an NCHW input of known channels C divisible by groups; returns (C, groups)."""
+    check_variable(input, "input", api)
     if len(input.shape) != 4:
-        raise _core.InvalidArgumentError("conv2d: input must be [N, C, H, W], got %s" % list(input.shape))
+        raise _core.InvalidArgumentError("%s: input must be [N, C, H, W], got %s" % (api, list(input.shape)))
     if data_format != "NCHW":
-        raise _core.UnsupportedError("conv2d: data_format must be NCHW")
+        raise _core.UnsupportedError("%s: data_format must be NCHW" % api)
     groups = 1 if groups is None else int(groups)
     c = input.shape[1]
     if c < 0 or c % groups:
-        raise _core.InvalidArgumentError("conv2d: input channels %d must be known and divisible by groups %d" % (
-            c, groups))
+        raise _core.InvalidArgumentError("%s: input channels %d must be known and divisible by groups %d" % (
+            api, c, groups))
+    return c, groups
+
+
+def conv2d(input, num_filters, filter_size, stride=1, padding=0, dilation=1, groups=None, param_attr=None,
+           bias_attr=None, use_cudnn=True, act=None, name=None, data_format="NCHW"):
+    c, groups = _conv_groups(input, groups, data_format, "conv2d")
     k = F._pair(filter_size, "conv2d filter_size")
     helper = LayerHelper("conv2d", name)
     std = (2.0 / (k[0] * k[1] * c)) ** 0.5
@@ -91,16 +97,10 @@ def conv2d_transpose(input, num_filters, output_size=None, filter_size=None, pad
     """Paddle's conv2d_transpose layer: filter [C, num_filters/groups, kh, kw] (Xavier), the op, the bias
     [num_filters] (elementwise_add axis 1), the activation. filter_size may be left out when output_size
     is given: it is then the size that gives output_size."""
-    check_variable(input, "input", "conv2d_transpose")
-    if len(input.shape) != 4:
-        raise _core.InvalidArgumentError("conv2d_transpose: input must be [N, C, H, W], got %s" % list(input.shape))
-    if data_format != "NCHW":
-        raise _core.UnsupportedError("conv2d_transpose: data_format must be NCHW")
-    groups = 1 if groups is None else int(groups)
-    c = input.shape[1]
-    if c < 0 or c % groups or int(num_filters) % groups:
-        raise _core.InvalidArgumentError("conv2d_transpose: input channels %d and num_filters %d must be divisible "
-                                         "by groups %d" % (c, num_filters, groups))
+    c, groups = _conv_groups(input, groups, data_format, "conv2d_transpose")
+    if int(num_filters) % groups:
+        raise _core.InvalidArgumentError("conv2d_transpose: num_filters %d must be divisible by groups %d"
+                                         % (num_filters, groups))
     pads, algo = F._padding(padding, "conv2d_transpose")
     strides, dil = F._pair(stride, "conv2d_transpose stride"), F._pair(dilation, "conv2d_transpose dilation")
     osz = None if output_size is None else F._pair(output_size, "conv2d_transpose output_size")
