@@ -1,6 +1,7 @@
-/* ops/nn.c — shape inference of the nn family (conv2d, pool2d, batch_norm)
- * and of their gradient ops, and batch_norm's grad maker (ops/grad.h;
- * conv2d's and pool2d's are wired in ops.def, PE_GRAD_WIRE).
+/* ops/nn.c — shape inference of the nn family (conv2d / depthwise_conv2d,
+ * conv2d_transpose, pool2d, batch_norm) and of their gradient ops, and
+ * batch_norm's grad maker (ops/grad.h; the others are wired in ops.def,
+ * PE_GRAD_WIRE).
  *
  * How: pe_conv_geom_get / pe_pool_geom_get turn the op's inputs and attrs
  * into one validated geometry struct (ops/nn.h) using Paddle's rules:
@@ -9,6 +10,9 @@
  *     max((out-1)*stride + k - in, 0) split with the smaller half first, and
  *     (conv) dilations reset to 1; VALID: paddings 0;
  *   - conv: out = (in + p0 + p1 - (d*(k-1)+1)) / stride + 1;
+ *   - conv2d_transpose: out = (in - 1) * stride - p0 - p1 + d*(k-1)+1, plus
+ *     output_padding (< stride) or output_size (in [out, out + stride)); its
+ *     geometry is that of the conv2d whose input gradient it is;
  *   - pool: same with d = 1, rounded up when ceil_mode; global_pooling uses
  *     the whole plane (ksize = [H, W], paddings 0); adaptive: out = ksize.
  * The kernels call the same functions, so infer and kernel never disagree.
@@ -95,25 +99,34 @@ static int64_t window_out(int64_t in, int64_t k_eff, int64_t p0, int64_t p1, int
 
 /* ---- conv2d ------------------------------------------------------------- */
 
-pe_status pe_conv_geom_get(const pe_op_ctx *ctx, pe_conv_geom *g) {
-    const pe_tensor *x = pe_ctx_in(ctx, "Input"), *f = pe_ctx_in(ctx, "Filter"), *b = pe_ctx_in(ctx, "Bias");
+/* The checks conv2d and conv2d_transpose share: NCHW, 4-D Input and Filter
+ * (filter_dims: how the op lays out its Filter), float Input, Filter of its dtype. */
+static pe_status conv_check_tensors(const pe_op_ctx *ctx, const char *filter_dims) {
+    const pe_tensor *x = pe_ctx_in(ctx, "Input"), *f = pe_ctx_in(ctx, "Filter");
     const char *xn = pe_ctx_in_name(ctx, "Input", 0), *fn = pe_ctx_in_name(ctx, "Filter", 0);
-    char xs[128], fs[128], bs[128];
+    char xs[128], fs[128];
     const char *df = pe_ctx_string(ctx, "data_format");
-    memset(g, 0, sizeof *g);
     if (!layout_is_nchw(df))
         return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "data_format '%s' is not supported yet (only NCHW)", df);
     if (x->ndim != 4)
         return pe_ctx_error(ctx, PE_ERR_INVALID, "Input '%s' must be 4-D [N, C, H, W], got %s", xn, DIMS(x, xs));
     if (f->ndim != 4)
-        return pe_ctx_error(ctx, PE_ERR_INVALID, "Filter '%s' must be 4-D [M, C/groups, kh, kw], got %s", fn,
-                            DIMS(f, fs));
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "Filter '%s' must be 4-D %s, got %s", fn, filter_dims, DIMS(f, fs));
     if (!pe_dtype_is_float(x->dtype))
-        return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "Input '%s' has dtype %s; conv2d supports float32 and float64",
-                            xn, pe_dtype_name(x->dtype));
+        return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "Input '%s' has dtype %s; %s supports float32 and float64", xn,
+                            pe_dtype_name(x->dtype), ctx->info->name);
     if (f->dtype != x->dtype)
         return pe_ctx_error(ctx, PE_ERR_INVALID, "Filter '%s' has dtype %s but Input '%s' has %s", fn,
                             pe_dtype_name(f->dtype), xn, pe_dtype_name(x->dtype));
+    return PE_OK;
+}
+
+pe_status pe_conv_geom_get(const pe_op_ctx *ctx, pe_conv_geom *g) {
+    const pe_tensor *x = pe_ctx_in(ctx, "Input"), *f = pe_ctx_in(ctx, "Filter"), *b = pe_ctx_in(ctx, "Bias");
+    const char *xn = pe_ctx_in_name(ctx, "Input", 0), *fn = pe_ctx_in_name(ctx, "Filter", 0);
+    char xs[128], fs[128], bs[128];
+    memset(g, 0, sizeof *g);
+    PE_CHECK(conv_check_tensors(ctx, "[M, C/groups, kh, kw]"));
     g->n = x->dims[0]; g->c = x->dims[1]; g->h = x->dims[2]; g->w = x->dims[3];
     g->m = f->dims[0]; g->kh = f->dims[2]; g->kw = f->dims[3];
     g->groups = pe_ctx_int(ctx, "groups");
@@ -167,6 +180,93 @@ pe_status pe_infer_conv2d(pe_op_ctx *ctx) {
     pe_status st = pe_tensor_set_meta(pe_ctx_out(ctx, "Output"), pe_ctx_in(ctx, "Input")->dtype, 4, dims);
     if (st != PE_OK) return pe_ctx_error(ctx, st, "%s", pe_last_error());
     return PE_OK;
+}
+
+/* ---- conv2d_transpose --------------------------------------------------- */
+
+/* An optional 2-value int list attr (output_padding, output_size): *given = false when empty. */
+static pe_status read_opt_pair(const pe_op_ctx *ctx, const char *name, int64_t out[2], bool *given) {
+    int n = 0;
+    const int64_t *v = pe_ctx_ints(ctx, name, &n);
+    *given = n > 0;
+    out[0] = out[1] = 0;
+    if (!n) return PE_OK;
+    if (n != 2) return pe_ctx_error(ctx, PE_ERR_INVALID, "attr %s must be empty or have 2 values (height, width), got %d", name, n);
+    out[0] = v[0];
+    out[1] = v[1];
+    return PE_OK;
+}
+
+/* Paddle's rule: OH = (H - 1) * sh - pt - pb + dh * (kh - 1) + 1, plus output_padding, or
+ * output_size when given (it must lie in [OH, OH + sh)). */
+pe_status pe_conv_transpose_geom_get(const pe_op_ctx *ctx, pe_conv_geom *g) {
+    const pe_tensor *x = pe_ctx_in(ctx, "Input"), *f = pe_ctx_in(ctx, "Filter");
+    const char *xn = pe_ctx_in_name(ctx, "Input", 0), *fn = pe_ctx_in_name(ctx, "Filter", 0);
+    char xs[128], fs[128];
+    memset(g, 0, sizeof *g);
+    PE_CHECK(conv_check_tensors(ctx, "[C_in, C_out/groups, kh, kw]"));
+    g->groups = pe_ctx_int(ctx, "groups");
+    if (g->groups < 1) return pe_ctx_error(ctx, PE_ERR_INVALID, "attr groups must be >= 1, got %lld", (long long)g->groups);
+    if (f->dims[0] != x->dims[1])
+        return pe_ctx_error(ctx, PE_ERR_INVALID,
+                            "channel mismatch: Input '%s' %s has C=%lld channels but Filter '%s' %s has dim 0 = %lld "
+                            "(it must be C_in)",
+                            xn, DIMS(x, xs), (long long)x->dims[1], fn, DIMS(f, fs), (long long)f->dims[0]);
+    if (x->dims[1] % g->groups)
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "Input '%s' %s has C=%lld channels, not divisible by groups=%lld", xn,
+                            DIMS(x, xs), (long long)x->dims[1], (long long)g->groups);
+    if (f->dims[1] < 1 || f->dims[2] < 1 || f->dims[3] < 1)
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "Filter '%s' %s of Input '%s' %s has an empty dimension", fn,
+                            DIMS(f, fs), xn, DIMS(x, xs));
+    /* the conv2d this is the input gradient of: its Input is our Output, its Output our Input */
+    g->n = x->dims[0]; g->m = x->dims[1]; g->oh = x->dims[2]; g->ow = x->dims[3];
+    g->c = f->dims[1] * g->groups; g->kh = f->dims[2]; g->kw = f->dims[3];
+    int64_t s[2], d[2], p[4], op[2], os[2];
+    bool has_op, has_os;
+    PE_CHECK(read_pair(ctx, "strides", 1, s));
+    PE_CHECK(read_pair(ctx, "dilations", 1, d));
+    PE_CHECK(read_paddings(ctx, p));
+    PE_CHECK(read_opt_pair(ctx, "output_padding", op, &has_op));
+    PE_CHECK(read_opt_pair(ctx, "output_size", os, &has_os));
+    const int64_t in[2] = {g->oh, g->ow}, k[2] = {g->kh, g->kw};
+    PE_CHECK(apply_padding_algorithm(ctx, in, k, s, p, d));
+    g->sh = s[0]; g->sw = s[1]; g->dh = d[0]; g->dw = d[1];
+    g->pt = p[0]; g->pb = p[1]; g->pl = p[2]; g->pr = p[3];
+    int64_t out[2];
+    for (int i = 0; i < 2; i++) {
+        const int64_t base = (in[i] - 1) * s[i] - p[2 * i] - p[2 * i + 1] + d[i] * (k[i] - 1) + 1;
+        if (base < 1)
+            return pe_ctx_error(ctx, PE_ERR_INVALID,
+                                "Input '%s' %s with Filter '%s' %s, strides [%lld, %lld] and paddings [%lld, %lld, "
+                                "%lld, %lld] gives an empty output",
+                                xn, DIMS(x, xs), fn, DIMS(f, fs), (long long)s[0], (long long)s[1], (long long)p[0],
+                                (long long)p[1], (long long)p[2], (long long)p[3]);
+        if (op[i] < 0 || op[i] >= s[i])
+            return pe_ctx_error(ctx, PE_ERR_INVALID,
+                                "attr output_padding = [%lld, %lld]: each value must be in [0, stride) (strides [%lld, "
+                                "%lld])",
+                                (long long)op[0], (long long)op[1], (long long)s[0], (long long)s[1]);
+        out[i] = base + op[i];
+        if (has_os) {
+            if (os[i] < base || os[i] >= base + s[i])
+                return pe_ctx_error(ctx, PE_ERR_INVALID,
+                                    "attr output_size = [%lld, %lld]: dim %d must be in [%lld, %lld) for Input '%s' %s "
+                                    "and these strides / paddings",
+                                    (long long)os[0], (long long)os[1], i, (long long)base, (long long)(base + s[i]), xn,
+                                    DIMS(x, xs));
+            out[i] = os[i];
+        }
+    }
+    g->h = out[0];
+    g->w = out[1];
+    return PE_OK;
+}
+
+pe_status pe_infer_conv2d_transpose(pe_op_ctx *ctx) {
+    pe_conv_geom g;
+    PE_CHECK(pe_conv_transpose_geom_get(ctx, &g));
+    const int64_t dims[4] = {g.n, g.c, g.h, g.w};
+    return pe_infer_set_out(ctx, "Output", pe_ctx_in(ctx, "Input")->dtype, 4, dims);
 }
 
 /* ---- pool2d ------------------------------------------------------------- */
@@ -305,6 +405,16 @@ pe_status pe_infer_conv2d_grad(pe_op_ctx *ctx) {
     PE_CHECK(grad_like(ctx, "Input@GRAD", "Input"));
     PE_CHECK(grad_like(ctx, "Filter@GRAD", "Filter"));
     return grad_like(ctx, "Bias@GRAD", "Bias");
+}
+
+/* Input, Filter, Output@GRAD: [N, Cout, OH, OW] -> Input@GRAD?, Filter@GRAD? like Input, Filter. */
+pe_status pe_infer_conv2d_transpose_grad(pe_op_ctx *ctx) {
+    pe_conv_geom g;
+    PE_CHECK(pe_conv_transpose_geom_get(ctx, &g));
+    const int64_t dims[4] = {g.n, g.c, g.h, g.w};
+    PE_CHECK(check_out_grad(ctx, "Output@GRAD", pe_ctx_in(ctx, "Input")->dtype, 4, dims));
+    PE_CHECK(grad_like(ctx, "Input@GRAD", "Input"));
+    return grad_like(ctx, "Filter@GRAD", "Filter");
 }
 
 /* X, Out, Out@GRAD: [N, C, oh, ow] -> X@GRAD like X. */

@@ -38,5 +38,11 @@ typedef struct pe_pool_geom {
  * Errors (PE_ERR_INVALID, PE_ERR_UNSUPPORTED for NHWC) go through pe_ctx_error. */
 pe_status pe_conv_geom_get(const pe_op_ctx *ctx, pe_conv_geom *g);
 pe_status pe_pool_geom_get(const pe_op_ctx *ctx, pe_pool_geom *g);
+/* conv2d_transpose (Input [N, Cin, H, W], Filter [Cin, Cout/groups, kh, kw],
+ * Output [N, Cout, OH, OW]) as the conv2d whose Input@GRAD it is: *g is that
+ * conv2d's geometry, so g->c = Cout, g->h/w = OH/OW (its Input), g->m = Cin,
+ * g->oh/ow = H/W (its Output). The forward is conv2d's backward-data, the
+ * gradients conv2d's forward (Input@GRAD) and backward-weights (Filter@GRAD). */
+pe_status pe_conv_transpose_geom_get(const pe_op_ctx *ctx, pe_conv_geom *g);
 
 #endif

@@ -1,4 +1,7 @@
-/* ops/cpu/nn.c — CPU kernels of the nn family: conv2d, pool2d, batch_norm.
+/* ops/cpu/nn.c — CPU kernels of the nn family: conv2d (and depthwise_conv2d,
+ * the same kernel), pool2d, batch_norm. The convolution itself is
+ * pe_nn_conv_fwd on an explicit geometry, which conv2d_transpose's gradient
+ * (deconv.c) calls too.
  *
  * How: float32 goes through oneDNN (the CPU counterpart of cuDNN): conv2d
  * lets oneDNN pick its preferred (blocked) layouts and reorders the plain
@@ -181,20 +184,41 @@ static pe_status conv_build(pe_dnnl_entry *e, const void *geom, int nt) {
     return PE_OK;
 }
 
-/* Whether conv2d runs on oneDNN for ctx's shapes (its key in *key): not
- * fp64 (the loops) and not an empty output (nothing to do). */
-static bool conv_on_dnnl(const pe_op_ctx *ctx, const pe_conv_geom *g, pe_dnnl_key *key) {
-    if (pe_tensor_numel(pe_ctx_out(ctx, "Output")) == 0 || pe_ctx_in(ctx, "Input")->dtype == PE_DTYPE_FP64) return false;
+/* Whether the convolution g runs on oneDNN (its key in *key): not fp64 (the
+ * loops) and not an empty output (nothing to do). */
+static bool conv_on_dnnl(const pe_conv_geom *g, pe_dtype dt, pe_dnnl_key *key) {
+    if (g->n * g->m * g->oh * g->ow == 0 || dt == PE_DTYPE_FP64) return false;
     pe_conv_key(key, PE_DNNL_CONV, g, g->has_bias);
     return true;
 }
 
+pe_status pe_nn_conv_fwd_workspace(const pe_op_ctx *ctx, const pe_conv_geom *g, pe_dtype dt, size_t *bytes) {
+    pe_dnnl_key key;
+    return conv_on_dnnl(g, dt, &key) ? pe_nn_dnnl_workspace(ctx, &key, conv_build, g, bytes) : PE_OK;
+}
+
+/* x: [N, C, H, W], w: [M, C/groups, kh, kw], b: [M] (g->has_bias) -> y: [N, M, oh, ow] */
+pe_status pe_nn_conv_fwd(const pe_op_ctx *ctx, const pe_conv_geom *g, pe_dtype dt, const void *x, const void *w,
+                         const void *b, void *y) {
+    if (g->n * g->m * g->oh * g->ow == 0) return PE_OK;
+    const int nt = pe_kernel_threads(ctx);
+    pe_dnnl_key key;
+    if (!conv_on_dnnl(g, dt, &key)) {
+        conv_direct_f64(g, x, w, b, y, nt);
+        return PE_OK;
+    }
+    void *const h[4] = {(void *)x, (void *)w, y, (void *)b};
+    bool fallback;
+    PE_CHECK(pe_nn_dnnl_run(ctx, &key, conv_build, g, h, &fallback));
+    if (fallback) conv_direct_f32(g, x, w, b, y, nt);
+    return PE_OK;
+}
+
 pe_status pe_cpu_conv2d_workspace(const pe_op_ctx *ctx, size_t *bytes) {
     pe_conv_geom g;
-    pe_dnnl_key key;
     *bytes = 0;
     PE_CHECK(pe_conv_geom_get(ctx, &g));
-    return conv_on_dnnl(ctx, &g, &key) ? pe_nn_dnnl_workspace(ctx, &key, conv_build, &g, bytes) : PE_OK;
+    return pe_nn_conv_fwd_workspace(ctx, &g, pe_ctx_in(ctx, "Input")->dtype, bytes);
 }
 
 /* Input: [N, C, H, W], Filter: [M, C/groups, kh, kw], Bias?: [M] -> Output: [N, M, oh, ow] */
@@ -202,20 +226,8 @@ pe_status pe_cpu_conv2d(const pe_op_ctx *ctx) {
     pe_conv_geom g;
     PE_CHECK(pe_conv_geom_get(ctx, &g));
     const pe_tensor *x = pe_ctx_in(ctx, "Input"), *f = pe_ctx_in(ctx, "Filter"), *b = pe_ctx_in(ctx, "Bias");
-    pe_tensor *y = pe_ctx_out(ctx, "Output");
-    if (pe_tensor_numel(y) == 0) return PE_OK;
-    const int nt = pe_kernel_threads(ctx);
-    pe_dnnl_key key;
-    if (!conv_on_dnnl(ctx, &g, &key)) {
-        conv_direct_f64(&g, pe_tensor_data(x), pe_tensor_data(f), b ? pe_tensor_data(b) : NULL, pe_tensor_data(y), nt);
-        return PE_OK;
-    }
-    void *const h[4] = {pe_tensor_data(x), pe_tensor_data(f), pe_tensor_data(y), b ? pe_tensor_data(b) : NULL};
-    bool fallback;
-    PE_CHECK(pe_nn_dnnl_run(ctx, &key, conv_build, &g, h, &fallback));
-    if (fallback)
-        conv_direct_f32(&g, pe_tensor_data(x), pe_tensor_data(f), b ? pe_tensor_data(b) : NULL, pe_tensor_data(y), nt);
-    return PE_OK;
+    return pe_nn_conv_fwd(ctx, &g, x->dtype, pe_tensor_data(x), pe_tensor_data(f), pe_data_or_null(b),
+                          pe_tensor_data(pe_ctx_out(ctx, "Output")));
 }
 
 /* ---- pool2d ------------------------------------------------------------- */

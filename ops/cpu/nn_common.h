@@ -27,6 +27,21 @@ static inline int64_t pe_i64_max(int64_t a, int64_t b) { return a > b ? a : b; }
 
 static inline void *pe_data_or_null(const pe_tensor *t) { return t ? pe_tensor_data(t) : NULL; }
 
+/* conv2d's computations on an explicit geometry (nn.c, nn_grad.c): conv2d and
+ * conv2d_grad run them on their own geometry, conv2d_transpose(_grad)
+ * (deconv.c) on the conv2d it is the input gradient of. dt: float32 (oneDNN,
+ * the loops when it has no implementation) or float64 (the loops). Each
+ * *_workspace grows *bytes to what the matching call needs (the memory plan). */
+pe_status pe_nn_conv_fwd_workspace(const pe_op_ctx *ctx, const pe_conv_geom *g, pe_dtype dt, size_t *bytes);
+pe_status pe_nn_conv_fwd(const pe_op_ctx *ctx, const pe_conv_geom *g, pe_dtype dt, const void *x, const void *w,
+                         const void *b, void *y);
+pe_status pe_nn_conv_bwd_workspace(const pe_op_ctx *ctx, const pe_conv_geom *g, pe_dtype dt, bool data, bool weights,
+                                   bool bias, size_t *bytes);
+pe_status pe_nn_conv_bwd_data(const pe_op_ctx *ctx, const pe_conv_geom *g, pe_dtype dt, const void *dy,
+                              const void *w, void *dx);
+pe_status pe_nn_conv_bwd_weights(const pe_op_ctx *ctx, const pe_conv_geom *g, pe_dtype dt, const void *x,
+                                 const void *dy, void *dw, void *db);
+
 /* Runs key's cached primitive (built by `build` when new) in the op's
  * planned workspace (ctx->workspace) or the place's pool; *fallback when
  * oneDNN has no implementation for it (remembered in the cache). */

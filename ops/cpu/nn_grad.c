@@ -327,24 +327,79 @@ static conv_bwd_geom conv_bwd_weights_key(const pe_conv_geom *g, bool with_bias,
     return (conv_bwd_geom){g, with_bias};
 }
 
-/* The larger of the two primitives' workspaces (they run one after the
+/* The larger of the wanted primitives' workspaces (they run one after the
  * other, in the same bytes); fp64 and empty batches run the loops. */
-pe_status pe_cpu_conv2d_grad_workspace(const pe_op_ctx *ctx, size_t *bytes) {
-    pe_conv_geom g;
+pe_status pe_nn_conv_bwd_workspace(const pe_op_ctx *ctx, const pe_conv_geom *g, pe_dtype dt, bool data, bool weights,
+                                   bool bias, size_t *bytes) {
     pe_dnnl_key key;
-    *bytes = 0;
-    PE_CHECK(pe_conv_geom_get(ctx, &g));
-    if (pe_tensor_numel(pe_ctx_in(ctx, "Output@GRAD")) == 0 || pe_ctx_in(ctx, "Input")->dtype == PE_DTYPE_FP64)
-        return PE_OK;
-    if (pe_ctx_out(ctx, "Input@GRAD")) {
-        const conv_bwd_geom cg = conv_bwd_data_key(&g, &key);
+    if (g->n * g->m * g->oh * g->ow == 0 || dt == PE_DTYPE_FP64) return PE_OK;
+    if (data) {
+        const conv_bwd_geom cg = conv_bwd_data_key(g, &key);
         PE_CHECK(pe_nn_dnnl_workspace(ctx, &key, conv_bwd_data_build, &cg, bytes));
     }
-    if (pe_ctx_out(ctx, "Filter@GRAD")) {
-        const conv_bwd_geom cg = conv_bwd_weights_key(&g, pe_ctx_out(ctx, "Bias@GRAD") != NULL, &key);
+    if (weights) {
+        const conv_bwd_geom cg = conv_bwd_weights_key(g, bias, &key);
         PE_CHECK(pe_nn_dnnl_workspace(ctx, &key, conv_bwd_weights_build, &cg, bytes));
     }
     return PE_OK;
+}
+
+/* dy: [N, M, oh, ow], w: [M, C/groups, kh, kw] -> dx: [N, C, H, W] (0 when dy is empty) */
+pe_status pe_nn_conv_bwd_data(const pe_op_ctx *ctx, const pe_conv_geom *g, pe_dtype dt, const void *dy,
+                              const void *w, void *dx) {
+    const int nt = pe_kernel_threads(ctx);
+    const size_t esz = dt == PE_DTYPE_FP64 ? sizeof(double) : sizeof(float);
+    if (g->n * g->m * g->oh * g->ow == 0) { /* empty batch: nothing flows back */
+        memset(dx, 0, (size_t)(g->n * g->c * g->h * g->w) * esz);
+        return PE_OK;
+    }
+    if (dt == PE_DTYPE_FP64) {
+        conv_bwd_data_f64(g, dy, w, dx, nt);
+        return PE_OK;
+    }
+    pe_dnnl_key key;
+    bool fallback;
+    const conv_bwd_geom cg = conv_bwd_data_key(g, &key);
+    void *const h[3] = {(void *)dy, (void *)w, dx};
+    PE_CHECK(pe_nn_dnnl_run(ctx, &key, conv_bwd_data_build, &cg, h, &fallback));
+    if (fallback) conv_bwd_data_f32(g, dy, w, dx, nt);
+    return PE_OK;
+}
+
+/* x: [N, C, H, W], dy: [N, M, oh, ow] -> dw?: [M, C/groups, kh, kw], db?: [M] (0 when dy is empty) */
+pe_status pe_nn_conv_bwd_weights(const pe_op_ctx *ctx, const pe_conv_geom *g, pe_dtype dt, const void *x,
+                                 const void *dy, void *dw, void *db) {
+    const int nt = pe_kernel_threads(ctx);
+    const size_t esz = dt == PE_DTYPE_FP64 ? sizeof(double) : sizeof(float);
+    if (g->n * g->m * g->oh * g->ow == 0) {
+        if (dw) memset(dw, 0, (size_t)(g->m * (g->c / g->groups) * g->kh * g->kw) * esz);
+        if (db) memset(db, 0, (size_t)g->m * esz);
+        return PE_OK;
+    }
+    if (dt == PE_DTYPE_FP64) {
+        if (dw || db) conv_bwd_weights_f64(g, x, dy, dw, db, nt);
+        return PE_OK;
+    }
+    if (!dw) {
+        if (db) conv_bwd_weights_f32(g, x, dy, NULL, db, nt);
+        return PE_OK;
+    }
+    pe_dnnl_key key;
+    bool fallback;
+    const conv_bwd_geom cg = conv_bwd_weights_key(g, db != NULL, &key);
+    void *const h[4] = {(void *)x, (void *)dy, dw, db};
+    PE_CHECK(pe_nn_dnnl_run(ctx, &key, conv_bwd_weights_build, &cg, h, &fallback));
+    if (fallback) conv_bwd_weights_f32(g, x, dy, dw, db, nt);
+    return PE_OK;
+}
+
+pe_status pe_cpu_conv2d_grad_workspace(const pe_op_ctx *ctx, size_t *bytes) {
+    pe_conv_geom g;
+    *bytes = 0;
+    PE_CHECK(pe_conv_geom_get(ctx, &g));
+    return pe_nn_conv_bwd_workspace(ctx, &g, pe_ctx_in(ctx, "Input")->dtype, pe_ctx_out(ctx, "Input@GRAD") != NULL,
+                                    pe_ctx_out(ctx, "Filter@GRAD") != NULL, pe_ctx_out(ctx, "Bias@GRAD") != NULL,
+                                    bytes);
 }
 
 /* Input: [N, C, H, W], Filter: [M, C/groups, kh, kw], Bias?: [M], Output@GRAD: [N, M, oh, ow] ->
@@ -355,36 +410,10 @@ pe_status pe_cpu_conv2d_grad(const pe_op_ctx *ctx) {
     const pe_tensor *x = pe_ctx_in(ctx, "Input"), *f = pe_ctx_in(ctx, "Filter"), *dy = pe_ctx_in(ctx, "Output@GRAD");
     pe_tensor *dx = pe_ctx_out(ctx, "Input@GRAD"), *df = pe_ctx_out(ctx, "Filter@GRAD");
     pe_tensor *db = pe_ctx_out(ctx, "Bias@GRAD");
-    const int nt = pe_kernel_threads(ctx);
-    if (pe_tensor_numel(dy) == 0) { /* empty batch: nothing flows back */
-        zero_if(dx);
-        zero_if(df);
-        zero_if(db);
-        return PE_OK;
-    }
-    if (x->dtype == PE_DTYPE_FP64) {
-        if (dx) conv_bwd_data_f64(&g, pe_tensor_data(dy), pe_tensor_data(f), pe_tensor_data(dx), nt);
-        if (df || db)
-            conv_bwd_weights_f64(&g, pe_tensor_data(x), pe_tensor_data(dy), pe_data_or_null(df), pe_data_or_null(db), nt);
-        return PE_OK;
-    }
-    pe_dnnl_key key;
-    bool fallback;
-    if (dx) {
-        const conv_bwd_geom cg = conv_bwd_data_key(&g, &key);
-        void *const h[3] = {pe_tensor_data(dy), pe_tensor_data(f), pe_tensor_data(dx)};
-        PE_CHECK(pe_nn_dnnl_run(ctx, &key, conv_bwd_data_build, &cg, h, &fallback));
-        if (fallback) conv_bwd_data_f32(&g, pe_tensor_data(dy), pe_tensor_data(f), pe_tensor_data(dx), nt);
-    }
-    if (df) {
-        const conv_bwd_geom cg = conv_bwd_weights_key(&g, db != NULL, &key);
-        void *const h[4] = {pe_tensor_data(x), pe_tensor_data(dy), pe_tensor_data(df), pe_data_or_null(db)};
-        PE_CHECK(pe_nn_dnnl_run(ctx, &key, conv_bwd_weights_build, &cg, h, &fallback));
-        if (fallback)
-            conv_bwd_weights_f32(&g, pe_tensor_data(x), pe_tensor_data(dy), pe_tensor_data(df), pe_data_or_null(db), nt);
-    } else if (db) {
-        conv_bwd_weights_f32(&g, pe_tensor_data(x), pe_tensor_data(dy), NULL, pe_tensor_data(db), nt);
-    }
+    if (dx) PE_CHECK(pe_nn_conv_bwd_data(ctx, &g, x->dtype, pe_tensor_data(dy), pe_tensor_data(f), pe_tensor_data(dx)));
+    if (df || db)
+        PE_CHECK(pe_nn_conv_bwd_weights(ctx, &g, x->dtype, pe_tensor_data(x), pe_tensor_data(dy), pe_data_or_null(df),
+                                        pe_data_or_null(db)));
     return PE_OK;
 }
 

@@ -920,6 +920,140 @@ for name, xs, ws, at in CONV:
          xfail=NHWC_GAP if at.get("data_format") == "NHWC" else None)
 case("conv2d", "bias", {"Input": f32(2, 3, 6, 6), "Filter": f32(4, 3, 3, 3), "Bias": f32(4)},
      {"paddings": [1, 1]}, ref_conv2d)
+for name, xs, ws, at in (("groups_eq_c", f32(2, 4, 7, 7), f32(4, 1, 3, 3), {"groups": 4, "paddings": [1, 1]}),
+                         ("mult2_stride2", f32(2, 3, 8, 8), f32(6, 1, 3, 3), {"groups": 3, "strides": [2, 2]}),
+                         ("fp64_same", f64(1, 4, 7, 6), f64(4, 1, 3, 3), {"groups": 4, "padding_algorithm": "SAME"})):
+    case("depthwise_conv2d", name, {"Input": xs, "Filter": ws}, at, ref_conv2d)
+
+
+def ref_conv2d_transpose(t, a):
+    """Paddle's conv2d_transpose: torch's with no padding (and the output_padding Paddle's sizes give),
+    then Paddle's top / left paddings cropped (4-value and SAME paddings need not be symmetric)."""
+    x, w = t["Input"], t["Filter"]
+    s = a.get("strides", [1, 1])
+    p, dil = pd_pads(a.get("paddings", [0, 0]), a.get("padding_algorithm", "EXPLICIT"),
+                     x.shape[2:], w.shape[2:], s, a.get("dilations", [1, 1]))
+    base = [(x.shape[2 + i] - 1) * s[i] - p[2 * i] - p[2 * i + 1] + dil[i] * (w.shape[2 + i] - 1) + 1
+            for i in range(2)]
+    out = list(a["output_size"]) if a.get("output_size") else \
+        [base[i] + (a.get("output_padding") or [0, 0])[i] for i in range(2)]
+    y = F.conv_transpose2d(x, w, stride=s, dilation=dil, groups=a.get("groups", 1),
+                           output_padding=[out[i] - base[i] for i in range(2)])
+    return {"Output": y[:, :, p[0]:p[0] + out[0], p[2]:p[2] + out[1]]}
+
+
+CONV_T = [
+    ("basic", f32(2, 3, 5, 5), f32(3, 4, 3, 3), {}),
+    ("stride2_pad1_outpad1", f32(2, 3, 5, 4), f32(3, 2, 3, 3),
+     {"strides": [2, 2], "paddings": [1, 1], "output_padding": [1, 1]}),
+    ("output_size", f32(1, 2, 4, 4), f32(2, 3, 4, 4), {"strides": [2, 2], "paddings": [1, 1], "output_size": [9, 8]}),
+    ("pad4_asym_dilation", f32(2, 2, 5, 6), f32(2, 3, 3, 2), {"paddings": [1, 0, 2, 1], "dilations": [2, 1]}),
+    ("groups2", f32(2, 4, 5, 5), f32(4, 3, 3, 3), {"groups": 2, "strides": [2, 1], "paddings": [1, 1]}),
+    ("same_stride2", f32(1, 3, 4, 5), f32(3, 2, 3, 3), {"strides": [2, 2], "padding_algorithm": "SAME"}),
+    ("dcgan_k4s2p1", f32(4, 16, 8, 8), f32(16, 8, 4, 4, lo=-0.1, hi=0.1), {"strides": [2, 2], "paddings": [1, 1]},
+     True),
+    ("fp64_stride2_groups", f64(2, 4, 4, 3), f64(4, 2, 3, 3),
+     {"strides": [2, 2], "paddings": [1, 0], "groups": 2, "output_padding": [1, 0]}),
+    ("fp64_valid", f64(1, 2, 3, 3), f64(2, 2, 2, 3), {"padding_algorithm": "VALID", "paddings": [1, 1]}),
+]
+for name, xs, ws, at, *threads in CONV_T:
+    case("conv2d_transpose", name, {"Input": xs, "Filter": ws}, at, ref_conv2d_transpose, threads=bool(threads))
+
+
+def pd_interp_taps(n_in, n_out, scale, a, bilinear):
+    """Paddle's interpolate_v2 source indices / weights of one dim (see ops/cpu/interp.c)."""
+    ac, mode = a.get("align_corners", True), a.get("align_mode", 1)
+    r = 0.0 if n_out <= 1 else (n_in - 1) / (n_out - 1) if ac else (1.0 / scale if scale else n_in / n_out)
+    i0, i1, w1 = [], [], []
+    for k in range(n_out):
+        if not bilinear:
+            i = int(r * k + 0.5) if ac else int(np.floor(r * k))
+            i0.append(min(i, n_in - 1)); i1.append(i0[-1]); w1.append(0.0)
+            continue
+        src = max(r * (k + 0.5) - 0.5, 0.0) if (mode == 0 and not ac) else r * k
+        lo = min(int(src), n_in - 1)
+        i0.append(lo); i1.append(min(lo + 1, n_in - 1)); w1.append(src - lo)
+    return i0, i1, torch.tensor(w1, dtype=torch.float64)
+
+
+def ref_interp_paddle(t, a, bilinear):
+    """Paddle's formulas by indexing (differentiable): where torch has no counterpart (align_corners
+    nearest, align_mode 1 bilinear)."""
+    x = t["X"]
+    sc = a.get("scale") or []
+    sh, sw = (sc[0], sc[-1]) if sc else (None, None)
+    oh = int(x.shape[2] * sh) if sc else a["out_h"]
+    ow = int(x.shape[3] * sw) if sc else a["out_w"]
+    y0, y1, wy = pd_interp_taps(x.shape[2], oh, sh, a, bilinear)
+    x0, x1, wx = pd_interp_taps(x.shape[3], ow, sw, a, bilinear)
+    wy, wx = wy.to(x.dtype)[:, None], wx.to(x.dtype)[None, :]
+    r0, r1 = x[:, :, y0, :], x[:, :, y1, :]
+    top = r0[:, :, :, x0] * (1 - wx) + r0[:, :, :, x1] * wx
+    bot = r1[:, :, :, x0] * (1 - wx) + r1[:, :, :, x1] * wx
+    return {"Out": top * (1 - wy) + bot * wy}
+
+
+def ref_interp_torch(t, a, mode):
+    sc = a.get("scale")
+    kw = {"scale_factor": (sc[0], sc[-1])} if sc else {"size": (a["out_h"], a["out_w"])}
+    if mode == "bilinear":
+        kw["align_corners"] = a.get("align_corners", True)
+    return {"Out": F.interpolate(t["X"], mode=mode, **kw)}
+
+
+INTERP = [  # (op, name, X, attrs, torch mode or None: Paddle's own formula)
+    ("nearest_interp_v2", "up2x", f32(2, 3, 4, 5), {"out_h": 8, "out_w": 10, "align_corners": False}, "nearest"),
+    ("nearest_interp_v2", "down_odd", f32(2, 2, 7, 9), {"out_h": 3, "out_w": 4, "align_corners": False}, "nearest"),
+    ("nearest_interp_v2", "scale_2_3", f32(1, 2, 3, 4), {"scale": [2.0, 3.0], "align_corners": False}, "nearest"),
+    ("nearest_interp_v2", "align_corners", f32(2, 2, 4, 5), {"out_h": 7, "out_w": 3, "align_corners": True}, None),
+    ("nearest_interp_v2", "fp64_up", f64(1, 3, 3, 5), {"out_h": 7, "out_w": 9, "align_corners": False}, "nearest"),
+    ("bilinear_interp_v2", "half_pixel_up", f32(2, 3, 4, 5), {"out_h": 9, "out_w": 7, "align_corners": False,
+                                                             "align_mode": 0}, "bilinear"),
+    ("bilinear_interp_v2", "half_pixel_down", f32(2, 2, 9, 8), {"out_h": 4, "out_w": 3, "align_corners": False,
+                                                               "align_mode": 0}, "bilinear"),
+    ("bilinear_interp_v2", "align_corners", f32(2, 3, 4, 5), {"out_h": 7, "out_w": 11, "align_corners": True},
+     "bilinear"),
+    ("bilinear_interp_v2", "scale2", f32(1, 2, 5, 3), {"scale": [2.0], "align_corners": False, "align_mode": 0},
+     "bilinear"),
+    ("bilinear_interp_v2", "align_mode1", f32(2, 2, 5, 4), {"out_h": 8, "out_w": 7, "align_corners": False,
+                                                           "align_mode": 1}, None),
+    ("bilinear_interp_v2", "fp64_half_pixel", f64(1, 2, 5, 6), {"out_h": 7, "out_w": 4, "align_corners": False,
+                                                               "align_mode": 0}, "bilinear"),
+    ("bilinear_interp_v2", "big", f32(8, 16, 32, 32), {"out_h": 64, "out_w": 64, "align_corners": False,
+                                                      "align_mode": 0}, "bilinear"),
+]
+for op, name, xs, at, mode in INTERP:
+    case(op, name, {"X": xs}, at,
+         (lambda t, a, m=mode: ref_interp_torch(t, a, m)) if mode else
+         (lambda t, a, b=op.startswith("bilinear"): ref_interp_paddle(t, a, b)), threads=name == "big")
+
+
+def ref_group_norm(t, a):
+    x, g = t["X"], a.get("groups", 1)
+    rows = x.reshape(x.shape[0], g, -1)
+    y = F.group_norm(x, g, t.get("Scale"), t.get("Bias"), a.get("epsilon", 1e-5))
+    return {"Y": y, "Mean": rows.mean(-1), "Variance": rows.var(-1, unbiased=False)}
+
+
+def ref_instance_norm(t, a):
+    x, eps = t["X"], a.get("epsilon", 1e-5)
+    rows = x.reshape(x.shape[0] * x.shape[1], -1)
+    y = F.instance_norm(x, weight=t.get("Scale"), bias=t.get("Bias"), eps=eps)
+    return {"Y": y, "SavedMean": rows.mean(-1), "SavedVariance": 1 / torch.sqrt(rows.var(-1, unbiased=False) + eps)}
+
+
+for name, ins, at in (("g2", {"X": f32(2, 4, 3, 5), "Scale": f32(4), "Bias": f32(4)}, {"groups": 2}),
+                      ("g1_eps", {"X": f32(3, 6, 4), "Scale": f32(6), "Bias": f32(6)}, {"groups": 1, "epsilon": 1e-3}),
+                      ("g_eq_c_no_affine", {"X": f32(2, 3, 4, 4)}, {"groups": 3}),
+                      ("rank2", {"X": f32(5, 8), "Scale": f32(8)}, {"groups": 2}),
+                      ("fp64", {"X": f64(2, 6, 3, 3), "Scale": f64(6), "Bias": f64(6)}, {"groups": 2}),
+                      ("big", {"X": f32(8, 32, 16, 16), "Scale": f32(32), "Bias": f32(32)}, {"groups": 8})):
+    case("group_norm", name, ins, at, ref_group_norm, threads=name == "big")
+for name, ins, at in (("affine", {"X": f32(2, 3, 4, 5), "Scale": f32(3), "Bias": f32(3)}, {}),
+                      ("plain_eps", {"X": f32(3, 2, 7)}, {"epsilon": 1e-3}),
+                      ("fp64", {"X": f64(2, 4, 3, 3), "Scale": f64(4), "Bias": f64(4)}, {}),
+                      ("big", {"X": f32(8, 32, 16, 16), "Scale": f32(32), "Bias": f32(32)}, {})):
+    case("instance_norm", name, ins, at, ref_instance_norm, threads=name == "big")
 
 POOL = [
     ("max_k2s2", f32(2, 3, 8, 8), {"ksize": [2, 2], "strides": [2, 2]}),

@@ -63,7 +63,7 @@ def grad_ops():
 NO_GRAD_SLOTS = {"batch_norm": {"Mean", "Variance"}, "softmax_with_cross_entropy": {"Label"},
                  "cross_entropy": {"Label"}, "dropout": {"Step"},
                  "sigmoid_cross_entropy_with_logits": {"Label"}, "label_smooth": {"PriorDist"}}
-LOSS_OUTS = {"batch_norm": ["Y"], "layer_norm": ["Y"], "softmax_with_cross_entropy": ["Loss"], "cos_sim": ["Out"]}
+LOSS_OUTS = {"batch_norm": ["Y"], "layer_norm": ["Y"], "group_norm": ["Y"], "instance_norm": ["Y"], "softmax_with_cross_entropy": ["Loss"], "cos_sim": ["Out"]}
 
 
 class GradCase:
@@ -118,6 +118,15 @@ grad_row("conv2d", "bias_stride2", {"Input": f32(3, 2, 7, 6), "Filter": f32(5, 2
          {"strides": [2, 2], "paddings": [1, 1]}, fw.ref_conv2d)
 grad_row("conv2d", "cnn_layer2", {"Input": f32(4, 8, 14, 14, lo=0, hi=1), "Filter": f32(16, 8, 5, 5, lo=-0.1, hi=0.1)},
          {"paddings": [2, 2]}, fw.ref_conv2d)
+grad_row("conv2d_transpose", "batch_stride2_outpad", {"Input": f32(3, 4, 5, 4), "Filter": f32(4, 3, 3, 3)},
+         {"strides": [2, 2], "paddings": [1, 1], "output_padding": [1, 0]}, fw.ref_conv2d_transpose)
+grad_row("depthwise_conv2d", "bias_stride2", {"Input": f32(3, 4, 7, 6), "Filter": f32(4, 1, 3, 3), "Bias": f32(4)},
+         {"groups": 4, "strides": [2, 2], "paddings": [1, 1]}, fw.ref_conv2d)
+grad_row("bilinear_interp_v2", "overlap_down", {"X": f32(2, 2, 7, 6)},
+         {"out_h": 3, "out_w": 4, "align_corners": False, "align_mode": 0},
+         lambda t, a: fw.ref_interp_torch(t, a, "bilinear"))
+grad_row("group_norm", "scale_only", {"X": f32(3, 6, 5), "Scale": f32(6)}, {"groups": 3}, fw.ref_group_norm)
+grad_row("instance_norm", "bias_only", {"X": f32(3, 2, 9), "Bias": f32(2)}, {}, fw.ref_instance_norm)
 grad_row("pool2d", "max_overlap_k3s1", {"X": f32(2, 3, 6, 6)}, {"ksize": [3, 3], "strides": [1, 1]}, fw.ref_pool2d)
 grad_row("pool2d", "avg_overlap_pad_exclusive", {"X": f32(2, 2, 5, 6)},
          {"pooling_type": "avg", "ksize": [3, 3], "strides": [1, 1], "paddings": [1, 1]}, fw.ref_pool2d)

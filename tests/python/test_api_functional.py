@@ -528,3 +528,89 @@ def test_bce_with_logits_weights():
     X, L, W, P = (torch.tensor(v, dtype=torch.float64) for v in (xv, lv, wv, pv))
     close(got["sum"], TF.binary_cross_entropy_with_logits(X, L, weight=W, pos_weight=P, reduction="sum"), "sum")
     close(got["none"], TF.binary_cross_entropy_with_logits(X, L, pos_weight=P, reduction="none"), "none")
+
+
+def test_conv_transpose_interpolate_group_instance_norm():
+    """F.conv2d_transpose (output_padding, output_size, groups, bias), F.conv2d with groups == C
+    (Paddle 2.x: the depthwise_conv2d op), F.interpolate / upsample (nearest, bilinear with and
+    without align_corners, scale_factor), F.group_norm, F.instance_norm; static.nn's
+    conv2d_transpose, group_norm and instance_norm layers with their parameters."""
+    rng = np.random.RandomState(7)
+    img = rng.randn(2, 4, 5, 6).astype(np.float32)
+    wt = rng.randn(4, 3, 3, 3).astype(np.float32)
+    wg = rng.randn(4, 2, 3, 3).astype(np.float32)
+    wd = rng.randn(8, 1, 3, 3).astype(np.float32)
+    bv = rng.randn(3).astype(np.float32)
+    sv, gv = rng.randn(4).astype(np.float32), rng.randn(4).astype(np.float32)
+
+    def build():
+        x = pe.static.data("img", [None, 4, 5, 6], "float32")
+        w = pe.static.data("wt", [4, 3, 3, 3], "float32")
+        w2 = pe.static.data("wg", [4, 2, 3, 3], "float32")
+        w3 = pe.static.data("wd", [8, 1, 3, 3], "float32")
+        b = pe.static.data("bv", [3], "float32")
+        s = pe.static.data("sv", [4], "float32")
+        g = pe.static.data("gv", [4], "float32")
+        return {"ct": F.conv2d_transpose(x, w, b, stride=2, padding=1, output_padding=1),
+                "ct_size": F.conv2d_transpose(x, w, stride=2, padding=1, output_size=[10, 11]),
+                "ct_groups": F.conv2d_transpose(x, w2, stride=[1, 2], groups=2, dilation=2),
+                "dw": F.conv2d(x, w3, padding=1, groups=4),
+                "near": F.interpolate(x, size=[10, 9]), "near_sc": F.upsample(x, scale_factor=2),
+                "bil": F.interpolate(x, size=[7, 11], mode="bilinear"),
+                "bil_ac": F.interpolate(x, scale_factor=[2, 1.5], mode="bilinear", align_corners=True),
+                "gn": F.group_norm(x, 2, weight=s, bias=g), "gn_plain": F.group_norm(x, 4, epsilon=1e-3),
+                "in": F.instance_norm(x, weight=s, bias=g),
+                "l_ct": pe.static.nn.conv2d_transpose(x, 6, filter_size=4, stride=2, padding=1, act="relu"),
+                "l_gn": pe.static.nn.group_norm(x, 2), "l_in": pe.static.nn.instance_norm(x)}
+
+    r, outs, scope = run(build, {"img": img, "wt": wt, "wg": wg, "wd": wd, "bv": bv, "sv": sv, "gv": gv})
+    types = [op.type for op in outs["dw"].block.ops]
+    assert "depthwise_conv2d" in types and "conv2d" not in types
+    x = t(img)
+    close(r["ct"], TF.conv_transpose2d(x, t(wt), t(bv), stride=2, padding=1, output_padding=1), "ct")
+    assert r["ct_size"].shape == (2, 3, 10, 11)
+    close(r["ct_size"], TF.conv_transpose2d(x, t(wt), stride=2, padding=1, output_padding=[1, 0]), "ct_size")
+    close(r["ct_groups"], TF.conv_transpose2d(x, t(wg), stride=[1, 2], groups=2, dilation=2), "ct_groups")
+    close(r["dw"], TF.conv2d(x, t(wd), padding=1, groups=4), "dw")
+    close(r["near"], TF.interpolate(x, size=[10, 9], mode="nearest"), "near")
+    close(r["near_sc"], TF.interpolate(x, scale_factor=2, mode="nearest"), "near_sc")
+    close(r["bil"], TF.interpolate(x, size=[7, 11], mode="bilinear", align_corners=False), "bil")
+    close(r["bil_ac"], TF.interpolate(x, size=[10, 9], mode="bilinear", align_corners=True), "bil_ac")
+    close(r["gn"], TF.group_norm(x, 2, t(sv), t(gv), eps=1e-5), "gn")
+    close(r["gn_plain"], TF.group_norm(x, 4, eps=1e-3), "gn_plain")
+    close(r["in"], TF.instance_norm(x, weight=t(sv), bias=t(gv), eps=1e-5), "in")
+    p = lambda n: t(np.array(scope.find_var(n).get_tensor()))  # noqa: E731
+    # the functional calls above took conv2d_transpose_0..2, group_norm_0..1 and instance_norm_0
+    close(r["l_ct"], torch.relu(TF.conv_transpose2d(x, p("conv2d_transpose_3.w_0"), p("conv2d_transpose_3.b_0"),
+                                                    stride=2, padding=1)), "l_ct")
+    assert list(p("conv2d_transpose_3.w_0").shape) == [4, 6, 4, 4]
+    close(r["l_gn"], TF.group_norm(x, 2, p("group_norm_2.w_0"), p("group_norm_2.b_0")), "l_gn")
+    close(r["l_in"], TF.instance_norm(x, weight=p("instance_norm_1.w_0"), bias=p("instance_norm_1.b_0")), "l_in")
+
+
+def test_conv_transpose_interpolate_norm_gradients():
+    """Gradients through conv2d_transpose, bilinear interpolation and group_norm together match
+    torch.autograd."""
+    rng = np.random.RandomState(8)
+    img = rng.randn(2, 4, 3, 3).astype(np.float32)
+    wt = rng.randn(4, 2, 3, 3).astype(np.float32)
+
+    def build():
+        x = pe.static.data("img", [2, 4, 3, 3], "float32")
+        x.stop_gradient = False
+        w = pe.static.data("wt", [4, 2, 3, 3], "float32")
+        w.stop_gradient = False
+        y = F.group_norm(F.interpolate(F.conv2d_transpose(x, w, stride=2), size=[5, 6], mode="bilinear"), 2)
+        loss = pe.mean(y * y * y)
+        gx, gw = pe.static.gradients([loss], [x, w])
+        return {"loss": loss, "gx": gx, "gw": gw}
+
+    r, _, _ = run(build, {"img": img, "wt": wt})
+    x, w = t(img).requires_grad_(), t(wt).requires_grad_()
+    y = TF.group_norm(TF.interpolate(TF.conv_transpose2d(x, w, stride=2), size=[5, 6], mode="bilinear",
+                                     align_corners=False), 2)
+    loss = (y ** 3).mean()
+    gx, gw = torch.autograd.grad(loss, [x, w])
+    close(r["loss"], loss.detach(), "loss")
+    close(r["gx"], gx, "gx")
+    close(r["gw"], gw, "gw")

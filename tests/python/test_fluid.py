@@ -406,3 +406,44 @@ def test_one_hot_out_of_range_is_an_error():
     with pytest.raises(pe.InvalidArgumentError, match=r"op one_hot .*X 'lab' element 1 is 3, outside \[0, depth = 3\)"):
         fluid.Executor(fluid.CPUPlace()).run(main, feed={"lab": np.array([[0], [3]], np.int64)}, fetch_list=[out],
                                              scope=pe.static.Scope())
+
+
+def test_conv_transpose_resize_and_norm_layers():
+    """The 1.x forms: conv2d_transpose (filter_size from output_size), conv2d with groups == C
+    and use_cudnn=False (Paddle's depthwise_conv2d op), resize_nearest / resize_bilinear /
+    image_resize (align_corners=True by default, out_shape or scale), group_norm, instance_norm."""
+    torch = pytest.importorskip("torch")
+    TF = torch.nn.functional
+    main, startup = fresh()
+    L = fluid.layers
+    with fluid.program_guard(main, startup), unique_name.guard():
+        img = L.data(name="img", shape=[4, 5, 5], dtype="float32")
+        outs = [L.conv2d_transpose(img, 3, output_size=[10, 10], stride=2, padding=1, bias_attr=False),
+                L.conv2d(img, 4, 3, padding=1, groups=4, use_cudnn=False, bias_attr=False),
+                L.resize_nearest(img, out_shape=[9, 7]), L.resize_bilinear(img, out_shape=[8, 9]),
+                L.image_resize(img, scale=2.0, resample="BILINEAR", align_corners=False, align_mode=0),
+                L.group_norm(img, groups=2), L.instance_norm(img)]
+    types = [op.type for op in main.global_block().ops]
+    for op_type in ("conv2d_transpose", "depthwise_conv2d", "nearest_interp_v2", "bilinear_interp_v2", "group_norm",
+                    "instance_norm"):
+        assert op_type in types, op_type
+    assert list(outs[0].shape) == [-1, 3, 10, 10] and list(outs[4].shape) == [-1, 4, 10, 10]
+    scope = pe.static.Scope()
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup, scope=scope)
+    imv = np.random.RandomState(4).randn(2, 4, 5, 5).astype(np.float32)
+    vals = exe.run(main, feed={"img": imv}, fetch_list=outs, scope=scope)
+    x = torch.tensor(imv, dtype=torch.float64)
+    p = lambda n: torch.tensor(np.array(scope.find_var(n).get_tensor()), dtype=torch.float64)  # noqa: E731
+    assert list(p("conv2d_transpose_0.w_0").shape) == [4, 3, 4, 4]  # (10 - 4*2 + 2 - 1) // 1 + 1
+    want = [TF.conv_transpose2d(x, p("conv2d_transpose_0.w_0"), stride=2, padding=1),
+            TF.conv2d(x, p("conv2d_0.w_0"), padding=1, groups=4)]
+    # nearest with align_corners (Paddle's rounding, no torch form): src = int((in-1)/(out-1) * k + 0.5)
+    iy = [int(4 / 8 * k + 0.5) for k in range(9)]
+    ix = [int(4 / 6 * k + 0.5) for k in range(7)]
+    want += [x[:, :, iy][:, :, :, ix], TF.interpolate(x, size=[8, 9], mode="bilinear", align_corners=True),
+             TF.interpolate(x, size=[10, 10], mode="bilinear", align_corners=False),
+             TF.group_norm(x, 2, p("group_norm_0.w_0"), p("group_norm_0.b_0")),
+             TF.instance_norm(x, weight=p("instance_norm_0.w_0"), bias=p("instance_norm_0.b_0"))]
+    for i, (got, w) in enumerate(zip(vals, want)):
+        np.testing.assert_allclose(got, w.numpy(), rtol=1e-4, atol=1e-5, err_msg=str(i))

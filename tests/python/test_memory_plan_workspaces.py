@@ -20,26 +20,40 @@ from pe.utils import unique_name
 pe.enable_static()
 
 
-def build():
+def cnn(x):
+    h = pe.static.nn.conv2d(x, 8, 3, padding=1)
+    h = pe.static.nn.batch_norm(h, act="relu")
+    h = pe.nn.functional.avg_pool2d(h, 2, 2)
+    h = pe.static.nn.conv2d(h, 16, 3, padding=1, act="relu")
+    return pe.nn.functional.max_pool2d(h, 2, 2)
+
+
+def decoder(x):
+    """conv2d (stride 2) -> conv2d_transpose (stride 2, back to 12x12) -> depthwise_conv2d ->
+    group_norm -> bilinear downsampling: the other oneDNN convolutions with workspaces."""
+    h = pe.static.nn.conv2d(x, 8, 3, stride=2, padding=1, act="relu")
+    h = pe.static.nn.conv2d_transpose(h, 6, filter_size=4, stride=2, padding=1, act="relu")
+    h = pe.static.nn.conv2d(h, 6, 3, padding=1, groups=6, use_cudnn=False)
+    h = pe.static.nn.group_norm(h, 3, act="relu")
+    return pe.nn.functional.interpolate(h, size=[5, 5], mode="bilinear")
+
+
+def build(body=cnn):
     main, startup = pe.static.Program(), pe.static.Program()
     main.random_seed = startup.random_seed = 7
     with pe.static.program_guard(main, startup), unique_name.guard():
         x = pe.static.data("x", [None, 3, 12, 12], "float32")
         y = pe.static.data("y", [None, 1], "int64")
-        h = pe.static.nn.conv2d(x, 8, 3, padding=1)
-        h = pe.static.nn.batch_norm(h, act="relu")
-        h = pe.nn.functional.avg_pool2d(h, 2, 2)
-        h = pe.static.nn.conv2d(h, 16, 3, padding=1, act="relu")
-        h = pe.nn.functional.max_pool2d(h, 2, 2)
+        h = body(x)
         logits = pe.static.nn.fc(h, 10)
         loss = pe.mean(pe.nn.functional.cross_entropy(logits, y))
         pe.optimizer.Momentum(learning_rate=0.05, momentum=0.9).minimize(loss)
     return main, startup, loss
 
 
-def train(monkeypatch, memory_optimize, batches):
+def train(monkeypatch, memory_optimize, batches, body=cnn):
     monkeypatch.setenv("CPU_NUM", "2")
-    main, startup, loss = build()
+    main, startup, loss = build(body)
     scope = pe.static.Scope()
     pe.static.Executor().run(startup, scope=scope)
     bs = pe.static.BuildStrategy()
@@ -61,6 +75,19 @@ def test_workspaces_in_the_plan_change_no_result(monkeypatch):
     ref_losses, ref_params = train(monkeypatch, False, batches)
     losses, params = train(monkeypatch, True, batches)
     assert any("batch_norm" in n for n in params)
+    for a, b in zip(losses, ref_losses):
+        np.testing.assert_array_equal(a, b)
+    for name, value in ref_params.items():
+        np.testing.assert_array_equal(params[name], value, err_msg=name)
+
+
+def test_transposed_and_depthwise_conv_workspaces_change_no_result(monkeypatch):
+    rng = np.random.RandomState(4)
+    batches = [(rng.rand(rows, 3, 12, 12).astype(np.float32), rng.randint(0, 10, (rows, 1)).astype(np.int64))
+               for rows in (8, 8, 6)]
+    ref_losses, ref_params = train(monkeypatch, False, batches, decoder)
+    losses, params = train(monkeypatch, True, batches, decoder)
+    assert any("conv2d_transpose" in n for n in params) and any("group_norm" in n for n in params)
     for a, b in zip(losses, ref_losses):
         np.testing.assert_array_equal(a, b)
     for name, value in ref_params.items():

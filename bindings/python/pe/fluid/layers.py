@@ -27,7 +27,8 @@ __all__ = ["data", "fc", "conv2d", "pool2d", "batch_norm", "embedding", "dropout
            "reduce_max",
            "reduce_min", "reduce_prod", "reduce_any", "reduce_all", "stack", "unstack", "expand", "assign", "shape",
            "increment", "cumsum", "gather", "gather_nd", "scatter", "one_hot", "cos_sim",
-           "sigmoid_cross_entropy_with_logits", "label_smooth", "pad", "pad2d"]
+           "sigmoid_cross_entropy_with_logits", "label_smooth", "pad", "pad2d", "conv2d_transpose", "group_norm",
+           "instance_norm", "image_resize", "resize_nearest", "resize_bilinear"]
 
 
 def data(name, shape, append_batch_size=True, dtype="float32", lod_level=0, type=None, stop_gradient=True):
@@ -55,7 +56,10 @@ def fc(input, size, num_flatten_dims=1, param_attr=None, bias_attr=None, act=Non
 
 
 conv2d = _snn.conv2d
+conv2d_transpose = _snn.conv2d_transpose
 batch_norm = _snn.batch_norm
+group_norm = _snn.group_norm
+instance_norm = _snn.instance_norm
 embedding = _snn.embedding
 
 
@@ -465,3 +469,45 @@ def pad2d(input, paddings=[0, 0, 0, 0], mode="constant", pad_value=0.0, data_for
     helper.append_op("pad2d", {"X": [input]}, {"Out": [out]},
                      {"paddings": p, "mode": mode, "pad_value": float(pad_value), "data_format": data_format})
     return out
+
+
+def image_resize(input, out_shape=None, scale=None, name=None, resample="BILINEAR", actual_shape=None,
+                 align_corners=True, align_mode=1, data_format="NCHW"):
+    """Paddle 1.x's image_resize (BILINEAR, NEAREST) of a 4-D NCHW input, as the 2.x ops: out_shape
+    [h, w], or scale (the output size int(in * scale); with a known input size the op gets that size,
+    so the ratio is in / out as in 1.x's ops)."""
+    check_variable(input, "input", "image_resize")
+    if actual_shape is not None or isinstance(out_shape, Variable) or isinstance(scale, Variable):
+        raise _core.UnsupportedError("fluid.layers.image_resize: out_shape / scale / actual_shape must be Python "
+                                     "numbers (a Variable is not supported yet)")
+    if data_format != "NCHW":
+        raise _core.UnsupportedError("fluid.layers.image_resize: data_format must be NCHW")
+    mode = {"BILINEAR": "bilinear", "NEAREST": "nearest"}.get(str(resample).upper())
+    if mode is None:
+        raise _core.UnsupportedError("fluid.layers.image_resize: resample '%s' is not supported (BILINEAR, NEAREST)"
+                                     % resample)
+    if (out_shape is None) == (scale is None):
+        raise _core.InvalidArgumentError("fluid.layers.image_resize: give one of out_shape and scale")
+    if len(input.shape) != 4:
+        raise _core.UnsupportedError("fluid.layers.image_resize: input must be 4-D [N, C, H, W], got %s"
+                                     % list(input.shape))
+    hw, sc = None, None
+    if out_shape is not None:
+        hw = [int(v) for v in out_shape]
+    elif min(input.shape[2:]) >= 0:
+        hw = [int(d * float(scale)) for d in input.shape[2:]]
+    else:
+        sc = [float(scale)] * 2
+    return F._interp(input, hw, sc, mode, align_corners, align_mode if mode == "bilinear" else 1, "image_resize",
+                     name)
+
+
+def resize_bilinear(input, out_shape=None, scale=None, name=None, actual_shape=None, align_corners=True,
+                    align_mode=1, data_format="NCHW"):
+    return image_resize(input, out_shape, scale, name, "BILINEAR", actual_shape, align_corners, align_mode,
+                        data_format)
+
+
+def resize_nearest(input, out_shape=None, scale=None, name=None, actual_shape=None, align_corners=True,
+                   data_format="NCHW"):
+    return image_resize(input, out_shape, scale, name, "NEAREST", actual_shape, align_corners, 1, data_format)

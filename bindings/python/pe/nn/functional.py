@@ -19,7 +19,8 @@ __all__ = [
     "softmax", "log_softmax", "cross_entropy",
     "softmax_with_cross_entropy", "mse_loss", "square_error_cost", "dropout", "linear", "conv2d", "max_pool2d",
     "avg_pool2d", "batch_norm", "layer_norm", "embedding", "one_hot", "cosine_similarity",
-    "binary_cross_entropy_with_logits", "label_smooth", "pad",
+    "binary_cross_entropy_with_logits", "label_smooth", "pad", "conv2d_transpose", "interpolate", "upsample",
+    "group_norm", "instance_norm",
 ]
 
 
@@ -227,30 +228,91 @@ def _conv_out(size, k, s, p, d, algo, ceil=False):
     return (num + (s - 1 if ceil else 0)) // s + 1
 
 
-def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, data_format="NCHW", name=None):
-    check_variable(x, "x", "conv2d")
-    check_variable(weight, "weight", "conv2d")
+def _check_conv(x, weight, data_format, api, weight_dims):
+    """NCHW x and a 4-D weight (weight_dims: how the op lays it out)."""
+    check_variable(x, "x", api)
+    check_variable(weight, "weight", api)
     if data_format != "NCHW":
-        raise _core.UnsupportedError("conv2d: data_format must be NCHW")
+        raise _core.UnsupportedError("%s: data_format must be NCHW" % api)
     if len(x.shape) != 4 or len(weight.shape) != 4:
-        raise _core.InvalidArgumentError("conv2d: x must be [N, C, H, W] and weight [M, C/groups, kh, kw], got %s and %s"
-                                         % (list(x.shape), list(weight.shape)))
+        raise _core.InvalidArgumentError("%s: x must be [N, C, H, W] and weight %s, got %s and %s"
+                                         % (api, weight_dims, list(x.shape), list(weight.shape)))
+
+
+def _add_channel_bias(helper, out, bias):
+    """out + bias along axis 1 (elementwise_add), or out when bias is None."""
+    if bias is None:
+        return out
+    res = helper.create_variable_for_type_inference(out.dtype, shape=out.shape)
+    helper.append_op("elementwise_add", {"X": [out], "Y": [bias]}, {"Out": [res]}, {"axis": 1})
+    return res
+
+
+def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, data_format="NCHW", name=None):
+    _check_conv(x, weight, data_format, "conv2d", "[M, C/groups, kh, kw]")
     strides, dil = _pair(stride, "conv2d stride"), _pair(dilation, "conv2d dilation")
     pads, algo = _padding(padding, "conv2d")
     m, _, kh, kw = weight.shape
     n, _, h, w = x.shape
     shape = [n, m, _conv_out(h, kh, strides[0], pads[0], dil[0], algo),
              _conv_out(w, kw, strides[1], pads[1], dil[1], algo)]
-    helper = LayerHelper("conv2d", name)
+    # Paddle 2.x: groups == C (C != 1) with M a multiple of C is its depthwise_conv2d op
+    c = x.shape[1]
+    op = "depthwise_conv2d" if c == int(groups) and c > 1 and m % c == 0 and has_op("depthwise_conv2d") else "conv2d"
+    helper = LayerHelper(op, name)
     out = helper.create_variable_for_type_inference(x.dtype, shape=shape)
-    helper.append_op("conv2d", {"Input": [x], "Filter": [weight]}, {"Output": [out]},
+    helper.append_op(op, {"Input": [x], "Filter": [weight]}, {"Output": [out]},
                      {"strides": strides, "paddings": pads, "dilations": dil, "groups": int(groups),
                       "padding_algorithm": algo, "data_format": "NCHW"})
-    if bias is None:
-        return out
-    res = helper.create_variable_for_type_inference(x.dtype, shape=shape)
-    helper.append_op("elementwise_add", {"X": [out], "Y": [bias]}, {"Out": [res]}, {"axis": 1})
-    return res
+    return _add_channel_bias(helper, out, bias)
+
+
+def _conv_transpose_out(size, k, s, p, d, algo, output_padding, output_size):
+    """Paddle's conv2d_transpose output size of one dim (-1 when unknown)."""
+    if output_size is not None:
+        return int(output_size)
+    if size < 0:
+        return -1
+    if algo == "SAME":
+        out = (size + s - 1) // s
+        total = max((out - 1) * s + k - size, 0)
+        return (size - 1) * s - total + k + output_padding  # SAME resets the dilation to 1
+    if algo == "VALID":
+        p = 0
+    return (size - 1) * s - 2 * p + d * (k - 1) + 1 + output_padding
+
+
+def _conv_transpose_op(helper, x, weight, strides, pads, dil, groups, algo, output_padding, output_size):
+    """Appends conv2d_transpose (Filter [C_in, C_out/groups, kh, kw]) and returns its Output."""
+    require_op("conv2d_transpose", "conv2d_transpose")
+    n, _, h, w = x.shape
+    _, mg, kh, kw = weight.shape
+    op_pad = [0, 0] if output_padding is None else _pair(output_padding, "conv2d_transpose output_padding")
+    osz = None if output_size is None else _pair(output_size, "conv2d_transpose output_size")
+    shape = [n, int(mg) * int(groups)] + [
+        _conv_transpose_out(sz, k, st, p, d, algo, op, None if osz is None else osz[i])
+        for i, (sz, k, st, p, d, op) in enumerate(zip((h, w), (kh, kw), strides, pads, dil, op_pad))]
+    out = helper.create_variable_for_type_inference(x.dtype, shape=shape)
+    attrs = {"strides": strides, "paddings": pads, "dilations": dil, "groups": int(groups),
+             "padding_algorithm": algo, "data_format": "NCHW", "output_padding": op_pad if any(op_pad) else [],
+             "output_size": osz or []}
+    helper.append_op("conv2d_transpose", {"Input": [x], "Filter": [weight]}, {"Output": [out]}, attrs)
+    return out
+
+
+def conv2d_transpose(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1,
+                     data_format="NCHW", output_size=None, name=None):
+    """Paddle 2.x's F.conv2d_transpose: weight [C_in, C_out/groups, kh, kw]; output_size (a pair) picks
+    the output size among the ones the strides allow, instead of output_padding."""
+    _check_conv(x, weight, data_format, "conv2d_transpose", "[C, M/groups, kh, kw]")
+    if output_size is not None and output_padding:
+        raise _core.InvalidArgumentError("conv2d_transpose: give output_padding or output_size, not both")
+    strides, dil = _pair(stride, "conv2d_transpose stride"), _pair(dilation, "conv2d_transpose dilation")
+    pads, algo = _padding(padding, "conv2d_transpose")
+    helper = LayerHelper("conv2d_transpose", name)
+    out = _conv_transpose_op(helper, x, weight, strides, pads, dil, groups, algo,
+                             output_padding if output_size is None else None, output_size)
+    return _add_channel_bias(helper, out, bias)
 
 
 def _pool(x, pooling_type, kernel_size, stride, padding, ceil_mode, exclusive, data_format, name, api):
@@ -309,6 +371,19 @@ def batch_norm(x, running_mean, running_var, weight, bias, training=False, momen
     return out
 
 
+def _norm_vars(helper, x, stat_shape, weight, bias):
+    """A normalisation op's inputs {X, Scale?, Bias?}, its output Y (like x) and its two statistics."""
+    mean = helper.create_variable_for_type_inference(x.dtype, shape=stat_shape, stop_gradient=True)
+    var = helper.create_variable_for_type_inference(x.dtype, shape=stat_shape, stop_gradient=True)
+    out = helper.create_variable_for_type_inference(x.dtype, shape=x.shape)
+    inputs = {"X": [x]}
+    if weight is not None:
+        inputs["Scale"] = [weight]
+    if bias is not None:
+        inputs["Bias"] = [bias]
+    return inputs, out, mean, var
+
+
 def layer_norm(x, normalized_shape, weight=None, bias=None, epsilon=1e-05, name=None):
     """layer_norm op over the trailing dims given by normalized_shape."""
     check_variable(x, "x", "layer_norm")
@@ -322,17 +397,101 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, epsilon=1e-05, name=
     helper = LayerHelper("layer_norm", name)
     rows = list(x.shape[:begin])
     nrows = -1 if any(d < 0 for d in rows) else int(np.prod(rows)) if rows else 1
-    mean = helper.create_variable_for_type_inference(x.dtype, shape=[nrows], stop_gradient=True)
-    var = helper.create_variable_for_type_inference(x.dtype, shape=[nrows], stop_gradient=True)
-    out = helper.create_variable_for_type_inference(x.dtype, shape=x.shape)
-    inputs = {"X": [x]}
-    if weight is not None:
-        inputs["Scale"] = [weight]
-    if bias is not None:
-        inputs["Bias"] = [bias]
+    inputs, out, mean, var = _norm_vars(helper, x, [nrows], weight, bias)
     helper.append_op("layer_norm", inputs, {"Y": [out], "Mean": [mean], "Variance": [var]},
                      {"epsilon": float(epsilon), "begin_norm_axis": begin})
     return out
+
+
+def _interp(x, out_hw, scale, mode, align_corners, align_mode, api, name):
+    """Appends nearest_interp_v2 / bilinear_interp_v2: out_hw [h, w] or scale [sh, sw]."""
+    check_variable(x, "x", api)
+    if len(x.shape) != 4:
+        raise _core.UnsupportedError("%s: x must be 4-D [N, C, H, W] (only 2-D interpolation is supported), got %s"
+                                     % (api, list(x.shape)))
+    op = {"nearest": "nearest_interp_v2", "bilinear": "bilinear_interp_v2"}.get(mode.lower())
+    if op is None:
+        raise _core.UnsupportedError("%s: mode '%s' is not supported (nearest, bilinear)" % (api, mode))
+    require_op(op, api)
+    n, c, h, w = x.shape
+    if scale is not None:
+        shape = [n, c] + [int(d * s) if d >= 0 else -1 for d, s in zip((h, w), scale)]
+        attrs = {"scale": [float(v) for v in scale], "out_h": -1, "out_w": -1}
+    else:
+        shape, attrs = [n, c, int(out_hw[0]), int(out_hw[1])], {"out_h": int(out_hw[0]), "out_w": int(out_hw[1]),
+                                                                "scale": []}
+    attrs.update({"interp_method": mode.lower(), "align_corners": bool(align_corners), "align_mode": int(align_mode),
+                  "data_layout": "NCHW", "out_d": -1})
+    helper = LayerHelper(op, name)
+    out = helper.create_variable_for_type_inference(x.dtype, shape=shape)
+    helper.append_op(op, {"X": [x]}, {"Out": [out]}, attrs)
+    return out
+
+
+def interpolate(x, size=None, scale_factor=None, mode="nearest", align_corners=False, align_mode=0,
+                data_format="NCHW", name=None):
+    """Paddle 2.x's F.interpolate for 4-D NCHW inputs, modes nearest and bilinear: size (a pair of ints)
+    or scale_factor (a number or a pair); align_corners / align_mode as Paddle's (nearest takes no
+    align_corners=True in Paddle 2.x's API either)."""
+    if data_format != "NCHW":
+        raise _core.UnsupportedError("interpolate: data_format must be NCHW")
+    if (size is None) == (scale_factor is None):
+        raise _core.InvalidArgumentError("interpolate: give exactly one of size and scale_factor")
+    if isinstance(size, Variable) or isinstance(scale_factor, Variable):
+        raise _core.UnsupportedError("interpolate: size / scale_factor must be Python numbers (a Variable is not "
+                                     "supported yet)")
+    if mode.lower() == "nearest" and align_corners:
+        raise _core.InvalidArgumentError("interpolate: align_corners is only valid for the linear modes")
+    scale = None
+    if scale_factor is not None:
+        scale = [float(scale_factor)] * 2 if isinstance(scale_factor, (int, float)) else \
+            [float(v) for v in scale_factor]
+        if len(scale) != 2 or min(scale) <= 0:
+            raise _core.InvalidArgumentError("interpolate: scale_factor must be > 0, one or two values, got %r"
+                                             % (scale_factor,))
+    return _interp(x, None if size is None else _pair(size, "interpolate size"), scale, mode, align_corners,
+                   align_mode, "interpolate", name)
+
+
+def upsample(x, size=None, scale_factor=None, mode="nearest", align_corners=False, align_mode=0, data_format="NCHW",
+             name=None):
+    return interpolate(x, size, scale_factor, mode, align_corners, align_mode, data_format, name)
+
+
+def _group_norm_op(x, groups, weight, bias, epsilon, op, name):
+    """group_norm (Mean / Variance [N, groups]) or instance_norm (SavedMean / SavedVariance [N * C])."""
+    check_variable(x, "x", op)
+    require_op(op, "pe.nn.functional." + op)
+    if len(x.shape) < 2:
+        raise _core.InvalidArgumentError("%s: x must be [N, C, ...], got %s" % (op, list(x.shape)))
+    helper = LayerHelper(op, name)
+    n, c = x.shape[0], x.shape[1]
+    stat = [n, groups] if op == "group_norm" else [n * c if n >= 0 and c >= 0 else -1]
+    inputs, out, mean, var = _norm_vars(helper, x, stat, weight, bias)
+    if op == "group_norm":
+        helper.append_op(op, inputs, {"Y": [out], "Mean": [mean], "Variance": [var]},
+                         {"epsilon": float(epsilon), "groups": int(groups), "data_layout": "NCHW"})
+    else:
+        helper.append_op(op, inputs, {"Y": [out], "SavedMean": [mean], "SavedVariance": [var]},
+                         {"epsilon": float(epsilon)})
+    return out
+
+
+def group_norm(x, num_groups, epsilon=1e-05, weight=None, bias=None, data_format="NCHW", name=None):
+    """group_norm op: x [N, C, ...] normalised over each group of C / num_groups channels per sample."""
+    if data_format not in ("NCHW", "NCL", "NC", "NCDHW"):
+        raise _core.UnsupportedError("group_norm: data_format must have the channels on axis 1")
+    return _group_norm_op(x, int(num_groups), weight, bias, epsilon, "group_norm", name)
+
+
+def instance_norm(x, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True, momentum=0.9,
+                  eps=1e-05, data_format="NCHW", name=None):
+    """instance_norm op: each channel of each sample normalised over its spatial dims."""
+    if running_mean is not None or running_var is not None or not use_input_stats:
+        raise _core.UnsupportedError("instance_norm: running statistics are not supported (Paddle's op keeps none)")
+    if data_format not in ("NCHW", "NCL", "NCDHW"):
+        raise _core.UnsupportedError("instance_norm: data_format must have the channels on axis 1")
+    return _group_norm_op(x, None, weight, bias, eps, "instance_norm", name)
 
 
 def embedding(x, weight, padding_idx=None, sparse=False, name=None):

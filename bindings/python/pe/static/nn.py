@@ -1,4 +1,5 @@
-"""pe.static.nn — layers that create their parameters: fc, conv2d, batch_norm, embedding.
+"""pe.static.nn — layers that create their parameters: fc, conv2d, conv2d_transpose, batch_norm, group_norm,
+instance_norm, embedding.
 
 Paddle's static.nn layers: each creates its parameters (main program) with
 their initializers (startup program) through LayerHelper, then appends the
@@ -16,7 +17,7 @@ from ..nn import functional as F
 from ..nn.initializer import Constant, Normal, XavierUniform
 from ..param_attr import ParamAttr
 
-__all__ = ["fc", "conv2d", "batch_norm", "embedding"]
+__all__ = ["fc", "conv2d", "conv2d_transpose", "batch_norm", "group_norm", "instance_norm", "embedding"]
 
 
 def fc(x, size, num_flatten_dims=1, weight_attr=None, bias_attr=None, activation=None, name=None):
@@ -52,18 +53,24 @@ def fc(x, size, num_flatten_dims=1, weight_attr=None, bias_attr=None, activation
     return helper.append_activation(pre_act, activation)
 
 
-def conv2d(input, num_filters, filter_size, stride=1, padding=0, dilation=1, groups=None, param_attr=None,
-           bias_attr=None, use_cudnn=True, act=None, name=None, data_format="NCHW"):
-    check_variable(input, "input", "conv2d")
+def _conv_groups(input, groups, data_format, api):
+    """Checks an NCHW input of known channels C divisible by groups; returns (C, groups)."""
+    check_variable(input, "input", api)
     if len(input.shape) != 4:
-        raise _core.InvalidArgumentError("conv2d: input must be [N, C, H, W], got %s" % list(input.shape))
+        raise _core.InvalidArgumentError("%s: input must be [N, C, H, W], got %s" % (api, list(input.shape)))
     if data_format != "NCHW":
-        raise _core.UnsupportedError("conv2d: data_format must be NCHW")
+        raise _core.UnsupportedError("%s: data_format must be NCHW" % api)
     groups = 1 if groups is None else int(groups)
     c = input.shape[1]
     if c < 0 or c % groups:
-        raise _core.InvalidArgumentError("conv2d: input channels %d must be known and divisible by groups %d" % (
-            c, groups))
+        raise _core.InvalidArgumentError("%s: input channels %d must be known and divisible by groups %d" % (
+            api, c, groups))
+    return c, groups
+
+
+def conv2d(input, num_filters, filter_size, stride=1, padding=0, dilation=1, groups=None, param_attr=None,
+           bias_attr=None, use_cudnn=True, act=None, name=None, data_format="NCHW"):
+    c, groups = _conv_groups(input, groups, data_format, "conv2d")
     k = F._pair(filter_size, "conv2d filter_size")
     helper = LayerHelper("conv2d", name)
     std = (2.0 / (k[0] * k[1] * c)) ** 0.5
@@ -74,12 +81,72 @@ def conv2d(input, num_filters, filter_size, stride=1, padding=0, dilation=1, gro
     n, _, h, wd = input.shape
     shape = [n, int(num_filters), F._conv_out(h, k[0], strides[0], pads[0], dil[0], algo),
              F._conv_out(wd, k[1], strides[1], pads[1], dil[1], algo)]
+    # Paddle's rule: groups == C with num_filters a multiple of C, without cuDNN, is depthwise_conv2d
+    op = "depthwise_conv2d" if groups == c and int(num_filters) % c == 0 and not use_cudnn else "conv2d"
     pre_bias = helper.create_variable_for_type_inference(input.dtype, shape=shape)
-    helper.append_op("conv2d", {"Input": [input], "Filter": [w]}, {"Output": [pre_bias]},
+    helper.append_op(op, {"Input": [input], "Filter": [w]}, {"Output": [pre_bias]},
                      {"strides": strides, "paddings": pads, "dilations": dil, "groups": groups,
                       "padding_algorithm": algo, "data_format": "NCHW"})
     pre_act = helper.append_bias_op(pre_bias, bias_attr, dim_start=1, dim_end=2)
     return helper.append_activation(pre_act, act)
+
+
+def conv2d_transpose(input, num_filters, output_size=None, filter_size=None, padding=0, stride=1, dilation=1,
+                     groups=None, param_attr=None, bias_attr=None, use_cudnn=True, act=None, name=None,
+                     data_format="NCHW"):
+    """Paddle's conv2d_transpose layer: filter [C, num_filters/groups, kh, kw] (Xavier), the op, the bias
+    [num_filters] (elementwise_add axis 1), the activation. filter_size may be left out when output_size
+    is given: it is then the size that gives output_size."""
+    c, groups = _conv_groups(input, groups, data_format, "conv2d_transpose")
+    if int(num_filters) % groups:
+        raise _core.InvalidArgumentError("conv2d_transpose: num_filters %d must be divisible by groups %d"
+                                         % (num_filters, groups))
+    pads, algo = F._padding(padding, "conv2d_transpose")
+    strides, dil = F._pair(stride, "conv2d_transpose stride"), F._pair(dilation, "conv2d_transpose dilation")
+    osz = None if output_size is None else F._pair(output_size, "conv2d_transpose output_size")
+    if filter_size is None:
+        if osz is None or min(input.shape[2:]) < 0:
+            raise _core.InvalidArgumentError("conv2d_transpose: give filter_size, or output_size with a known "
+                                             "input size")
+        k = [(osz[i] - (input.shape[2 + i] - 1) * strides[i] + 2 * pads[i] - 1) // dil[i] + 1 for i in range(2)]
+    else:
+        k = F._pair(filter_size, "conv2d_transpose filter_size")
+    helper = LayerHelper("conv2d_transpose", name)
+    w = helper.create_parameter(param_attr, [c, int(num_filters) // groups] + k, input.dtype,
+                                default_initializer=XavierUniform())
+    pre_bias = F._conv_transpose_op(helper, input, w, strides, pads, dil, groups, algo, None, osz)
+    pre_act = helper.append_bias_op(pre_bias, bias_attr, dim_start=1, dim_end=2)
+    return helper.append_activation(pre_act, act)
+
+
+def _norm_params(helper, input, param_attr, bias_attr, op):
+    if len(input.shape) < 2 or input.shape[1] < 0:
+        raise _core.InvalidArgumentError("%s: input %s needs a known channel dim 1" % (op, list(input.shape)))
+    c = [int(input.shape[1])]
+    scale = helper.create_parameter(param_attr, c, input.dtype, default_initializer=Constant(1.0))
+    bias = helper.create_parameter(bias_attr, c, input.dtype, is_bias=True)
+    return scale, bias
+
+
+def group_norm(input, groups, epsilon=1e-05, param_attr=None, bias_attr=None, act=None, data_layout="NCHW",
+               name=None):
+    """Paddle's group_norm layer: scale (1) and bias (0) [C] parameters (param_attr / bias_attr False:
+    none), the group_norm op, the activation."""
+    check_variable(input, "input", "group_norm")
+    if data_layout != "NCHW":
+        raise _core.UnsupportedError("group_norm: data_layout must be NCHW")
+    helper = LayerHelper("group_norm", name)
+    scale, bias = _norm_params(helper, input, param_attr, bias_attr, "group_norm")
+    out = F._group_norm_op(input, int(groups), scale, bias, epsilon, "group_norm", helper.name)
+    return helper.append_activation(out, act)
+
+
+def instance_norm(input, epsilon=1e-05, param_attr=None, bias_attr=None, name=None):
+    """Paddle's instance_norm layer: scale (1) and bias (0) [C] parameters, the instance_norm op."""
+    check_variable(input, "input", "instance_norm")
+    helper = LayerHelper("instance_norm", name)
+    scale, bias = _norm_params(helper, input, param_attr, bias_attr, "instance_norm")
+    return F._group_norm_op(input, None, scale, bias, epsilon, "instance_norm", helper.name)
 
 
 def batch_norm(input, act=None, is_test=False, momentum=0.9, epsilon=1e-05, param_attr=None, bias_attr=None,
