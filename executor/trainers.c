@@ -45,7 +45,7 @@
 #define TAG_SUM 0x7e5703ull   /* pe_trainers_allreduce: each run's rows, metrics between runs */
 
 /* FNV-1a over block 0: op types and slots, var names, dtypes and dims. */
-static uint64_t program_hash(const pe_program *p) {
+__attribute__((unused)) static uint64_t program_hash(const pe_program *p) {
     uint64_t h = 0xcbf29ce484222325ull;
 #define MIX(ptr, n)                                                                                                    \
     for (size_t i_ = 0; i_ < (size_t)(n); i_++) h = (h ^ ((const unsigned char *)(ptr))[i_]) * 0x100000001b3ull
@@ -240,6 +240,7 @@ pe_status pe_trainers_allreduce(pe_parallel_executor *pe, void *buf, int64_t cou
     return outer_wait(pe_comm_allreduce(pe->outer, buf, count, dt, TAG_SUM, &w), &w,
                       "summing values over the trainers");
 #else
+    (void)dt;
     return pe_error(PE_ERR_INTERNAL, "num_trainers > 1 without MPI");
 #endif
 }

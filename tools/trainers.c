@@ -92,7 +92,7 @@ bool pe_tool_trainers_flag(const char *cmd, int argc, char **argv, int *i, int *
 }
 
 /* The first executable `name` on PATH into buf; false when there is none. */
-static bool find_on_path(const char *name, char *buf, size_t n) {
+__attribute__((unused)) static bool find_on_path(const char *name, char *buf, size_t n) {
     const char *path = getenv("PATH");
     if (!path || !*path) path = "/usr/local/bin:/usr/bin:/bin";
     for (const char *p = path; *p;) {
@@ -109,6 +109,7 @@ static bool find_on_path(const char *name, char *buf, size_t n) {
 
 int pe_tool_mpirun(const char *cmd, int argc, char **argv, int n) {
 #ifndef PE_WITH_MPI
+    (void)cmd;
     (void)argc;
     (void)argv;
     return pe_tool_fail("--trainers %d: this pe was built without MPI (libopenmpi-dev: scripts/setup.sh, "
