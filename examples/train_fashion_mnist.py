@@ -58,10 +58,8 @@ the comparison with PyTorch trains exactly these models.
     /usr/bin/python3 examples/train_fashion_mnist.py --plot checkpoints/metrics.jsonl   # the picture again
 """
 import argparse
-import gzip
 import json
 import os
-import struct
 import sys
 import tempfile
 import time
@@ -98,27 +96,14 @@ def _import_pe():
 # ---- data --------------------------------------------------------------------------------------
 
 def _read_idx(path, magic_want, ndim, limit=None):
-    """The array of an idx file (gzip): magic, ndim big-endian uint32 dims, uint8 data;
-    only the first `limit` items are read when limit is given."""
+    """The array of an idx file (gzip): pe.dataset.common.read_idx (only the
+    first `limit` items when limit is given); a missing or bad file ends the job."""
+    pe = _import_pe()
     try:
-        f = gzip.open(path, "rb")
-        with f:
-            head = f.read(4 + 4 * ndim)
-            if len(head) != 4 + 4 * ndim:
-                raise ValueError("truncated header")
-            magic, *dims = struct.unpack(">I%dI" % ndim, head)
-            if magic != magic_want:
-                raise ValueError("magic %d, expected %d" % (magic, magic_want))
-            if limit is not None:
-                dims[0] = min(dims[0], limit)
-            n = int(np.prod(dims))
-            raw = f.read(n)
-            if len(raw) != n:
-                raise ValueError("truncated data: %d of %d bytes" % (len(raw), n))
-    except (OSError, ValueError) as e:
+        return pe.dataset.common.read_idx(path, magic_want, ndim, limit)
+    except pe.Error as e:
         raise SystemExit("train_fashion_mnist: cannot read %s: %s (install Debian's dataset-fashion-mnist: "
                          "scripts/setup.sh)" % (path, e))
-    return np.frombuffer(raw, np.uint8).reshape(dims)
 
 
 def load_fashion_mnist(split, limit=None, data_dir=DATA_DIR):

@@ -40,45 +40,31 @@ def build(opt="sgd", hidden=300, decay=None, clip=None, bn=False, lr_sched=False
             h = pe.static.nn.batch_norm(h)
         loss = fluid.layers.mean(fluid.layers.square_error_cost(fluid.layers.fc(h, 1), y))
         reg = pe.regularizer.L2Decay(decay) if decay else None
+        lr = 0.01
+        if lr_sched == "piecewise":
+            lr = fluid.layers.piecewise_decay([1, 2], [0.01, 0.005, 0.002])
+        elif lr_sched:
+            lr = fluid.layers.exponential_decay(0.01, 2, 0.5, staircase=True)
         if opt == "sgd":
-            o = fluid.optimizer.SGD(learning_rate=0.01, regularization=reg, grad_clip=clip)
+            o = fluid.optimizer.SGD(learning_rate=lr, regularization=reg, grad_clip=clip)
         elif opt == "momentum":
-            o = fluid.optimizer.Momentum(learning_rate=0.01, momentum=0.9, regularization=reg, grad_clip=clip)
+            o = fluid.optimizer.Momentum(learning_rate=lr, momentum=0.9, regularization=reg, grad_clip=clip)
         elif opt == "adam":
-            o = fluid.optimizer.Adam(learning_rate=0.01, regularization=reg, grad_clip=clip)
+            o = fluid.optimizer.Adam(learning_rate=lr, regularization=reg, grad_clip=clip)
         elif opt == "adagrad":
-            o = fluid.optimizer.Adagrad(learning_rate=0.01, regularization=reg, grad_clip=clip,
+            o = fluid.optimizer.Adagrad(learning_rate=lr, regularization=reg, grad_clip=clip,
                                         initial_accumulator_value=0.1)
         elif opt == "rmsprop":
-            o = fluid.optimizer.RMSProp(learning_rate=0.01, momentum=0.5, centered=True, regularization=reg,
+            o = fluid.optimizer.RMSProp(learning_rate=lr, momentum=0.5, centered=True, regularization=reg,
                                         grad_clip=clip)
         elif opt == "adamax":
-            o = fluid.optimizer.Adamax(learning_rate=0.01, regularization=reg, grad_clip=clip)
+            o = fluid.optimizer.Adamax(learning_rate=lr, regularization=reg, grad_clip=clip)
         elif opt == "adamw":
-            o = pe.optimizer.AdamW(learning_rate=0.01, weight_decay=0.1, grad_clip=clip)
+            o = pe.optimizer.AdamW(learning_rate=lr, weight_decay=0.1, grad_clip=clip)
         else:
-            o = fluid.optimizer.Lamb(learning_rate=0.01, regularization=reg, grad_clip=clip)
+            o = fluid.optimizer.Lamb(learning_rate=lr, regularization=reg, grad_clip=clip)
         o.minimize(loss)
-    if lr_sched:
-        add_lr_schedule(main, startup)
     return main, startup, loss
-
-
-def add_lr_schedule(main, startup):
-    """PE has no LR scheduler layer: write what one emits (op_role LRSched) by
-    hand: a persistable step counter, incremented, and lr = 0.01 * step."""
-    g = main.global_block()
-    lr = next(op for op in g.ops if op.type in ("sgd", "momentum", "adam", "adagrad", "rmsprop", "adamax", "adamw",
-                                               "lamb")).input("LearningRate")[0]
-    g.create_var(name="lr_step", shape=[1], dtype="float32", persistable=True)
-    first_opt = next(i for i, op in enumerate(g.ops) if int(op.attr("op_role") or 0) & OpRole.Optimize)
-    g._insert_op(first_opt, type="increment", inputs={"X": ["lr_step"]}, outputs={"Out": ["lr_step"]},
-                 attrs={"step": 1.0, "op_role": OpRole.LRSched})
-    g._insert_op(first_opt + 1, type="scale", inputs={"X": ["lr_step"]}, outputs={"Out": [lr]},
-                 attrs={"scale": 0.01, "op_role": OpRole.LRSched})
-    sg = startup.global_block()
-    sg.create_var(name="lr_step", shape=[1], dtype="float32", persistable=True)
-    sg.append_op(type="fill_constant", outputs={"Out": ["lr_step"]}, attrs={"shape": [1], "dtype": 0, "value": 0.0})
 
 
 def transpile(main, startup, pservers=EPS2, trainers=2, trainer_id=0, sync_mode=True, **cfg):
@@ -313,23 +299,30 @@ def test_momentum_trainers3_async():
     assert las(t.get_pserver_program(EP0)).attr("sync_mode") is False
 
 
-def test_lr_schedule_block():
-    main, startup, _ = build("adam", lr_sched=True)
+@pytest.mark.parametrize("sched", ["exponential", "piecewise"])
+def test_lr_schedule_block(sched):
+    """fluid.layers' schedules (op_role LRSched, the @LR_DECAY_COUNTER@ step)
+    move whole into each pserver's lr-decay block, counter included."""
+    main, startup, _ = build("adam", lr_sched=sched)
+    lr_types = [op.type for op in main.global_block().ops if int(op.attr("op_role") or 0) & OpRole.LRSched]
+    assert lr_types[0] == "increment"
+    lr_name = next(op for op in main.global_block().ops if op.type == "adam").input("LearningRate")[0]
     t = transpile(main, startup, min_block_size=1024)
     tp = t.get_trainer_program()
+    counter = "@LR_DECAY_COUNTER@"
     assert not any(int(op.attr("op_role") or 0) & OpRole.LRSched for op in tp.global_block().ops)
-    assert not tp.global_block().has_var("lr_step") and not startup.global_block().has_var("lr_step")
+    assert not tp.global_block().has_var(counter) and not startup.global_block().has_var(counter)
     for ep in (EP0, EP1):
         ps = t.get_pserver_program(ep)
         l = las(ps)
         assert l.attr("lr_decay_block_id") == 1 and l.attr("optimize_blocks")[0] == 2
-        assert [op.type for op in ps.block(1).ops] == ["increment", "scale"]
-        assert ps.block(1).ops[1].output("Out") == ["learning_rate_0"]
-        assert ps.global_block().var("lr_step").persistable
-    kind, entries = tp._pe_ps["vars"]["lr_step"]
+        assert [op.type for op in ps.block(1).ops] == lr_types
+        assert ps.block(1).ops[-1].output("Out") == [lr_name]
+        assert ps.global_block().var(counter).persistable
+    kind, entries = tp._pe_ps["vars"][counter]
     assert kind == "copy" and [e[0] for e in entries] == [EP0, EP1]
     s = t.get_startup_program(EP1, t.get_pserver_program(EP1))
-    assert "lr_step" in [a for op in s.global_block().ops for a in op.output_arg_names]
+    assert counter in [a for op in s.global_block().ops for a in op.output_arg_names]
 
 
 def test_global_norm_clip_stays_on_trainer():
@@ -591,8 +584,9 @@ def test_lamb_refuses_a_sliced_parameter():
     transpile(main, startup, slice_var_up=False)  # whole parameters: fine
 
 
-@pytest.mark.parametrize("opt,lr_sched", [("sgd", False), ("momentum", False), ("adam", True), ("adagrad", False),
-                                          ("rmsprop", False), ("adamax", True), ("adamw", False),
+@pytest.mark.parametrize("opt,lr_sched", [("sgd", "piecewise"), ("momentum", False), ("adam", "exponential"),
+                                          ("adagrad", False), ("rmsprop", False), ("adamax", "exponential"),
+                                          ("adamw", False),
                                           ("lamb", False)])
 def test_sync_steps_match_one_process_on_the_whole_batch(opt, lr_sched):
     """What the C side does (sum the trainers' gradient blocks in trainer
@@ -625,7 +619,7 @@ def test_sync_steps_match_one_process_on_the_whole_batch(opt, lr_sched):
     sends = [op for op in tp.global_block().ops if op.type == "send"]
     sent = [(x, ep, name) for op in sends for x, ep, name in zip(op.input("X"), op.attr("epmap"),
                                                                   op.attr("send_varnames"))]
-    assert "lr_step" not in [v.name for v in compute.global_block().vars.values()]
+    assert "@LR_DECAY_COUNTER@" not in [v.name for v in compute.global_block().vars.values()]
 
     def full(name):
         kind, entries = info["vars"][name]

@@ -250,7 +250,8 @@ def test_sync_with_decay_and_lr_schedule_matches_one_process(tmp_path, opt):
         c.wait(ps + tr, RUN_LIMIT)
         assert_ok(c, ps + tr)
     got, _ = _load_plain(ckpt, main)
-    assert "lr_step" in got and float(got["lr_step"].reshape(-1)[0]) == steps
+    # the step counter starts at -1 (the first step is step 0) and is incremented once per step
+    assert int(got["@LR_DECAY_COUNTER@"].reshape(-1)[0]) == steps - 1
     for n in ps_node.persistable_names(main):
         np.testing.assert_allclose(got[n], ref[n], rtol=1e-5, atol=1e-6, err_msg=n)
 

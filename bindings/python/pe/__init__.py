@@ -42,6 +42,7 @@ from . import metric  # noqa: F401
 from . import regularizer  # noqa: F401
 from . import distributed  # noqa: F401
 from . import reader  # noqa: F401
+from . import dataset  # noqa: F401
 from .reader import batch  # noqa: F401
 
 __version__ = _core.version

@@ -30,7 +30,6 @@ import numpy as np
 
 import pe
 import pe.fluid as fluid
-from pe.framework import OpRole
 from pe.utils import unique_name
 
 FEATURES, HIDDEN = 13, 16
@@ -38,7 +37,8 @@ FEATURES, HIDDEN = 13, 16
 
 def build(opt, seed, decay=0.0, lr_sched=False):
     """fc(13 -> 16, relu) -> fc(16 -> 1), mean square error, minimized by opt
-    (with L2 decay when decay > 0; with an LR schedule when lr_sched)."""
+    (with L2 decay when decay > 0; with fluid.layers' LR schedule when lr_sched:
+    piecewise_decay for adam, exponential_decay otherwise)."""
     main, startup = fluid.Program(), fluid.Program()
     main.random_seed = startup.random_seed = seed
     with fluid.program_guard(main, startup), unique_name.guard():
@@ -47,35 +47,21 @@ def build(opt, seed, decay=0.0, lr_sched=False):
         h = fluid.layers.fc(x, HIDDEN, act="relu")
         loss = fluid.layers.mean(fluid.layers.square_error_cost(fluid.layers.fc(h, 1), y))
         reg = pe.regularizer.L2Decay(decay) if decay else None
+        lr = {"sgd": 0.05, "momentum": 0.02, "adam": 0.01}.get(opt)
+        if lr_sched and opt == "adam":
+            lr = fluid.layers.piecewise_decay([1, 3], [0.01, 0.005, 0.002])
+        elif lr_sched:
+            lr = fluid.layers.exponential_decay(lr, 2, 0.5, staircase=True)
         if opt == "sgd":
-            o = fluid.optimizer.SGD(learning_rate=0.05, regularization=reg)
+            o = fluid.optimizer.SGD(learning_rate=lr, regularization=reg)
         elif opt == "momentum":
-            o = fluid.optimizer.Momentum(learning_rate=0.02, momentum=0.9, regularization=reg)
+            o = fluid.optimizer.Momentum(learning_rate=lr, momentum=0.9, regularization=reg)
         elif opt == "adam":
-            o = fluid.optimizer.Adam(learning_rate=0.01, regularization=reg)
+            o = fluid.optimizer.Adam(learning_rate=lr, regularization=reg)
         else:
             raise ValueError("opt %r" % opt)
         o.minimize(loss)
-    if lr_sched:
-        add_lr_schedule(main, startup)
     return main, startup, loss
-
-
-def add_lr_schedule(main, startup):
-    """What an LR scheduler emits (op_role LRSched), written by hand as
-    test_ps_transpiler.py does: a persistable step counter, incremented each
-    step, and lr = 0.01 * step (run on the pservers, in their LR block)."""
-    g = main.global_block()
-    lr = next(op for op in g.ops if op.type in ("sgd", "momentum", "adam")).input("LearningRate")[0]
-    g.create_var(name="lr_step", shape=[1], dtype="float32", persistable=True)
-    first_opt = next(i for i, op in enumerate(g.ops) if int(op.attr("op_role") or 0) & OpRole.Optimize)
-    g._insert_op(first_opt, type="increment", inputs={"X": ["lr_step"]}, outputs={"Out": ["lr_step"]},
-                 attrs={"step": 1.0, "op_role": OpRole.LRSched})
-    g._insert_op(first_opt + 1, type="scale", inputs={"X": ["lr_step"]}, outputs={"Out": [lr]},
-                 attrs={"scale": 0.01, "op_role": OpRole.LRSched})
-    sg = startup.global_block()
-    sg.create_var(name="lr_step", shape=[1], dtype="float32", persistable=True)
-    sg.append_op(type="fill_constant", outputs={"Out": ["lr_step"]}, attrs={"shape": [1], "dtype": 0, "value": 0.0})
 
 
 def batch(seed, step, size):

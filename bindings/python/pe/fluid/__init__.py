@@ -3,7 +3,8 @@
 Thin wrappers with Paddle 1.x signatures, not new machinery: the programs,
 layers, optimizers and executors are pe.static's (pe.framework, the C
 engine); fluid.layers keeps the 1.x argument names (act=, param_attr=,
-append_batch_size=, dropout_prob=, ...), fluid.optimizer takes
+append_batch_size=, dropout_prob=, ...), fluid.nets the composite
+networks built from fluid.layers, fluid.optimizer takes
 regularization= and parameter_list=, fluid.transpiler holds
 DistributeTranspiler (pserver and nccl2 modes; see transpiler.py) and
 fluid.io saves / loads persistables and parameters (see io.py).
@@ -24,6 +25,7 @@ from ..static.executor import (Executor, ParallelExecutor, CompiledProgram, Exec
 from .. import initializer  # noqa: F401
 from .. import regularizer  # noqa: F401
 from . import layers  # noqa: F401
+from . import nets  # noqa: F401
 from . import optimizer  # noqa: F401
 from . import transpiler  # noqa: F401
 from . import io  # noqa: F401
@@ -33,5 +35,6 @@ from .transpiler import DistributeTranspiler, DistributeTranspilerConfig, memory
 __all__ = ["CPUPlace", "CUDAPlace", "Program", "Variable", "program_guard", "default_main_program",
            "default_startup_program", "Executor", "ParallelExecutor", "CompiledProgram", "ExecutionStrategy",
            "BuildStrategy", "global_scope", "scope_guard", "ParamAttr", "DataFeeder", "DistributeTranspiler",
-           "DistributeTranspilerConfig", "memory_optimize", "release_memory", "layers", "optimizer", "transpiler", "io",
+           "DistributeTranspilerConfig", "memory_optimize", "release_memory", "layers", "nets", "optimizer", "transpiler",
+           "io",
            "is_compiled_with_cuda", "cpu_places", "cuda_places"]

@@ -14,6 +14,8 @@ from ..framework import Variable, convert_dtype, default_main_program
 from ..layer_helper import LayerHelper, check_variable
 from ..nn import functional as F
 from ..static import nn as _snn
+from .learning_rate_scheduler import (exponential_decay, natural_exp_decay, inverse_time_decay,  # noqa: F401
+                                      polynomial_decay, piecewise_decay, noam_decay, cosine_decay, linear_lr_warmup)
 
 __all__ = ["data", "fc", "conv2d", "pool2d", "batch_norm", "embedding", "dropout", "relu", "sigmoid", "tanh",
            "softmax", "mean", "reduce_sum", "reduce_mean", "square_error_cost", "cross_entropy",
@@ -28,7 +30,9 @@ __all__ = ["data", "fc", "conv2d", "pool2d", "batch_norm", "embedding", "dropout
            "reduce_min", "reduce_prod", "reduce_any", "reduce_all", "stack", "unstack", "expand", "assign", "shape",
            "increment", "cumsum", "gather", "gather_nd", "scatter", "one_hot", "cos_sim",
            "sigmoid_cross_entropy_with_logits", "label_smooth", "pad", "pad2d", "conv2d_transpose", "group_norm",
-           "instance_norm", "image_resize", "resize_nearest", "resize_bilinear"]
+           "instance_norm", "image_resize", "resize_nearest", "resize_bilinear",
+           "exponential_decay", "natural_exp_decay", "inverse_time_decay", "polynomial_decay", "piecewise_decay",
+           "noam_decay", "cosine_decay", "linear_lr_warmup"]
 
 
 def data(name, shape, append_batch_size=True, dtype="float32", lod_level=0, type=None, stop_gradient=True):

@@ -1,0 +1,21 @@
+"""pe.dataset — Paddle's `paddle.dataset` readers over a local copy of the original files.
+
+    import pe.dataset
+    reader = pe.batch(pe.dataset.mnist.train(), batch_size=64)
+
+uci_housing.train()/test(), mnist.train()/test(), fashion_mnist.train()/test()
+and cifar.train10()/test10()/train100()/test100() return reader creators
+yielding Paddle's samples. PE downloads nothing: each module reads the files
+Paddle downloads, under their Paddle names, from
+$PE_DATA_HOME/<name>/ (default ~/.cache/pe/dataset/<name>/; see
+common.data_dir); a missing file is a pe.NotFoundError saying which file
+to put where. fashion_mnist also finds Debian's dataset-fashion-mnist
+package (/usr/share/datasets/fashion-mnist).
+"""
+from . import common  # noqa: F401
+from . import uci_housing  # noqa: F401
+from . import mnist  # noqa: F401
+from . import fashion_mnist  # noqa: F401
+from . import cifar  # noqa: F401
+
+__all__ = ["common", "uci_housing", "mnist", "fashion_mnist", "cifar"]

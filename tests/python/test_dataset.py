@@ -1,0 +1,144 @@
+"""tests/python/test_dataset.py — pe.dataset's readers over small synthetic files in the real formats.
+
+Each dataset's files are written into a tmp $PE_DATA_HOME under Paddle's
+names and formats (housing.data text, gzip'd idx, the cifar tar of pickled
+batches); the readers yield Paddle's samples; a missing file is a
+NotFoundError naming the file and the folder.
+"""
+import gzip
+import io
+import os
+import pickle
+import struct
+import tarfile
+
+import numpy as np
+import pytest
+
+import pe
+import pe.dataset
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("PE_DATA_HOME", str(tmp_path))
+    return tmp_path
+
+
+def test_default_home(monkeypatch):
+    monkeypatch.delenv("PE_DATA_HOME", raising=False)
+    assert pe.dataset.common.data_dir("mnist") == os.path.join(os.path.expanduser("~"), ".cache", "pe", "dataset",
+                                                               "mnist")
+
+
+def test_uci_housing(home):
+    rng = np.random.RandomState(0)
+    rows = np.round(rng.rand(10, 14) * 100, 3)
+    (home / "uci_housing").mkdir()
+    with open(home / "uci_housing" / "housing.data", "w") as f:
+        for r in rows:
+            f.write(" " + "  ".join("%.3f" % v for v in r) + "\n")
+    want = rows.copy()
+    for i in range(13):
+        want[:, i] = (rows[:, i] - rows[:, i].mean()) / (rows[:, i].max() - rows[:, i].min())
+    train = list(pe.dataset.uci_housing.train()())
+    test = list(pe.dataset.uci_housing.test()())
+    assert len(train) == 8 and len(test) == 2
+    for (x, y), w in zip(train + test, want):
+        assert x.shape == (13,) and x.dtype == np.float32 and y.shape == (1,)
+        np.testing.assert_allclose(x, w[:13], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(y, w[13:], rtol=1e-6)
+
+
+def write_idx(path, arr, magic):
+    with gzip.open(path, "wb") as f:
+        f.write(struct.pack(">I%dI" % arr.ndim, magic, *arr.shape))
+        f.write(arr.astype(np.uint8).tobytes())
+
+
+@pytest.mark.parametrize("mod,name", [("mnist", "mnist"), ("fashion_mnist", "fashion_mnist")])
+def test_mnist_formats(home, mod, name):
+    rng = np.random.RandomState(1)
+    d = home / name
+    d.mkdir()
+    sets = {}
+    for split, n in (("train", 7), ("t10k", 3)):
+        img, lab = rng.randint(0, 256, (n, 28, 28)), rng.randint(0, 10, n)
+        write_idx(d / ("%s-images-idx3-ubyte.gz" % split), img, 2051)
+        write_idx(d / ("%s-labels-idx1-ubyte.gz" % split), lab, 2049)
+        sets[split] = (img, lab)
+    m = getattr(pe.dataset, mod)
+    for split, fn in (("train", m.train), ("t10k", m.test)):
+        got = list(fn()())
+        img, lab = sets[split]
+        assert len(got) == len(lab)
+        for (x, y), i, l in zip(got, img, lab):
+            assert x.shape == (784,) and x.dtype == np.float32 and isinstance(y, int) and y == l
+            np.testing.assert_allclose(x, i.reshape(-1) / 255.0 * 2.0 - 1.0, rtol=1e-6, atol=1e-6)
+            assert x.min() >= -1 and x.max() <= 1
+
+
+def test_fashion_mnist_from_the_debian_package(home):
+    if not os.path.isfile("/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz"):
+        pytest.skip("Debian's dataset-fashion-mnist is not installed")
+    x, y = next(iter(pe.dataset.fashion_mnist.test()()))
+    assert x.shape == (784,) and 0 <= y < 10
+
+
+def test_missing_files_say_which_and_where(home):
+    with pytest.raises(pe.NotFoundError, match="uci_housing: housing.data is not in %s; PE downloads nothing"
+                       % os.path.join(str(home), "uci_housing")):
+        pe.dataset.uci_housing.train()
+    with pytest.raises(pe.NotFoundError, match="mnist: train-images-idx3-ubyte.gz is not in"):
+        pe.dataset.mnist.train()
+    with pytest.raises(pe.NotFoundError, match="cifar: cifar-10-python.tar.gz is not in"):
+        pe.dataset.cifar.train10()
+
+
+def test_bad_idx_file_is_a_format_error(home):
+    (home / "mnist").mkdir()
+    write_idx(home / "mnist" / "t10k-images-idx3-ubyte.gz", np.zeros((2, 28, 28)), 2049)  # a labels magic
+    write_idx(home / "mnist" / "t10k-labels-idx1-ubyte.gz", np.zeros(2), 2049)
+    with pytest.raises(pe.FormatError, match="magic 2049, expected 2051"):
+        list(pe.dataset.mnist.test()())
+
+
+def add_pickle(tar, name, obj):
+    raw = pickle.dumps(obj)
+    info = tarfile.TarInfo(name)
+    info.size = len(raw)
+    tar.addfile(info, io.BytesIO(raw))
+
+
+def test_cifar10_and_100(home):
+    rng = np.random.RandomState(2)
+    (home / "cifar").mkdir()
+    batches = {n: (rng.randint(0, 256, (4, 3072)).astype(np.uint8), list(rng.randint(0, 10, 4)))
+               for n in ("data_batch_1", "data_batch_2", "test_batch")}
+    with tarfile.open(home / "cifar" / "cifar-10-python.tar.gz", "w:gz") as t:
+        add_pickle(t, "cifar-10-batches-py/batches.meta", {b"label_names": [b"x"] * 10})
+        for n, (data, labels) in batches.items():
+            add_pickle(t, "cifar-10-batches-py/" + n, {b"data": data, b"labels": labels, b"batch_label": b"b"})
+    fine = (rng.randint(0, 256, (3, 3072)).astype(np.uint8), list(rng.randint(0, 100, 3)))
+    with tarfile.open(home / "cifar" / "cifar-100-python.tar.gz", "w:gz") as t:
+        add_pickle(t, "cifar-100-python/train", {b"data": fine[0], b"fine_labels": fine[1], b"coarse_labels": [0] * 3})
+        add_pickle(t, "cifar-100-python/test", {b"data": fine[0][:1], b"fine_labels": fine[1][:1]})
+    train = list(pe.dataset.cifar.train10()())
+    test = list(pe.dataset.cifar.test10()())
+    assert len(train) == 8 and len(test) == 4
+    want = [(d, l) for n in ("data_batch_1", "data_batch_2") for d, l in zip(*batches[n])]
+    for (x, y), (d, l) in zip(train, want):
+        assert x.shape == (3072,) and x.dtype == np.float32 and isinstance(y, int) and y == l
+        np.testing.assert_allclose(x, d / 255.0, rtol=1e-6)
+    assert [y for _, y in test] == [int(v) for v in batches["test_batch"][1]]
+    assert [y for _, y in pe.dataset.cifar.train100()()] == [int(v) for v in fine[1]]
+    assert len(list(pe.dataset.cifar.test100()())) == 1
+    cyc = pe.dataset.cifar.test10(cycle=True)()
+    assert len([next(cyc) for _ in range(10)]) == 10
+
+
+def test_a_reader_feeds_a_batch(home):
+    (home / "uci_housing").mkdir()
+    np.savetxt(home / "uci_housing" / "housing.data", np.random.RandomState(3).rand(20, 14))
+    b = next(pe.batch(pe.dataset.uci_housing.train(), batch_size=5)())
+    assert len(b) == 5 and b[0][0].shape == (13,)
