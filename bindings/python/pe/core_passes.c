@@ -322,11 +322,26 @@ PyObject *py_checkpoint_load(PyObject *m, PyObject *args) {
     const char *path;
     ProgramObject *prog;
     ScopeObject *scope;
-    if (ckpt_args(args, "checkpoint_load", &path, &prog, &scope)) return NULL;
+    int ignore_extra = 0;
+    Py_ssize_t na = PyTuple_GET_SIZE(args);
+    if (na == 4) { /* (path, program, scope, ignore_extra) */
+        ignore_extra = PyObject_IsTrue(PyTuple_GET_ITEM(args, 3));
+        if (ignore_extra < 0) return NULL;
+        args = PyTuple_GetSlice(args, 0, 3);
+        if (!args) return NULL;
+    } else {
+        Py_INCREF(args);
+    }
+    int bad = ckpt_args(args, "checkpoint_load", &path, &prog, &scope);
+    if (bad) {
+        Py_DECREF(args);
+        return NULL;
+    }
     pe_status st;
     Py_BEGIN_ALLOW_THREADS
-    st = pe_checkpoint_load(path, prog->p, scope->s);
+    st = pe_checkpoint_load_ex(path, prog->p, scope->s, ignore_extra ? PE_CHECKPOINT_IGNORE_EXTRA : 0);
     Py_END_ALLOW_THREADS
+    Py_DECREF(args); /* path (borrowed from it) is no longer used */
     if (st != PE_OK) return raise_status(st);
     Py_RETURN_NONE;
 }
