@@ -29,12 +29,12 @@ def pe_bin():
 
 
 def train_mlp():
-    """A 2-layer MLP with dropout and softmax, trained 4 Adam steps."""
+    """A 2-layer MLP with batch norm, dropout and softmax, trained 4 Adam steps."""
     main, startup = pe.static.Program(), pe.static.Program()
     with pe.static.program_guard(main, startup), unique_name.guard():
         x = pe.static.data("x", [None, 6], "float32")
         y = pe.static.data("y", [None, 1], "int64")
-        h = pe.static.nn.fc(x, 8, activation="relu")
+        h = pe.static.nn.batch_norm(pe.static.nn.fc(x, 8), act="relu")
         h = pe.nn.functional.dropout(h, 0.2)
         logits = pe.static.nn.fc(h, 3)
         prob = pe.nn.functional.softmax(logits)
@@ -92,9 +92,12 @@ def test_pruned_to_the_feed_fetch_path(trained, tmp_path):
     names = set(g.vars)
     assert "y" not in names and loss.name not in names
     assert not any("@GRAD" in n or "moment" in n or "beta" in n or "learning_rate" in n for n in names), names
-    params = sorted(p.name for p in main.all_parameters())
-    assert safetensors_names(prefix + ".safetensors") == params
-    assert sorted(v.name for v in g.vars.values() if v.persistable) == params
+    params = {p.name for p in main.all_parameters()}
+    persist = sorted(v.name for v in g.vars.values() if v.persistable)
+    assert safetensors_names(prefix + ".safetensors") == persist
+    assert set(persist) == params  # batch norm's moving mean and variance (w_1, w_2) included
+    assert {"batch_norm_0.w_1", "batch_norm_0.w_2"} <= params
+    assert all(op.attr("is_test") for op in g.ops if op.type in ("batch_norm", "dropout"))
 
 
 def test_fluid_save_load_inference_model(trained, tmp_path):
