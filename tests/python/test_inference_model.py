@@ -137,6 +137,62 @@ def test_pe_run_the_saved_model(trained, tmp_path):
     assert "inference model feed: x\n" in r.stdout and "inference model fetch: %s\n" % prob.name in r.stdout
 
 
+C_MAIN = r"""
+#include "pe/pe.h"
+#include <stdio.h>
+/* infer MODEL.pe PARAMS.safetensors X.npy OUT.npy: the guide's C snippet (guide §7) */
+int main(int argc, char **argv) {
+    if (argc != 5) return 2;
+    pe_program *p = NULL;
+    pe_scope *s = pe_scope_new(NULL);
+    pe_executor *ex = pe_executor_new(pe_place_cpu(0));
+    pe_tensor *x = pe_tensor_new(), *out = pe_tensor_new();
+    if (pe_program_load_file(argv[1], &p) || pe_checkpoint_load(argv[2], p, s) || pe_npy_load(argv[3], x)) {
+        fprintf(stderr, "%s\n", pe_last_error());
+        return 1;
+    }
+    if (p->n_feed_names != 1 || p->n_fetch_names != 1) return 3;
+    pe_feed feed = {p->feed_names[0], x};
+    const char *fetch[] = {p->fetch_names[0]};
+    if (pe_executor_run(ex, p, 0, s, &feed, 1, fetch, 1, &out) != PE_OK || pe_npy_save(argv[4], out) != PE_OK) {
+        fprintf(stderr, "%s\n", pe_last_error());
+        return 1;
+    }
+    pe_tensor_free(x);
+    pe_tensor_free(out);
+    pe_executor_free(ex);
+    pe_scope_free(s);
+    pe_program_free(p);
+    return 0;
+}
+"""
+
+
+def test_c_api_runs_the_saved_model(trained, tmp_path):
+    """pe_program_load_file + pe_checkpoint_load + pe_executor_run with the recorded names."""
+    import shutil
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    lib = os.path.join(os.path.dirname(os.path.abspath(pe_bin())), "..", "lib")
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc or not os.path.exists(os.path.join(lib, "libpe.so")):
+        pytest.skip("no C compiler or no build/lib/libpe.so")
+    main, scope, exe, x, prob, loss = trained
+    want = forward(main, scope, exe, prob)
+    prefix = str(tmp_path / "mlp")
+    pe.static.save_inference_model(prefix, [x], [prob], exe, program=main, scope=scope)
+    (tmp_path / "main.c").write_text(C_MAIN)
+    exe_path = str(tmp_path / "infer")
+    r = subprocess.run([cc, "-std=c11", "-I", os.path.join(root, "include"), str(tmp_path / "main.c"), "-L", lib,
+                        "-lpe", "-Wl,-rpath," + os.path.abspath(lib), "-o", exe_path], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    np.save(str(tmp_path / "x.npy"), XT)
+    r = subprocess.run([exe_path, prefix + ".pe", prefix + ".safetensors", str(tmp_path / "x.npy"),
+                        str(tmp_path / "o.npy")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    np.testing.assert_array_equal(np.load(str(tmp_path / "o.npy")), want)
+
+
 def test_inference_model_errors(trained, tmp_path):
     main, scope, exe, x, prob, loss = trained
     p = str(tmp_path / "bad")
