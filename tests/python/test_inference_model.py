@@ -239,3 +239,29 @@ def test_load_training_checkpoint_into_test_clone(trained, tmp_path):
         test.global_block().create_parameter("extra_w", [2], "float32")
     with pytest.raises(pe.NotFoundError, match="'extra_w' of the program is missing"):
         pe.static.load(test, path, scope=pe.static.Scope())
+
+
+def test_program_state_into_test_clone(trained, tmp_path):
+    main, scope, exe, x, prob, loss = trained
+    want = forward(main, scope, exe, prob)
+    path = str(tmp_path / "ckpt")
+    pe.static.save(main, path, scope=scope)
+    state = pe.static.load_program_state(path)
+    assert set(state) == set(safetensors_names(path + ".safetensors"))
+    test = main.clone(for_test=True)
+    fresh = pe.static.Scope()
+    pe.static.set_program_state(test, state, scope=fresh)  # the optimizer state is skipped
+    got, = exe.run(test, feed={"x": XT, "y": np.zeros((5, 1), np.int64)}, fetch_list=[prob.name], scope=fresh)
+    np.testing.assert_array_equal(got, want)
+    with pytest.raises(pe.InvalidArgumentError, match="vars of the state are not persistables of the program"):
+        pe.static.set_program_state(test, state, scope=pe.static.Scope(), strict=True)
+    part = {k: v for k, v in state.items() if k != "fc_0.w_0"}
+    with pytest.raises(pe.NotFoundError, match="fc_0.w_0 is missing"):
+        pe.static.set_program_state(test, part, scope=pe.static.Scope())
+    part["fc_0.w_0"] = np.zeros((2, 2), np.float32)
+    with pytest.raises(pe.InvalidArgumentError, match=r"fc_0.w_0: the state holds float32 \[2, 2\]"):
+        pe.static.set_program_state(test, part, scope=pe.static.Scope())
+    only = pe.static.load_program_state(path, var_list=["fc_0.b_0"])
+    assert list(only) == ["fc_0.b_0"]
+    with pytest.raises(pe.NotFoundError, match="var nope is not in"):
+        pe.static.load_program_state(path, var_list=["nope"])

@@ -23,11 +23,14 @@ load_inference_model gives back [program, feed names, fetch Variables].
 import json
 import os
 
+import numpy as np
+
 from .. import _core
 from ..framework import Program, Variable, default_main_program
 from .executor import global_scope
 
-__all__ = ["save", "load", "save_program", "load_program", "save_inference_model", "load_inference_model"]
+__all__ = ["save", "load", "save_program", "load_program", "save_inference_model", "load_inference_model",
+           "load_program_state", "set_program_state"]
 
 _SUFFIX = ".safetensors"
 
@@ -75,6 +78,63 @@ def load(program, model_path, executor=None, var_list=None, scope=None, strict=F
         raise TypeError("load: strict must be a bool, got %s" % type(strict).__name__)
     scope = global_scope() if scope is None else scope
     _core.checkpoint_load(_ckpt_path(model_path), program._core_program(), scope, not strict)
+
+
+def load_program_state(model_path, var_list=None):
+    """The tensors of model_path.safetensors as {name: numpy array}
+    (var_list: only those vars, each must be in the file)."""
+    path = _ckpt_path(model_path)
+    if not os.path.exists(path):
+        raise _core.NotFoundError("load_program_state: no checkpoint file %s" % path)
+    tmp = _core.Scope()
+    _core.safetensors_read(path, tmp)
+    if var_list is not None:
+        want = [v if isinstance(v, str) else v.name for v in var_list]
+    else:
+        want = sorted(tmp.local_var_names())
+    out = {}
+    for n in want:
+        v = tmp.find_var(n)
+        if v is None:
+            raise _core.NotFoundError("load_program_state: var %s is not in %s" % (n, path))
+        out[n] = np.array(v.get_tensor())
+    return out
+
+
+def set_program_state(program, state_dict, scope=None, strict=False):
+    """Sets every persistable of program from state_dict ({name: array}) into
+    scope (default the global scope). A persistable missing from state_dict,
+    or of another dtype or shape, is an error naming it (nothing is set
+    then); names program does not hold are skipped (strict=True: refused)."""
+    if not isinstance(program, Program):
+        raise TypeError("set_program_state: program must be a Program, got %s" % type(program).__name__)
+    if not isinstance(state_dict, dict):
+        raise TypeError("set_program_state: state_dict must be a dict, got %s" % type(state_dict).__name__)
+    g = program.global_block()
+    persist = [v for v in g.vars.values() if v.persistable]
+    bad = []
+    vals = []
+    for v in persist:
+        if v.name not in state_dict:
+            bad.append("%s is missing" % v.name)
+            continue
+        a = np.asarray(state_dict[v.name])
+        shape = [int(d) for d in v.shape]
+        if str(a.dtype) != v.dtype or a.ndim != len(shape) or any(d >= 0 and d != e for d, e in zip(shape, a.shape)):
+            bad.append("%s: the state holds %s %s, the program declares %s %s"
+                       % (v.name, a.dtype, list(a.shape), v.dtype, shape))
+            continue
+        vals.append((v.name, a))
+    if bad:
+        raise _core.NotFoundError("set_program_state: %s" % "; ".join(bad)) if all(b.endswith("is missing") for b in bad) \
+            else _core.InvalidArgumentError("set_program_state: %s" % "; ".join(bad))
+    extra = sorted(set(state_dict) - {v.name for v in persist})
+    if strict and extra:
+        raise _core.InvalidArgumentError("set_program_state: %d vars of the state are not persistables of the program: "
+                                         "%s" % (len(extra), ", ".join(extra)))
+    scope = global_scope() if scope is None else scope
+    for n, a in vals:
+        scope.var(n).get_tensor().set(np.ascontiguousarray(a))
 
 
 def save_program(program, path):
