@@ -126,8 +126,8 @@ def set_program_state(program, state_dict, scope=None, strict=False):
             continue
         vals.append((v.name, a))
     if bad:
-        raise _core.NotFoundError("set_program_state: %s" % "; ".join(bad)) if all(b.endswith("is missing") for b in bad) \
-            else _core.InvalidArgumentError("set_program_state: %s" % "; ".join(bad))
+        cls = _core.NotFoundError if all(b.endswith("is missing") for b in bad) else _core.InvalidArgumentError
+        raise cls("set_program_state: %s" % "; ".join(bad))
     extra = sorted(set(state_dict) - {v.name for v in persist})
     if strict and extra:
         raise _core.InvalidArgumentError("set_program_state: %d vars of the state are not persistables of the program: "
