@@ -116,6 +116,9 @@ def test_fluid_save_load_inference_model(trained, tmp_path):
     prog2, _, fetches2 = fluid.io.load_inference_model(str(tmp_path / "n"), fexe, model_filename="model.pe",
                                                       params_filename="w.safetensors", scope=fluid.Scope())
     assert [v.name for v in fetches2] == [prob.name]
+    fluid.io.save_inference_model(str(tmp_path / "p"), ["x"], [prob], fexe, main_program=main, scope=scope,
+                                  program_only=True)
+    assert os.listdir(tmp_path / "p") == ["__model__.pe"]
 
 
 def test_pe_run_the_saved_model(trained, tmp_path):

@@ -280,15 +280,8 @@ def save_inference_model(dirname, feeded_var_names, target_vars, executor, main_
     feeds = _static_io._io_names(list(feeded_var_names), "feeded_var_names", "fluid.io." + what)
     fetches = _static_io._io_names(target_vars, "target_vars", "fluid.io." + what)
     scope = _scope_of(scope)
-    if program_only:
-        pruned = _static_io._prune_for_inference(program, feeds, fetches, "fluid.io." + what)
-        import json
-        d = json.loads(pruned.to_json())
-        d["feed_names"], d["fetch_names"] = feeds, fetches
-        os.makedirs(os.path.dirname(model_path) or ".", exist_ok=True)
-        _core.Program(json.dumps(d), "<inference model>").save(model_path)
-    else:
-        _static_io._save_inference(model_path, params_path, feeds, fetches, program, scope, "fluid.io." + what)
+    _static_io._save_inference(model_path, None if program_only else params_path, feeds, fetches, program, scope,
+                               "fluid.io." + what)
     return fetches
 
 

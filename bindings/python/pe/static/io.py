@@ -215,17 +215,21 @@ def _prune_for_inference(program, feeds, fetches, fn):
 
 
 def _save_inference(model_path, params_path, feeds, fetches, program, scope, fn):
+    """Writes the pruned program (feed / fetch names recorded) and, unless
+    params_path is None, its persistables from scope (checked first: a
+    refused save writes neither file)."""
     pruned = _prune_for_inference(program, feeds, fetches, fn)
     d = json.loads(pruned.to_json())
     d["feed_names"] = feeds
     d["fetch_names"] = fetches
     c = _core.Program(json.dumps(d), "<inference model>")
     for path in (model_path, params_path):
-        dd = os.path.dirname(path)
+        dd = os.path.dirname(path) if path else ""
         if dd:
             os.makedirs(dd, exist_ok=True)
     c.to_bytes()
-    _core.checkpoint_save(params_path, c, scope)
+    if params_path is not None:
+        _core.checkpoint_save(params_path, c, scope)
     c.save(model_path)
     return pruned
 
