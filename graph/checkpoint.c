@@ -126,9 +126,7 @@ pe_status pe_checkpoint_load_ex(const char *path, const pe_program *prog, pe_sco
                       "program%s", path, first, first_declared ? " (the program declares it non-persistable)" : "");
     else if (st == PE_OK && extra.n > 1)
         st = pe_error(PE_ERR_INVALID, "%s: %d tensors of the checkpoint are not persistable vars of the program: "
-                      "%s (pe_checkpoint_load_ex with PE_CHECKPOINT_IGNORE_EXTRA, and pe.static.load unless strict=True, "
-                      "skip them)", path,
-                      extra.n, pe_namelist_str(&extra));
+                      "%s", path, extra.n, pe_namelist_str(&extra));
     for (int i = 0; i < n && st == PE_OK; i++) {
         const char *name = pe_safetensors_entry_at(f, i).name;
         const pe_var *v = pe_block_find_var(b, name);
