@@ -198,14 +198,14 @@ def _prune_for_inference(program, feeds, fetches, fn):
             del b.vars[name]
     # every var read before it is written must be fed or persistable
     written = set(feeds)
-    for i, op in enumerate(b.ops):
+    for op in b.ops:
         for a in op.input_arg_names:
             v = b.vars.get(a)
             if v is None or a in written or v.persistable:
                 continue
-            raise ValueError("%s: the fetch vars %s are not reachable from the feed vars %s: op %d (%s) reads %s, "
+            raise ValueError("%s: the fetch vars %s are not reachable from the feed vars %s: op %s reads %s, "
                              "which is neither fed nor computed (add it to the feed vars)"
-                             % (fn, fetches, feeds, i, op.type, a))
+                             % (fn, fetches, feeds, op.type, a))
         written.update(op.output_arg_names)
     for n in fetches:
         if n not in written and not b.vars[n].persistable:
