@@ -517,6 +517,13 @@ pe_status pe_program_check(const pe_program *p, const char *what) {
         return pe_error(PE_ERR_INTERNAL, "%s: cannot check the program: no op registry is linked (the ops stage "
                         "installs it)", what);
     PE_CHECK(check_blocks(&ck));
+    for (int k = 0; k < 2; k++) { /* an inference model's feed / fetch names: vars of block 0 */
+        char *const *v = k ? p->fetch_names : p->feed_names;
+        for (int i = 0; i < (k ? p->n_fetch_names : p->n_feed_names); i++)
+            if (!pe_block_find_var(&p->blocks[0], v[i]))
+                return pe_error(PE_ERR_INVALID, "%s: %s name '%s' (inference model %s list) is not a variable of "
+                                "block 0", what, k ? "fetch" : "feed", v[i], k ? "fetch" : "feed");
+    }
     ck.vars = calloc((size_t)p->n_blocks, sizeof *ck.vars);
     if (!ck.vars) return pe_error(PE_ERR_NOMEM, "%s: out of memory checking the program", what);
     pe_status st = PE_OK;

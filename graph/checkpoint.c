@@ -76,8 +76,13 @@ pe_status pe_checkpoint_save(const char *path, const pe_program *prog, const pe_
 }
 
 pe_status pe_checkpoint_load(const char *path, const pe_program *prog, pe_scope *scope) {
-    if (!path || !prog || !scope || prog->n_blocks < 1)
+    return pe_checkpoint_load_ex(path, prog, scope, 0);
+}
+
+pe_status pe_checkpoint_load_ex(const char *path, const pe_program *prog, pe_scope *scope, unsigned flags) {
+    if (!path || !prog || !scope || prog->n_blocks < 1 || (flags & ~(unsigned)PE_CHECKPOINT_IGNORE_EXTRA))
         return pe_error(PE_ERR_INVALID, "pe_checkpoint_load: bad argument");
+    bool ignore_extra = (flags & PE_CHECKPOINT_IGNORE_EXTRA) != 0;
     pe_safetensors_file *f;
     PE_CHECK(pe_safetensors_open(path, &f));
     pe_status st = PE_OK;
@@ -100,17 +105,32 @@ pe_status pe_checkpoint_load(const char *path, const pe_program *prog, pe_scope 
                           path, v->name, pe_dims_str(e.ndim, e.dims, s1, sizeof s1),
                           pe_dims_str(v->ndim, v->dims, s2, sizeof s2));
     }
-    /* ... and every tensor of the file is one of them. */
+    /* ... and every tensor of the file is one of them (or, with
+     * PE_CHECKPOINT_IGNORE_EXTRA, the others are skipped). */
     int n = pe_safetensors_count(f);
+    pe_namelist extra = {0};
+    const char *first = NULL;
+    bool first_declared = false;
+    for (int i = 0; i < n && st == PE_OK && !ignore_extra; i++) {
+        const char *name = pe_safetensors_entry_at(f, i).name;
+        const pe_var *v = pe_block_find_var(b, name);
+        if (v && v->persistable) continue;
+        if (!first) {
+            first = name;
+            first_declared = v != NULL;
+        }
+        pe_namelist_add(&extra, name, v ? "non-persistable in the program" : NULL);
+    }
+    if (st == PE_OK && extra.n == 1)
+        st = pe_error(PE_ERR_INVALID, "%s: tensor '%s' of the checkpoint is not a persistable var of the "
+                      "program%s", path, first, first_declared ? " (the program declares it non-persistable)" : "");
+    else if (st == PE_OK && extra.n > 1)
+        st = pe_error(PE_ERR_INVALID, "%s: %d tensors of the checkpoint are not persistable vars of the program: "
+                      "%s", path, extra.n, pe_namelist_str(&extra));
     for (int i = 0; i < n && st == PE_OK; i++) {
         const char *name = pe_safetensors_entry_at(f, i).name;
         const pe_var *v = pe_block_find_var(b, name);
-        if (!v || !v->persistable)
-            st = pe_error(PE_ERR_INVALID, "%s: tensor '%s' of the checkpoint is not a persistable var of the "
-                          "program%s", path, name, v ? " (the program declares it non-persistable)" : "");
-    }
-    for (int i = 0; i < n && st == PE_OK; i++) {
-        const char *name = pe_safetensors_entry_at(f, i).name;
+        if (!v || !v->persistable) continue; /* only reached with ignore_extra */
         pe_tensor *t = pe_scope_var(scope, name);
         st = t ? pe_safetensors_load(f, i, t)
                : pe_error(PE_ERR_NOMEM, "%s: out of memory creating var '%s'", path, name);

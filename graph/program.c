@@ -93,11 +93,54 @@ static void block_free(pe_block *b) {
     free(b->ops);
 }
 
+static void names_free(char **v, int n) {
+    for (int i = 0; v && i < n; i++) free(v[i]);
+    free(v);
+}
+
 void pe_program_free(pe_program *p) {
     if (!p) return;
     for (int i = 0; i < p->n_blocks; i++) block_free(&p->blocks[i]);
     free(p->blocks);
+    names_free(p->feed_names, p->n_feed_names);
+    names_free(p->fetch_names, p->n_fetch_names);
     free(p);
+}
+
+static char **names_dup(const char *const *v, int n) {
+    char **c = calloc((size_t)(n > 0 ? n : 1), sizeof *c);
+    for (int i = 0; c && i < n; i++)
+        if (!(c[i] = strdup(v[i]))) {
+            names_free(c, i);
+            return NULL;
+        }
+    return c;
+}
+
+pe_status pe_program_set_io(pe_program *p, const char *const *feeds, int n_feeds, const char *const *fetches,
+                            int n_fetches) {
+    if (!p || p->n_blocks < 1 || n_feeds < 0 || n_fetches < 0 || (n_feeds && !feeds) || (n_fetches && !fetches))
+        return pe_error(PE_ERR_INVALID, "pe_program_set_io: bad argument");
+    for (int k = 0; k < 2; k++) {
+        const char *const *v = k ? fetches : feeds;
+        for (int i = 0; i < (k ? n_fetches : n_feeds); i++)
+            if (!v[i] || !pe_block_find_var(&p->blocks[0], v[i]))
+                return pe_error(PE_ERR_NOT_FOUND, "pe_program_set_io: %s var '%s' is not a variable of block 0",
+                                k ? "fetch" : "feed", v[i] ? v[i] : "(null)");
+    }
+    char **nf = names_dup(feeds, n_feeds), **nt = names_dup(fetches, n_fetches);
+    if (!nf || !nt) {
+        names_free(nf, n_feeds);
+        names_free(nt, n_fetches);
+        return pe_error(PE_ERR_NOMEM, "pe_program_set_io: out of memory");
+    }
+    names_free(p->feed_names, p->n_feed_names);
+    names_free(p->fetch_names, p->n_fetch_names);
+    p->feed_names = nf;
+    p->n_feed_names = n_feeds;
+    p->fetch_names = nt;
+    p->n_fetch_names = n_fetches;
+    return PE_OK;
 }
 
 pe_program *pe_program_new(void) {
@@ -390,6 +433,10 @@ pe_program *pe_program_clone(const pe_program *p) {
                 if (pe_op_set_attr(no, &op->attrs[a])) goto fail;
         }
     }
+    if ((p->n_feed_names || p->n_fetch_names) &&
+        pe_program_set_io(c, (const char *const *)p->feed_names, p->n_feed_names,
+                          (const char *const *)p->fetch_names, p->n_fetch_names) != PE_OK)
+        goto fail;
     return c;
 fail:
     pe_program_free(c);

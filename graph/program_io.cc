@@ -177,6 +177,21 @@ class Decoder {
             PE_CHECK(fill_block(fb_block, &p->blocks[b]));
         }
         block_ = -1;
+        PE_CHECK(fill_names(fp->feed_names(), "the feed name list", &p->feed_names, &p->n_feed_names));
+        return fill_names(fp->fetch_names(), "the fetch name list", &p->fetch_names, &p->n_fetch_names);
+    }
+
+    /* feed_names / fetch_names (absent = none). */
+    pe_status fill_names(const flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>> *v, const char *field,
+                         char ***out, int *n_out) {
+        if (!v || v->size() == 0) return PE_OK;
+        int n = 0;
+        PE_CHECK(count(v->size(), field, &n));
+        pe_status st = PE_OK;
+        *out = static_cast<char **>(alloc((size_t)n, sizeof(char *), &st));
+        if (!*out) return st;
+        *n_out = n;
+        for (int i = 0; i < n; i++) PE_CHECK(str(v->Get((flatbuffers::uoffset_t)i), field, &(*out)[i]));
         return PE_OK;
     }
 
@@ -692,10 +707,23 @@ void encode(FlatBufferBuilder &fbb, const pe_program *p) {
         blocks.push_back(bb.Finish());
     }
     auto bv = fbb.CreateVector(blocks);
+    Offset<flatbuffers::Vector<Offset<flatbuffers::String>>> feeds, fetches;
+    if (p->n_feed_names) {
+        std::vector<Offset<flatbuffers::String>> v;
+        for (int k = 0; k < p->n_feed_names; k++) v.push_back(fbb.CreateString(p->feed_names[k]));
+        feeds = fbb.CreateVector(v);
+    }
+    if (p->n_fetch_names) {
+        std::vector<Offset<flatbuffers::String>> v;
+        for (int k = 0; k < p->n_fetch_names; k++) v.push_back(fbb.CreateString(p->fetch_names[k]));
+        fetches = fbb.CreateVector(v);
+    }
     fb::ProgramBuilder pb(fbb);
     pb.add_version(p->version);
     pb.add_random_seed(p->random_seed);
     pb.add_blocks(bv);
+    if (p->n_feed_names) pb.add_feed_names(feeds);
+    if (p->n_fetch_names) pb.add_fetch_names(fetches);
     fb::FinishProgramBuffer(fbb, pb.Finish());
 }
 

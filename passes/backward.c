@@ -23,6 +23,7 @@
  */
 #include "pe/passes.h"
 #include "graph/strmap.h"
+#include "pe/tensor.h"
 #include "ops/grad_ctx.h"
 
 #include <stdio.h>
@@ -192,9 +193,27 @@ static void ctx_free(autodiff *g) {
     pe_strmap_free(&g->c_idx);
 }
 
-/* The shared core: seeds = targets (gradient = ones), sources = vars whose
- * gradients are wanted. */
-static pe_status run_backward(autodiff *g, const char *const *targets, int n_targets,
+/* A given seed (the gradient of a target) must be a float var of the
+ * target's dtype and shape (-1 matching any size). */
+static pe_status check_seed(const pe_program *p, const char *target, const pe_var *tv, const char *seed) {
+    const pe_var *s = pe_program_find_var(p, 0, seed);
+    char s1[160], s2[160];
+    if (!s)
+        return pe_error(PE_ERR_NOT_FOUND, "gradients: target_gradients var '%s' (for target '%s') is not a "
+                        "variable of block 0", seed, target);
+    bool ok = s->dtype == tv->dtype && s->ndim == tv->ndim;
+    for (int d = 0; ok && d < s->ndim; d++) ok = s->dims[d] < 0 || tv->dims[d] < 0 || s->dims[d] == tv->dims[d];
+    if (!ok)
+        return pe_error(PE_ERR_INVALID, "gradients: target_gradients var '%s' is %s %s, its target '%s' is %s %s "
+                        "(a target's gradient has the target's dtype and shape)", seed, pe_dtype_name(s->dtype),
+                        pe_dims_str(s->ndim, s->dims, s1, sizeof s1), target, pe_dtype_name(tv->dtype),
+                        pe_dims_str(tv->ndim, tv->dims, s2, sizeof s2));
+    return PE_OK;
+}
+
+/* The shared core: targets (gradient = ones, or seeds[i] when given),
+ * sources = vars whose gradients are wanted. */
+static pe_status run_backward(autodiff *g, const char *const *targets, const char *const *seeds, int n_targets,
                               const char *const *sources, int n_sources, const char *const *no_grad,
                               int n_no_grad) {
     pe_program *p = g->gc.p;
@@ -206,6 +225,10 @@ static pe_status run_backward(autodiff *g, const char *const *targets, int n_tar
         if (!is_float(v->dtype))
             return pe_error(PE_ERR_INVALID, "append_backward: target '%s' has dtype %s; gradients need a float target",
                             targets[i], pe_dtype_name(v->dtype));
+        for (int j = 0; j < i; j++)
+            if (!strcmp(targets[j], targets[i]))
+                return pe_error(PE_ERR_INVALID, "gradients: target '%s' is given twice", targets[i]);
+        if (seeds && seeds[i]) PE_CHECK(check_seed(p, targets[i], v, seeds[i]));
     }
     for (int i = 0; i < n_no_grad; i++) PE_CHECK(set_add(&g->nograd, no_grad[i]));
     name_set src = {0};
@@ -242,20 +265,23 @@ static pe_status run_backward(autodiff *g, const char *const *targets, int n_tar
                 st = set_add(&reach, op->inputs[s].args[k]);
     }
     set_free(&reach);
-    /* seeds: target@GRAD = ones_like(target) */
+    /* seeds: target@GRAD = ones_like(target), or assign(seeds[i]). A seed is
+     * a first contribution, not yet final: a target that another target
+     * depends on gets the other's contributions summed in (fold). */
     for (int i = 0; i < n_targets && st == PE_OK; i++) {
         char name[512];
         grad_name(targets[i], 0, name, sizeof name);
         if ((st = pe_grad_declare_like(&g->gc, name, targets[i])) != PE_OK) break;
-        pe_op *op = pe_block_add_op(b, "fill_any_like");
+        bool given = seeds && seeds[i];
+        pe_op *op = pe_block_add_op(b, given ? "assign" : "fill_any_like");
         if (!op) { st = pe_error(PE_ERR_NOMEM, "append_backward: out of memory"); break; }
-        if ((st = pe_op_add_input(op, "X", targets[i])) || (st = pe_op_add_output(op, "Out", name)) ||
-            (st = pe_op_set_float(op, "value", 1.0)) || (st = set_role(op, GRAD_ROLE_LOSS)))
+        if ((st = pe_op_add_input(op, "X", given ? seeds[i] : targets[i])) || (st = pe_op_add_output(op, "Out", name)) ||
+            (!given && (st = pe_op_set_float(op, "value", 1.0))) || (st = set_role(op, GRAD_ROLE_LOSS)))
             break;
         contrib_t *c = contrib(g, targets[i], true);
         if (!c) { st = pe_error(PE_ERR_NOMEM, "append_backward: out of memory"); break; }
         c->n = 1;
-        c->folded = true;
+        c->folded = false;
     }
     /* (3) reverse walk */
     for (int i = n_fwd - 1; i >= 0 && st == PE_OK; i--) {
@@ -344,7 +370,7 @@ pe_status pe_append_backward(pe_program *p, const char *loss, const char *const 
     autodiff g = {.gc = {.p = p, .cur_idx = -1, .drv = &k_driver}};
     g.gc.user = &g;
     int np = plist.n;
-    if (st == PE_OK) st = run_backward(&g, &loss, 1, (const char *const *)plist.v, np, no_grad, n_no_grad);
+    if (st == PE_OK) st = run_backward(&g, &loss, NULL, 1, (const char *const *)plist.v, np, no_grad, n_no_grad);
     pe_param_grad *res = NULL;
     int nres = 0;
     if (st == PE_OK) res = calloc((size_t)(np ? np : 1), sizeof *res);
@@ -382,18 +408,23 @@ void pe_param_grads_free(pe_param_grad *pg, int n) {
 
 pe_status pe_gradients(pe_program *p, const char *const *targets, int n_targets, const char *const *inputs,
                        int n_inputs, char **grad_names) {
+    return pe_gradients_seeded(p, targets, NULL, n_targets, inputs, n_inputs, NULL, 0, grad_names);
+}
+
+pe_status pe_gradients_seeded(pe_program *p, const char *const *targets, const char *const *target_grads,
+                              int n_targets, const char *const *inputs, int n_inputs, const char *const *no_grad,
+                              int n_no_grad, char **grad_names) {
     if (!p || n_targets <= 0) return pe_error(PE_ERR_INVALID, "gradients: no targets");
-    for (int i = 0; i < n_inputs; i++) {
-        grad_names[i] = NULL;
+    for (int i = 0; i < n_inputs; i++) grad_names[i] = NULL;
+    for (int i = 0; i < n_inputs; i++)
         if (!pe_program_find_var(p, 0, inputs[i]))
             return pe_error(PE_ERR_NOT_FOUND, "gradients: input '%s' is not a variable of block 0", inputs[i]);
-    }
     autodiff g = {.gc = {.p = p, .cur_idx = -1, .drv = &k_driver}};
     g.gc.user = &g;
-    pe_status st = run_backward(&g, targets, n_targets, inputs, n_inputs, NULL, 0);
+    pe_status st = run_backward(&g, targets, target_grads, n_targets, inputs, n_inputs, no_grad, n_no_grad);
     for (int i = 0; i < n_inputs && st == PE_OK; i++) {
         contrib_t *c = contrib(&g, inputs[i], false);
-        if (!c || !c->n) continue;
+        if (!c || !c->n || set_has(&g.nograd, inputs[i])) continue;
         char name[512];
         grad_name(inputs[i], 0, name, sizeof name);
         grad_names[i] = strdup(name);

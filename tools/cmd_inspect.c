@@ -111,6 +111,14 @@ int pe_cmd_inspect(int argc, char **argv) {
 
     printf("program %s: version %d, random_seed %" PRId64 ", %d block%s\n", path, (int)p->version,
            p->random_seed, p->n_blocks, p->n_blocks == 1 ? "" : "s");
+    for (int k = 0; k < 2; k++) { /* an inference model's recorded feed / fetch vars */
+        int n = k ? p->n_fetch_names : p->n_feed_names;
+        char **v = k ? p->fetch_names : p->feed_names;
+        if (!n) continue;
+        printf("inference model %s:", k ? "fetch" : "feed");
+        for (int i = 0; i < n; i++) printf(" %s", v[i]);
+        printf("\n");
+    }
     int64_t n_params = 0, param_bytes = 0;
     int n_param_vars = 0, n_unknown = 0;
     bool overflow = false;

@@ -10,7 +10,9 @@
  * that every program input is fed -> (--backward LOSS: append the gradient
  * ops of LOSS) -> run block 0 on cpu:0, or on N CPU places through the
  * ParallelExecutor with --places cpu:N -> print a summary
- * of each fetch and write it to DIR/<file name>.npy -> --save.
+ * of each fetch and write it to DIR/<file name>.npy -> --save. Without
+ * --fetch, an inference model's recorded fetch vars (program fetch_names,
+ * from pe.static.save_inference_model) are fetched.
  *
  * Several processes (`mpirun -np N pe run`, or `--trainers N`:
  * tools/trainers.c): each trainer feeds its share of every non-persistable
@@ -436,6 +438,17 @@ static int run(const run_args *a) {
     if (prog->n_blocks < 1) {
         rc = pe_tool_fail("%s: the program has no blocks", a->program);
         goto done;
+    }
+    /* An inference model (pe.static.save_inference_model) records its
+     * fetch vars: without --fetch, those are fetched. */
+    run_args with_fetch;
+    if (!a->n_fetch && prog->n_fetch_names > 0) {
+        with_fetch = *a;
+        with_fetch.fetch = (const char **)prog->fetch_names;
+        with_fetch.n_fetch = prog->n_fetch_names;
+        a = &with_fetch;
+        if ((rc = check_fetch_paths(a)) != PE_EXIT_OK) goto done;
+        rc = PE_EXIT_FAIL;
     }
     if (a->startup && (st = pe_program_load_file(a->startup, &startup)) != PE_OK) {
         rc = pe_tool_fail_file(st, a->startup);

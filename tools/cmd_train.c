@@ -412,8 +412,9 @@ static int load_params(const train_args *a, const pe_program *train, const pe_pr
     if (rc == PE_EXIT_OK && (st = pe_checkpoint_load(a->params, view, scope)) != PE_OK) {
         const char *hint = !a->startup && strstr(pe_last_error(), "missing")
                                ? " (a checkpoint without the optimizer state needs --startup to initialize it)"
-                           : strstr(pe_last_error(), "not a persistable var") ? " (saved with another --optimizer or model?)"
-                                                                              : NULL;
+                           : strstr(pe_last_error(), "not a persistable var") || strstr(pe_last_error(), "not persistable vars")
+                               ? " (saved with another --optimizer or model?)"
+                               : NULL;
         if (hint && strstr(pe_last_error(), a->params))
             rc = pe_tool_fail("%s%s", pe_last_error(), hint);
         else if (hint)

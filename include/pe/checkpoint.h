@@ -36,6 +36,13 @@ pe_status pe_checkpoint_save(const char *path, const pe_program *prog, const pe_
  * created in scope when absent). A var missing from the file, an extra
  * tensor, or a dtype/shape mismatch is an error naming the var. */
 pe_status pe_checkpoint_load(const char *path, const pe_program *prog, pe_scope *scope);
+/* Flags of pe_checkpoint_load_ex. IGNORE_EXTRA: tensors of the file that
+ * are not persistable vars of the program (a training checkpoint's
+ * optimizer moments, learning rate, ... loaded into an inference clone) are
+ * skipped instead of refused; a persistable missing from the file is still
+ * an error naming it. */
+enum { PE_CHECKPOINT_IGNORE_EXTRA = 1 };
+pe_status pe_checkpoint_load_ex(const char *path, const pe_program *prog, pe_scope *scope, unsigned flags);
 
 /* Lower level: read every tensor of a safetensors file into scope, and
  * write named tensors of a scope (every name must be in scope with data:

@@ -45,6 +45,14 @@ void pe_param_grads_free(pe_param_grad *pg, int n); /* accepts NULL */
  * of inputs[i], or NULL when inputs[i] does not affect the targets. */
 pe_status pe_gradients(pe_program *p, const char *const *targets, int n_targets,
                        const char *const *inputs, int n_inputs, char **grad_names);
+/* pe_gradients with Paddle's target_gradients and no_grad_set:
+ * target_grads[i] (NULL array, or a NULL entry: ones) is the var holding the
+ * gradient of targets[i] (the target's dtype and shape), copied into
+ * targets[i]@GRAD by an `assign`; no_grad vars get no gradient (an input in
+ * no_grad gets NULL). Several targets: their gradients are summed. */
+pe_status pe_gradients_seeded(pe_program *p, const char *const *targets, const char *const *target_grads,
+                              int n_targets, const char *const *inputs, int n_inputs, const char *const *no_grad,
+                              int n_no_grad, char **grad_names);
 
 #pragma GCC visibility pop
 

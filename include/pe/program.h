@@ -99,6 +99,10 @@ typedef struct pe_program {
     pe_block *blocks;
     int64_t random_seed;
     int32_t version;
+    /* An inference model's feed and fetch vars (block 0), owned; 0 / NULL
+     * for other programs. Set with pe_program_set_io. */
+    int n_feed_names;  char **feed_names;
+    int n_fetch_names; char **fetch_names;
 } pe_program;
 
 /* ---- load / save -------------------------------------------------------- */
@@ -126,6 +130,11 @@ pe_status pe_program_check(const pe_program *p, const char *what);
 pe_program *pe_program_new(void);
 void pe_program_free(pe_program *p); /* accepts NULL */
 pe_program *pe_program_clone(const pe_program *p);
+/* Records an inference model's feed and fetch var names (copied; replacing
+ * the old lists). The names must be vars of block 0 (checked here and by
+ * every load). */
+pe_status pe_program_set_io(pe_program *p, const char *const *feeds, int n_feeds, const char *const *fetches,
+                            int n_fetches);
 /* Appends a block with the given parent; returns it (borrowed) or NULL. */
 pe_block *pe_program_add_block(pe_program *p, int parent_idx);
 

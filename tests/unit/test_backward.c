@@ -123,6 +123,50 @@ static void test_values(void **state) {
     pe_program_free(p);
 }
 
+/* pe_gradients_seeded: d(sum v * u)/dx with a fed seed v for target u
+ * (u = relu(x + w) * w, so x@GRAD = v * w * (x + w > 0)); w in no_grad
+ * gets NULL; a seed of another shape is refused naming it. */
+static void test_seeded(void **state) {
+    (void)state;
+    pe_program *p = make(false);
+    pe_block_add_var(&p->blocks[0], "v", PE_DTYPE_FP64, 2, (int64_t[]){3, 4});
+    pe_block_add_var(&p->blocks[0], "v_bad", PE_DTYPE_FP64, 2, (int64_t[]){4, 3});
+    const char *targets[] = {"u"}, *seeds[] = {"v"}, *bad[] = {"v_bad"}, *inputs[] = {"x", "w"}, *nog[] = {"w"};
+    char *grads[2];
+    pe_program *q = pe_program_clone(p);
+    assert_int_equal(pe_gradients_seeded(q, targets, bad, 1, inputs, 2, NULL, 0, grads), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "'v_bad'"));
+    pe_program_free(q);
+    assert_int_equal(pe_gradients_seeded(p, targets, seeds, 1, inputs, 2, nog, 1, grads), PE_OK);
+    assert_string_equal(grads[0], "x@GRAD");
+    assert_null(grads[1]);
+    assert_int_equal(count_ops(p, "assign"), 1);
+    assert_int_equal(count_ops(p, "fill_any_like"), 0);
+    double xv[12], wv[12], vv[12];
+    for (int i = 0; i < 12; i++) {
+        xv[i] = (i % 5) * 0.3 - 0.55;
+        wv[i] = (i % 7) * 0.2 - 0.5;
+        vv[i] = i * 0.25 - 1;
+    }
+    pe_tensor *x = tu_tensor(PE_DTYPE_FP64, 2, (int64_t[]){3, 4}, xv);
+    pe_tensor *w = tu_tensor(PE_DTYPE_FP64, 2, (int64_t[]){3, 4}, wv);
+    pe_tensor *v = tu_tensor(PE_DTYPE_FP64, 2, (int64_t[]){3, 4}, vv);
+    pe_feed feeds[3] = {{"x", x}, {"w", w}, {"v", v}};
+    const char *fetch[] = {"x@GRAD"};
+    pe_tensor *g = pe_tensor_new();
+    assert_int_equal(tu_run(p, feeds, 3, fetch, 1, &g), PE_OK);
+    for (int e = 0; e < 12; e++) {
+        double want = vv[e] * wv[e] * (xv[e] + wv[e] > 0 ? 1 : 0);
+        if (fabs(tu_get(g, e) - want) > 1e-12) fail_msg("x@GRAD[%d]: %g vs %g", e, tu_get(g, e), want);
+    }
+    free(grads[0]);
+    pe_tensor_free(g);
+    pe_tensor_free(x);
+    pe_tensor_free(w);
+    pe_tensor_free(v);
+    pe_program_free(p);
+}
+
 static void test_no_grad_set_and_errors(void **state) {
     (void)state;
     pe_program *p = make(false);
@@ -163,6 +207,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_structure),
         cmocka_unit_test(test_values),
+        cmocka_unit_test(test_seeded),
         cmocka_unit_test(test_no_grad_set_and_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -239,6 +239,57 @@ static void test_roundtrip_json(void **state) {
     pe_program_free(r);
 }
 
+/* An inference model's feed / fetch names survive .pe, JSON and clone;
+ * names that are not vars of block 0 are refused, on set and on load. */
+static void test_feed_fetch_names(void **state) {
+    (void)state;
+    pe_program *p = build_mlp();
+    const char *feeds[] = {"fc_0.w_0"}, *fetches[] = {"fc_0.b_0", "fc_0.w_0"}, *bad[] = {"nope"};
+    assert_int_equal(pe_program_set_io(p, bad, 1, fetches, 2), PE_ERR_NOT_FOUND);
+    assert_non_null(strstr(pe_last_error(), "feed var 'nope'"));
+    assert_int_equal(p->n_feed_names, 0);
+    assert_int_equal(pe_program_set_io(p, feeds, 1, fetches, 2), PE_OK);
+    size_t n = 0;
+    void *buf = to_buffer(p, &n);
+    pe_program *q = NULL;
+    assert_int_equal(pe_program_load_buffer(buf, n, "io.pe", &q), PE_OK);
+    char *json = NULL;
+    assert_int_equal(pe_program_to_json(q, &json), PE_OK);
+    assert_non_null(strstr(json, "\"fetch_names\": [ \"fc_0.b_0\", \"fc_0.w_0\" ]"));
+    pe_program *r = NULL;
+    assert_int_equal(pe_program_load_json(json, strlen(json), "io.json", &r), PE_OK);
+    pe_program *c = pe_program_clone(r);
+    assert_non_null(c);
+    const pe_program *all[] = {q, r, c};
+    for (int k = 0; k < 3; k++) {
+        assert_int_equal(all[k]->n_feed_names, 1);
+        assert_string_equal(all[k]->feed_names[0], "fc_0.w_0");
+        assert_int_equal(all[k]->n_fetch_names, 2);
+        assert_string_equal(all[k]->fetch_names[0], "fc_0.b_0");
+        assert_string_equal(all[k]->fetch_names[1], "fc_0.w_0");
+    }
+    /* a file naming a var it lacks is refused on load */
+    char *at = strstr(json, "\"fc_0.b_0\", \"fc_0.w_0\" ]");
+    assert_non_null(at);
+    memcpy(at + 1, "zz_0", 4);
+    pe_program *bad_p = NULL;
+    assert_int_not_equal(pe_program_load_json(json, strlen(json), "bad.json", &bad_p), PE_OK);
+    assert_non_null(strstr(pe_last_error(), "fetch name 'zz_0.b_0'"));
+    /* a program without names writes none */
+    pe_program *plain = build_mlp();
+    char *pj = NULL;
+    assert_int_equal(pe_program_to_json(plain, &pj), PE_OK);
+    assert_null(strstr(pj, "feed_names"));
+    free(pj);
+    pe_program_free(plain);
+    free(json);
+    free(buf);
+    pe_program_free(c);
+    pe_program_free(r);
+    pe_program_free(q);
+    pe_program_free(p);
+}
+
 /* A hand-written program in the JSON form other tools (scripts/pe_json.py)
  * emit: field names quoted, defaults left out, enums by name. */
 static const char k_hand_json[] =
@@ -835,6 +886,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip_binary),
         cmocka_unit_test(test_roundtrip_json),
+        cmocka_unit_test(test_feed_fetch_names),
         cmocka_unit_test(test_hand_written_json),
         cmocka_unit_test(test_all_attr_types),
         cmocka_unit_test(test_files),

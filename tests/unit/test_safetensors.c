@@ -473,6 +473,28 @@ static void test_checkpoint_roundtrip_and_mismatches(void **state) {
     q = mk_program();
     pe_block_find_var(&q->blocks[0], "step")->persistable = false;
     expect_load_error(path, q, PE_ERR_INVALID, "'step'", "non-persistable");
+    /* PE_CHECKPOINT_IGNORE_EXTRA skips it (an inference clone of a training
+     * program), loading the rest. */
+    r = pe_scope_new(NULL);
+    assert_int_equal(pe_checkpoint_load_ex(path, q, r, PE_CHECKPOINT_IGNORE_EXTRA), PE_OK);
+    assert_int_equal(pe_scope_size(r), 2);
+    assert_null(pe_scope_find_var(r, "step"));
+    assert_same_var(s, r, "w");
+    pe_scope_free(r);
+    pe_program_free(q);
+    /* Several tensors the program lacks: all named; a missing var is still an error with the flag. */
+    q = pe_program_new();
+    add_var(q, "x", PE_DTYPE_FP32, 2, (int64_t[]){-1, 3}, false);
+    add_var(q, "w", PE_DTYPE_FP32, 2, (int64_t[]){3, 2}, true);
+    expect_load_error(path, q, PE_ERR_INVALID, "2 tensors of the checkpoint are not persistable vars", "'step'");
+    assert_non_null(strstr(pe_last_error(), "'b'"));
+    add_var(q, "moment", PE_DTYPE_FP32, 1, (int64_t[]){2}, true);
+    r = pe_scope_new(NULL);
+    assert_int_equal(pe_checkpoint_load_ex(path, q, r, PE_CHECKPOINT_IGNORE_EXTRA), PE_ERR_NOT_FOUND);
+    assert_non_null(strstr(pe_last_error(), "'moment'"));
+    assert_int_equal(pe_scope_size(r), 0);
+    assert_int_equal(pe_checkpoint_load_ex(path, q, r, 2), PE_ERR_INVALID);
+    pe_scope_free(r);
     pe_program_free(q);
     /* A corrupt file. */
     char bad[512];

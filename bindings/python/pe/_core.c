@@ -462,7 +462,7 @@ static PyMethodDef module_methods[] = {
     {"startup_init_var", (PyCFunction)(void (*)(void))py_startup_init_var, METH_VARARGS | METH_KEYWORDS,
      "startup_init_var(startup, name, dtype, dims, kind, ...): declare and initialize a var in a startup program."},
     {"checkpoint_save", py_checkpoint_save, METH_VARARGS, "checkpoint_save(path, program, scope)."},
-    {"checkpoint_load", py_checkpoint_load, METH_VARARGS, "checkpoint_load(path, program, scope)."},
+    {"checkpoint_load", py_checkpoint_load, METH_VARARGS, "checkpoint_load(path, program, scope[, ignore_extra]): ignore_extra skips tensors that are not persistables of the program."},
     {"safetensors_read", py_safetensors_read, METH_VARARGS, "safetensors_read(path, scope)."},
     {"safetensors_write", py_safetensors_write, METH_VARARGS, "safetensors_write(path, scope, names)."},
     {"op_registry", py_op_registry, METH_NOARGS, "Every registered op type with its slots and attrs."},

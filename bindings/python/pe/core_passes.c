@@ -44,25 +44,56 @@ PyObject *py_append_backward(PyObject *m, PyObject *args, PyObject *kw) {
 
 PyObject *py_gradients(PyObject *m, PyObject *args, PyObject *kw) {
     (void)m;
-    static char *kwlist[] = {"program", "targets", "inputs", NULL};
-    PyObject *prog_o, *targets_o, *inputs_o;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO", kwlist, &prog_o, &targets_o, &inputs_o)) return NULL;
+    static char *kwlist[] = {"program", "targets", "inputs", "target_grads", "no_grad", NULL};
+    PyObject *prog_o, *targets_o, *inputs_o, *seeds_o = Py_None, *nograd_o = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|OO", kwlist, &prog_o, &targets_o, &inputs_o, &seeds_o, &nograd_o))
+        return NULL;
     ProgramObject *prog = as_program(prog_o, "gradients(program)");
     if (!prog || program_mutable(prog, "gradients")) return NULL;
-    strlist targets, inputs;
-    if (strlist_from(targets_o, "targets", &targets)) return NULL;
-    if (strlist_from(inputs_o, "inputs", &inputs)) {
-        strlist_free(&targets);
-        return NULL;
-    }
-    char **grads = calloc((size_t)(inputs.n ? inputs.n : 1), sizeof *grads);
+    strlist targets = {NULL, 0}, inputs = {NULL, 0}, nograd = {NULL, 0};
+    char **seeds = NULL, **grads = NULL;
     PyObject *r = NULL;
+    if (strlist_from(targets_o, "targets", &targets)) return NULL;
+    if (strlist_from(inputs_o, "inputs", &inputs) || strlist_from(nograd_o, "no_grad_set", &nograd)) goto out;
+    if (seeds_o != Py_None) { /* [name or None] per target */
+        PyObject *fast = PySequence_Fast(seeds_o, "target_grads must be a list of var names or None");
+        if (!fast) goto out;
+        if (PySequence_Fast_GET_SIZE(fast) != targets.n) {
+            PyErr_Format(PyExc_ValueError, "gradients: %zd target_gradients for %d targets",
+                         PySequence_Fast_GET_SIZE(fast), targets.n);
+            Py_DECREF(fast);
+            goto out;
+        }
+        seeds = calloc((size_t)(targets.n ? targets.n : 1), sizeof *seeds);
+        for (int i = 0; seeds && i < targets.n; i++) {
+            PyObject *o = PySequence_Fast_GET_ITEM(fast, i);
+            if (o == Py_None) continue;
+            const char *c = PyUnicode_Check(o) ? PyUnicode_AsUTF8(o) : NULL;
+            if (!c) {
+                if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "target_grads entries must be str or None");
+                Py_DECREF(fast);
+                goto out;
+            }
+            if (!(seeds[i] = strdup(c))) {
+                Py_DECREF(fast);
+                PyErr_NoMemory();
+                goto out;
+            }
+        }
+        Py_DECREF(fast);
+        if (!seeds) {
+            PyErr_NoMemory();
+            goto out;
+        }
+    }
+    grads = calloc((size_t)(inputs.n ? inputs.n : 1), sizeof *grads);
     if (!grads) {
         PyErr_NoMemory();
         goto out;
     }
-    pe_status st = pe_gradients(prog->p, (const char *const *)targets.s, targets.n, (const char *const *)inputs.s,
-                                inputs.n, grads);
+    pe_status st = pe_gradients_seeded(prog->p, (const char *const *)targets.s, (const char *const *)seeds, targets.n,
+                                       (const char *const *)inputs.s, inputs.n, (const char *const *)nograd.s,
+                                       nograd.n, grads);
     if (st != PE_OK) {
         raise_status(st);
         goto out;
@@ -77,8 +108,12 @@ out:
     if (grads)
         for (int i = 0; i < inputs.n; i++) free(grads[i]);
     free(grads);
+    if (seeds)
+        for (int i = 0; i < targets.n; i++) free(seeds[i]);
+    free(seeds);
     strlist_free(&targets);
     strlist_free(&inputs);
+    strlist_free(&nograd);
     return r;
 }
 
@@ -287,11 +322,26 @@ PyObject *py_checkpoint_load(PyObject *m, PyObject *args) {
     const char *path;
     ProgramObject *prog;
     ScopeObject *scope;
-    if (ckpt_args(args, "checkpoint_load", &path, &prog, &scope)) return NULL;
+    int ignore_extra = 0;
+    Py_ssize_t na = PyTuple_GET_SIZE(args);
+    if (na == 4) { /* (path, program, scope, ignore_extra) */
+        ignore_extra = PyObject_IsTrue(PyTuple_GET_ITEM(args, 3));
+        if (ignore_extra < 0) return NULL;
+        args = PyTuple_GetSlice(args, 0, 3);
+        if (!args) return NULL;
+    } else {
+        Py_INCREF(args);
+    }
+    int bad = ckpt_args(args, "checkpoint_load", &path, &prog, &scope);
+    if (bad) {
+        Py_DECREF(args);
+        return NULL;
+    }
     pe_status st;
     Py_BEGIN_ALLOW_THREADS
-    st = pe_checkpoint_load(path, prog->p, scope->s);
+    st = pe_checkpoint_load_ex(path, prog->p, scope->s, ignore_extra ? PE_CHECKPOINT_IGNORE_EXTRA : 0);
     Py_END_ALLOW_THREADS
+    Py_DECREF(args); /* path (borrowed from it) is no longer used */
     if (st != PE_OK) return raise_status(st);
     Py_RETURN_NONE;
 }

@@ -29,6 +29,8 @@ from . import nets  # noqa: F401
 from . import optimizer  # noqa: F401
 from . import transpiler  # noqa: F401
 from . import io  # noqa: F401
+from . import backward  # noqa: F401
+from .backward import gradients  # noqa: F401
 from .data_feeder import DataFeeder  # noqa: F401
 from .transpiler import DistributeTranspiler, DistributeTranspilerConfig, memory_optimize, release_memory  # noqa: F401
 
@@ -36,5 +38,4 @@ __all__ = ["CPUPlace", "CUDAPlace", "Program", "Variable", "program_guard", "def
            "default_startup_program", "Executor", "ParallelExecutor", "CompiledProgram", "ExecutionStrategy",
            "BuildStrategy", "global_scope", "scope_guard", "ParamAttr", "DataFeeder", "DistributeTranspiler",
            "DistributeTranspilerConfig", "memory_optimize", "release_memory", "layers", "nets", "optimizer", "transpiler",
-           "io",
-           "is_compiled_with_cuda", "cpu_places", "cuda_places"]
+           "io", "is_compiled_with_cuda", "cpu_places", "cuda_places", "backward", "gradients"]

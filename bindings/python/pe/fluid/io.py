@@ -21,6 +21,12 @@ Parameter-server programs (fluid.DistributeTranspiler, pserver mode):
   rate); run the pserver's startup program first (Paddle's
   _load_distributed_persistables). On a trainer program it loads the
   trainer's own vars (the full params and its local persistables).
+
+save_inference_model / load_inference_model (1.x signatures) write and read
+dirname/model_filename (default __model__.pe: the program pruned to the
+feed -> fetch path, feed and fetch names recorded) and
+dirname/params_filename (default __params__.safetensors: its weights);
+pe.static.save_inference_model describes the pruning.
 """
 import os
 
@@ -29,8 +35,10 @@ import numpy as np
 from .. import _core
 from ..framework import Program, default_main_program
 from ..static.executor import Executor, global_scope
+from ..static import io as _static_io
 
-__all__ = ["save_persistables", "load_persistables", "save_params", "load_params"]
+__all__ = ["save_persistables", "load_persistables", "save_params", "load_params", "save_inference_model",
+           "load_inference_model"]
 
 _SUFFIX = ".safetensors"
 
@@ -248,3 +256,40 @@ def load_params(executor, dirname, main_program=None, filename=None, scope=None)
     else:
         targets = _targets_plain(program, _params(program))
     _load_into(path, targets, scope, executor.place, "load_params")
+
+
+def _model_paths(dirname, model_filename, params_filename, what):
+    return (_path(dirname, model_filename, "__model__.pe", what),
+            _path(dirname, params_filename, "__params__" + _SUFFIX, what))
+
+
+def save_inference_model(dirname, feeded_var_names, target_vars, executor, main_program=None, model_filename=None,
+                         params_filename=None, export_for_deployment=True, program_only=False, scope=None):
+    """Writes the program pruned to feeded_var_names -> target_vars to
+    dirname/model_filename (default __model__.pe) and its weights to
+    dirname/params_filename (default __params__.safetensors; not with
+    program_only=True). Returns the fetch var names."""
+    what = "save_inference_model"
+    _check_executor(executor, what)
+    program = _program(main_program, what)
+    if isinstance(feeded_var_names, str):
+        feeded_var_names = [feeded_var_names]
+    if not isinstance(feeded_var_names, (list, tuple)) or not all(isinstance(n, str) for n in feeded_var_names):
+        raise TypeError("fluid.io.save_inference_model: feeded_var_names must be a list of str")
+    model_path, params_path = _model_paths(dirname, model_filename, params_filename, what)
+    feeds = _static_io._io_names(list(feeded_var_names), "feeded_var_names", "fluid.io." + what)
+    fetches = _static_io._io_names(target_vars, "target_vars", "fluid.io." + what)
+    scope = _scope_of(scope)
+    _static_io._save_inference(model_path, None if program_only else params_path, feeds, fetches, program, scope,
+                               "fluid.io." + what)
+    return fetches
+
+
+def load_inference_model(dirname, executor, model_filename=None, params_filename=None, pserver_endpoints=None,
+                         scope=None):
+    """Reads dirname/model_filename and loads dirname/params_filename into the
+    scope: [program, feed_target_names, fetch_targets]."""
+    what = "load_inference_model"
+    _check_executor(executor, what)
+    model_path, params_path = _model_paths(dirname, model_filename, params_filename, what)
+    return _static_io._load_inference(model_path, params_path, _scope_of(scope), "fluid.io." + what)

@@ -4,7 +4,8 @@ from ..framework import (Program, Variable, Parameter, Operator, Block, program_
 from .executor import (Executor, ParallelExecutor, CompiledProgram, ExecutionStrategy,  # noqa: F401
                        BuildStrategy, global_scope, scope_guard, Scope, cpu_places, cuda_places)
 from .backward import append_backward, gradients  # noqa: F401
-from .io import save, load, save_program, load_program  # noqa: F401
+from .io import (save, load, save_program, load_program, save_inference_model, load_inference_model,  # noqa: F401
+                 load_program_state, set_program_state)
 from . import nn  # noqa: F401
 from . import collective  # noqa: F401
 from ..metric import accuracy  # noqa: F401
@@ -12,7 +13,8 @@ from ..metric import accuracy  # noqa: F401
 __all__ = ["Program", "program_guard", "default_main_program", "default_startup_program", "data", "Executor",
            "ParallelExecutor", "CompiledProgram", "ExecutionStrategy", "BuildStrategy", "global_scope", "Scope",
            "scope_guard", "cpu_places", "cuda_places", "append_backward", "gradients", "save", "load", "nn",
-           "Variable", "InputSpec", "accuracy", "save_program", "load_program", "collective"]
+           "Variable", "InputSpec", "accuracy", "save_program", "load_program", "collective", "save_inference_model",
+           "load_inference_model", "load_program_state", "set_program_state"]
 
 
 def data(name, shape, dtype=None, lod_level=0):
