@@ -262,8 +262,7 @@ pe_status pe_infer_merged_sgd(pe_op_ctx *ctx) {
 pe_status pe_infer_merged_momentum(pe_op_ctx *ctx) {
     static const char *const likes[] = {"Grad", "Velocity", NULL};
     static const char *const outs[] = {"ParamOut", "VelocityOut", NULL}, *const src[] = {"Param", "Velocity"};
-    double mu = pe_ctx_float(ctx, "mu");
-    if (!isfinite(mu)) return pe_ctx_error(ctx, PE_ERR_INVALID, "mu = %g; it must be finite", mu);
+    PE_CHECK(pe_optimizer_check_attrs(ctx));
     return merged_infer(ctx, likes, outs, src, NULL, NULL, NULL);
 }
 
@@ -273,20 +272,14 @@ pe_status pe_infer_merged_adam(pe_op_ctx *ctx) {
     static const char *const src[] = {"Param", "Moment1", "Moment2"};
     static const char *const scalars[] = {"Beta1Pow", "Beta2Pow", NULL};
     static const char *const opt_outs[] = {"Beta1PowOut", "Beta2PowOut", NULL}, *const opt_src[] = {"Beta1Pow", "Beta2Pow"};
-    double b1 = pe_ctx_float(ctx, "beta1"), b2 = pe_ctx_float(ctx, "beta2"), eps = pe_ctx_float(ctx, "epsilon");
-    if (!(b1 >= 0 && b1 < 1) || !(b2 >= 0 && b2 < 1))
-        return pe_ctx_error(ctx, PE_ERR_INVALID, "beta1 = %g, beta2 = %g; each must be in [0, 1)", b1, b2);
-    if (!(eps >= 0) || !isfinite(eps))
-        return pe_ctx_error(ctx, PE_ERR_INVALID, "epsilon = %g; it must be finite and >= 0", eps);
+    PE_CHECK(pe_optimizer_check_attrs(ctx));
     return merged_infer(ctx, likes, outs, src, scalars, opt_outs, opt_src);
 }
 
 pe_status pe_infer_merged_adagrad(pe_op_ctx *ctx) {
     static const char *const likes[] = {"Grad", "Moment", NULL};
     static const char *const outs[] = {"ParamOut", "MomentOut", NULL}, *const src[] = {"Param", "Moment"};
-    double eps = pe_ctx_float(ctx, "epsilon");
-    if (!(eps >= 0) || !isfinite(eps))
-        return pe_ctx_error(ctx, PE_ERR_INVALID, "epsilon = %g; it must be finite and >= 0", eps);
+    PE_CHECK(pe_optimizer_check_attrs(ctx));
     return merged_infer(ctx, likes, outs, src, NULL, NULL, NULL);
 }
 
@@ -297,11 +290,7 @@ pe_status pe_infer_merged_rmsprop(pe_op_ctx *ctx) {
     static const char *const outs[] = {"ParamOut", "MomentOut", "MeanSquareOut", NULL};
     static const char *const outs_c[] = {"ParamOut", "MomentOut", "MeanSquareOut", "MeanGradOut", NULL};
     static const char *const src[] = {"Param", "Moment", "MeanSquare", "MeanGrad"};
-    double eps = pe_ctx_float(ctx, "epsilon"), rho = pe_ctx_float(ctx, "decay"), mu = pe_ctx_float(ctx, "momentum");
-    if (!(eps >= 0) || !isfinite(eps))
-        return pe_ctx_error(ctx, PE_ERR_INVALID, "epsilon = %g; it must be finite and >= 0", eps);
-    if (!isfinite(rho) || !isfinite(mu))
-        return pe_ctx_error(ctx, PE_ERR_INVALID, "decay = %g, momentum = %g; they must be finite", rho, mu);
+    PE_CHECK(pe_optimizer_check_attrs(ctx));
     const bool mg = pe_ctx_n_in(ctx, "MeanGrad") > 0;
     if (pe_ctx_bool(ctx, "centered") && !mg)
         return pe_ctx_error(ctx, PE_ERR_INVALID, "centered = true needs one MeanGrad and MeanGradOut per Param");
@@ -316,10 +305,6 @@ pe_status pe_infer_merged_adamax(pe_op_ctx *ctx) {
     static const char *const src[] = {"Param", "Moment", "InfNorm"};
     static const char *const scalars[] = {"Beta1Pow", NULL};
     static const char *const opt_outs[] = {"Beta1PowOut", NULL}, *const opt_src[] = {"Beta1Pow"};
-    double b1 = pe_ctx_float(ctx, "beta1"), b2 = pe_ctx_float(ctx, "beta2"), eps = pe_ctx_float(ctx, "epsilon");
-    if (!(b1 >= 0 && b1 < 1) || !(b2 >= 0 && b2 < 1))
-        return pe_ctx_error(ctx, PE_ERR_INVALID, "beta1 = %g, beta2 = %g; each must be in [0, 1)", b1, b2);
-    if (!(eps >= 0) || !isfinite(eps))
-        return pe_ctx_error(ctx, PE_ERR_INVALID, "epsilon = %g; it must be finite and >= 0", eps);
+    PE_CHECK(pe_optimizer_check_attrs(ctx));
     return merged_infer(ctx, likes, outs, src, scalars, opt_outs, opt_src);
 }

@@ -172,6 +172,10 @@ static inline bool pe_op_info_shared_input(const pe_op_info *info, int slot) {
 }
 /* An optimizer op over one parameter (sgd, momentum, adam: one with a merged form). */
 static inline bool pe_op_info_is_optimizer(const pe_op_info *info) { return info && info->merged_id >= 0; }
+/* The hyperparameter attrs of an optimizer op or its merged form (mu, beta1,
+ * beta2, epsilon, decay, momentum: whichever it has), checked alike for
+ * both by their infer functions (ops/optimizer.c). */
+pe_status pe_optimizer_check_attrs(const pe_op_ctx *ctx);
 /* A merged optimizer op (merged_sgd, ...: one made from an optimizer op). */
 static inline bool pe_op_info_is_merged(const pe_op_info *info) { return info && info->fused_from_id >= 0; }
 

@@ -86,6 +86,33 @@ pe_status pe_infer_sgd(pe_op_ctx *ctx) {
     return out_like(ctx, "ParamOut", "Param");
 }
 
+/* The hyperparameter attrs an optimizer op (or its merged form) carries,
+ * checked alike for both: mu, decay and momentum finite, beta1 / beta2 in
+ * [0, 1), epsilon finite and >= 0 — whichever of them the op has. */
+pe_status pe_optimizer_check_attrs(const pe_op_ctx *ctx) {
+    const pe_op_info *info = ctx->info;
+    if (pe_op_info_attr(info, "mu")) {
+        double mu = pe_ctx_float(ctx, "mu");
+        if (!isfinite(mu)) return pe_ctx_error(ctx, PE_ERR_INVALID, "mu = %g; it must be finite", mu);
+    }
+    if (pe_op_info_attr(info, "beta1")) {
+        double b1 = pe_ctx_float(ctx, "beta1"), b2 = pe_ctx_float(ctx, "beta2");
+        if (!(b1 >= 0 && b1 < 1) || !(b2 >= 0 && b2 < 1))
+            return pe_ctx_error(ctx, PE_ERR_INVALID, "beta1 = %g, beta2 = %g; each must be in [0, 1)", b1, b2);
+    }
+    if (pe_op_info_attr(info, "epsilon")) {
+        double eps = pe_ctx_float(ctx, "epsilon");
+        if (!(eps >= 0) || !isfinite(eps))
+            return pe_ctx_error(ctx, PE_ERR_INVALID, "epsilon = %g; it must be finite and >= 0", eps);
+    }
+    if (pe_op_info_attr(info, "decay")) {
+        double rho = pe_ctx_float(ctx, "decay"), mu = pe_ctx_float(ctx, "momentum");
+        if (!isfinite(rho) || !isfinite(mu))
+            return pe_ctx_error(ctx, PE_ERR_INVALID, "decay = %g, momentum = %g; they must be finite", rho, mu);
+    }
+    return PE_OK;
+}
+
 /* param, grad, velocity: [d...]; lr: [1] -> param_out, velocity_out: [d...] */
 pe_status pe_infer_momentum(pe_op_ctx *ctx) {
     const pe_tensor *param;
@@ -93,8 +120,7 @@ pe_status pe_infer_momentum(pe_op_ctx *ctx) {
     PE_CHECK(check_like_param(ctx, "Grad", param));
     PE_CHECK(check_like_param(ctx, "Velocity", param));
     PE_CHECK(check_scalar(ctx, "LearningRate"));
-    double mu = pe_ctx_float(ctx, "mu");
-    if (!isfinite(mu)) return pe_ctx_error(ctx, PE_ERR_INVALID, "mu = %g; it must be finite", mu);
+    PE_CHECK(pe_optimizer_check_attrs(ctx));
     PE_CHECK(out_like(ctx, "ParamOut", "Param"));
     return out_like(ctx, "VelocityOut", "Velocity");
 }
@@ -110,11 +136,7 @@ pe_status pe_infer_adam(pe_op_ctx *ctx) {
     PE_CHECK(check_scalar(ctx, "LearningRate"));
     PE_CHECK(check_scalar(ctx, "Beta1Pow"));
     PE_CHECK(check_scalar(ctx, "Beta2Pow"));
-    double b1 = pe_ctx_float(ctx, "beta1"), b2 = pe_ctx_float(ctx, "beta2"), eps = pe_ctx_float(ctx, "epsilon");
-    if (!(b1 >= 0 && b1 < 1) || !(b2 >= 0 && b2 < 1))
-        return pe_ctx_error(ctx, PE_ERR_INVALID, "beta1 = %g, beta2 = %g; each must be in [0, 1)", b1, b2);
-    if (!(eps >= 0) || !isfinite(eps))
-        return pe_ctx_error(ctx, PE_ERR_INVALID, "epsilon = %g; it must be finite and >= 0", eps);
+    PE_CHECK(pe_optimizer_check_attrs(ctx));
     PE_CHECK(out_like(ctx, "ParamOut", "Param"));
     PE_CHECK(out_like(ctx, "Moment1Out", "Moment1"));
     PE_CHECK(out_like(ctx, "Moment2Out", "Moment2"));
@@ -156,9 +178,7 @@ pe_status pe_infer_adagrad(pe_op_ctx *ctx) {
     PE_CHECK(check_like_param(ctx, "Grad", param));
     PE_CHECK(check_like_param(ctx, "Moment", param));
     PE_CHECK(check_scalar(ctx, "LearningRate"));
-    double eps = pe_ctx_float(ctx, "epsilon");
-    if (!(eps >= 0) || !isfinite(eps))
-        return pe_ctx_error(ctx, PE_ERR_INVALID, "epsilon = %g; it must be finite and >= 0", eps);
+    PE_CHECK(pe_optimizer_check_attrs(ctx));
     PE_CHECK(out_like(ctx, "ParamOut", "Param"));
     return out_like(ctx, "MomentOut", "Moment");
 }
@@ -172,11 +192,7 @@ pe_status pe_infer_rmsprop(pe_op_ctx *ctx) {
     PE_CHECK(check_like_param(ctx, "MeanSquare", param));
     PE_CHECK(check_like_param(ctx, "Moment", param));
     PE_CHECK(check_scalar(ctx, "LearningRate"));
-    double eps = pe_ctx_float(ctx, "epsilon"), rho = pe_ctx_float(ctx, "decay"), mu = pe_ctx_float(ctx, "momentum");
-    if (!(eps >= 0) || !isfinite(eps))
-        return pe_ctx_error(ctx, PE_ERR_INVALID, "epsilon = %g; it must be finite and >= 0", eps);
-    if (!isfinite(rho) || !isfinite(mu))
-        return pe_ctx_error(ctx, PE_ERR_INVALID, "decay = %g, momentum = %g; they must be finite", rho, mu);
+    PE_CHECK(pe_optimizer_check_attrs(ctx));
     if (pe_ctx_bool(ctx, "centered")) {
         if (!pe_ctx_in(ctx, "MeanGrad") || !pe_ctx_out(ctx, "MeanGradOut"))
             return pe_ctx_error(ctx, PE_ERR_INVALID, "centered = true needs input MeanGrad and output MeanGradOut "
@@ -200,11 +216,7 @@ pe_status pe_infer_adamax(pe_op_ctx *ctx) {
     PE_CHECK(check_like_param(ctx, "InfNorm", param));
     PE_CHECK(check_scalar(ctx, "LearningRate"));
     PE_CHECK(check_scalar(ctx, "Beta1Pow"));
-    double b1 = pe_ctx_float(ctx, "beta1"), b2 = pe_ctx_float(ctx, "beta2"), eps = pe_ctx_float(ctx, "epsilon");
-    if (!(b1 >= 0 && b1 < 1) || !(b2 >= 0 && b2 < 1))
-        return pe_ctx_error(ctx, PE_ERR_INVALID, "beta1 = %g, beta2 = %g; each must be in [0, 1)", b1, b2);
-    if (!(eps >= 0) || !isfinite(eps))
-        return pe_ctx_error(ctx, PE_ERR_INVALID, "epsilon = %g; it must be finite and >= 0", eps);
+    PE_CHECK(pe_optimizer_check_attrs(ctx));
     PE_CHECK(out_like(ctx, "ParamOut", "Param"));
     PE_CHECK(out_like(ctx, "MomentOut", "Moment"));
     PE_CHECK(out_like(ctx, "InfNormOut", "InfNorm"));
