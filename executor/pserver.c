@@ -101,12 +101,6 @@ typedef struct serve {
     int n_done, n_lost;
 } serve;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static const pe_attr *attr(const pe_op *op, const char *name) { return pe_op_attr(op, name); }
 
 static pe_status run_block(serve *s, int b) {
@@ -173,7 +167,7 @@ static pe_status reduce_into(serve *s, grad_slot *g, const pe_ps_hdr *h, const v
         for (int64_t i = 0; i < m; i++) {
             float a = d[0][i];
             for (int k = 1; k < n; k++) a += d[k][i];
-            o[i] = scale == 1.0 ? a : a * sc;
+            o[i] = a * sc; /* x 1 is exact */
         }
     } else if (h->dtype == PE_DTYPE_FP64) {
         double *o = pe_tensor_data(t);
@@ -182,7 +176,7 @@ static pe_status reduce_into(serve *s, grad_slot *g, const pe_ps_hdr *h, const v
         for (int64_t i = 0; i < m; i++) {
             double a = d[0][i];
             for (int k = 1; k < n; k++) a += d[k][i];
-            o[i] = scale == 1.0 ? a : a * scale;
+            o[i] = a * scale;
         }
     } else if (n == 1 && scale == 1.0) {
         memcpy(pe_tensor_data(t), data[0], pe_tensor_nbytes(t));
@@ -454,7 +448,7 @@ pe_status pe_pserver_serve(pe_place place, int threads, const pe_program *prog, 
     memset(&s, 0, sizeof s);
     s.prog = prog, s.scope = scope, s.place = place, s.threads = threads > 0 ? threads : 1;
     pe_status st = setup(&s, op);
-    const double t0 = now_s(), join_wait = pe_ps_env_seconds("PE_PS_TRAINER_WAIT", 600);
+    const double t0 = pe_now_s(), join_wait = pe_env_number("PE_PS_TRAINER_WAIT", 600, 1e-3, 1e9);
     while (st == PE_OK && live(&s) > 0) {
         if (pe_interrupted_since(mark)) {
             st = pe_interrupted_error();
@@ -474,7 +468,7 @@ pe_status pe_pserver_serve(pe_place place, int threads, const pe_program *prog, 
             fflush(stderr);
             break;
         case PE_PS_EV_NONE:
-            if (now_s() - t0 > join_wait)
+            if (pe_now_s() - t0 > join_wait)
                 for (int t = 0; st == PE_OK && t < s.fanin; t++)
                     if (s.state[t] == T_UNSEEN) {
                         char why[128];

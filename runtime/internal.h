@@ -78,6 +78,11 @@ unsigned pe_interrupt_mark(void);
 bool pe_interrupted_since(unsigned mark);
 pe_status pe_interrupted_error(void);
 
+/* runtime/env.c: CLOCK_MONOTONIC in seconds; the number in environment
+ * variable `name` when it parses whole and lies in [lo, hi], else dflt. */
+double pe_now_s(void);
+double pe_env_number(const char *name, double dflt, double lo, double hi);
+
 #ifdef __cplusplus
 }
 #endif

@@ -263,20 +263,6 @@ static pe_status mpi_init_once(void) {
 
 /* ---- helpers ---------------------------------------------------------------------- */
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static double env_num(const char *name, double dflt, double lo, double hi) {
-    const char *s = getenv(name);
-    if (!s || !*s) return dflt;
-    char *end;
-    double v = strtod(s, &end);
-    return *end || v < lo || v > hi ? dflt : v;
-}
-
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 static void fail_op(mpi_op *op, pe_status st, const char *msg) {
@@ -298,7 +284,7 @@ static void push_active(mpi_comm *m, MPI_Request r, int lane, void *owner) {
         m->cap_act = cap;
     }
     m->act[m->n_act++] = (active){r, lane, owner};
-    m->last_progress = now_s();
+    m->last_progress = pe_now_s();
 }
 
 static void chunk_free(chunk *k) {
@@ -600,7 +586,7 @@ static bool shm_all_at(mpi_comm *m, int f, int64_t s) {
 static void shm_done(mpi_comm *m, int f) {
     atomic_store_explicit(&shm_flags(m, m->base.rank)[f].v, m->shm_step, memory_order_release);
     m->shm_phase = (f + 1) % 3;
-    m->last_progress = now_s();
+    m->last_progress = pe_now_s();
 }
 
 /* Moves the allreduce op (at a_cur, headers checked) as far as the other
@@ -683,7 +669,7 @@ static bool shm_headers(mpi_comm *m) {
             memcpy(m->seg[me] + SHM_HEAD + (op->seq % SHM_SLOTS) * (int64_t)sizeof(header), &op->hdr, sizeof(header));
             atomic_store_explicit(&shm_flags(m, me)[F_HDR_POSTED].v, op->seq, memory_order_release);
             op->hdr_posted = true;
-            m->last_progress = now_s();
+            m->last_progress = pe_now_s();
             did = true;
         }
         if (!shm_all_at(m, F_HDR_POSTED, op->seq)) break;
@@ -692,7 +678,7 @@ static bool shm_headers(mpi_comm *m) {
         atomic_store_explicit(&shm_flags(m, me)[F_HDR_READ].v, op->seq, memory_order_release);
         op->hdr_done = true;
         m->hdr_waiting--;
-        m->last_progress = now_s();
+        m->last_progress = pe_now_s();
         did = true;
     }
     return did;
@@ -784,7 +770,7 @@ static bool poll_active(mpi_comm *m) {
     for (int i = 0; i < m->n_act; i++)
         if (m->act[i].req != MPI_REQUEST_NULL) m->act[w++] = m->act[i];
     m->n_act = w;
-    m->last_progress = now_s();
+    m->last_progress = pe_now_s();
     return true;
 }
 
@@ -826,7 +812,7 @@ static void *progress_main(void *arg) {
             idle = 0;
             continue;
         }
-        if ((m->n_act > 0 || shm_waiting(m)) && now_s() - m->last_progress > m->timeout_s) {
+        if ((m->n_act > 0 || shm_waiting(m)) && pe_now_s() - m->last_progress > m->timeout_s) {
             char msg[300];
             snprintf(msg, sizeof msg, "no progress for %.0f s (PE_MPI_TIMEOUT): a peer process has died or has "
                      "not issued this collective; the communicator is unusable now", m->timeout_s);
@@ -842,7 +828,7 @@ static void *progress_main(void *arg) {
          * call): yield a while, then sleep a little longer each time (<= 100
          * us) not to eat a core that it may need. */
         bool moving = m->n_act > 0 || shm_waiting(m);
-        bool fresh = moving && now_s() - m->last_progress < SPIN_S;
+        bool fresh = moving && pe_now_s() - m->last_progress < SPIN_S;
         if (fresh || ++idle < 64) {
             sched_yield();
         } else {
@@ -947,7 +933,7 @@ static void shm_setup(mpi_comm *m) {
     int n = m->base.size;
     if (n < 2) return;
     /* every rank asks for it with the same segment size, or none uses it */
-    bool want = env_num("PE_MPI_SHM", 1, 0, 1) != 0;
+    bool want = pe_env_number("PE_MPI_SHM", 1, 0, 1) != 0;
     long long v[2] = {want ? m->chunk_bytes : -1, want ? -m->chunk_bytes : -1}, lo[2];
     if (MPI_Allreduce(v, lo, 2, MPI_LONG_LONG, MPI_MIN, m->lane[0]) != MPI_SUCCESS || lo[0] < 0 || lo[0] != -lo[1])
         return;
@@ -1025,11 +1011,11 @@ pe_status pe_comm_mpi_new(pe_comm **out) {
     MPI_Comm_rank(m->lane[0], &m->base.rank);
     MPI_Comm_size(m->lane[0], &m->base.size);
     m->base.ops = &k_mpi_ops;
-    m->chunk_bytes = (int64_t)env_num("PE_MPI_CHUNK_BYTES", DEFAULT_CHUNK, 4096, 256.0 * (1 << 20));
+    m->chunk_bytes = (int64_t)pe_env_number("PE_MPI_CHUNK_BYTES", DEFAULT_CHUNK, 4096, 256.0 * (1 << 20));
     m->chunk_bytes &= ~(int64_t)7; /* whole elements of every dtype */
-    m->window = (int)env_num("PE_MPI_WINDOW", DEFAULT_WINDOW, 1, 64);
-    m->timeout_s = env_num("PE_MPI_TIMEOUT", DEFAULT_TIMEOUT_S, 0.1, 1e9);
-    m->last_progress = now_s();
+    m->window = (int)pe_env_number("PE_MPI_WINDOW", DEFAULT_WINDOW, 1, 64);
+    m->timeout_s = pe_env_number("PE_MPI_TIMEOUT", DEFAULT_TIMEOUT_S, 0.1, 1e9);
+    m->last_progress = pe_now_s();
     shm_setup(m);
     pthread_mutex_init(&m->mu, NULL);
     pthread_cond_init(&m->cv, NULL);

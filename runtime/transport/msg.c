@@ -157,10 +157,3 @@ pe_status pe_ps_hdr_set_tensor(pe_ps_hdr *h, const pe_tensor *t) {
     return PE_OK;
 }
 
-double pe_ps_env_seconds(const char *name, double def) {
-    const char *s = getenv(name);
-    if (!s || !*s) return def;
-    char *end;
-    double v = strtod(s, &end);
-    return (*end || !(v > 0)) ? def : v;
-}

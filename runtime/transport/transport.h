@@ -163,8 +163,6 @@ pe_status pe_ps_reply_value(pe_ps_server *s, const pe_ps_event *ev, const pe_ten
 pe_status pe_ps_reply_value_shared(pe_ps_server *s, const pe_ps_event *ev, const pe_tensor *t);
 pe_status pe_ps_reply_error(pe_ps_server *s, const pe_ps_event *ev, const char *msg);
 
-/* Seconds from the environment variable `name` (positive), else def. */
-double pe_ps_env_seconds(const char *name, double def);
 
 #ifdef __cplusplus
 }

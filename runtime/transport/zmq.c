@@ -43,12 +43,6 @@
 #define HB_TIMEOUT_MS 2000
 #define MAX_CONNS 256
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void set_heartbeat(void *sock) {
     int ivl = HB_IVL_MS, to = HB_TIMEOUT_MS, ttl = HB_TIMEOUT_MS, linger = 0;
     zmq_setsockopt(sock, ZMQ_HEARTBEAT_IVL, &ivl, sizeof ivl);
@@ -207,7 +201,7 @@ static pe_status conn_of(pe_ps_client *c, const char *ep, conn **out) {
         conn_kill(k, "connect failed");
         return st;
     }
-    k->first_use = now_s();
+    k->first_use = pe_now_s();
     c->n++;
     *out = k;
     return PE_OK;
@@ -321,9 +315,9 @@ static pe_status take_reply(pe_ps_client *c, conn *k, pending *p, int np) {
 
 /* Waits for every pending reply. */
 static pe_status wait_all(pe_ps_client *c, pending *p, int np, double reply_to) {
-    const double connect_to = pe_ps_env_seconds("PE_PS_CONNECT_TIMEOUT", 60);
-    if (reply_to <= 0) reply_to = pe_ps_env_seconds("PE_PS_TIMEOUT", 3600);
-    const double t0 = now_s();
+    const double connect_to = pe_env_number("PE_PS_CONNECT_TIMEOUT", 60, 1e-3, 1e9);
+    if (reply_to <= 0) reply_to = pe_env_number("PE_PS_TIMEOUT", 3600, 1e-3, 1e9);
+    const double t0 = pe_now_s();
     const unsigned mark = pe_interrupt_mark();
     conn *ks[MAX_CONNS];
     int nk = 0;
@@ -376,10 +370,10 @@ static pe_status wait_all(pe_ps_client *c, pending *p, int np, double reply_to) 
             if (k->was_up && !k->up)
                 snprintf(why, sizeof why, "the connection closed (the pserver process ended, or its host stopped "
                          "answering heartbeats for %d ms)", HB_TIMEOUT_MS);
-            else if (!k->was_up && now_s() - k->first_use > connect_to)
+            else if (!k->was_up && pe_now_s() - k->first_use > connect_to)
                 snprintf(why, sizeof why, "no pserver is listening there: waited %.0f s (PE_PS_CONNECT_TIMEOUT)",
                          connect_to);
-            else if (now_s() - t0 > reply_to)
+            else if (pe_now_s() - t0 > reply_to)
                 snprintf(why, sizeof why, "no reply within %.0f s (PE_PS_TIMEOUT)", reply_to);
             if (why[0]) {
                 const char *what = "a request";
@@ -766,11 +760,11 @@ static void take_request(pe_ps_server *s, pe_ps_event *ev) {
 
 void pe_ps_server_drain(pe_ps_server *s, int timeout_ms) {
     if (!s || !s->mon) return;
-    const double end = now_s() + 1e-3 * timeout_ms;
+    const double end = pe_now_s() + 1e-3 * timeout_ms;
     for (;;) {
         int open = 0;
         for (int i = 0; i < s->n_fd; i++) open += s->fds[i].trainer >= 0;
-        const double left = end - now_s();
+        const double left = end - pe_now_s();
         if (!open || left <= 0) return;
         zmq_pollitem_t it = {s->mon, 0, ZMQ_POLLIN, 0};
         if (zmq_poll(&it, 1, (long)(1e3 * left) + 1) < 0 && errno != EINTR) return;
