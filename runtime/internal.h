@@ -19,6 +19,16 @@ pe_status pe_cuda_memcpy(void *dst, pe_place dst_place, const void *src, pe_plac
 /* pe_cuda_device_count: pe/device.h */
 void *pe_cuda_stream(int device);   /* cudaStream_t of the place (non-blocking); NULL + message when unusable */
 pe_status pe_cuda_sync(int device);
+/* Per-device library handles (runtime/cuda/handles.cu), bound to the place's
+ * stream and created on first use; NULL + message on failure. The cuBLAS
+ * handle runs without TF32 unless PE_CUDA_TF32=1 (float32 GEMMs then match
+ * the CPU up to summation order). A cuDNN handle must not be used by two
+ * threads at once: hold pe_cuda_dnn_lock(device) from the first call on it
+ * to the last (independent ops of one place run on several threads). */
+void *pe_cuda_blas(int device); /* cublasHandle_t */
+void *pe_cuda_dnn(int device);  /* cudnnHandle_t */
+void pe_cuda_dnn_lock(int device);
+void pe_cuda_dnn_unlock(int device);
 #endif
 
 /* pe_memcpy_places (copies bytes between any two places): pe/device.h */

@@ -23,9 +23,8 @@
  * enough for an MLP's bias + activation to run on a GPU place, compared with
  * the CPU kernels wherever a GPU exists (tests/unit/test_cuda.c).
  */
-#include "ops/op.h"
+#include "ops/cuda/cuda_ops.h"
 #include "ops/elementwise.h"
-#include "runtime/cuda/cuda_internal.h"
 
 #include <limits>
 #include <type_traits>
@@ -150,31 +149,6 @@ __global__ void k_unary(const T *x, T *out, int64_t numel, Op op) {
 
 /* ---- host side ----------------------------------------------------------- */
 
-/* Checks that t lives on the op's place: a CPU tensor handed to a CUDA
- * kernel would be read as a device pointer. */
-pe_status check_on_place(const pe_op_ctx *ctx, const pe_tensor *t, const char *slot, const char *name) {
-    char want[32], got[32];
-    if (t->buf && !pe_place_eq(t->buf->place, ctx->place))
-        return pe_ctx_error(ctx, PE_ERR_INVALID, "input %s '%s' is on %s, the op runs on %s (copy it to the place first)",
-                            slot, name, pe_place_str(t->buf->place, got, sizeof got),
-                            pe_place_str(ctx->place, want, sizeof want));
-    return PE_OK;
-}
-
-/* The place's stream, with the place's device made current by `dev`. */
-pe_status place_stream(const pe_op_ctx *ctx, const pe_cuda_device_scope &dev, cudaStream_t *s) {
-    if (!dev.ok()) return pe_ctx_error(ctx, PE_ERR_DEVICE, "%s", pe_last_error());
-    *s = (cudaStream_t)pe_cuda_stream(ctx->place.id);
-    if (!*s) return pe_ctx_error(ctx, PE_ERR_DEVICE, "%s", pe_last_error());
-    return PE_OK;
-}
-
-pe_status check_launch(const pe_op_ctx *ctx) {
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return pe_ctx_error(ctx, PE_ERR_DEVICE, "kernel launch failed: %s", cudaGetErrorString(e));
-    return PE_OK;
-}
-
 template <typename T, typename Op>
 void launch_binary(const pe_bcast_plan &pl, const void *xv, const void *yv, void *ov, cudaStream_t s, Op op) {
     const T *x = (const T *)xv, *y = (const T *)yv;
@@ -213,8 +187,8 @@ pe_status run_binary(const pe_op_ctx *ctx, Op op) {
     if (y->dtype != x->dtype)
         return pe_ctx_error(ctx, PE_ERR_INVALID, "X '%s' is %s but Y '%s' is %s", xn, pe_dtype_name(x->dtype), yn,
                             pe_dtype_name(y->dtype));
-    PE_CHECK(check_on_place(ctx, x, "X", xn));
-    PE_CHECK(check_on_place(ctx, y, "Y", yn));
+    PE_CHECK(pe_cuda_check_on_place(ctx, x, "X", xn));
+    PE_CHECK(pe_cuda_check_on_place(ctx, y, "Y", yn));
     pe_bcast_plan pl;
     if (pe_bcast_plan_make(x->ndim, x->dims, y->ndim, y->dims, (int)pe_ctx_int(ctx, "axis"), &pl) != PE_OK)
         return pe_ctx_error(ctx, PE_ERR_INVALID, "X '%s', Y '%s': %s", xn, yn, pe_last_error());
@@ -225,7 +199,7 @@ pe_status run_binary(const pe_op_ctx *ctx, Op op) {
     if (pl.numel == 0) return PE_OK;
     pe_cuda_device_scope dev(ctx->place.id);
     cudaStream_t s;
-    PE_CHECK(place_stream(ctx, dev, &s));
+    PE_CHECK(pe_cuda_place_stream(ctx, dev, &s));
     const void *xd = pe_tensor_data(x), *yd = pe_tensor_data(y);
     void *od = pe_tensor_data(out);
     switch (x->dtype) {
@@ -234,7 +208,7 @@ pe_status run_binary(const pe_op_ctx *ctx, Op op) {
     case PE_DTYPE_INT32: launch_binary<int32_t>(pl, xd, yd, od, s, op); break;
     default: launch_binary<int64_t>(pl, xd, yd, od, s, op); break;
     }
-    return check_launch(ctx);
+    return pe_cuda_check_launch(ctx);
 }
 
 /* X: any shape -> Out: same shape. make_op(T{}) gives the functor for dtype
@@ -250,7 +224,7 @@ pe_status run_unary(const pe_op_ctx *ctx, MakeOp make_op) {
     if (!ok)
         return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "X '%s' has dtype %s; supported: float32, float64%s", xn,
                             pe_dtype_name(x->dtype), ints ? ", int32, int64" : "");
-    PE_CHECK(check_on_place(ctx, x, "X", xn));
+    PE_CHECK(pe_cuda_check_on_place(ctx, x, "X", xn));
     int64_t n = pe_tensor_numel(x);
     if (pe_tensor_numel(out) != n || out->dtype != x->dtype)
         return pe_ctx_error(ctx, PE_ERR_INTERNAL, "Out has %lld elements of %s, X '%s' has %lld of %s",
@@ -259,7 +233,7 @@ pe_status run_unary(const pe_op_ctx *ctx, MakeOp make_op) {
     if (n == 0) return PE_OK;
     pe_cuda_device_scope dev(ctx->place.id);
     cudaStream_t s;
-    PE_CHECK(place_stream(ctx, dev, &s));
+    PE_CHECK(pe_cuda_place_stream(ctx, dev, &s));
     unsigned g = pe_cuda_blocks(n);
     const void *xd = pe_tensor_data(x);
     void *od = pe_tensor_data(out);
@@ -279,7 +253,7 @@ pe_status run_unary(const pe_op_ctx *ctx, MakeOp make_op) {
         }
         break;
     }
-    return check_launch(ctx);
+    return pe_cuda_check_launch(ctx);
 }
 
 /* Saturating, NaN-safe double -> integer (the CPU kernel's sat_i32/sat_i64). */
