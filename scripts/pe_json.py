@@ -74,6 +74,22 @@ def parse_ops_def(path=None):
     return ops
 
 
+def cuda_ops(path=None):
+    """Op types whose ops.def line names a CUDA kernel (last column PE_CUDA(fn))."""
+    path = path or os.path.join(REPO, "ops", "ops.def")
+    text = re.sub(r"/\*.*?\*/", "", open(path).read(), flags=re.S)
+    return {m.group(1) for m in re.finditer(r"^\s*PE_OP\(\s*(\w+)\s*,.*PE_CUDA\(\s*\w+\s*\)\s*\)\s*$", text,
+                                            flags=re.M)}
+
+
+def place_args(env=None):
+    """["--places", P] when PE_TEST_PLACES is set (in `env`, else the
+    environment), else []: scripts/test_gpu.sh runs the op suites on a GPU
+    with PE_TEST_PLACES=cuda:0; tests/ops/test_backend_ops.py sets it per run."""
+    v = (env or {}).get("PE_TEST_PLACES", os.environ.get("PE_TEST_PLACES"))
+    return ["--places", v] if v else []
+
+
 _OPS = None
 
 
@@ -236,7 +252,7 @@ def run_pe(program, feeds, fetch, startup=None, workdir=None, timeout=120, env=N
             cmd += ["--fetch", name]
         out = os.path.join(wd, "out")
         os.makedirs(out, exist_ok=True)
-        cmd += ["--out", out]
+        cmd += ["--out", out] + place_args(env)
         e = dict(os.environ)
         e.setdefault("OMP_NUM_THREADS", "1")
         e.update(env or {})

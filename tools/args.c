@@ -77,31 +77,51 @@ int pe_tool_parse_strategy(const char *cmd, const char *spec, pe_build_strategy 
     return PE_EXIT_OK;
 }
 
-int pe_tool_parse_places(const char *cmd, const char *v, int *n_places) {
-    if (!strcmp(v, "cpu") || !strcmp(v, "cpu:0")) {
-        *n_places = 1;
+/* "PREFIX" or "PREFIX:N": the count (PREFIX and PREFIX:0 are one place). */
+static bool parse_count(const char *v, const char *prefix, int *n) {
+    size_t k = strlen(prefix);
+    if (strncmp(v, prefix, k)) return false;
+    if (!v[k]) {
+        *n = 1;
+        return true;
+    }
+    if (v[k] != ':' || !v[k + 1]) return false;
+    char *end;
+    errno = 0;
+    long c = strtol(v + k + 1, &end, 10);
+    if (*end || errno || c < 0 || c > 64) return false;
+    *n = c == 0 ? 1 : (int)c;
+    return true;
+}
+
+int pe_tool_parse_places(const char *cmd, const char *v, pe_place_kind *kind, int *n_places) {
+    if (parse_count(v, "cpu", n_places)) {
+        if (kind) *kind = PE_PLACE_CPU;
         return PE_EXIT_OK;
     }
-    if (!strncmp(v, "cpu:", 4)) {
-        char *end;
-        errno = 0;
-        long n = strtol(v + 4, &end, 10);
-        if (v[4] && !*end && !errno && n >= 1 && n <= 64) {
-            *n_places = (int)n;
-            return PE_EXIT_OK;
-        }
+    if (parse_count(v, "cuda", n_places) || parse_count(v, "gpu", n_places)) {
+        if (!kind)
+            return pe_tool_usage_error(cmd, "--places %s: 'pe %s' takes CPU places only (cpu or cpu:N)", v, cmd);
+        *kind = PE_PLACE_CUDA;
+        return PE_EXIT_OK;
     }
-    if (!strncmp(v, "cuda", 4) || !strncmp(v, "gpu", 3))
-        return pe_tool_usage_error(cmd, "--places %s: CUDA places are not supported by 'pe %s' yet (use cpu:N)", v, cmd);
-    return pe_tool_usage_error(cmd, "--places '%s' is not a place list: use cpu, cpu:0, or cpu:N with N from 1 to 64",
+    return pe_tool_usage_error(cmd,
+                               "--places '%s' is not a place list: use cpu, cpu:0 or cpu:N, or cuda, cuda:0 or cuda:N "
+                               "(the first N visible GPUs), with N from 1 to 64",
                                v);
 }
 
-bool pe_tool_places_flag(const char *cmd, int argc, char **argv, int *i, int *n_places, int *rc) {
+void pe_tool_places_fill(pe_place_kind kind, int n, pe_place *places) {
+    for (int i = 0; i < n; i++) places[i] = kind == PE_PLACE_CUDA ? pe_place_cuda(i) : pe_place_cpu(i);
+}
+
+bool pe_tool_places_flag(const char *cmd, int argc, char **argv, int *i, pe_place_kind *kind, int *n_places,
+                         int *rc) {
     const char *v = NULL;
     int r = pe_tool_flag(argc, argv, i, "--places", &v);
     if (r == 0) return false;
-    *rc = r < 0 ? pe_tool_usage_error(cmd, "--places needs a value (cpu:N)") : pe_tool_parse_places(cmd, v, n_places);
+    *rc = r < 0 ? pe_tool_usage_error(cmd, "--places needs a value (cpu:N or cuda:N)")
+                : pe_tool_parse_places(cmd, v, kind, n_places);
     return true;
 }
 

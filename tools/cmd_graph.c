@@ -56,7 +56,7 @@ static int parse_args(int argc, char **argv, graph_args *a) {
         SINGLE_FLAG("--dump-dir", dump_dir)
         SINGLE_FLAG("--loss", loss)
 #undef SINGLE_FLAG
-        if (pe_tool_places_flag("graph", argc, argv, &i, &a->n_places, &r) ||
+        if (pe_tool_places_flag("graph", argc, argv, &i, NULL, &a->n_places, &r) ||
             pe_tool_strategy_flag("graph", argc, argv, &i, &a->bs, &r)) {
             if (r != PE_EXIT_OK) return r;
             continue;

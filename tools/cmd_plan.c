@@ -64,7 +64,7 @@ static int parse_args(int argc, char **argv, plan_args *a) {
         if (!strcmp(arg, "--no-reuse")) { a->no_reuse = true; continue; }
         if (!strcmp(arg, "--verbose")) { a->verbose = true; continue; }
         if (!strcmp(arg, "--activations")) { a->activations = true; continue; }
-        if (pe_tool_places_flag("plan", argc, argv, &i, &a->n_places, &r) ||
+        if (pe_tool_places_flag("plan", argc, argv, &i, NULL, &a->n_places, &r) ||
             pe_tool_strategy_flag("plan", argc, argv, &i, &a->bs, &r)) {
             if (r != PE_EXIT_OK) return r;
             continue;

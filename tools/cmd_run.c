@@ -46,6 +46,7 @@ typedef struct feed_arg {
 typedef struct run_args {
     const char *program, *startup, *params, *save, *out_dir, *backward;
     int n_places;        /* 1 = the single-place executor */
+    pe_place_kind place_kind; /* --places cpu:N or cuda:N */
     int trainers;        /* --trainers N (0: not given) */
     int n_trainers, trainer; /* this process's world: mpirun's or Paddle's env (tools/trainers.c) */
     int n_feeds, n_fetch;
@@ -56,7 +57,8 @@ typedef struct run_args {
 /* ---- command line ------------------------------------------------------- */
 
 /* "cpu", "cpu:0", "cpu:1" = one place; "cpu:N" = N CPU places run by the
- * ParallelExecutor (feeds split along axis 0, fetches concatenated). */
+ * ParallelExecutor (feeds split along axis 0, fetches concatenated); the
+ * same for "cuda", "cuda:N" on the first N visible GPUs. */
 static int parse_args(int argc, char **argv, run_args *a) {
     bool only_pos = false;
     for (int i = 1; i < argc; i++) {
@@ -85,7 +87,7 @@ static int parse_args(int argc, char **argv, run_args *a) {
             if (r != PE_EXIT_OK) return r;
             continue;
         }
-        if (pe_tool_places_flag("run", argc, argv, &i, &a->n_places, &r)) {
+        if (pe_tool_places_flag("run", argc, argv, &i, &a->place_kind, &a->n_places, &r)) {
             if (r != PE_EXIT_OK) return r;
             continue;
         }
@@ -459,7 +461,7 @@ static int run(const run_args *a) {
         goto done;
     }
     scope = pe_scope_new(NULL);
-    ex = scope ? pe_executor_new(pe_place_cpu(0)) : NULL;
+    ex = scope ? pe_executor_new(a->place_kind == PE_PLACE_CUDA ? pe_place_cuda(0) : pe_place_cpu(0)) : NULL;
     feeds = calloc((size_t)a->n_feeds + 1, sizeof *feeds);
     out = calloc((size_t)a->n_fetch + 1, sizeof *out);
     views = calloc((size_t)a->n_feeds + 1, sizeof *views);
@@ -510,7 +512,7 @@ static int run(const run_args *a) {
     rc = PE_EXIT_FAIL;
     if (a->n_places > 1 || a->n_trainers > 1) {
         pe_place places[64];
-        for (int i = 0; i < a->n_places; i++) places[i] = pe_place_cpu(i);
+        pe_tool_places_fill(a->place_kind, a->n_places, places);
         pe_pe_options o;
         pe_pe_options_default(&o);
         o.loss_name = a->backward;

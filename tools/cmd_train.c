@@ -55,6 +55,7 @@ typedef struct train_args {
     bool steps_given;
     long print_every;
     int n_places;
+    pe_place_kind place_kind;
     int trainers;             /* --trainers N (0: not given) */
     int n_trainers, trainer;  /* this process's world: mpirun's or Paddle's env (tools/trainers.c) */
     int n_fetch;
@@ -83,26 +84,6 @@ static int parse_long(const char *flag, const char *v, long lo, long *out) {
         return pe_tool_usage_error(USAGE_CMD, "%s '%s' is not an integer >= %ld", flag, v, lo);
     *out = n;
     return PE_EXIT_OK;
-}
-
-static int parse_places(const char *v, int *n_places) {
-    if (!strcmp(v, "cpu") || !strcmp(v, "cpu:0") || !strcmp(v, "cpu:1")) {
-        *n_places = 1;
-        return PE_EXIT_OK;
-    }
-    if (!strncmp(v, "cpu:", 4)) {
-        char *end;
-        errno = 0;
-        long n = strtol(v + 4, &end, 10);
-        if (v[4] && !*end && !errno && n > 1 && n <= MAX_PLACES) {
-            *n_places = (int)n;
-            return PE_EXIT_OK;
-        }
-    }
-    if (!strncmp(v, "cuda", 4) || !strncmp(v, "gpu", 3))
-        return pe_tool_usage_error(USAGE_CMD, "--places %s: CUDA places are not supported by 'pe train' yet (use cpu:N)", v);
-    return pe_tool_usage_error(USAGE_CMD, "--places '%s' is not a place list: use cpu, cpu:0, or cpu:N with N from 1 to %d",
-                               v, MAX_PLACES);
 }
 
 static int parse_args(int argc, char **argv, train_args *a) {
@@ -196,7 +177,7 @@ static int parse_args(int argc, char **argv, train_args *a) {
         }
         if ((r = pe_tool_flag(argc, argv, &i, "--places", &v)) != 0) {
             if (r < 0) return pe_tool_usage_error(USAGE_CMD, "--places needs a value");
-            if ((rc = parse_places(v, &a->n_places)) != PE_EXIT_OK) return rc;
+            if ((rc = pe_tool_parse_places(USAGE_CMD, v, &a->place_kind, &a->n_places)) != PE_EXIT_OK) return rc;
             continue;
         }
         if ((r = pe_tool_flag(argc, argv, &i, "--fetch", &v)) != 0) {
@@ -606,7 +587,7 @@ static int train(const train_args *a) {
     if ((rc = build_training_program(a, &s)) != PE_EXIT_OK) goto done;
     rc = PE_EXIT_FAIL;
     s.scope = pe_scope_new(NULL);
-    s.ex = s.scope ? pe_executor_new(pe_place_cpu(0)) : NULL;
+    s.ex = s.scope ? pe_executor_new(a->place_kind == PE_PLACE_CUDA ? pe_place_cuda(0) : pe_place_cpu(0)) : NULL;
     s.fetch = calloc((size_t)a->n_fetch + 2, sizeof *s.fetch);
     s.out = calloc((size_t)a->n_fetch + 2, sizeof *s.out);
     s.losses = calloc((size_t)a->steps + 1, sizeof *s.losses);
@@ -641,7 +622,7 @@ static int train(const train_args *a) {
     }
     if ((a->n_places > 1 || a->n_trainers > 1) && a->steps > 0) {
         pe_place places[MAX_PLACES];
-        for (int i = 0; i < a->n_places; i++) places[i] = pe_place_cpu(i);
+        pe_tool_places_fill(a->place_kind, a->n_places, places);
         pe_pe_options o;
         pe_pe_options_default(&o);
         o.loss_name = a->loss;

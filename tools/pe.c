@@ -27,12 +27,12 @@
 
 #define RUN_USAGE                                                                              \
     "pe run PROGRAM [--startup S.pe] [--params CKPT] [--save CKPT] [--feed NAME=FILE.npy]... " \
-    "[--fetch NAME]... [--out DIR] [--places cpu:N] [--backward LOSS] [--trainers N]"
+    "[--fetch NAME]... [--out DIR] [--places cpu:N|cuda:N] [--backward LOSS] [--trainers N]"
 
 #define TRAIN_USAGE                                                                                      \
     "pe train PROGRAM --startup S.pe --loss NAME --optimizer sgd|momentum|adam [--lr F] [--momentum F] "   \
     "[--nesterov] [--beta1 F --beta2 F --epsilon F] [--weight-decay F] [--clip-norm F] --data DIR "       \
-    "--steps N [--first-step S] [--places cpu:N] [--params CKPT] [--save CKPT] [--log FILE.npy] "        \
+    "--steps N [--first-step S] [--places cpu:N|cuda:N] [--params CKPT] [--save CKPT] [--log FILE.npy] "        \
     "[--fetch NAME]... [--out DIR] [--print-every N] [--trainers N] [--timeline PATH]"
 
 static const pe_tool_cmd k_cmds[] = {
@@ -56,7 +56,9 @@ static const pe_tool_cmd k_cmds[] = {
      "                        \"fc_0_out.npy\"); a leading '.' also becomes '_'.\n"
      "  --places P            where to run: cpu, cpu:0 or cpu:1 (one CPU place), or\n"
      "                        cpu:N: N CPU places through the ParallelExecutor (feeds\n"
-     "                        split along axis 0, fetches concatenated in place order)\n"
+     "                        split along axis 0, fetches concatenated in place order);\n"
+     "                        cuda or cuda:0 (the first GPU), cuda:N (the first N\n"
+     "                        visible GPUs; CUDA_VISIBLE_DEVICES picks which)\n"
      "  --backward LOSS       append the gradient ops of LOSS first; every fed float var\n"
      "                        and every parameter gets NAME@GRAD, which can be fetched\n"
      "  --trainers N          run as N processes (re-executes under mpirun -np N; or start\n"
@@ -91,7 +93,8 @@ static const pe_tool_cmd k_cmds[] = {
      "  --first-step S        number of steps already done (resuming with --params): step\n"
      "                        s of this run reads batch (S + s) mod K (default 0)\n"
      "  --places P            cpu or cpu:1 (single-place executor), cpu:N (N places\n"
-     "                        through the ParallelExecutor, each batch split along axis 0)\n"
+     "                        through the ParallelExecutor, each batch split along axis 0);\n"
+     "                        cuda or cuda:N likewise on the first N visible GPUs\n"
      "  --params CKPT         load persistables from a safetensors checkpoint after the\n"
      "                        startup program (a checkpoint from pe train resumes the\n"
      "                        optimizer state too; one with the forward program's\n"

@@ -125,17 +125,23 @@ pe_status pe_tool_rows_view(pe_tensor *dst, const pe_tensor *src, int64_t first,
  * into *bs (fields not named keep their value). Usage errors name `cmd`;
  * returns PE_EXIT_OK or PE_EXIT_USAGE. (tools/args.c, like the rest below) */
 int pe_tool_parse_strategy(const char *cmd, const char *spec, pe_build_strategy *bs);
-/* --places "cpu" | "cpu:0" (1 place) | "cpu:N" (N places, 1..64) into
- * *n_places; returns PE_EXIT_OK or PE_EXIT_USAGE (a usage error naming cmd). */
-int pe_tool_parse_places(const char *cmd, const char *v, int *n_places);
+/* --places "cpu" | "cpu:0" (1 place) | "cpu:N" (N places, 1..64), or
+ * "cuda" | "cuda:0" (cuda:0) | "cuda:N" (the first N visible GPUs, 1..64;
+ * CUDA_VISIBLE_DEVICES picks which) into *kind and *n_places. kind NULL: the
+ * command takes CPU places only (CUDA is a usage error naming cmd). Returns
+ * PE_EXIT_OK or PE_EXIT_USAGE (a usage error naming cmd). */
+int pe_tool_parse_places(const char *cmd, const char *v, pe_place_kind *kind, int *n_places);
+/* places[0..n) of `kind`: cpu:0..n-1 or cuda:0..n-1. */
+void pe_tool_places_fill(pe_place_kind kind, int n, pe_place *places);
 /* A step of a command's argument loop: false when argv[*i] is not the flag;
  * else true with its value parsed (into *n_places / *bs; it may follow as
  * the next argument or after '=') and *rc PE_EXIT_OK or PE_EXIT_USAGE:
- *     if (pe_tool_places_flag("graph", argc, argv, &i, &a->n_places, &rc)) {
+ *     if (pe_tool_places_flag("graph", argc, argv, &i, NULL, &a->n_places, &rc)) {
  *         if (rc != PE_EXIT_OK) return rc;
  *         continue;
  *     } */
-bool pe_tool_places_flag(const char *cmd, int argc, char **argv, int *i, int *n_places, int *rc);
+bool pe_tool_places_flag(const char *cmd, int argc, char **argv, int *i, pe_place_kind *kind, int *n_places,
+                         int *rc);
 bool pe_tool_strategy_flag(const char *cmd, int argc, char **argv, int *i, pe_build_strategy *bs, int *rc);
 
 #endif

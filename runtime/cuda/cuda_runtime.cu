@@ -12,12 +12,21 @@
  * the (possibly pageable, possibly freed right after) host buffer is no longer
  * read.
  *
+ * Device memory goes through one caching allocator per device
+ * (runtime/block_cache.c): a freed block goes back to the cache, not to
+ * cudaFree, and the next allocation of its size class takes it, so the
+ * steady state of a training loop calls cudaMalloc never. Reuse without a
+ * synchronization is safe because every kernel and copy of a device runs on
+ * its one stream, in issue order. pe_cuda_empty_cache hands the cached
+ * blocks back (after draining the stream).
+ *
  * Why: runtime/alloc.c and runtime/tensor.c stay plain C and call these
  * functions through runtime/internal.h; a machine without a driver or GPU
  * sees 0 devices (not an error), so a CUDA build still runs everything on CPU.
  * Byte accounting stays in runtime/alloc.c (one place for CPU and CUDA).
  */
 #include "runtime/cuda/cuda_internal.h"
+#include "runtime/block_cache.h"
 
 #include <cstring>
 #include <mutex>
@@ -60,6 +69,62 @@ pe_status get_stream(int device, cudaStream_t *out) {
     return PE_OK;
 }
 
+/* The cache's raw allocator: cudaMalloc on the device (ctx = device id). */
+void *raw_alloc(void *ctx, size_t bytes) {
+    int device = (int)(intptr_t)ctx;
+    pe_cuda_device_scope g(device);
+    if (!g.ok()) return nullptr;
+    void *p = nullptr;
+    cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        pe_error(e == cudaErrorMemoryAllocation ? PE_ERR_NOMEM : PE_ERR_DEVICE,
+                 "cannot allocate %zu bytes on cuda:%d: %s", bytes, device, cudaGetErrorString(e));
+        return nullptr;
+    }
+    return p;
+}
+
+/* cudaFree after the device's stream has drained (kernels queued there may
+ * still use the block). */
+void raw_free(void *ctx, void *ptr, size_t) {
+    int device = (int)(intptr_t)ctx;
+    pe_cuda_device_scope g(device);
+    cudaStream_t s = nullptr;
+    {
+        std::lock_guard<std::mutex> lock(g_stream_mu);
+        s = g_streams[device];
+    }
+    cudaError_t e = s ? cudaStreamSynchronize(s) : cudaSuccess;
+    if (e != cudaSuccess && e != cudaErrorCudartUnloading) {
+        (void)cudaGetLastError();
+        pe_log(PE_LOG_ERROR, "cuda:%d: pending work failed before a free: %s", device, cudaGetErrorString(e));
+    }
+    e = cudaFree(ptr);
+    /* At process exit the runtime may be torn down first; the memory goes
+     * with the context, nothing to report. */
+    if (e != cudaSuccess && e != cudaErrorCudartUnloading) {
+        (void)cudaGetLastError();
+        pe_log(PE_LOG_ERROR, "cudaFree on cuda:%d failed: %s", device, cudaGetErrorString(e));
+    }
+}
+
+std::mutex g_cache_mu;
+pe_block_cache *g_cache[PE_MAX_PLACES];
+
+/* The device's cache, made on first use (kept until the process ends: a
+ * tensor may be freed during exit, after any teardown would have run). */
+pe_block_cache *cache_of(int device) {
+    std::lock_guard<std::mutex> lock(g_cache_mu);
+    if (!g_cache[device]) {
+        char name[16];
+        snprintf(name, sizeof name, "cuda:%d", device);
+        g_cache[device] = pe_block_cache_new(raw_alloc, raw_free, (void *)(intptr_t)device, name);
+        if (!g_cache[device]) pe_error(PE_ERR_NOMEM, "cannot make the memory cache of cuda:%d", device);
+    }
+    return g_cache[device];
+}
+
 const char *kind_name(cudaMemcpyKind k) {
     switch (k) {
     case cudaMemcpyHostToDevice: return "host-to-device";
@@ -89,17 +154,8 @@ int pe_cuda_device_count(void) {
 
 void *pe_cuda_malloc(int device, size_t bytes) {
     if (check_device(device, "allocate on") != PE_OK) return nullptr;
-    pe_cuda_device_scope g(device);
-    if (!g.ok()) return nullptr;
-    void *p = nullptr;
-    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        pe_error(e == cudaErrorMemoryAllocation ? PE_ERR_NOMEM : PE_ERR_DEVICE,
-                 "cannot allocate %zu bytes on cuda:%d: %s", bytes, device, cudaGetErrorString(e));
-        return nullptr;
-    }
-    return p;
+    pe_block_cache *c = cache_of(device);
+    return c ? pe_block_cache_alloc(c, bytes) : nullptr;
 }
 
 void pe_cuda_free(int device, void *ptr) {
@@ -108,26 +164,30 @@ void pe_cuda_free(int device, void *ptr) {
         pe_log(PE_LOG_ERROR, "%s", pe_last_error());
         return;
     }
-    pe_cuda_device_scope g(device);
-    /* Kernels queued on the place's stream may still use ptr: drain it
-     * (cudaFree also synchronizes, but PE should not rely on it). */
-    cudaStream_t s = nullptr;
-    {
-        std::lock_guard<std::mutex> lock(g_stream_mu);
-        s = g_streams[device];
-    }
-    cudaError_t e = s ? cudaStreamSynchronize(s) : cudaSuccess;
-    if (e != cudaSuccess && e != cudaErrorCudartUnloading) {
-        (void)cudaGetLastError();
-        pe_log(PE_LOG_ERROR, "cuda:%d: pending work failed before a free: %s", device, cudaGetErrorString(e));
-    }
-    e = cudaFree(ptr);
-    /* At process exit the runtime may be torn down before the last tensor
-     * is freed; the memory goes with the context, nothing to report. */
-    if (e != cudaSuccess && e != cudaErrorCudartUnloading) {
-        (void)cudaGetLastError();
-        pe_log(PE_LOG_ERROR, "cudaFree on cuda:%d failed: %s", device, cudaGetErrorString(e));
-    }
+    pe_block_cache *c = cache_of(device);
+    if (c) pe_block_cache_free(c, ptr);
+}
+
+size_t pe_cuda_empty_cache(int device) {
+    if (check_device(device, "empty the memory cache of") != PE_OK) return 0;
+    pe_block_cache *c = cache_of(device);
+    return c ? pe_block_cache_release(c) : 0;
+}
+
+pe_status pe_cuda_memory_stats(int device, pe_cuda_mem_stats *out) {
+    memset(out, 0, sizeof *out);
+    PE_CHECK(check_device(device, "read the memory statistics of"));
+    pe_block_cache *c = cache_of(device);
+    if (!c) return PE_ERR_NOMEM;
+    pe_block_cache_stats s = pe_block_cache_get_stats(c);
+    out->held = s.held;
+    out->in_use = s.in_use;
+    out->cached = s.cached;
+    out->peak_held = s.peak_held;
+    out->cuda_mallocs = s.raw_allocs;
+    out->cuda_frees = s.raw_frees;
+    out->cache_hits = s.hits;
+    return PE_OK;
 }
 
 void *pe_cuda_stream(int device) {

@@ -1751,7 +1751,11 @@ def _to_torch(a, upcast):
     return t
 
 
-def run_case(case, tmp_path, threads=(1,)):
+def run_case(case, tmp_path, threads=(1,), env=None):
+    """Runs the row with `pe run` (once per thread count; `env` adds to the
+    environment, e.g. PE_TEST_PLACES), checks every output against the
+    reference, and returns the first run's outputs {var name: array}."""
+    os.makedirs(str(tmp_path), exist_ok=True)
     rng = np.random.default_rng(zlib.crc32(case.id.encode()))
     arrays = {}
     for slot, spec in case.inputs.items():
@@ -1793,7 +1797,7 @@ def run_case(case, tmp_path, threads=(1,)):
     fetch = [o[1] for o in outputs]
     results = []
     for nt in threads:
-        got = run_pe(prog, feeds, fetch, workdir=str(tmp_path), env={"OMP_NUM_THREADS": str(nt)})
+        got = run_pe(prog, feeds, fetch, workdir=str(tmp_path), env=dict(env or {}, OMP_NUM_THREADS=str(nt)))
         for label, nm, w, dt in outputs:
             _check(case, label, got[nm], w, dt)
         results.append(got)
@@ -1805,6 +1809,7 @@ def run_case(case, tmp_path, threads=(1,)):
                 pytest.fail("%s: output %s differs between %d and %d threads at %d of %d elements "
                             "(max difference %.3g)" % (case.id, label, threads[0], nt, d.sum(), d.size,
                                                        np.abs(a.astype(np.float64) - b)[d].max()))
+    return results[0]
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -44,7 +44,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
 sys.path.insert(0, HERE)
 import test_forward_ops as fw  # noqa: E402
-from pe_json import REPO, Program, fetch_file, pe_bin, pe_failure  # noqa: E402
+from pe_json import REPO, Program, fetch_file, pe_bin, pe_failure, place_args  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -173,7 +173,7 @@ def _run_pe(prog, feeds, fetch, wd, env=None):
     out = os.path.join(wd, "out")
     for name in fetch:
         cmd += ["--fetch", name]
-    cmd += ["--out", out]
+    cmd += ["--out", out] + place_args(env)
     e = dict(os.environ)
     e.setdefault("OMP_NUM_THREADS", "1")
     e.update(env or {})
@@ -198,7 +198,11 @@ def _check_grad(case, label, got, want):
                     % (case.id, label, bad.sum(), bad.size, rtol, atol, np.nanmax(err), list(i), g[i], w[i]))
 
 
-def run_grad_case(case, tmp_path):
+def run_grad_case(case, tmp_path, env=None):
+    """Runs the row's forward + backward with `pe run --backward` (`env` adds
+    to the environment, e.g. PE_TEST_PLACES), checks the loss and every
+    gradient against torch, and returns pe's fetches {name: array}."""
+    os.makedirs(str(tmp_path), exist_ok=True)
     rng = np.random.default_rng(zlib.crc32(("grad-" + case.id).encode()))
     arrays = {slot: [s.make(rng) for s in spec] if isinstance(spec, list) else spec.make(rng)
               for slot, spec in case.inputs.items()}
@@ -262,13 +266,14 @@ def run_grad_case(case, tmp_path):
 
     want = torch.autograd.grad(torch_loss, [x for _, _, x, _ in leaves], allow_unused=True)
     fetch = ["%s@GRAD" % nm for nm, _, _, _ in leaves]
-    got = _run_pe(prog, feeds, fetch + ["loss"], str(tmp_path))
+    got = _run_pe(prog, feeds, fetch + ["loss"], str(tmp_path), env=env)
     np.testing.assert_allclose(got["loss"].astype(np.float64).reshape(-1)[0], torch_loss.item(), rtol=1e-4, atol=1e-6,
                                err_msg="%s: the loss itself differs" % case.id)
     for (nm, slot, x, dt), w, f in zip(leaves, want, fetch):
         g = got[f]
         assert g.dtype == dt, "%s: %s has dtype %s, the input is %s" % (case.id, f, g.dtype, dt)
         _check_grad(case, f, g, np.zeros(x.shape) if w is None else w.numpy())
+    return got
 
 
 @pytest.fixture(scope="module", autouse=True)

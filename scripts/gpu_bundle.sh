@@ -1,0 +1,31 @@
+#!/bin/sh
+# scripts/gpu_bundle.sh — pack a CUDA build of PE for a GPU machine that lacks
+# PE's Debian packages (a lent machine with the CUDA toolkit but no apt).
+#
+#     scripts/gpu_bundle.sh [BUILD_DIR] [OUT]      # defaults: build-gpu .gpu/bundle.tar.xz
+#     # there:  PE_GPU_BUNDLE=.gpu/bundle.tar.xz scripts/test_gpu.sh
+#
+# The bundle holds BUILD_DIR's bin/ and lib/ (PE's programs and static
+# libraries, for the Python extension that scripts/test_gpu.sh links there
+# against that machine's Python) and the shared libraries they need that are
+# not part of CUDA or glibc (oneDNN, OpenBLAS, cJSON, flatbuffers, OpenMP,
+# gfortran), found with ldd. CUDA's own libraries (cudart, cuBLAS, cuDNN,
+# NCCL) come from the GPU machine, whose driver they must match.
+set -eu
+build=${1:-build-gpu}
+out=${2:-.gpu/bundle.tar.xz}
+[ -x "$build/bin/pe" ] || { echo "gpu_bundle: $build/bin/pe not found: build it first" >&2; exit 1; }
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/deps" "$(dirname "$out")"
+cp -a "$build/bin" "$build/lib" "$stage/"
+for f in "$build"/bin/*; do ldd "$f" 2>/dev/null; done | awk '/=> \//{print $3}' | sort -u |
+    grep -v -E '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|ld-linux-x86-64)\.so|/libcud|/libcublas|/libnccl|/libnvrtc|/libnvJitLink' |
+    while read -r lib; do cp -L "$lib" "$stage/deps/"; done
+# The extension links these by name (-ldnnl ...): give each its plain .so name too.
+for f in "$stage"/deps/*.so.*; do
+    base=$(basename "$f"); plain=${base%%.so.*}.so
+    [ -e "$stage/deps/$plain" ] || ln -s "$base" "$stage/deps/$plain"
+done
+tar -C "$stage" -cJf "$out" . 
+echo "gpu_bundle: $out ($(du -h "$out" | cut -f1))"
