@@ -12,6 +12,10 @@
 
 #include "ops/op.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct pe_tile_plan {
     int n;                         /* rank of Out */
     int64_t xd[PE_MAX_DIMS];       /* X's dims, 1s prepended to rank n */
@@ -24,4 +28,7 @@ typedef struct pe_tile_plan {
  * others must match). Fails naming the op, X and the attr. */
 pe_status pe_tile_plan_make(const pe_op_ctx *ctx, const pe_tensor *x, pe_tile_plan *tp);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

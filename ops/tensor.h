@@ -8,6 +8,10 @@
 
 #include "ops/op.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* fill_constant's fill value for dtype dt: str_value when non-empty (an
  * integer literal parsed exactly into *ival with *is_int set, for integer
  * dtypes; else strtod's syntax incl. "inf", "-inf", "nan"; "true"/"false"
@@ -57,4 +61,7 @@ pe_status pe_split_plan_make(const pe_op_ctx *ctx, const char *slot, const pe_te
                              pe_split_plan *sp);
 int64_t pe_split_size(const pe_split_plan *sp, int k);
 
+#ifdef __cplusplus
+}
+#endif
 #endif
