@@ -9,14 +9,17 @@
  * row-major C[m, n] = op(A) op(B) is the column-major C^T = op(B)^T op(A)^T,
  * so gemm() below swaps the operands and keeps the CPU kernel's leading
  * dimensions. The GEMM choices are the CPU kernel's: one GEMM when the
- * batches fold into [nb*M, K] x [K, N]; otherwise one strided-batched GEMM
- * when both operands step through their matrices uniformly (one matrix per
- * batch, or one matrix for all: stride 0), else one GEMM per batch at the
- * offsets pe_matmul_x_batch / pe_matmul_y_batch give (numpy broadcasting of
- * batch dims of both operands). The gradient of a broadcast operand (one
- * matrix used by several batches) is the sum of the per-batch products added
- * into it with beta = 1 in batch order, one GEMM after the other on the
- * stream — the CPU's fixed order, so deterministic.
+ * batches fold into [nb*M, K] x [K, N]; otherwise strided-batched GEMMs
+ * over the trailing batch axes on which both operands step through their
+ * matrices uniformly (one matrix per batch, or one for all: stride 0),
+ * looped over the leading axes at the offsets pe_matmul_x_batch /
+ * pe_matmul_y_batch give (numpy broadcasting of both operands' batch dims;
+ * the fully uniform case is a single batched GEMM). The gradient of a
+ * broadcast operand (one matrix used by several batches) is the sum of the
+ * per-batch products added into it with beta = 1: a batched GEMM only spans
+ * batches that write distinct matrices, and the loop adds the rest one GEMM
+ * after the other on the stream, so every matrix receives its products in
+ * batch order — the CPU's fixed order, deterministic.
  *
  * lookup_table: the CPU kernel fails on an id outside [0, V); here a small
  * kernel finds the first such position (integer atomicMin, deterministic)
@@ -140,13 +143,43 @@ pe_status check_gemm_dtype(const pe_op_ctx *ctx, const pe_tensor *x, const pe_te
 
 /* ---- matmul helpers ----------------------------------------------------- */
 
-/* Element stride between the matrices an operand uses for consecutive
- * batches when uniform: one matrix per batch (full) or one for all (0);
- * -1 otherwise (broadcast over some batch axes only). */
-int64_t uniform_stride(bool full, int64_t nmat, int64_t matsize) {
-    if (full) return matsize;
-    if (nmat == 1) return 0;
-    return -1;
+/* The output batches as [outer, inner]: the trailing batch axes from
+ * `first` on form one strided-batched GEMM of `inner` matrices, the leading
+ * ones a loop of `outer` such GEMMs. Over the inner axes each operand steps
+ * through its matrices uniformly: one matrix per batch (x_step: the x
+ * matrix of inner batch i is base + i) or one for all (stride 0). */
+struct batch_split {
+    int64_t outer, inner;
+    bool x_step, y_step;
+};
+
+/* The largest inner block where both operands are uniform and, for
+ * distinct_x (distinct_y), x (y) steps — the matrices the batches write are
+ * then distinct within one batched GEMM, so a gradient added into a
+ * broadcast operand with beta = 1 has no two writers at once, and the outer
+ * loop adds the rest in batch order (the CPU's). Size-1 axes are neutral. */
+batch_split split_batches(const pe_matmul_plan *p, bool distinct_x, bool distinct_y) {
+    batch_split sp = {p->n_batch, 1, false, false};
+    for (int first = 0; first <= p->batch_ndim; first++) {
+        bool xz = true, xnz = true, yz = true, ynz = true;
+        int64_t inner = 1;
+        for (int a = first; a < p->batch_ndim; a++) {
+            if (p->batch_dims[a] == 1) continue;
+            inner *= p->batch_dims[a];
+            if (p->x_bstride[a]) xz = false;
+            else xnz = false;
+            if (p->y_bstride[a]) yz = false;
+            else ynz = false;
+        }
+        if ((xz || xnz) && (yz || ynz) && (!distinct_x || xnz) && (!distinct_y || ynz)) {
+            sp.inner = inner;
+            sp.outer = inner ? p->n_batch / inner : 0;
+            sp.x_step = xnz && inner > 1;
+            sp.y_step = ynz && inner > 1;
+            return sp;
+        }
+    }
+    return sp; /* not reached: first == batch_ndim always fits */
 }
 
 /* dX of `count` batches (element strides sg, sy, sd):
@@ -490,8 +523,6 @@ pe_status pe_cuda_matmul(const pe_op_ctx *ctx) {
     pe_cuda_device_scope dev(ctx->place.id);
     blas_ctx b;
     PE_CHECK(blas_begin(ctx, dev, x->dtype, &b));
-    const int64_t ny = pe_dims_prod(y->dims, 0, y->ndim) / (k * n > 0 ? k * n : 1);
-    const int64_t nx = pe_dims_prod(x->dims, 0, x->ndim) / (m * k > 0 ? m * k : 1);
     const bool y_shared = p.batch_ndim == 0 || pe_dims_prod(y->dims, 0, y->ndim) == k * n;
     if (nb == 1 || (y_shared && p.x_full && !p.trans_x)) {
         /* one GEMM: [nb*M, K] x [K, N] (x's batches are consecutive row blocks) */
@@ -500,17 +531,15 @@ pe_status pe_cuda_matmul(const pe_op_ctx *ctx) {
         return pe_cuda_check_launch(ctx);
     }
     PE_CHECK(check_blas_size(ctx, m, n, k));
-    const int64_t sx = k > 0 ? uniform_stride(p.x_full, nx, m * k) : 0;
-    const int64_t sy = k > 0 ? uniform_stride(p.y_full, ny, k * n) : 0;
-    if (sx >= 0 && sy >= 0) {
-        PE_CHECK(gemm(b, p.trans_x, p.trans_y, m, n, k, p.alpha, xd, sx, yd, sy, 0.0, od, m * n, nb));
-        return pe_cuda_check_launch(ctx);
+    /* strided-batched GEMMs over the inner batch axes, a loop over the outer ones */
+    const batch_split sp = split_batches(&p, false, false);
+    const int64_t xm = m * k, ym = k * n, om = m * n; /* elements per matrix */
+    for (int64_t o = 0; o < sp.outer; o++) {
+        const int64_t b0 = o * sp.inner;
+        PE_CHECK(gemm(b, p.trans_x, p.trans_y, m, n, k, p.alpha, xd + (size_t)(pe_matmul_x_batch(&p, b0) * xm) * es,
+                      sp.x_step ? xm : 0, yd + (size_t)(pe_matmul_y_batch(&p, b0) * ym) * es, sp.y_step ? ym : 0,
+                      0.0, od + (size_t)(b0 * om) * es, om, sp.inner));
     }
-    /* batch dims broadcast partly: one GEMM per batch */
-    const size_t xs = (size_t)(m * k) * es, ys = (size_t)(k * n) * es, os = (size_t)(m * n) * es;
-    for (int64_t i = 0; i < nb; i++)
-        PE_CHECK(gemm(b, p.trans_x, p.trans_y, m, n, k, p.alpha, xd + (size_t)pe_matmul_x_batch(&p, i) * xs, 0,
-                      yd + (size_t)pe_matmul_y_batch(&p, i) * ys, 0, 0.0, od + (size_t)i * os, 0, 1));
     return pe_cuda_check_launch(ctx);
 }
 
@@ -550,36 +579,33 @@ pe_status pe_cuda_matmul_grad(const pe_op_ctx *ctx) {
     }
     PE_CHECK(check_blas_size(ctx, m, n, k));
     const int64_t xm = m * k, ym = k * n, gm = m * n; /* elements per matrix */
-    const int64_t nx = xm > 0 ? pe_dims_prod(x->dims, 0, x->ndim) / xm : 0;
-    const int64_t ny = ym > 0 ? pe_dims_prod(y->dims, 0, y->ndim) / ym : 0;
-    const int64_t sx = xm > 0 ? uniform_stride(p.x_full, nx, xm) : 0;
-    const int64_t sy = ym > 0 ? uniform_stride(p.y_full, ny, ym) : 0;
+    /* Each operand's gradient: strided-batched GEMMs over inner batch axes
+     * where it has one matrix per batch, a loop over the outer ones; a
+     * broadcast operand (not full) is zeroed first and its products added
+     * with beta = 1, each of its matrices receiving them in batch order. */
     if (dx) {
         char *dd = (char *)pe_tensor_data(dx);
-        if (p.x_full && sy >= 0) {
-            /* one matrix of dX per batch: one batched GEMM */
-            PE_CHECK(matmul_dx(b, &p, m, gd, gm, yd, sy, 0.0, dd, xm, nb));
-        } else {
-            /* dX[x_batch(i)] (+)= the product of batch i, in batch order */
-            if (!p.x_full && pe_tensor_nbytes(dx))
-                PE_CHECK(pe_cuda_check(ctx, cudaMemsetAsync(dd, 0, pe_tensor_nbytes(dx), b.s), "cudaMemsetAsync"));
-            for (int64_t i = 0; i < nb; i++)
-                PE_CHECK(matmul_dx(b, &p, m, gd + (size_t)(i * gm) * es, 0,
-                                   yd + (size_t)(pe_matmul_y_batch(&p, i) * ym) * es, 0, p.x_full ? 0.0 : 1.0,
-                                   dd + (size_t)(pe_matmul_x_batch(&p, i) * xm) * es, 0, 1));
+        if (!p.x_full && pe_tensor_nbytes(dx))
+            PE_CHECK(pe_cuda_check(ctx, cudaMemsetAsync(dd, 0, pe_tensor_nbytes(dx), b.s), "cudaMemsetAsync"));
+        const batch_split sp = split_batches(&p, true, false);
+        for (int64_t o = 0; o < sp.outer; o++) {
+            const int64_t b0 = o * sp.inner;
+            PE_CHECK(matmul_dx(b, &p, m, gd + (size_t)(b0 * gm) * es, gm,
+                               yd + (size_t)(pe_matmul_y_batch(&p, b0) * ym) * es, sp.y_step ? ym : 0,
+                               p.x_full ? 0.0 : 1.0, dd + (size_t)(pe_matmul_x_batch(&p, b0) * xm) * es, xm,
+                               sp.inner));
         }
     }
     if (dy) {
         char *dd = (char *)pe_tensor_data(dy);
-        if (p.y_full && sx >= 0) {
-            PE_CHECK(matmul_dy(b, &p, m, xd, sx, gd, gm, 0.0, dd, ym, nb));
-        } else {
-            if (!p.y_full && pe_tensor_nbytes(dy))
-                PE_CHECK(pe_cuda_check(ctx, cudaMemsetAsync(dd, 0, pe_tensor_nbytes(dy), b.s), "cudaMemsetAsync"));
-            for (int64_t i = 0; i < nb; i++)
-                PE_CHECK(matmul_dy(b, &p, m, xd + (size_t)(pe_matmul_x_batch(&p, i) * xm) * es, 0,
-                                   gd + (size_t)(i * gm) * es, 0, p.y_full ? 0.0 : 1.0,
-                                   dd + (size_t)(pe_matmul_y_batch(&p, i) * ym) * es, 0, 1));
+        if (!p.y_full && pe_tensor_nbytes(dy))
+            PE_CHECK(pe_cuda_check(ctx, cudaMemsetAsync(dd, 0, pe_tensor_nbytes(dy), b.s), "cudaMemsetAsync"));
+        const batch_split sp = split_batches(&p, false, true);
+        for (int64_t o = 0; o < sp.outer; o++) {
+            const int64_t b0 = o * sp.inner;
+            PE_CHECK(matmul_dy(b, &p, m, xd + (size_t)(pe_matmul_x_batch(&p, b0) * xm) * es, sp.x_step ? xm : 0,
+                               gd + (size_t)(b0 * gm) * es, gm, p.y_full ? 0.0 : 1.0,
+                               dd + (size_t)(pe_matmul_y_batch(&p, b0) * ym) * es, ym, sp.inner));
         }
     }
     return pe_cuda_check_launch(ctx);
