@@ -842,7 +842,7 @@ pe_status pe_cuda_reduce_prod_grad(const pe_op_ctx *ctx) { return reduce_grad_ru
 pe_status pe_cuda_mean_grad(const pe_op_ctx *ctx) {
     const pe_tensor *x = pe_ctx_in(ctx, "X"), *g = pe_ctx_in(ctx, "Out@GRAD");
     pe_tensor *dx = pe_ctx_out(ctx, "X@GRAD");
-    PE_CHECK(pe_cuda_check_on_place(ctx, g, "Out@GRAD", pe_ctx_in_name(ctx, "Out@GRAD", 0)));
+    PE_CHECK(pe_cuda_check_inputs(ctx));
     const int64_t n = pe_tensor_numel(x);
     if (g->dtype != x->dtype || dx->dtype != x->dtype || pe_tensor_numel(g) != 1 || pe_tensor_numel(dx) != n)
         return internal_mismatch(ctx);
