@@ -9,6 +9,11 @@
  * so kernels may split elements across any number of OpenMP threads (or CUDA
  * threads) and every machine and thread count gives bitwise-identical values.
  *
+ * How: the pure functions (Philox, the maps to uniform/normal/truncated
+ * normal, the inverse CDF) are inline in runtime/rng_core.h, so the CUDA
+ * kernels call the same code on the device; this file wraps them for C
+ * callers and derives the stream key (a string hash: host only).
+ *
  * Exact derivation (all integer arithmetic modulo 2^64 or 2^32; a Python
  * implementation with ints masked to 64/32 bits and the `math` module
  * reproduces it):
@@ -55,41 +60,10 @@
  * bit — after rounding to fp32 that essentially never shows.
  */
 #include "runtime/rng.h"
-
-#include <math.h>
-
-#define PHILOX_M0 UINT32_C(0xD2511F53)
-#define PHILOX_M1 UINT32_C(0xCD9E8D57)
-#define PHILOX_W0 UINT32_C(0x9E3779B9)
-#define PHILOX_W1 UINT32_C(0xBB67AE85)
-
-static inline void philox_round(uint32_t c[4], const uint32_t k[2]) {
-    uint64_t p0 = (uint64_t)PHILOX_M0 * c[0];
-    uint64_t p1 = (uint64_t)PHILOX_M1 * c[2];
-    uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
-    uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
-    uint32_t n0 = hi1 ^ c[1] ^ k[0];
-    uint32_t n2 = hi0 ^ c[3] ^ k[1];
-    c[0] = n0;
-    c[1] = lo1;
-    c[2] = n2;
-    c[3] = lo0;
-}
+#include "runtime/rng_core.h"
 
 void pe_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) {
-    uint32_t c[4] = {ctr[0], ctr[1], ctr[2], ctr[3]};
-    uint32_t k[2] = {key[0], key[1]};
-    for (int r = 0; r < 10; r++) {
-        if (r) {
-            k[0] += PHILOX_W0;
-            k[1] += PHILOX_W1;
-        }
-        philox_round(c, k);
-    }
-    out[0] = c[0];
-    out[1] = c[1];
-    out[2] = c[2];
-    out[3] = c[3];
+    pe_rng_core_philox(ctr, key, out);
 }
 
 static uint64_t mix64(uint64_t z) {
@@ -110,79 +84,27 @@ uint64_t pe_rng_key(uint64_t program_seed, int64_t op_seed, const char *var_name
     return mix64(mix64(program_seed + UINT64_C(0x9E3779B97F4A7C15)) ^ op_id);
 }
 
-void pe_rng_block(uint64_t key, uint64_t index, uint32_t out[4]) {
-    const uint32_t k[2] = {(uint32_t)key, (uint32_t)(key >> 32)};
-    const uint32_t c[4] = {(uint32_t)index, (uint32_t)(index >> 32), 0, 0};
-    pe_philox4x32_10(c, k, out);
-}
-
-#define TWO_POW_M53 (1.0 / 9007199254740992.0) /* 2^-53 */
-
-static inline uint64_t bits53(uint32_t lo, uint32_t hi) {
-    return (((uint64_t)hi << 32) | lo) >> 11;
-}
+void pe_rng_block(uint64_t key, uint64_t index, uint32_t out[4]) { pe_rng_core_block(key, index, out); }
 
 double pe_rng_uniform(uint64_t key, uint64_t index) {
     uint32_t w[4];
-    pe_rng_block(key, index, w);
-    return (double)bits53(w[0], w[1]) * TWO_POW_M53;
+    pe_rng_core_block(key, index, w);
+    return pe_rng_core_uniform(w);
 }
 
 double pe_rng_normal(uint64_t key, uint64_t index) {
     uint32_t w[4];
-    pe_rng_block(key, index, w);
-    double u1 = (double)(bits53(w[0], w[1]) + 1) * TWO_POW_M53; /* (0, 1]: log finite */
-    double u2 = (double)bits53(w[2], w[3]) * TWO_POW_M53;       /* [0, 1) */
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+    pe_rng_core_block(key, index, w);
+    return pe_rng_core_normal(w);
 }
 
 double pe_rng_truncated_normal(uint64_t key, uint64_t index) {
-    static const double lo = 0x1.74bcf82c9d85dp-6; /* Phi(-2) = 0.022750131948179198 */
-    static const double hi = 0x1.f45a183e9b13dp-1; /* Phi(2)  = 0.9772498680518208 */
-    double z = pe_normal_inv_cdf(lo + (hi - lo) * pe_rng_uniform(key, index));
-    return z < -2.0 ? -2.0 : z > 2.0 ? 2.0 : z;
+    uint32_t w[4];
+    pe_rng_core_block(key, index, w);
+    return pe_rng_core_truncated_normal(w);
 }
 
 /* Wichura, M.J. (1988), "Algorithm AS241: The Percentage Points of the Normal
  * Distribution", Applied Statistics 37(3): 477-484. Relative accuracy ~1e-16.
  * Evaluation order as in Python's statistics module, so results match it. */
-double pe_normal_inv_cdf(double p) {
-    double q = p - 0.5, r, num, den, x;
-    if (fabs(q) <= 0.425) {
-        r = 0.180625 - q * q;
-        num = (((((((2.5090809287301226727e+3 * r + 3.3430575583588128105e+4) * r +
-                    6.7265770927008700853e+4) * r + 4.5921953931549871457e+4) * r +
-                  1.3731693765509461125e+4) * r + 1.9715909503065514427e+3) * r +
-                1.3314166789178437745e+2) * r + 3.3871328727963666080e+0) * q;
-        den = (((((((5.2264952788528545610e+3 * r + 2.8729085735721942674e+4) * r +
-                    3.9307895800092710610e+4) * r + 2.1213794301586595867e+4) * r +
-                  5.3941960214247511077e+3) * r + 6.8718700749205790830e+2) * r +
-                4.2313330701600911252e+1) * r + 1.0);
-        return num / den;
-    }
-    r = q <= 0.0 ? p : 1.0 - p;
-    r = sqrt(-log(r));
-    if (r <= 5.0) {
-        r = r - 1.6;
-        num = (((((((7.74545014278341407640e-4 * r + 2.27238449892691845833e-2) * r +
-                    2.41780725177450611770e-1) * r + 1.27045825245236838258e+0) * r +
-                  3.64784832476320460504e+0) * r + 5.76949722146069140550e+0) * r +
-                4.63033784615654529590e+0) * r + 1.42343711074968357734e+0);
-        den = (((((((1.05075007164441684324e-9 * r + 5.47593808499534494600e-4) * r +
-                    1.51986665636164571966e-2) * r + 1.48103976427480074590e-1) * r +
-                  6.89767334985100004550e-1) * r + 1.67638483018380384940e+0) * r +
-                2.05319162663775882187e+0) * r + 1.0);
-    } else {
-        r = r - 5.0;
-        num = (((((((2.01033439929228813265e-7 * r + 2.71155556874348757815e-5) * r +
-                    1.24266094738807843860e-3) * r + 2.65321895265761230930e-2) * r +
-                  2.96560571828504891230e-1) * r + 1.78482653991729133580e+0) * r +
-                5.46378491116411436990e+0) * r + 6.65790464350110377720e+0);
-        den = (((((((2.04426310338993978564e-15 * r + 1.42151175831644588870e-7) * r +
-                    1.84631831751005468180e-5) * r + 7.86869131145613259100e-4) * r +
-                  1.48753612908506148525e-2) * r + 1.36929880922735805310e-1) * r +
-                5.99832206555887937690e-1) * r + 1.0);
-    }
-    x = num / den;
-    return q < 0.0 ? -x : x;
-}
+double pe_normal_inv_cdf(double p) { return pe_rng_core_inv_cdf(p); }
