@@ -175,7 +175,7 @@ struct conv_plan {
     bool direct = false; /* no deterministic cuDNN algorithm: the direct kernels */
 };
 
-using conv_key = std::array<int64_t, 19>;
+using conv_key = std::array<int64_t, 20>;
 std::mutex g_plan_mu;
 std::map<conv_key, conv_plan> g_plans;
 
@@ -253,12 +253,19 @@ template <typename Perf> bool pick_perf(const Perf *r, int n, bool fp32_no_tf32,
     return false;
 }
 
+/* The plan cache's key: device, kind, dtype, math, and every extent and
+ * attr cuDNN sees. */
+conv_key conv_key_of(const pe_op_ctx *ctx, conv_kind kind, const pe_conv_geom *g, pe_dtype dt, const conv_cudnn *c) {
+    const bool fp32_no_tf32 = dt == PE_DTYPE_FP32 && !tf32_enabled();
+    return conv_key{ctx->place.id, kind, (int64_t)dt, fp32_no_tf32, g->n, g->c, c->hp, c->wp, g->m, g->kh,
+                    g->kw, g->groups, g->sh, g->sw, g->dh, g->dw, c->ph, c->pw, g->oh, g->ow};
+}
+
 /* The cached plan of (kind, g, dt) on the place, chosen on first use. */
 pe_status conv_get_plan(const pe_op_ctx *ctx, cudnnHandle_t h, conv_cudnn *c, conv_kind kind, const pe_conv_geom *g,
                         pe_dtype dt, conv_plan *plan) {
     const bool fp32_no_tf32 = dt == PE_DTYPE_FP32 && !tf32_enabled();
-    const conv_key key = {ctx->place.id, kind, (int64_t)dt, fp32_no_tf32, g->n, g->c, c->hp, c->wp, g->m, g->kh,
-                          g->kw, g->groups, g->sh, g->sw, g->dh, g->dw, c->ph, c->pw, g->oh * 100003 + g->ow};
+    const conv_key key = conv_key_of(ctx, kind, g, dt, c);
     {
         std::lock_guard<std::mutex> lk(g_plan_mu);
         auto it = g_plans.find(key);
@@ -325,9 +332,7 @@ pe_status conv_get_plan(const pe_op_ctx *ctx, cudnnHandle_t h, conv_cudnn *c, co
 
 /* Marks a plan direct after cuDNN refused to run it. */
 void conv_plan_demote(const pe_op_ctx *ctx, conv_kind kind, const pe_conv_geom *g, pe_dtype dt, const conv_cudnn *c) {
-    const bool fp32_no_tf32 = dt == PE_DTYPE_FP32 && !tf32_enabled();
-    const conv_key key = {ctx->place.id, kind, (int64_t)dt, fp32_no_tf32, g->n, g->c, c->hp, c->wp, g->m, g->kh,
-                          g->kw, g->groups, g->sh, g->sw, g->dh, g->dw, c->ph, c->pw, g->oh * 100003 + g->ow};
+    const conv_key key = conv_key_of(ctx, kind, g, dt, c);
     std::lock_guard<std::mutex> lk(g_plan_mu);
     g_plans[key] = conv_plan{0, CUDNN_DEFAULT_MATH, 0, true};
 }
