@@ -15,8 +15,10 @@
  *     its gradients conv2d's forward and backward-weights (as deconv.c).
  *     The algorithm is the first DETERMINISTIC one cudnnGet*Algorithm_v7
  *     proposes (no TF32 for float32 — CUDNN_FMA_MATH — unless
- *     PE_CUDA_TF32=1), chosen once per (device, kind, dtype, shapes, attrs)
- *     and cached with its workspace size; the workspace is device scratch.
+ *     PE_CUDA_TF32=1), preferring direct/GEMM algorithms under a 1 GiB
+ *     workspace to FFT/Winograd ones (which round differently from the CPU
+ *     sums), chosen once per (device, kind, dtype, shapes, attrs) and cached
+ *     with its workspace size; the workspace is device scratch.
  *     cuDNN wants symmetric padding: asymmetric paddings (SAME, 4-value
  *     paddings) pad the input explicitly into scratch (forward, weights) or
  *     compute the padded input gradient and crop it (data). Where cuDNN has
@@ -179,8 +181,8 @@ using conv_key = std::array<int64_t, 20>;
 std::mutex g_plan_mu;
 std::map<conv_key, conv_plan> g_plans;
 
-/* Workspace cap for an algorithm (a larger one is skipped when a smaller
- * deterministic one exists). */
+/* Workspace cap for an algorithm (a larger one is taken only when no
+ * smaller deterministic one exists). */
 constexpr size_t kMaxWorkspace = (size_t)1 << 30;
 
 /* cuDNN's view of a convolution: descriptors, padded plane, padding. */
@@ -233,16 +235,35 @@ pe_status conv_cudnn_init(const pe_op_ctx *ctx, conv_cudnn *c, const pe_conv_geo
     return PE_OK;
 }
 
-/* Whether a heuristic result is usable: supported, deterministic, within
- * the workspace cap (unless relaxed), and without TF32 unless allowed. */
-template <typename Perf> bool perf_ok(const Perf &p, bool fp32_no_tf32, bool cap) {
+/* Algorithms that transform the problem (FFT, Winograd) and so round
+ * differently from a direct sum of products — up to ~1e-5 relative in
+ * float32: taken only when nothing else is deterministic. */
+bool transformed(cudnnConvolutionFwdAlgo_t a) {
+    return a == CUDNN_CONVOLUTION_FWD_ALGO_FFT || a == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
+           a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD || a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+}
+bool transformed(cudnnConvolutionBwdDataAlgo_t a) {
+    return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT || a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING ||
+           a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD || a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+}
+bool transformed(cudnnConvolutionBwdFilterAlgo_t a) {
+    return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT || a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING ||
+           a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+}
+
+/* Whether a heuristic result is usable: supported, deterministic, without
+ * TF32 unless allowed; `strict` (the first choice) also within the
+ * workspace cap and not a transformed algorithm. */
+template <typename Perf> bool perf_ok(const Perf &p, bool fp32_no_tf32, bool strict) {
     if (p.status != CUDNN_STATUS_SUCCESS || p.determinism != CUDNN_DETERMINISTIC) return false;
-    if (cap && p.memory > kMaxWorkspace) return false;
+    if (strict && (p.memory > kMaxWorkspace || transformed(p.algo))) return false;
     if (fp32_no_tf32 && (p.mathType == CUDNN_TENSOR_OP_MATH || p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
         return false;
     return true;
 }
 
+/* The first usable result in cuDNN's order (its fastest first): strict
+ * ones, then any deterministic one. */
 template <typename Perf> bool pick_perf(const Perf *r, int n, bool fp32_no_tf32, Perf *out) {
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < n; i++)
