@@ -32,8 +32,15 @@ typedef struct pe_pad_plan {
  * naming the op, the attr and X. */
 pe_status pe_pad_plan_make(const pe_op_ctx *ctx, int ndim, const int64_t *xdims, pe_pad_plan *pp);
 
+/* Host and device (ops/cuda/pad.cu runs the same mapping). */
+#ifdef __CUDACC__
+#define PE_PAD_HD __host__ __device__
+#else
+#define PE_PAD_HD
+#endif
+
 /* The X index that Out index o of dim i reads, or -1 (the constant). */
-static inline int64_t pe_pad_src(const pe_pad_plan *pp, int i, int64_t o) {
+static inline PE_PAD_HD int64_t pe_pad_src(const pe_pad_plan *pp, int i, int64_t o) {
     const int64_t d = pp->xd[i];
     int64_t s = o - pp->before[i];
     if (s >= 0 && s < d) return s;
