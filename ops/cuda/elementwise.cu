@@ -1,27 +1,44 @@
-/* ops/cuda/elementwise.cu — CUDA kernels of the elementwise family:
- * elementwise_add/sub/mul/div (Paddle `axis` broadcasting) and scale on
- * fp32, fp64, int32, int64; relu, sigmoid, tanh on fp32 and fp64 — the
- * dtypes of the CPU kernels (ops/cpu/elementwise.c).
+/* ops/cuda/elementwise.cu — CUDA kernels of the elementwise family, the
+ * dtypes of the CPU kernels (ops/cpu/elementwise.c):
+ *  - elementwise_add/sub/mul/div/max/min/pow/mod/floordiv (Paddle `axis`
+ *    broadcasting) and scale on fp32, fp64, int32, int64;
+ *  - the compare ops (equal ... greater_equal; those four dtypes and bool,
+ *    bool Out), logical_and/or/xor (bool, axis -1) and logical_not;
+ *  - where (no broadcasting; any 4- or 8-byte dtype) and where_grad;
+ *  - relu, sigmoid, tanh and their gradients from Out (fp32, fp64);
+ *  - cast and cast_grad between fp32, fp64, int32, int64, uint8, bool;
+ *  - elementwise_{add,sub,mul,div,max,min,pow}_grad (fp32, fp64).
  *
  * How: broadcasting is not re-derived here. The same pe_bcast_plan the CPU
  * kernels use (ops/elementwise.h) is built on the host and passed to the
  * kernel by value; its fast kinds (same shape, scalar Y, row bias,
  * per-channel) get index-arithmetic-free or one-div kernels, everything else
- * the general strided loop the plan describes. All kernels are grid-stride
- * loops with 64-bit indices, launched on the place's stream
- * (pe_cuda_stream) with the place's device current; launch errors are
- * checked right away (cudaGetLastError) and returned through pe_ctx_error.
- * Execution errors surface at the next synchronization (the fetch copy).
+ * the general strided loop the plan describes. The gradient of a broadcast
+ * operand is the sum of its terms over its broadcast dims (the plan dims
+ * where its stride is 0), accumulated in double as on the CPU, in an order
+ * fixed by the shapes alone: one thread per element for short sums or many
+ * elements, else one block per element (a fixed tree in shared memory),
+ * split into parts added in order when few elements have long sums — no
+ * atomics, so a run repeats bit for bit. All kernels are grid-stride
+ * loops with 64-bit indices, launched on the place's stream with the
+ * place's device current; launch errors are checked right away
+ * (cudaGetLastError) and returned through pe_ctx_error. Execution errors
+ * surface at the next synchronization (the fetch copy).
  *
  * Numerics follow the CPU kernels: integer add/sub/mul wrap, integer x/0
- * is 0, IEEE float division, scale as two separately
- * rounded operations (__fmul_rn/__fadd_rn: nvcc would otherwise contract
- * x*s+b into an FMA and differ from the CPU in the last bit), and the
- * precise expf/tanhf (PE does not build with --use_fast_math).
+ * is 0, IEEE float division, scale as two separately rounded operations,
+ * and every product that feeds a sum rounded on its own (__fmul_rn /
+ * __dmul_rn: nvcc would otherwise contract into an FMA and differ from the
+ * CPU in the last bit); the precise expf/tanhf (PE does not build with
+ * --use_fast_math); float32 pow through double (glibc's powf is correctly
+ * rounded in practice, CUDA's powf is not); integer mod/floordiv by 0
+ * refused like the CPU kernel, which needs a read of a device flag (a
+ * stream synchronization, for integer mod/floordiv only).
  *
  * Why: the elementwise and activation ops are the CUDA seam of issue 2 —
  * enough for an MLP's bias + activation to run on a GPU place, compared with
- * the CPU kernels wherever a GPU exists (tests/unit/test_cuda.c).
+ * the CPU kernels wherever a GPU exists (tests/unit/test_cuda.c); issue 14
+ * adds the rest of the family and the gradients so training runs there too.
  */
 #include "ops/cuda/cuda_ops.h"
 #include "ops/elementwise.h"
@@ -796,18 +813,23 @@ __global__ void k_grad_sum_thread(const T *g, const T *x, const T *y, T *dst, gr
     }
 }
 
-/* Broadcast, one block per element of the side: thread k sums the reduced
- * elements k, k + blockDim, ... in order, then a fixed tree in shared
- * memory — the same order on every run. For few outputs with long sums
- * (scalar Y, per-channel bias). */
+/* Broadcast, blocks per element of the side: block (t, p) sums the
+ * reduced elements [p * chunk, (p + 1) * chunk) of element t — thread k
+ * the ones k, k + blockDim, ... in order, then a fixed tree in shared
+ * memory — the same order on every run. One part (gridDim.y == 1): the sum
+ * goes to dst; several: to part[t * gridDim.y + p], which k_grad_sum_parts
+ * adds in order. For few outputs with long sums (scalar Y, per-channel
+ * bias). */
 template <typename T, typename G>
-__global__ void k_grad_sum_block(const T *g, const T *x, const T *y, T *dst, grad_side gs, int side, G f) {
+__global__ void k_grad_sum_block(const T *g, const T *x, const T *y, T *dst, double *part, int64_t chunk,
+                                 grad_side gs, int side, G f) {
     __shared__ double sh[PE_CUDA_THREADS];
+    const int64_t p = blockIdx.y, r0 = p * chunk, r1 = r0 + chunk < gs.nred ? r0 + chunk : gs.nred;
     for (int64_t t = blockIdx.x; t < gs.nkept; t += gridDim.x) {
         int64_t ob, xb, yb;
         gs_offsets(gs, gs.kept, gs.nk, t, &ob, &xb, &yb);
         double acc = 0;
-        for (int64_t r = threadIdx.x; r < gs.nred; r += blockDim.x) {
+        for (int64_t r = r0 + threadIdx.x; r < r1; r += blockDim.x) {
             int64_t oo, xo, yo;
             gs_offsets(gs, gs.red, gs.nr, r, &oo, &xo, &yo);
             acc += (double)grad_term<T>(f, g, x, y, ob + oo, xb + xo, yb + yo);
@@ -818,25 +840,61 @@ __global__ void k_grad_sum_block(const T *g, const T *x, const T *y, T *dst, gra
             if ((int)threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
             __syncthreads();
         }
-        if (threadIdx.x == 0) dst[side ? yb : xb] = (T)sh[0];
+        if (threadIdx.x == 0) {
+            if (gridDim.y == 1) dst[side ? yb : xb] = (T)sh[0];
+            else part[t * gridDim.y + p] = sh[0];
+        }
         __syncthreads();
     }
 }
 
-/* Launches one side's gradient (numel > 0). */
+/* part: [nkept, nparts] -> dst at element t's offset: the parts added in order. */
+template <typename T>
+__global__ void k_grad_sum_parts(const double *part, int nparts, T *dst, grad_side gs, int side) {
+    PE_CUDA_LOOP(t, gs.nkept) {
+        int64_t ob, xb, yb;
+        gs_offsets(gs, gs.kept, gs.nk, t, &ob, &xb, &yb);
+        double acc = 0;
+        for (int p = 0; p < nparts; p++) acc += part[t * nparts + p];
+        dst[side ? yb : xb] = (T)acc;
+    }
+}
+
+/* Launches one side's gradient (numel > 0). The kernel and the split of a
+ * long sum into parts (scratch from ctx's place) follow from the shapes
+ * alone, so the result repeats bit for bit. */
+#define PE_GRAD_PART 65536 /* reduced elements per block when an output's sum is split */
 template <typename T, typename G>
-void launch_grad_side(const pe_bcast_plan &pl, int side, const void *g, const void *x, const void *y, void *dst,
-                      cudaStream_t s, G f) {
+pe_status launch_grad_side(const pe_op_ctx *ctx, const pe_bcast_plan &pl, int side, const void *g, const void *x,
+                           const void *y, void *dst, cudaStream_t s, G f) {
     const grad_side gs = make_grad_side(pl, side);
     const T *gp = (const T *)g, *xp = (const T *)x, *yp = (const T *)y;
     T *dp = (T *)dst;
-    if (gs.nr == 0)
+    if (gs.nr == 0) {
         k_grad_direct<T><<<pe_cuda_blocks(gs.nkept), PE_CUDA_THREADS, 0, s>>>(gp, xp, yp, dp, gs, side, f);
-    else if (gs.nred <= 64 || gs.nkept >= 16384)
+        return PE_OK;
+    }
+    if (gs.nred <= 64 || gs.nkept >= 16384) {
         k_grad_sum_thread<T><<<pe_cuda_blocks(gs.nkept), PE_CUDA_THREADS, 0, s>>>(gp, xp, yp, dp, gs, side, f);
-    else
-        k_grad_sum_block<T><<<(unsigned)(gs.nkept < 65535 ? gs.nkept : 65535), PE_CUDA_THREADS, 0, s>>>(
-            gp, xp, yp, dp, gs, side, f);
+        return PE_OK;
+    }
+    /* few outputs (< 128) with long sums: split each sum into parts of PE_GRAD_PART */
+    int64_t nparts = gs.nkept < 128 ? (gs.nred + PE_GRAD_PART - 1) / PE_GRAD_PART : 1;
+    if (nparts > 1024) nparts = 1024;
+    const int64_t chunk = (gs.nred + nparts - 1) / nparts;
+    const unsigned nb = (unsigned)(gs.nkept < 65535 ? gs.nkept : 65535);
+    if (nparts == 1) {
+        k_grad_sum_block<T><<<dim3(nb, 1), PE_CUDA_THREADS, 0, s>>>(gp, xp, yp, dp, nullptr, chunk, gs, side, f);
+        return PE_OK;
+    }
+    const size_t bytes = (size_t)gs.nkept * (size_t)nparts * sizeof(double);
+    pe_cuda_temp tmp(ctx, bytes);
+    if (!tmp.ok(bytes)) return PE_ERR_NOMEM;
+    k_grad_sum_block<T><<<dim3(nb, (unsigned)nparts), PE_CUDA_THREADS, 0, s>>>(gp, xp, yp, dp, tmp.get<double>(),
+                                                                               chunk, gs, side, f);
+    k_grad_sum_parts<T><<<pe_cuda_blocks(gs.nkept), PE_CUDA_THREADS, 0, s>>>(tmp.get<double>(), (int)nparts, dp,
+                                                                            gs, side);
+    return PE_OK;
 }
 
 /* X [..], Y [..], Out@GRAD [broadcast] -> X@GRAD [X's dims]?, Y@GRAD [Y's dims]?
@@ -871,11 +929,11 @@ template <typename GX, typename GY> pe_status run_binary_grad(const pe_op_ctx *c
     }
     const void *xd = pe_tensor_data(x), *yd = pe_tensor_data(y), *gd = pe_tensor_data(g);
     if (x->dtype == PE_DTYPE_FP32) {
-        if (dx) launch_grad_side<float>(pl, 0, gd, xd, yd, pe_tensor_data(dx), s, gx);
-        if (dy) launch_grad_side<float>(pl, 1, gd, xd, yd, pe_tensor_data(dy), s, gy);
+        if (dx) PE_CHECK(launch_grad_side<float>(ctx, pl, 0, gd, xd, yd, pe_tensor_data(dx), s, gx));
+        if (dy) PE_CHECK(launch_grad_side<float>(ctx, pl, 1, gd, xd, yd, pe_tensor_data(dy), s, gy));
     } else {
-        if (dx) launch_grad_side<double>(pl, 0, gd, xd, yd, pe_tensor_data(dx), s, gx);
-        if (dy) launch_grad_side<double>(pl, 1, gd, xd, yd, pe_tensor_data(dy), s, gy);
+        if (dx) PE_CHECK(launch_grad_side<double>(ctx, pl, 0, gd, xd, yd, pe_tensor_data(dx), s, gx));
+        if (dy) PE_CHECK(launch_grad_side<double>(ctx, pl, 1, gd, xd, yd, pe_tensor_data(dy), s, gy));
     }
     return pe_cuda_check_launch(ctx);
 }
@@ -885,10 +943,12 @@ template <typename GX, typename GY> pe_status run_binary_grad(const pe_op_ctx *c
 /* For ops/cuda/fused_elemwise.cu: dst (side 0: X's shape, 1: Y's) = the sum
  * of g (the plan's output shape, float32 or float64 as f64 says) over that
  * side's broadcast dims — elementwise_add_grad's dX / dY, same order. Queued
- * on s; the caller checks the launch. Requires pl.numel > 0. */
-void pe_cuda_ew_sum_to_side(const pe_bcast_plan *pl, int side, bool f64, const void *g, void *dst, cudaStream_t s) {
-    if (f64) launch_grad_side<double>(*pl, side, g, nullptr, nullptr, dst, s, g_pass{});
-    else launch_grad_side<float>(*pl, side, g, nullptr, nullptr, dst, s, g_pass{});
+ * on s (scratch from ctx's place); the caller checks the launch. Requires
+ * pl.numel > 0. */
+pe_status pe_cuda_ew_sum_to_side(const pe_op_ctx *ctx, const pe_bcast_plan *pl, int side, bool f64, const void *g,
+                                 void *dst, cudaStream_t s) {
+    if (f64) return launch_grad_side<double>(ctx, *pl, side, g, nullptr, nullptr, dst, s, g_pass{});
+    return launch_grad_side<float>(ctx, *pl, side, g, nullptr, nullptr, dst, s, g_pass{});
 }
 
 /* For ops/cuda/fused_elemwise.cu: dx[i] = act'(out) * g, the expression of

@@ -26,8 +26,9 @@
 #include <cstring>
 
 /* Defined in ops/cuda/elementwise.cu (host launchers on stream s; the caller
- * checks the launch). */
-void pe_cuda_ew_sum_to_side(const pe_bcast_plan *pl, int side, bool f64, const void *g, void *dst, cudaStream_t s);
+ * checks the launch; an error status has set the op's error). */
+pe_status pe_cuda_ew_sum_to_side(const pe_op_ctx *ctx, const pe_bcast_plan *pl, int side, bool f64, const void *g,
+                                 void *dst, cudaStream_t s);
 void pe_cuda_act_grad_launch(int act, bool f64, const void *o, const void *g, void *dx, int64_t n, cudaStream_t s);
 
 namespace {
@@ -193,7 +194,7 @@ pe_status pe_cuda_fused_elemwise_activation_grad(const pe_op_ctx *ctx) {
                                                    cudaMemcpyDeviceToDevice, s),
                                    "cudaMemcpyAsync"));
         } else {
-            pe_cuda_ew_sum_to_side(&pl, side, f64, pe_tensor_data(buf), pe_tensor_data(d), s);
+            PE_CHECK(pe_cuda_ew_sum_to_side(ctx, &pl, side, f64, pe_tensor_data(buf), pe_tensor_data(d), s));
             PE_CHECK(pe_cuda_check_launch(ctx));
         }
     }
