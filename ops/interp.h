@@ -11,6 +11,10 @@
 
 #include "ops/op.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct pe_interp_geom {
     int64_t n, c, h, w;       /* X: [N, C, H, W] */
     int64_t oh, ow;           /* Out: [N, C, oh, ow] */
@@ -24,5 +28,9 @@ typedef struct pe_interp_geom {
  * (1 or 2 values, each > 0) gives oh = (int)(H * scale_h), else out_h /
  * out_w (each >= 1). */
 pe_status pe_interp_geom_get(const pe_op_ctx *ctx, int ndim, const int64_t *xdims, pe_interp_geom *g);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

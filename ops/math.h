@@ -15,6 +15,10 @@
 
 #include "ops/op.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct pe_matmul_plan {
     bool trans_x, trans_y;      /* effective (ignored for 1-D operands) */
     double alpha;               /* matmul's alpha; 1 for matmul_v2 */
@@ -42,5 +46,9 @@ int64_t pe_matmul_y_batch(const pe_matmul_plan *p, int64_t b);
 /* layer_norm: checks X (fp32/fp64), begin_norm_axis and the Scale/Bias
  * shapes; X viewed as [*rows, *cols] around begin_norm_axis. */
 pe_status pe_layer_norm_dims(const pe_op_ctx *ctx, const pe_tensor *x, int64_t *rows, int64_t *cols);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

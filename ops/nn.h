@@ -14,6 +14,10 @@
 
 #include "ops/op.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct pe_conv_geom {
     int64_t n, c, h, w;      /* Input: [N, C, H, W] */
     int64_t m, kh, kw;       /* Filter: [M, C/groups, kh, kw] */
@@ -44,5 +48,9 @@ pe_status pe_pool_geom_get(const pe_op_ctx *ctx, pe_pool_geom *g);
  * g->oh/ow = H/W (its Output). The forward is conv2d's backward-data, the
  * gradients conv2d's forward (Input@GRAD) and backward-weights (Filter@GRAD). */
 pe_status pe_conv_transpose_geom_get(const pe_op_ctx *ctx, pe_conv_geom *g);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -9,6 +9,10 @@
 
 #include "ops/op.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct pe_gnorm_geom {
     int64_t n, c, s;     /* X: [N, C, S] (S: the product of the dims after C, 1 for rank 2) */
     int64_t groups;      /* group_norm: attr groups (>= 1); instance_norm: C (0 when C is) */
@@ -18,5 +22,9 @@ typedef struct pe_gnorm_geom {
 
 /* Validates X (rank >= 2, float), Scale? / Bias? ([C]), groups, epsilon. */
 pe_status pe_gnorm_geom_get(const pe_op_ctx *ctx, pe_gnorm_geom *g);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

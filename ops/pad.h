@@ -12,6 +12,10 @@
 
 #include "ops/op.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 enum { PE_PAD_CONSTANT = 0, PE_PAD_REFLECT, PE_PAD_EDGE, PE_PAD_CIRCULAR };
 
 typedef struct pe_pad_plan {
@@ -53,5 +57,9 @@ static inline PE_PAD_HD int64_t pe_pad_src(const pe_pad_plan *pp, int i, int64_t
     default: return -1;
     }
 }
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -19,6 +19,8 @@ stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/deps" "$(dirname "$out")"
 cp -a "$build/bin" "$build/lib" "$stage/"
+# Debug sections are most of the size; the travelling bundle goes without them.
+strip --strip-debug "$stage"/bin/* "$stage"/lib/*.a 2>/dev/null || true
 for f in "$build"/bin/*; do ldd "$f" 2>/dev/null; done | awk '/=> \//{print $3}' | sort -u |
     grep -v -E '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|ld-linux-x86-64)\.so|/libcud|/libcublas|/libnccl|/libnvrtc|/libnvJitLink' |
     while read -r lib; do cp -L "$lib" "$stage/deps/"; done

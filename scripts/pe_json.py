@@ -263,3 +263,28 @@ def run_pe(program, feeds, fetch, startup=None, workdir=None, timeout=120, env=N
     finally:
         if own:
             tmp.cleanup()
+
+
+_CUDA_WHY = {}
+
+
+def cuda_unavailable(device=0):
+    """None when `pe` runs a program on cuda:<device>; else pe's own error
+    line saying why (a CPU-only build, no GPU, too few GPUs), for a visible
+    skip: pytest.skip("SKIPPED: no usable GPU: " + why)."""
+    if device not in _CUDA_WHY:
+        with tempfile.TemporaryDirectory() as d:
+            p = Program()
+            p.var("x", "float32", [2])
+            p.var("y", "float32", [2])
+            p.op("scale", {"X": ["x"]}, {"Out": ["y"]}, {"scale": 2.0})
+            p.save(os.path.join(d, "p.json"))
+            try:
+                got = run_pe(os.path.join(d, "p.json"), {"x": np.ones(2, np.float32)}, ["y"], workdir=d,
+                             env={"PE_TEST_PLACES": "cuda:%d" % (device + 1) if device else "cuda:0"})
+                _CUDA_WHY[device] = None if np.array_equal(got["y"], [2, 2]) else "wrong result on cuda"
+            except PeError as e:
+                lines = [l.strip() for l in str(e).splitlines() if "error:" in l] or [str(e).strip()]
+                _CUDA_WHY[device] = lines[0]
+    return _CUDA_WHY[device]
+

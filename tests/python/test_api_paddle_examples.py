@@ -74,6 +74,14 @@ loss_data, = test_exe.run(feed={"X": x},
                           fetch_list=[loss.name])
 '''
 
+SHARDS = '''
+def shards(a, n):
+    """The rows each of n places gets of a fed batch (the last places take the extra rows)."""
+    k, extra = divmod(len(a), n)
+    rows = [k + (1 if p >= n - extra else 0) for p in range(n)]
+    return [a[sum(rows[:p]):sum(rows[:p + 1])] for p in range(n)]
+'''
+
 CHECK_CTOR = '''
 import numpy as np
 scope = paddle.static.global_scope()
@@ -81,8 +89,9 @@ w1 = np.array(scope.find_var("fc_0.w_0").get_tensor()).astype(np.float64)
 b1 = np.array(scope.find_var("fc_0.b_0").get_tensor()).astype(np.float64)
 x64 = x.astype(np.float64)
 # the test run saw the updated parameters
-assert loss_data.shape == (2,), loss_data.shape
-np.testing.assert_allclose(loss_data, [np.mean(x64[:5] @ w1 + b1), np.mean(x64[5:] @ w1 + b1)], rtol=1e-5, atol=1e-6)
+n = test_exe.device_count
+assert loss_data.shape == (n,), loss_data.shape
+np.testing.assert_allclose(loss_data, [np.mean(r @ w1 + b1) for r in shards(x64, n)], rtol=1e-5, atol=1e-6)
 # one SGD step of lr 0.01 on mean(x @ w + b) over all 10 x 10 outputs
 w0 = w1 + 0.01 * x64.sum() / 100.0
 b0 = b1 + 0.01 / 10.0
@@ -205,7 +214,8 @@ scope = paddle.static.global_scope()
 w = np.array(scope.find_var("fc_0.w_0").get_tensor()).astype(np.float64)
 b = np.array(scope.find_var("fc_0.b_0").get_tensor()).astype(np.float64)
 x64 = x.astype(np.float64)
-np.testing.assert_allclose(loss_data, [np.mean(x64[:5] @ w + b), np.mean(x64[5:] @ w + b)], rtol=1e-5, atol=1e-6)
+np.testing.assert_allclose(loss_data, [np.mean(r @ w + b) for r in shards(x64, parallel_exe.device_count)],
+                           rtol=1e-5, atol=1e-6)
 assert parallel_exe._pe.local_exe_scopes_bytes() == 0
 # the executor rebuilds its scopes on the next run and gives the same result
 again, = parallel_exe.run(feed={"X": x}, fetch_list=[loss.name])
@@ -229,7 +239,27 @@ def run_script(tmp_path, code):
                                            (EXAMPLE_DROP, CHECK_DROP)],
                          ids=["constructor", "run", "drop_local_exe_scopes"])
 def test_paddle_example(tmp_path, example, check):
-    run_script(tmp_path, textwrap.dedent(example) + textwrap.dedent(check))
+    run_script(tmp_path, textwrap.dedent(example) + SHARDS + textwrap.dedent(check))
+
+
+def _cuda_devices():
+    r = subprocess.run([sys.executable, "-c", "import pe; print(pe._core.cuda_device_count())"],
+                       capture_output=True, text=True, timeout=60)
+    return int(r.stdout.strip()) if r.returncode == 0 and r.stdout.strip().isdigit() else 0
+
+
+@pytest.mark.parametrize("example,check,gpus", [(EXAMPLE_CTOR, CHECK_CTOR, 1), (EXAMPLE_RUN, CHECK_RUN, 2),
+                                                (EXAMPLE_DROP, CHECK_DROP, 1)],
+                         ids=["constructor", "run", "drop_local_exe_scopes"])
+def test_paddle_example_use_cuda(tmp_path, example, check, gpus):
+    """The page's own setting, use_cuda = True: every visible GPU is a place (the
+    run example's list feed names two places, so it needs two GPUs)."""
+    have = _cuda_devices()
+    if have < gpus:
+        pytest.skip("SKIPPED: use_cuda = True needs %d GPU%s; %d visible to pe" % (gpus, "s" if gpus > 1 else "", have))
+    code = textwrap.dedent(example).replace("use_cuda = False", "use_cuda = True")
+    run_script(tmp_path, code + SHARDS + textwrap.dedent(check).replace("assert train_exe.device_count == 2",
+                                                                         "assert train_exe.device_count >= 2"))
 
 
 def test_examples_are_verbatim():
