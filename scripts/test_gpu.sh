@@ -18,6 +18,7 @@
 #   ops       with PE_GPU_OPS=1 also the op conformance suites (tests/ops) with
 #             every op on cuda:0 (the backend step already checks each CUDA
 #             run against the same PyTorch references)
+# PE_GPU_STEPS="unit backend" runs only the steps named.
 # PE_GPU_STEP_TIMEOUT=S stops a step after S seconds (SIGINT: pytest still
 # prints what failed so far). Needs python3 with numpy, torch and pytest (pytest-xdist when present runs
 # the op suites in parallel). Exits non-zero when any step failed; tests
@@ -46,7 +47,8 @@ if [ -n "${PE_GPU_BUNDLE:-}" ]; then
     -Wl,--whole-archive build-gpu/lib/libpe_executor.a build-gpu/lib/libpe_passes.a build-gpu/lib/libpe_ops.a \
     build-gpu/lib/libpe_graph.a build-gpu/lib/libpe_runtime.a -Wl,--no-whole-archive \
     -Lbuild-gpu/deps -L/usr/local/cuda/lib64 -ldnnl -lopenblas -lcjson -lflatbuffers -lgomp \
-    -lcudart -lcublas -lcudnn -lnccl -lstdc++ -lm -lpthread -o "$out/$so" || exit 1
+    -lcudart -lcublas -lcudnn -lnccl -lstdc++ -lm -lpthread -o "$out/$so" ||
+    echo "test_gpu: the Python extension did not build: the Python API tests will fail"
 else
   step "setup and build (build-gpu/)"
   scripts/setup.sh || exit 1
@@ -61,6 +63,7 @@ $PY -c 'import xdist' 2>/dev/null && xdist=(-n "$(nproc)")
 declare -A result
 run() { # name command...
   local name=$1; shift
+  case " ${PE_GPU_STEPS:-unit train bench backend ops} " in *" $name "*) ;; *) return 0 ;; esac
   step "$name"
   local t=()
   [ -n "${PE_GPU_STEP_TIMEOUT:-}" ] && [ "$(type -t "$1")" != function ] && t=(timeout -s INT -k 20 "$PE_GPU_STEP_TIMEOUT")
@@ -81,14 +84,14 @@ unit() {
 }
 run unit unit
 run train $PY -m pytest -q -rs -p no:cacheprovider tests/python/test_cuda_train.py \
-  tests/python/test_api_paddle_examples.py -k "cuda"
+  tests/python/test_api_paddle_examples.py -k "${PE_GPU_TRAIN_K:-cuda}"
 run bench $PY benchmarks/bench_gpu.py --out "$logs/bench_gpu.md" ${PE_GPU_BENCH_ARGS:-}
 run backend $PY -m pytest -q -rs -p no:cacheprovider "${xdist[@]}" tests/ops/test_backend_ops.py
-steps="unit train bench backend"
+steps=${PE_GPU_STEPS:-unit train bench backend}
 if [ "${PE_GPU_OPS:-0}" = 1 ]; then
   run ops env PE_TEST_PLACES=cuda:0 $PY -m pytest -q -rs -p no:cacheprovider "${xdist[@]}" \
     tests/ops/test_forward_ops.py tests/ops/test_grad_ops.py
-  steps="$steps ops"
+  case " $steps " in *" ops "*) ;; *) steps="$steps ops" ;; esac
 fi
 
 step "summary"

@@ -203,18 +203,17 @@ int pe_from_npy(int t, pe_dtype *out) {
     case NPY_FLOAT16: *out = PE_DTYPE_FP16; return 0;
     default: break;
     }
-    /* long / longlong share a size with int64 on LP64 but have their own
-     * type numbers; map by kind and size. */
-    PyArray_Descr *d = PyArray_DescrFromType(t);
-    if (!d) {
-        PyErr_Clear();
-        return -1;
+    /* long / longlong / int share a size with int64 / int32 but may have
+     * their own type numbers; map by size (no descriptor fields: numpy 2
+     * hides them). */
+    if (t == NPY_LONGLONG || t == NPY_LONG || t == NPY_INT) {
+        size_t sz = t == NPY_LONGLONG ? sizeof(long long) : t == NPY_LONG ? sizeof(long) : sizeof(int);
+        if (sz == 8 || sz == 4) {
+            *out = sz == 8 ? PE_DTYPE_INT64 : PE_DTYPE_INT32;
+            return 0;
+        }
     }
-    int r = -1;
-    if (d->kind == 'i' && d->elsize == 8) { *out = PE_DTYPE_INT64; r = 0; }
-    else if (d->kind == 'i' && d->elsize == 4) { *out = PE_DTYPE_INT32; r = 0; }
-    Py_DECREF(d);
-    return r;
+    return -1;
 }
 
 /* An array for obj that PE can read in place: C-contiguous, aligned,
