@@ -38,6 +38,11 @@ pe_status pe_feed_check_decl(const pe_program *prog, int block, const pe_feed *f
     if (f->tensor->dtype != v->dtype)
         return pe_error(PE_ERR_INVALID, "feed '%s' has dtype %s, the program declares %s", f->name,
                         pe_dtype_name(f->tensor->dtype), pe_dtype_name(v->dtype));
+    if (f->tensor->lod) {
+        char what[300];
+        snprintf(what, sizeof what, "feed '%s'", f->name);
+        PE_CHECK(pe_tensor_check_lod(f->tensor, what));
+    }
     *out = v;
     return PE_OK;
 }
@@ -151,12 +156,47 @@ void pe_pe_free_feed_views(pe_parallel_executor *pe) {
     pe->n_views = pe->cap_views = 0;
 }
 
-/* rows < 0: all of src (a persistable, or a list feed's tensor) */
+/* The LoD of top-level sequences [s0, s1) of src, rebased to 0, into d;
+ * *row0 / *rows: the rows they cover. */
+static pe_status lod_piece(pe_tensor *d, const pe_tensor *src, int64_t s0, int64_t s1, int64_t *row0,
+                           int64_t *rows) {
+    const pe_lod *l = src->lod;
+    const int64_t *offs[PE_MAX_LOD_LEVELS];
+    int64_t n[PE_MAX_LOD_LEVELS];
+    int64_t *store[PE_MAX_LOD_LEVELS] = {0};
+    pe_status st = PE_OK;
+    int64_t a = s0, b = s1;
+    for (int k = 0; k < l->n_levels; k++) {
+        n[k] = b - a + 1;
+        if (!(store[k] = malloc(sizeof(int64_t) * (size_t)n[k]))) {
+            st = pe_error(PE_ERR_NOMEM, "out of memory splitting a LoD");
+            break;
+        }
+        for (int64_t i = 0; i < n[k]; i++) store[k][i] = l->offsets[k][a + i] - l->offsets[k][a];
+        offs[k] = store[k];
+        int64_t na = l->offsets[k][a], nb = l->offsets[k][b];
+        a = na, b = nb;
+    }
+    if (st == PE_OK) {
+        *row0 = a;
+        *rows = b - a;
+        st = pe_tensor_set_lod(d, l->n_levels, offs, n);
+    }
+    for (int k = 0; k < l->n_levels; k++) free(store[k]);
+    return st;
+}
+
+/* rows < 0: all of src (a persistable, or a list feed's tensor); seq1 > seq0:
+ * src has a LoD and the piece is its top-level sequences [seq0, seq1) (row0
+ * and rows are then theirs). */
 static pe_status feed_to(pe_parallel_executor *pe, int p, const char *name, const pe_tensor *src, int64_t row0,
-                         int64_t rows, bool persistable) {
+                         int64_t rows, bool persistable, int64_t seq0, int64_t seq1) {
     pe_tensor *d = persistable ? pe_scope_var(pe->place_scope[p], name) : pe_scope_var(pe->local[p], name);
     if (!d) return pe_error(PE_ERR_NOMEM, "out of memory feeding '%s'", name);
     if (persistable) return pe_tensor_copy(d, src, pe->places[p]);
+    if (src->lod && seq1 > seq0) PE_CHECK(lod_piece(d, src, seq0, seq1, &row0, &rows));
+    else if (src->lod && rows < 0) pe_tensor_share_lod(d, src);
+    else pe_tensor_clear_lod(d);
     int64_t dims[PE_MAX_DIMS];
     memcpy(dims, src->dims, sizeof dims);
     if (rows < 0) row0 = 0, rows = src->ndim ? src->dims[0] : 1;
@@ -193,7 +233,31 @@ pe_status pe_pe_feed_dict(pe_parallel_executor *pe, const pe_feed *feed, int n_f
         PE_CHECK(pe_feed_check_decl(pe->prog, 0, &feed[i], &v));
         const pe_tensor *t = feed[i].tensor;
         if (v->persistable) {
-            for (int p = 0; p < pe->n; p++) PE_CHECK(feed_to(pe, p, feed[i].name, t, 0, -1, true));
+            for (int p = 0; p < pe->n; p++) PE_CHECK(feed_to(pe, p, feed[i].name, t, 0, -1, true, 0, 0));
+            continue;
+        }
+        if (t->lod) {
+            /* whole top-level sequences per place */
+            int64_t nseq = t->lod->n_offsets[0] - 1;
+            if (nseq < pe->n && pe->n > 1)
+                return pe_error(PE_ERR_INVALID,
+                                "feed '%s' holds %lld sequences (its LoD's top level), fewer than the %d places: "
+                                "a LoD feed is split by whole sequences and each place needs at least one",
+                                feed[i].name, (long long)nseq, pe->n);
+            for (int p = 0; p < pe->n; p++) {
+                int64_t s0, ns = pe_batch_shard(nseq, pe->n, p, &s0);
+                if (pe->n == 1) {
+                    PE_CHECK(pe_feed_check_piece(v, feed[i].name, t->ndim, t->dims, p));
+                    PE_CHECK(feed_to(pe, p, feed[i].name, t, 0, -1, false, 0, 0));
+                    if (!rows_set) pe->rows[p] = t->dims[0];
+                    continue;
+                }
+                PE_CHECK(feed_to(pe, p, feed[i].name, t, 0, 0, false, s0, s0 + ns));
+                const pe_tensor *d = pe_scope_find_local_var(pe->local[p], feed[i].name);
+                PE_CHECK(pe_feed_check_piece(v, feed[i].name, d->ndim, d->dims, p));
+                if (!rows_set) pe->rows[p] = d->dims[0];
+            }
+            rows_set = true;
             continue;
         }
         if (t->ndim < 1)
@@ -218,7 +282,7 @@ pe_status pe_pe_feed_dict(pe_parallel_executor *pe, const pe_feed *feed, int n_f
             memcpy(dims, t->dims, sizeof dims);
             dims[0] = r;
             PE_CHECK(pe_feed_check_piece(v, feed[i].name, t->ndim, dims, p));
-            PE_CHECK(feed_to(pe, p, feed[i].name, t, row0, r, false));
+            PE_CHECK(feed_to(pe, p, feed[i].name, t, row0, r, false, 0, 0));
             if (!rows_set) pe->rows[p] = r;
         }
         rows_set = true;
@@ -235,7 +299,7 @@ pe_status pe_pe_feed_list(pe_parallel_executor *pe, const pe_feed *const *feeds,
             const pe_var *v;
             PE_CHECK(pe_feed_check_decl(pe->prog, 0, f, &v));
             if (!v->persistable) PE_CHECK(pe_feed_check_piece(v, f->name, f->tensor->ndim, f->tensor->dims, p));
-            PE_CHECK(feed_to(pe, p, f->name, f->tensor, 0, -1, v->persistable));
+            PE_CHECK(feed_to(pe, p, f->name, f->tensor, 0, -1, v->persistable, 0, 0));
             if (i == 0 && f->tensor->ndim > 0) pe->rows[p] = f->tensor->dims[0];
         }
     }
@@ -243,6 +307,41 @@ pe_status pe_pe_feed_list(pe_parallel_executor *pe, const pe_feed *const *feeds,
 }
 
 /* ---- fetches ----------------------------------------------------------- */
+
+/* o's LoD: the pieces' LoDs concatenated (each level's offsets shifted by
+ * the pieces before it), when every piece has one of the same depth; else
+ * none. */
+static pe_status merge_lods(pe_tensor *o, const pe_tensor *const *t, int n) {
+    pe_tensor_clear_lod(o);
+    int levels = pe_tensor_lod_levels(t[0]);
+    for (int p = 1; p < n; p++)
+        if (pe_tensor_lod_levels(t[p]) != levels) levels = 0;
+    if (!levels) return PE_OK;
+    int64_t *store[PE_MAX_LOD_LEVELS] = {0}, cnt[PE_MAX_LOD_LEVELS];
+    const int64_t *offs[PE_MAX_LOD_LEVELS];
+    pe_status st = PE_OK;
+    for (int k = 0; k < levels && st == PE_OK; k++) {
+        int64_t total = 1;
+        for (int p = 0; p < n; p++) total += t[p]->lod->n_offsets[k] - 1;
+        if (!(store[k] = malloc(sizeof(int64_t) * (size_t)total))) {
+            st = pe_error(PE_ERR_NOMEM, "out of memory merging LoDs");
+            break;
+        }
+        int64_t m = 0, base = 0;
+        store[k][m++] = 0;
+        for (int p = 0; p < n; p++) {
+            const int64_t *src = t[p]->lod->offsets[k];
+            int64_t c = t[p]->lod->n_offsets[k];
+            for (int64_t i = 1; i < c; i++) store[k][m++] = base + src[i];
+            base += src[c - 1];
+        }
+        cnt[k] = m;
+        offs[k] = store[k];
+    }
+    if (st == PE_OK) st = pe_tensor_set_lod(o, levels, offs, cnt);
+    for (int k = 0; k < levels; k++) free(store[k]);
+    return st;
+}
 
 static pe_status fetch_one(pe_parallel_executor *pe, const char *name, bool merged, pe_tensor **out) {
     const pe_var *v = pe_program_find_var(pe->prog, 0, name);
@@ -283,7 +382,7 @@ static pe_status fetch_one(pe_parallel_executor *pe, const char *name, bool merg
         PE_CHECK(pe_memcpy_places((char *)pe_tensor_data(o) + off, pe_place_cpu(0), pe_tensor_data(t[p]), t[p]->place, bytes));
         off += bytes;
     }
-    return PE_OK;
+    return merge_lods(o, t, pe->n);
 }
 
 pe_status pe_pe_fetch(pe_parallel_executor *pe, const char *const *fetch, int n_fetch, bool merged, pe_tensor **out) {

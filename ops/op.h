@@ -216,6 +216,8 @@ struct pe_op_ctx {
     void *storage;                          /* owned arrays behind in/out */
     const pe_var **out_decl;                /* owned; per output arg in slot order, its declaration
                                              * (NULL: none); NULL: not checked (pe_op_ctx_declare) */
+    bool lod_set;                           /* set by an infer that gave its outputs their LoD itself
+                                             * (sequence ops): pe_op_infer then shares none */
 };
 
 /* Resolves op's inputs (found in scope or its parents) and outputs (created
@@ -236,7 +238,15 @@ pe_status pe_op_ctx_declare(pe_op_ctx *ctx, const pe_op *op, const pe_program *p
  * rank of 0 matches any shape: builders (Paddle's and pe's Python layers)
  * leave a temporary's shape empty when they do not know it. */
 bool pe_var_meta_agrees(const pe_var *v, pe_dtype dt, int ndim, const int64_t *dims);
-/* infer -> allocate outputs on ctx->place -> kernel. Errors name op and place. */
+/* info->infer with the LoD rule: outputs that are not also inputs lose the
+ * LoD of an earlier run; an infer that sets its outputs' LoD itself
+ * (sequence ops) says so with ctx->lod_set; otherwise an output left
+ * without one whose rows equal those of the first input that
+ * has a LoD shares that LoD (Paddle's ShareLoD of X to Out: fc, elementwise,
+ * activations, lookup_table keep the sequences). Used by pe_op_run and the
+ * memory plan's shape inference. */
+pe_status pe_op_infer(pe_op_ctx *ctx);
+/* infer (pe_op_infer) -> allocate outputs on ctx->place -> kernel. Errors name op and place. */
 pe_status pe_op_run(pe_op_ctx *ctx);
 
 /* Accessors (slot names must exist in the registry spec; PE_ASSERT otherwise).

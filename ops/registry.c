@@ -511,6 +511,32 @@ static bool is_input(const pe_op_ctx *ctx, const pe_tensor *t) {
     return false;
 }
 
+pe_status pe_op_infer(pe_op_ctx *ctx) {
+    const pe_op_info *info = ctx->info;
+    pe_tensor src = {0}; /* holds a reference to the first input LoD */
+    for (int i = 0; i < info->n_inputs && !src.lod; i++)
+        for (int j = 0; j < ctx->n_in[i] && !src.lod; j++)
+            if (ctx->in[i][j] && ctx->in[i][j]->lod) pe_tensor_share_lod(&src, ctx->in[i][j]);
+    for (int i = 0; i < info->n_outputs; i++)
+        for (int j = 0; j < ctx->n_out[i]; j++) {
+            pe_tensor *t = ctx->out[i][j];
+            if (t && t->lod && !is_input(ctx, t)) pe_tensor_clear_lod(t);
+        }
+    ctx->lod_set = false;
+    pe_status st = info->infer(ctx);
+    if (st == PE_OK && src.lod && !ctx->lod_set) {
+        const pe_lod *l = src.lod;
+        int64_t rows = l->offsets[l->n_levels - 1][l->n_offsets[l->n_levels - 1] - 1];
+        for (int i = 0; i < info->n_outputs; i++)
+            for (int j = 0; j < ctx->n_out[i]; j++) {
+                pe_tensor *t = ctx->out[i][j];
+                if (t && !t->lod && t->ndim >= 1 && t->dims[0] == rows) pe_tensor_share_lod(t, &src);
+            }
+    }
+    pe_tensor_clear_lod(&src);
+    return st;
+}
+
 pe_status pe_op_run(pe_op_ctx *ctx) {
     const pe_op_info *info = ctx->info;
     char pb[32];
@@ -529,7 +555,7 @@ pe_status pe_op_run(pe_op_ctx *ctx) {
                                 info->name, pe_place_str(ctx->place, pb, sizeof pb), info->inputs[i].name,
                                 ctx->in_names[i][j]);
         }
-    PE_CHECK(info->infer(ctx));
+    PE_CHECK(pe_op_infer(ctx));
     if (ctx->out_decl) PE_CHECK(check_declared(ctx));
     for (int i = 0; i < info->n_outputs; i++)
         for (int j = 0; j < ctx->n_out[i]; j++) {

@@ -62,6 +62,7 @@ pe_tensor *pe_tensor_new(void) {
 
 void pe_tensor_free(pe_tensor *t) {
     if (!t) return;
+    pe_tensor_clear_lod(t);
     pe_buffer_release(t->buf);
     free(t);
 }
@@ -148,6 +149,7 @@ void pe_tensor_share(pe_tensor *dst, const pe_tensor *src) {
     dst->ndim = src->ndim;
     memcpy(dst->dims, src->dims, sizeof dst->dims);
     dst->place = src->place;
+    pe_tensor_share_lod(dst, src);
 }
 
 void pe_tensor_clear(pe_tensor *t) {
@@ -163,6 +165,112 @@ pe_status pe_tensor_copy(pe_tensor *dst, const pe_tensor *src, pe_place dst_plac
     /* Detach first if dst shares storage with src or anyone else. */
     if (dst->buf && __atomic_load_n(&dst->buf->refcount, __ATOMIC_ACQUIRE) > 1) pe_tensor_clear(dst);
     PE_CHECK(pe_tensor_resize(dst, src->dtype, src->ndim, src->dims, dst_place));
+    pe_tensor_share_lod(dst, src);
     return pe_memcpy_places(pe_tensor_data(dst), dst_place, pe_tensor_data(src), src->place,
                             pe_tensor_nbytes(src));
+}
+
+/* ---- LoD ---------------------------------------------------------------- */
+
+static void lod_release(pe_lod *l) {
+    if (l && __atomic_sub_fetch(&l->refcount, 1, __ATOMIC_ACQ_REL) == 0) free(l);
+}
+
+void pe_tensor_clear_lod(pe_tensor *t) {
+    lod_release(t->lod);
+    t->lod = NULL;
+}
+
+void pe_tensor_share_lod(pe_tensor *dst, const pe_tensor *src) {
+    if (dst == src || dst->lod == src->lod) return;
+    if (src->lod) __atomic_fetch_add(&src->lod->refcount, 1, __ATOMIC_RELAXED);
+    lod_release(dst->lod);
+    dst->lod = src->lod;
+}
+
+pe_status pe_tensor_set_lod(pe_tensor *t, int n_levels, const int64_t *const *offsets, const int64_t *n_offsets) {
+    if (n_levels == 0) {
+        pe_tensor_clear_lod(t);
+        return PE_OK;
+    }
+    if (n_levels < 0 || n_levels > PE_MAX_LOD_LEVELS)
+        return pe_error(PE_ERR_INVALID, "LoD: %d levels is outside 0..%d", n_levels, PE_MAX_LOD_LEVELS);
+    int64_t total = 0;
+    for (int l = 0; l < n_levels; l++) {
+        const int64_t *o = offsets[l];
+        int64_t n = n_offsets[l];
+        if (n < 1 || !o) return pe_error(PE_ERR_INVALID, "LoD level %d is empty: it needs at least the offset 0", l);
+        if (o[0] != 0) return pe_error(PE_ERR_INVALID, "LoD level %d starts at %lld, not 0", l, (long long)o[0]);
+        for (int64_t i = 1; i < n; i++)
+            if (o[i] < o[i - 1])
+                return pe_error(PE_ERR_INVALID, "LoD level %d decreases at entry %lld (%lld after %lld)", l,
+                                (long long)i, (long long)o[i], (long long)o[i - 1]);
+        if (l + 1 < n_levels && o[n - 1] != n_offsets[l + 1] - 1)
+            return pe_error(PE_ERR_INVALID,
+                            "LoD level %d ends at %lld, but level %d holds %lld sequences: a level's last offset is "
+                            "the number of sequences of the level below it",
+                            l, (long long)o[n - 1], l + 1, (long long)(n_offsets[l + 1] - 1));
+        total += n;
+    }
+    pe_lod *lod = malloc(sizeof *lod + sizeof(int64_t) * (size_t)total);
+    if (!lod) return pe_error(PE_ERR_NOMEM, "out of memory allocating a LoD of %lld offsets", (long long)total);
+    memset(lod, 0, sizeof *lod);
+    lod->refcount = 1;
+    lod->n_levels = n_levels;
+    int64_t *p = (int64_t *)(lod + 1);
+    for (int l = 0; l < n_levels; l++) {
+        lod->offsets[l] = p;
+        lod->n_offsets[l] = n_offsets[l];
+        memcpy(p, offsets[l], sizeof *p * (size_t)n_offsets[l]);
+        p += n_offsets[l];
+    }
+    lod_release(t->lod);
+    t->lod = lod;
+    return PE_OK;
+}
+
+const int64_t *pe_tensor_lod(const pe_tensor *t, int level, int64_t *n) {
+    if (!t->lod || level < 0 || level >= t->lod->n_levels) {
+        if (n) *n = 0;
+        return NULL;
+    }
+    if (n) *n = t->lod->n_offsets[level];
+    return t->lod->offsets[level];
+}
+
+pe_status pe_tensor_check_lod(const pe_tensor *t, const char *what) {
+    if (!t->lod) return PE_OK;
+    int l = t->lod->n_levels - 1;
+    int64_t end = t->lod->offsets[l][t->lod->n_offsets[l] - 1];
+    char ds[200];
+    if (t->ndim < 1)
+        return pe_error(PE_ERR_INVALID, "%s: a LoD needs rows, but the tensor has shape %s", what,
+                        pe_dims_str(t->ndim, t->dims, ds, sizeof ds));
+    if (end != t->dims[0])
+        return pe_error(PE_ERR_INVALID,
+                        "%s: its LoD's last level ends at %lld, but the tensor has %lld rows (shape %s): the "
+                        "sequences must cover the rows exactly",
+                        what, (long long)end, (long long)t->dims[0], pe_dims_str(t->ndim, t->dims, ds, sizeof ds));
+    return PE_OK;
+}
+
+bool pe_lod_equal(const pe_lod *a, const pe_lod *b) {
+    if (a == b) return true;
+    if (!a || !b || a->n_levels != b->n_levels) return false;
+    for (int l = 0; l < a->n_levels; l++)
+        if (a->n_offsets[l] != b->n_offsets[l] ||
+            memcmp(a->offsets[l], b->offsets[l], sizeof(int64_t) * (size_t)a->n_offsets[l]))
+            return false;
+    return true;
+}
+
+int64_t pe_tensor_lod_hash(const pe_tensor *t) {
+    if (!t->lod) return 0;
+    uint64_t h = 1469598103934665603ULL;
+    for (int l = 0; l < t->lod->n_levels; l++) {
+        h = (h ^ (uint64_t)t->lod->n_offsets[l]) * 1099511628211ULL;
+        for (int64_t i = 0; i < t->lod->n_offsets[l]; i++)
+            h = (h ^ (uint64_t)t->lod->offsets[l][i]) * 1099511628211ULL;
+    }
+    return (int64_t)(h | 1); /* never 0 */
 }

@@ -233,8 +233,17 @@ def pe_failure(cmd, rc, stderr):
     return (PeError if clean else PeCrash)(cmd, rc, stderr)
 
 
-def run_pe(program, feeds, fetch, startup=None, workdir=None, timeout=120, env=None):
-    """Runs `pe run program [--startup S] --feed n=f.npy ... --fetch n ... --out DIR`.
+def lod_args(lods):
+    """`--lod NAME=0,2,5/...` flags for {feed name: [[offsets of level 0], ...]}."""
+    out = []
+    for name, levels in (lods or {}).items():
+        out += ["--lod", "%s=%s" % (name, "/".join(",".join(str(int(o)) for o in lv) for lv in levels))]
+    return out
+
+
+def run_pe(program, feeds, fetch, startup=None, workdir=None, timeout=120, env=None, lods=None):
+    """Runs `pe run program [--startup S] --feed n=f.npy ... --fetch n ... --out DIR`
+    (lods: {feed name: offsets per level}, passed as --lod).
     Returns {fetch name: numpy array}; raises PeError on a clean error exit,
     PeCrash on a crash (pe_failure)."""
     own = workdir is None
@@ -248,6 +257,7 @@ def run_pe(program, feeds, fetch, startup=None, workdir=None, timeout=120, env=N
             f = os.path.join(wd, "feed_%d.npy" % i)
             np.save(f, np.ascontiguousarray(arr))
             cmd += ["--feed", "%s=%s" % (name, f)]
+        cmd += lod_args(lods)
         for name in fetch:
             cmd += ["--fetch", name]
         out = os.path.join(wd, "out")

@@ -10,7 +10,9 @@
  * that every program input is fed -> (--backward LOSS: append the gradient
  * ops of LOSS) -> run block 0 on cpu:0, or on N CPU places through the
  * ParallelExecutor with --places cpu:N -> print a summary
- * of each fetch and write it to DIR/<file name>.npy -> --save. Without
+ * of each fetch and write it to DIR/<file name>.npy -> --save. A feed
+ * may carry a LoD (sequences): --lod NAME=0,2,5 gives its offsets, levels
+ * separated by '/' (--lod x=0,1,2/0,2,5). Without
  * --fetch, an inference model's recorded fetch vars (program fetch_names,
  * from pe.static.save_inference_model) are fetched.
  *
@@ -40,6 +42,7 @@ enum { SUMMARY_VALUES = 10 };
 typedef struct feed_arg {
     char *name;         /* owned copy of NAME from NAME=FILE */
     const char *path;   /* points into argv */
+    const char *lod;    /* --lod NAME=SPEC: SPEC, pointing into argv; NULL: none */
     pe_tensor *t;
 } feed_arg;
 
@@ -61,6 +64,8 @@ typedef struct run_args {
  * same for "cuda", "cuda:N" on the first N visible GPUs. */
 static int parse_args(int argc, char **argv, run_args *a) {
     bool only_pos = false;
+    const char *lods[64]; /* --lod values, matched to the feeds at the end */
+    int n_lods = 0;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *v = NULL;
         int r;
@@ -110,6 +115,14 @@ static int parse_args(int argc, char **argv, run_args *a) {
             a->n_feeds++;
             continue;
         }
+        if ((r = pe_tool_flag(argc, argv, &i, "--lod", &v)) != 0) {
+            if (r < 0) return pe_tool_usage_error("run", "--lod needs a value NAME=OFFSETS (0,2,5; levels split by /)");
+            const char *eq = strchr(v, '=');
+            if (!eq || eq == v || !eq[1]) return pe_tool_usage_error("run", "--lod '%s' is not NAME=OFFSETS", v);
+            if (n_lods == 64) return pe_tool_usage_error("run", "more than 64 --lod flags");
+            lods[n_lods++] = v;
+            continue;
+        }
         if ((r = pe_tool_flag(argc, argv, &i, "--fetch", &v)) != 0) {
             if (r < 0) return pe_tool_usage_error("run", "--fetch needs a var NAME");
             if (!*v) return pe_tool_usage_error("run", "--fetch needs a non-empty NAME");
@@ -120,10 +133,65 @@ static int parse_args(int argc, char **argv, run_args *a) {
         }
         return pe_tool_usage_error("run", "unknown option '%s'", arg);
     }
+    for (int l = 0; l < n_lods; l++) {
+        const char *eq = strchr(lods[l], '=');
+        feed_arg *f = NULL;
+        for (int k = 0; k < a->n_feeds && !f; k++)
+            if (strlen(a->feeds[k].name) == (size_t)(eq - lods[l]) && !strncmp(a->feeds[k].name, lods[l], (size_t)(eq - lods[l])))
+                f = &a->feeds[k];
+        if (!f) return pe_tool_usage_error("run", "--lod '%s' names no --feed", lods[l]);
+        if (f->lod) return pe_tool_usage_error("run", "--lod for '%s' given twice", f->name);
+        f->lod = eq + 1;
+    }
     if (!a->program) return pe_tool_usage_error("run", "missing PROGRAM");
     if (!a->out_dir) a->out_dir = ".";
     if (a->n_places < 1) a->n_places = 1;
     return PE_EXIT_OK;
+}
+
+/* ---- --lod ---------------------------------------------------------------- */
+
+/* f->t's LoD from f->lod ("0,2,5", levels split by '/'). */
+static int set_feed_lod(feed_arg *f) {
+    int64_t *offs[PE_MAX_LOD_LEVELS] = {0}, n[PE_MAX_LOD_LEVELS] = {0};
+    int levels = 0, rc = PE_EXIT_OK;
+    const char *p = f->lod;
+    while (rc == PE_EXIT_OK) {
+        if (levels == PE_MAX_LOD_LEVELS) {
+            rc = pe_tool_fail("--lod %s=%s: more than %d levels", f->name, f->lod, PE_MAX_LOD_LEVELS);
+            break;
+        }
+        size_t cap = strlen(p) / 2 + 2;
+        if (!(offs[levels] = malloc(sizeof(int64_t) * cap))) {
+            rc = pe_tool_fail("out of memory parsing --lod");
+            break;
+        }
+        for (;;) {
+            char *end;
+            errno = 0;
+            long long v = strtoll(p, &end, 10);
+            if (end == p || errno) {
+                rc = pe_tool_fail("--lod %s=%s: '%s' is not a list of offsets (0,2,5; levels split by /)", f->name,
+                                  f->lod, p);
+                break;
+            }
+            offs[levels][n[levels]++] = v;
+            p = end;
+            if (*p != ',') break;
+            p++;
+        }
+        levels++;
+        if (rc != PE_EXIT_OK || *p != '/') break;
+        p++;
+    }
+    if (rc == PE_EXIT_OK && *p)
+        rc = pe_tool_fail("--lod %s=%s: unexpected '%s'", f->name, f->lod, p);
+    if (rc == PE_EXIT_OK) {
+        pe_status st = pe_tensor_set_lod(f->t, levels, (const int64_t *const *)offs, n);
+        if (st != PE_OK) rc = pe_tool_fail_status(st, "--lod %s=%s", f->name, f->lod);
+    }
+    for (int l = 0; l < PE_MAX_LOD_LEVELS; l++) free(offs[l]);
+    return rc;
 }
 
 /* ---- fetch output file names -------------------------------------------- */
@@ -367,6 +435,9 @@ static int shard_feeds(const run_args *a, const pe_program *prog, pe_feed *feeds
         const pe_var *v = pe_block_find_var(&prog->blocks[0], feeds[i].name);
         const pe_tensor *t = feeds[i].tensor;
         if ((v && v->persistable) || t->ndim < 1) continue;
+        if (t->lod)
+            return pe_tool_fail("feed '%s' has a LoD (--lod): LoD feeds are not split across trainers; run one "
+                                "trainer (its places split them by sequences)", feeds[i].name);
         int64_t rows = t->dims[0], first;
         if (rows < (int64_t)a->n_trainers * a->n_places)
             return pe_tool_fail("feed '%s' has %lld rows, fewer than the %d trainers x %d places: each place needs "
@@ -493,6 +564,8 @@ static int run(const run_args *a) {
                                                   : pe_tool_fail_status(st, "feed '%s' (%s)", f->name, f->path);
             goto done;
         }
+        if (f->lod && (rc = set_feed_lod(f)) != PE_EXIT_OK) goto done;
+        rc = PE_EXIT_FAIL;
         feeds[i].name = f->name;
         feeds[i].tensor = f->t;
     }

@@ -26,7 +26,7 @@
 #include <string.h>
 
 #define RUN_USAGE                                                                              \
-    "pe run PROGRAM [--startup S.pe] [--params CKPT] [--save CKPT] [--feed NAME=FILE.npy]... " \
+    "pe run PROGRAM [--startup S.pe] [--params CKPT] [--save CKPT] [--feed NAME=FILE.npy]... [--lod NAME=0,2,5]... " \
     "[--fetch NAME]... [--out DIR] [--places cpu:N|cuda:N] [--backward LOSS] [--trainers N]"
 
 #define TRAIN_USAGE                                                                                      \

@@ -3,7 +3,7 @@
  * views into it, plans cached per feed-shape signature.
  *
  * How: before each run (after the feeds are in place) the signature — the
- * dtype and dims of every var each place reads before writing — is looked
+ * dtype, dims and LoD of every var each place reads before writing — is looked
  * up among the cached plans (at most PE_MEM_PLAN_CACHE, least recently used
  * evicted); a miss runs the planner (executor/memory_plan/plan.c) with shapes read
  * from the scopes. Switching plans detaches the views of vars that are no
@@ -27,7 +27,7 @@
 #include <string.h>
 
 #define PE_MEM_PLAN_CACHE 8
-#define SIG_WIDTH (2 + PE_MAX_DIMS) /* dtype, ndim, dims */
+#define SIG_WIDTH (3 + PE_MAX_DIMS) /* dtype, ndim, dims, LoD hash (0: none) */
 #define OOM() pe_error(PE_ERR_NOMEM, "memory plan: out of memory")
 
 typedef struct {
@@ -169,6 +169,7 @@ static void make_signature(pe_mem_arenas *a, pe_scope *const *local) {
             s[0] = t->dtype;
             s[1] = t->ndim;
             for (int d = 0; d < t->ndim; d++) s[2 + d] = t->dims[d];
+            s[2 + PE_MAX_DIMS] = pe_tensor_lod_hash(t);
         }
 }
 
@@ -182,7 +183,10 @@ typedef struct {
 static pe_status scope_meta(void *user, int p, const char *name, const pe_var *decl, pe_tensor *meta) {
     meta_user *u = user;
     const pe_tensor *t = pe_scope_find_var(u->local[p], name);
-    if (t && t->buf) return pe_tensor_set_meta(meta, t->dtype, t->ndim, t->dims);
+    if (t && t->buf) {
+        pe_tensor_share_lod(meta, t); /* rows of sequence ops' outputs come from it */
+        return pe_tensor_set_meta(meta, t->dtype, t->ndim, t->dims);
+    }
     bool known = decl != NULL;
     for (int d = 0; known && d < decl->ndim; d++) known = decl->dims[d] >= 0;
     char pb[32];

@@ -44,7 +44,8 @@
  * Sizes come from static shape inference: every op's infer function runs,
  * in topological order, over meta-only tensors in a scratch scope, starting
  * from the shapes of the feeds and persistables (the caller's meta_fn), so
- * the plan is made before the first run, for the actual batch. The
+ * the plan is made before the first run, for the actual batch (and LoD: a
+ * sequence op's rows come from its input's LoD, carried from the feeds). The
  * executor caches one plan per feed-shape signature (executor/memory_plan/arena.c).
  *
  * This file is the graph front end and the plan; the DAG solver is
@@ -371,7 +372,7 @@ static pe_status infer_place(const pe_mp_graph *mg, int p, pe_place place, int t
         if (st != PE_OK) return pe_error_wrap(st, "memory plan, shape inference on place %d", p);
         ctx.num_threads = threads;
         const char *what = "shape inference";
-        st = ctx.info->infer(&ctx);
+        st = pe_op_infer(&ctx);
         ws[k] = 0;
         pe_workspace_fn wfn = ctx.info->workspace[place.kind];
         if (st == PE_OK && wfn) {

@@ -143,6 +143,65 @@ static void test_status_messages(void **state) {
     assert_int_equal(pe_dtype_size(PE_DTYPE_BF16), 2);
 }
 
+/* LoD: set (copied, validated), shared by share/copy, cleared, checked
+ * against the rows. */
+static void test_tensor_lod(void **state) {
+    (void)state;
+    pe_tensor *a = tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){5, 2}, (double[]){0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
+    assert_int_equal(pe_tensor_lod_levels(a), 0);
+    assert_int_equal(pe_tensor_check_lod(a, "a"), PE_OK);
+    int64_t top[] = {0, 1, 2}, bottom[] = {0, 2, 5};
+    const int64_t *lv[] = {top, bottom};
+    int64_t n[] = {3, 3};
+    assert_int_equal(pe_tensor_set_lod(a, 2, lv, n), PE_OK);
+    bottom[1] = 99; /* copied: the caller's array is not kept */
+    int64_t k;
+    const int64_t *o = pe_tensor_lod(a, 1, &k);
+    assert_int_equal(k, 3);
+    assert_int_equal(o[1], 2);
+    assert_int_equal(o[2], 5);
+    assert_int_equal(pe_tensor_check_lod(a, "a"), PE_OK);
+    assert_null(pe_tensor_lod(a, 2, &k));
+    assert_int_equal(k, 0);
+
+    pe_tensor *b = pe_tensor_new(), *c = pe_tensor_new();
+    pe_tensor_share(b, a);
+    assert_ptr_equal(b->lod, a->lod);
+    assert_int_equal(pe_tensor_copy(c, a, pe_place_cpu(0)), PE_OK);
+    assert_true(pe_lod_equal(c->lod, a->lod));
+    assert_int_equal(pe_tensor_lod_hash(c), pe_tensor_lod_hash(a));
+    /* a plain tensor copied over c takes its (no) LoD */
+    pe_tensor *plain = tu_tensor(PE_DTYPE_FP32, 1, (int64_t[]){2}, (double[]){1, 2});
+    assert_int_equal(pe_tensor_copy(c, plain, pe_place_cpu(0)), PE_OK);
+    assert_null(c->lod);
+    assert_int_equal(pe_tensor_lod_hash(c), 0);
+    /* b keeps the shared LoD after a drops its own */
+    pe_tensor_clear_lod(a);
+    assert_null(a->lod);
+    assert_int_equal(pe_tensor_lod_levels(b), 2);
+
+    /* invalid LoDs are refused, the tensor unchanged */
+    int64_t bad_start[] = {1, 5}, bad_dec[] = {0, 3, 2, 5}, top2[] = {0, 3};
+    assert_int_equal(pe_tensor_set_lod(a, 1, (const int64_t *[]){bad_start}, (int64_t[]){2}), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "starts at 1"));
+    assert_int_equal(pe_tensor_set_lod(a, 1, (const int64_t *[]){bad_dec}, (int64_t[]){4}), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "decreases"));
+    assert_int_equal(pe_tensor_set_lod(a, 2, (const int64_t *[]){top2, bottom}, (int64_t[]){2, 3}), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "sequences of the level below"));
+    assert_null(a->lod);
+    /* rows: the last level must end at dims[0] */
+    int64_t short_lod[] = {0, 2, 4};
+    assert_int_equal(pe_tensor_set_lod(a, 1, (const int64_t *[]){short_lod}, (int64_t[]){3}), PE_OK);
+    assert_int_equal(pe_tensor_check_lod(a, "feed 'x'"), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "feed 'x': its LoD's last level ends at 4, but the tensor has 5 rows"));
+    assert_int_equal(pe_tensor_set_lod(a, 0, NULL, NULL), PE_OK);
+    assert_null(a->lod);
+    pe_tensor_free(a);
+    pe_tensor_free(b);
+    pe_tensor_free(c);
+    pe_tensor_free(plain);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tensor_resize_reuses_buffer),
@@ -152,6 +211,7 @@ int main(void) {
         cmocka_unit_test(test_bad_meta),
         cmocka_unit_test(test_scope_parent_chain),
         cmocka_unit_test(test_status_messages),
+        cmocka_unit_test(test_tensor_lod),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
