@@ -36,8 +36,11 @@ def test_data_appends_batch_dim():
         b = fluid.layers.data(name="b", shape=[-1, 3], dtype="int64")
         c = fluid.layers.data(name="c", shape=[4], append_batch_size=False)
     assert list(a.shape) == [-1, 13] and list(b.shape) == [-1, 3] and list(c.shape) == [4]
-    with fluid.program_guard(main, startup), pytest.raises(pe.UnsupportedError, match="lod_level"):
-        fluid.layers.data(name="s", shape=[1], dtype="int64", lod_level=1)
+    with fluid.program_guard(main, startup):
+        s = fluid.layers.data(name="s", shape=[1], dtype="int64", lod_level=1)
+    assert list(s.shape) == [-1, 1] and s.lod_level == 1
+    with fluid.program_guard(main, startup), pytest.raises(pe.InvalidArgumentError, match="lod_level"):
+        fluid.layers.data(name="s2", shape=[1], dtype="int64", lod_level=-1)
 
 
 def test_layers_match_static_ops():

@@ -559,6 +559,126 @@ static PyObject *tensor_data_ptr(TensorObject *self, PyObject *unused) {
     return PyLong_FromVoidPtr(pe_tensor_data(t));
 }
 
+/* ---- LoD ---- */
+
+/* list of lists of ints (each level's offsets, or lengths when `lengths`) */
+static PyObject *lod_to_list(const pe_tensor *t, int lengths) {
+    int nl = pe_tensor_lod_levels(t);
+    PyObject *l = PyList_New(nl);
+    if (!l) return NULL;
+    for (int k = 0; k < nl; k++) {
+        int64_t n;
+        const int64_t *o = pe_tensor_lod(t, k, &n);
+        PyObject *lv = PyList_New(lengths ? n - 1 : n);
+        if (!lv) {
+            Py_DECREF(l);
+            return NULL;
+        }
+        for (int64_t i = 0; i < (lengths ? n - 1 : n); i++) {
+            PyObject *x = PyLong_FromLongLong(lengths ? o[i + 1] - o[i] : o[i]);
+            if (!x) {
+                Py_DECREF(lv);
+                Py_DECREF(l);
+                return NULL;
+            }
+            PyList_SET_ITEM(lv, i, x);
+        }
+        PyList_SET_ITEM(l, k, lv);
+    }
+    return l;
+}
+
+/* Sets t's LoD from a sequence of sequences of ints: offsets, or lengths
+ * (turned into offsets) when `lengths`. `api` names the method in errors. */
+static PyObject *lod_from_list(pe_tensor *t, PyObject *obj, int lengths, const char *api) {
+    PyObject *seq = PySequence_Fast(obj, "");
+    if (!seq) {
+        PyErr_Clear();
+        return raise_msg(PE_ERR_INVALID, "%s: expected a list of lists of ints, got %s", api, Py_TYPE(obj)->tp_name);
+    }
+    Py_ssize_t nl = PySequence_Fast_GET_SIZE(seq);
+    if (nl > PE_MAX_LOD_LEVELS) {
+        Py_DECREF(seq);
+        return raise_msg(PE_ERR_INVALID, "%s: %zd levels, at most %d", api, nl, PE_MAX_LOD_LEVELS);
+    }
+    int64_t *offs[PE_MAX_LOD_LEVELS] = {0};
+    int64_t n[PE_MAX_LOD_LEVELS];
+    int err = 0; /* an exception is set */
+    for (Py_ssize_t k = 0; k < nl && !err; k++) {
+        PyObject *lv = PySequence_Fast(PySequence_Fast_GET_ITEM(seq, k), "");
+        if (!lv) {
+            PyErr_Clear();
+            err = 1, raise_msg(PE_ERR_INVALID, "%s: level %zd is not a list of ints", api, k);
+            break;
+        }
+        Py_ssize_t m = PySequence_Fast_GET_SIZE(lv);
+        n[k] = lengths ? m + 1 : m;
+        offs[k] = malloc(sizeof(int64_t) * (size_t)(n[k] ? n[k] : 1));
+        if (!offs[k]) {
+            Py_DECREF(lv);
+            err = 1, PyErr_NoMemory();
+            break;
+        }
+        if (lengths) offs[k][0] = 0;
+        for (Py_ssize_t i = 0; i < m; i++) {
+            long long v = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(lv, i));
+            if (v == -1 && PyErr_Occurred()) {
+                PyErr_Clear();
+                err = 1, raise_msg(PE_ERR_INVALID, "%s: level %zd entry %zd is not an int", api, k, i);
+                break;
+            }
+            if (lengths && v < 0) {
+                err = 1, raise_msg(PE_ERR_INVALID, "%s: level %zd has a negative length %lld at %zd", api, k, v, i);
+                break;
+            }
+            if (lengths) offs[k][i + 1] = offs[k][i] + v;
+            else offs[k][i] = v;
+        }
+        Py_DECREF(lv);
+    }
+    Py_DECREF(seq);
+    if (!err) {
+        pe_status st = pe_tensor_set_lod(t, (int)nl, (const int64_t *const *)offs, n);
+        if (st != PE_OK) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", pe_last_error());
+            err = 1, raise_msg(st, "%s: %s", api, msg);
+        }
+    }
+    for (int k = 0; k < PE_MAX_LOD_LEVELS; k++) free(offs[k]);
+    if (err) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *tensor_lod(TensorObject *self, PyObject *unused) {
+    (void)unused;
+    pe_tensor *t = tensor_get(self);
+    return t ? lod_to_list(t, 0) : NULL;
+}
+
+static PyObject *tensor_recursive_sequence_lengths(TensorObject *self, PyObject *unused) {
+    (void)unused;
+    pe_tensor *t = tensor_get(self);
+    return t ? lod_to_list(t, 1) : NULL;
+}
+
+static PyObject *tensor_set_lod(TensorObject *self, PyObject *obj) {
+    pe_tensor *t = tensor_get(self);
+    return t ? lod_from_list(t, obj, 0, "Tensor.set_lod") : NULL;
+}
+
+static PyObject *tensor_set_recursive_sequence_lengths(TensorObject *self, PyObject *obj) {
+    pe_tensor *t = tensor_get(self);
+    return t ? lod_from_list(t, obj, 1, "Tensor.set_recursive_sequence_lengths") : NULL;
+}
+
+static PyObject *tensor_has_valid_lod(TensorObject *self, PyObject *unused) {
+    (void)unused;
+    pe_tensor *t = tensor_get(self);
+    if (!t) return NULL;
+    return PyBool_FromLong(pe_tensor_check_lod(t, "tensor") == PE_OK);
+}
+
 static Py_ssize_t tensor_len(TensorObject *self) {
     pe_tensor *t = tensor_get(self);
     if (!t) return -1;
@@ -578,9 +698,9 @@ static PyObject *tensor_repr(TensorObject *self) {
     char dims[128], pl[32];
     pe_dims_str(t->ndim, t->dims, dims, sizeof dims);
     pe_place_str(t->place, pl, sizeof pl);
-    return PyUnicode_FromFormat("<pe.Tensor %s%s%s%s %s on %s>", self->name ? "'" : "",
+    return PyUnicode_FromFormat("<pe.Tensor %s%s%s%s %s on %s%s>", self->name ? "'" : "",
                                 self->name ? PyUnicode_AsUTF8(self->name) : "", self->name ? "' " : "",
-                                pe_dtype_name(t->dtype), t->buf ? dims : "(no data)", pl);
+                                pe_dtype_name(t->dtype), t->buf ? dims : "(no data)", pl, t->lod ? " with LoD" : "");
 }
 
 static PyMethodDef tensor_methods[] = {
@@ -595,6 +715,14 @@ static PyMethodDef tensor_methods[] = {
     {"_place", (PyCFunction)tensor_place, METH_NOARGS, "(kind, id)."},
     {"_is_initialized", (PyCFunction)tensor_is_initialized, METH_NOARGS, "whether it holds data."},
     {"_data_ptr", (PyCFunction)tensor_data_ptr, METH_NOARGS, "address of element 0 (tests of zero-copy)."},
+    {"lod", (PyCFunction)tensor_lod, METH_NOARGS, "the LoD: per level, its offsets ([] when none)."},
+    {"set_lod", (PyCFunction)tensor_set_lod, METH_O, "set_lod([[0, 2, 5]]): the LoD as offsets per level ([]: none)."},
+    {"recursive_sequence_lengths", (PyCFunction)tensor_recursive_sequence_lengths, METH_NOARGS,
+     "the LoD as sequence lengths per level ([] when none)."},
+    {"set_recursive_sequence_lengths", (PyCFunction)tensor_set_recursive_sequence_lengths, METH_O,
+     "set_recursive_sequence_lengths([[2, 3]]): the LoD as lengths per level."},
+    {"has_valid_recursive_sequence_lengths", (PyCFunction)tensor_has_valid_lod, METH_NOARGS,
+     "whether the LoD's last level covers the rows exactly (true without a LoD)."},
     {NULL, NULL, 0, NULL}};
 
 static PySequenceMethods tensor_as_seq = {.sq_length = (lenfunc)tensor_len};

@@ -307,6 +307,7 @@ class Variable:
         self._stop_gradient = bool(stop_gradient)
         self._is_parameter = bool(is_parameter)
         self.is_data = bool(is_data)
+        self.lod_level = 0  # sequences: levels of LoD its fed values carry (fluid.layers.data(lod_level=))
 
     def _changed(self):
         if self.block is not None:
@@ -615,12 +616,13 @@ class Block:
 
     def create_var(self, name=None, shape=None, dtype="float32", persistable=False, stop_gradient=False, **kwargs):
         kwargs.pop("type", None)
-        kwargs.pop("lod_level", None)
+        lod_level = int(kwargs.pop("lod_level", 0) or 0)
         if name is not None and name in self.vars:
             v = self.vars[name]
             return v
         v = Variable(self, name=name, shape=shape, dtype=dtype, persistable=persistable, stop_gradient=stop_gradient,
                      **kwargs)
+        v.lod_level = lod_level
         self.vars[v.name] = v
         self.program._bump()
         return v

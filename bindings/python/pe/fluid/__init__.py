@@ -32,10 +32,12 @@ from . import io  # noqa: F401
 from . import backward  # noqa: F401
 from .backward import gradients  # noqa: F401
 from .data_feeder import DataFeeder  # noqa: F401
+from .lod_tensor import LoDTensor, create_lod_tensor, create_random_int_lodtensor  # noqa: F401
 from .transpiler import DistributeTranspiler, DistributeTranspilerConfig, memory_optimize, release_memory  # noqa: F401
 
 __all__ = ["CPUPlace", "CUDAPlace", "Program", "Variable", "program_guard", "default_main_program",
            "default_startup_program", "Executor", "ParallelExecutor", "CompiledProgram", "ExecutionStrategy",
            "BuildStrategy", "global_scope", "scope_guard", "ParamAttr", "DataFeeder", "DistributeTranspiler",
            "DistributeTranspilerConfig", "memory_optimize", "release_memory", "layers", "nets", "optimizer", "transpiler",
-           "io", "is_compiled_with_cuda", "cpu_places", "cuda_places", "backward", "gradients"]
+           "io", "is_compiled_with_cuda", "cpu_places", "cuda_places", "backward", "gradients", "LoDTensor",
+           "create_lod_tensor", "create_random_int_lodtensor"]

@@ -27,6 +27,7 @@ def data(name, shape, dtype=None, lod_level=0):
     v = block.create_var(name=name, shape=shape, dtype=convert_dtype(dtype or "float32"), persistable=False,
                          stop_gradient=True)
     v.is_data = True
+    v.lod_level = int(lod_level or 0)
     return v
 
 

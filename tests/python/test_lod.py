@@ -1,0 +1,158 @@
+"""tests/python/test_lod.py — LoD (sequence) tensors, Paddle 1.x semantics.
+
+create_lod_tensor / LoDTensor's lengths and offsets, their checks; a LoD
+feed reaches the scope and comes back with the fetch (return_numpy=False),
+kept by the ops that keep rows (fc, activations: Paddle's ShareLoD);
+DataFeeder turns lists of variable-length sequences of a lod_level=1 var
+into a LoDTensor; the ParallelExecutor splits a LoD feed by whole
+sequences and merges the fetched LoDs, 2 and 3 places equal to 1.
+"""
+import numpy as np
+import pytest
+
+import pe
+import pe.fluid as fluid
+
+
+def fresh():
+    return pe.static.Program(), pe.static.Program()
+
+
+def test_create_lod_tensor_lengths_and_offsets():
+    data = np.arange(10, dtype="float32").reshape(5, 2)
+    t = fluid.create_lod_tensor(data, [[2, 3]], fluid.CPUPlace())
+    assert isinstance(t, fluid.LoDTensor)
+    assert t.recursive_sequence_lengths() == [[2, 3]]
+    assert t.lod() == [[0, 2, 5]]
+    assert t.has_valid_recursive_sequence_lengths()
+    np.testing.assert_array_equal(np.array(t), data)
+    t.set_lod([[0, 1, 5]])
+    assert t.recursive_sequence_lengths() == [[1, 4]]
+    t.set_recursive_sequence_lengths([[1, 1], [2, 3]])
+    assert t.lod() == [[0, 1, 2], [0, 2, 5]]
+    t.set_lod([])
+    assert t.lod() == [] and t.recursive_sequence_lengths() == []
+    # a list of int sequences: int64 [rows, 1]
+    w = fluid.create_lod_tensor([[1, 2, 3], [4, 5]], [[3, 2]], fluid.CPUPlace())
+    a = np.array(w)
+    assert a.dtype == np.int64 and a.shape == (5, 1) and a[:, 0].tolist() == [1, 2, 3, 4, 5]
+    assert w.lod() == [[0, 3, 5]]
+    r = fluid.create_random_int_lodtensor([[2, 1]], [4], fluid.CPUPlace(), low=0, high=9)
+    assert np.array(r).shape == (3, 4) and r.recursive_sequence_lengths() == [[2, 1]]
+
+
+def test_lod_errors():
+    data = np.zeros((5, 1), "float32")
+    with pytest.raises(pe.InvalidArgumentError, match="cover 4 rows, the data has 5"):
+        fluid.create_lod_tensor(data, [[2, 2]], fluid.CPUPlace())
+    with pytest.raises(pe.InvalidArgumentError, match="lengths \\[3, 2\\].*says \\[2, 3\\]"):
+        fluid.create_lod_tensor([[1, 2, 3], [4, 5]], [[2, 3]], fluid.CPUPlace())
+    t = fluid.LoDTensor()
+    t.set(data, fluid.CPUPlace())
+    with pytest.raises(pe.InvalidArgumentError, match="starts at 1, not 0"):
+        t.set_lod([[1, 5]])
+    with pytest.raises(pe.InvalidArgumentError, match="decreases at entry 2"):
+        t.set_lod([[0, 3, 2, 5]])
+    with pytest.raises(pe.InvalidArgumentError, match="negative length"):
+        t.set_recursive_sequence_lengths([[6, -1]])
+    with pytest.raises(pe.InvalidArgumentError, match="sequences of the level below"):
+        t.set_recursive_sequence_lengths([[3], [2, 3]])
+    assert t.lod() == []
+    t.set_lod([[0, 2, 4]])  # structurally fine, but 4 rows of 5: refused at the feed
+    assert not t.has_valid_recursive_sequence_lengths()
+    main, startup = fresh()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=[1], dtype="float32", lod_level=1)
+        y = fluid.layers.relu(x)
+    with pytest.raises(pe.InvalidArgumentError, match="feed 'x': its LoD's last level ends at 4, but the tensor has 5 rows"):
+        fluid.Executor(fluid.CPUPlace()).run(main, feed={"x": t}, fetch_list=[y])
+
+
+def _seq_net():
+    main, startup = fresh()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=[3], dtype="float32", lod_level=1)
+        h = fluid.layers.fc(x, 4, act="relu")
+        loss = fluid.layers.mean(h)
+    return main, startup, x, h, loss
+
+
+def test_feed_lod_comes_back_with_fetch():
+    main, startup, x, h, loss = _seq_net()
+    assert x.lod_level == 1
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = fluid.Scope()
+    with fluid.scope_guard(scope):
+        exe.run(startup)
+        data = np.random.RandomState(0).rand(6, 3).astype("float32")
+        t = fluid.create_lod_tensor(data, [[1, 3, 2]], fluid.CPUPlace())
+        xo, ho, lo = exe.run(main, feed={"x": t}, fetch_list=[x, h, loss], return_numpy=False)
+        assert xo.recursive_sequence_lengths() == [[1, 3, 2]]
+        assert ho.recursive_sequence_lengths() == [[1, 3, 2]]  # fc keeps the sequences
+        assert lo.lod() == []                                   # mean: one row, no sequences
+        np.testing.assert_array_equal(np.array(xo), data)
+        # a plain feed afterwards: no stale LoD anywhere
+        xo, ho = exe.run(main, feed={"x": data}, fetch_list=[x, h], return_numpy=False)
+        assert xo.lod() == [] and ho.lod() == []
+        # numpy fetches are the same values either way
+        (h1,) = exe.run(main, feed={"x": t}, fetch_list=[h])
+        np.testing.assert_array_equal(h1, np.array(ho))
+
+
+def test_data_feeder_variable_length_sequences():
+    main, startup = fresh()
+    with fluid.program_guard(main, startup):
+        words = fluid.layers.data(name="words", shape=[1], dtype="int64", lod_level=1)
+        label = fluid.layers.data(name="label", shape=[1], dtype="int64")
+    feeder = fluid.DataFeeder(feed_list=[words, label], place=fluid.CPUPlace(), program=main)
+    feed = feeder.feed([([1, 2, 3], [0]), ([4], [1]), ([5, 6], [0])])
+    w = feed["words"]
+    assert w.recursive_sequence_lengths() == [[3, 1, 2]]
+    a = np.array(w)
+    assert a.shape == (6, 1) and a.dtype == np.int64 and a[:, 0].tolist() == [1, 2, 3, 4, 5, 6]
+    assert feed["label"].shape == (3, 1)
+    with fluid.program_guard(main, startup):
+        emb = fluid.layers.embedding(words, size=[10, 2])
+    exe = fluid.Executor(fluid.CPUPlace())
+    with fluid.scope_guard(fluid.Scope()):
+        exe.run(startup)
+        (e,) = exe.run(main, feed=feed, fetch_list=[emb], return_numpy=False)
+        assert e.recursive_sequence_lengths() == [[3, 1, 2]]
+    with pytest.raises(pe.InvalidArgumentError, match="nested 1 deep"):
+        feeder.feed([(7, [0])])
+
+
+def _parallel(ns, feed):
+    """x and h fetched from CompiledPrograms over each count of places in ns, one scope (the same parameters)."""
+    main, startup, x, h, loss = _seq_net()
+    exe = fluid.Executor(fluid.CPUPlace())
+    outs = []
+    with fluid.scope_guard(fluid.Scope()):
+        exe.run(startup)
+        for n in ns:
+            cp = fluid.CompiledProgram(main).with_data_parallel(loss_name=loss.name, places=fluid.cpu_places(n))
+            outs.append(exe.run(cp, feed=feed, fetch_list=[x, h], return_numpy=False))
+    return outs
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_parallel_executor_splits_whole_sequences(n):
+    data = np.random.RandomState(1).rand(10, 3).astype("float32")
+    lens = [[2, 1, 3, 1, 2, 1]]
+    one, many = _parallel([1, n], {"x": fluid.create_lod_tensor(data, lens, fluid.CPUPlace())})
+    for a, b in zip(one, many):
+        assert a.recursive_sequence_lengths() == lens
+        assert b.recursive_sequence_lengths() == lens
+        np.testing.assert_allclose(np.array(b), np.array(a), rtol=1e-6)
+    # a two-level LoD: split by the top level, merged back whole
+    lens2 = [[2, 1, 3], [2, 1, 3, 1, 2, 1]]
+    one, many = _parallel([1, n], {"x": fluid.create_lod_tensor(data, lens2, fluid.CPUPlace())})
+    for a, b in zip(one, many):
+        assert b.recursive_sequence_lengths() == lens2
+        np.testing.assert_allclose(np.array(b), np.array(a), rtol=1e-6)
+
+
+def test_parallel_executor_needs_a_sequence_per_place():
+    data = np.zeros((4, 3), "float32")
+    with pytest.raises(pe.InvalidArgumentError, match="holds 2 sequences .* fewer than the 3 places"):
+        _parallel([3], {"x": fluid.create_lod_tensor(data, [[1, 3]], fluid.CPUPlace())})
