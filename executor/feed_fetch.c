@@ -7,6 +7,14 @@
  * the run (below). Fetches are concatenated along axis 0 in place order
  * (persistables once, from place 0), or returned per place.
  *
+ * A feed with a LoD (sequences) is split by whole top-level sequences, not
+ * rows (Paddle's SplitLoDTensor): place p takes the p-th contiguous share
+ * of the sequences (the same sizes rule as rows), with their rows and their
+ * LoD rebased to 0, and its batch share (the loss gradient's weight) is its
+ * number of sequences. A merged fetch whose pieces carry LoDs of one depth
+ * gets their concatenation, each piece's offsets shifted by the rows before
+ * it.
+ *
  * The checks of a feed against its declaration and of fetch names are
  * shared with the single-place executor (executor/executor.c), so both
  * report a wrong feed with the same words.
@@ -249,13 +257,13 @@ pe_status pe_pe_feed_dict(pe_parallel_executor *pe, const pe_feed *feed, int n_f
                 if (pe->n == 1) {
                     PE_CHECK(pe_feed_check_piece(v, feed[i].name, t->ndim, t->dims, p));
                     PE_CHECK(feed_to(pe, p, feed[i].name, t, 0, -1, false, 0, 0));
-                    if (!rows_set) pe->rows[p] = t->dims[0];
+                    if (!rows_set) pe->rows[p] = nseq;
                     continue;
                 }
                 PE_CHECK(feed_to(pe, p, feed[i].name, t, 0, 0, false, s0, s0 + ns));
                 const pe_tensor *d = pe_scope_find_local_var(pe->local[p], feed[i].name);
                 PE_CHECK(pe_feed_check_piece(v, feed[i].name, d->ndim, d->dims, p));
-                if (!rows_set) pe->rows[p] = d->dims[0];
+                if (!rows_set) pe->rows[p] = ns; /* the batch share of a LoD feed: its sequences */
             }
             rows_set = true;
             continue;
