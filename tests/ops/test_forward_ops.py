@@ -109,8 +109,9 @@ class Case:
     bit for bit (DESIGN.md §4: results do not depend on the thread count)."""
 
     def __init__(self, op, name, inputs, attrs, ref, dtypes=None, tol=None, upcast=True,
-                 flat=(), xfail=None, threads=False, why=None):
+                 flat=(), xfail=None, threads=False, why=None, lod=None):
         self.op, self.name, self.inputs, self.attrs, self.ref = op, name, inputs, attrs, ref
+        self.lod = lod or {}  # {input slot: offsets per LoD level} (sequence ops), fed with --lod
         self.dtypes, self.tol, self.upcast, self.flat, self.xfail = dtypes or {}, tol, upcast, flat, xfail
         self.threads, self.why = threads, why  # why: the reason for a non-default tol
 
@@ -1714,6 +1715,91 @@ for op, name, inputs, at, ref in (
          dtypes={"Out": "float64"} if op == "cast" else None, upcast=op not in ("cast", "arg_max"))
 
 
+# ---- sequences (LoD): PyTorch has no LoD, so the references loop over the sequences of the
+# row's offsets (Paddle 1.x's semantics: an empty sequence pools to pad_value, MaxIndex is the
+# X row of each max, sequence_expand repeats X's sequences -- or rows -- by Y's lengths) ----
+
+def ref_seqpool(off):
+    def ref(t, a):
+        x, kind = t["X"], a["pooltype"]
+        rows, idx = [], []
+        for b, e in zip(off[:-1], off[1:]):
+            s = x[b:e]
+            if e == b:
+                rows.append(torch.full(x.shape[1:], float(a.get("pad_value", 0.0)), dtype=x.dtype))
+                idx.append(torch.full(x.shape[1:], -1, dtype=torch.int32))
+            elif kind == "SUM":
+                rows.append(s.sum(0))
+            elif kind == "AVERAGE":
+                rows.append(s.sum(0) / (e - b))
+            elif kind == "SQRT":
+                rows.append(s.sum(0) / np.sqrt(e - b))
+            elif kind == "MAX":
+                m, i = s.max(0)
+                rows.append(m)
+                idx.append((i + b).to(torch.int32))
+            elif kind == "LAST":
+                rows.append(s[-1])
+            else:
+                rows.append(s[0])
+        out = {"Out": torch.stack(rows) if rows else x.new_zeros([0] + list(x.shape[1:]))}
+        if kind == "MAX":
+            out["MaxIndex"] = torch.stack(idx)
+        return out
+    return ref
+
+
+def ref_seqsoftmax(off):
+    def ref(t, a):
+        x = t["X"]
+        parts = [torch.softmax(x[b:e], 0) for b, e in zip(off[:-1], off[1:])]
+        return {"Out": torch.cat(parts, 0)}
+    return ref
+
+
+def ref_seqexpand(y_off, x_off=None):
+    def ref(t, a):
+        x = t["X"]
+        parts = []
+        for i, (b, e) in enumerate(zip(y_off[:-1], y_off[1:])):
+            seq = x[x_off[i]:x_off[i + 1]] if x_off else x[i:i + 1]
+            parts += [seq] * (e - b)
+        return {"Out": torch.cat(parts, 0) if parts else x[:0]}
+    return ref
+
+
+def ref_seqmask(t, a):
+    x = t["X"]
+    m = a.get("maxlen", -1)
+    m = int(x.max()) if m < 0 else m
+    dt = {0: torch.float32, 1: torch.float64, 2: torch.int32, 3: torch.int64, 5: torch.bool}[a.get("out_dtype", 3)]
+    return {"Y": (torch.arange(m).reshape([1] * x.dim() + [m]) < x.unsqueeze(-1)).to(dt)}
+
+
+_SEQ_OFF = [0, 2, 2, 7, 8]  # 4 sequences of 2, 0, 5, 1 rows: an empty one and a single row
+for _kind in ("SUM", "AVERAGE", "SQRT", "MAX", "LAST", "FIRST"):
+    case("sequence_pool", _kind.lower(), {"X": f32(8, 3)}, {"pooltype": _kind, "pad_value": 0.5},
+         ref_seqpool(_SEQ_OFF), lod={"X": [_SEQ_OFF]}, dtypes={"MaxIndex": "int32"})
+case("sequence_pool", "max_ties_fp64_3d", {"X": R([7, 2, 3], "float64", fn=lambda r: r.integers(0, 3, (7, 2, 3)))},
+     {"pooltype": "MAX"}, ref_seqpool([0, 4, 7]), lod={"X": [[0, 4, 7]]}, dtypes={"MaxIndex": "int32"})
+case("sequence_pool", "sum_two_levels", {"X": f32(6, 2)}, {"pooltype": "SUM"}, ref_seqpool([0, 1, 3, 6]),
+     lod={"X": [[0, 2, 3], [0, 1, 3, 6]]})
+case("sequence_pool", "average_long", {"X": f32(1200, 40)}, {"pooltype": "AVERAGE"},
+     ref_seqpool([0, 300, 301, 900, 1200]), lod={"X": [[0, 300, 301, 900, 1200]]}, threads=True)
+case("sequence_softmax", "rows", {"X": f32(8)}, {}, ref_seqsoftmax(_SEQ_OFF), lod={"X": [_SEQ_OFF]})
+case("sequence_softmax", "n_by_1_fp64", {"X": f64(5, 1)}, {}, ref_seqsoftmax([0, 3, 5]), lod={"X": [[0, 3, 5]]})
+case("sequence_expand", "x_rows", {"X": f32(3, 2), "Y": i64(6, 1)}, {}, ref_seqexpand([0, 2, 2, 6]),
+     lod={"Y": [[0, 2, 2, 6]]})
+case("sequence_expand", "x_seqs", {"X": f32(4, 3), "Y": i64(5, 1)}, {"ref_level": 0},
+     ref_seqexpand([0, 2, 3], [0, 3, 4]), lod={"X": [[0, 3, 4]], "Y": [[0, 2, 3], [0, 1, 3, 5]]})
+case("sequence_expand", "int64_x", {"X": i64(2, 2), "Y": f32(3)}, {}, ref_seqexpand([0, 1, 3]),
+     lod={"Y": [[0, 1, 3]]})
+case("sequence_mask", "maxlen_attr", {"X": R([4], "int64", fn=lambda r: np.array([0, 3, 5, 1]))}, {"maxlen": 6},
+     ref_seqmask)
+case("sequence_mask", "from_data_2d_float", {"X": R([2, 3], "int32", fn=lambda r: np.array([[2, 0, 4], [1, 1, 3]]))},
+     {"out_dtype": 0}, ref_seqmask, dtypes={"Y": "float32"})
+
+
 # ---- running a row ----------------------------------------------------------------------
 
 def _check(case, name, got, want, want_dtype):
@@ -1797,7 +1883,8 @@ def run_case(case, tmp_path, threads=(1,), env=None):
     fetch = [o[1] for o in outputs]
     results = []
     for nt in threads:
-        got = run_pe(prog, feeds, fetch, workdir=str(tmp_path), env=dict(env or {}, OMP_NUM_THREADS=str(nt)))
+        got = run_pe(prog, feeds, fetch, workdir=str(tmp_path), env=dict(env or {}, OMP_NUM_THREADS=str(nt)),
+                     lods={"%s_0" % slot.lower(): lv for slot, lv in case.lod.items()})
         for label, nm, w, dt in outputs:
             _check(case, label, got[nm], w, dt)
         results.append(got)

@@ -44,7 +44,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
 sys.path.insert(0, HERE)
 import test_forward_ops as fw  # noqa: E402
-from pe_json import REPO, Program, fetch_file, pe_bin, pe_failure, place_args  # noqa: E402
+from pe_json import REPO, Program, fetch_file, lod_args, pe_bin, pe_failure, place_args  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -62,13 +62,15 @@ def grad_ops():
 # (default: the first output the reference returns).
 NO_GRAD_SLOTS = {"batch_norm": {"Mean", "Variance"}, "softmax_with_cross_entropy": {"Label"},
                  "cross_entropy": {"Label"}, "dropout": {"Step"},
-                 "sigmoid_cross_entropy_with_logits": {"Label"}, "label_smooth": {"PriorDist"}}
+                 "sigmoid_cross_entropy_with_logits": {"Label"}, "label_smooth": {"PriorDist"},
+                 "sequence_expand": {"Y"}}  # Y gives the repeat counts (its LoD) only
 LOSS_OUTS = {"batch_norm": ["Y"], "layer_norm": ["Y"], "group_norm": ["Y"], "instance_norm": ["Y"], "softmax_with_cross_entropy": ["Loss"], "cos_sim": ["Out"]}
 
 
 class GradCase:
-    def __init__(self, op, name, inputs, attrs, ref, dtypes=None, xfail=None, tol=None, why=None):
+    def __init__(self, op, name, inputs, attrs, ref, dtypes=None, xfail=None, tol=None, why=None, lod=None):
         self.op, self.name, self.inputs, self.attrs, self.ref = op, name, inputs, attrs, ref
+        self.lod = lod or {}  # {input slot: offsets per LoD level}, as the forward rows
         self.dtypes, self.xfail, self.tol, self.why = dtypes or {}, xfail, tol, why
 
     @property
@@ -91,7 +93,7 @@ for c in fw.CASES:
         continue  # integer rows (elementwise_add int32, reduce_sum int64, ...)
     if c.op == "cast" and not (np.dtype(c.dtypes.get("Out", "int64")).kind == "f"):
         continue  # a cast to an integer type has no gradient
-    CASES.append(GradCase(c.op, c.name, c.inputs, c.attrs, c.ref, c.dtypes, c.xfail))
+    CASES.append(GradCase(c.op, c.name, c.inputs, c.attrs, c.ref, c.dtypes, c.xfail, lod=c.lod))
 
 f32, f64, i64, R = fw.f32, fw.f64, fw.i64, fw.R
 
@@ -162,14 +164,22 @@ grad_row("slice", "three_axes", {"Input": f32(4, 5, 6)}, {"axes": [0, 1, 2], "st
          fw.ref_slice)
 
 
+# sequences: gradients within each sequence of the LoD (empty ones get none)
+grad_row("sequence_pool", "average_fp64", {"X": f64(7, 2)}, {"pooltype": "AVERAGE"}, fw.ref_seqpool([0, 3, 3, 7]),
+         lod={"X": [[0, 3, 3, 7]]})
+grad_row("sequence_expand", "x_seqs_repeated", {"X": f32(5, 2), "Y": i64(6, 1)}, {},
+         fw.ref_seqexpand([0, 2, 3, 6], [0, 2, 4, 5]), lod={"X": [[0, 2, 4, 5]], "Y": [[0, 2, 3, 6]]})
+
+
 # ---- running a row ----------------------------------------------------------------------
 
-def _run_pe(prog, feeds, fetch, wd, env=None):
+def _run_pe(prog, feeds, fetch, wd, env=None, lods=None):
     cmd = [pe_bin(), "run", prog, "--backward", "loss"]
     for i, (name, arr) in enumerate(feeds.items()):
         f = os.path.join(wd, "feed_%d.npy" % i)
         np.save(f, np.ascontiguousarray(arr))
         cmd += ["--feed", "%s=%s" % (name, f)]
+    cmd += lod_args(lods)
     out = os.path.join(wd, "out")
     for name in fetch:
         cmd += ["--fetch", name]
@@ -266,7 +276,8 @@ def run_grad_case(case, tmp_path, env=None):
 
     want = torch.autograd.grad(torch_loss, [x for _, _, x, _ in leaves], allow_unused=True)
     fetch = ["%s@GRAD" % nm for nm, _, _, _ in leaves]
-    got = _run_pe(prog, feeds, fetch + ["loss"], str(tmp_path), env=env)
+    got = _run_pe(prog, feeds, fetch + ["loss"], str(tmp_path), env=env,
+                  lods={"%s_0" % slot.lower(): lv for slot, lv in case.lod.items()})
     np.testing.assert_allclose(got["loss"].astype(np.float64).reshape(-1)[0], torch_loss.item(), rtol=1e-4, atol=1e-6,
                                err_msg="%s: the loss itself differs" % case.id)
     for (nm, slot, x, dt), w, f in zip(leaves, want, fetch):

@@ -158,6 +158,6 @@ def test_attention_bad_arguments(shapes, kw, match):
             fluid.nets.scaled_dot_product_attention(q, k, v, **kw)
 
 
-def test_sequence_conv_pool_names_lod():
-    with pytest.raises(pe.UnsupportedError, match="LoD"):
+def test_sequence_conv_pool_names_sequence_conv():
+    with pytest.raises(pe.UnsupportedError, match="sequence_conv op"):
         fluid.nets.sequence_conv_pool(None, 8, 3)

@@ -12,6 +12,7 @@ import pytest
 
 import pe
 import pe.fluid as fluid
+from pe.utils import unique_name
 
 
 def fresh():
@@ -156,3 +157,77 @@ def test_parallel_executor_needs_a_sequence_per_place():
     data = np.zeros((4, 3), "float32")
     with pytest.raises(pe.InvalidArgumentError, match="holds 2 sequences .* fewer than the 3 places"):
         _parallel([3], {"x": fluid.create_lod_tensor(data, [[1, 3]], fluid.CPUPlace())})
+
+
+def _seq_model():
+    main, startup = fresh()
+    with fluid.program_guard(main, startup), unique_name.guard():
+        words = fluid.layers.data(name="words", shape=[1], dtype="int64", lod_level=1)
+        label = fluid.layers.data(name="label", shape=[1], dtype="float32")
+        emb = fluid.layers.embedding(words, size=[20, 4])
+        pooled = fluid.layers.sequence_pool(emb, "average")
+        att = fluid.layers.sequence_softmax(fluid.layers.fc(emb, 1))
+        pred = fluid.layers.fc(fluid.layers.elementwise_add(pooled, fluid.layers.sequence_pool(
+            fluid.layers.elementwise_mul(emb, att, axis=0), "sum")), 1)
+        loss = fluid.layers.mean(fluid.layers.square_error_cost(pred, label))
+        fluid.optimizer.SGD(learning_rate=0.5).minimize(loss)
+    return main, startup, words, label, pooled, loss
+
+
+def _seq_batch():
+    rng = np.random.RandomState(3)
+    lens = [3, 1, 4, 2, 5, 1]
+    samples = [([int(w) for w in rng.randint(0, 20, n)], [float(rng.rand())]) for n in lens]
+    return samples
+
+
+def test_sequence_layers_forward_and_train_on_1_2_3_places():
+    samples = _seq_batch()
+    params = {}
+    for n in (0, 1, 2, 3):  # 0: the Executor; else a CompiledProgram over n places
+        main, startup, words, label, pooled, loss = _seq_model()
+        feeder = fluid.DataFeeder(feed_list=[words, label], place=fluid.CPUPlace(), program=main)
+        exe = fluid.Executor(fluid.CPUPlace())
+        scope = fluid.Scope()
+        with fluid.scope_guard(scope):
+            startup.random_seed = 11
+            exe.run(startup)
+            if n == 0:
+                prog = main
+                # the pooled rows: the average of each sentence's embeddings
+                w = np.array(scope.find_var([p.name for p in main.global_block().all_parameters()
+                                             if list(p.shape) == [20, 4]][0]).get_tensor())
+                feed = feeder.feed(samples)
+                (pl,) = exe.run(main.clone(for_test=True), feed=feed, fetch_list=[pooled])
+                want = np.stack([w[s[0]].mean(0) for s in samples])
+                # embedding keeps the ids' [rows, 1] (lookup_table_v2's shape): [sentences, 1, 4]
+                np.testing.assert_allclose(pl.reshape(want.shape), want, rtol=1e-5)
+            else:
+                prog = fluid.CompiledProgram(main).with_data_parallel(loss_name=loss.name,
+                                                                      places=fluid.cpu_places(n))
+            for _ in range(3):
+                exe.run(prog, feed=feeder.feed(samples), fetch_list=[loss])
+            params[n] = {p.name: np.array(scope.find_var(p.name).get_tensor())
+                         for p in main.global_block().all_parameters()}
+    for n in (1, 2, 3):
+        for k, v in params[0].items():
+            np.testing.assert_allclose(params[n][k], v, rtol=2e-5, atol=1e-6, err_msg="%d places: %s" % (n, k))
+
+
+def test_sequence_layer_errors():
+    main, startup = fresh()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=[2], dtype="float32")
+        out = fluid.layers.sequence_pool(x, "max")
+        with pytest.raises(pe.InvalidArgumentError, match="pool_type='median'"):
+            fluid.layers.sequence_pool(x, "median")
+    exe = fluid.Executor(fluid.CPUPlace())
+    with pytest.raises(pe.InvalidArgumentError, match="input X 'x' has no LoD"):
+        exe.run(main, feed={"x": np.zeros((3, 2), "float32")}, fetch_list=[out])
+    main, startup = fresh()
+    with fluid.program_guard(main, startup):
+        lengths = fluid.layers.data(name="n", shape=[-1], dtype="int64", append_batch_size=False)
+        mask = fluid.layers.sequence_mask(lengths, dtype="float32")
+    (m,) = exe.run(main, feed={"n": np.array([2, 0, 3])}, fetch_list=[mask])
+    np.testing.assert_array_equal(m, [[1, 1, 0], [0, 0, 0], [1, 1, 1]])
+    assert m.dtype == np.float32

@@ -34,7 +34,8 @@
 
 typedef struct empty_row {
     const char *op;
-    const char *ins;    /* "Slot=f[0,3] ..."; dtype f fp32, d fp64, i int32, l int64, b bool; a slot may repeat */
+    const char *ins;    /* "Slot=f[0,3] ..."; dtype f fp32, d fp64, i int32, l int64, b bool; a slot may repeat;
+                         * "f[0,3]{0,0}": with a LoD (offsets, levels split by '/') */
     const char *outs;   /* output slots, in order; a slot may repeat ("Out Out": two parts) */
     const char *attrs;  /* "name=value ...", types from the registry; lists comma-separated */
     const char *want;   /* dims of the first output, "[0,3]" */
@@ -353,6 +354,20 @@ static const empty_row k_rows[] = {
      "Param=f[0] Param=f[2] Grad=f[0] Grad=f[2] LearningRate=f[1] Moment=f[0] Moment=f[2] InfNorm=f[0] "
      "InfNorm=f[2] Beta1Pow=f[1] Beta1Pow=f[1]",
      "ParamOut ParamOut MomentOut MomentOut InfNormOut InfNormOut", "", "[0]", NULL, NULL, false},
+    /* sequences (LoD): no sequences, empty sequences (pad_value, no gradient), no repeats, no lengths */
+    {"sequence_pool", "X=f[0,3]{0}", "Out MaxIndex", "pooltype=SUM", "[0,3]", NULL, NULL, true},
+    {"sequence_pool", "X=f[0,3]{0,0,0}", "Out MaxIndex", "pooltype=AVERAGE", "[2,3]", "0", NULL, true},
+    {"sequence_pool", "X=f[0,3]{0,0}", "Out MaxIndex", "pooltype=MAX pad_value=1.5", "[1,3]", "1.5", NULL, true},
+    {"sequence_pool", "X=f[2,3]{0,0,2}", "Out MaxIndex", "pooltype=SQRT", "[2,3]", NULL, NULL, true},
+    {"sequence_pool", "X=f[0,3]", "Out MaxIndex", "pooltype=LAST", NULL, NULL, "has no LoD", false},
+    {"sequence_softmax", "X=f[0]{0,0}", "Out", "", "[0]", NULL, NULL, true},
+    {"sequence_softmax", "X=d[0,1]{0}", "Out", "", "[0,1]", NULL, NULL, true},
+    {"sequence_expand", "X=f[2,3] Y=l[0,1]{0,0,0}", "Out", "", "[0,3]", NULL, NULL, true},
+    {"sequence_expand", "X=f[0,3]{0,0,0} Y=l[4,1]{0,3,4}", "Out", "", "[0,3]", NULL, NULL, true},
+    {"sequence_expand", "Y=l[0,1] X=f[2,3]", "Out", "", NULL, NULL, "Y 'in0' has no LoD", false},
+    {"sequence_mask", "X=l[0]", "Y", "maxlen=4", "[0,4]", NULL, NULL, false},
+    {"sequence_mask", "X=i[0,2]", "Y", "", "[0,2,0]", NULL, NULL, false},
+    {"sequence_mask", "X=l[3]", "Y", "maxlen=0", "[3,0]", NULL, NULL, false},
     {"merged_adamw",
      "Param=f[0] Param=f[2] Grad=f[0] Grad=f[2] LearningRate=f[1] Moment1=f[0] Moment1=f[2] Moment2=f[0] "
      "Moment2=f[2] Beta1Pow=f[1] Beta1Pow=f[1] Beta2Pow=f[1] Beta2Pow=f[1]",
@@ -482,6 +497,20 @@ static void row_build(const empty_row *r, row_prog *rp) {
         pe_dtype dt = dtype_of(eq[1]);
         int k = rp->n_in++;
         pe_tensor *t = tu_tensor(dt, nd, dims, NULL);
+        const char *lod = strchr(eq + 2, '{');
+        if (lod) { /* "{0,0,2}" or "{0,1/0,2}": offsets per level */
+            int64_t off[4][16], n[4] = {0};
+            const int64_t *lv[4] = {off[0], off[1], off[2], off[3]};
+            int levels = 1;
+            for (const char *c = lod + 1; *c && *c != '}';) {
+                char *end;
+                off[levels - 1][n[levels - 1]++] = strtoll(c, &end, 10);
+                c = end;
+                if (*c == '/') levels++;
+                if (*c == ',' || *c == '/') c++;
+            }
+            if (pe_tensor_set_lod(t, levels, lv, n) != PE_OK) fail_msg("%s: LoD %s: %s", r->op, lod, pe_last_error());
+        }
         if (is_float(dt))
             for (int64_t e = 0; e < pe_tensor_numel(t); e++) {
                 if (dt == PE_DTYPE_FP32) ((float *)pe_tensor_data(t))[e] = 0.5f;

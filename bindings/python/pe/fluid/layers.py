@@ -2,8 +2,9 @@
 pe.nn.functional / pe.tensor with the 1.x argument names.
 
 data() prepends the batch dim (-1) unless the shape already has a None/-1
-dim or append_batch_size=False, as fluid did. Sequence (LoD) inputs,
-lod_level > 0, are refused with an error: PE has no LoD tensor yet.
+dim or append_batch_size=False, as fluid did. lod_level > 0 declares a
+sequence input: its fed values are LoDTensors (fluid.create_lod_tensor, or
+DataFeeder over lists of variable-length sequences).
 """
 import numpy as np
 
@@ -17,7 +18,8 @@ from ..static import nn as _snn
 from .learning_rate_scheduler import (exponential_decay, natural_exp_decay, inverse_time_decay,  # noqa: F401
                                       polynomial_decay, piecewise_decay, noam_decay, cosine_decay, linear_lr_warmup)
 
-__all__ = ["data", "fc", "conv2d", "pool2d", "batch_norm", "embedding", "dropout", "relu", "sigmoid", "tanh",
+__all__ = ["sequence_pool", "sequence_softmax", "sequence_expand", "sequence_mask", "sequence_first_step",
+           "sequence_last_step", "data", "fc", "conv2d", "pool2d", "batch_norm", "embedding", "dropout", "relu", "sigmoid", "tanh",
            "softmax", "mean", "reduce_sum", "reduce_mean", "square_error_cost", "cross_entropy",
            "softmax_with_cross_entropy", "accuracy", "concat", "reshape", "transpose", "flatten", "elementwise_add",
            "elementwise_sub", "elementwise_mul", "elementwise_div", "fill_constant", "cast", "scale", "matmul",
@@ -39,9 +41,9 @@ def data(name, shape, append_batch_size=True, dtype="float32", lod_level=0, type
     """A feed variable; [-1] + shape unless shape has a None/-1 dim or append_batch_size=False."""
     if not isinstance(name, str):
         raise TypeError("fluid.layers.data: name must be a str, got %s" % type(name).__name__)
-    if lod_level:
-        raise _core.UnsupportedError("fluid.layers.data('%s'): lod_level=%d: PE has no LoD (sequence) tensors yet"
-                                     % (name, lod_level))
+    if not isinstance(lod_level, (int, np.integer)) or not 0 <= lod_level <= 8:
+        raise _core.InvalidArgumentError("fluid.layers.data('%s'): lod_level=%r: expected an int in 0..8"
+                                         % (name, lod_level))
     shape = [-1 if d is None else int(d) for d in shape]
     if append_batch_size and all(d >= 0 for d in shape):
         shape = [-1] + shape
@@ -51,6 +53,7 @@ def data(name, shape, append_batch_size=True, dtype="float32", lod_level=0, type
     v = block.create_var(name=name, shape=shape, dtype=convert_dtype(dtype), persistable=False,
                          stop_gradient=stop_gradient)
     v.is_data = True
+    v.lod_level = int(lod_level)
     return v
 
 
@@ -515,3 +518,73 @@ def resize_bilinear(input, out_shape=None, scale=None, name=None, actual_shape=N
 def resize_nearest(input, out_shape=None, scale=None, name=None, actual_shape=None, align_corners=True,
                    data_format="NCHW"):
     return image_resize(input, out_shape, scale, name, "NEAREST", actual_shape, align_corners, 1, data_format)
+
+
+# ---- sequences (LoD) --------------------------------------------------------------------------
+
+def _seq_input(x, arg, api):
+    check_variable(x, arg, api)
+    return x
+
+
+def sequence_pool(input, pool_type, is_test=False, pad_value=0.0):
+    """Pools each sequence of input's last LoD level to one row: pool_type sum, average, sqrt
+    (sum / sqrt(length)), max, last or first; an empty sequence gives pad_value. Out:
+    [sequences, dims after the first]; it keeps input's LoD minus its last level."""
+    _seq_input(input, "input", "sequence_pool")
+    if not isinstance(pool_type, str) or pool_type.upper() not in ("SUM", "AVERAGE", "SQRT", "MAX", "LAST", "FIRST"):
+        raise _core.InvalidArgumentError("fluid.layers.sequence_pool: pool_type=%r (expected sum, average, sqrt, max, "
+                                         "last or first)" % (pool_type,))
+    helper = LayerHelper("sequence_pool")
+    out = helper.create_variable_for_type_inference(input.dtype, shape=[-1] + list(input.shape[1:]))
+    max_index = helper.create_variable_for_type_inference("int32", stop_gradient=True, shape=[])
+    helper.append_op("sequence_pool", {"X": [input]}, {"Out": [out], "MaxIndex": [max_index]},
+                     {"pooltype": pool_type.upper(), "is_test": bool(is_test), "pad_value": float(pad_value)})
+    return out
+
+
+def sequence_first_step(input):
+    """The first row of each sequence (sequence_pool FIRST)."""
+    return sequence_pool(input, "first")
+
+
+def sequence_last_step(input):
+    """The last row of each sequence (sequence_pool LAST)."""
+    return sequence_pool(input, "last")
+
+
+def sequence_softmax(input, use_cudnn=False, name=None):
+    """Softmax within each sequence of input ([N] or [N, 1] scores with a LoD)."""
+    _seq_input(input, "input", "sequence_softmax")
+    helper = LayerHelper("sequence_softmax", name)
+    out = helper.create_variable_for_type_inference(input.dtype, shape=list(input.shape))
+    helper.append_op("sequence_softmax", {"X": [input]}, {"Out": [out]}, {"use_cudnn": bool(use_cudnn)})
+    return out
+
+
+def sequence_expand(x, y, ref_level=-1, name=None):
+    """Repeats x's sequences (or rows, when x has no LoD) as many times as y's sequences at
+    LoD level ref_level (-1: the last) are long."""
+    _seq_input(x, "x", "sequence_expand")
+    _seq_input(y, "y", "sequence_expand")
+    helper = LayerHelper("sequence_expand", name)
+    out = helper.create_variable_for_type_inference(x.dtype, shape=[-1] + list(x.shape[1:]))
+    helper.append_op("sequence_expand", {"X": [x], "Y": [y]}, {"Out": [out]}, {"ref_level": int(ref_level)})
+    return out
+
+
+def sequence_mask(x, maxlen=None, dtype="int64", name=None):
+    """Y[..., j] = j < x[...] for lengths x: Y is x's shape + [maxlen] (maxlen None: max(x))."""
+    check_variable(x, "x", "sequence_mask")
+    if isinstance(maxlen, Variable):
+        raise _core.UnsupportedError("fluid.layers.sequence_mask: maxlen as a Variable is not supported; give an int")
+    dt = convert_dtype(dtype)
+    codes = {"float32": 0, "float64": 1, "int32": 2, "int64": 3, "uint8": 4, "bool": 5}
+    if dt not in codes:
+        raise _core.InvalidArgumentError("fluid.layers.sequence_mask: dtype %s (expected one of %s)"
+                                         % (dt, ", ".join(codes)))
+    helper = LayerHelper("sequence_mask", name)
+    m = -1 if maxlen is None else int(maxlen)
+    out = helper.create_variable_for_type_inference(dt, stop_gradient=True, shape=list(x.shape) + [m])
+    helper.append_op("sequence_mask", {"X": [x]}, {"Y": [out]}, {"maxlen": m, "out_dtype": codes[dt]})
+    return out
