@@ -33,6 +33,11 @@ def test_create_lod_tensor_lengths_and_offsets():
     assert t.lod() == [[0, 1, 2], [0, 2, 5]]
     t.set_lod([])
     assert t.lod() == [] and t.recursive_sequence_lengths() == []
+    # Paddle's order: lengths first, then set() the data (set keeps the LoD)
+    u = fluid.LoDTensor()
+    u.set_recursive_sequence_lengths([[3, 2]])
+    u.set(data, fluid.CPUPlace())
+    assert u.recursive_sequence_lengths() == [[3, 2]] and u.has_valid_recursive_sequence_lengths()
     # a list of int sequences: int64 [rows, 1]
     w = fluid.create_lod_tensor([[1, 2, 3], [4, 5]], [[3, 2]], fluid.CPUPlace())
     a = np.array(w)

@@ -470,9 +470,14 @@ static PyObject *tensor_set(TensorObject *self, PyObject *args, PyObject *kw) {
         /* A shared buffer (an executor replica, a fetch view) is detached
          * rather than overwritten: set() gives this variable new storage. */
         if (dst->buf && dst->buf->refcount > 1) pe_tensor_clear(dst);
+        /* the data is new, the LoD stays (Paddle's set(): lengths may be set first) */
+        pe_tensor lod = {0};
+        pe_tensor_share_lod(&lod, dst);
         Py_BEGIN_ALLOW_THREADS
         st = pe_tensor_copy(dst, src, place);
         Py_END_ALLOW_THREADS
+        pe_tensor_share_lod(dst, &lod);
+        pe_tensor_clear_lod(&lod);
         pe_tensor_free(src);
         Py_DECREF(arr);
     }
