@@ -208,8 +208,10 @@ def test_sequence_layers_forward_and_train_on_1_2_3_places():
                 # embedding keeps the ids' [rows, 1] (lookup_table_v2's shape): [sentences, 1, 4]
                 np.testing.assert_allclose(pl.reshape(want.shape), want, rtol=1e-5)
             else:
-                prog = fluid.CompiledProgram(main).with_data_parallel(loss_name=loss.name,
-                                                                      places=fluid.cpu_places(n))
+                bs = fluid.BuildStrategy()
+                bs.memory_optimize = bs.enable_inplace = n >= 2  # the memory plan with LoD shapes
+                prog = fluid.CompiledProgram(main, build_strategy=bs).with_data_parallel(
+                    loss_name=loss.name, places=fluid.cpu_places(n))
             for _ in range(3):
                 exe.run(prog, feed=feeder.feed(samples), fetch_list=[loss])
             params[n] = {p.name: np.array(scope.find_var(p.name).get_tensor())
@@ -236,3 +238,35 @@ def test_sequence_layer_errors():
     (m,) = exe.run(main, feed={"n": np.array([2, 0, 3])}, fetch_list=[mask])
     np.testing.assert_array_equal(m, [[1, 1, 0], [0, 0, 0], [1, 1, 1]])
     assert m.dtype == np.float32
+
+
+@pytest.mark.parametrize("plan", [False, True])
+def test_parallel_executor_new_lod_same_rows_and_mask_from_values(plan):
+    """Two batches of the same rows but other sequences: with the memory plan its shape
+    inference sees the LoD (sequence_pool's rows) and plans are keyed by it;
+    sequence_mask's columns come from the lengths' values, known at run time only."""
+    main, startup = fresh()
+    with fluid.program_guard(main, startup), unique_name.guard():
+        x = fluid.layers.data(name="x", shape=[2], dtype="float32", lod_level=1)
+        n = fluid.layers.data(name="n", shape=[1], dtype="int64")
+        pooled = fluid.layers.sequence_pool(fluid.layers.scale(x, 2.0), "sum")
+        mask = fluid.layers.sequence_mask(n, dtype="float32")
+        loss = fluid.layers.mean(pooled)
+    exe = fluid.Executor(fluid.CPUPlace())
+    data = np.arange(16, dtype="float32").reshape(8, 2)
+    with fluid.scope_guard(fluid.Scope()):
+        exe.run(startup)
+        bs = fluid.BuildStrategy()
+        bs.memory_optimize = bs.enable_inplace = plan
+        cp = fluid.CompiledProgram(main, build_strategy=bs).with_data_parallel(
+            loss_name=loss.name, places=fluid.cpu_places(2))
+        for lens in ([[3, 1, 2, 2]], [[1, 1, 1, 1, 4]], [[3, 1, 2, 2]]):
+            offs = np.cumsum([0] + lens[0])
+            k = len(lens[0])
+            lengths = np.array([[3 if i in (0, k - 1) else i % 3] for i in range(k)], dtype="int64")
+            p, m = exe.run(cp, feed={"x": fluid.create_lod_tensor(data, lens, fluid.CPUPlace()), "n": lengths},
+                           fetch_list=[pooled, mask])
+            want = np.stack([2 * data[b:e].sum(0) for b, e in zip(offs[:-1], offs[1:])])
+            np.testing.assert_allclose(p, want)
+            # the columns: max(n), known only from the values (each place's max is 3 here)
+            np.testing.assert_array_equal(m, (np.arange(3)[None, None, :] < lengths[:, :, None]).astype("float32"))
