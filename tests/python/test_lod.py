@@ -86,6 +86,7 @@ def _seq_net():
 def test_feed_lod_comes_back_with_fetch():
     main, startup, x, h, loss = _seq_net()
     assert x.lod_level == 1
+    assert main.clone(for_test=True).global_block().vars["x"].lod_level == 1
     exe = fluid.Executor(fluid.CPUPlace())
     scope = fluid.Scope()
     with fluid.scope_guard(scope):

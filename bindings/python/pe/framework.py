@@ -751,6 +751,7 @@ class Program:
                     d._copy_meta(v)
                 if d is not None:
                     d.is_data = v.is_data
+                    d.lod_level = getattr(v, "lod_level", 0)
         if for_test:
             p._inference_optimize()
         return p
