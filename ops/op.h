@@ -243,7 +243,8 @@ bool pe_var_meta_agrees(const pe_var *v, pe_dtype dt, int ndim, const int64_t *d
  * (sequence ops) says so with ctx->lod_set; otherwise an output left
  * without one whose rows equal those of the first input that
  * has a LoD shares that LoD (Paddle's ShareLoD of X to Out: fc, elementwise,
- * activations, lookup_table keep the sequences). Used by pe_op_run and the
+ * activations, lookup_table keep the sequences); an output that is also an
+ * input (written in place) keeps its own. Used by pe_op_run and the
  * memory plan's shape inference. */
 pe_status pe_op_infer(pe_op_ctx *ctx);
 /* infer (pe_op_infer) -> allocate outputs on ctx->place -> kernel. Errors name op and place. */

@@ -530,7 +530,9 @@ pe_status pe_op_infer(pe_op_ctx *ctx) {
         for (int i = 0; i < info->n_outputs; i++)
             for (int j = 0; j < ctx->n_out[i]; j++) {
                 pe_tensor *t = ctx->out[i][j];
-                if (t && !t->lod && t->ndim >= 1 && t->dims[0] == rows) pe_tensor_share_lod(t, &src);
+                /* an output written in place (ParamOut = Param) keeps what it had */
+                if (t && !t->lod && t->ndim >= 1 && t->dims[0] == rows && !is_input(ctx, t))
+                    pe_tensor_share_lod(t, &src);
             }
     }
     pe_tensor_clear_lod(&src);

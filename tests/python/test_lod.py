@@ -271,3 +271,21 @@ def test_parallel_executor_new_lod_same_rows_and_mask_from_values(plan):
             np.testing.assert_allclose(p, want)
             # the columns: max(n), known only from the values (each place's max is 3 here)
             np.testing.assert_array_equal(m, (np.arange(3)[None, None, :] < lengths[:, :, None]).astype("float32"))
+
+
+def test_parameter_updated_in_place_takes_no_lod():
+    """A gradient may have the rows of a sequence input by chance (vocabulary 6, 6 words);
+    the parameter its optimizer op writes in place keeps no LoD."""
+    main, startup = fresh()
+    with fluid.program_guard(main, startup), unique_name.guard():
+        words = fluid.layers.data(name="words", shape=[1], dtype="int64", lod_level=1)
+        emb = fluid.layers.embedding(words, size=[6, 3])
+        loss = fluid.layers.mean(fluid.layers.sequence_pool(emb, "sum"))
+        fluid.optimizer.SGD(learning_rate=0.1).minimize(loss)
+    w = [p for p in main.global_block().all_parameters()][0]
+    exe = fluid.Executor(fluid.CPUPlace())
+    with fluid.scope_guard(fluid.Scope()):
+        exe.run(startup)
+        t = fluid.create_lod_tensor(np.arange(6, dtype="int64").reshape(6, 1), [[4, 2]], fluid.CPUPlace())
+        (wv,) = exe.run(main, feed={"words": t}, fetch_list=[w], return_numpy=False)
+        assert wv.lod() == []
