@@ -232,6 +232,9 @@ expect_usage "run: --fetch missing value" run main.json --fetch
 expect_usage "run: --fetch followed by a flag" run main.json --fetch --out d
 expect_usage "run: --out given twice" run main.json --out a --out b
 expect_usage "run: same feed twice" run main.json --feed x=x.npy --feed x=x.npy
+expect_usage "run: --lod naming no feed" run main.json --feed x=x.npy --lod y=0,4
+expect_usage "run: --lod without '='" run main.json --feed x=x.npy --lod x
+expect_usage "run: --lod given twice" run main.json --feed x=x.npy --lod x=0,4 --lod x=0,1,4
 expect_usage "run: --places cpu:65 (more than 64 places)" run main.json --places cpu:65
 expect_usage "run: --places cpu:-2" run main.json --places cpu:-2
 expect_usage "run: --places cuda:0" run main.json --places cuda:0
@@ -289,6 +292,16 @@ if expect_ok "run main.json" run main.json --feed x=x.npy --feed y=y.npy --fetch
 fi
 if expect_ok "run main.pe (--flag=value forms)" run main.pe --feed=x=x.npy --feed=y=y.npy --fetch=relu/out --out=res2 --places=cpu:1; then
     check_out "run main.pe: same values" res2/relu_out.npy
+fi
+# LoD feeds (--lod): checked against the rows, invalid offsets named; a valid one runs
+expect_error "run: --lod not covering the rows" "feed 'x': its LoD's last level ends at 3, but the tensor has 4 rows" \
+    run main.json --feed x=x.npy --feed y=y.npy --lod x=0,1,3 --fetch s --out lod1
+expect_error "run: --lod decreasing" "--lod x=0,3,2,4: LoD level 0 decreases at entry 2" \
+    run main.json --feed x=x.npy --feed y=y.npy --lod x=0,3,2,4 --fetch s --out lod2
+expect_error "run: --lod not numbers" "--lod x=0,a: 'a' is not a list of offsets" \
+    run main.json --feed x=x.npy --feed y=y.npy --lod x=0,a --fetch s --out lod3
+if expect_ok "run: --lod with two levels" run main.json --feed x=x.npy --feed y=y.npy --lod x=0,1,2/0,1,4 --fetch relu/out --out lod4; then
+    check_out "run: --lod changes no values" lod4/relu_out.npy
 fi
 # Several CPU places through the ParallelExecutor: the example MLP on 5 rows
 # (split 2,3 and 1,2,2) gives what one place gives, concatenated in order.
