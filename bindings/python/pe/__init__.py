@@ -20,7 +20,10 @@ engine's message: InvalidArgumentError, NotFoundError, IOError,
 FormatError, ResourceExhaustedError, UnsupportedError, DeviceError,
 CancelledError, InternalError.
 """
+import builtins as _builtins
+
 from . import _core
+from . import framework
 from ._core import (Error, InvalidArgumentError, NotFoundError, IOError, FormatError,  # noqa: F401
                     ResourceExhaustedError, UnsupportedError, DeviceError, CancelledError, InternalError, Tensor)
 from .framework import (CPUPlace, CUDAPlace, enable_static, disable_static, in_dynamic_mode,  # noqa: F401
@@ -34,6 +37,8 @@ from .tensor import (mean, sum, matmul, reshape, transpose, concat, flatten, cas
                      logical_not, where,
                      max, min, prod, any, all, stack, unstack, expand, tile, assign,
                      shape, increment, cumsum, gather, gather_nd, scatter)
+from . import eager  # noqa: F401
+from .eager import to_tensor, randn, rand, arange, no_grad  # noqa: F401
 from . import utils  # noqa: F401
 from . import nn  # noqa: F401
 from . import static  # noqa: F401
@@ -46,6 +51,34 @@ from . import dataset  # noqa: F401
 from .reader import batch  # noqa: F401
 
 __version__ = _core.version
+
+
+def _dispatch(static_fn, eager_fn):
+    """static_fn in static mode, eager_fn in eager mode or on eager tensors."""
+    def fn(*args, **kw):
+        if not framework._static_mode or _eager_args(args, kw):
+            return eager_fn(*args, **kw)
+        return static_fn(*args, **kw)
+    fn.__name__, fn.__doc__, fn.__module__ = static_fn.__name__, static_fn.__doc__, static_fn.__module__
+    fn._static, fn._eager = static_fn, eager_fn
+    return fn
+
+
+def _eager_args(args, kw):
+    for a in list(args) + list(kw.values()):
+        if isinstance(a, eager.Tensor) or (isinstance(a, (list, tuple)) and _builtins.any(isinstance(e, eager.Tensor) for e in a)):
+            return True
+    return False
+
+
+# The pe.* and pe.nn.functional functions with an eager form (pe.eager).
+for _n in ("mean", "sum", "matmul", "reshape", "transpose", "concat", "cast", "add", "subtract", "multiply", "divide",
+           "scale", "full", "ones", "zeros", "tanh", "sigmoid", "exp", "log", "pow", "equal", "not_equal", "less_than",
+           "less_equal", "greater_than", "greater_equal"):
+    globals()[_n] = _dispatch(globals()[_n], getattr(eager, _n))
+for _n in ("relu", "sigmoid", "tanh", "softmax", "softmax_with_cross_entropy", "cross_entropy"):
+    setattr(nn.functional, _n, _dispatch(getattr(nn.functional, _n), getattr(eager, _n)))
+del _n
 
 # Paddle's dtype names as attributes (paddle.float32 == "float32").
 float32, float64, int32, int64, uint8, float16 = "float32", "float64", "int32", "int64", "uint8", "float16"
