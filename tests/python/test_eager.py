@@ -290,3 +290,37 @@ def test_grad_ops_come_from_the_grad_makers():
     with pytest.raises(pe.UnsupportedError, match="op less_than has no gradient"):
         _core.eager_grad_ops("less_than", [("X", ["a"]), ("Y", ["b"])], [("Out", ["c"])], {},
                              [("a", "float32", [3], True), ("b", "float32", [3], True), ("c", "bool", [3], False)])
+
+
+def test_static_only_functions_refuse_eager_tensors():
+    pe.disable_static()
+    x = pe.to_tensor(np.ones([2, 3], np.float32))
+    with pytest.raises(pe.UnsupportedError, match=r"pe.flatten has no eager form yet .*pe.matmul"):
+        pe.flatten(x)
+    with pytest.raises(pe.UnsupportedError, match="pe.stack has no eager form yet"):
+        pe.stack([x, x])
+    pe.enable_static()
+    with pytest.raises(pe.UnsupportedError, match="pe.flatten has no eager form yet"):
+        pe.flatten(x)  # an eager tensor in static mode
+    main, startup = pe.static.Program(), pe.static.Program()
+    with pe.static.program_guard(main, startup):  # static mode: the static builders as before
+        v = pe.static.data("v", [2, 3], "float32")
+        assert list(pe.flatten(v).shape) == [6]
+
+
+def test_tensor_api_extras():
+    pe.disable_static()
+    x = pe.to_tensor(np.arange(6, dtype=np.float32).reshape(2, 3), stop_gradient=False)
+    np.testing.assert_array_equal(x.T.numpy(), np.arange(6).reshape(2, 3).T)
+    assert x.ndim == 2 and len(x) == 2 and x.size == 6 and x.is_leaf
+    assert pe.mean(x).item() == 2.5 and float(pe.sum(x)) == 15.0
+    assert (x.astype("int64")).dtype == "int64"
+
+    @pe.no_grad()
+    def f(t):
+        return t * 2.0
+    assert f(x).stop_gradient
+    assert not (x * 2.0).stop_gradient
+    y = x.reshape([3, 2]).transpose([1, 0]).exp().log().sum()
+    y.backward()
+    np.testing.assert_allclose(x.grad.numpy(), np.ones([2, 3]), rtol=1e-6)

@@ -24,6 +24,7 @@ import builtins as _builtins
 
 from . import _core
 from . import framework
+from . import tensor
 from ._core import (Error, InvalidArgumentError, NotFoundError, IOError, FormatError,  # noqa: F401
                     ResourceExhaustedError, UnsupportedError, DeviceError, CancelledError, InternalError, Tensor)
 from .framework import (CPUPlace, CUDAPlace, enable_static, disable_static, in_dynamic_mode,  # noqa: F401
@@ -78,7 +79,28 @@ for _n in ("mean", "sum", "matmul", "reshape", "transpose", "concat", "cast", "a
     globals()[_n] = _dispatch(globals()[_n], getattr(eager, _n))
 for _n in ("relu", "sigmoid", "tanh", "softmax", "softmax_with_cross_entropy", "cross_entropy"):
     setattr(nn.functional, _n, _dispatch(getattr(nn.functional, _n), getattr(eager, _n)))
-del _n
+_EAGER_NAMES = sorted(_n for _n in globals() if getattr(globals()[_n], "_eager", None) is not None)
+
+
+def _static_only(static_fn):
+    """static_fn, refused in eager mode or on eager tensors (it has no eager form yet)."""
+    def fn(*args, **kw):
+        if not framework._static_mode or _eager_args(args, kw):
+            raise UnsupportedError(
+                "pe.%s has no eager form yet (eager mode runs pe.%s and pe.nn.functional's relu, sigmoid, tanh, "
+                "softmax, softmax_with_cross_entropy, cross_entropy); call pe.enable_static() to build a program "
+                "with it" % (static_fn.__name__, ", pe.".join(_EAGER_NAMES)))
+        return static_fn(*args, **kw)
+    fn.__name__, fn.__doc__, fn.__module__ = static_fn.__name__, static_fn.__doc__, static_fn.__module__
+    return fn
+
+
+# The other pe.* tensor functions: static only, with a clear error in eager mode.
+for _n in tensor.__all__:
+    _f = globals().get(_n)
+    if _n != "seed" and getattr(_f, "__module__", None) == "pe.tensor" and not hasattr(_f, "_eager"):
+        globals()[_n] = _static_only(_f)
+del _n, _f
 
 # Paddle's dtype names as attributes (paddle.float32 == "float32").
 float32, float64, int32, int64, uint8, float16 = "float32", "float64", "int32", "int64", "uint8", "float16"

@@ -354,7 +354,11 @@ def backward(tensor, grad_tensor=None, retain_graph=False):
     pending = {id(tensor._node): {tensor._slot: [seed]}}   # node -> {out name: [grad contributions]}
     leaves = {}                                            # id(leaf) -> (leaf, [contributions])
     for n in nodes:
-        out_grads = pending.pop(id(n), {})
+        out_grads = pending.pop(id(n), None)
+        if not out_grads:  # no gradient reaches its outputs (a cut path): it contributes nothing
+            if not retain_graph:
+                n.saved = None
+            continue
         env = dict(n.saved)
         for o, (shape, dtype) in n.out_meta.items():
             cs = out_grads.get(o)
