@@ -128,7 +128,8 @@ pe_status pe_eager_run(int op, const pe_eager_args *ins, int n_ins, const pe_eag
             for (int j = 0; j < n_ins; j++)
                 for (int m = 0; outs[i].t[k] && m < ins[j].n; m++)
                     if (outs[i].t[k] == ins[j].t[m])
-                        return pe_error(PE_ERR_INVALID, "op %s: output %s:%d is also input %s:%d (eager ops write new tensors)",
+                        return pe_error(PE_ERR_INVALID,
+                                        "op %s: output %s:%d is also input %s:%d (eager ops write new tensors)",
                                         info->name, outs[i].slot, k, ins[j].slot, m);
 
     pe_op_ctx ctx;

@@ -67,7 +67,8 @@ def _dispatch(static_fn, eager_fn):
 
 def _eager_args(args, kw):
     for a in list(args) + list(kw.values()):
-        if isinstance(a, eager.Tensor) or (isinstance(a, (list, tuple)) and _builtins.any(isinstance(e, eager.Tensor) for e in a)):
+        if isinstance(a, eager.Tensor) or (
+                isinstance(a, (list, tuple)) and _builtins.any(isinstance(e, eager.Tensor) for e in a)):
             return True
     return False
 
