@@ -2,7 +2,8 @@
 pe.nn.functional / pe.tensor with the 1.x argument names.
 
 data() prepends the batch dim (-1) unless the shape already has a None/-1
-dim or append_batch_size=False, as fluid did. Sequence (LoD) inputs,
+dim or append_batch_size=False, as fluid did; declaring the same feed var
+again (same shape and dtype) gives the existing var, as in 1.x. Sequence (LoD) inputs,
 lod_level > 0, are refused with an error: PE has no LoD tensor yet.
 """
 import numpy as np
@@ -46,9 +47,17 @@ def data(name, shape, append_batch_size=True, dtype="float32", lod_level=0, type
     if append_batch_size and all(d >= 0 for d in shape):
         shape = [-1] + shape
     block = default_main_program().global_block()
+    dtype = convert_dtype(dtype)
     if name in block.vars:
-        raise _core.InvalidArgumentError("fluid.layers.data: variable %s already exists in the main program" % name)
-    v = block.create_var(name=name, shape=shape, dtype=convert_dtype(dtype), persistable=False,
+        # fluid 1.x: declaring a feed var again gives the same var when the shape and dtype agree
+        old = block.vars[name]
+        if not getattr(old, "is_data", False) or list(old.shape) != shape or old.dtype != dtype:
+            raise _core.InvalidArgumentError(
+                "fluid.layers.data: variable %s already exists in the main program as %s %s %s; redeclared as "
+                "data %s %s" % (name, "data" if getattr(old, "is_data", False) else "a non-feed var",
+                                list(old.shape), old.dtype, shape, dtype))
+        return old
+    v = block.create_var(name=name, shape=shape, dtype=dtype, persistable=False,
                          stop_gradient=stop_gradient)
     v.is_data = True
     return v
