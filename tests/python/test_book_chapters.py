@@ -14,9 +14,9 @@ its own interpreter in a temporary folder, with these changes only:
     housing.data, cifar-10-python.tar.gz), recognize_digits reads the first
     samples of Fashion-MNIST (Debian's /usr/share/datasets/fashion-mnist)
     in place of MNIST (paddle.reader.firstn keeps the step count short), and
-    word2vec reads synthetic 5-grams over a synthetic dictionary from a local
-    stand-in module imikolov.py (`imikolov.train(word_dict, N)` for
-    `paddle.dataset.imikolov.train(word_dict, N)`): pe.dataset has no PTB;
+    word2vec's paddle.dataset.imikolov reads a synthetic simple-examples.tgz
+    (PTB's layout: a chain of 50 frequent words with 1000 rare words put
+    in);
   - the image files infer() opens (image/infer_3.png, image/dog.png) are
     written by the test from the local data;
   - short runs: --num_epochs on the command line (and the book's own
@@ -984,39 +984,7 @@ def test_image_classification(tmp_path, net):
 
 # ---- 04.word2vec ------------------------------------------------------------------
 
-# the stand-in for paddle.dataset.imikolov (PTB), which pe.dataset does not hold:
-# the same calls, a synthetic dictionary and 5-grams whose next word follows
-# from the fourth one (50 distinct next words: learnable below the chapter's 5.8)
-IMIKOLOV = '''
-import numpy
-
-DICT_SIZE = 2000
-
-
-def build_dict(min_word_freq=50):
-    words = ["<s>", "<e>"] + ["w%d" % i for i in range(DICT_SIZE - 3)] + ["<unk>"]
-    return dict((w, i) for i, w in enumerate(words))
-
-
-def _reader(word_dict, n, count, seed):
-    def reader():
-        rng = numpy.random.RandomState(seed)
-        for _ in range(count):
-            ids = [int(v) for v in rng.randint(0, len(word_dict), size=n - 1)]
-            yield tuple(ids + [(7 * ids[-1] + 3) % 50])
-    return reader
-
-
-def train(word_dict, n):
-    return _reader(word_dict, n, 2000, 1)
-
-
-def test(word_dict, n):
-    return _reader(word_dict, n, 200, 2)
-'''
-
 WORD2VEC = IMPORTS + '''
-import imikolov
 import numpy
 import sys
 import math
@@ -1027,7 +995,7 @@ HIDDEN_SIZE = 256
 N = 5
 BATCH_SIZE = 100
 
-word_dict = imikolov.build_dict()
+word_dict = paddle.dataset.imikolov.build_dict()
 dict_size = len(word_dict)
 
 
@@ -1100,9 +1068,9 @@ def train(if_use_cuda, params_dirname, is_sparse=True):
     place = fluid.CUDAPlace(0) if if_use_cuda else fluid.CPUPlace()
 
     train_reader = paddle.batch(
-        imikolov.train(word_dict, N), BATCH_SIZE)
+        paddle.dataset.imikolov.train(word_dict, N), BATCH_SIZE)
     test_reader = paddle.batch(
-        imikolov.test(word_dict, N), BATCH_SIZE)
+        paddle.dataset.imikolov.test(word_dict, N), BATCH_SIZE)
 
     first_word = fluid.data(name='firstw', shape=[None, 1], dtype='int64')
     second_word = fluid.data(name='secondw', shape=[None, 1], dtype='int64')
@@ -1276,15 +1244,49 @@ assert [p.name for p in _block.all_parameters()].count("shared_w") == 1
 '''
 
 
+def ptb_text(rng, lines, rare_types=1000, rare_each=60, freq_types=50, length=20):
+    """Lines of PTB-like text: a fixed chain over freq_types frequent words (each
+    the next of the one before), with each of rare_types rare words put in
+    rare_each times at random places (so every word is in build_dict's
+    dictionary, more than 50 times, in the training file)."""
+    total = lines * length
+    tok = np.empty(total, object)
+    if rare_each:
+        rare_ids = np.repeat(np.arange(rare_types), rare_each)
+        rng.shuffle(rare_ids)
+        tok[rng.choice(total, rare_ids.size, replace=False)] = ["r%d" % i for i in rare_ids]
+    prev = 0
+    for k in range(total):
+        if tok[k] is None:
+            prev = (prev + 1) % freq_types
+            tok[k] = "f%d" % prev
+    return "".join(" %s \n" % " ".join(tok[i * length:(i + 1) * length]) for i in range(lines))
+
+
+def write_ptb(path, files):
+    """simple-examples.tgz as Paddle's imikolov reads it: ./simple-examples/data/<name> text files."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(str(path), "w:gz") as tar:
+        for name, text in files.items():
+            raw = text.encode("utf-8")
+            info = tarfile.TarInfo("./simple-examples/data/" + name)
+            info.size = len(raw)
+            tar.addfile(info, io.BytesIO(raw))
+
+
 def test_word2vec(tmp_path):
-    out = run_chapter(tmp_path, {"train.py": WORD2VEC + CHECK_WORD2VEC, "imikolov.py": IMIKOLOV},
-                      ["--enable_ce", "--num_epochs", "20"])
+    rng = np.random.default_rng(4)
+    write_ptb(tmp_path / "data" / "imikolov" / "simple-examples.tgz",
+              {"ptb.train.txt": ptb_text(rng, 5000), "ptb.valid.txt": ptb_text(rng, 25, rare_each=0)})
+    out = run_chapter(tmp_path, {"train.py": WORD2VEC + CHECK_WORD2VEC}, ["--enable_ce", "--num_epochs", "2"])
     cost = costs(out, r"Step \d+: Average Cost ([0-9.eE+-]+)")
     assert len(cost) >= 2, out
-    # ln(2000) = 7.6 untrained; the first test is after one step; 5.8 is the chapter's stop
-    assert cost[0] > 6.0 and cost[-1] < 5.8 and cost[-1] < cost[0] - 1.0, cost
-    assert "Inference Shape:  (1, 2000)" in out
-    assert re.search(r"\n(\d+)\nw", out).group(1) == re.search(r"INFER ARGMAX (\d+)", out).group(1)
+    # the dictionary: 1000 rare + 50 frequent words, <s>, <e>, <unk>; the unigram entropy is 6.4, ln(1053) = 7.0
+    # untrained; the first test is after one step; 5.8 is the chapter's stop
+    assert cost[0] > 6.0 and cost[-1] < 5.8 and cost[-1] < cost[0] - 0.5, cost
+    assert "Inference Shape:  (1, 1053)" in out
+    m = re.search(r"\n(\d+)\n(\S+)\nInference Shape", out)
+    assert m.group(1) == re.search(r"INFER ARGMAX (\d+)", out).group(1)
 
 
 def test_fluid_embedding_and_data():
