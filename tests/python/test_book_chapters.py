@@ -1328,3 +1328,37 @@ def test_fluid_embedding_and_data():
     np.testing.assert_array_equal(got_a, w[[[3], [7]]])
     np.testing.assert_array_equal(got_b, got_a)
     assert fluid.core.is_compiled_with_cuda() == pe.is_compiled_with_cuda()
+
+
+def test_fluid_layers_embedding_is_lookup_table_v1():
+    """1.x's fluid.layers.embedding: the lookup_table op, ids [..., 1] -> [..., D]; trains (its grad op);
+    padding_idx < 0 counts from the end; ids without a last dim of 1 are an error."""
+    import pe
+    import pe.fluid as fluid
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        ids = fluid.layers.data(name="ids", shape=[1], dtype="int64")
+        emb = fluid.layers.embedding(input=ids, size=[10, 3], param_attr="tbl", padding_idx=-1)
+        assert list(emb.shape) == [-1, 3]
+        op = [o for o in main.global_block().ops if o.type.startswith("lookup_table")][0]
+        assert op.type == "lookup_table" and op.attr("padding_idx") == 9
+        loss = fluid.layers.mean(emb)
+        fluid.optimizer.SGD(learning_rate=1.0).minimize(loss)
+        with pytest.raises(pe.InvalidArgumentError, match=r"fluid.layers.embedding: input .* is \[-1, 2\]; it takes"):
+            fluid.layers.embedding(input=fluid.data(name="ids2", shape=[None, 2], dtype="int64"), size=[10, 3])
+        with pytest.raises(pe.UnsupportedError, match=r"fluid.layers.embedding\(is_sparse=True"):
+            fluid.layers.embedding(input=ids, size=[10, 3], is_sparse=True)
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = fluid.core.Scope()
+    with fluid.scope_guard(scope):
+        exe.run(startup)
+        w0 = np.array(scope.find_var("tbl").get_tensor())
+        feed = np.array([[3], [7], [3], [9]], "int64")
+        got, = exe.run(main, feed={"ids": feed}, fetch_list=[emb])
+        w1 = np.array(scope.find_var("tbl").get_tensor())
+    want = w0[feed[:, 0]]
+    want[3] = 0.0   # id 9 is the padding row: zeros out, no gradient
+    np.testing.assert_array_equal(got, want)
+    step = np.zeros_like(w0)   # d mean / d row: 1 / (4 * 3) per lookup, none for the padding row
+    step[3], step[7] = 2.0 / 12, 1.0 / 12
+    np.testing.assert_allclose(w1, w0 - step, rtol=1e-6, atol=1e-7)

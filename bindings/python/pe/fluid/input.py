@@ -5,13 +5,12 @@ exactly `shape` (None / -1 for a dim fed at run time; no batch dim is
 added, unlike fluid.layers.data). fluid.embedding(input, size, ...) is the
 lookup_table_v2 layer: rows of a [size[0], size[1]] parameter picked by the
 int64 ids, output shape input.shape + [size[1]] (so ids [N, 1] give
-[N, 1, D]; fluid.layers.embedding is the same layer here). A sparse
+[N, 1, D]; 1.x's fluid.layers.embedding is the older lookup_table op:
+ids [..., 1] -> [..., D], see layers.py). A sparse
 (SelectedRows) gradient, is_sparse=True, is refused: PE's gradients are
 dense tensors, and a dense gradient is not the same update for a sparse
 table under regularization or Adagrad / Adam moments.
 """
-from .. import _core
-from ..static import nn as _snn
 from . import layers
 
 __all__ = ["data", "embedding"]
@@ -28,11 +27,5 @@ def embedding(input, size, is_sparse=False, is_distributed=False, padding_idx=No
               dtype="float32"):
     """lookup_table_v2: input.shape + [size[1]]; param_attr (a ParamAttr or a
     name) names the table, so layers given the same name share one table."""
-    if not isinstance(size, (list, tuple)) or len(size) != 2:
-        raise _core.InvalidArgumentError("fluid.embedding: size must be [vocabulary size, embedding dim], got %r"
-                                         % (size,))
-    if is_sparse or is_distributed:
-        raise _core.UnsupportedError("fluid.embedding(is_sparse=True / is_distributed=True): PE has no sparse "
-                                     "(SelectedRows) gradients; use is_sparse=False (a dense gradient of the "
-                                     "whole table)")
-    return _snn.embedding(input, size, padding_idx=padding_idx, param_attr=param_attr, dtype=dtype)
+    return layers._embedding("lookup_table_v2", "fluid.embedding", input, size, is_sparse, is_distributed,
+                             padding_idx, param_attr, dtype)
