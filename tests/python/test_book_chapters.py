@@ -21,10 +21,9 @@ its own interpreter in a temporary folder, with these changes only:
     written by the test from the local data;
   - short runs: --num_epochs on the command line (and the book's own
     --enable_ce, a fixed random_seed and unshuffled readers, for
-    image_classification and word2vec); image_classification uses
-    resnet_cifar10(images, 8) (the book's depth is 32), and VGG-16 trains on
-    16 images of 2 classes (with its dropouts it starts slowly on 10 classes,
-    as its torch twin does);
+    image_classification and word2vec); ResNet-32 trains on 128 CIFAR-shaped
+    images, and VGG-16 on 16 images of 2 classes (with its dropouts it
+    starts slowly on 10 classes, as its torch twin does);
   - word2vec: is_sparse=False (PE has no sparse, SelectedRows, gradients:
     fluid.embedding refuses is_sparse=True) and infer() feeds numpy ids, not
     fluid.create_lod_tensor LoD tensors, nor return_numpy=False (LoD is
@@ -729,7 +728,7 @@ def inference_network():
     data_shape = [3, 32, 32]
     images = fluid.layers.data(name='pixel', shape=data_shape, dtype='float32')
 
-    predict = resnet_cifar10(images, 8)
+    predict = resnet_cifar10(images, 32)
     # predict = vgg_bn_drop(images) # un-comment to use vgg net
     return predict
 
@@ -964,8 +963,8 @@ def test_image_classification(tmp_path, net):
     dog_png(tmp_path / "image" / "dog.png", templates)
     src = IMAGE_CLASSIFICATION
     if net == "vgg":  # the book's switch: the vgg line un-commented, the resnet one commented
-        src = src.replace("    predict = resnet_cifar10(images, 8)\n    # predict = vgg_bn_drop(images)",
-                          "    # predict = resnet_cifar10(images, 8)\n    predict = vgg_bn_drop(images)")
+        src = src.replace("    predict = resnet_cifar10(images, 32)\n    # predict = vgg_bn_drop(images)",
+                          "    # predict = resnet_cifar10(images, 32)\n    predict = vgg_bn_drop(images)")
         assert "\n    predict = vgg_bn_drop(images)" in src
     out = run_chapter(tmp_path, {"train.py": src + CHECK_IMAGE_CLASSIFICATION, "resnet.py": RESNET, "vgg.py": VGG},
                       ["--enable_ce", "--num_epochs", str(epochs)])
@@ -973,11 +972,14 @@ def test_image_classification(tmp_path, net):
     test = costs(out, r"Test with Pass \d+, Loss ([0-9.eE+-]+)")
     assert len(train) == epochs and len(test) == epochs, out
     assert all(np.isfinite(train)), train
-    assert test[-1] < test[0], test
+    assert all(np.isfinite(test)), test
     if net == "resnet":
-        assert train[-1] < 0.75 * train[0], train
+        # the test program's loss is not checked: after 6 steps the batch_norm moving statistics (momentum
+        # 0.9) are still far from the batches' own, and ResNet-32 stacks 31 of them
+        assert train[-1] < 0.3 * train[0], train
     else:
         assert np.mean(train[-3:]) < 0.6 * np.mean(train[:3]), "%s %s" % (train, test)
+        assert test[-1] < test[0], test
     assert "infer results: " in out
     assert re.search(r"infer results: (\w+)", out).group(1) == re.search(r"INFER LABEL (\w+)", out).group(1)
 
