@@ -16,7 +16,8 @@ images (the GPU machine need not hold Fashion-MNIST):
 
 torch/PE = torch ms / PE ms (> 1: PE is faster). Each measurement is its own
 process; the set repeats --rounds times and the table shows the median.
-NCCL bus bandwidth needs two GPUs and is reported as skipped on one.
+Then benchmarks/bench_nccl.c: NCCL allreduce bus bandwidth over the
+visible GPUs (it says so and skips on one GPU).
 
     python3 benchmarks/bench_gpu.py [--steps 50] [--rounds 3] [--out FILE.md]
     (PE_BIN_DIR picks the pe binary; default build-gpu/bin, then build/bin)
@@ -107,6 +108,14 @@ def run_torch(model, batch, data, steps):
     return float(re.search(r"torch_ms ([0-9.]+)", r.stdout).group(1))
 
 
+def nccl_lines():
+    exe = os.path.join(os.path.dirname(pe_bin()), "bench_nccl")
+    if not os.path.exists(exe):
+        return "    (bench_nccl not built next to %s)" % pe_bin()
+    r = subprocess.run([exe], capture_output=True, text=True, timeout=600)
+    return "\n".join("    " + l for l in (r.stdout + r.stderr).strip().splitlines())
+
+
 def gpu_name():
     r = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True)
     return r.stdout.strip().splitlines()[0] if r.returncode == 0 and r.stdout.strip() else "unknown GPU"
@@ -138,7 +147,8 @@ def main():
                 rows.append("| %s | %d | %.3f | %.3f | %.2f |" % (model, batch, p, t, t / p))
     lines = ["GPU: %s; %d steps, median of %d rounds" % (gpu_name(), a.steps, a.rounds), "",
              "| model | batch | PE ms/step | torch ms/step | torch/PE |", "|---|---|---|---|---|"] + rows + [
-             "", "NCCL allreduce bus bandwidth: not measured yet (needs 2 GPUs and an allreduce driver)"]
+             "", "NCCL allreduce over the visible GPUs (benchmarks/bench_nccl.c; busbw as nccl-tests):", "",
+             nccl_lines()]
     text = "\n".join(lines)
     print(text)
     if a.out:

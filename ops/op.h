@@ -183,9 +183,11 @@ static inline bool pe_op_info_is_merged(const pe_op_info *info) { return info &&
 
 /* Runtime services of one place, for the kernels that need them. The
  * executor fills one per place when it makes the place's op contexts (today
- * every field is NULL / 0: the CPU kernels need none of them, and the CUDA
- * kernels use the default stream); a kernel must accept NULL for each. The
- * services are the executor's, borrowed by the context. */
+ * only `comm`: the CPU kernels need no stream or handle, and the CUDA
+ * kernels, finding stream / blas / dnn NULL, use their device's one stream
+ * and handles: pe_cuda_stream, pe_cuda_blas, pe_cuda_dnn); a kernel must
+ * accept NULL for each. The services are the executor's, borrowed by the
+ * context. */
 typedef struct pe_place_services {
     void *stream;                           /* cudaStream_t of the place's compute stream */
     void *blas;                             /* cublasHandle_t bound to `stream` */

@@ -732,3 +732,37 @@ pe_status pe_infer_slice_grad(pe_op_ctx *ctx) {
     PE_CHECK(pe_infer_check_grad(ctx, "Out@GRAD", g, in->dtype, sp.out_ndim, sp.out_dims));
     return pe_infer_set_meta(ctx, dx, in->dtype, in->ndim, in->dims);
 }
+
+void pe_transpose_plan_make(int r, const int64_t *xd, const int64_t *axis, pe_transpose_plan *t) {
+    int newidx[PE_MAX_DIMS], nk = 0;
+    int64_t d2[PE_MAX_DIMS];
+    for (int a = 0; a < r; a++) {
+        newidx[a] = xd[a] == 1 ? -1 : nk;
+        if (xd[a] != 1) d2[nk++] = xd[a];
+    }
+    int p2[PE_MAX_DIMS], r2 = 0;
+    for (int j = 0; j < r; j++) {
+        int a = (int)(axis[j] < 0 ? axis[j] + r : axis[j]);
+        if (newidx[a] >= 0) p2[r2++] = newidx[a];
+    }
+    /* groups in output order: first input axis and merged size */
+    int gfirst[PE_MAX_DIMS], ng = 0;
+    int64_t gsize[PE_MAX_DIMS];
+    for (int j = 0; j < r2; j++) {
+        if (ng && p2[j] == p2[j - 1] + 1) {
+            gsize[ng - 1] *= d2[p2[j]];
+        } else {
+            gfirst[ng] = p2[j];
+            gsize[ng] = d2[p2[j]];
+            ng++;
+        }
+    }
+    /* input order of the groups = order of their first input axes */
+    t->r = ng;
+    for (int g = 0; g < ng; g++) {
+        int rank = 0;
+        for (int h = 0; h < ng; h++) rank += gfirst[h] < gfirst[g];
+        t->perm[g] = rank;
+        t->in_dims[rank] = gsize[g];
+    }
+}

@@ -61,6 +61,18 @@ pe_status pe_split_plan_make(const pe_op_ctx *ctx, const char *slot, const pe_te
                              pe_split_plan *sp);
 int64_t pe_split_size(const pe_split_plan *sp, int k);
 
+/* transpose2's permutation with size-1 dims dropped and output axes whose
+ * input axes are adjacent and in order merged: [N, C, H, W] perm
+ * (0, 2, 3, 1) -> [N, C, H*W] perm (0, 2, 1). Shared by the CPU and CUDA
+ * kernels. */
+typedef struct pe_transpose_plan {
+    int r;                       /* rank after simplification */
+    int64_t in_dims[PE_MAX_DIMS];
+    int perm[PE_MAX_DIMS];       /* out axis j = in axis perm[j] */
+} pe_transpose_plan;
+/* x dims xd[r], axis[r] (negative counts from the end; validated by infer) */
+void pe_transpose_plan_make(int r, const int64_t *xd, const int64_t *axis, pe_transpose_plan *t);
+
 #ifdef __cplusplus
 }
 #endif

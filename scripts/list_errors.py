@@ -38,14 +38,14 @@ SECTIONS = [
     ("graph/program_dot.c", "11.7"), ("graph/ssa_graph.c", "11.7"), ("graph/checkpoint.c", "11.11"),
     ("passes/backward.c", "11.4"), ("passes/optimizer.c", "11.4"), ("passes/initializer.c", "11.4"),
     ("passes/", "11.7"),
-    ("executor/executor.c", "11.5"), ("executor/nan_inf.c", "11.8"), ("executor/parallel_executor.c", "11.7"), ("executor/", "11.7"),
+    ("executor/executor.c", "11.5"), ("executor/nan_inf.c", "11.8"), ("executor/eager.c", "11.8"), ("executor/parallel_executor.c", "11.7"), ("executor/", "11.7"),
     ("ops/registry.c", "11.6"), ("ops/grad.c", "11.4"), ("ops/cpu/dnnl_util.c", "11.10"), ("ops/", "11.8"),
     ("runtime/comm/", "11.9"), ("runtime/cuda/", "11.10"), ("runtime/npy.c", "11.11"),
     ("runtime/safetensors.c", "11.11"), ("runtime/alloc.c", "11.11"), ("runtime/", "11.12"),
     ("tools/", "8 and docs/cli.md"),
     ("bindings/python/pe/static/executor.py", "11.7"), ("bindings/python/pe/static/io.py", "11.11"),
     ("bindings/python/pe/distributed/", "11.9"), ("bindings/python/pe/core_dist.c", "11.9"),
-    ("bindings/python/pe/_core.c", "11.5"), ("bindings/python/pe/core_", "11.5"),
+    ("bindings/python/pe/_core.c", "11.5"), ("bindings/python/pe/core_eager.c", "11.8"), ("bindings/python/pe/core_", "11.5"),
     ("bindings/python/pe/", "11.3"),
 ]
 

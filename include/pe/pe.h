@@ -41,6 +41,7 @@
 #include "pe/world.h"
 #include "pe/interrupt.h"
 #include "pe/pserver.h"
+#include "pe/eager.h"
 
 #define PE_VERSION_STRING "0.1.0"
 

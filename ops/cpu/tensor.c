@@ -55,47 +55,8 @@ pe_status pe_cpu_xshape_grad(const pe_op_ctx *ctx) {
 
 /* ---- transpose2 --------------------------------------------------------- */
 
-typedef struct {
-    int r;                       /* rank after simplification */
-    int64_t in_dims[PE_MAX_DIMS];
-    int perm[PE_MAX_DIMS];       /* out axis j = in axis perm[j] */
-} tperm;
+typedef pe_transpose_plan tperm;
 
-/* Drops size-1 dims and merges output axes whose input axes are adjacent
- * and in order: e.g. [N, C, H, W] perm (0, 2, 3, 1) -> [N, C, H*W] perm (0, 2, 1). */
-static void simplify(int r, const int64_t *xd, const int64_t *axis, tperm *t) {
-    int newidx[PE_MAX_DIMS], nk = 0;
-    int64_t d2[PE_MAX_DIMS];
-    for (int a = 0; a < r; a++) {
-        newidx[a] = xd[a] == 1 ? -1 : nk;
-        if (xd[a] != 1) d2[nk++] = xd[a];
-    }
-    int p2[PE_MAX_DIMS], r2 = 0;
-    for (int j = 0; j < r; j++) {
-        int a = (int)(axis[j] < 0 ? axis[j] + r : axis[j]);
-        if (newidx[a] >= 0) p2[r2++] = newidx[a];
-    }
-    /* groups in output order: first input axis and merged size */
-    int gfirst[PE_MAX_DIMS], ng = 0;
-    int64_t gsize[PE_MAX_DIMS];
-    for (int j = 0; j < r2; j++) {
-        if (ng && p2[j] == p2[j - 1] + 1) {
-            gsize[ng - 1] *= d2[p2[j]];
-        } else {
-            gfirst[ng] = p2[j];
-            gsize[ng] = d2[p2[j]];
-            ng++;
-        }
-    }
-    /* input order of the groups = order of their first input axes */
-    t->r = ng;
-    for (int g = 0; g < ng; g++) {
-        int rank = 0;
-        for (int h = 0; h < ng; h++) rank += gfirst[h] < gfirst[g];
-        t->perm[g] = rank;
-        t->in_dims[rank] = gsize[g];
-    }
-}
 
 #define TILE 32
 
@@ -165,7 +126,7 @@ static pe_status transpose_any(const pe_op_ctx *ctx, const pe_tensor *x, const i
     size_t nbytes = pe_tensor_nbytes(x), es = pe_dtype_size(x->dtype);
     if (!nbytes) return PE_OK;
     tperm t;
-    simplify(x->ndim, x->dims, axis, &t);
+    pe_transpose_plan_make(x->ndim, x->dims, axis, &t);
     const void *src = pe_tensor_data(x);
     void *dst = pe_tensor_data(out);
     if (t.r <= 1) { /* identity after simplification */

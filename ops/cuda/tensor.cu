@@ -70,38 +70,14 @@ struct tplan {
     int64_t outer, ta, tb;       /* tiled: batch size, tiles along A and B */
 };
 
-/* Drops size-1 dims and merges output axes whose input axes are adjacent
- * and in order (the CPU kernel's simplify): [N, C, H, W] perm (0, 2, 3, 1)
- * -> [N, C, H*W] perm (0, 2, 1). */
+/* pe_transpose_plan_make (ops/tensor.c, shared with the CPU kernel) into t. */
 void simplify(int r, const int64_t *xd, const int64_t *axis, tplan *t) {
-    int newidx[PE_MAX_DIMS], nk = 0;
-    int64_t d2[PE_MAX_DIMS];
-    for (int a = 0; a < r; a++) {
-        newidx[a] = xd[a] == 1 ? -1 : nk;
-        if (xd[a] != 1) d2[nk++] = xd[a];
-    }
-    int p2[PE_MAX_DIMS], r2 = 0;
-    for (int j = 0; j < r; j++) {
-        int a = (int)(axis[j] < 0 ? axis[j] + r : axis[j]);
-        if (newidx[a] >= 0) p2[r2++] = newidx[a];
-    }
-    int gfirst[PE_MAX_DIMS], ng = 0;
-    int64_t gsize[PE_MAX_DIMS];
-    for (int j = 0; j < r2; j++) {
-        if (ng && p2[j] == p2[j - 1] + 1) {
-            gsize[ng - 1] *= d2[p2[j]];
-        } else {
-            gfirst[ng] = p2[j];
-            gsize[ng] = d2[p2[j]];
-            ng++;
-        }
-    }
-    t->r = ng;
-    for (int g = 0; g < ng; g++) {
-        int rank = 0;
-        for (int h = 0; h < ng; h++) rank += gfirst[h] < gfirst[g];
-        t->perm[g] = rank;
-        t->in_dims[rank] = gsize[g];
+    pe_transpose_plan p;
+    pe_transpose_plan_make(r, xd, axis, &p);
+    t->r = p.r;
+    for (int j = 0; j < p.r; j++) {
+        t->in_dims[j] = p.in_dims[j];
+        t->perm[j] = p.perm[j];
     }
 }
 

@@ -237,7 +237,12 @@ expect_usage "run: --lod without '='" run main.json --feed x=x.npy --lod x
 expect_usage "run: --lod given twice" run main.json --feed x=x.npy --lod x=0,4 --lod x=0,1,4
 expect_usage "run: --places cpu:65 (more than 64 places)" run main.json --places cpu:65
 expect_usage "run: --places cpu:-2" run main.json --places cpu:-2
-expect_usage "run: --places cuda:0" run main.json --places cuda:0
+if nvidia-smi -L >/dev/null 2>&1; then
+    pass "run: --places cuda:0 without a GPU (a GPU is here: not applicable)"
+else
+    expect_error "run: --places cuda:0 without a GPU" "cuda:0.*(CUDA device|without CUDA)" run main.json --places cuda:0
+fi
+expect_usage "run: --places tpu:0" run main.json --places tpu:0
 expect_usage "run: --places garbage" run main.json --places banana
 expect_usage "inspect: missing PROGRAM" inspect
 expect_usage "inspect: unknown flag" inspect main.json --all

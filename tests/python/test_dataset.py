@@ -2,7 +2,7 @@
 
 Each dataset's files are written into a tmp $PE_DATA_HOME under Paddle's
 names and formats (housing.data text, gzip'd idx, the cifar tar of pickled
-batches); the readers yield Paddle's samples; a missing file is a
+batches, PTB's simple-examples.tgz of text); the readers yield Paddle's samples; a missing file is a
 NotFoundError naming the file and the folder.
 """
 import gzip
@@ -93,6 +93,8 @@ def test_missing_files_say_which_and_where(home):
         pe.dataset.mnist.train()
     with pytest.raises(pe.NotFoundError, match="cifar: cifar-10-python.tar.gz is not in"):
         pe.dataset.cifar.train10()
+    with pytest.raises(pe.NotFoundError, match="imikolov: simple-examples.tgz is not in"):
+        pe.dataset.imikolov.build_dict()
 
 
 def test_bad_idx_file_is_a_format_error(home):
@@ -142,3 +144,36 @@ def test_a_reader_feeds_a_batch(home):
     np.savetxt(home / "uci_housing" / "housing.data", np.random.RandomState(3).rand(20, 14))
     b = next(pe.batch(pe.dataset.uci_housing.train(), batch_size=5)())
     assert len(b) == 5 and b[0][0].shape == (13,)
+
+
+def write_ptb(home, train, valid):
+    (home / "imikolov").mkdir()
+    with tarfile.open(home / "imikolov" / "simple-examples.tgz", "w:gz") as tar:
+        for name, text in (("ptb.train.txt", train), ("ptb.valid.txt", valid)):
+            raw = text.encode("utf-8")
+            info = tarfile.TarInfo("./simple-examples/data/" + name)
+            info.size = len(raw)
+            tar.addfile(info, io.BytesIO(raw))
+
+
+def test_imikolov(home):
+    # counts over both files, '<s>' / '<e>' once a line: a 5 (+1 valid), b 4, c 1 (+1 valid), <s> 4, <e> 4,
+    # <unk> 1 (dropped: it is set last), d 1
+    write_ptb(home, " a a b c \n a b b a \n a <unk> b \n", " a c d \n")
+    d = pe.dataset.imikolov.build_dict(min_word_freq=1)
+    assert d == {"a": 0, "<e>": 1, "<s>": 2, "b": 3, "c": 4, "<unk>": 5}  # by falling count, then the word
+    assert pe.dataset.imikolov.build_dict(min_word_freq=4) == {"a": 0, "<unk>": 1}
+    assert pe.dataset.imikolov.build_dict()["<unk>"] == 0   # Paddle's default min_word_freq=50 keeps none here
+    a, e, s, b, c, unk = 0, 1, 2, 3, 4, 5
+    grams = list(pe.dataset.imikolov.train(d, 3)())
+    assert grams[:4] == [(s, a, a), (a, a, b), (a, b, c), (b, c, e)]
+    assert len(grams) == 4 + 4 + 3   # a line of k words framed by <s> <e> gives k + 2 - n + 1 n-grams
+    assert list(pe.dataset.imikolov.test(d, 5)()) == [(s, a, c, unk, e)]
+    assert list(pe.dataset.imikolov.test(d, 6)()) == []   # the line is shorter than n
+    seq = pe.dataset.imikolov.DataType.SEQ
+    assert list(pe.dataset.imikolov.test(d, 0, seq)()) == [([s, a, c, unk], [a, c, unk, e])]
+    assert list(pe.dataset.imikolov.test(d, 3, seq)()) == []   # src longer than n is skipped
+    with pytest.raises(pe.InvalidArgumentError, match="data_type must be"):
+        pe.dataset.imikolov.train(d, 3, data_type=7)
+    with pytest.raises(pe.InvalidArgumentError, match="no '<unk>'"):
+        pe.dataset.imikolov.train({"a": 0}, 3)

@@ -206,7 +206,6 @@ def test_sequence_layers_forward_and_train_on_1_2_3_places():
                 feed = feeder.feed(samples)
                 (pl,) = exe.run(main.clone(for_test=True), feed=feed, fetch_list=[pooled])
                 want = np.stack([w[s[0]].mean(0) for s in samples])
-                # embedding keeps the ids' [rows, 1] (lookup_table_v2's shape): [sentences, 1, 4]
                 np.testing.assert_allclose(pl.reshape(want.shape), want, rtol=1e-5)
             else:
                 bs = fluid.BuildStrategy()

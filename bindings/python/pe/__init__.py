@@ -20,7 +20,11 @@ engine's message: InvalidArgumentError, NotFoundError, IOError,
 FormatError, ResourceExhaustedError, UnsupportedError, DeviceError,
 CancelledError, InternalError.
 """
+import builtins as _builtins
+
 from . import _core
+from . import framework
+from . import tensor
 from ._core import (Error, InvalidArgumentError, NotFoundError, IOError, FormatError,  # noqa: F401
                     ResourceExhaustedError, UnsupportedError, DeviceError, CancelledError, InternalError, Tensor)
 from .framework import (CPUPlace, CUDAPlace, enable_static, disable_static, in_dynamic_mode,  # noqa: F401
@@ -34,6 +38,8 @@ from .tensor import (mean, sum, matmul, reshape, transpose, concat, flatten, cas
                      logical_not, where,
                      max, min, prod, any, all, stack, unstack, expand, tile, assign,
                      shape, increment, cumsum, gather, gather_nd, scatter)
+from . import eager  # noqa: F401
+from .eager import to_tensor, randn, rand, arange, no_grad  # noqa: F401
 from . import utils  # noqa: F401
 from . import nn  # noqa: F401
 from . import static  # noqa: F401
@@ -46,6 +52,56 @@ from . import dataset  # noqa: F401
 from .reader import batch  # noqa: F401
 
 __version__ = _core.version
+
+
+def _dispatch(static_fn, eager_fn):
+    """static_fn in static mode, eager_fn in eager mode or on eager tensors."""
+    def fn(*args, **kw):
+        if not framework._static_mode or _eager_args(args, kw):
+            return eager_fn(*args, **kw)
+        return static_fn(*args, **kw)
+    fn.__name__, fn.__doc__, fn.__module__ = static_fn.__name__, static_fn.__doc__, static_fn.__module__
+    fn._static, fn._eager = static_fn, eager_fn
+    return fn
+
+
+def _eager_args(args, kw):
+    for a in list(args) + list(kw.values()):
+        if isinstance(a, eager.Tensor) or (
+                isinstance(a, (list, tuple)) and _builtins.any(isinstance(e, eager.Tensor) for e in a)):
+            return True
+    return False
+
+
+# The pe.* and pe.nn.functional functions with an eager form (pe.eager).
+for _n in ("mean", "sum", "matmul", "reshape", "transpose", "concat", "cast", "add", "subtract", "multiply", "divide",
+           "scale", "full", "ones", "zeros", "tanh", "sigmoid", "exp", "log", "pow", "equal", "not_equal", "less_than",
+           "less_equal", "greater_than", "greater_equal"):
+    globals()[_n] = _dispatch(globals()[_n], getattr(eager, _n))
+for _n in ("relu", "sigmoid", "tanh", "softmax", "softmax_with_cross_entropy", "cross_entropy"):
+    setattr(nn.functional, _n, _dispatch(getattr(nn.functional, _n), getattr(eager, _n)))
+_EAGER_NAMES = sorted(_n for _n in globals() if getattr(globals()[_n], "_eager", None) is not None)
+
+
+def _static_only(static_fn):
+    """static_fn, refused in eager mode or on eager tensors (it has no eager form yet)."""
+    def fn(*args, **kw):
+        if not framework._static_mode or _eager_args(args, kw):
+            raise UnsupportedError(
+                "pe.%s has no eager form yet (eager mode runs pe.%s and pe.nn.functional's relu, sigmoid, tanh, "
+                "softmax, softmax_with_cross_entropy, cross_entropy); call pe.enable_static() to build a program "
+                "with it" % (static_fn.__name__, ", pe.".join(_EAGER_NAMES)))
+        return static_fn(*args, **kw)
+    fn.__name__, fn.__doc__, fn.__module__ = static_fn.__name__, static_fn.__doc__, static_fn.__module__
+    return fn
+
+
+# The other pe.* tensor functions: static only, with a clear error in eager mode.
+for _n in tensor.__all__:
+    _f = globals().get(_n)
+    if _n != "seed" and getattr(_f, "__module__", None) == "pe.tensor" and not hasattr(_f, "_eager"):
+        globals()[_n] = _static_only(_f)
+del _n, _f
 
 # Paddle's dtype names as attributes (paddle.float32 == "float32").
 float32, float64, int32, int64, uint8, float16 = "float32", "float64", "int32", "int64", "uint8", "float16"

@@ -291,7 +291,7 @@ PyObject *tensor_copy_to_numpy(const pe_tensor *t, const char *what) {
 
 /* ---- registry and runtime facts --------------------------------------- */
 
-static PyObject *attr_default(const pe_attr *a) {
+PyObject *attr_to_py(const pe_attr *a) {
     switch (a->type) {
     case PE_ATTR_INT: case PE_ATTR_LONG: case PE_ATTR_BLOCK: return PyLong_FromLongLong(a->i);
     case PE_ATTR_BOOL: return PyBool_FromLong(a->i != 0);
@@ -346,7 +346,7 @@ static PyObject *py_op_registry(PyObject *m, PyObject *unused) {
         for (int k = 0; attrs && k < info.n_attrs; k++) {
             pe_op_attr_desc a;
             if (!pe_op_type_attr(i, k, &a)) continue;
-            PyObject *def = a.required ? (Py_INCREF(Py_None), Py_None) : attr_default(a.def);
+            PyObject *def = a.required ? (Py_INCREF(Py_None), Py_None) : attr_to_py(a.def);
             PyObject *t = def ? Py_BuildValue("(sON)", pe_attr_type_name(a.type), a.required ? Py_True : Py_False, def)
                               : NULL;
             if (!t || PyDict_SetItemString(attrs, a.name, t)) Py_CLEAR(attrs);
@@ -533,6 +533,7 @@ PyMODINIT_FUNC PyInit__core(void) {
     }
     if (PyModule_AddStringConstant(m, "version", PE_VERSION_STRING)) goto fail;
     if (PyModule_AddFunctions(m, g_world_methods)) goto fail;
+    if (PyModule_AddFunctions(m, g_eager_methods)) goto fail;
     return m;
 fail:
     Py_DECREF(m);

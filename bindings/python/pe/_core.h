@@ -2,7 +2,8 @@
  * (_core.c: module, errors, conversions, registry; core_objects.c: Program,
  * Scope, Tensor; core_exec.c: feeds, Executor, ParallelExecutor;
  * core_passes.c: autodiff, optimizer, initializer passes, checkpoints;
- * core_dist.c: the process world of pe.distributed).
+ * core_dist.c: the process world of pe.distributed; core_eager.c: eager
+ * mode's one-op runs and grad ops).
  * Not a public API: only these files include it.
  */
 #ifndef PE_PY_CORE_H
@@ -52,6 +53,8 @@ PyArrayObject *pe_ready_array(PyObject *obj, const char *what);
 /* A caller-owned CPU tensor reading arr's memory (arr must outlive it). */
 pe_tensor *wrap_array(PyArrayObject *arr);
 PyObject *tensor_copy_to_numpy(const pe_tensor *t, const char *what);
+/* The Python value of an attr (int, bool, float, str or a list of them). */
+PyObject *attr_to_py(const pe_attr *a);
 
 /* ---- objects (core_objects.c) ---- */
 typedef struct {
@@ -113,5 +116,8 @@ PyObject *py_safetensors_write(PyObject *m, PyObject *args);
 
 /* ---- the process world (core_dist.c) ---- */
 extern PyMethodDef g_world_methods[]; /* world_init, world_allreduce, ...: added to the module */
+
+/* ---- eager mode (core_eager.c) ---- */
+extern PyMethodDef g_eager_methods[]; /* eager_op_index, eager_run, eager_grad_ops */
 
 #endif

@@ -158,21 +158,41 @@ def is_compiled_with_cuda():
     return _core.with_cuda()
 
 
+# Static-graph mode stays the default: PE's scripts, examples and tests build
+# programs without calling enable_static(). disable_static() switches the
+# pe.* functions that have an eager form (pe.eager) to run ops at once on
+# eager tensors; enable_static() switches back.
 _static_mode = True
+_eager_place = None   # the place eager tensors are made on (None: cpu:0)
+_eager_seed = None    # pe.seed's value for eager random ops (None: unseeded)
+_eager_seed_gen = 0   # bumped by every pe.seed call: eager random ops restart from the seed
 
 
 def enable_static():
-    """Static-graph mode (the only mode PE has)."""
+    """Static-graph mode (the default): pe.* functions append ops to programs."""
     global _static_mode
     _static_mode = True
 
 
 def disable_static(place=None):
-    raise _core.UnsupportedError("PE runs static graphs only: dynamic (eager) mode is not available")
+    """Eager (dynamic) mode: pe.* functions with an eager form run their ops
+    at once on pe.eager tensors (CPU places only)."""
+    global _static_mode, _eager_place
+    if place is not None:
+        if not isinstance(place, CPUPlace):
+            raise _core.UnsupportedError("disable_static: eager mode runs on CPU places only, got %r" % (place,))
+        _eager_place = place._pe_place
+    _static_mode = False
 
 
 def in_dynamic_mode():
-    return False
+    return not _static_mode
+
+
+def _set_eager_seed(s):
+    global _eager_seed, _eager_seed_gen
+    _eager_seed = int(s)
+    _eager_seed_gen += 1
 
 
 # ---- attrs -------------------------------------------------------------------

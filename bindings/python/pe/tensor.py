@@ -12,8 +12,8 @@ import builtins as _builtins
 import numpy as np
 
 from . import _core
-from .framework import (DTYPE_ENUM, Variable, convert_dtype, default_main_program, default_startup_program,
-                        has_op, require_op)
+from .framework import (DTYPE_ENUM, Variable, _set_eager_seed, convert_dtype, default_main_program,
+                        default_startup_program, has_op, require_op)
 from .layer_helper import LayerHelper, check_variable
 
 __all__ = [
@@ -833,9 +833,11 @@ def square_error_cost(input, label):
 
 
 def seed(s):
-    """paddle.seed: sets the random_seed of the default main and startup programs."""
+    """paddle.seed: sets the random_seed of the default main and startup programs,
+    and the seed of eager mode's random ops (pe.randn, pe.rand)."""
     default_main_program().random_seed = int(s)
     default_startup_program().random_seed = int(s)
+    _set_eager_seed(s)
 
 
 # ---- Variable's Python operators (Paddle's math_op_patch) ----------------------

@@ -2,9 +2,10 @@
 pe.nn.functional / pe.tensor with the 1.x argument names.
 
 data() prepends the batch dim (-1) unless the shape already has a None/-1
-dim or append_batch_size=False, as fluid did. lod_level > 0 declares a
-sequence input: its fed values are LoDTensors (fluid.create_lod_tensor, or
-DataFeeder over lists of variable-length sequences).
+dim or append_batch_size=False, as fluid did; declaring the same feed var
+again (same shape and dtype) gives the existing var, as in 1.x. lod_level > 0
+declares a sequence input: its fed values are LoDTensors
+(fluid.create_lod_tensor, or DataFeeder over lists of variable-length sequences).
 """
 import numpy as np
 
@@ -14,6 +15,7 @@ from .. import metric as _metric
 from ..framework import Variable, convert_dtype, default_main_program
 from ..layer_helper import LayerHelper, check_variable
 from ..nn import functional as F
+from ..nn.initializer import XavierUniform
 from ..static import nn as _snn
 from .learning_rate_scheduler import (exponential_decay, natural_exp_decay, inverse_time_decay,  # noqa: F401
                                       polynomial_decay, piecewise_decay, noam_decay, cosine_decay, linear_lr_warmup)
@@ -48,9 +50,17 @@ def data(name, shape, append_batch_size=True, dtype="float32", lod_level=0, type
     if append_batch_size and all(d >= 0 for d in shape):
         shape = [-1] + shape
     block = default_main_program().global_block()
+    dtype = convert_dtype(dtype)
     if name in block.vars:
-        raise _core.InvalidArgumentError("fluid.layers.data: variable %s already exists in the main program" % name)
-    v = block.create_var(name=name, shape=shape, dtype=convert_dtype(dtype), persistable=False,
+        # fluid 1.x: declaring a feed var again gives the same var when the shape and dtype agree
+        old = block.vars[name]
+        if not getattr(old, "is_data", False) or list(old.shape) != shape or old.dtype != dtype:
+            raise _core.InvalidArgumentError(
+                "fluid.layers.data: variable %s already exists in the main program as %s %s %s; redeclared as "
+                "data %s %s" % (name, "data" if getattr(old, "is_data", False) else "a non-feed var",
+                                list(old.shape), old.dtype, shape, dtype))
+        return old
+    v = block.create_var(name=name, shape=shape, dtype=dtype, persistable=False,
                          stop_gradient=stop_gradient)
     v.is_data = True
     v.lod_level = int(lod_level)
@@ -67,7 +77,37 @@ conv2d_transpose = _snn.conv2d_transpose
 batch_norm = _snn.batch_norm
 group_norm = _snn.group_norm
 instance_norm = _snn.instance_norm
-embedding = _snn.embedding
+
+
+def _embedding(op_type, fn, input, size, is_sparse, is_distributed, padding_idx, param_attr, dtype):
+    """An embedding layer of Paddle 1.x: lookup_table (ids [..., 1] -> [..., D])
+    or lookup_table_v2 (ids of any shape -> ids.shape + [D]); padding_idx < 0
+    counts from the end of the table, as 1.x."""
+    check_variable(input, "input", fn)
+    if not isinstance(size, (list, tuple)) or len(size) != 2:
+        raise _core.InvalidArgumentError("%s: size must be [vocabulary size, embedding dim], got %r" % (fn, size))
+    if is_sparse or is_distributed:
+        raise _core.UnsupportedError("%s(is_sparse=True / is_distributed=True): PE has no sparse (SelectedRows) "
+                                     "gradients; use is_sparse=False (a dense gradient of the whole table)" % fn)
+    if op_type == "lookup_table" and (not input.shape or input.shape[-1] != 1):
+        raise _core.InvalidArgumentError("%s: input %s is %s; it takes ids [..., 1] (fluid.embedding takes any "
+                                         "shape)" % (fn, input.name, list(input.shape)))
+    size = [int(size[0]), int(size[1])]
+    pad = -1 if padding_idx is None else int(padding_idx) if padding_idx >= 0 else size[0] + int(padding_idx)
+    helper = LayerHelper("embedding")
+    w = helper.create_parameter(param_attr, size, convert_dtype(dtype), default_initializer=XavierUniform())
+    ids_dims = list(input.shape[:-1]) if op_type == "lookup_table" else list(input.shape)
+    out = helper.create_variable_for_type_inference(w.dtype, shape=ids_dims + [size[1]])
+    helper.append_op(op_type, {"Ids": [input], "W": [w]}, {"Out": [out]}, {"padding_idx": pad})
+    return out
+
+
+def embedding(input, size, is_sparse=False, is_distributed=False, padding_idx=None, param_attr=None,
+              dtype="float32"):
+    """1.x's fluid.layers.embedding, the lookup_table op: ids [..., 1] ->
+    [..., size[1]] (fluid.embedding, lookup_table_v2, keeps the last dim)."""
+    return _embedding("lookup_table", "fluid.layers.embedding", input, size, is_sparse, is_distributed, padding_idx,
+                      param_attr, dtype)
 
 
 def pool2d(input, pool_size=-1, pool_type="max", pool_stride=1, pool_padding=0, global_pooling=False,

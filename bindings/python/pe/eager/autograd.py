@@ -1,0 +1,413 @@
+"""pe.eager.autograd — eager tensors, one-op runs and the tape.
+
+Every eager op is one call of the C entry point pe_eager_run (pe/eager.h,
+through _core.eager_run): the registry's infer, allocation and the same CPU
+kernel the static executors run — no program is built per call. When an
+input needs a gradient (stop_gradient False, outside pe.no_grad()), the op
+is recorded on its outputs as a node holding the backward ops that the op's
+grad maker in ops/ops.def makes (_core.eager_grad_ops, cached per op type,
+slot layout, dtypes and attrs) and the tensors those ops read.
+
+backward() walks the nodes reachable from a tensor in reverse creation
+order (a reverse topological order: an op's inputs exist before it runs),
+runs each node's backward ops with pe_eager_run, sums the contributions to
+a tensor with the `sum` op, and accumulates the result into each leaf's
+.grad (leaves with stop_gradient False only).
+"""
+import itertools
+import threading
+
+import numpy as np
+
+from .. import _core
+from .. import framework as _fw
+
+_DTYPE_ALIASES = {"float": "float32", "fp32": "float32", "double": "float64", "fp64": "float64",
+                  "int": "int32", "long": "int64", "bool_": "bool"}
+_FLOAT_DTYPES = ("float32", "float64", "float16", "bfloat16")
+
+_state = threading.local()
+_names = itertools.count()
+_seq = itertools.count()
+_op_index = {}
+_grad_cache = {}
+
+
+def _grad_enabled():
+    return getattr(_state, "grad", True)
+
+
+class no_grad:
+    """Context manager and decorator: ops run inside record nothing for backward()
+    and their outputs have stop_gradient True."""
+
+    def __enter__(self):
+        self._prev = _grad_enabled()
+        _state.grad = False
+        return self
+
+    def __exit__(self, *exc):
+        _state.grad = self._prev
+        return False
+
+    def __call__(self, fn):
+        def wrapped(*a, **k):
+            with no_grad():
+                return fn(*a, **k)
+        wrapped.__name__ = getattr(fn, "__name__", "wrapped")
+        wrapped.__doc__ = getattr(fn, "__doc__", None)
+        return wrapped
+
+
+def _place():
+    return _fw._eager_place
+
+
+def _dtype_name(dtype):
+    if dtype is None:
+        return None
+    if isinstance(dtype, str):
+        return _DTYPE_ALIASES.get(dtype, dtype)
+    return _fw.convert_dtype(dtype)
+
+
+class Tensor:
+    """An eager tensor: a value on the CPU (a pe._core.Tensor), its autograd
+    facts (stop_gradient, .grad, the node that made it) and Paddle's tensor API.
+    Made by pe.to_tensor, the creation functions and every eager op."""
+
+    __array_priority__ = 100  # numpy defers `ndarray op Tensor` to Tensor's reflected operators
+
+    def __init__(self, value, stop_gradient=True, name=None, _node=None, _slot=None):
+        if not isinstance(value, _core.Tensor):
+            raise TypeError("pe.eager.Tensor wraps a pe._core.Tensor; use pe.to_tensor(data) to make one")
+        self._t = value
+        self.stop_gradient = bool(stop_gradient)
+        self.grad = None
+        self.name = name or "eager_tmp_%d" % next(_names)
+        self._node = _node
+        self._slot = _slot  # the node's name for this output ("o<k>")
+
+    # ---- numpy interop and facts ---------------------------------------------
+    def numpy(self):
+        """A numpy copy of the value."""
+        return self._t.numpy(copy=True)
+
+    def __array__(self, dtype=None, copy=None):
+        a = self._t.numpy(copy=True)
+        return a.astype(dtype) if dtype is not None else a
+
+    @property
+    def shape(self):
+        return list(self._t.shape())
+
+    @property
+    def dtype(self):
+        return self._t.dtype()
+
+    @property
+    def ndim(self):
+        return len(self._t.shape())
+
+    def dim(self):
+        return self.ndim
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape)) if self.shape else 1
+
+    def __len__(self):
+        s = self.shape
+        if not s:
+            raise TypeError("len() of a 0-d tensor")
+        return s[0]
+
+    @property
+    def is_leaf(self):
+        return self._node is None
+
+    @property
+    def place(self):
+        return _fw.CPUPlace(self._t._place()[1])
+
+    def item(self):
+        a = self.numpy()
+        if a.size != 1:
+            raise _core.InvalidArgumentError("Tensor.item(): the tensor has %d elements, not 1" % a.size)
+        return a.reshape(()).item()
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __bool__(self):
+        return bool(self.item())
+
+    def __repr__(self):
+        return "Tensor(shape=%s, dtype=%s, stop_gradient=%s,\n       %s)" % (
+            self.shape, self.dtype, self.stop_gradient, np.array2string(self.numpy(), prefix="       "))
+
+    # ---- autograd --------------------------------------------------------------
+    def detach(self):
+        """A copy of the value, cut from the graph (stop_gradient True)."""
+        t = _core.Tensor()
+        t.set(self._t)
+        return Tensor(t, stop_gradient=True)
+
+    def clear_grad(self):
+        """Drops the accumulated gradient (.grad = None)."""
+        self.grad = None
+
+    clear_gradient = clear_grad
+
+    def backward(self, grad_tensor=None, retain_graph=False):
+        """Gradients of this tensor (a scalar unless grad_tensor is given) with
+        respect to every leaf with stop_gradient False that it depends on,
+        accumulated into their .grad."""
+        backward(self, grad_tensor, retain_graph)
+
+
+def _as_tensor(x, like=None, api="op"):
+    if isinstance(x, Tensor):
+        return x
+    if isinstance(x, (bool, int, float, np.integer, np.floating)) and like is not None:
+        return _fill([1], like.dtype, float(x))
+    raise TypeError("%s: expected a pe.eager.Tensor, got %s" % (api, type(x).__name__))
+
+
+def _fill(shape, dtype, value):
+    out, = run_op("fill_constant", {}, {"Out": 1},
+                  {"shape": [int(d) for d in shape], "dtype": _fw.DTYPE_ENUM[dtype], "value": float(value)})["Out"]
+    return out
+
+
+def _index(op_type):
+    i = _op_index.get(op_type)
+    if i is None:
+        i = _op_index[op_type] = _core.eager_op_index(op_type)
+    return i
+
+
+def _slots(d):
+    """{slot: Tensor | [Tensor|None] | None} -> [(slot, [Tensor|None])]."""
+    out = []
+    for slot, v in d.items():
+        if v is None:
+            continue
+        out.append((slot, list(v) if isinstance(v, (list, tuple)) else [v]))
+    return out
+
+
+def _run_raw(op_type, ins, outs, attrs, seed=0):
+    """ins: [(slot, [_core.Tensor|None], [name|None])]; outs: [(slot, n | [present])]."""
+    return _core.eager_run(_index(op_type), ins, outs, attrs, _place(), 0, seed)
+
+
+def run_op(op_type, inputs, outputs, attrs=None, seed=0):
+    """Runs registry op `op_type` on eager tensors: inputs {slot: Tensor or
+    [Tensor]}, outputs {slot: count}, attrs {name: value}. Returns {slot:
+    [Tensor]}; records the op for backward() when an input needs a gradient."""
+    attrs = attrs or {}
+    ins = _slots(inputs)
+    raw_ins = [(s, [t._t if t is not None else None for t in ts], [t.name if t is not None else None for t in ts])
+               for s, ts in ins]
+    outs = list(outputs.items())
+    res = _core.eager_run(_index(op_type), raw_ins, outs, attrs, _place(), 0, seed)
+    needs = _grad_enabled() and any(t is not None and not t.stop_gradient for _, ts in ins for t in ts)
+    result = {}
+    for slot, _ in outs:
+        result[slot] = [Tensor(r, stop_gradient=not needs or not _is_float(r.dtype())) if r is not None else None
+                        for r in res[slot]]
+    if needs:
+        _record(op_type, ins, outs, attrs, result)
+    return result
+
+
+def _is_float(dtype):
+    return dtype in _FLOAT_DTYPES
+
+
+# ---- the tape ---------------------------------------------------------------------
+
+class _Node:
+    """One recorded op: its backward ops (canonical var names: i<k> for the
+    k-th distinct input tensor, o<k> for the k-th output), the tensors they
+    read, and the input tensors gradients flow to."""
+    __slots__ = ("seq", "op_type", "grad_ops", "saved", "inputs", "out_meta")
+
+
+def _attrs_key(attrs):
+    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in attrs.items()))
+
+
+def _record(op_type, ins, outs, attrs, result):
+    # canonical names: one per distinct input tensor, one per output
+    canon, in_tensors, in_slots = {}, [], []
+    for slot, ts in ins:
+        names = []
+        for t in ts:
+            if t is None:
+                names.append("@EMPTY@")
+                continue
+            n = canon.get(id(t))
+            if n is None:
+                n = canon[id(t)] = "i%d" % len(in_tensors)
+                in_tensors.append(t)
+            names.append(n)
+        in_slots.append((slot, names))
+    out_slots, out_tensors, k = [], [], 0
+    for slot, _ in outs:
+        names = []
+        for t in result[slot]:
+            if t is None:
+                names.append("@EMPTY@")
+                continue
+            names.append("o%d" % k)
+            out_tensors.append(t)
+            k += 1
+        out_slots.append((slot, names))
+    needs = tuple(not t.stop_gradient for t in in_tensors)
+    dtypes = tuple(t.dtype for t in in_tensors) + tuple(t.dtype for t in out_tensors)
+    key = (op_type, tuple((s, tuple(n)) for s, n in in_slots), tuple((s, tuple(n)) for s, n in out_slots),
+           needs, dtypes, _attrs_key(attrs))
+    grad_ops = _grad_cache.get(key)
+    if grad_ops is None:
+        var_list = [("i%d" % j, t.dtype, t.shape, needs[j]) for j, t in enumerate(in_tensors)]
+        var_list += [("o%d" % j, t.dtype, t.shape, False) for j, t in enumerate(out_tensors)]
+        try:
+            grad_ops = _core.eager_grad_ops(op_type, in_slots, out_slots, attrs, var_list)
+        except _core.UnsupportedError:
+            grad_ops = None  # no grad maker: the outputs are constants for backward()
+        if grad_ops is not None:
+            grad_ops = [(t, ins_, outs_, {a: v for a, v in at.items() if a not in ("op_role", "op_role_var")})
+                        for t, ins_, outs_, at in grad_ops]
+        _grad_cache[key] = grad_ops
+    if grad_ops is None:
+        for t in out_tensors:
+            t.stop_gradient = True
+        return
+    read = {n for _, gi, _, _ in grad_ops for _, names in gi for n in names}
+    node = _Node()
+    node.seq = next(_seq)
+    node.op_type = op_type
+    node.grad_ops = grad_ops
+    node.saved = {}
+    for j, t in enumerate(in_tensors):
+        if "i%d" % j in read:
+            node.saved["i%d" % j] = t._t
+    for j, t in enumerate(out_tensors):
+        if "o%d" % j in read:
+            node.saved["o%d" % j] = t._t  # the raw value: no cycle through the output Tensor
+    node.inputs = [(("i%d" % j), t) for j, t in enumerate(in_tensors) if needs[j]]
+    node.out_meta = {"o%d" % j: (t.shape, t.dtype) for j, t in enumerate(out_tensors)}
+    for j, t in enumerate(out_tensors):
+        if _is_float(t.dtype):
+            t._node = node
+            t._slot = "o%d" % j
+
+
+def _sum(raws):
+    if len(raws) == 1:
+        return raws[0]
+    return _run_raw("sum", [("X", list(raws), [None] * len(raws))], [("Out", 1)], {})["Out"][0]
+
+
+def _zeros_raw(shape, dtype):
+    return _run_raw("fill_constant", [], [("Out", 1)],
+                    {"shape": [int(d) for d in shape], "dtype": _fw.DTYPE_ENUM[dtype], "value": 0.0})["Out"][0]
+
+
+def backward(tensor, grad_tensor=None, retain_graph=False):
+    if tensor.stop_gradient:
+        raise _core.InvalidArgumentError(
+            "backward(): tensor '%s' has stop_gradient=True: no leaf with stop_gradient=False reaches it" % tensor.name)
+    if grad_tensor is None:
+        if tensor.size != 1:
+            raise _core.InvalidArgumentError(
+                "backward(): tensor '%s' has shape %s; give grad_tensor for a non-scalar" % (tensor.name, tensor.shape))
+        seed = _run_raw("fill_any_like", [("X", [tensor._t], [tensor.name])], [("Out", 1)], {"value": 1.0})["Out"][0]
+    else:
+        g = _as_tensor(grad_tensor, api="backward")
+        if g.shape != tensor.shape or g.dtype != tensor.dtype:
+            raise _core.InvalidArgumentError("backward(): grad_tensor is %s %s, tensor '%s' is %s %s" % (
+                g.dtype, g.shape, tensor.name, tensor.dtype, tensor.shape))
+        seed = g._t
+    if tensor._node is None:  # a leaf
+        _accumulate(tensor, [seed])
+        return
+    # nodes reachable from tensor, through inputs that still need a gradient
+    nodes, stack, seen = [], [tensor._node], {id(tensor._node)}
+    while stack:
+        n = stack.pop()
+        if n.saved is None:
+            raise _core.InvalidArgumentError(
+                "backward(): the graph of op %s was freed by an earlier backward(); call backward(retain_graph=True) "
+                "the first time to run backward twice" % n.op_type)
+        nodes.append(n)
+        for _, t in n.inputs:
+            if not t.stop_gradient and t._node is not None and id(t._node) not in seen:
+                seen.add(id(t._node))
+                stack.append(t._node)
+    nodes.sort(key=lambda n: n.seq, reverse=True)
+    pending = {id(tensor._node): {tensor._slot: [seed]}}   # node -> {out name: [grad contributions]}
+    leaves = {}                                            # id(leaf) -> (leaf, [contributions])
+    for n in nodes:
+        out_grads = pending.pop(id(n), None)
+        if not out_grads:  # no gradient reaches its outputs (a cut path): it contributes nothing
+            if not retain_graph:
+                n.saved = None
+            continue
+        env = dict(n.saved)
+        for o, (shape, dtype) in n.out_meta.items():
+            cs = out_grads.get(o)
+            if cs:
+                env[o + "@GRAD"] = _sum(cs)
+            elif _is_float(dtype):
+                env[o + "@GRAD"] = None  # made only if a backward op reads it
+        for gtype, gins, gouts, gattrs in n.grad_ops:
+            raw_ins = []
+            for slot, names in gins:
+                ts = []
+                for nm in names:
+                    if nm == "@EMPTY@":
+                        ts.append(None)
+                        continue
+                    v = env.get(nm)
+                    if v is None and nm.endswith("@GRAD") and nm[:-5] in n.out_meta:
+                        shape, dtype = n.out_meta[nm[:-5]]
+                        v = env[nm] = _zeros_raw(shape, dtype)
+                    if v is None:
+                        raise _core.InternalError("backward of op %s: backward op %s reads '%s', which nothing made" % (
+                            n.op_type, gtype, nm))
+                    ts.append(v)
+                raw_ins.append((slot, ts, [None] * len(ts)))
+            raw_outs = [(slot, [nm != "@EMPTY@" for nm in names]) for slot, names in gouts]
+            res = _run_raw(gtype, raw_ins, raw_outs, gattrs)
+            for slot, names in gouts:
+                for nm, r in zip(names, res[slot]):
+                    if r is not None:
+                        env[nm] = r
+        for iname, t in n.inputs:
+            if t.stop_gradient:
+                continue
+            cs = [v for k, v in env.items()
+                  if v is not None and (k == iname + "@GRAD" or k.startswith(iname + "@GRAD@RENAME@"))]
+            if not cs:
+                continue
+            if t._node is None:
+                leaves.setdefault(id(t), (t, []))[1].extend(cs)
+            else:
+                pending.setdefault(id(t._node), {}).setdefault(t._slot, []).extend(cs)
+        if not retain_graph:
+            n.saved = None
+    for t, cs in leaves.values():
+        _accumulate(t, cs)
+
+
+def _accumulate(t, cs):
+    if t.grad is not None:
+        cs = [t.grad._t] + list(cs)
+    t.grad = Tensor(_sum(cs), stop_gradient=True, name=t.name + "@GRAD")
+

@@ -1,0 +1,126 @@
+/* tests/unit/test_eager.c — the eager entry points of pe/eager.h: one op run
+ * on tensors gives the executor's bits for the same op in a program; slots,
+ * attrs and dtypes are checked with messages naming the op and the arg;
+ * pe_eager_grad_ops returns the grad maker's ops with the documented names. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <string.h>
+
+#include "pe/pe.h"
+
+static pe_tensor *filled(pe_dtype dt, int64_t r, int64_t c, float base) {
+    pe_tensor *t = pe_tensor_new();
+    int64_t dims[2] = {r, c};
+    assert_int_equal(pe_tensor_resize(t, dt, 2, dims, pe_place_cpu(0)), PE_OK);
+    if (dt == PE_DTYPE_FP32) {
+        float *p = pe_tensor_data(t);
+        for (int64_t i = 0; i < r * c; i++) p[i] = base + 0.37f * (float)i - 0.01f * (float)(i * i);
+    }
+    return t;
+}
+
+static void test_run_matches_executor(void **state) {
+    (void)state;
+    pe_tensor *x = filled(PE_DTYPE_FP32, 3, 4, 0.5f), *y = filled(PE_DTYPE_FP32, 4, 2, -1.0f), *out = pe_tensor_new();
+    const char *xn = "x", *yn = "y";
+    pe_eager_args in[] = {{"X", 1, &x, &xn}, {"Y", 1, &y, &yn}};
+    pe_eager_args o[] = {{"Out", 1, &out, NULL}};
+    int op = pe_op_type_find("matmul_v2");
+    assert_true(op >= 0);
+    assert_int_equal(pe_eager_run(op, in, 2, o, 1, NULL, 0, pe_place_cpu(0), 1, 0), PE_OK);
+    assert_int_equal(out->ndim, 2);
+    assert_int_equal(out->dims[0], 3);
+    assert_int_equal(out->dims[1], 2);
+
+    /* the same op in a program, run by the executor */
+    pe_program *p = pe_program_new();
+    int64_t xd[2] = {3, 4}, yd[2] = {4, 2}, od[2] = {3, 2};
+    pe_block_add_var(&p->blocks[0], "x", PE_DTYPE_FP32, 2, xd);
+    pe_block_add_var(&p->blocks[0], "y", PE_DTYPE_FP32, 2, yd);
+    pe_block_add_var(&p->blocks[0], "out", PE_DTYPE_FP32, 2, od);
+    pe_op *m = pe_block_add_op(&p->blocks[0], "matmul_v2");
+    pe_op_add_input(m, "X", "x");
+    pe_op_add_input(m, "Y", "y");
+    pe_op_add_output(m, "Out", "out");
+    pe_scope *scope = pe_scope_new(NULL);
+    pe_executor *ex = pe_executor_new(pe_place_cpu(0));
+    pe_executor_set_num_threads(ex, 1);
+    pe_feed feeds[] = {{"x", x}, {"y", y}};
+    const char *fetch[] = {"out"};
+    pe_tensor *sout = pe_tensor_new();
+    assert_int_equal(pe_executor_run(ex, p, 0, scope, feeds, 2, fetch, 1, &sout), PE_OK);
+    assert_memory_equal(pe_tensor_data(out), pe_tensor_data(sout), 6 * sizeof(float));
+
+    /* a wrong dtype: the op's own infer message, naming the op and the input */
+    pe_tensor *bad = filled(PE_DTYPE_INT64, 4, 2, 0), *o2 = pe_tensor_new();
+    const char *bn = "labels";
+    pe_eager_args in2[] = {{"X", 1, &x, &xn}, {"Y", 1, &bad, &bn}};
+    pe_eager_args out2[] = {{"Out", 1, &o2, NULL}};
+    assert_int_equal(pe_eager_run(op, in2, 2, out2, 1, NULL, 0, pe_place_cpu(0), 1, 0), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "op matmul_v2"));
+    assert_non_null(strstr(pe_last_error(), "'labels'"));
+
+    /* slots and attrs against the registry */
+    assert_int_equal(pe_eager_run(op, in, 1, o, 1, NULL, 0, pe_place_cpu(0), 1, 0), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "op matmul_v2: input Y takes exactly one tensor"));
+    pe_eager_args badslot[] = {{"X", 1, &x, NULL}, {"Z", 1, &y, NULL}};
+    assert_int_equal(pe_eager_run(op, badslot, 2, o, 1, NULL, 0, pe_place_cpu(0), 1, 0), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "op matmul_v2 has no input slot 'Z'"));
+    pe_attr a = {.name = "trans_x", .type = PE_ATTR_INT, .i = 1};
+    assert_int_equal(pe_eager_run(op, in, 2, o, 1, &a, 1, pe_place_cpu(0), 1, 0), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "attr 'trans_x' is int, the registry's type is bool"));
+    pe_eager_args self[] = {{"Out", 1, &x, NULL}};
+    assert_int_equal(pe_eager_run(op, in, 2, self, 1, NULL, 0, pe_place_cpu(0), 1, 0), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "is also input"));
+
+    pe_tensor_free(sout);
+    pe_executor_free(ex);
+    pe_scope_free(scope);
+    pe_program_free(p);
+    pe_tensor_free(x);
+    pe_tensor_free(y);
+    pe_tensor_free(out);
+    pe_tensor_free(bad);
+    pe_tensor_free(o2);
+}
+
+static void test_grad_ops(void **state) {
+    (void)state;
+    pe_program *src = pe_program_new();
+    pe_op *mul = pe_block_add_op(&src->blocks[0], "elementwise_mul");
+    pe_op_add_input(mul, "X", "a");
+    pe_op_add_input(mul, "Y", "a");
+    pe_op_add_output(mul, "Out", "c");
+    int64_t d[1] = {3};
+    pe_eager_var vars[] = {{"a", PE_DTYPE_FP32, 1, d, true}, {"c", PE_DTYPE_FP32, 1, d, false}};
+    pe_program *g = NULL;
+    assert_int_equal(pe_eager_grad_ops(mul, vars, 2, &g), PE_OK);
+    const pe_block *b = &g->blocks[0];
+    assert_int_equal(b->n_ops, 1);
+    assert_string_equal(b->ops[0].type, "elementwise_mul_grad");
+    assert_string_equal(pe_op_input1(&b->ops[0], "Out@GRAD"), "c@GRAD");
+    assert_string_equal(pe_op_output1(&b->ops[0], "X@GRAD"), "a@GRAD");
+    assert_string_equal(pe_op_output1(&b->ops[0], "Y@GRAD"), "a@GRAD@RENAME@1");
+    pe_program_free(g);
+    /* an op without a grad maker */
+    pe_op *lt = pe_block_add_op(&src->blocks[0], "less_than");
+    pe_op_add_input(lt, "X", "a");
+    pe_op_add_input(lt, "Y", "a");
+    pe_op_add_output(lt, "Out", "c");
+    assert_int_equal(pe_eager_grad_ops(lt, vars, 2, &g), PE_ERR_UNSUPPORTED);
+    assert_null(g);
+    assert_non_null(strstr(pe_last_error(), "op less_than has no gradient"));
+    pe_program_free(src);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_run_matches_executor),
+        cmocka_unit_test(test_grad_ops),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
