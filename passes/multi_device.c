@@ -704,18 +704,12 @@ pe_status pe_multi_device_build_world(const pe_program *prog, int n_places, int 
         if (!(n_shards = calloc((size_t)b0->n_ops, sizeof *n_shards))) { st = OOM(); goto done; }
         for (int i = 0; i < b0->n_ops; i++) n_shards[i] = shard_count(g->progs[0], i, world, n_trainers > 1);
     }
+    /* (the pass manager warns when fuse_all_reduce_ops does not apply: reduce, sharded gradients) */
     bool fuse = bs->fuse_all_reduce_ops && !reduce && world > 1;
-    if (bs->fuse_all_reduce_ops && reduce)
-        pe_log(PE_LOG_WARN, "BuildStrategy.fuse_all_reduce_ops works with reduce_strategy all_reduce only: not applied");
     if (fuse) {
         if ((st = plan_buckets(g->progs[0], bs, n_shards, &fgrads, &fbucket, &n_fgrads)) != PE_OK) goto done;
-        int n_sharded = 0;
-        for (int k = 0; k < n_fgrads; k++) n_sharded += sharded_grad(b0, n_shards, fgrads[k].grad);
-        if (n_sharded)
-            pe_log(PE_LOG_WARN, "BuildStrategy.fuse_all_reduce_ops: %d of the %d gradients are summed inside "
-                   "shard_optimizer's sharded updates (each range's reduce-scatter fused with its update: no "
-                   "allreduce left to bucket), %d go in buckets; set shard_optimizer off to bucket them all",
-                   n_sharded, n_fgrads, n_fgrads - n_sharded);
+        g->n_fuse_grads = n_fgrads;
+        for (int k = 0; k < n_fgrads; k++) g->n_fuse_sharded += sharded_grad(b0, n_shards, fgrads[k].grad);
         if (!(fvars = malloc(sizeof *fvars * (size_t)(n_fgrads ? n_fgrads : 1)))) { st = OOM(); goto done; }
     }
     for (int i = 0; i < b0->n_ops; i++) {
