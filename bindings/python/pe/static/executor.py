@@ -327,7 +327,8 @@ class BuildStrategy(_Strategy):
                              "accepted)"),
     }
 
-    # read by CompiledProgram.with_data_parallel (the trainers of the collective mode), not sent to C
+    # read by CompiledProgram.with_data_parallel and ParallelExecutor (the trainers of the collective
+    # mode: pe_pe_options.num_trainers / trainer_id; the endpoints are checked), not sent as strategy fields
     _trainer_fields = {"num_trainers": 1, "trainer_id": 0, "trainers_endpoints": []}
 
     def __init__(self):
