@@ -180,7 +180,8 @@ static pe_status build_variant(const pe_parallel_executor *pe, const char *const
     if (pe->places[0].kind != PE_PLACE_CPU) bs.shard_optimizer = false; /* CPU places share the state */
     pe_pass_opts po = {.n_places = pe->n, .n_trainers = pe->opt.num_trainers,
                        .trainer_id = pe->opt.trainer_id, .loss_name = pe->opt.loss_name, .bs = &bs, .protect = protect,
-                       .n_protect = n_protect, .dump_prefix = path ? prefix : NULL, .final_dot = path};
+                       .n_protect = n_protect, .dump_prefix = path ? prefix : NULL, .final_dot = path,
+                       .quiet = !dump /* the graph with the fused vars kept: the first build reported */};
     PE_CHECK(pe_pass_manager_run(pe->prog, &po, &out->g, NULL));
     if (pe->opt.num_trainers > 1) PE_CHECK(pe_pe_chain_collectives(out->g)); /* one issue order on every trainer */
     if (bs.memory_optimize || bs.enable_inplace) {

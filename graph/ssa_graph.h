@@ -96,6 +96,8 @@ typedef struct pe_ssa_graph {
     int n_param_grads;       /* gradients exchanged between places */
     int n_buckets;           /* ALLREDUCE_FUSED handles (fuse_all_reduce_ops) */
     int n_sharded_ops;       /* optimizer ops run as OPT_SHARD handles (shard_optimizer) */
+    int n_fuse_grads;        /* fuse_all_reduce_ops: the gradients it planned buckets for, */
+    int n_fuse_sharded;      /* and those of them summed inside sharded updates instead */
 } pe_ssa_graph;
 
 /* A program's collective op (c_allreduce_sum, ...) run as this handle,

@@ -655,6 +655,21 @@ pe_status pe_multi_device_build_world(const pe_program *prog, int n_places, int 
                           "place; use reduce_strategy all_reduce with gradient clipping", i);
             goto done;
         }
+    /* sync_batch_norm: PE has no cross-place batch norm. On one place the
+     * batch statistics are the whole batch's (honoured), and a batch_norm in
+     * inference (is_test, use_global_stats) uses none; on several, each
+     * place would normalize with its own rows' statistics, which is not
+     * what the switch asks for: refuse rather than train differently. */
+    for (int i = 0; bs->sync_batch_norm && world > 1 && i < b0->n_ops; i++) {
+        const pe_attr *test = pe_op_attr(&b0->ops[i], "is_test"), *glob = pe_op_attr(&b0->ops[i], "use_global_stats");
+        if (pe_op_type_id(b0->ops[i].type) == PE_OP_batch_norm && !(test && test->i) && !(glob && glob->i)) {
+            st = pe_error(PE_ERR_UNSUPPORTED,
+                          "BuildStrategy.sync_batch_norm: batch_norm (block 0 op %d) would normalize with the "
+                          "statistics of its place's rows only, not of the whole batch over the %d places: PE "
+                          "has no synchronized batch norm; run on one place or set sync_batch_norm off", i, world);
+            goto done;
+        }
+    }
     if (reduce) {
         /* owners: greedy byte balance over parameters in gradient order,
          * among the global ranks (the same choice in every process) */
@@ -689,11 +704,12 @@ pe_status pe_multi_device_build_world(const pe_program *prog, int n_places, int 
         if (!(n_shards = calloc((size_t)b0->n_ops, sizeof *n_shards))) { st = OOM(); goto done; }
         for (int i = 0; i < b0->n_ops; i++) n_shards[i] = shard_count(g->progs[0], i, world, n_trainers > 1);
     }
+    /* (the pass manager warns when fuse_all_reduce_ops does not apply: reduce, sharded gradients) */
     bool fuse = bs->fuse_all_reduce_ops && !reduce && world > 1;
-    if (bs->fuse_all_reduce_ops && reduce)
-        pe_log(PE_LOG_WARN, "BuildStrategy.fuse_all_reduce_ops works with reduce_strategy all_reduce only: not applied");
     if (fuse) {
         if ((st = plan_buckets(g->progs[0], bs, n_shards, &fgrads, &fbucket, &n_fgrads)) != PE_OK) goto done;
+        g->n_fuse_grads = n_fgrads;
+        for (int k = 0; k < n_fgrads; k++) g->n_fuse_sharded += sharded_grad(b0, n_shards, fgrads[k].grad);
         if (!(fvars = malloc(sizeof *fvars * (size_t)(n_fgrads ? n_fgrads : 1)))) { st = OOM(); goto done; }
     }
     for (int i = 0; i < b0->n_ops; i++) {

@@ -99,8 +99,9 @@ pe_status pe_pass_manager_run(const pe_program *prog, const pe_pass_opts *o, pe_
         int before = p->blocks[0].n_ops, n_fused = 0;
         if (pp->fn == pe_fuse_all_optimizer_ops && bs->reduce_strategy == PE_REDUCE_REDUCE && world > 1) {
             /* the reduce strategy runs each parameter's optimizer on its owner place only */
-            pe_log(PE_LOG_WARN, "BuildStrategy.fuse_all_optimizer_ops works with reduce_strategy all_reduce only "
-                   "(reduce runs each optimizer op on the parameter's owner place): not applied");
+            if (!o->quiet)
+                pe_log(PE_LOG_WARN, "BuildStrategy.fuse_all_optimizer_ops works with reduce_strategy all_reduce only "
+                       "(reduce runs each optimizer op on the parameter's owner place): not applied");
             record(res, pp->name, before, before, 0, true);
             continue;
         }
@@ -108,8 +109,9 @@ pe_status pe_pass_manager_run(const pe_program *prog, const pe_pass_opts *o, pe_
             (o->n_trainers <= 1 || bs->shard_across_trainers)) {
             /* the sharded update (passes/multi_device.c) already runs each update once, split over
              * the places; merged ops would run every update on every place */
-            pe_log(PE_LOG_INFO, "BuildStrategy.fuse_all_optimizer_ops: not applied, shard_optimizer runs each "
-                   "update once over the %d places (set shard_optimizer off to merge the optimizer ops)", world);
+            if (!o->quiet)
+                pe_log(PE_LOG_INFO, "BuildStrategy.fuse_all_optimizer_ops: not applied, shard_optimizer runs each "
+                       "update once over the %d places (set shard_optimizer off to merge the optimizer ops)", world);
             record(res, pp->name, before, before, 0, true);
             continue;
         }
@@ -123,6 +125,18 @@ pe_status pe_pass_manager_run(const pe_program *prog, const pe_pass_opts *o, pe_
     /* ---- program -> SSA graph over the places ---- */
     pe_ssa_graph *g = NULL;
     if (st == PE_OK) st = pe_multi_device_build_world(p, o->n_places, o->n_trainers, o->trainer_id, o->loss_name, bs, &g);
+    if (st == PE_OK && bs->fuse_all_reduce_ops && !o->quiet && world > 1) {
+        if (bs->reduce_strategy == PE_REDUCE_REDUCE)
+            pe_log(PE_LOG_WARN, "BuildStrategy.fuse_all_reduce_ops works with reduce_strategy all_reduce only: "
+                   "not applied");
+        else if (g->n_fuse_sharded)
+            /* the sharded update sums each place's range of the gradient inside the update: there is no
+             * allreduce of it to put in a bucket */
+            pe_log(PE_LOG_WARN, "BuildStrategy.fuse_all_reduce_ops: %d of the %d gradients are summed inside "
+                   "shard_optimizer's sharded updates (each range's reduce-scatter fused with its update: no "
+                   "allreduce left to bucket), %d go in buckets; set shard_optimizer off to bucket them all",
+                   g->n_fuse_sharded, g->n_fuse_grads, g->n_fuse_grads - g->n_fuse_sharded);
+    }
     if (st == PE_OK) {
         record(res, "multi_device", p->blocks[0].n_ops, g->n_h, 0, false);
         st = dump_graph(o, nn++, "multi_device", g);

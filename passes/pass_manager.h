@@ -37,6 +37,8 @@ typedef struct pe_pass_opts {
     int n_protect;                       /* persistables and loss_name always stay */
     const char *dump_prefix;             /* NULL = no per-pass dumps */
     const char *final_dot;               /* NULL = no final SSA graph dump */
+    bool quiet;                          /* no warnings or info about switches that do not apply (a
+                                          * second build of the same program, already reported) */
 } pe_pass_opts;
 
 #define PE_MAX_PASSES 16

@@ -23,6 +23,32 @@ static int parse_bool(const char *cmd, const char *key, const char *v, bool *out
     return PE_EXIT_OK;
 }
 
+/* Paddle's BuildStrategy switches PE has nothing to map onto: their
+ * default is accepted, any other value refused with the words of the Python
+ * setter (bindings/python/pe/static/executor.py, _REFUSED; docs/guide.md §6). */
+static const struct {
+    const char *name;
+    bool dflt;
+    const char *why;
+} k_refused[] = {
+    {"fuse_bn_act_ops", false, "PE has no batch_norm + activation fusion (its fusion passes: fuse_gemm_epilogue, "
+                               "fuse_elewise_add_act_ops, fuse_all_optimizer_ops, fuse_all_reduce_ops)"},
+    {"fuse_bn_add_act_ops", false, "PE has no batch_norm + elementwise_add + activation fusion (its fusion passes: "
+                                   "fuse_gemm_epilogue, fuse_elewise_add_act_ops, fuse_all_optimizer_ops, "
+                                   "fuse_all_reduce_ops)"},
+    {"fuse_relu_depthwise_conv", false, "PE has no relu + depthwise_conv2d fusion"},
+    {"fuse_broadcast_ops", false, "PE has no fused broadcast: with reduce_strategy Reduce each owner broadcasts "
+                                  "its updated parameters one collective each"},
+    {"enable_auto_fusion", false, "PE has no automatic fusion of elementwise subgraphs (Paddle's fusion_group)"},
+    {"enable_addto", false, "PE has no in-place (addto) gradient accumulation; its memory reuse is enable_inplace "
+                         "and memory_optimize"},
+    {"remove_unnecessary_lock", true, "PE's collectives take no per-variable locks to keep"},
+    {"cache_runtime_context", false, "PE has no per-op runtime-context cache to switch on"},
+    {"fix_op_run_order", false, "PE's scheduler runs ops as their inputs become ready (collectives in one order on "
+                                "every place and trainer); for a fixed op order use enable_sequential_execution"},
+    {"allow_cuda_graph_capture", false, "PE does not capture CUDA graphs"},
+};
+
 /* "k=v,k=v": BuildStrategy fields by Paddle's names (tools/tool.h). */
 int pe_tool_parse_strategy(const char *cmd, const char *spec, pe_build_strategy *bs) {
     static const struct {
@@ -38,6 +64,7 @@ int pe_tool_parse_strategy(const char *cmd, const char *spec, pe_build_strategy 
         {"enable_sequential_execution", offsetof(pe_build_strategy, enable_sequential_execution)},
         {"shard_optimizer", offsetof(pe_build_strategy, shard_optimizer)},
         {"shard_across_trainers", offsetof(pe_build_strategy, shard_across_trainers)},
+        {"sync_batch_norm", offsetof(pe_build_strategy, sync_batch_norm)},
     };
     char buf[1024];
     if (strlen(spec) >= sizeof buf) return pe_tool_usage_error(cmd, "--strategy value is too long");
@@ -55,7 +82,28 @@ int pe_tool_parse_strategy(const char *cmd, const char *spec, pe_build_strategy 
                 done = true;
             }
         if (done) continue;
-        if (!strcmp(key, "reduce_strategy")) {
+        for (size_t i = 0; i < sizeof k_refused / sizeof k_refused[0] && !done; i++)
+            if (!strcmp(key, k_refused[i].name)) {
+                bool b;
+                int rc = parse_bool(cmd, key, v, &b);
+                if (rc != PE_EXIT_OK) return rc;
+                if (b != k_refused[i].dflt)
+                    return pe_tool_usage_error(cmd, "--strategy %s=%s: BuildStrategy.%s = %s is not supported: %s",
+                                               key, v, key, b ? "True" : "False", k_refused[i].why);
+                done = true;
+            }
+        if (done) continue;
+        if (!strcmp(key, "use_hierarchical_allreduce")) {
+            /* PE's collectives across trainers are always two-level (runtime/comm/hier.c) */
+            bool b;
+            int rc = parse_bool(cmd, key, v, &b);
+            if (rc != PE_EXIT_OK) return rc;
+        } else if (!strcmp(key, "nccl_comm_num")) {
+            if (strcmp(v, "1"))
+                return pe_tool_usage_error(cmd, "--strategy nccl_comm_num=%s: BuildStrategy.nccl_comm_num = %s is not "
+                                           "supported: PE runs each place's collectives on one communicator, in one "
+                                           "order (only 1 is accepted)", v, v);
+        } else if (!strcmp(key, "reduce_strategy")) {
             if (!strcmp(v, "all_reduce") || !strcmp(v, "allreduce")) bs->reduce_strategy = PE_REDUCE_ALL_REDUCE;
             else if (!strcmp(v, "reduce")) bs->reduce_strategy = PE_REDUCE_REDUCE;
             else return pe_tool_usage_error(cmd, "--strategy reduce_strategy=%s: all_reduce or reduce", v);
@@ -71,7 +119,8 @@ int pe_tool_parse_strategy(const char *cmd, const char *spec, pe_build_strategy 
             return pe_tool_usage_error(cmd, "--strategy: unknown key '%s' (fuse_gemm_epilogue, "
                                        "fuse_elewise_add_act_ops, fuse_all_optimizer_ops, fuse_all_reduce_ops, "
                                        "enable_inplace, memory_optimize, enable_sequential_execution, "
-                                       "shard_optimizer, shard_across_trainers, reduce_strategy, gradient_scale_strategy)", key);
+                                       "shard_optimizer, shard_across_trainers, sync_batch_norm, reduce_strategy, "
+                                       "gradient_scale_strategy; Paddle's other switches at their default values)", key);
         }
     }
     return PE_EXIT_OK;

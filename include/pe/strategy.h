@@ -80,6 +80,12 @@ typedef struct pe_build_strategy {
                                        * outweighs a collective's fixed cost (docs/benchmarks.md:
                                        * the MLP ran at half the speed with it) */
     bool enable_sequential_execution;
+    bool sync_batch_norm;             /* Paddle's cross-place batch norm, which PE does not have: on
+                                       * one place (one trainer) batch_norm already normalizes with
+                                       * the whole batch's statistics and the switch is honoured; on
+                                       * several, building a program with a batch_norm op fails
+                                       * (PE_ERR_UNSUPPORTED naming the op) instead of training
+                                       * with per-place statistics (default off) */
     const char *debug_graphviz_path;  /* borrowed; NULL = none */
 } pe_build_strategy;
 

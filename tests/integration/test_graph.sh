@@ -108,6 +108,18 @@ check_err "unknown strategy key" 2 "$P" -o "$T/x.dot" --strategy fuse_everything
 check_err "bad strategy value" 2 "$P" -o "$T/x.dot" --strategy fuse_gemm_epilogue=maybe
 check_err "strategy item without =" 2 "$P" -o "$T/x.dot" --strategy fuse_gemm_epilogue
 check_err "bad --places" 2 "$P" -o "$T/x.dot" --places gpu:2
+# Paddle's switches PE has no mapping for: the default accepted, any other value a usage error saying why
+check_err "fuse_bn_act_ops=1" 2 "$P" -o "$T/x.dot" --strategy fuse_bn_act_ops=1
+grep -q "BuildStrategy.fuse_bn_act_ops = True is not supported: PE has no batch_norm + activation fusion" "$T/err" &&
+    pass "fuse_bn_act_ops=1 says why" || fail "fuse_bn_act_ops=1 says why" "$(cat "$T/err")"
+check_err "remove_unnecessary_lock=0" 2 "$P" -o "$T/x.dot" --strategy remove_unnecessary_lock=0
+check_err "nccl_comm_num=2" 2 "$P" -o "$T/x.dot" --strategy nccl_comm_num=2
+check_err "allow_cuda_graph_capture=1" 2 "$P" -o "$T/x.dot" --strategy allow_cuda_graph_capture=1
+if "$PE" graph "$P" --places cpu:2 -o "$T/x.dot" --strategy fuse_bn_act_ops=0,remove_unnecessary_lock=1,nccl_comm_num=1,use_hierarchical_allreduce=1,sync_batch_norm=1,fix_op_run_order=0 >"$T/out" 2>"$T/err"; then
+    pass "Paddle's switches at their defaults (sync_batch_norm: no batch_norm in the MLP)"
+else
+    fail "Paddle's switches at their defaults" "$(cat "$T/err")"
+fi
 check_err "missing file" 1 "$T/nope.pe" -o "$T/x.dot"
 check_err "unknown --fetch" 1 "$P" -o "$T/x.dot" --fetch nope
 check_err "unknown --loss" 1 "$P" -o "$T/x.dot" --loss nope

@@ -6,7 +6,8 @@
  * the CNN on 1 and 3 places, compared with the run with every switch off
  * (float64, so any difference is a bug, not rounding: allclose rtol 1e-5).
  * Small caps make fuse_all_reduce_ops form several buckets. Also: the fused
- * optimizer's coalesced buffer, and the reduce strategy refusing clipping. */
+ * optimizer's coalesced buffer, the reduce strategy refusing clipping, and
+ * sync_batch_norm refusing a training batch_norm on several places. */
 #include "tests/unit/models.h"
 
 #include <stdio.h>
@@ -143,12 +144,55 @@ static void test_reduce_with_clipping_is_an_error(void **state) {
     tm_model_free(&m);
 }
 
+/* sync_batch_norm: PE has no cross-place batch norm. A training batch_norm
+ * on 2 places is refused naming the op; on 1 place, in inference
+ * (is_test), or with the switch off, the executor is built. */
+static void test_sync_batch_norm(void **state) {
+    (void)state;
+    tm_model m = tm_model_new(PE_DTYPE_FP32, 0.0, true);
+    tm_var(m.main, m.input, m.dt, 2, (int64_t[]){-1, 8});
+    const char *stats[] = {"bn.scale", "bn.bias", "bn.mean", "bn.var"};
+    for (int i = 0; i < 4; i++) tm_param(&m, stats[i], 1, (int64_t[]){8}, PE_INIT_CONSTANT);
+    tm_var(m.main, "bn.y", m.dt, 2, (int64_t[]){-1, 8});
+    pe_op *bn = pe_block_add_op(&m.main->blocks[0], "batch_norm");
+    pe_op_add_input(bn, "X", m.input);
+    pe_op_add_input(bn, "Scale", "bn.scale");
+    pe_op_add_input(bn, "Bias", "bn.bias");
+    pe_op_add_input(bn, "Mean", "bn.mean");
+    pe_op_add_input(bn, "Variance", "bn.var");
+    pe_op_add_output(bn, "Y", "bn.y");
+    pe_scope *scope = pe_scope_new(NULL);
+    pe_place pl[2] = {pe_place_cpu(0), pe_place_cpu(1)};
+    pe_pe_options o;
+    pe_pe_options_default(&o);
+    o.build_strategy.sync_batch_norm = true;
+    pe_parallel_executor *pe = NULL;
+    assert_int_equal(pe_parallel_executor_new(pl, 2, m.main, scope, &o, &pe), PE_ERR_UNSUPPORTED);
+    assert_non_null(strstr(pe_last_error(), "BuildStrategy.sync_batch_norm: batch_norm (block 0 op 0)"));
+    assert_null(pe);
+    /* one place: the statistics are the whole batch's */
+    assert_int_equal(pe_parallel_executor_new(pl, 1, m.main, scope, &o, &pe), PE_OK);
+    pe_parallel_executor_free(pe);
+    /* inference: no batch statistics */
+    pe_op_set_int(&m.main->blocks[0].ops[0], "is_test", 1);
+    assert_int_equal(pe_parallel_executor_new(pl, 2, m.main, scope, &o, &pe), PE_OK);
+    pe_parallel_executor_free(pe);
+    /* the switch off: per-place statistics, as before */
+    pe_op_set_int(&m.main->blocks[0].ops[0], "is_test", 0);
+    o.build_strategy.sync_batch_norm = false;
+    assert_int_equal(pe_parallel_executor_new(pl, 2, m.main, scope, &o, &pe), PE_OK);
+    pe_parallel_executor_free(pe);
+    pe_scope_free(scope);
+    tm_model_free(&m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mlp_all_switch_combinations),
         cmocka_unit_test(test_cnn_all_switch_combinations),
         cmocka_unit_test(test_fused_optimizer_coalesces_parameters),
         cmocka_unit_test(test_reduce_with_clipping_is_an_error),
+        cmocka_unit_test(test_sync_batch_norm),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

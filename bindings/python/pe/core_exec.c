@@ -458,7 +458,8 @@ static int strategies_from_dicts(PyObject *es, PyObject *bs, pe_pe_options *o) {
         dict_bool(bs, "memory_optimize", &b->memory_optimize) ||
         dict_bool(bs, "enable_sequential_execution", &b->enable_sequential_execution) ||
         dict_bool(bs, "shard_optimizer", &b->shard_optimizer) ||
-        dict_bool(bs, "shard_across_trainers", &b->shard_across_trainers))
+        dict_bool(bs, "shard_across_trainers", &b->shard_across_trainers) ||
+        dict_bool(bs, "sync_batch_norm", &b->sync_batch_norm))
         return -1;
     b->reduce_strategy = (pe_reduce_strategy)rs;
     b->gradient_scale_strategy = (pe_grad_scale)gs;

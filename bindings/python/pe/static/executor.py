@@ -179,20 +179,31 @@ class Executor:
 # ---- strategies --------------------------------------------------------------------------
 
 class _Strategy:
+    """Every field does something or refuses: _fields reach the engine;
+    _refused are Paddle's switches PE has nothing to map onto, kept so that
+    Paddle scripts setting them to their default run, and any other value
+    raises pe.UnsupportedError here, at the assignment, saying why (the
+    words of `pe graph/plan --strategy`, tools/args.c k_refused)."""
     _fields = {}
-    _ignored = {}
+    _refused = {}  # name: (default, why)
 
     def __init__(self):
         for k, v in self._fields.items():
             object.__setattr__(self, k, v)
-        for k, v in self._ignored.items():
+        for k, (v, _) in self._refused.items():
             object.__setattr__(self, k, v)
 
     def __setattr__(self, k, v):
-        if k in self._ignored:
-            if v != self._ignored[k]:
-                warnings.warn("%s.%s is accepted for Paddle compatibility but has no effect in PE"
-                              % (type(self).__name__, k), stacklevel=2)
+        if k in self._refused:
+            default, why = self._refused[k]
+            if isinstance(default, bool):
+                if not isinstance(v, (bool, int, np.bool_, np.integer)):
+                    raise TypeError("%s.%s must be a bool, got %r" % (type(self).__name__, k, v))
+                v = bool(v)
+            else:
+                v = _as_int(type(self).__name__, k, v)
+            if v != default:
+                raise _core.UnsupportedError("%s.%s = %r is not supported: %s" % (type(self).__name__, k, v, why))
         elif k not in self._fields:
             raise AttributeError("%s has no field %r (fields: %s)" % (type(self).__name__, k,
                                                                        ", ".join(sorted(self._fields))))
@@ -219,14 +230,27 @@ class ExecutionStrategy(_Strategy):
     """num_threads (0: places*2 on CPU; at most 1024), num_iteration_per_drop_scope (100; 0: never),
     num_iteration_per_run (1; >= 1), check_nan_inf (False: FLAGS_check_nan_inf), timeline_path ("": off
     unless PE_TIMELINE is set; a directory or path prefix: a Chrome trace per rank, <prefix>.rank<N>.json,
-    written when the executor is freed or by ParallelExecutor.write_timeline())."""
+    written when the executor is freed or by ParallelExecutor.write_timeline()), use_cuda (False; True:
+    the executor's places must be CUDA places). Paddle's use_thread_barrier, allow_op_delay and
+    use_experimental_executor: only their default (docs/guide.md §6, Refused switches)."""
     _fields = {"num_threads": 0, "num_iteration_per_drop_scope": 100, "num_iteration_per_run": 1,
-               "check_nan_inf": False, "timeline_path": ""}
-    _ignored = {"use_thread_barrier": False, "allow_op_delay": False, "use_experimental_executor": False,
-                "use_cuda": False}
+               "check_nan_inf": False, "timeline_path": "", "use_cuda": False}
+    _refused = {
+        "use_thread_barrier": (False, "PE's scheduler has no thread-barrier mode (Paddle's, for asynchronous "
+                                      "parameter-server training): every run returns only after all of its ops "
+                                      "finished"),
+        "allow_op_delay": (False, "PE does not delay communication ops: each collective starts as soon as its "
+                                  "inputs are ready"),
+        "use_experimental_executor": (False, "PE has one scheduler (a dependency-counting thread pool, what Paddle's "
+                                             "experimental FastThreadedSSAGraphExecutor is); there is no other to "
+                                             "choose"),
+    }
 
     def _check(self, k, v):
-        if k == "timeline_path":
+        if k == "use_cuda":
+            if not isinstance(v, (bool, int, np.bool_, np.integer)):
+                raise TypeError("ExecutionStrategy.use_cuda must be a bool, got %r" % (v,))
+        elif k == "timeline_path":
             if v is not None and not isinstance(v, (str, os.PathLike)):
                 raise TypeError("ExecutionStrategy.timeline_path must be a str or path, got %r" % (v,))
         elif k != "check_nan_inf":
@@ -234,9 +258,19 @@ class ExecutionStrategy(_Strategy):
 
     def _to_dict(self):
         d = {k: bool(v) if k == "check_nan_inf" else int(v) for k, v in
-             ((k, getattr(self, k)) for k in self._fields if k != "timeline_path")}
+             ((k, getattr(self, k)) for k in self._fields if k not in ("timeline_path", "use_cuda"))}
         d["timeline_path"] = os.fspath(self.timeline_path or "")
         return d
+
+
+def _check_use_cuda(exec_strategy, places, api):
+    """ExecutionStrategy.use_cuda = True asks for GPUs: refused (at the
+    executor's construction) when the places are not CUDA places. False
+    (Paddle's default) leaves the choice to the places."""
+    if exec_strategy is not None and exec_strategy.use_cuda and not all(isinstance(p, CUDAPlace) for p in places):
+        raise _core.UnsupportedError(
+            "%s: ExecutionStrategy.use_cuda = True, but the places are %s: use CUDA places (use_cuda=True, "
+            "pe.CUDAPlace) or set use_cuda = False" % (api, ", ".join(str(p) for p in places)))
 
 
 class _ReduceStrategy:
@@ -259,6 +293,10 @@ _REDUCE_NAMES = {0: "all_reduce", 1: "reduce"}
 
 
 class BuildStrategy(_Strategy):
+    """The build passes (docs/guide.md §6): each field in _fields reaches the engine
+    (use_hierarchical_allreduce: PE's collectives across trainers are always two-level);
+    num_trainers, trainer_id, trainers_endpoints are read by the executors; the _refused
+    switches take only their Paddle default."""
     ReduceStrategy = _ReduceStrategy
     GradientScaleStrategy = _GradientScaleStrategy
     _fields = {"reduce_strategy": _ReduceStrategy.AllReduce,
@@ -266,14 +304,31 @@ class BuildStrategy(_Strategy):
                "fuse_elewise_add_act_ops": False, "fuse_all_optimizer_ops": False, "fuse_all_reduce_ops": False,
                "fuse_gemm_epilogue": False, "fuse_grad_size_in_MB": 25.0, "fuse_first_grad_size_in_MB": 1.0,
                "enable_inplace": False, "memory_optimize": False, "enable_sequential_execution": False,
-               "shard_optimizer": True, "shard_across_trainers": False, "debug_graphviz_path": ""}
-    _ignored = {"fuse_bn_act_ops": False, "fuse_bn_add_act_ops": False, "fuse_relu_depthwise_conv": False,
-                "fuse_broadcast_ops": False, "sync_batch_norm": False,
-                "enable_auto_fusion": False, "enable_addto": False, "remove_unnecessary_lock": True,
-                "cache_runtime_context": False, "nccl_comm_num": 1, "use_hierarchical_allreduce": False, "fix_op_run_order": False,
-                "allow_cuda_graph_capture": False}
+               "shard_optimizer": True, "shard_across_trainers": False, "debug_graphviz_path": "",
+               "sync_batch_norm": False, "use_hierarchical_allreduce": False}
+    _PASSES = ("its fusion passes: fuse_gemm_epilogue, fuse_elewise_add_act_ops, fuse_all_optimizer_ops, "
+               "fuse_all_reduce_ops")
+    _refused = {
+        "fuse_bn_act_ops": (False, "PE has no batch_norm + activation fusion (%s)" % _PASSES),
+        "fuse_bn_add_act_ops": (False, "PE has no batch_norm + elementwise_add + activation fusion (%s)" % _PASSES),
+        "fuse_relu_depthwise_conv": (False, "PE has no relu + depthwise_conv2d fusion"),
+        "fuse_broadcast_ops": (False, "PE has no fused broadcast: with reduce_strategy Reduce each owner broadcasts "
+                                      "its updated parameters one collective each"),
+        "enable_auto_fusion": (False, "PE has no automatic fusion of elementwise subgraphs (Paddle's fusion_group)"),
+        "enable_addto": (False, "PE has no in-place (addto) gradient accumulation; its memory reuse is "
+                                "enable_inplace and memory_optimize"),
+        "remove_unnecessary_lock": (True, "PE's collectives take no per-variable locks to keep"),
+        "cache_runtime_context": (False, "PE has no per-op runtime-context cache to switch on"),
+        "fix_op_run_order": (False, "PE's scheduler runs ops as their inputs become ready (collectives in one order "
+                                    "on every place and trainer); for a fixed op order use "
+                                    "enable_sequential_execution"),
+        "allow_cuda_graph_capture": (False, "PE does not capture CUDA graphs"),
+        "nccl_comm_num": (1, "PE runs each place's collectives on one communicator, in one order (only 1 is "
+                             "accepted)"),
+    }
 
-    # read by CompiledProgram.with_data_parallel (the trainers of the collective mode), not sent to C
+    # read by CompiledProgram.with_data_parallel and ParallelExecutor (the trainers of the collective
+    # mode: pe_pe_options.num_trainers / trainer_id; the endpoints are checked), not sent as strategy fields
     _trainer_fields = {"num_trainers": 1, "trainer_id": 0, "trainers_endpoints": []}
 
     def __init__(self):
@@ -313,9 +368,12 @@ class BuildStrategy(_Strategy):
         d["reduce_strategy"] = _REDUCE_NAMES[int(d["reduce_strategy"])]
         d["gradient_scale_strategy"] = _SCALE_NAMES[int(d["gradient_scale_strategy"])]
         d["debug_graphviz_path"] = str(d["debug_graphviz_path"] or "")
+        # use_hierarchical_allreduce: collectives across trainers are always two-level
+        # (runtime/comm/hier.c), whichever value; not sent to C
+        del d["use_hierarchical_allreduce"]
         for k in ("fuse_elewise_add_act_ops", "fuse_all_optimizer_ops", "fuse_all_reduce_ops", "fuse_gemm_epilogue",
                   "enable_inplace", "memory_optimize", "enable_sequential_execution", "shard_optimizer",
-                  "shard_across_trainers"):
+                  "shard_across_trainers", "sync_batch_norm"):
             d[k] = bool(d[k])
         for k in ("fuse_grad_size_in_MB", "fuse_first_grad_size_in_MB"):
             d[k] = float(d[k])
@@ -339,11 +397,24 @@ def _run_parallel(pe, program, feed, fetch_list, return_numpy, return_merged):
     return [_as_results(per_place, return_numpy) for per_place in outs]
 
 
-def _trainers(program, num_trainers, trainer_id, api):
-    """num_trainers, trainer_id as ints, checked against what
-    fluid.DistributeTranspiler (nccl2 mode) recorded on the program."""
+def _trainers(program, num_trainers, trainer_id, api, endpoints=()):
+    """num_trainers, trainer_id as ints, checked against each other, against
+    BuildStrategy.trainers_endpoints (when given: one per trainer) and against
+    what fluid.DistributeTranspiler (nccl2 mode) recorded on the program."""
     num_trainers, trainer_id = _as_int(api, "num_trainers", num_trainers), _as_int(api, "trainer_id", trainer_id)
+    if not 0 <= trainer_id < num_trainers:
+        raise _core.InvalidArgumentError("%s: trainer_id=%d is not one of the %d trainers (0 .. %d)"
+                                         % (api, trainer_id, num_trainers, num_trainers - 1))
+    endpoints = list(endpoints or ())
+    if endpoints and len(endpoints) != num_trainers:
+        raise _core.InvalidArgumentError(
+            "%s: BuildStrategy.trainers_endpoints lists %d endpoints (%s) for num_trainers=%d: give one per trainer "
+            "or none" % (api, len(endpoints), ",".join(map(str, endpoints)), num_trainers))
     info = getattr(program, "_pe_nccl2", None)
+    if info is not None and endpoints and [str(e) for e in endpoints] != list(info["endpoints"]):
+        raise _core.InvalidArgumentError(
+            "%s: BuildStrategy.trainers_endpoints %s differ from the endpoints %s the program was transpiled "
+            "(nccl2 mode) for" % (api, ",".join(map(str, endpoints)), ",".join(info["endpoints"])))
     if info is not None and (num_trainers != len(info["endpoints"]) or trainer_id != info["trainer_id"]):
         raise _core.InvalidArgumentError(
             "%s: num_trainers=%d, trainer_id=%d, but the program was transpiled (nccl2 mode) for trainer %d of the "
@@ -369,13 +440,25 @@ class ParallelExecutor:
         self._scope = scope if scope is not None else global_scope()
         if share_vars_from is not None and not isinstance(share_vars_from, ParallelExecutor):
             raise TypeError("share_vars_from must be a ParallelExecutor, got %s" % type(share_vars_from).__name__)
-        num_trainers, trainer_id = _trainers(self._program, num_trainers, trainer_id, "ParallelExecutor")
+        bs = build_strategy or BuildStrategy()
+        # the trainers: the arguments, or BuildStrategy.num_trainers / trainer_id (what
+        # CompiledProgram reads) where the arguments keep their defaults; both set and
+        # different is an error
+        for k, arg, dflt in (("num_trainers", num_trainers, 1), ("trainer_id", trainer_id, 0)):
+            field = getattr(bs, k)
+            if _as_int("ParallelExecutor", k, arg) != dflt and field != dflt and field != arg:
+                raise _core.InvalidArgumentError("ParallelExecutor: %s=%r, but BuildStrategy.%s = %r: set one of them"
+                                                 % (k, arg, k, field))
+        num_trainers = num_trainers if num_trainers != 1 else bs.num_trainers
+        trainer_id = trainer_id if trainer_id != 0 else bs.trainer_id
+        num_trainers, trainer_id = _trainers(self._program, num_trainers, trainer_id, "ParallelExecutor",
+                                             bs.trainers_endpoints)
+        _check_use_cuda(exec_strategy, self._places, "ParallelExecutor")
         self._pe = _core.ParallelExecutor(
             [p._pe_place for p in self._places], self._program._core_program(), self._scope,
             loss_name=_loss_name(loss_name), share_vars_from=share_vars_from._pe if share_vars_from else None,
             exec_strategy=(exec_strategy or ExecutionStrategy())._to_dict(),
-            build_strategy=(build_strategy or BuildStrategy())._to_dict(),
-            num_trainers=num_trainers, trainer_id=trainer_id)
+            build_strategy=bs._to_dict(), num_trainers=num_trainers, trainer_id=trainer_id)
 
     def run(self, fetch_list, feed=None, feed_dict=None, return_numpy=True, return_merged=True):
         if feed is None and feed_dict is not None:
@@ -462,7 +545,9 @@ class CompiledProgram:
                 raise _core.InvalidArgumentError(
                     "CompiledProgram: the share_vars_from program has not been run yet; run it first")
         bs = self._build_strategy or BuildStrategy()
-        num_trainers, trainer_id = _trainers(self._program, bs.num_trainers, bs.trainer_id, "CompiledProgram")
+        num_trainers, trainer_id = _trainers(self._program, bs.num_trainers, bs.trainer_id, "CompiledProgram",
+                                             bs.trainers_endpoints)
+        _check_use_cuda(self._exec_strategy, places, "CompiledProgram")
         self._pe = _core.ParallelExecutor(
             [p._pe_place for p in places], self._program._core_program(), scope, loss_name=self._loss_name,
             share_vars_from=share, exec_strategy=(self._exec_strategy or ExecutionStrategy())._to_dict(),
