@@ -347,6 +347,8 @@ OPTS = {
              lambda ps: torch.optim.Adam(ps, lr=0.01, eps=1e-8)),
     "AdamW": (lambda ps: pe.optimizer.AdamW(learning_rate=0.01, weight_decay=0.05, parameters=ps),
               lambda ps: torch.optim.AdamW(ps, lr=0.01, weight_decay=0.05, eps=1e-8)),
+    "Nesterov": (lambda ps: pe.optimizer.Momentum(learning_rate=0.05, momentum=0.9, use_nesterov=True, parameters=ps),
+                 lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9, nesterov=True)),
     "SGD_l2": (lambda ps: pe.optimizer.SGD(learning_rate=0.1, parameters=ps, weight_decay=0.01),
                lambda ps: torch.optim.SGD(ps, lr=0.1, weight_decay=0.01)),
 }
@@ -478,3 +480,65 @@ def test_state_dict_save_load_round_trip(tmp_path):
         pe.load(str(tmp_path / "absent.pdparams"))
     with pytest.raises(pe.UnsupportedError, match="nested objects are not supported"):
         pe.save({"a": {"b": 1}}, str(tmp_path / "x"))
+
+
+def test_adamw_apply_decay_param_fun():
+    """Decay only the weights (Paddle's apply_decay_param_fun) = torch param groups."""
+    model, tmodel = _mlp(), _torch_mlp()
+    _copy_model(model, tmodel)
+    o = pe.optimizer.AdamW(learning_rate=0.01, weight_decay=0.1, parameters=model.parameters(),
+                           apply_decay_param_fun=lambda n: n.endswith(".w_0"))
+    tps = list(tmodel.named_parameters())
+    to = torch.optim.AdamW([{"params": [p for n, p in tps if n.endswith("weight")], "weight_decay": 0.1},
+                            {"params": [p for n, p in tps if n.endswith("bias")], "weight_decay": 0.0}], lr=0.01)
+    rs = _rs(40)
+    for _ in range(3):
+        x, y = rs.randn(8, 8).astype(np.float32), rs.randint(0, 3, size=8).astype(np.int64)
+        nn.CrossEntropyLoss()(model(pe.to_tensor(x)), pe.to_tensor(y)).backward()
+        o.step()
+        o.clear_grad()
+        to.zero_grad()
+        torch.nn.CrossEntropyLoss()(tmodel(torch.tensor(x)), torch.tensor(y)).backward()
+        to.step()
+    for p, (tn, tp) in zip(model.parameters(), tps):
+        a = tp.detach().numpy()
+        np.testing.assert_allclose(p.numpy(), a.T if a.ndim == 2 else a, rtol=1e-5, atol=1e-6, err_msg=tn)
+
+
+def test_resume_training_from_saved_states(tmp_path):
+    """Model and optimizer state dicts through pe.save / pe.load: the resumed run
+    takes the same steps, bit for bit."""
+    rs = _rs(50)
+    data = [(rs.randn(8, 8).astype(np.float32), rs.randint(0, 3, size=8).astype(np.int64)) for _ in range(4)]
+
+    def train(model, opt, batches):
+        for x, y in batches:
+            nn.CrossEntropyLoss()(model(pe.to_tensor(x)), pe.to_tensor(y)).backward()
+            opt.step()
+            opt.clear_grad()
+
+    a = _mlp()
+    oa = pe.optimizer.Adam(learning_rate=0.01, parameters=a.parameters())
+    train(a, oa, data[:2])
+    osd = oa.state_dict()
+    assert len(osd) == 4 * len(a.parameters())
+    w0 = a[0].weight.name
+    assert {w0 + "_moment1_0", w0 + "_moment2_0", w0 + "_beta1_pow_acc_0", w0 + "_beta2_pow_acc_0"} <= set(osd)
+    np.testing.assert_allclose(osd[w0 + "_beta1_pow_acc_0"].numpy(), [0.9 ** 3], rtol=1e-6)  # beta1, two steps
+    pe.save(a.state_dict(), str(tmp_path / "m.pdparams"))
+    pe.save(osd, str(tmp_path / "m.pdopt"))
+    b = _mlp()
+    ob = pe.optimizer.Adam(learning_rate=0.01, parameters=b.parameters())
+    # the accumulators are keyed by parameter name: rename b's parameters as a's
+    for pa, pb in zip(a.parameters(), b.parameters()):
+        pb.name = pa.name
+    b.set_state_dict(pe.load(str(tmp_path / "m.pdparams")))
+    ob.set_state_dict(pe.load(str(tmp_path / "m.pdopt")))
+    train(a, oa, data[2:])
+    train(b, ob, data[2:])
+    for pa, pb in zip(a.parameters(), b.parameters()):
+        np.testing.assert_array_equal(pb.numpy(), pa.numpy())
+    with pytest.raises(pe.InvalidArgumentError, match="no_such is no accumulator of this Adam's parameters"):
+        ob.set_state_dict({"no_such": np.zeros(1, np.float32)})
+    with pytest.raises(pe.InvalidArgumentError, match=r"_moment1_0 is float32 \[2\], the accumulator is float32"):
+        ob.set_state_dict({w0 + "_moment1_0": np.zeros(2, np.float32)})

@@ -33,7 +33,7 @@ class Optimizer:
                                          "LR schedulers are not supported, got %s" % type(learning_rate).__name__)
         self._parameter_list = list(parameters) if parameters is not None else None
         self._eager_params = None
-        self._accumulators, self._lr_t = {}, None
+        self._accumulators, self._lr_t, self._pending_state = {}, None, {}
         if _eager_opt.in_eager(self._parameter_list):
             self._eager_params = _eager_opt.check_params(self, self._parameter_list)
         if weight_decay is None:
@@ -119,6 +119,20 @@ class Optimizer:
             p.clear_grad()
 
     clear_gradients = clear_grad
+
+    def state_dict(self):
+        """Eager mode: the accumulators ({name: tensor}) for pe.save."""
+        if self._eager_params is None:
+            raise _core.UnsupportedError("Optimizer.state_dict is eager-only; a static program's optimizer state "
+                                         "is in its persistables (pe.static.save)")
+        return _eager_opt.state_dict(self)
+
+    def set_state_dict(self, state_dict):
+        """Eager mode: accumulator values by name (pe.load's dict)."""
+        if self._eager_params is None:
+            raise _core.UnsupportedError("Optimizer.set_state_dict is eager-only; a static program's optimizer "
+                                         "state is in its persistables (pe.static.load)")
+        _eager_opt.set_state_dict(self, state_dict)
 
     def _lr_tensor(self):
         return _eager_opt.lr_tensor(self)

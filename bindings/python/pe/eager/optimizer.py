@@ -62,11 +62,63 @@ def _state(opt, p):
         st = {}
         with no_grad():
             for slot, _, suffix, shape, init in _STATE[opt._kind]:
-                t = _fill(p.shape if shape == "param" else [1], p.dtype, init(opt))
+                want = p.shape if shape == "param" else [1]
+                loaded = opt._pending_state.pop(p.name + suffix, None)
+                if loaded is not None:
+                    t = loaded
+                else:
+                    t = _fill(want, p.dtype, init(opt))
                 t.name = p.name + suffix
                 st[slot] = t
         opt._accumulators[id(p)] = st
     return st
+
+
+def state_dict(opt):
+    """{<param name><suffix>: accumulator} of the accumulators made so far
+    (Paddle's names: linear_0.w_0_moment1_0, ...), and the ones loaded by
+    set_state_dict that no step has used yet."""
+    out = dict(opt._pending_state)
+    for p in opt._eager_params:
+        for t in opt._accumulators.get(id(p), {}).values():
+            out[t.name] = t
+    return out
+
+
+def set_state_dict(opt, state):
+    """Accumulator values by name (tensors or numpy arrays): each must belong
+    to a parameter of the optimizer, with its shape and dtype ([1] for the
+    beta powers); checked first, nothing set on an error."""
+    from .functional import to_tensor
+    if not isinstance(state, dict):
+        raise TypeError("set_state_dict: state must be a dict, got %s" % type(state).__name__)
+    want = {}
+    for p in opt._eager_params:
+        for _, _, suffix, shape, _ in _STATE[opt._kind]:
+            want[p.name + suffix] = (p, p.shape if shape == "param" else [1], p.dtype)
+    bad, vals = [], []
+    for name, v in state.items():
+        if name not in want:
+            bad.append("%s is no accumulator of this %s's parameters" % (name, type(opt).__name__))
+            continue
+        t = v if isinstance(v, Tensor) else to_tensor(v)
+        _, shape, dtype = want[name]
+        if t.shape != shape or t.dtype != dtype:
+            bad.append("%s is %s %s, the accumulator is %s %s" % (name, t.dtype, t.shape, dtype, shape))
+            continue
+        vals.append((name, t))
+    if bad:
+        raise _core.InvalidArgumentError("%s.set_state_dict: %s" % (type(opt).__name__, "; ".join(bad)))
+    for name, t in vals:
+        t = t.detach()
+        p = want[name][0]
+        st = opt._accumulators.get(id(p))
+        if st is not None:
+            for acc in st.values():
+                if acc.name == name:
+                    acc._t = t._t
+        else:
+            opt._pending_state[name] = t
 
 
 def step(opt):
