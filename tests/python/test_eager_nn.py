@@ -542,3 +542,28 @@ def test_resume_training_from_saved_states(tmp_path):
         ob.set_state_dict({"no_such": np.zeros(1, np.float32)})
     with pytest.raises(pe.InvalidArgumentError, match=r"_moment1_0 is float32 \[2\], the accumulator is float32"):
         ob.set_state_dict({w0 + "_moment1_0": np.zeros(2, np.float32)})
+
+
+def test_static_l1_loss_and_functional_dispatch():
+    """pe.nn.functional.l1_loss builds ops in static mode; the layer functions stay static builders there."""
+    x = _rs(60).randn(4, 3).astype(np.float32)
+    y = _rs(61).randn(4, 3).astype(np.float32)
+    e = pe.nn.functional.l1_loss(pe.to_tensor(x), pe.to_tensor(y), reduction="sum")
+    pe.enable_static()
+    main, startup = pe.static.Program(), pe.static.Program()
+    with pe.static.program_guard(main, startup), unique_name.guard():
+        xv = pe.static.data("x", [4, 3], "float32")
+        yv = pe.static.data("y", [4, 3], "float32")
+        loss = pe.nn.functional.l1_loss(xv, yv)
+    other = pe.static.Program()
+    with pe.static.program_guard(other, pe.static.Program()), unique_name.guard():
+        w = other.global_block().create_parameter("w", [3, 2], "float32")
+        lin = pe.nn.functional.linear(pe.static.data("x", [4, 3], "float32"), w)
+        assert not isinstance(lin, pe.eager.Tensor) and list(lin.shape) == [4, 2]
+        assert [op.type for op in other.global_block().ops] == ["matmul_v2"]
+    exe = pe.static.Executor()
+    scope = pe.static.Scope()
+    exe.run(startup, scope=scope)
+    got, = exe.run(main, feed={"x": x, "y": y}, fetch_list=[loss], scope=scope)
+    np.testing.assert_allclose(np.asarray(got).reshape(-1), [np.abs(x - y).mean()], rtol=1e-6)
+    np.testing.assert_allclose(float(e), np.abs(x - y).sum(), rtol=1e-5)
