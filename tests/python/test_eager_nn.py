@@ -267,6 +267,9 @@ def test_layer_api():
     assert lin.bias is None and lin.weight.name == "w_fixed"
     np.testing.assert_array_equal(lin.weight.numpy(), np.full([2, 3], 0.5))
     assert [n for n, _ in lin.named_parameters()] == ["weight"]
+    assert nn.Linear(2, 3, weight_attr="my_w").weight.name == "my_w"
+    with pytest.raises(TypeError, match="weight_attr / bias_attr must be"):
+        nn.Linear(2, 3, weight_attr=3)
     frozen = nn.Linear(2, 3, weight_attr=pe.ParamAttr(trainable=False))
     assert frozen.weight.stop_gradient and len(frozen.parameters()) == 2 and "weight" in frozen.state_dict()
     o = pe.optimizer.SGD(learning_rate=1.0, parameters=frozen.parameters())

@@ -52,7 +52,9 @@ def _attr_initializer(attr, default):
         return (attr.initializer or default), attr.name
     if isinstance(attr, _init.Initializer):
         return attr, None
-    raise TypeError("weight_attr / bias_attr must be a ParamAttr, an Initializer, None or False, got %s"
+    if isinstance(attr, str):
+        return default, attr
+    raise TypeError("weight_attr / bias_attr must be a ParamAttr, an Initializer, a name, None or False, got %s"
                     % type(attr).__name__)
 
 
