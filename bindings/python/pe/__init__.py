@@ -47,6 +47,7 @@ from . import optimizer  # noqa: F401
 from . import metric  # noqa: F401
 from . import regularizer  # noqa: F401
 from . import distributed  # noqa: F401
+from .distributed import DataParallel  # noqa: F401
 from . import reader  # noqa: F401
 from . import dataset  # noqa: F401
 from .reader import batch  # noqa: F401
