@@ -47,9 +47,11 @@ from . import optimizer  # noqa: F401
 from . import metric  # noqa: F401
 from . import regularizer  # noqa: F401
 from . import distributed  # noqa: F401
+from .distributed import DataParallel  # noqa: F401
 from . import reader  # noqa: F401
 from . import dataset  # noqa: F401
 from .reader import batch  # noqa: F401
+from .eager.io import save, load  # noqa: F401
 
 __version__ = _core.version
 
@@ -78,7 +80,9 @@ for _n in ("mean", "sum", "matmul", "reshape", "transpose", "concat", "cast", "a
            "scale", "full", "ones", "zeros", "tanh", "sigmoid", "exp", "log", "pow", "equal", "not_equal", "less_than",
            "less_equal", "greater_than", "greater_equal"):
     globals()[_n] = _dispatch(globals()[_n], getattr(eager, _n))
-for _n in ("relu", "sigmoid", "tanh", "softmax", "softmax_with_cross_entropy", "cross_entropy"):
+for _n in ("relu", "sigmoid", "tanh", "softmax", "softmax_with_cross_entropy", "cross_entropy", "gelu", "linear",
+           "conv2d", "max_pool2d", "avg_pool2d", "batch_norm", "layer_norm", "embedding", "dropout", "mse_loss",
+           "l1_loss"):
     setattr(nn.functional, _n, _dispatch(getattr(nn.functional, _n), getattr(eager, _n)))
 _EAGER_NAMES = sorted(_n for _n in globals() if getattr(globals()[_n], "_eager", None) is not None)
 
@@ -89,7 +93,8 @@ def _static_only(static_fn):
         if not framework._static_mode or _eager_args(args, kw):
             raise UnsupportedError(
                 "pe.%s has no eager form yet (eager mode runs pe.%s and pe.nn.functional's relu, sigmoid, tanh, "
-                "softmax, softmax_with_cross_entropy, cross_entropy); call pe.enable_static() to build a program "
+                "softmax, softmax_with_cross_entropy, cross_entropy, gelu, linear, conv2d, max_pool2d, avg_pool2d, "
+                "batch_norm, layer_norm, embedding, dropout, mse_loss, l1_loss); call pe.enable_static() to build a program "
                 "with it" % (static_fn.__name__, ", pe.".join(_EAGER_NAMES)))
         return static_fn(*args, **kw)
     fn.__name__, fn.__doc__, fn.__module__ = static_fn.__name__, static_fn.__doc__, static_fn.__module__

@@ -10,6 +10,7 @@ of the main and startup programs (accumulators and the learning rate are
 initialized by the startup program), merged back into the Python programs.
 """
 from . import _core
+from .eager import optimizer as _eager_opt
 from .framework import Parameter, Variable, _var_name, default_startup_program
 from .nn.clip import ClipGradByGlobalNorm
 from .regularizer import L2Decay
@@ -31,6 +32,10 @@ class Optimizer:
             raise _core.UnsupportedError("learning_rate must be a float (or a persistable [1] Variable); "
                                          "LR schedulers are not supported, got %s" % type(learning_rate).__name__)
         self._parameter_list = list(parameters) if parameters is not None else None
+        self._eager_params = None
+        self._accumulators, self._lr_t, self._pending_state = {}, None, {}
+        if _eager_opt.in_eager(self._parameter_list):
+            self._eager_params = _eager_opt.check_params(self, self._parameter_list)
         if weight_decay is None:
             self._weight_decay = 0.0
         elif isinstance(weight_decay, L2Decay):
@@ -69,7 +74,11 @@ class Optimizer:
 
     def minimize(self, loss, startup_program=None, parameters=None, no_grad_set=None):
         """Appends backward, clipping, decay and update ops for loss; returns
-        (optimize ops, [(param, grad)])."""
+        (optimize ops, [(param, grad)]). Eager mode: step() with the .grad
+        that loss.backward() left (Paddle's dygraph minimize)."""
+        if self._eager_params is not None:
+            self.step()
+            return [], [(p, p.grad) for p in self._eager_params if p.grad is not None]
         if not isinstance(loss, Variable):
             raise TypeError("minimize: loss must be a Variable, got %s" % type(loss).__name__)
         main = loss.block.program
@@ -94,10 +103,42 @@ class Optimizer:
         return ops, [(block.var(p), block.var(g)) for p, g in pairs]
 
     def step(self):
-        raise _core.UnsupportedError("Optimizer.step is dygraph-only; use minimize(loss) and an executor")
+        """Eager mode: one update of every parameter with a .grad, by the
+        optimizer's op (pe/eager/optimizer.py)."""
+        if self._eager_params is None:
+            raise _core.UnsupportedError("Optimizer.step is eager-only (an optimizer made with eager parameters); "
+                                         "in static mode use minimize(loss) and an executor")
+        _eager_opt.step(self)
 
-    def clear_grad(self):
-        raise _core.UnsupportedError("Optimizer.clear_grad is dygraph-only")
+    def clear_grad(self, set_to_zero=True):
+        """Eager mode: drops every parameter's .grad."""
+        if self._eager_params is None:
+            raise _core.UnsupportedError("Optimizer.clear_grad is eager-only (an optimizer made with eager "
+                                         "parameters)")
+        for p in self._eager_params:
+            p.clear_grad()
+
+    clear_gradients = clear_grad
+
+    def state_dict(self):
+        """Eager mode: the accumulators ({name: tensor}) for pe.save."""
+        if self._eager_params is None:
+            raise _core.UnsupportedError("Optimizer.state_dict is eager-only; a static program's optimizer state "
+                                         "is in its persistables (pe.static.save)")
+        return _eager_opt.state_dict(self)
+
+    def set_state_dict(self, state_dict):
+        """Eager mode: accumulator values by name (pe.load's dict)."""
+        if self._eager_params is None:
+            raise _core.UnsupportedError("Optimizer.set_state_dict is eager-only; a static program's optimizer "
+                                         "state is in its persistables (pe.static.load)")
+        _eager_opt.set_state_dict(self, state_dict)
+
+    def _lr_tensor(self):
+        return _eager_opt.lr_tensor(self)
+
+    def set_lr(self, value):
+        self._lr = float(value)
 
 
 class SGD(Optimizer):

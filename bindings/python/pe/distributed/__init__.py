@@ -17,6 +17,8 @@
   broadcast, all_gather, scatter on numpy arrays (or, with a pe.static
   Variable, the static-graph collective op).
 - spawn.py: spawn(func, args, nprocs) through mpirun.
+- parallel.py: DataParallel (eager mode: rank 0's parameters at
+  construction, gradients averaged in buckets when backward() returns).
 - launch.py: `python -m pe.distributed.launch` (ranks through mpirun, one
   log per rank); _bootstrap.py and _spawn_child.py run inside each rank;
   _mpirun.py builds mpirun's command line and names a failed rank.
@@ -30,7 +32,8 @@ from .env import ParallelEnv, get_rank, get_world_size  # noqa: F401
 from .collective import (ReduceOp, Group, init_parallel_env, is_initialized, barrier, all_reduce,  # noqa: F401
                          reduce, broadcast, all_gather, scatter)
 from .spawn import spawn, SpawnContext, SpawnError  # noqa: F401
+from .parallel import DataParallel  # noqa: F401
 
 __all__ = ["ParallelEnv", "get_rank", "get_world_size", "ReduceOp", "Group", "init_parallel_env",
            "is_initialized", "barrier", "all_reduce", "reduce", "broadcast", "all_gather", "scatter", "spawn",
-           "SpawnContext", "SpawnError"]
+           "SpawnContext", "SpawnError", "DataParallel"]

@@ -19,3 +19,7 @@ from .functional import (to_tensor, full, zeros, ones, randn, rand, arange,  # n
                          add, subtract, multiply, divide, scale, relu, sigmoid, tanh, exp, log, softmax, pow, neg,
                          equal, not_equal, less_than, less_equal, greater_than, greater_equal, matmul, mean, sum,
                          cast, reshape, transpose, concat, softmax_with_cross_entropy, cross_entropy)
+from .nn_functional import (gelu, linear, conv2d, max_pool2d, avg_pool2d, batch_norm, layer_norm,  # noqa: F401
+                            embedding, dropout, flatten, mse_loss, l1_loss)
+from .io import save, load  # noqa: F401
+from . import optimizer  # noqa: F401

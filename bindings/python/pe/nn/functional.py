@@ -150,6 +150,11 @@ def mse_loss(input, label, reduction="mean", name=None):
     return _reduce(_t.square_error_cost(input, label), reduction, "mse_loss")
 
 
+def l1_loss(input, label, reduction="mean", name=None):
+    """abs(input - label), then the reduction."""
+    return _reduce(_t.abs(_t.subtract(input, label)), reduction, "l1_loss")
+
+
 # ---- dropout -------------------------------------------------------------------
 
 def dropout(x, p=0.5, axis=None, training=True, mode="upscale_in_train", name=None):

@@ -1,0 +1,196 @@
+"""pe.eager.nn_functional — the eager forms of pe.nn.functional's layer ops
+(linear, conv2d, pools, batch_norm, layer_norm, embedding, dropout, gelu,
+flatten, the losses): each one registry op run at once with the op types
+and attrs the static builders (pe.nn.functional) append, so backward() runs
+the same grad ops a program gets from pe.static.gradients.
+"""
+import numpy as np
+
+from .. import _core
+from .autograd import Tensor, run_op
+from .functional import _check, _out, _next_seed, mean, sum, reshape, subtract
+
+
+def _pair(v, what):
+    if isinstance(v, (int, np.integer)):
+        return [int(v), int(v)]
+    v = [int(a) for a in v]
+    if len(v) != 2:
+        raise _core.InvalidArgumentError("%s must be an int or a pair, got %s" % (what, v))
+    return v
+
+
+def _padding(padding, what):
+    if isinstance(padding, str):
+        algo = padding.upper()
+        if algo not in ("SAME", "VALID"):
+            raise _core.InvalidArgumentError("%s: padding must be 'SAME', 'VALID', an int or a pair" % what)
+        return [0, 0], algo
+    if isinstance(padding, (list, tuple)) and len(padding) == 4:
+        p = [int(a) for a in padding]
+        if p[0] != p[1] or p[2] != p[3]:
+            raise _core.UnsupportedError("%s: asymmetric padding %s is not supported" % (what, p))
+        return [p[0], p[2]], "EXPLICIT"
+    return _pair(padding, what + " padding"), "EXPLICIT"
+
+
+def _nchw(x, data_format, api):
+    _check(x, api)
+    if data_format != "NCHW":
+        raise _core.UnsupportedError("%s: data_format must be NCHW" % api)
+    if x.ndim != 4:
+        raise _core.InvalidArgumentError("%s: x must be [N, C, H, W], got %s" % (api, x.shape))
+
+
+def gelu(x, approximate=False, name=None):
+    return _out("gelu", {"X": _check(x, "gelu")}, {"approximate": bool(approximate)})
+
+
+def linear(x, weight, bias=None, name=None):
+    """x @ weight (+ bias): matmul_v2 then elementwise_add on the last axis."""
+    out = _out("matmul_v2", {"X": _check(x, "linear"), "Y": _check(weight, "linear", "weight")},
+               {"trans_x": False, "trans_y": False})
+    if bias is None:
+        return out
+    return _out("elementwise_add", {"X": out, "Y": _check(bias, "linear", "bias")}, {"axis": out.ndim - 1})
+
+
+def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, data_format="NCHW", name=None):
+    """conv2d op (Filter [M, C/groups, kh, kw]), then bias on axis 1."""
+    _nchw(x, data_format, "conv2d")
+    _check(weight, "conv2d", "weight")
+    pads, algo = _padding(padding, "conv2d")
+    out = run_op("conv2d", {"Input": x, "Filter": weight}, {"Output": 1},
+                 {"strides": _pair(stride, "conv2d stride"), "paddings": pads,
+                  "dilations": _pair(dilation, "conv2d dilation"), "groups": int(groups),
+                  "padding_algorithm": algo, "data_format": "NCHW"})["Output"][0]
+    if bias is None:
+        return out
+    return _out("elementwise_add", {"X": out, "Y": _check(bias, "conv2d", "bias")}, {"axis": 1})
+
+
+def _pool(x, pooling_type, kernel_size, stride, padding, ceil_mode, exclusive, data_format, api):
+    _nchw(x, data_format, api)
+    ks = _pair(kernel_size, api + " kernel_size")
+    st = ks if stride is None else _pair(stride, api + " stride")
+    pads, algo = _padding(padding, api)
+    return _out("pool2d", {"X": x}, {"pooling_type": pooling_type, "ksize": ks, "strides": st, "paddings": pads,
+                                     "ceil_mode": bool(ceil_mode), "exclusive": bool(exclusive),
+                                     "padding_algorithm": algo, "data_format": "NCHW"})
+
+
+def max_pool2d(x, kernel_size, stride=None, padding=0, return_mask=False, ceil_mode=False, data_format="NCHW",
+               name=None):
+    if return_mask:
+        raise _core.UnsupportedError("max_pool2d: return_mask is not supported")
+    return _pool(x, "max", kernel_size, stride, padding, ceil_mode, True, data_format, "max_pool2d")
+
+
+def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, exclusive=True, divisor_override=None,
+               data_format="NCHW", name=None):
+    if divisor_override is not None:
+        raise _core.UnsupportedError("avg_pool2d: divisor_override is not supported")
+    return _pool(x, "avg", kernel_size, stride, padding, ceil_mode, exclusive, data_format, "avg_pool2d")
+
+
+def batch_norm(x, running_mean, running_var, weight, bias, training=False, momentum=0.9, epsilon=1e-05,
+               data_format="NCHW", use_global_stats=None, name=None):
+    """batch_norm op. training: normalizes with the batch statistics and
+    replaces running_mean / running_var's values with the op's MeanOut /
+    VarianceOut (running = momentum * running + (1 - momentum) * batch)."""
+    _check(x, "batch_norm")
+    if data_format not in ("NCHW", "NC", "NCL"):
+        raise _core.UnsupportedError("batch_norm: data_format must be NCHW (channels on axis 1)")
+    for t, what in ((running_mean, "running_mean"), (running_var, "running_var"), (weight, "weight"),
+                    (bias, "bias")):
+        _check(t, "batch_norm", what)
+    ugs = bool(use_global_stats) if use_global_stats is not None else False
+    r = run_op("batch_norm", {"X": x, "Scale": weight, "Bias": bias, "Mean": running_mean, "Variance": running_var},
+               {"Y": 1, "MeanOut": 1, "VarianceOut": 1, "SavedMean": 1, "SavedVariance": 1},
+               {"epsilon": float(epsilon), "momentum": float(momentum), "is_test": not training,
+                "use_global_stats": ugs, "data_layout": "NCHW"})
+    if training and not ugs:
+        running_mean._t = r["MeanOut"][0]._t
+        running_var._t = r["VarianceOut"][0]._t
+    return r["Y"][0]
+
+
+def layer_norm(x, normalized_shape, weight=None, bias=None, epsilon=1e-05, name=None):
+    """layer_norm op over the trailing dims given by normalized_shape."""
+    _check(x, "layer_norm")
+    if isinstance(normalized_shape, (int, np.integer)):
+        normalized_shape = [int(normalized_shape)]
+    begin = x.ndim - len(normalized_shape)
+    if begin < 0 or x.shape[begin:] != [int(d) for d in normalized_shape]:
+        raise _core.InvalidArgumentError("layer_norm: normalized_shape %s does not match the trailing dims of %s" % (
+            list(normalized_shape), x.shape))
+    return run_op("layer_norm", {"X": x, "Scale": weight, "Bias": bias}, {"Y": 1, "Mean": 1, "Variance": 1},
+                  {"epsilon": float(epsilon), "begin_norm_axis": begin})["Y"][0]
+
+
+def embedding(x, weight, padding_idx=None, sparse=False, name=None):
+    """lookup_table_v2: rows of weight [V, D] picked by the int ids x (out x.shape + [D])."""
+    _check(x, "embedding")
+    _check(weight, "embedding", "weight")
+    if sparse:
+        raise _core.UnsupportedError("embedding: sparse gradients are not supported (dense tensors only)")
+    pad = -1 if padding_idx is None else int(padding_idx)
+    if pad < -1:
+        pad += weight.shape[0]
+    return _out("lookup_table_v2", {"W": weight, "Ids": x}, {"padding_idx": pad})
+
+
+def dropout(x, p=0.5, axis=None, training=True, mode="upscale_in_train", name=None):
+    """dropout op; each training call draws a fresh mask (seed from pe.seed's
+    stream). Not training: upscale_in_train is the identity (the op with
+    is_test), downscale_in_infer scales by 1 - p."""
+    _check(x, "dropout")
+    if axis is not None:
+        raise _core.UnsupportedError("dropout: axis is not supported (PE drops elements independently)")
+    if not 0 <= float(p) <= 1:
+        raise _core.InvalidArgumentError("dropout: p must be in [0, 1], got %r" % (p,))
+    if mode not in ("upscale_in_train", "downscale_in_infer", "downgrade_in_infer"):
+        raise _core.InvalidArgumentError("dropout: mode must be 'upscale_in_train' or 'downscale_in_infer'")
+    if mode == "downscale_in_infer":
+        mode = "downgrade_in_infer"
+    attrs = {"dropout_prob": float(p), "is_test": not training, "dropout_implementation": mode}
+    if training:
+        attrs.update(fix_seed=True, seed=_next_seed())
+    return run_op("dropout", {"X": x}, {"Out": 1, "Mask": 1}, attrs)["Out"][0]
+
+
+def flatten(x, start_axis=0, stop_axis=-1, name=None):
+    """flatten_contiguous_range: dims start_axis..stop_axis merged into one."""
+    _check(x, "flatten")
+    return run_op("flatten_contiguous_range", {"X": x}, {"Out": 1, "XShape": 1},
+                  {"start_axis": int(start_axis), "stop_axis": int(stop_axis)})["Out"][0]
+
+
+def _reduce(loss, reduction, api):
+    if reduction == "mean":
+        return mean(loss)
+    if reduction == "sum":
+        return sum(loss)
+    if reduction == "none":
+        return loss
+    raise _core.InvalidArgumentError("%s: reduction must be 'mean', 'sum' or 'none', got %r" % (api, reduction))
+
+
+def mse_loss(input, label, reduction="mean", name=None):
+    """square_error_cost ((input - label)^2 elementwise), then the reduction."""
+    err = _out("square_error_cost", {"X": _check(input, "mse_loss", "input"), "Y": _check(label, "mse_loss", "label")})
+    return _reduce(err, reduction, "mse_loss")
+
+
+def l1_loss(input, label, reduction="mean", name=None):
+    """abs(input - label), then the reduction."""
+    d = subtract(_check(input, "l1_loss", "input"), _check(label, "l1_loss", "label"))
+    return _reduce(_out("abs", {"X": d}), reduction, "l1_loss")
+
+
+def _labels(input, label, axis):
+    """Paddle 2.x accepts hard labels [N] as well as [N, 1]: the op wants rank(input)."""
+    if isinstance(label, Tensor) and label.ndim == input.ndim - 1 and label.dtype in ("int64", "int32"):
+        ax = axis % input.ndim
+        return reshape(label, label.shape[:ax] + [1] + label.shape[ax:])
+    return label

@@ -1,0 +1,124 @@
+"""Ranks of tests/python/test_data_parallel.py: pe.DataParallel under pe.distributed.spawn.
+
+    python data_parallel.py train OUT      # seed 001's LinearNet + Adam, 10 steps
+    python data_parallel.py nosync OUT     # 3 steps under no_sync, then one synced backward
+    python data_parallel.py unused OUT     # find_unused_parameters True and False
+
+Each rank starts from its own random parameters (pe.seed(100 + rank)) and
+takes its half of a batch that every rank draws from the same numpy seed;
+it writes OUT/<mode>_rank<r>.npz (and .txt for messages).
+"""
+import os
+import sys
+
+import numpy as np
+
+import pe as paddle
+import pe.distributed as dist
+import pe.nn as nn
+
+BATCH = 8   # per rank
+STEPS = 10
+
+
+class LinearNet(nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self._linear1 = nn.Linear(10, 10)
+        self._linear2 = nn.Linear(10, 1)
+
+    def forward(self, x):
+        return self._linear2(self._linear1(x))
+
+
+class BranchNet(nn.Layer):
+    """_extra is used only when use_extra; _never is never used."""
+
+    def __init__(self):
+        super().__init__()
+        self._linear = nn.Linear(10, 1)
+        self._extra = nn.Linear(10, 1)
+        self._never = nn.Linear(10, 1)
+
+    def forward(self, x, use_extra):
+        y = self._linear(x)
+        return y + self._extra(x) if use_extra else y
+
+
+def batch(step, world):
+    rs = np.random.RandomState(1000 + step)
+    return (rs.randn(world * BATCH, 10).astype("float32"), rs.randn(world * BATCH, 1).astype("float32"))
+
+
+def mine(a, rank):
+    return paddle.to_tensor(a[rank * BATCH:(rank + 1) * BATCH])
+
+
+def state(layer):
+    return {k: v.numpy() for k, v in layer.state_dict().items()}
+
+
+def grads(layer):
+    return {k: p.grad.numpy() for k, p in layer.named_parameters() if p.grad is not None}
+
+
+def run(mode, out):
+    paddle.disable_static()
+    dist.init_parallel_env()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    paddle.seed(100 + rank)
+    res = {}
+    if mode in ("train", "nosync"):
+        layer = LinearNet()
+        res.update({"own_" + k: v for k, v in state(layer).items()})
+        dp = paddle.DataParallel(layer)
+        res.update({"init_" + k: v for k, v in state(dp).items()})
+        loss_fn = nn.MSELoss()
+        if mode == "train":
+            adam = paddle.optimizer.Adam(learning_rate=0.01, parameters=dp.parameters())
+            for step in range(STEPS):
+                x, y = batch(step, world)
+                loss = loss_fn(dp(mine(x, rank)), mine(y, rank))
+                loss.backward()
+                adam.step()
+                adam.clear_grad()
+            res.update({"final_" + k: v for k, v in state(dp).items()})
+        else:
+            for step in range(3):
+                x, y = batch(step, world)
+                with dp.no_sync():
+                    loss_fn(dp(mine(x, rank)), mine(y, rank)).backward()
+            res.update({"local_" + k: v for k, v in grads(dp).items()})
+            x, y = batch(3, world)
+            loss_fn(dp(mine(x, rank)), mine(y, rank)).backward()
+            res.update({"grad_" + k: v for k, v in grads(dp).items()})
+    elif mode == "unused":
+        layer = BranchNet()
+        dp = paddle.DataParallel(layer, find_unused_parameters=True)
+        x, y = batch(0, world)
+        loss = paddle.mean((dp(mine(x, rank), use_extra=(rank == 0)) - mine(y, rank)) ** 2)
+        loss.backward()
+        res.update({"grad_" + k: v for k, v in grads(dp).items()})
+        res["never_grad_is_none"] = np.array([layer._never.weight.grad is None])
+        # the same without find_unused_parameters: an error on every rank, no hang
+        strict = paddle.DataParallel(BranchNet())
+        loss = paddle.mean((strict(mine(x, rank), use_extra=(rank == 0)) - mine(y, rank)) ** 2)
+        try:
+            loss.backward()
+            msg = "no error"
+        except paddle.InvalidArgumentError as e:
+            msg = str(e)
+        with open(os.path.join(out, "unused_rank%d.txt" % rank), "w") as f:
+            f.write(msg)
+        # after the error the ranks still agree: a synced step with every parameter used works
+        strict.clear_gradients()
+        h = strict._layers
+        loss = paddle.mean(strict(mine(x, rank), use_extra=True) + h._never(mine(x, rank)))
+        loss.backward()
+        res["after_error_ok"] = np.array([True])
+    np.savez(os.path.join(out, "%s_rank%d.npz" % (mode, rank)), **res)
+
+
+if __name__ == "__main__":
+    dist.spawn(run, args=(sys.argv[1], sys.argv[2]), nprocs=2)
+    print("spawn returned", flush=True)
