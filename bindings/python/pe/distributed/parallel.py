@@ -33,9 +33,9 @@ one all_reduce of its gradients concatenated. PE's eager tape has no hook
 when one parameter's gradient is final (the leaves' gradients are all
 accumulated when the backward pass ends) and pe.distributed's collectives
 are synchronous (no work handles), so the buckets are all-reduced, in that
-order, right after backward() returns: DataParallel wraps
-pe.eager.autograd.backward (the function Tensor.backward calls) once, and
-the wrapper, after the real backward, runs the exchange of every
+order, right after backward() returns: DataParallel registers a wrapper
+around every backward pass (pe.eager.autograd.add_backward_wrapper), which,
+after the pass, runs the exchange of every
 DataParallel whose forward ran since its last exchange.
 
 Before the buckets the ranks all-gather a small mask: per parameter,
@@ -67,18 +67,18 @@ __all__ = ["DataParallel"]
 
 _MB = 1024 * 1024
 _live = weakref.WeakSet()   # the DataParallel objects the backward wrapper looks at
-_real_backward = None
 
 
-def _backward_with_sync(tensor, grad_tensor=None, retain_graph=False):
-    """pe.eager.autograd.backward, then the gradient exchange of every
-    DataParallel whose forward ran since its last exchange."""
+def _sync_around_backward(run):
+    """Around every eager backward pass (pe.eager.autograd.add_backward_wrapper):
+    the pass, then the gradient exchange of every DataParallel whose forward
+    ran since its last exchange."""
     pending = [dp for dp in list(_live) if dp._pending is not None]
     before = {id(dp): dp._grad_objects() for dp in pending}
     for dp in pending:
         dp._pending_sync, dp._pending = dp._pending, None
     try:
-        _real_backward(tensor, grad_tensor, retain_graph)
+        run()
         for dp in pending:
             dp._mark_touched(before[id(dp)])
         for dp in pending:
@@ -91,12 +91,7 @@ def _backward_with_sync(tensor, grad_tensor=None, retain_graph=False):
 
 
 def _install_backward_hook():
-    global _real_backward
-    if _real_backward is None:
-        _real_backward = _ag.backward
-        _ag.backward = _backward_with_sync   # Tensor.backward calls the module's backward
-        from .. import eager as _eager
-        _eager.backward = _backward_with_sync
+    _ag.add_backward_wrapper(_sync_around_backward)
 
 
 def _raw(a):

@@ -319,7 +319,29 @@ def _zeros_raw(shape, dtype):
                     {"shape": [int(d) for d in shape], "dtype": _fw.DTYPE_ENUM[dtype], "value": 0.0})["Out"][0]
 
 
+_around_backward = []   # f(run): runs one backward pass by calling run() once; may act before and after it
+
+
+def add_backward_wrapper(f):
+    """Registers f(run) around every backward pass from now on: f calls
+    run() once (the pass itself) and may act before and after it —
+    pe.DataParallel exchanges the gradients there. Registering f again does
+    nothing."""
+    if f not in _around_backward:
+        _around_backward.append(f)
+
+
 def backward(tensor, grad_tensor=None, retain_graph=False):
+    """Runs the backward pass from tensor (Tensor.backward), inside the
+    wrappers add_backward_wrapper registered."""
+    def run():
+        _backward_pass(tensor, grad_tensor, retain_graph)
+    for f in _around_backward:
+        run = (lambda f, inner: lambda: f(inner))(f, run)
+    run()
+
+
+def _backward_pass(tensor, grad_tensor=None, retain_graph=False):
     if tensor.stop_gradient:
         raise _core.InvalidArgumentError(
             "backward(): tensor '%s' has stop_gradient=True: no leaf with stop_gradient=False reaches it" % tensor.name)
