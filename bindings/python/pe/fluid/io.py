@@ -37,8 +37,8 @@ from ..framework import Program, default_main_program
 from ..static.executor import Executor, global_scope
 from ..static import io as _static_io
 
-__all__ = ["save_persistables", "load_persistables", "save_params", "load_params", "save_inference_model",
-           "load_inference_model"]
+__all__ = ["save_vars", "load_vars", "save_persistables", "load_persistables", "save_params", "load_params",
+           "save_inference_model", "load_inference_model", "is_parameter", "is_persistable"]
 
 _SUFFIX = ".safetensors"
 
@@ -121,6 +121,11 @@ def _save_transpiled(executor, program, path, names, scope, what):
 
 # ---- loading slices -------------------------------------------------------------------
 
+def _shape_fits(got, declared):
+    """got matches the declaration; a declared -1 matches any size."""
+    return len(got) == len(declared) and all(int(d) < 0 or int(d) == g for g, d in zip(got, declared))
+
+
 def _load_into(path, targets, scope, place, what):
     """targets: [(dst name, name in the file, row range or None, expected shape, dtype)].
     Every one is checked before any is written."""
@@ -137,7 +142,7 @@ def _load_into(path, targets, scope, place, what):
         a = np.array(v.get_tensor())
         if rng is not None:
             a = a[rng[0]:rng[0] + rng[1]]
-        if list(a.shape) != [int(d) for d in shape] or (dtype and str(a.dtype) != dtype):
+        if not _shape_fits(a.shape, shape) or (dtype and str(a.dtype) != dtype):
             bad.append("%s%s: the file gives %s %s, %s wants %s %s"
                        % (name, "" if rng is None else " rows [%d, %d)" % (rng[0], rng[0] + rng[1]),
                           str(a.dtype), list(a.shape), dst, dtype, list(shape)))
@@ -175,6 +180,80 @@ def _params(program):
 
 
 # ---- API -----------------------------------------------------------------------------------
+
+def is_parameter(var):
+    """True for a parameter (the predicate Paddle's save_vars / load_vars take)."""
+    return bool(getattr(var, "is_parameter", False))
+
+
+def is_persistable(var):
+    """True for a persistable var: parameters, optimizer state, LR, counters."""
+    return bool(getattr(var, "persistable", False))
+
+
+def _chosen_vars(program, vars, predicate, what):
+    """The var names save_vars / load_vars act on: `vars` (Variables or names
+    of main_program's global block) or, when None, every var of the block for
+    which predicate(var) is true (predicate None: every var)."""
+    if getattr(program, "_pe_ps", None) is not None or getattr(program, "_pe_ps_server", None) is not None:
+        raise _core.UnsupportedError("fluid.io.%s: a transpiled parameter-server program keeps its vars on the "
+                                     "pservers; use save_persistables / save_params (they gather them) or "
+                                     "load_persistables / load_params" % what)
+    g = program.global_block()
+    if vars is not None:
+        if predicate is not None:
+            raise _core.InvalidArgumentError("fluid.io.%s: give vars or predicate, not both" % what)
+        names = []
+        for v in vars:
+            n = v if isinstance(v, str) else getattr(v, "name", None)
+            if not isinstance(n, str):
+                raise TypeError("fluid.io.%s: vars holds %s; expected Variables or var names" % (what,
+                                                                                               type(v).__name__))
+            if not g.has_var(n):
+                raise _core.NotFoundError("fluid.io.%s: var %s is not in main_program's global block" % (what, n))
+            names.append(n)
+        return names
+    if predicate is not None and not callable(predicate):
+        raise TypeError("fluid.io.%s: predicate must be callable, got %s" % (what, type(predicate).__name__))
+    return [v.name for v in g.vars.values() if predicate is None or predicate(v)]
+
+
+def save_vars(executor, dirname, main_program=None, vars=None, predicate=None, filename=None, scope=None):
+    """Writes the chosen vars (`vars`, or those of main_program for which
+    predicate(var) holds, e.g. fluid.io.is_parameter) from the scope to
+    dirname/filename (default vars.safetensors: one file, not one per var).
+    Every var must have a value in the scope."""
+    _check_executor(executor, "save_vars")
+    program = _program(main_program, "save_vars")
+    path = _path(dirname, filename, "vars" + _SUFFIX, "save_vars")
+    scope = _scope_of(scope)
+    names = _chosen_vars(program, vars, predicate, "save_vars")
+    if not names:
+        raise _core.InvalidArgumentError("fluid.io.save_vars: no var chosen (vars is empty or predicate held for "
+                                         "none)")
+    for n in names:
+        _array(scope, n, "save_vars")
+    d = os.path.dirname(path)
+    if d:
+        os.makedirs(d, exist_ok=True)
+    _core.safetensors_write(path, scope, names)
+
+
+def load_vars(executor, dirname, main_program=None, vars=None, predicate=None, filename=None, scope=None):
+    """Loads the chosen vars (as save_vars chooses them) from dirname/filename
+    (default vars.safetensors) into the scope; every one must be in the file
+    with its declared dtype and shape (a declared -1 matches any size), all
+    checked before any is written."""
+    _check_executor(executor, "load_vars")
+    program = _program(main_program, "load_vars")
+    path = _path(dirname, filename, "vars" + _SUFFIX, "load_vars")
+    scope = _scope_of(scope)
+    names = _chosen_vars(program, vars, predicate, "load_vars")
+    if not names:
+        raise _core.InvalidArgumentError("fluid.io.load_vars: no var chosen (vars is empty or predicate held for "
+                                         "none)")
+    _load_into(path, _targets_plain(program, names), scope, executor.place, "load_vars")
+
 
 def save_persistables(executor, dirname, main_program=None, filename=None, scope=None):
     """Writes every persistable of main_program (params, optimizer state, LR,
