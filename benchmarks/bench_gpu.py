@@ -14,12 +14,19 @@ images (the GPU machine need not hold Fashion-MNIST):
          steps, each step ending with loss.item() as PE's ends with the loss
          fetch.
 
+And a larger model, ResNet-20 on 3x32x32 images at batch 256 (PE_RESNET
+below: conv+batch_norm basic blocks), through the Python API
+(fluid.Executor(CUDAPlace(0)), a new numpy batch fed every step) against
+the same torch model fed by torch.from_numpy(x).to(dev); PE twice: with its
+pinned staging of feeds and fetches (the default) and with PE_CUDA_PINNED=0.
+
 torch/PE = torch ms / PE ms (> 1: PE is faster). Each measurement is its own
 process; the set repeats --rounds times and the table shows the median.
 Then benchmarks/bench_nccl.c: NCCL allreduce bus bandwidth over the
 visible GPUs (it says so and skips on one GPU).
 
-    python3 benchmarks/bench_gpu.py [--steps 50] [--rounds 3] [--out FILE.md]
+    python3 benchmarks/bench_gpu.py [--steps 50] [--rounds 3] [--models mlp,cnn,resnet] [--out FILE.md]
+    python3 benchmarks/bench_gpu.py --check-cpu   # the ResNet-20 script, 4 steps on the CPU
     (PE_BIN_DIR picks the pe binary; default build-gpu/bin, then build/bin)
 """
 import argparse
@@ -67,6 +74,105 @@ for s in range(steps):
 print("torch_ms %.4f" % (1e3 * statistics.median(times[3:])))
 '''
 
+# The larger model: a ResNet-20 for 3x32x32 images (3 stages of 3 basic
+# blocks, 16/32/64 channels, conv3x3 without bias + batch_norm, avg pool,
+# fc 10), SGD momentum 0.9, batch 256. Both sides get a new host (numpy)
+# batch every step, as a training loop over a reader does: PE through
+# fluid.Executor(CUDAPlace(0)).run(feed=...), fetching the loss; torch through
+# torch.from_numpy(x).to(dev) and loss.item().
+PE_RESNET = r'''
+import sys, time, statistics, numpy as np
+import pe as paddle
+import pe.fluid as fluid
+batch, steps, place = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+
+def conv_bn(x, ch, k, stride, pad, act="relu"):
+    y = fluid.layers.conv2d(input=x, num_filters=ch, filter_size=k, stride=stride, padding=pad, bias_attr=False)
+    return fluid.layers.batch_norm(input=y, act=act)
+
+def block(x, cin, cout, stride):
+    y = conv_bn(x, cout, 3, stride, 1)
+    y = conv_bn(y, cout, 3, 1, 1, act=None)
+    s = conv_bn(x, cout, 1, stride, 0, act=None) if cin != cout else x
+    return fluid.layers.elementwise_add(x=y, y=s, act="relu")
+
+main, startup = fluid.Program(), fluid.Program()
+main.random_seed = startup.random_seed = 1
+with fluid.program_guard(main, startup):
+    img = fluid.layers.data(name="img", shape=[3, 32, 32], dtype="float32")
+    label = fluid.layers.data(name="label", shape=[1], dtype="int64")
+    h = conv_bn(img, 16, 3, 1, 1)
+    for cin, cout, stride in ((16, 16, 1), (16, 32, 2), (32, 64, 2)):
+        for i in range(3):
+            h = block(h, cin if i == 0 else cout, cout, stride if i == 0 else 1)
+    h = fluid.layers.pool2d(input=h, pool_size=8, pool_type="avg", pool_stride=1)
+    logits = fluid.layers.fc(input=h, size=10)
+    loss = fluid.layers.mean(fluid.layers.softmax_with_cross_entropy(logits, label))
+    fluid.optimizer.Momentum(learning_rate=0.05, momentum=0.9).minimize(loss)
+exe = fluid.Executor(fluid.CUDAPlace(0) if place == "cuda" else fluid.CPUPlace())
+exe.run(startup)
+rng = np.random.default_rng(7)
+xs = [rng.random((batch, 3, 32, 32), dtype=np.float32) for _ in range(4)]
+ys = [rng.integers(0, 10, size=(batch, 1)).astype(np.int64) for _ in range(4)]
+times = []
+for s in range(steps):
+    t0 = time.perf_counter()
+    l, = exe.run(main, feed={"img": xs[s % 4], "label": ys[s % 4]}, fetch_list=[loss])
+    times.append(time.perf_counter() - t0)
+assert np.isfinite(l).all()
+print("pe_ms %.4f" % (1e3 * statistics.median(times[3:])))
+'''
+
+TORCH_RESNET = r'''
+import sys, time, statistics, numpy as np, torch
+batch, steps = int(sys.argv[1]), int(sys.argv[2])
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+dev = torch.device("cuda:0")
+nn = torch.nn
+
+def conv_bn(cin, cout, k, stride, pad, act=True):
+    m = [nn.Conv2d(cin, cout, k, stride, pad, bias=False), nn.BatchNorm2d(cout)]
+    return nn.Sequential(*(m + [nn.ReLU()] if act else m))
+
+class Block(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.a, self.b = conv_bn(cin, cout, 3, stride, 1), conv_bn(cout, cout, 3, 1, 1, act=False)
+        self.s = conv_bn(cin, cout, 1, stride, 0, act=False) if cin != cout else nn.Identity()
+    def forward(self, x):
+        return torch.relu(self.b(self.a(x)) + self.s(x))
+
+layers = [conv_bn(3, 16, 3, 1, 1)]
+for cin, cout, stride in ((16, 16, 1), (16, 32, 2), (32, 64, 2)):
+    for i in range(3):
+        layers.append(Block(cin if i == 0 else cout, cout, stride if i == 0 else 1))
+net = nn.Sequential(*layers, nn.AvgPool2d(8), nn.Flatten(), nn.Linear(64, 10)).to(dev)
+opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+rng = np.random.default_rng(7)
+xs = [rng.random((batch, 3, 32, 32), dtype=np.float32) for _ in range(4)]
+ys = [rng.integers(0, 10, size=(batch,)).astype(np.int64) for _ in range(4)]
+times = []
+for s in range(steps):
+    t0 = time.perf_counter()
+    x, y = torch.from_numpy(xs[s % 4]).to(dev), torch.from_numpy(ys[s % 4]).to(dev)
+    opt.zero_grad()
+    loss = nn.functional.cross_entropy(net(x), y)
+    loss.backward()
+    opt.step()
+    loss.item()
+    times.append(time.perf_counter() - t0)
+print("torch_ms %.4f" % (1e3 * statistics.median(times[3:])))
+'''
+
+
+def run_script(code, args, key, env=None):
+    r = subprocess.run([sys.executable, "-c", code] + [str(a) for a in args], capture_output=True, text=True,
+                       timeout=600, env=dict(os.environ, **(env or {})))
+    if r.returncode != 0:
+        raise RuntimeError("%s failed: %s" % (key, r.stderr.strip()[-500:]))
+    return float(re.search(key + r" ([0-9.]+)", r.stdout).group(1))
+
 
 def pe_bin():
     d = os.environ.get("PE_BIN_DIR")
@@ -101,11 +207,22 @@ def run_pe(model, data, steps):
 
 
 def run_torch(model, batch, data, steps):
-    r = subprocess.run([sys.executable, "-c", TORCH_STEP, model, str(batch), str(steps), data],
-                       capture_output=True, text=True, timeout=600)
-    if r.returncode != 0:
-        raise RuntimeError("torch failed: " + r.stderr.strip()[-500:])
-    return float(re.search(r"torch_ms ([0-9.]+)", r.stdout).group(1))
+    return run_script(TORCH_STEP, [model, batch, steps, data], "torch_ms")
+
+
+def resnet_rows(steps, rounds, batch=256):
+    """ResNet-20 at `batch`: PE (pinned staging on, then PE_CUDA_PINNED=0) vs torch."""
+    pe_ms, pe_pageable_ms, torch_ms = [], [], []
+    try:
+        for _ in range(rounds):
+            pe_ms.append(run_script(PE_RESNET, [batch, steps, "cuda"], "pe_ms"))
+            pe_pageable_ms.append(run_script(PE_RESNET, [batch, steps, "cuda"], "pe_ms", {"PE_CUDA_PINNED": "0"}))
+            torch_ms.append(run_script(TORCH_RESNET, [batch, steps], "torch_ms"))
+    except RuntimeError as e:
+        return ["| resnet20 | %d | failed: %s | | |" % (batch, str(e).replace("|", "/").replace("\n", " ")[:300])]
+    p, q, t = (statistics.median(v) for v in (pe_ms, pe_pageable_ms, torch_ms))
+    return ["| resnet20 | %d | %.3f | %.3f | %.2f |" % (batch, p, t, t / p),
+            "| resnet20, PE_CUDA_PINNED=0 | %d | %.3f | %.3f | %.2f |" % (batch, q, t, t / q)]
 
 
 def nccl_lines():
@@ -126,10 +243,19 @@ def main():
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out")
+    ap.add_argument("--models", default="mlp,cnn,resnet", help="comma-separated: mlp, cnn, resnet")
+    ap.add_argument("--check-cpu", action="store_true",
+                    help="run only PE's ResNet-20 script on the CPU for 4 steps (checks the script; no GPU needed)")
     a = ap.parse_args()
+    if a.check_cpu:
+        print("pe ResNet-20 on cpu: %.1f ms/step" % run_script(PE_RESNET, [8, 4, "cpu"], "pe_ms"))
+        return 0
     rows = []
     with tempfile.TemporaryDirectory() as root:
-        for model in ("mlp", "cnn"):
+        for model in a.models.split(","):
+            if model == "resnet":
+                rows += resnet_rows(a.steps, a.rounds)
+                continue
             for batch in (128, 256):
                 data = make_data(root, model, batch)
                 pe_ms, torch_ms, err = [], [], None

@@ -9,7 +9,7 @@
 #     cmake -S . -B build-gpu -DPE_WERROR=ON -DPE_WITH_MPI=OFF -DPE_WITH_ZMQ=OFF \
 #           -DPE_BUILD_PYTHON=OFF -DCMAKE_CUDA_ARCHITECTURES=90      # the GPU's arch
 #     cmake --build build-gpu --target pe_tool test_cuda test_cuda_places \
-#           test_block_cache test_comm test_comm_conformance bench_nccl
+#           test_block_cache test_staging test_comm test_comm_conformance bench_nccl
 # The bundle holds BUILD_DIR's bin/ and lib/ (PE's programs and static
 # libraries, for the Python extension that scripts/test_gpu.sh links there
 # against that machine's Python) and the shared libraries they need that are

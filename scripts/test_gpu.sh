@@ -9,9 +9,11 @@
 #
 # Steps (each logs to $PE_GPU_LOGS, default gpu-logs/; a summary at the end):
 #   unit      the CUDA unit tests (test_cuda_places, test_cuda, test_block_cache,
-#             and the NCCL collectives of test_comm / test_comm_conformance)
+#             test_staging, and the NCCL collectives of test_comm /
+#             test_comm_conformance)
 #   backend   tests/ops/test_backend_ops.py: every op's CUDA kernel against
 #             its CPU kernel, forward and backward, and determinism
+#             (PE_GPU_BACKEND_K=EXPR passes -k EXPR: a subset of the rows)
 #   train     tests/python/test_cuda_train.py (MLP and CNN, 20 steps, CUDA vs
 #             CPU, 1 and 2 GPUs) and the seed-003 examples with use_cuda = True
 #   bench     benchmarks/bench_gpu.py: PE vs PyTorch on this GPU
@@ -42,8 +44,7 @@ if [ -n "${PE_GPU_BUNDLE:-}" ]; then
   pyinc=$($PY -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
   npinc=$($PY -c 'import numpy; print(numpy.get_include())')
   gcc -O2 -fPIC -shared -DPE_WITH_CUDA=1 -DPE_WITH_NCCL=1 -Iinclude -I. -I"$pyinc" -I"$npinc" \
-    bindings/python/pe/_core.c bindings/python/pe/core_objects.c bindings/python/pe/core_exec.c \
-    bindings/python/pe/core_passes.c bindings/python/pe/core_dist.c \
+    bindings/python/pe/*.c \
     -Wl,--whole-archive build-gpu/lib/libpe_executor.a build-gpu/lib/libpe_passes.a build-gpu/lib/libpe_ops.a \
     build-gpu/lib/libpe_graph.a build-gpu/lib/libpe_runtime.a -Wl,--no-whole-archive \
     -Lbuild-gpu/deps -L/usr/local/cuda/lib64 -ldnnl -lopenblas -lcjson -lflatbuffers -lgomp \
@@ -74,7 +75,7 @@ run() { # name command...
 }
 unit() {
   local rc=0
-  for t in test_cuda_places test_cuda test_block_cache test_comm test_comm_conformance; do
+  for t in test_cuda_places test_cuda test_block_cache test_staging test_comm test_comm_conformance; do
     [ -x "build-gpu/bin/$t" ] || continue
     echo "--- $t"
     "build-gpu/bin/$t"; r=$?
@@ -86,7 +87,8 @@ run unit unit
 run train $PY -m pytest -q -rs -p no:cacheprovider tests/python/test_cuda_train.py \
   tests/python/test_api_paddle_examples.py -k "${PE_GPU_TRAIN_K:-cuda}"
 run bench $PY benchmarks/bench_gpu.py --out "$logs/bench_gpu.md" ${PE_GPU_BENCH_ARGS:-}
-run backend $PY -m pytest -q -rs -p no:cacheprovider "${xdist[@]}" tests/ops/test_backend_ops.py
+run backend $PY -m pytest -q -rs -p no:cacheprovider "${xdist[@]}" tests/ops/test_backend_ops.py \
+  ${PE_GPU_BACKEND_K:+-k "$PE_GPU_BACKEND_K"}
 steps=${PE_GPU_STEPS:-unit train bench backend}
 if [ "${PE_GPU_OPS:-0}" = 1 ]; then
   run ops env PE_TEST_PLACES=cuda:0 $PY -m pytest -q -rs -p no:cacheprovider "${xdist[@]}" \

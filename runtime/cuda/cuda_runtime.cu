@@ -7,10 +7,16 @@
  * device the caller did not choose. Each device gets one non-blocking stream,
  * created on first use under a mutex; all PE kernels and copies of a place go
  * to that stream, so they run in program order without touching the legacy
- * default stream. Copies are issued on the stream of the device side and then
- * synchronized, so when pe_cuda_memcpy returns the destination is complete and
- * the (possibly pageable, possibly freed right after) host buffer is no longer
- * read.
+ * default stream. Copies are issued on the stream of the device side. Between
+ * host and device they go through the device's pinned staging ring
+ * (runtime/staging.h: 4 chunks of 4 MiB, page-locked): host-to-device returns
+ * once the host bytes are in a chunk — the DMA runs while the host goes on
+ * (the next feed, the next place), ordered before the kernels queued after
+ * it — and device-to-host pipelines chunk DMAs with the host memcpy and
+ * returns with the destination complete. So the caller's (pageable, possibly
+ * freed right after) host buffer is never read after pe_cuda_memcpy returns.
+ * PE_CUDA_PINNED=0 (or no pinned memory) takes the synchronous path: one
+ * cudaMemcpyAsync from pageable memory, then a stream synchronize.
  *
  * Device memory goes through one caching allocator per device
  * (runtime/block_cache.c): a freed block goes back to the cache, not to
@@ -27,6 +33,7 @@
  */
 #include "runtime/cuda/cuda_internal.h"
 #include "runtime/block_cache.h"
+#include "runtime/staging.h"
 
 #include <cstring>
 #include <mutex>
@@ -123,6 +130,116 @@ pe_block_cache *cache_of(int device) {
         if (!g_cache[device]) pe_error(PE_ERR_NOMEM, "cannot make the memory cache of cuda:%d", device);
     }
     return g_cache[device];
+}
+
+/* ---- pinned staging (runtime/staging.h): ctx = device id ---- */
+
+void *pinned_alloc(void *ctx, size_t bytes) {
+    pe_cuda_device_scope g((int)(intptr_t)ctx);
+    void *p = nullptr;
+    cudaError_t e = g.ok() ? cudaHostAlloc(&p, bytes, cudaHostAllocPortable) : cudaErrorInvalidDevice;
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        pe_error(PE_ERR_NOMEM, "cudaHostAlloc of %zu bytes: %s", bytes, cudaGetErrorString(e));
+        return nullptr;
+    }
+    return p;
+}
+
+void pinned_free(void *, void *p) {
+    cudaError_t e = cudaFreeHost(p);
+    if (e != cudaSuccess && e != cudaErrorCudartUnloading) (void)cudaGetLastError();
+}
+
+void *event_new(void *ctx) {
+    pe_cuda_device_scope g((int)(intptr_t)ctx);
+    cudaEvent_t ev = nullptr;
+    cudaError_t e = g.ok() ? cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) : cudaErrorInvalidDevice;
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        pe_error(PE_ERR_DEVICE, "cudaEventCreate: %s", cudaGetErrorString(e));
+        return nullptr;
+    }
+    return (void *)ev;
+}
+
+void event_free(void *, void *ev) {
+    if (cudaEventDestroy(static_cast<cudaEvent_t>(ev)) != cudaSuccess) (void)cudaGetLastError();
+}
+
+pe_status staged_copy(void *ctx, void *dst, const void *src, size_t bytes, int to_device) {
+    int device = (int)(intptr_t)ctx;
+    cudaStream_t s = nullptr;
+    PE_CHECK(get_stream(device, &s));
+    pe_cuda_device_scope g(device);
+    if (!g.ok()) return PE_ERR_DEVICE;
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, s);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return pe_error(PE_ERR_DEVICE, "cudaMemcpyAsync on cuda:%d: %s", device, cudaGetErrorString(e));
+    }
+    return PE_OK;
+}
+
+pe_status event_record(void *ctx, void *ev) {
+    int device = (int)(intptr_t)ctx;
+    cudaStream_t s = nullptr;
+    PE_CHECK(get_stream(device, &s));
+    pe_cuda_device_scope g(device);
+    cudaError_t e = g.ok() ? cudaEventRecord(static_cast<cudaEvent_t>(ev), s) : cudaErrorInvalidDevice;
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return pe_error(PE_ERR_DEVICE, "cudaEventRecord on cuda:%d: %s", device, cudaGetErrorString(e));
+    }
+    return PE_OK;
+}
+
+pe_status event_wait(void *ctx, void *ev) {
+    cudaError_t e = cudaEventSynchronize(static_cast<cudaEvent_t>(ev));
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return pe_error(PE_ERR_DEVICE, "cuda:%d: a kernel or copy on the stream failed: %s", (int)(intptr_t)ctx,
+                        cudaGetErrorString(e));
+    }
+    return PE_OK;
+}
+
+const pe_staging_ops g_staging_ops = {pinned_alloc, pinned_free, event_new, event_free,
+                                      staged_copy,  event_record, event_wait};
+std::mutex g_staging_mu;
+pe_staging *g_staging[PE_MAX_PLACES];
+bool g_staging_off[PE_MAX_PLACES];
+
+/* The device's staging ring (4 chunks of 4 MiB), made on first use; NULL
+ * when PE_CUDA_PINNED=0 or pinned memory cannot be had (then copies take the
+ * synchronous path through pageable memory; logged once). */
+pe_staging *staging_of(int device) {
+    static int enabled = -1;
+    std::lock_guard<std::mutex> lock(g_staging_mu);
+    if (enabled < 0) {
+        const char *v = getenv("PE_CUDA_PINNED");
+        enabled = !(v && v[0] == '0' && !v[1]);
+    }
+    if (!enabled || g_staging_off[device]) return nullptr;
+    if (!g_staging[device]) {
+        char name[16];
+        snprintf(name, sizeof name, "cuda:%d", device);
+        g_staging[device] = pe_staging_new(&g_staging_ops, (void *)(intptr_t)device, (size_t)4 << 20, 4, name);
+        if (!g_staging[device]) g_staging_off[device] = true;
+    }
+    return g_staging[device];
+}
+
+/* A pinned-memory failure turns staging off for the device (logged once);
+ * any other failure is the copy's error. */
+bool staging_unavailable(int device, pe_status st) {
+    if (st != PE_ERR_NOMEM) return false;
+    std::lock_guard<std::mutex> lock(g_staging_mu);
+    if (!g_staging_off[device])
+        pe_log(PE_LOG_WARN, "cuda:%d: no pinned staging memory (%s): host copies go through pageable memory", device,
+               pe_last_error());
+    g_staging_off[device] = true;
+    return true;
 }
 
 const char *kind_name(cudaMemcpyKind k) {
@@ -241,6 +358,19 @@ pe_status pe_cuda_memcpy(void *dst, pe_place dst_place, const void *src, pe_plac
         e = cudaMemcpyPeerAsync(dst, dst_place.id, src, src_place.id, bytes, s);
         if (e == cudaSuccess) e = cudaStreamSynchronize(s);
     } else {
+        /* Host <-> device through the pinned ring: a host-to-device copy
+         * returns once the source is staged (its DMA ordered before the
+         * device's next kernels); device-to-host returns complete. */
+        if (kind != cudaMemcpyDeviceToDevice) {
+            pe_staging *ring = staging_of(dev);
+            if (ring) {
+                st = kind == cudaMemcpyHostToDevice ? pe_staging_to_device(ring, dst, src, bytes)
+                                                    : pe_staging_to_host(ring, dst, src, bytes);
+                if (st == PE_OK) return PE_OK;
+                if (!staging_unavailable(dev, st))
+                    return pe_error_wrap(st, "%s copy of %zu bytes from %s to %s", kind_name(kind), bytes, sb, db);
+            }
+        }
         pe_cuda_device_scope g(dev);
         if (!g.ok()) return pe_error_wrap(PE_ERR_DEVICE, "copying %zu bytes from %s to %s", bytes, sb, db);
         e = cudaMemcpyAsync(dst, src, bytes, kind, s);
