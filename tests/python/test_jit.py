@@ -194,6 +194,41 @@ def test_input_gradient_and_decorator():
     np.testing.assert_allclose(b, net.fc.bias.grad.numpy(), rtol=1e-5, atol=1e-7)
 
 
+def test_function_between_eager_ops_and_nested_layers():
+    """A to_static function of tensors (reading a Layer's parameters) between
+    eager ops: gradients reach the eager ops before it; a to_static sublayer
+    inside a to_static layer is traced into the outer program."""
+    pre, inner = nn.Linear(6, 4), nn.Linear(4, 3)
+    f = pe.jit.to_static(lambda x: inner(x) * 3.0)
+    xs = np.random.RandomState(8).rand(5, 6).astype("float32")
+    grads = []
+    for use_static in (True, False):
+        pre.clear_gradients()
+        inner.clear_gradients()
+        h = pre(pe.to_tensor(xs))
+        out = f(h) if use_static else inner(h) * 3.0
+        pe.sum(out * out).backward()
+        grads.append([p.grad.numpy() for p in pre.parameters() + inner.parameters()])
+    for a, b in zip(*grads):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+    class Outer(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(3, 3)
+            self.inner = pe.jit.to_static(nn.Sequential(nn.Linear(3, 3)))
+
+        def forward(self, x):
+            return nn.functional.relu(self.inner(self.a(x)))
+
+    o = pe.jit.to_static(Outer())
+    x = pe.to_tensor(np.random.RandomState(9).rand(2, 3).astype("float32"))
+    got = o(x).numpy()
+    conc, = o.forward._concrete.values()
+    assert [op.type for op in conc.forward.global_block().ops] == ["matmul_v2", "elementwise_add"] * 2 + ["relu"]
+    np.testing.assert_allclose(got, o.forward.rollback()(x).numpy(), rtol=1e-6)
+
+
 @pytest.mark.parametrize("kind", ["mlp", "cnn"])
 def test_save_run_and_load(kind, tmp_path):
     model = _make(kind)
@@ -208,6 +243,13 @@ def test_save_run_and_load(kind, tmp_path):
     assert os.path.exists(prefix + ".pe") and os.path.exists(prefix + ".safetensors")
     loaded = pe.jit.load(prefix)
     np.testing.assert_allclose(loaded(pe.to_tensor(xs)).numpy(), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(loaded(xs).numpy(), want, rtol=1e-5, atol=1e-6)
+    # its state: the weights under their names, batch norm's statistics under the layer's path to them
+    sd = loaded.state_dict()
+    for n, p in model.named_parameters():
+        np.testing.assert_array_equal(sd[p.name].numpy(), p.numpy())
+    if kind == "cnn":
+        np.testing.assert_array_equal(sd[model.full_name() + ".bn._mean"].numpy(), model.bn._mean.numpy())
     # the same files in the pe tool
     np.save(str(tmp_path / "x.npy"), xs)
     out = tmp_path / "out"

@@ -86,6 +86,7 @@ class _Trace:
         self.n_tmp = 0
         self.n_step = 0
         self.steps = []             # dropout step counters (var names)
+        self.buffer_names = {}      # id(buffer) -> its structured name in the layer (bn._mean)
 
     def _unique(self, name):
         base, k = name, 0
@@ -113,8 +114,13 @@ class _Trace:
         if n is not None:
             return n
         # a tensor the trace did not make: a parameter, a buffer or a constant
-        n = self._unique(t.name if t.name and not t.name.startswith("eager_tmp_") else "%s.const_%d" % (
-            self.prefix, len(self.externals)))
+        if t.name and not t.name.startswith("eager_tmp_"):
+            n = t.name
+        elif id(t) in self.buffer_names:   # a buffer made without a name: the layer's path to it
+            n = "%s.%s" % (self.prefix, self.buffer_names[id(t)])
+        else:
+            n = "%s.const_%d" % (self.prefix, len(self.externals))
+        n = self._unique(n)
         self.block.create_var(name=n, shape=t.shape, dtype=t.dtype, persistable=True,
                               stop_gradient=t.stop_gradient)
         self.externals[n] = t
@@ -496,6 +502,7 @@ class StaticFunction:
         state, owned = [], set()
         if layer is not None:
             state = [(t, t._t) for t in layer.buffers()]
+            tr.buffer_names = {id(t): n for n, t in layer.named_buffers()}
             owned = {id(t) for t in layer.parameters()} | {id(t) for t in layer.buffers()}
         flags = []
         if layer is not None:
@@ -686,7 +693,7 @@ class TranslatedLayer(_layer_class()):
         g = program.global_block()
         for n in sorted(v.name for v in g.vars.values() if v.persistable):
             t = _ag.Tensor(scope.var(n).get_tensor(), stop_gradient=True, name=n)
-            self._buffers[n.replace(".", "_")] = t
+            self._buffers[n] = t
 
     def forward(self, *args):
         if len(args) != len(self._feeds):
