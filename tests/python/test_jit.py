@@ -315,6 +315,29 @@ def test_value_dependent_control_flow_is_refused():
         pe.jit.to_static(Numpyish())(pe.to_tensor(np.ones([2, 4], "float32")))
 
 
+def test_sizes_that_follow_the_batch():
+    """Declared dims follow the inputs' -1 dims (found by a second trace one
+    larger), so a reshape over the batch runs at any batch size; a batch size
+    read in Python and baked into an attr is refused at the trace."""
+    f = pe.jit.to_static(lambda x: pe.reshape(x, [-1]) * 2.0)
+    assert f(pe.to_tensor(np.ones([4, 3], "float32"))).shape == [12]
+    np.testing.assert_array_equal(f(pe.to_tensor(np.ones([5, 3], "float32"))).numpy(), np.full([15], 2, "float32"))
+    conc, = f._concrete.values()
+    b = conc.forward.global_block()
+    assert [list(b.var(op.output("Out")[0]).shape) for op in b.ops] == [[-1], [-1]]
+
+    class Baked(nn.Layer):
+        def forward(self, x):
+            return pe.reshape(x, [x.shape[0], -1])
+
+    with pytest.raises(pe.UnsupportedError, match=r"Baked.forward\): op 0 \(reshape2\) attr shape is \[4, -1\] for "
+                                                  r"input shapes \[4, 2, 3\] and \[5, -1\]"):
+        pe.jit.to_static(Baked())(pe.to_tensor(np.ones([4, 2, 3], "float32")))
+    # fixed sizes in the input_spec: nothing to follow, the same forward traces
+    fixed = pe.jit.to_static(Baked(), input_spec=[InputSpec([4, 2, 3], "float32", "x")])
+    assert fixed(pe.to_tensor(np.ones([4, 2, 3], "float32"))).shape == [4, 6]
+
+
 def test_inputs_checked_against_input_spec():
     m = pe.jit.to_static(MLP(), input_spec=[InputSpec([None, 784], "float32", "img")])
     m(pe.to_tensor(np.zeros([2, 784], "float32")))

@@ -18,6 +18,9 @@ How to_static works (docs/guide.md, "to_static and jit.save"):
   as the static builders write it. Tensors made inside forward outside an
   op (pe.to_tensor of a constant) are captured as persistable constants.
   Nothing of the trace run is kept: buffers are put back as they were.
+  With -1 dims in the signature a second trace, each -1 dim one larger,
+  finds the var dims that follow them (declared -1) and refuses attrs that
+  change with them (a size read in Python).
 - Running. Every call runs the traced program on the static engine
   (pe._core.Executor, one place: the static kernels, prepared once per
   program and scope), with the eager parameters' current values: the
@@ -39,8 +42,8 @@ How to_static works (docs/guide.md, "to_static and jit.save"):
   two, each with its prepared executors.
 - Limits. Python control flow on tensor values (if x.sum() > 0, x.numpy(),
   float(x) inside forward) cannot be traced: it raises UnsupportedError
-  naming the layer. Shapes read in Python (x.shape[0]) become constants of
-  the traced program. Dropout draws its masks from a step counter of the
+  naming the layer. Shapes read in Python become constants of the traced
+  program (refused where they follow a -1 dim). Dropout draws its masks from a step counter of the
   program (the static builder's Step var), not from pe.seed's stream.
 """
 import inspect
@@ -82,7 +85,6 @@ class _Trace:
         self.raw_out = {}           # id(_core.Tensor) -> var name, for op outputs
         self.externals = {}         # var name -> eager Tensor read but not made by the trace
         self.taken = set()
-        self.batch = None           # dim 0 of the traced inputs when it is -1 in the signature
         self.n_tmp = 0
         self.n_step = 0
         self.steps = []             # dropout step counters (var names)
@@ -97,9 +99,7 @@ class _Trace:
         return name
 
     def _decl_shape(self, shape):
-        if self.batch is None:
-            return list(shape)
-        return [-1 if d == self.batch else d for d in shape]
+        return list(shape)   # the traced sizes; _probe turns the ones that follow the inputs' -1 dims into -1
 
     def add_input(self, t, name, shape):
         name = self._unique(name)
@@ -487,11 +487,68 @@ class StaticFunction:
             conc = self._concrete[key] = self._trace(sig, samples, names, training)
         return conc
 
+    def _run_traced(self, tr, ins, training):
+        layer = self._layer
+        flags = [(l, l.training) for l in [layer] + list(layer.sublayers())] if layer is not None else []
+        for l, _ in flags:
+            object.__setattr__(l, "training", training)
+        prev = _ag._set_tracer(tr)
+        try:
+            with _ag.no_grad():
+                return self._fn(*ins)
+        finally:
+            _ag._set_tracer(prev)
+            for l, f in flags:
+                object.__setattr__(l, "training", f)
+
+    def _probe(self, tr, sig, samples, training):
+        """Traces the forward once more with every -1 dim of the signature one
+        larger: the dims of the program's vars that change are declared -1,
+        the others keep their size. Ops or attrs that change (a batch size
+        read in Python and baked into an attr) are refused."""
+        probe = _Trace(self.what, self._prefix)
+        ins = []
+        for i, (a, (dtype, shape)) in enumerate(zip(samples, sig)):
+            pshape = [d + 1 if s < 0 else d for d, s in zip(a.shape, shape)]
+            t = _ag.Tensor(_zeros(pshape, a.dtype))
+            probe.add_input(t, "x%d" % i, shape)
+            ins.append(t)
+        sizes = ", ".join(str(a.shape) for a in samples)
+        try:
+            self._run_traced(probe, ins, training)
+        except _core.Error as e:
+            raise _core.UnsupportedError(
+                "pe.jit.to_static(%s): the forward runs for input shapes %s but fails when the -1 dims of the "
+                "signature %s are one larger (%s): it depends on the traced sizes (a Python x.shape[0] in an "
+                "attr?); use -1 dims in reshape, or give input_spec fixed sizes" % (
+                    self.what, sizes, [list(s) for _, s in sig], e)) from None
+        a_ops, b_ops = tr.block.ops, probe.block.ops
+        if [o.type for o in a_ops] != [o.type for o in b_ops]:
+            raise _core.UnsupportedError(
+                "pe.jit.to_static(%s): the ops the forward runs change with the input sizes (%d ops for %s, %d "
+                "when the -1 dims are one larger): Python control flow on shapes cannot become one program; give "
+                "input_spec fixed sizes" % (self.what, len(a_ops), sizes, len(b_ops)))
+        for k, (oa, ob) in enumerate(zip(a_ops, b_ops)):
+            for name, va in oa._attrs.items():
+                if oa.type == "dropout" and name == "seed":
+                    continue
+                vb = ob._attrs.get(name)
+                if va != vb:
+                    raise _core.UnsupportedError(
+                        "pe.jit.to_static(%s): op %d (%s) attr %s is %r for input shapes %s and %r when the -1 dims "
+                        "are one larger: the forward bakes a traced size into it (x.shape read in Python?); use -1 "
+                        "dims (e.g. reshape(x, [-1, n])) or give input_spec fixed sizes"
+                        % (self.what, k, oa.type, name, va, sizes, vb))
+            for slot, args in oa._outputs.items():
+                for na, nb in zip(args, ob._outputs.get(slot, [])):
+                    va, vb = tr.block.vars.get(na), probe.block.vars.get(nb)
+                    if va is None or vb is None or va.persistable:
+                        continue
+                    va._set_shape([-1 if x != y else x for x, y in zip(va.shape, vb.shape)])
+
     def _trace(self, sig, samples, names, training):
         defaults = self._arg_names(len(samples))
         tr = _Trace(self.what, self._prefix)
-        batches = {a.shape[0] for a, (_, shape) in zip(samples, sig) if shape and shape[0] < 0}
-        tr.batch = batches.pop() if len(batches) == 1 else None
         ins, feeds = [], []
         for i, (a, (dtype, shape)) in enumerate(zip(samples, sig)):
             t = _ag.Tensor(a._t, stop_gradient=True)
@@ -504,19 +561,19 @@ class StaticFunction:
             state = [(t, t._t) for t in layer.buffers()]
             tr.buffer_names = {id(t): n for n, t in layer.named_buffers()}
             owned = {id(t) for t in layer.parameters()} | {id(t) for t in layer.buffers()}
-        flags = []
-        if layer is not None:
-            flags = [(l, l.training) for l in [layer] + list(layer.sublayers())]
-            for l, _ in flags:
-                object.__setattr__(l, "training", training)
-        prev = _ag._set_tracer(tr)
         try:
-            with _ag.no_grad():
-                out = self._fn(*ins)
-        finally:
-            _ag._set_tracer(prev)
-            for l, f in flags:
-                object.__setattr__(l, "training", f)
+            out = self._run_traced(tr, ins, training)
+            after = [t._t for t, _ in state]
+            if any(d < 0 for _, shape in sig for d in shape):
+                for t, before in state:
+                    t._t = before
+                self._probe(tr, sig, samples, training)
+            for (t, _), a in zip(state, after):
+                t._t = a
+        except BaseException:
+            for t, before in state:
+                t._t = before
+            raise
         outs, is_seq = _flatten_outputs(out, self.what)
         try:
             b = tr.block
@@ -544,7 +601,8 @@ class StaticFunction:
                 if n is None or n in tr.externals or n in feeds or n in fetches:
                     src = n if n is not None else tr._name_of(o)
                     n = tr._unique("%s.out_%d" % (self._prefix, len(fetches)))
-                    b.create_var(name=n, shape=tr._decl_shape(o.shape), dtype=o.dtype, persistable=False)
+                    shape = b.vars[src].shape if src in b.vars else o.shape   # an input's keeps its -1 dims
+                    b.create_var(name=n, shape=list(shape), dtype=o.dtype, persistable=False)
                     b.append_op(type="assign", inputs={"X": [src]}, outputs={"Out": [n]}, attrs={})
                 fetches.append(n)
         finally:
