@@ -141,15 +141,11 @@ def test_training_matches_eager(kind, opt_name):
 
 
 @pytest.mark.parametrize("kind", ["mlp", "cnn"])
-def test_training_with_build_strategy_passes(kind):
-    """build_strategy: a one-place ParallelExecutor whose build fuses and plans
-    memory; the training still ends with the eager run's values."""
+def test_training_without_passes(kind):
+    """build_strategy=BuildStrategy(): no fusion, no memory plan; the training
+    ends with the eager run's values as with the default passes."""
     eager_m, static_m = _twins(kind)
-    bs = pe.static.BuildStrategy()
-    bs.fuse_elewise_add_act_ops = True
-    bs.memory_optimize = True
-    bs.enable_inplace = True
-    static_m = pe.jit.to_static(static_m, build_strategy=bs)
+    static_m = pe.jit.to_static(static_m, build_strategy=pe.static.BuildStrategy())
     loss_fn = nn.CrossEntropyLoss()
     states = []
     for m in (eager_m, static_m):
@@ -164,6 +160,17 @@ def test_training_with_build_strategy_passes(kind):
         np.testing.assert_allclose(states[1][k], states[0][k], rtol=1e-5, atol=1e-6, err_msg=k)
     with pytest.raises(TypeError, match="build_strategy must be a pe.static.BuildStrategy"):
         pe.jit.to_static(MLP(), build_strategy={"fuse_elewise_add_act_ops": True})
+
+
+def test_default_passes_fuse_the_forward(tmp_path):
+    bs = pe.jit._default_build_strategy()
+    assert bs.fuse_elewise_add_act_ops and bs.memory_optimize and bs.enable_inplace
+    bs.debug_graphviz_path = str(tmp_path / "g")
+    model = pe.jit.to_static(MLP(), build_strategy=bs)
+    with pe.no_grad():
+        model(pe.to_tensor(np.ones([2, 784], "float32")))
+    assert "fused_elemwise_activation" in (tmp_path / "g").read_text()
+    assert "fused_elemwise_activation" not in (tmp_path / "g.00_input.dot").read_text()
 
 
 def test_input_gradient_and_decorator():

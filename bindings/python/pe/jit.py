@@ -21,9 +21,11 @@ How to_static works (docs/guide.md, "to_static and jit.save"):
   With -1 dims in the signature a second trace, each -1 dim one larger,
   finds the var dims that follow them (declared -1) and refuses attrs that
   change with them (a size read in Python).
-- Running. Every call runs the traced program on the static engine
-  (pe._core.Executor, one place: the static kernels, prepared once per
-  program and scope), with the eager parameters' current values: the
+- Running. Every call runs the traced program on the static engine: a
+  one-place ParallelExecutor (CPU place 0) built once per program and
+  scope, whose build applies the BuildStrategy's passes (by default
+  fuse_elewise_add_act_ops, memory_optimize and enable_inplace; to_static's
+  build_strategy= replaces them), with the eager parameters' current values: the
   scope's parameter vars are the parameters' storage (each parameter's
   tensor becomes a view of its scope var; a parameter that an eager
   optimizer step replaced is copied back in before the run), so a
@@ -174,10 +176,21 @@ def _flatten_outputs(out, what):
                                  "got %s" % (what, type(out).__name__))
 
 
+def _default_build_strategy():
+    """to_static's passes when no build_strategy is given: the fusion of bias
+    add + activation and the memory plan with in-place reuse."""
+    from .static.executor import BuildStrategy
+    bs = BuildStrategy()
+    bs.fuse_elewise_add_act_ops = True
+    bs.memory_optimize = True
+    bs.enable_inplace = True
+    return bs
+
+
 class _Runner:
-    """Runs one program in one scope: the single-place Executor, or (with a
-    BuildStrategy) a one-place ParallelExecutor, whose build applies the
-    strategy's passes (fusion, memory plan)."""
+    """Runs one program in one scope on a one-place ParallelExecutor (CPU place
+    0), whose build applies the BuildStrategy's passes (fusion, memory plan)
+    once; each run is then one pass over the prepared op list."""
 
     def __init__(self, program, scope, build_strategy):
         self.program = program
@@ -187,16 +200,11 @@ class _Runner:
 
     def run(self, feed, fetch):
         if self.ex is None:
-            place = _fw.CPUPlace()._pe_place
-            if self.bs is None:
-                self.ex = _core.Executor(place)
-            else:
-                from .static.executor import ExecutionStrategy
-                self.ex = _core.ParallelExecutor([place], self.program._core_program(), self.scope, loss_name=None,
-                                                 share_vars_from=None, exec_strategy=ExecutionStrategy()._to_dict(),
-                                                 build_strategy=self.bs._to_dict(), num_trainers=1, trainer_id=0)
-        if self.bs is None:
-            return self.ex.run(self.program._core_program(), self.scope, feed, fetch)
+            from .static.executor import ExecutionStrategy
+            self.ex = _core.ParallelExecutor([_fw.CPUPlace()._pe_place], self.program._core_program(), self.scope,
+                                             loss_name=None, share_vars_from=None,
+                                             exec_strategy=ExecutionStrategy()._to_dict(),
+                                             build_strategy=self.bs._to_dict(), num_trainers=1, trainer_id=0)
         return self.ex.run(feed, fetch, True)
 
 
@@ -383,7 +391,7 @@ class StaticFunction:
 
     def __init__(self, function, input_spec=None, layer=None, build_strategy=None):
         self._fn = function
-        self._build_strategy = build_strategy
+        self._build_strategy = build_strategy if build_strategy is not None else _default_build_strategy()
         self._layer = layer
         self._specs = None if input_spec is None else self._check_specs(input_spec)
         self._concrete = {}
