@@ -246,8 +246,11 @@ def test_save_run_and_load(kind, tmp_path):
     want = model(pe.to_tensor(xs)).numpy()
     spec = [InputSpec([None] + _shape(kind, 1)[1:], "float32", "x")]
     prefix = str(tmp_path / "m" / kind)
+    raw = [p._t for p in model.parameters()]
     pe.jit.save(model, prefix, input_spec=spec)
     assert os.path.exists(prefix + ".pe") and os.path.exists(prefix + ".safetensors")
+    # a layer that is not to_static keeps its own storage
+    assert all(p._t is r for p, r in zip(model.parameters(), raw))
     loaded = pe.jit.load(prefix)
     np.testing.assert_allclose(loaded(pe.to_tensor(xs)).numpy(), want, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(loaded(xs).numpy(), want, rtol=1e-5, atol=1e-6)
