@@ -52,6 +52,7 @@ from . import reader  # noqa: F401
 from . import dataset  # noqa: F401
 from .reader import batch  # noqa: F401
 from .eager.io import save, load  # noqa: F401
+from . import jit  # noqa: F401
 
 __version__ = _core.version
 

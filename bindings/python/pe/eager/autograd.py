@@ -13,6 +13,12 @@ order (a reverse topological order: an op's inputs exist before it runs),
 runs each node's backward ops with pe_eager_run, sums the contributions to
 a tensor with the `sum` op, and accumulates the result into each leaf's
 .grad (leaves with stop_gradient False only).
+
+pe.jit hooks: while a trace is active (_set_tracer), run_op reports every
+op to it and Tensor.numpy / item / __array__ ask it whether the value may
+be read (a traced tensor's may not: the program could not follow the
+Python branch); a node with .fn set (a to_static call) runs fn instead of
+per-op backward ops.
 """
 import itertools
 import threading
@@ -35,6 +41,23 @@ _grad_cache = {}
 
 def _grad_enabled():
     return getattr(_state, "grad", True)
+
+
+def _tracer():
+    """The pe.jit trace recording this thread's ops (None when not tracing)."""
+    return getattr(_state, "tracer", None)
+
+
+def _set_tracer(tr):
+    prev = getattr(_state, "tracer", None)
+    _state.tracer = tr
+    return prev
+
+
+def _check_value_read(t, what):
+    tr = getattr(_state, "tracer", None)
+    if tr is not None:
+        tr.value_read(t, what)
 
 
 class no_grad:
@@ -91,9 +114,11 @@ class Tensor:
     # ---- numpy interop and facts ---------------------------------------------
     def numpy(self):
         """A numpy copy of the value."""
+        _check_value_read(self, "numpy()")
         return self._t.numpy(copy=True)
 
     def __array__(self, dtype=None, copy=None):
+        _check_value_read(self, "numpy.asarray()")
         a = self._t.numpy(copy=True)
         return a.astype(dtype) if dtype is not None else a
 
@@ -131,7 +156,8 @@ class Tensor:
         return _fw.CPUPlace(self._t._place()[1])
 
     def item(self):
-        a = self.numpy()
+        _check_value_read(self, "item() / bool() / float() / int()")
+        a = self._t.numpy(copy=True)
         if a.size != 1:
             raise _core.InvalidArgumentError("Tensor.item(): the tensor has %d elements, not 1" % a.size)
         return a.reshape(()).item()
@@ -147,7 +173,7 @@ class Tensor:
 
     def __repr__(self):
         return "Tensor(shape=%s, dtype=%s, stop_gradient=%s,\n       %s)" % (
-            self.shape, self.dtype, self.stop_gradient, np.array2string(self.numpy(), prefix="       "))
+            self.shape, self.dtype, self.stop_gradient, np.array2string(self._t.numpy(copy=True), prefix="       "))
 
     # ---- autograd --------------------------------------------------------------
     def detach(self):
@@ -222,6 +248,9 @@ def run_op(op_type, inputs, outputs, attrs=None, seed=0):
                         for r in res[slot]]
     if needs:
         _record(op_type, ins, outs, attrs, result)
+    tr = getattr(_state, "tracer", None)
+    if tr is not None:
+        tr.record(op_type, ins, outs, attrs, result)
     return result
 
 
@@ -235,7 +264,10 @@ class _Node:
     """One recorded op: its backward ops (canonical var names: i<k> for the
     k-th distinct input tensor, o<k> for the k-th output), the tensors they
     read, and the input tensors gradients flow to."""
-    __slots__ = ("seq", "op_type", "grad_ops", "saved", "inputs", "out_meta")
+    __slots__ = ("seq", "op_type", "grad_ops", "saved", "inputs", "out_meta", "fn")
+
+    def __init__(self):
+        self.fn = None  # or fn(env, retain_graph) -> {"i<k>@GRAD": raw}: a node whose backward is not per-op (pe.jit)
 
 
 def _attrs_key(attrs):
@@ -388,6 +420,8 @@ def _backward_pass(tensor, grad_tensor=None, retain_graph=False):
                 env[o + "@GRAD"] = _sum(cs)
             elif _is_float(dtype):
                 env[o + "@GRAD"] = None  # made only if a backward op reads it
+        if n.fn is not None:
+            env.update(n.fn(env, retain_graph))
         for gtype, gins, gouts, gattrs in n.grad_ops:
             raw_ins = []
             for slot, names in gins:
