@@ -18,7 +18,10 @@ And a larger model, ResNet-20 on 3x32x32 images at batch 256 (PE_RESNET
 below: conv+batch_norm basic blocks), through the Python API
 (fluid.Executor(CUDAPlace(0)), a new numpy batch fed every step) against
 the same torch model fed by torch.from_numpy(x).to(dev); PE twice: with its
-pinned staging of feeds and fetches (the default) and with PE_CUDA_PINNED=0.
+pinned staging of feeds and fetches (the default), with PE_CUDA_PINNED=0,
+with PE_CUDNN_EXHAUSTIVE_SEARCH=1 (cuDNN's timed choice among the
+deterministic algorithms) and with PE_CUDNN_DETERMINISTIC=0 (any algorithm,
+as PyTorch's default).
 
 torch/PE = torch ms / PE ms (> 1: PE is faster). Each measurement is its own
 process; the set repeats --rounds times and the table shows the median.
@@ -211,18 +214,21 @@ def run_torch(model, batch, data, steps):
 
 
 def resnet_rows(steps, rounds, batch=256):
-    """ResNet-20 at `batch`: PE (pinned staging on, then PE_CUDA_PINNED=0) vs torch."""
-    pe_ms, pe_pageable_ms, torch_ms = [], [], []
+    """ResNet-20 at `batch`: PE (defaults, then each variant's environment) vs torch."""
+    variants = [("resnet20", {}), ("resnet20, PE_CUDA_PINNED=0", {"PE_CUDA_PINNED": "0"}),
+                ("resnet20, PE_CUDNN_EXHAUSTIVE_SEARCH=1", {"PE_CUDNN_EXHAUSTIVE_SEARCH": "1"}),
+                ("resnet20, PE_CUDNN_DETERMINISTIC=0", {"PE_CUDNN_DETERMINISTIC": "0"})]
+    pe_ms, torch_ms = {name: [] for name, _ in variants}, []
     try:
         for _ in range(rounds):
-            pe_ms.append(run_script(PE_RESNET, [batch, steps, "cuda"], "pe_ms"))
-            pe_pageable_ms.append(run_script(PE_RESNET, [batch, steps, "cuda"], "pe_ms", {"PE_CUDA_PINNED": "0"}))
+            for name, env in variants:
+                pe_ms[name].append(run_script(PE_RESNET, [batch, steps, "cuda"], "pe_ms", env))
             torch_ms.append(run_script(TORCH_RESNET, [batch, steps], "torch_ms"))
     except RuntimeError as e:
         return ["| resnet20 | %d | failed: %s | | |" % (batch, str(e).replace("|", "/").replace("\n", " ")[:300])]
-    p, q, t = (statistics.median(v) for v in (pe_ms, pe_pageable_ms, torch_ms))
-    return ["| resnet20 | %d | %.3f | %.3f | %.2f |" % (batch, p, t, t / p),
-            "| resnet20, PE_CUDA_PINNED=0 | %d | %.3f | %.3f | %.2f |" % (batch, q, t, t / q)]
+    t = statistics.median(torch_ms)
+    return ["| %s | %d | %.3f | %.3f | %.2f |" % (name, batch, statistics.median(pe_ms[name]), t,
+                                                   t / statistics.median(pe_ms[name])) for name, _ in variants]
 
 
 def nccl_lines():

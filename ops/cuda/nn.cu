@@ -14,7 +14,8 @@
  *     on an explicit geometry; conv2d_transpose is conv2d's backward-data and
  *     its gradients conv2d's forward and backward-weights (as deconv.c).
  *     The algorithm is the first DETERMINISTIC one cudnnGet*Algorithm_v7
- *     proposes (no TF32 for float32 — CUDNN_FMA_MATH — unless
+ *     proposes (cudnnFind*'s timed order with PE_CUDNN_EXHAUSTIVE_SEARCH=1;
+ *     any algorithm with PE_CUDNN_DETERMINISTIC=0) (no TF32 for float32 — CUDNN_FMA_MATH — unless
  *     PE_CUDA_TF32=1), preferring direct/GEMM algorithms under a 1 GiB
  *     workspace to FFT/Winograd ones (which round differently from the CPU
  *     sums), chosen once per (device, kind, dtype, shapes, attrs) and cached
@@ -165,6 +166,31 @@ bool tf32_enabled() {
     return on;
 }
 
+/* PE_CUDNN_DETERMINISTIC=0: any cuDNN algorithm, atomics-based and
+ * FFT/Winograd ones included (faster, but two runs may differ in the last
+ * bits); default: deterministic ones only. */
+bool deterministic_only() {
+    static const bool on = [] {
+        const char *v = getenv("PE_CUDNN_DETERMINISTIC");
+        return !(v && (!strcmp(v, "0") || !strcmp(v, "false") || !strcmp(v, "off")));
+    }();
+    return on;
+}
+
+/* PE_CUDNN_EXHAUSTIVE_SEARCH=1 (or Paddle's FLAGS_cudnn_exhaustive_search=1):
+ * order the candidates by cuDNN's timed trial runs (cudnnFind*) instead of
+ * its heuristics, once per shape; the same filters apply after. */
+bool exhaustive_search() {
+    static const bool on = [] {
+        for (const char *name : {"PE_CUDNN_EXHAUSTIVE_SEARCH", "FLAGS_cudnn_exhaustive_search"}) {
+            const char *v = getenv(name);
+            if (v && (!strcmp(v, "1") || !strcmp(v, "true") || !strcmp(v, "on"))) return true;
+        }
+        return false;
+    }();
+    return on;
+}
+
 /* ---- convolution plans ---------------------------------------------------
  * The three computations on the geometry g (its Input plane possibly padded
  * explicitly to hp x wp, cuDNN padding then 0). */
@@ -251,12 +277,14 @@ bool transformed(cudnnConvolutionBwdFilterAlgo_t a) {
            a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
 }
 
-/* Whether a heuristic result is usable: supported, deterministic, without
- * TF32 unless allowed; `strict` (the first choice) also within the
- * workspace cap and not a transformed algorithm. */
+/* Whether a heuristic result is usable: supported, deterministic (unless
+ * PE_CUDNN_DETERMINISTIC=0), without TF32 unless allowed; `strict` (the
+ * first choice) also within the workspace cap and, when deterministic, not a
+ * transformed algorithm. */
 template <typename Perf> bool perf_ok(const Perf &p, bool fp32_no_tf32, bool strict) {
-    if (p.status != CUDNN_STATUS_SUCCESS || p.determinism != CUDNN_DETERMINISTIC) return false;
-    if (strict && (p.memory > kMaxWorkspace || transformed(p.algo))) return false;
+    const bool det = deterministic_only();
+    if (p.status != CUDNN_STATUS_SUCCESS || (det && p.determinism != CUDNN_DETERMINISTIC)) return false;
+    if (strict && (p.memory > kMaxWorkspace || (det && transformed(p.algo)))) return false;
     if (fp32_no_tf32 && (p.mathType == CUDNN_TENSOR_OP_MATH || p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
         return false;
     return true;
@@ -300,8 +328,11 @@ pe_status conv_get_plan(const pe_op_ctx *ctx, cudnnHandle_t h, conv_cudnn *c, co
     int n = 0;
     if (kind == CONV_FWD) {
         cudnnConvolutionFwdAlgoPerf_t r[CUDNN_CONVOLUTION_FWD_ALGO_COUNT], best;
-        if (cudnnGetConvolutionForwardAlgorithm_v7(h, c->x.d, c->w.d, c->conv.d, c->y.d,
-                                                   CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, r) == CUDNN_STATUS_SUCCESS &&
+        if ((exhaustive_search() ? cudnnFindConvolutionForwardAlgorithm(h, c->x.d, c->w.d, c->conv.d, c->y.d,
+                                                                     CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, r)
+                              : cudnnGetConvolutionForwardAlgorithm_v7(h, c->x.d, c->w.d, c->conv.d, c->y.d,
+                                                                       CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, r)) ==
+                CUDNN_STATUS_SUCCESS &&
             pick_perf(r, n, fp32_no_tf32, &best)) {
             p.direct = false;
             p.algo = (int)best.algo;
@@ -309,9 +340,12 @@ pe_status conv_get_plan(const pe_op_ctx *ctx, cudnnHandle_t h, conv_cudnn *c, co
         }
     } else if (kind == CONV_BWD_DATA) {
         cudnnConvolutionBwdDataAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT], best;
-        if (cudnnGetConvolutionBackwardDataAlgorithm_v7(h, c->w.d, c->y.d, c->conv.d, c->x.d,
-                                                        CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n,
-                                                        r) == CUDNN_STATUS_SUCCESS &&
+        if ((exhaustive_search()
+                 ? cudnnFindConvolutionBackwardDataAlgorithm(h, c->w.d, c->y.d, c->conv.d, c->x.d,
+                                                             CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, r)
+                 : cudnnGetConvolutionBackwardDataAlgorithm_v7(h, c->w.d, c->y.d, c->conv.d, c->x.d,
+                                                               CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, r)) ==
+                CUDNN_STATUS_SUCCESS &&
             pick_perf(r, n, fp32_no_tf32, &best)) {
             p.direct = false;
             p.algo = (int)best.algo;
@@ -319,9 +353,12 @@ pe_status conv_get_plan(const pe_op_ctx *ctx, cudnnHandle_t h, conv_cudnn *c, co
         }
     } else {
         cudnnConvolutionBwdFilterAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT], best;
-        if (cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, c->x.d, c->y.d, c->conv.d, c->w.d,
-                                                          CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n,
-                                                          r) == CUDNN_STATUS_SUCCESS &&
+        if ((exhaustive_search()
+                 ? cudnnFindConvolutionBackwardFilterAlgorithm(h, c->x.d, c->y.d, c->conv.d, c->w.d,
+                                                               CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, r)
+                 : cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, c->x.d, c->y.d, c->conv.d, c->w.d,
+                                                                 CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, r)) ==
+                CUDNN_STATUS_SUCCESS &&
             pick_perf(r, n, fp32_no_tf32, &best)) {
             p.direct = false;
             p.algo = (int)best.algo;
