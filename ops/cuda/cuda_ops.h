@@ -21,7 +21,7 @@
  * - Grid-stride loops with 64-bit indices (PE_CUDA_LOOP), PE_CUDA_THREADS per
  *   block, pe_cuda_blocks(n) blocks.
  * - Deterministic: no floating-point atomics; every sum runs in a fixed
- *   order (pe_cuda_reduce_mid below), so a run repeats bit for bit.
+ *   order (ops/cuda/reduce_kernels.cuh), so a run repeats bit for bit.
  * - Numerics of the CPU kernel (ops/cpu/<family>.c): the same formulas, the
  *   same dtype list, the same attrs; precise libm (no --use_fast_math);
  *   __fmul_rn/__fadd_rn where nvcc would contract into an FMA and the
@@ -29,8 +29,8 @@
  * - Scratch on the device: pe_cuda_temp (the caching allocator; returned at
  *   the end of the scope, stream-ordered, no synchronization).
  * - Host reads of device data are a synchronization: avoid them in kernels;
- *   where an op must read a device scalar on the host (a shape tensor), use
- *   pe_cuda_read_scalar, which says so in its error.
+ *   where an op must (a shape tensor, an error flag), one pe_cuda_memcpy
+ *   to the host, with an error that says what was being read.
  * - Errors through pe_ctx_error (names op and place) — launch failures via
  *   pe_cuda_check_launch right after the launches.
  */
@@ -158,87 +158,5 @@ private:
     pe_place place_;
     void *p_ = nullptr;
 };
-
-/* Reads one element of a device tensor (or a CPU one) into a double on the
- * host: a synchronization of the place's stream. For ops whose output shape
- * depends on a value (shape tensors); never in a per-element path. */
-static inline pe_status pe_cuda_read_scalar(const pe_op_ctx *ctx, const pe_tensor *t, int64_t k, double *out) {
-    size_t es = pe_dtype_size(t->dtype);
-    unsigned char b[8] = {0};
-    pe_status st = pe_cuda_memcpy(b, pe_place_cpu(0), (const char *)pe_tensor_data(t) + (size_t)k * es,
-                                  t->buf ? t->buf->place : ctx->place, es);
-    if (st != PE_OK) return pe_ctx_error(ctx, st, "reading a shape value from the device: %s", pe_last_error());
-    switch (t->dtype) {
-    case PE_DTYPE_FP32: *out = *(float *)b; break;
-    case PE_DTYPE_FP64: *out = *(double *)b; break;
-    case PE_DTYPE_INT32: *out = *(int32_t *)b; break;
-    case PE_DTYPE_INT64: *out = (double)*(int64_t *)b; break;
-    case PE_DTYPE_BOOL: *out = b[0] != 0; break;
-    default: return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "cannot read a %s value", pe_dtype_name(t->dtype));
-    }
-    return PE_OK;
-}
-
-/* ---- deterministic sum over the middle axis -------------------------------
- *
- * in: [outer, mid, inner] -> out[o, i] = post(sum_m pre(in[o, m, i]), o, i),
- * accumulated in Acc (double for float32 inputs where the CPU kernel does so)
- * in a fixed order: a run repeats bit for bit. The workhorse of the gradient
- * of a broadcast (sum over the broadcast dims), bias gradients, reduce_sum,
- * mean and the losses. inner == 1 gets one block per output with a tree
- * reduction in shared memory; otherwise one thread per output walks mid
- * (adjacent threads read adjacent elements). */
-struct pe_cuda_ident {
-    template <typename A> __device__ A operator()(A v) const { return v; }
-};
-struct pe_cuda_post_ident {
-    template <typename A> __device__ A operator()(A v, int64_t, int64_t) const { return v; }
-};
-struct pe_cuda_post_scale {
-    double s;
-    template <typename A> __device__ A operator()(A v, int64_t, int64_t) const { return (A)(v * (A)s); }
-};
-
-template <typename T, typename Acc, typename Pre, typename Post>
-__global__ void pe_cuda_k_reduce_rows(const T *in, T *out, int64_t outer, int64_t mid, Pre pre, Post post) {
-    __shared__ Acc sh[PE_CUDA_THREADS];
-    for (int64_t o = blockIdx.x; o < outer; o += gridDim.x) {
-        Acc a = 0;
-        for (int64_t m = threadIdx.x; m < mid; m += blockDim.x) a += (Acc)pre((Acc)in[o * mid + m]);
-        sh[threadIdx.x] = a;
-        __syncthreads();
-        for (int w = blockDim.x / 2; w > 0; w >>= 1) {
-            if ((int)threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
-            __syncthreads();
-        }
-        if (threadIdx.x == 0) out[o] = (T)post(sh[0], o, 0);
-        __syncthreads();
-    }
-}
-
-template <typename T, typename Acc, typename Pre, typename Post>
-__global__ void pe_cuda_k_reduce_mid(const T *in, T *out, int64_t outer, int64_t mid, int64_t inner, Pre pre,
-                                     Post post) {
-    PE_CUDA_LOOP(idx, outer * inner) {
-        int64_t o = idx / inner, i = idx % inner;
-        const T *p = in + o * mid * inner + i;
-        Acc a = 0;
-        for (int64_t m = 0; m < mid; m++) a += (Acc)pre((Acc)p[m * inner]);
-        out[idx] = (T)post(a, o, i);
-    }
-}
-
-/* Launches the reduction on stream s (no error check: call
- * pe_cuda_check_launch after). Requires outer * inner > 0. */
-template <typename T, typename Acc = T, typename Pre = pe_cuda_ident, typename Post = pe_cuda_post_ident>
-static inline void pe_cuda_reduce_mid(const T *in, T *out, int64_t outer, int64_t mid, int64_t inner, cudaStream_t s,
-                                      Pre pre = Pre{}, Post post = Post{}) {
-    if (inner == 1 && mid >= 256)
-        pe_cuda_k_reduce_rows<T, Acc><<<pe_cuda_blocks(outer * PE_CUDA_THREADS), PE_CUDA_THREADS, 0, s>>>(
-            in, out, outer, mid, pre, post);
-    else
-        pe_cuda_k_reduce_mid<T, Acc><<<pe_cuda_blocks(outer * inner), PE_CUDA_THREADS, 0, s>>>(in, out, outer, mid,
-                                                                                               inner, pre, post);
-}
 
 #endif

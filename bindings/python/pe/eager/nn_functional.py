@@ -7,31 +7,10 @@ the same grad ops a program gets from pe.static.gradients.
 import numpy as np
 
 from .. import _core
+from ..utils.conv_args import pair as _pair, padding as _padding
 from .autograd import Tensor, run_op
 from .functional import _check, _out, _next_seed, mean, sum, reshape, subtract
 
-
-def _pair(v, what):
-    if isinstance(v, (int, np.integer)):
-        return [int(v), int(v)]
-    v = [int(a) for a in v]
-    if len(v) != 2:
-        raise _core.InvalidArgumentError("%s must be an int or a pair, got %s" % (what, v))
-    return v
-
-
-def _padding(padding, what):
-    if isinstance(padding, str):
-        algo = padding.upper()
-        if algo not in ("SAME", "VALID"):
-            raise _core.InvalidArgumentError("%s: padding must be 'SAME', 'VALID', an int or a pair" % what)
-        return [0, 0], algo
-    if isinstance(padding, (list, tuple)) and len(padding) == 4:
-        p = [int(a) for a in padding]
-        if p[0] != p[1] or p[2] != p[3]:
-            raise _core.UnsupportedError("%s: asymmetric padding %s is not supported" % (what, p))
-        return [p[0], p[2]], "EXPLICIT"
-    return _pair(padding, what + " padding"), "EXPLICIT"
 
 
 def _nchw(x, data_format, api):

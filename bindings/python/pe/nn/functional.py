@@ -9,6 +9,7 @@ pe.UnsupportedError when the function is called, naming the op.
 import numpy as np
 
 from .. import _core
+from ..utils.conv_args import pair as _pair, padding as _padding
 from .. import tensor as _t
 from ..framework import Variable, has_op, require_op
 from ..layer_helper import LayerHelper, check_variable
@@ -196,29 +197,6 @@ def linear(x, weight, bias=None, name=None):
     helper.append_op("elementwise_add", {"X": [out], "Y": [bias]}, {"Out": [res]}, {"axis": len(out.shape) - 1})
     return res
 
-
-def _pair(v, what):
-    if isinstance(v, (int, np.integer)):
-        return [int(v), int(v)]
-    v = [int(a) for a in v]
-    if len(v) != 2:
-        raise _core.InvalidArgumentError("%s must be an int or a pair, got %s" % (what, v))
-    return v
-
-
-def _padding(padding, what):
-    """(paddings [h, w], padding_algorithm)."""
-    if isinstance(padding, str):
-        algo = padding.upper()
-        if algo not in ("SAME", "VALID"):
-            raise _core.InvalidArgumentError("%s: padding must be 'SAME', 'VALID', an int or a pair" % what)
-        return [0, 0], algo
-    if isinstance(padding, (list, tuple)) and len(padding) == 4:
-        p = [int(a) for a in padding]
-        if p[0] != p[1] or p[2] != p[3]:
-            raise _core.UnsupportedError("%s: asymmetric padding %s is not supported" % (what, p))
-        return [p[0], p[2]], "EXPLICIT"
-    return _pair(padding, what + " padding"), "EXPLICIT"
 
 
 def _conv_out(size, k, s, p, d, algo, ceil=False):
