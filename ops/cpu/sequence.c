@@ -318,15 +318,23 @@ pe_status pe_cpu_sequence_conv(const pe_op_ctx *ctx) {
             PE_PAR_FOR(par, s, ns, {                                                                        \
                 const int64_t b = off[s], e = off[s + 1];                                                   \
                 for (int64_t r = b; r < e; r++)                                                             \
-                    for (int64_t c = 0; c < d; c++) {                                                       \
-                        T acc = 0;                                                                          \
+                    for (int64_t c0 = 0; c0 < d; c0 += 8) { /* 8 sums at a time: independent chains */      \
+                        const int64_t cn = d - c0 < 8 ? d - c0 : 8;                                         \
+                        T acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};                                                \
                         for (int64_t j = 0; j < len; j++) {                                                 \
                             const int64_t t = r - start - j;                                                \
                             if (t < b || t >= e) continue;                                                  \
-                            const T *gr = dout + t * n, *fr = f + (j * d + c) * n;                          \
-                            for (int64_t k = 0; k < n; k++) acc += gr[k] * fr[k];                           \
+                            const T *gr = dout + t * n, *f0 = f + (j * d + c0) * n;                         \
+                            if (cn == 8)                                                                    \
+                                for (int64_t k = 0; k < n; k++) {                                           \
+                                    const T gv = gr[k];                                                     \
+                                    for (int i = 0; i < 8; i++) acc[i] += gv * f0[i * n + k];               \
+                                }                                                                           \
+                            else                                                                            \
+                                for (int64_t k = 0; k < n; k++)                                             \
+                                    for (int64_t i = 0; i < cn; i++) acc[i] += gr[k] * f0[i * n + k];       \
                         }                                                                                   \
-                        gx[r * d + c] = acc;                                                                \
+                        for (int64_t i = 0; i < cn; i++) gx[r * d + c0 + i] = acc[i];                       \
                     }                                                                                       \
             });                                                                                             \
         if (gf)                                                                                             \
