@@ -1,6 +1,7 @@
 /* ops/sequence.c — shape inference of the sequence (LoD) ops, Paddle 1.x's
- * sequence_pool, sequence_softmax, sequence_expand, sequence_mask and their
- * gradients (kernels: ops/cpu/sequence.c, ops/cuda/sequence.cu).
+ * sequence_pool, sequence_softmax, sequence_expand, sequence_mask,
+ * sequence_conv and their gradients (kernels: ops/cpu/sequence.c,
+ * ops/cuda/sequence.cu).
  *
  * Their output rows come from the LoD, not from the dims: sequence_pool has
  * one row per sequence of X's last level, sequence_expand the rows of X's
@@ -11,7 +12,8 @@
  * sets its outputs' LoD itself (ctx->lod_set: no ShareLoD by rows):
  * sequence_pool drops X's last level, sequence_softmax keeps X's,
  * sequence_expand builds one level of the repeated X sequences (none when X
- * has none, as Paddle), the gradients take X's.
+ * has none, as Paddle), sequence_conv keeps X's, the gradients take X's
+ * (Filter@GRAD none).
  *
  * sequence_mask's columns are max(X) unless maxlen is given: a value, read
  * from X's data at run time. In the memory plan's inference X has no data;
@@ -305,5 +307,78 @@ pe_status pe_infer_sequence_mask(pe_op_ctx *ctx) {
     ctx->lod_set = true;
     pe_tensor *y = pe_ctx_out(ctx, "Y");
     if (y) pe_tensor_clear_lod(y);
+    return PE_OK;
+}
+
+/* ---- sequence_conv ------------------------------------------------------ */
+
+pe_status pe_seqconv_geom_get(const pe_op_ctx *ctx, const pe_tensor *x, const pe_tensor *f, pe_seqconv_geom *g) {
+    char ds[160];
+    if (pe_ctx_bool(ctx, "paddingTrainable"))
+        return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED,
+                            "attr paddingTrainable = true (a trained PaddingData for the rows outside the "
+                            "sequences of X '%s') is not supported; PE pads with zeros (paddingTrainable = false, "
+                            "as fluid.layers.sequence_conv builds it)", pe_ctx_in_name(ctx, "X", 0));
+    const int64_t stride = pe_ctx_int(ctx, "contextStride");
+    if (stride != 1)
+        return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED,
+                            "attr contextStride = %lld for X '%s' (only 1 is supported, as in Paddle)",
+                            (long long)stride, pe_ctx_in_name(ctx, "X", 0));
+    g->len = pe_ctx_int(ctx, "contextLength");
+    g->start = pe_ctx_int(ctx, "contextStart");
+    if (g->len < 1)
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "attr contextLength = %lld for X '%s' (expected >= 1)",
+                            (long long)g->len, pe_ctx_in_name(ctx, "X", 0));
+    if (!pe_dtype_is_float(x->dtype))
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "X '%s' has dtype %s (expected float32 or float64)",
+                            pe_ctx_in_name(ctx, "X", 0), pe_dtype_name(x->dtype));
+    if (x->ndim != 2)
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "X '%s' has shape %s (expected [T, D]: one row per time step)",
+                            pe_ctx_in_name(ctx, "X", 0), pe_dims_str(x->ndim, x->dims, ds, sizeof ds));
+    PE_CHECK(pe_seq_last_level(ctx, "X", x, &g->off, &g->n_off));
+    g->rows = x->dims[0];
+    g->d = x->dims[1];
+    if (f->dtype != x->dtype || f->ndim != 2 || f->dims[0] != g->len * g->d)
+        return pe_ctx_error(ctx, PE_ERR_INVALID,
+                            "Filter '%s' is %s %s (expected %s [contextLength * D, N] = [%lld, N] for X '%s' of "
+                            "D = %lld and contextLength = %lld)", pe_ctx_in_name(ctx, "Filter", 0),
+                            pe_dtype_name(f->dtype), pe_dims_str(f->ndim, f->dims, ds, sizeof ds),
+                            pe_dtype_name(x->dtype), (long long)(g->len * g->d), pe_ctx_in_name(ctx, "X", 0),
+                            (long long)g->d, (long long)g->len);
+    g->n = f->dims[1];
+    return PE_OK;
+}
+
+/* X [T, D] with LoD, Filter [contextLength * D, N] -> Out [T, N] with X's LoD */
+pe_status pe_infer_sequence_conv(pe_op_ctx *ctx) {
+    pe_tensor *x, *f;
+    PE_CHECK(pe_infer_need_in(ctx, "X", &x));
+    PE_CHECK(pe_infer_need_in(ctx, "Filter", &f));
+    pe_seqconv_geom g;
+    PE_CHECK(pe_seqconv_geom_get(ctx, x, f, &g));
+    const int64_t dims[2] = {g.rows, g.n};
+    PE_CHECK(pe_infer_set_out(ctx, "Out", x->dtype, 2, dims));
+    ctx->lod_set = true;
+    pe_tensor *out = pe_ctx_out(ctx, "Out");
+    if (out) pe_tensor_share_lod(out, x);
+    return PE_OK;
+}
+
+/* X, Filter, Out@GRAD [T, N] -> X@GRAD like X (its LoD), Filter@GRAD like Filter */
+pe_status pe_infer_sequence_conv_grad(pe_op_ctx *ctx) {
+    pe_tensor *x, *f, *g;
+    PE_CHECK(pe_infer_need_in(ctx, "X", &x));
+    PE_CHECK(pe_infer_need_in(ctx, "Filter", &f));
+    PE_CHECK(pe_infer_need_in(ctx, "Out@GRAD", &g));
+    pe_seqconv_geom sg;
+    PE_CHECK(pe_seqconv_geom_get(ctx, x, f, &sg));
+    const int64_t dims[2] = {sg.rows, sg.n};
+    PE_CHECK(pe_infer_check_grad(ctx, "Out@GRAD", g, x->dtype, 2, dims));
+    PE_CHECK(pe_infer_set_out(ctx, "X@GRAD", x->dtype, x->ndim, x->dims));
+    PE_CHECK(pe_infer_set_out(ctx, "Filter@GRAD", f->dtype, f->ndim, f->dims));
+    ctx->lod_set = true;
+    pe_tensor *gx = pe_ctx_out(ctx, "X@GRAD"), *gf = pe_ctx_out(ctx, "Filter@GRAD");
+    if (gx) pe_tensor_share_lod(gx, x);
+    if (gf) pe_tensor_clear_lod(gf);
     return PE_OK;
 }

@@ -29,6 +29,18 @@ pe_status pe_seq_last_level(const pe_op_ctx *ctx, const char *slot, const pe_ten
  * x_off NULL then). */
 pe_status pe_seq_expand_levels(const pe_op_ctx *ctx, const pe_tensor *x, const pe_tensor *y, const int64_t **y_off,
                                int64_t *n_y, const int64_t **x_off);
+/* sequence_conv's geometry, checked: X [T, D] (float) with a LoD (off, n_off:
+ * its last level), Filter [len * D, N] of X's dtype; contextLength >= 1,
+ * contextStride 1 and paddingTrainable false (errors otherwise, naming the
+ * attr). Row t of sequence [b, e) reads rows t + start + j (j < len) that
+ * lie in [b, e); the others are zeros. */
+typedef struct pe_seqconv_geom {
+    const int64_t *off;
+    int64_t n_off;      /* offsets: n_off - 1 sequences */
+    int64_t rows, d, n; /* T, D, N */
+    int64_t len, start; /* contextLength, contextStart */
+} pe_seqconv_geom;
+pe_status pe_seqconv_geom_get(const pe_op_ctx *ctx, const pe_tensor *x, const pe_tensor *f, pe_seqconv_geom *g);
 
 #ifdef __cplusplus
 }

@@ -1,12 +1,22 @@
 /* ops/cpu/sequence.c — CPU kernels of the sequence (LoD) ops: sequence_pool,
- * sequence_softmax, sequence_expand, sequence_mask and their gradients
- * (shape inference and the LoD rules: ops/sequence.c).
+ * sequence_softmax, sequence_expand, sequence_mask, sequence_conv and their
+ * gradients (shape inference and the LoD rules: ops/sequence.c).
  *
  * One loop over the sequences of the LoD's last level (sequence_expand: Y's
  * ref_level), forked over threads by sequence when there is enough work;
  * each sequence writes its own output rows, so the result never depends on
  * the thread count. Sums run in row order. An empty sequence pools to
  * pad_value (MaxIndex -1) and gets no gradient, as Paddle's.
+ *
+ * sequence_conv is Paddle's im2col (each row's context window, rows outside
+ * its sequence zero) times Filter, computed directly without the column
+ * matrix: a context row outside the sequence is skipped (it adds zero).
+ * Each output element is one sum in the dtype in a fixed order, the order
+ * ops/cuda/sequence.cu's kernels use too: Out[t, :] over (j, d) ascending
+ * (the inner loop runs along Out's row, so it vectorizes), X@GRAD[r, d] over
+ * j then the filter column n, Filter@GRAD[j * D + d, :] over the rows t in
+ * order. Threads split sequences (Out, X@GRAD) or Filter rows
+ * (Filter@GRAD): the result never depends on the thread count.
  */
 #include "ops/cpu/par.h"
 #include "ops/sequence.h"
@@ -253,5 +263,112 @@ pe_status pe_cpu_sequence_mask(const pe_op_ctx *ctx) {
         return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "Y has dtype %s (the kernel writes float32, float64, int32, "
                             "int64, uint8, bool)", pe_dtype_name(y->dtype));
     }
+    return PE_OK;
+}
+
+/* ---- sequence_conv: Out[t, n] = sum over j < len, d < D, with r = t + start + j
+ * in t's sequence, of X[r, d] * Filter[j * D + d, n] ---- */
+
+#define SEQCONV_FWD(NAME, T)                                                                               \
+    static void NAME(const pe_seqconv_geom *g, const T *x, const T *f, T *out, int nt) {                    \
+        const int64_t d = g->d, n = g->n, len = g->len, start = g->start, ns = g->n_off - 1;                \
+        const int64_t *off = g->off;                                                                        \
+        PE_PAR_FOR(g->rows * len * d * n >= PE_PAR_MIN && nt > 1, s, ns, {                                 \
+            const int64_t b = off[s], e = off[s + 1];                                                       \
+            for (int64_t t = b; t < e; t++) {                                                               \
+                T *o = out + t * n;                                                                         \
+                for (int64_t k = 0; k < n; k++) o[k] = 0;                                                   \
+                for (int64_t j = 0; j < len; j++) {                                                         \
+                    const int64_t r = t + start + j;                                                        \
+                    if (r < b || r >= e) continue;                                                          \
+                    for (int64_t c = 0; c < d; c++) {                                                       \
+                        const T xv = x[r * d + c];                                                          \
+                        const T *fr = f + (j * d + c) * n;                                                  \
+                        for (int64_t k = 0; k < n; k++) o[k] += xv * fr[k];                                 \
+                    }                                                                                       \
+                }                                                                                           \
+            }                                                                                               \
+        });                                                                                                 \
+    }
+SEQCONV_FWD(seqconv_f32, float)
+SEQCONV_FWD(seqconv_f64, double)
+
+pe_status pe_cpu_sequence_conv(const pe_op_ctx *ctx) {
+    const pe_tensor *x = pe_ctx_in(ctx, "X"), *f = pe_ctx_in(ctx, "Filter");
+    pe_tensor *out = pe_ctx_out(ctx, "Out");
+    pe_seqconv_geom g;
+    PE_CHECK(pe_seqconv_geom_get(ctx, x, f, &g));
+    if (g.rows * g.n == 0) return PE_OK;
+    const int nt = pe_kernel_threads(ctx);
+    if (x->dtype == PE_DTYPE_FP32) seqconv_f32(&g, pe_tensor_data(x), pe_tensor_data(f), pe_tensor_data(out), nt);
+    else seqconv_f64(&g, pe_tensor_data(x), pe_tensor_data(f), pe_tensor_data(out), nt);
+    return PE_OK;
+}
+
+/* X@GRAD[r, c] = sum over j < len (t = r - start - j in r's sequence), then n < N, of
+ * Out@GRAD[t, n] * Filter[j * D + c, n];
+ * Filter@GRAD[j * D + c, k] = sum over the rows t (in order) whose context row
+ * r = t + start + j lies in t's sequence, of X[r, c] * Out@GRAD[t, k] */
+#define SEQCONV_BWD(NAME, T)                                                                               \
+    static void NAME(const pe_seqconv_geom *g, const T *x, const T *f, const T *dout, T *gx, T *gf, int nt) {  \
+        const int64_t d = g->d, n = g->n, len = g->len, start = g->start, ns = g->n_off - 1;                \
+        const int64_t *off = g->off;                                                                        \
+        const bool par = g->rows * len * d * n >= PE_PAR_MIN && nt > 1;                                     \
+        if (gx)                                                                                             \
+            PE_PAR_FOR(par, s, ns, {                                                                        \
+                const int64_t b = off[s], e = off[s + 1];                                                   \
+                for (int64_t r = b; r < e; r++)                                                             \
+                    for (int64_t c0 = 0; c0 < d; c0 += 8) { /* 8 sums at a time: independent chains */      \
+                        const int64_t cn = d - c0 < 8 ? d - c0 : 8;                                         \
+                        T acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};                                                \
+                        for (int64_t j = 0; j < len; j++) {                                                 \
+                            const int64_t t = r - start - j;                                                \
+                            if (t < b || t >= e) continue;                                                  \
+                            const T *gr = dout + t * n, *f0 = f + (j * d + c0) * n;                         \
+                            if (cn == 8)                                                                    \
+                                for (int64_t k = 0; k < n; k++) {                                           \
+                                    const T gv = gr[k];                                                     \
+                                    for (int i = 0; i < 8; i++) acc[i] += gv * f0[i * n + k];               \
+                                }                                                                           \
+                            else                                                                            \
+                                for (int64_t k = 0; k < n; k++)                                             \
+                                    for (int64_t i = 0; i < cn; i++) acc[i] += gr[k] * f0[i * n + k];       \
+                        }                                                                                   \
+                        for (int64_t i = 0; i < cn; i++) gx[r * d + c0 + i] = acc[i];                       \
+                    }                                                                                       \
+            });                                                                                             \
+        if (gf)                                                                                             \
+            PE_PAR_FOR(par, q, len * d, {                                                                   \
+                const int64_t j = q / d, c = q % d;                                                         \
+                T *o = gf + q * n;                                                                          \
+                for (int64_t k = 0; k < n; k++) o[k] = 0;                                                   \
+                for (int64_t s = 0; s < ns; s++) {                                                          \
+                    const int64_t b = off[s], e = off[s + 1];                                               \
+                    for (int64_t t = b; t < e; t++) {                                                       \
+                        const int64_t r = t + start + j;                                                    \
+                        if (r < b || r >= e) continue;                                                      \
+                        const T xv = x[r * d + c];                                                          \
+                        const T *gr = dout + t * n;                                                         \
+                        for (int64_t k = 0; k < n; k++) o[k] += xv * gr[k];                                 \
+                    }                                                                                       \
+                }                                                                                           \
+            });                                                                                             \
+    }
+SEQCONV_BWD(seqconv_grad_f32, float)
+SEQCONV_BWD(seqconv_grad_f64, double)
+
+pe_status pe_cpu_sequence_conv_grad(const pe_op_ctx *ctx) {
+    const pe_tensor *x = pe_ctx_in(ctx, "X"), *f = pe_ctx_in(ctx, "Filter"), *g = pe_ctx_in(ctx, "Out@GRAD");
+    pe_tensor *gx = pe_ctx_out(ctx, "X@GRAD"), *gf = pe_ctx_out(ctx, "Filter@GRAD");
+    if (!gx && !gf) return PE_OK;
+    pe_seqconv_geom sg;
+    PE_CHECK(pe_seqconv_geom_get(ctx, x, f, &sg));
+    const int nt = pe_kernel_threads(ctx);
+    if (x->dtype == PE_DTYPE_FP32)
+        seqconv_grad_f32(&sg, pe_tensor_data(x), pe_tensor_data(f), pe_tensor_data(g), gx ? pe_tensor_data(gx) : NULL,
+                         gf ? pe_tensor_data(gf) : NULL, nt);
+    else
+        seqconv_grad_f64(&sg, pe_tensor_data(x), pe_tensor_data(f), pe_tensor_data(g), gx ? pe_tensor_data(gx) : NULL,
+                         gf ? pe_tensor_data(gf) : NULL, nt);
     return PE_OK;
 }

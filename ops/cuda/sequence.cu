@@ -14,8 +14,12 @@
  * products rounded as the CPU's (__fmul_rn: no FMA contraction).
  * sequence_expand copies through a host-built row map (output row -> X
  * row); its gradient sums each X row's copies in order, one thread per
- * element. sequence_mask: one thread per Y element. No atomics: a run
- * repeats bit for bit and equals the CPU.
+ * element. sequence_mask: one thread per Y element. sequence_conv: one
+ * thread per element of Out, X@GRAD and Filter@GRAD, each the CPU's sum in
+ * the CPU's order (Out over (j, d), X@GRAD over j then n, Filter@GRAD over
+ * the rows in order), products rounded apart (mul_rn), so it equals the
+ * CPU bit for bit; a thread finds its row's sequence by binary search. No
+ * atomics: a run repeats bit for bit and equals the CPU.
  */
 #include "ops/cuda/cuda_ops.h"
 #include "ops/sequence.h"
@@ -171,6 +175,59 @@ template <typename I> pe_status launch_mask(const pe_op_ctx *ctx, const I *x, in
                             "int64, uint8, bool)", pe_dtype_name(y->dtype));
     }
     return pe_cuda_check_launch(ctx);
+}
+
+/* sequence_conv: out [rows, n], one thread per element; r = t + start + j in t's sequence */
+template <typename T>
+__global__ void k_seqconv(const int64_t *off, int64_t n_off, int64_t rows, int64_t d, int64_t n, int64_t len,
+                          int64_t start, const T *x, const T *f, T *out) {
+    PE_CUDA_LOOP(idx, rows * n) {
+        const int64_t t = idx / n, k = idx % n;
+        const int64_t s = seq_of(off, n_off, t), b = off[s], e = off[s + 1];
+        T acc = 0;
+        for (int64_t j = 0; j < len; j++) {
+            const int64_t r = t + start + j;
+            if (r < b || r >= e) continue;
+            for (int64_t c = 0; c < d; c++) acc += mul_rn(x[r * d + c], f[(j * d + c) * n + k]);
+        }
+        out[idx] = acc;
+    }
+}
+
+/* gx [rows, d]: sum over j (t = r - start - j in r's sequence), then k, of dout[t, k] * f[j * d + c, k] */
+template <typename T>
+__global__ void k_seqconv_grad_x(const int64_t *off, int64_t n_off, int64_t rows, int64_t d, int64_t n, int64_t len,
+                                 int64_t start, const T *f, const T *dout, T *gx) {
+    PE_CUDA_LOOP(idx, rows * d) {
+        const int64_t r = idx / d, c = idx % d;
+        const int64_t s = seq_of(off, n_off, r), b = off[s], e = off[s + 1];
+        T acc = 0;
+        for (int64_t j = 0; j < len; j++) {
+            const int64_t t = r - start - j;
+            if (t < b || t >= e) continue;
+            for (int64_t k = 0; k < n; k++) acc += mul_rn(dout[t * n + k], f[(j * d + c) * n + k]);
+        }
+        gx[idx] = acc;
+    }
+}
+
+/* gf [len * d, n]: sum over the rows t in order (r = t + start + j in t's sequence) of x[r, c] * dout[t, k] */
+template <typename T>
+__global__ void k_seqconv_grad_f(const int64_t *off, int64_t n_off, int64_t d, int64_t n, int64_t len,
+                                 int64_t start, const T *x, const T *dout, T *gf) {
+    PE_CUDA_LOOP(idx, len * d * n) {
+        const int64_t q = idx / n, k = idx % n, j = q / d, c = q % d;
+        T acc = 0;
+        for (int64_t s = 0; s + 1 < n_off; s++) {
+            const int64_t b = off[s], e = off[s + 1];
+            for (int64_t t = b; t < e; t++) {
+                const int64_t r = t + start + j;
+                if (r < b || r >= e) continue;
+                acc += mul_rn(x[r * d + c], dout[t * n + k]);
+            }
+        }
+        gf[idx] = acc;
+    }
 }
 
 } // namespace
@@ -337,6 +394,56 @@ pe_status pe_cuda_sequence_mask(const pe_op_ctx *ctx) {
     PE_CHECK(pe_cuda_place_stream(ctx, dev, &s));
     if (x->dtype == PE_DTYPE_INT32) return launch_mask(ctx, (const int32_t *)pe_tensor_data(x), n, m, y, s);
     return launch_mask(ctx, (const int64_t *)pe_tensor_data(x), n, m, y, s);
+}
+
+/* X [T, D] with LoD, Filter [contextLength * D, N] -> Out [T, N] */
+pe_status pe_cuda_sequence_conv(const pe_op_ctx *ctx) {
+    const pe_tensor *x = pe_ctx_in(ctx, "X"), *f = pe_ctx_in(ctx, "Filter");
+    pe_tensor *out = pe_ctx_out(ctx, "Out");
+    PE_CHECK(pe_cuda_check_on_place(ctx, x, "X", pe_ctx_in_name(ctx, "X", 0)));
+    PE_CHECK(pe_cuda_check_on_place(ctx, f, "Filter", pe_ctx_in_name(ctx, "Filter", 0)));
+    pe_seqconv_geom g;
+    PE_CHECK(pe_seqconv_geom_get(ctx, x, f, &g));
+    if (g.rows * g.n == 0) return PE_OK;
+    pe_cuda_device_scope dev(ctx->place.id);
+    cudaStream_t s;
+    PE_CHECK(pe_cuda_place_stream(ctx, dev, &s));
+    dev_i64 doff(ctx, g.off, g.n_off, s);
+    if (doff.st != PE_OK) return doff.st;
+    PE_CUDA_FLOAT_TYPES(ctx, x->dtype, "X", T,
+        k_seqconv<T><<<pe_cuda_blocks(g.rows * g.n), PE_CUDA_THREADS, 0, s>>>(
+            doff.get(), g.n_off, g.rows, g.d, g.n, g.len, g.start, (const T *)pe_tensor_data(x),
+            (const T *)pe_tensor_data(f), (T *)pe_tensor_data(out)));
+    return pe_cuda_check_launch(ctx);
+}
+
+pe_status pe_cuda_sequence_conv_grad(const pe_op_ctx *ctx) {
+    const pe_tensor *x = pe_ctx_in(ctx, "X"), *f = pe_ctx_in(ctx, "Filter"), *g = pe_ctx_in(ctx, "Out@GRAD");
+    pe_tensor *gx = pe_ctx_out(ctx, "X@GRAD"), *gf = pe_ctx_out(ctx, "Filter@GRAD");
+    if (!gx && !gf) return PE_OK;
+    PE_CHECK(pe_cuda_check_on_place(ctx, x, "X", pe_ctx_in_name(ctx, "X", 0)));
+    PE_CHECK(pe_cuda_check_on_place(ctx, f, "Filter", pe_ctx_in_name(ctx, "Filter", 0)));
+    PE_CHECK(pe_cuda_check_on_place(ctx, g, "Out@GRAD", pe_ctx_in_name(ctx, "Out@GRAD", 0)));
+    pe_seqconv_geom sg;
+    PE_CHECK(pe_seqconv_geom_get(ctx, x, f, &sg));
+    const int64_t nx = gx ? sg.rows * sg.d : 0, nf = gf ? sg.len * sg.d * sg.n : 0;
+    if (nx == 0 && nf == 0) return PE_OK;
+    pe_cuda_device_scope dev(ctx->place.id);
+    cudaStream_t s;
+    PE_CHECK(pe_cuda_place_stream(ctx, dev, &s));
+    dev_i64 doff(ctx, sg.off, sg.n_off, s);
+    if (doff.st != PE_OK) return doff.st;
+    PE_CUDA_FLOAT_TYPES(ctx, x->dtype, "X", T, {
+        if (nx)
+            k_seqconv_grad_x<T><<<pe_cuda_blocks(nx), PE_CUDA_THREADS, 0, s>>>(
+                doff.get(), sg.n_off, sg.rows, sg.d, sg.n, sg.len, sg.start, (const T *)pe_tensor_data(f),
+                (const T *)pe_tensor_data(g), (T *)pe_tensor_data(gx));
+        if (nf)
+            k_seqconv_grad_f<T><<<pe_cuda_blocks(nf), PE_CUDA_THREADS, 0, s>>>(
+                doff.get(), sg.n_off, sg.d, sg.n, sg.len, sg.start, (const T *)pe_tensor_data(x),
+                (const T *)pe_tensor_data(g), (T *)pe_tensor_data(gf));
+    });
+    return pe_cuda_check_launch(ctx);
 }
 
 } // extern "C"

@@ -1776,6 +1776,22 @@ def ref_seqmask(t, a):
     return {"Y": (torch.arange(m).reshape([1] * x.dim() + [m]) < x.unsqueeze(-1)).to(dt)}
 
 
+def ref_seqconv(off):
+    """Paddle's sequence_conv: row r's context rows r + contextStart + j (j < contextLength) put
+    side by side (zeros for rows outside r's sequence), times Filter."""
+    def ref(t, a):
+        x, f = t["X"], t["Filter"]
+        n_ctx, start = a["contextLength"], a.get("contextStart", 0)
+        rows = []
+        for b, e in zip(off[:-1], off[1:]):
+            for r in range(b, e):
+                rows.append(torch.cat([x[q] if b <= q < e else x.new_zeros(x.shape[1])
+                                       for q in range(r + start, r + start + n_ctx)]))
+        col = torch.stack(rows) if rows else x.new_zeros((0, n_ctx * x.shape[1]))
+        return {"Out": col @ f}
+    return ref
+
+
 _SEQ_OFF = [0, 2, 2, 7, 8]  # 4 sequences of 2, 0, 5, 1 rows: an empty one and a single row
 for _kind in ("SUM", "AVERAGE", "SQRT", "MAX", "LAST", "FIRST"):
     case("sequence_pool", _kind.lower(), {"X": f32(8, 3)}, {"pooltype": _kind, "pad_value": 0.5},
@@ -1794,6 +1810,20 @@ case("sequence_expand", "x_seqs", {"X": f32(4, 3), "Y": i64(5, 1)}, {"ref_level"
      ref_seqexpand([0, 2, 3], [0, 3, 4]), lod={"X": [[0, 3, 4]], "Y": [[0, 2, 3], [0, 1, 3, 5]]})
 case("sequence_expand", "int64_x", {"X": i64(2, 2), "Y": f32(3)}, {}, ref_seqexpand([0, 1, 3]),
      lod={"Y": [[0, 1, 3]]})
+# sequence_conv: the layer's centered window (start -(len // 2)), an even length, windows wholly
+# after or before the row (up to a whole window in the zeros), an empty and a length-1 sequence
+case("sequence_conv", "len3_centered", {"X": f32(8, 3), "Filter": f32(9, 4)},
+     {"contextLength": 3, "contextStart": -1}, ref_seqconv(_SEQ_OFF), lod={"X": [_SEQ_OFF]})
+case("sequence_conv", "len4_start_m2_fp64", {"X": f64(9, 2), "Filter": f64(8, 5)},
+     {"contextLength": 4, "contextStart": -2}, ref_seqconv([0, 3, 4, 9]), lod={"X": [[0, 3, 4, 9]]})
+case("sequence_conv", "len2_start_p1", {"X": f32(7, 3), "Filter": f32(6, 3)},
+     {"contextLength": 2, "contextStart": 1}, ref_seqconv([0, 1, 5, 7]), lod={"X": [[0, 1, 5, 7]]})
+case("sequence_conv", "len3_start_m4_two_levels", {"X": f64(6, 2), "Filter": f64(6, 1)},
+     {"contextLength": 3, "contextStart": -4}, ref_seqconv([0, 1, 6]), lod={"X": [[0, 1, 2], [0, 1, 6]]})
+case("sequence_conv", "default_start_len1", {"X": f32(5, 4), "Filter": f32(4, 2)},
+     {"contextLength": 1}, ref_seqconv([0, 2, 5]), lod={"X": [[0, 2, 5]]})
+case("sequence_conv", "long", {"X": f32(600, 16), "Filter": f32(48, 32)}, {"contextLength": 3, "contextStart": -1},
+     ref_seqconv([0, 100, 101, 101, 400, 600]), lod={"X": [[0, 100, 101, 101, 400, 600]]}, threads=True)
 case("sequence_mask", "maxlen_attr", {"X": R([4], "int64", fn=lambda r: np.array([0, 3, 5, 1]))}, {"maxlen": 6},
      ref_seqmask)
 case("sequence_mask", "from_data_2d_float", {"X": R([2, 3], "int32", fn=lambda r: np.array([[2, 0, 4], [1, 1, 3]]))},

@@ -170,6 +170,9 @@ grad_row("sequence_pool", "average_fp64", {"X": f64(7, 2)}, {"pooltype": "AVERAG
 grad_row("sequence_expand", "x_seqs_repeated", {"X": f32(5, 2), "Y": i64(6, 1)}, {},
          fw.ref_seqexpand([0, 2, 3, 6], [0, 2, 4, 5]), lod={"X": [[0, 2, 4, 5]], "Y": [[0, 2, 3, 6]]})
 
+grad_row("sequence_conv", "len5_start_m3_single_rows", {"X": f32(6, 11), "Filter": f32(55, 2)},
+         {"contextLength": 5, "contextStart": -3}, fw.ref_seqconv([0, 1, 2, 6]), lod={"X": [[0, 1, 2, 6]]})
+
 
 # ---- running a row ----------------------------------------------------------------------
 

@@ -2,7 +2,8 @@
 
 Each dataset's files are written into a tmp $PE_DATA_HOME under Paddle's
 names and formats (housing.data text, gzip'd idx, the cifar tar of pickled
-batches, PTB's simple-examples.tgz of text); the readers yield Paddle's samples; a missing file is a
+batches, PTB's simple-examples.tgz of text, aclImdb_v1.tar.gz of reviews); the readers yield Paddle's
+samples; a missing file is a
 NotFoundError naming the file and the folder.
 """
 import gzip
@@ -95,6 +96,10 @@ def test_missing_files_say_which_and_where(home):
         pe.dataset.cifar.train10()
     with pytest.raises(pe.NotFoundError, match="imikolov: simple-examples.tgz is not in"):
         pe.dataset.imikolov.build_dict()
+    with pytest.raises(pe.NotFoundError, match="imdb: aclImdb_v1.tar.gz is not in %s; PE downloads nothing: fetch "
+                       "it from http://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz"
+                       % os.path.join(str(home), "imdb")):
+        pe.dataset.imdb.word_dict()
 
 
 def test_bad_idx_file_is_a_format_error(home):
@@ -177,3 +182,43 @@ def test_imikolov(home):
         pe.dataset.imikolov.train(d, 3, data_type=7)
     with pytest.raises(pe.InvalidArgumentError, match="no '<unk>'"):
         pe.dataset.imikolov.train({"a": 0}, 3)
+
+
+def write_imdb(home, reviews):
+    """aclImdb_v1.tar.gz as Paddle's imdb reads it: aclImdb/<split>/<pos|neg>/<id>_<stars>.txt, plus a
+    file outside the four folders that no reader reads."""
+    (home / "imdb").mkdir()
+    with tarfile.open(home / "imdb" / "aclImdb_v1.tar.gz", "w:gz") as tar:
+        for name, text in list(reviews.items()) + [("aclImdb/train/unsup/0_0.txt", "good good good")]:
+            raw = text.encode("utf-8")
+            info = tarfile.TarInfo(name)
+            info.size = len(raw)
+            tar.addfile(info, io.BytesIO(raw))
+
+
+def test_imdb(home):
+    write_imdb(home, {"aclImdb/train/neg/0_2.txt": "Bad, bad movie!\n",
+                      "aclImdb/train/pos/1_9.txt": "A GOOD movie... good.",
+                      "aclImdb/test/pos/0_8.txt": "Good fun, good",
+                      "aclImdb/test/neg/1_1.txt": "bad\r\n"})
+    imdb = pe.dataset.imdb
+    # counts over the four folders: good 4, bad 3, movie 2, a 1, fun 1 (punctuation deleted, lower case)
+    pattern = __import__("re").compile(r"aclImdb/((train)|(test))/((pos)|(neg))/.*\.txt$")
+    assert imdb.build_dict(pattern, 0) == {"good": 0, "bad": 1, "movie": 2, "a": 3, "fun": 4, "<unk>": 5}
+    d = imdb.build_dict(pattern, 1)
+    assert d == {"good": 0, "bad": 1, "movie": 2, "<unk>": 3}
+    assert imdb.word_dict() == {"<unk>": 0}   # Paddle's cutoff, 150, keeps none here
+    good, bad, movie, unk = 0, 1, 2, 3
+    assert list(imdb.train(d)()) == [([unk, good, movie, good], 0), ([bad, bad, movie], 1)]  # positives first
+    assert list(imdb.test(d)()) == [([good, unk, good], 0), ([bad], 1)]
+    with pytest.raises(pe.InvalidArgumentError, match="no '<unk>'"):
+        imdb.train({"good": 0})
+
+
+def test_imdb_errors(home):
+    write_imdb(home, {"aclImdb/train/pos/0_9.txt": "good"})
+    with pytest.raises(pe.FormatError, match="holds no test reviews"):
+        pe.dataset.imdb.test(pe.dataset.imdb.word_dict())
+    (home / "imdb" / "aclImdb_v1.tar.gz").write_bytes(b"not a tar")
+    with pytest.raises(pe.FormatError, match="is not a tar file"):
+        pe.dataset.imdb.word_dict()

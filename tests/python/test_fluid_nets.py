@@ -2,7 +2,8 @@
 
 Shapes of simple_img_conv_pool / img_conv_group, the recognize_digits CNN
 (two simple_img_conv_pool) training on random data with a falling loss,
-glu and scaled_dot_product_attention against numpy, and the clear errors.
+glu, scaled_dot_product_attention and sequence_conv_pool against numpy, and
+the clear errors.
 """
 import numpy as np
 import pytest
@@ -158,6 +159,27 @@ def test_attention_bad_arguments(shapes, kw, match):
             fluid.nets.scaled_dot_product_attention(q, k, v, **kw)
 
 
-def test_sequence_conv_pool_names_sequence_conv():
-    with pytest.raises(pe.UnsupportedError, match="sequence_conv op"):
-        fluid.nets.sequence_conv_pool(None, 8, 3)
+def test_sequence_conv_pool_vs_numpy():
+    """sequence_conv (filter 4: context rows t-2 .. t+1, zeros outside the sequence) + bias + act,
+    then one pooled row per sequence."""
+    main, startup = fresh()
+    with fluid.program_guard(main, startup), unique_name.guard():
+        x = fluid.layers.data(name="x", shape=[3], dtype="float32", lod_level=1)
+        out = fluid.nets.sequence_conv_pool(x, 5, 4, param_attr=fluid.ParamAttr(name="w"), act="tanh",
+                                            pool_type="sqrt", bias_attr=fluid.ParamAttr(
+                                                name="b", initializer=pe.initializer.Uniform(-1, 1)))
+    assert [op.type for op in main.global_block().ops] == ["sequence_conv", "elementwise_add", "tanh",
+                                                           "sequence_pool"]
+    lens = [3, 1, 5]
+    xv = np.random.RandomState(1).rand(sum(lens), 3).astype("float32")
+    (got,), scope = run(main, startup, {"x": fluid.create_lod_tensor(xv, [lens], fluid.CPUPlace())}, [out])
+    w, b = (np.array(scope.find_var(n).get_tensor()) for n in ("w", "b"))
+    assert w.shape == (12, 5) and b.shape == (5,)
+    want, at = [], 0
+    for n in lens:
+        seq = xv[at:at + n]
+        rows = [np.concatenate([seq[q] if 0 <= q < n else np.zeros(3, "float32") for q in range(t - 2, t + 2)]) @ w
+                for t in range(n)]
+        want.append(np.tanh(np.stack(rows) + b).sum(0) / np.sqrt(n))
+        at += n
+    np.testing.assert_allclose(got, np.stack(want), rtol=1e-5, atol=1e-6)

@@ -288,3 +288,161 @@ def test_parameter_updated_in_place_takes_no_lod():
         t = fluid.create_lod_tensor(np.arange(6, dtype="int64").reshape(6, 1), [[4, 2]], fluid.CPUPlace())
         (wv,) = exe.run(main, feed={"words": t}, fetch_list=[w], return_numpy=False)
         assert wv.lod() == []
+
+
+# ---- sequence_conv ------------------------------------------------------------------------
+
+def np_seqconv(x, w, lens, filter_size, start):
+    """Paddle's sequence_conv, one sequence at a time: row t of a sequence sees rows t + start + j
+    (j < filter_size) of that sequence side by side, zeros outside it, times w."""
+    out = np.zeros((x.shape[0], w.shape[1]), x.dtype)
+    b = 0
+    for n in lens:
+        seq = x[b:b + n]
+        for t in range(n):
+            col = np.concatenate([seq[q] if 0 <= q < n else np.zeros(x.shape[1], x.dtype)
+                                  for q in range(t + start, t + start + filter_size)])
+            out[b + t] = col @ w
+        b += n
+    return out
+
+
+def np_seqconv_grads(x, w, dout, lens, filter_size, start):
+    """dX and dW of sum(out * dout), by the same per-sequence loops."""
+    d = x.shape[1]
+    gx, gw = np.zeros_like(x), np.zeros_like(w)
+    b = 0
+    for n in lens:
+        for t in range(n):
+            for j, q in enumerate(range(t + start, t + start + filter_size)):
+                if 0 <= q < n:
+                    gx[b + q] += w[j * d:(j + 1) * d] @ dout[b + t]
+                    gw[j * d:(j + 1) * d] += np.outer(x[b + q], dout[b + t])
+        b += n
+    return gx, gw
+
+
+@pytest.mark.parametrize("filter_size,padding_start", [(3, None), (4, None), (1, None), (3, -4), (2, 0), (3, 1)])
+def test_sequence_conv_forward_and_grads_vs_numpy(filter_size, padding_start):
+    d, nf = 3, 4
+    main, startup = fresh()
+    with fluid.program_guard(main, startup), unique_name.guard():
+        x = fluid.layers.data(name="x", shape=[d], dtype="float64", lod_level=1, stop_gradient=False)
+        r = fluid.layers.data(name="r", shape=[nf], dtype="float64")
+        out = fluid.layers.sequence_conv(x, nf, filter_size=filter_size, padding_start=padding_start,
+                                         param_attr=fluid.ParamAttr(name="w"), bias_attr=False)
+        loss = fluid.layers.reduce_sum(fluid.layers.elementwise_mul(out, r))
+        gx_var, gw_var = fluid.backward.gradients(loss, [x, main.global_block().var("w")])
+    op = [o for o in main.global_block().ops if o.type == "sequence_conv"][0]
+    start = -(filter_size // 2) if padding_start is None else padding_start
+    assert op.attr("contextStart") == start and op.attr("contextLength") == filter_size
+    exe = fluid.Executor(fluid.CPUPlace())
+    rng = np.random.RandomState(filter_size)
+    scope = fluid.Scope()
+    with fluid.scope_guard(scope):
+        exe.run(startup)
+        w = np.array(scope.find_var("w").get_tensor())
+        assert w.shape == (filter_size * d, nf)
+        for lens in ([4, 1, 3], [1], [2, 5, 1, 1], [6]):
+            xv = rng.randn(sum(lens), d)
+            rv = rng.randn(sum(lens), nf)
+            o, gx, gw = exe.run(main, feed={"x": fluid.create_lod_tensor(xv, [lens], fluid.CPUPlace()), "r": rv},
+                                fetch_list=[out, gx_var, gw_var], return_numpy=False)
+            assert o.recursive_sequence_lengths() == [lens]  # Out keeps X's sequences
+            np.testing.assert_allclose(np.array(o), np_seqconv(xv, w, lens, filter_size, start), rtol=1e-12,
+                                       atol=1e-12)
+            want_gx, want_gw = np_seqconv_grads(xv, w, rv, lens, filter_size, start)
+            np.testing.assert_allclose(np.array(gx), want_gx, rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(np.array(gw), want_gw, rtol=1e-12, atol=1e-12)
+
+
+def test_sequence_conv_bias_act_and_errors():
+    main, startup = fresh()
+    with fluid.program_guard(main, startup), unique_name.guard():
+        x = fluid.layers.data(name="x", shape=[2], dtype="float32", lod_level=1)
+        out = fluid.layers.sequence_conv(x, 3, filter_size=2, act="tanh",
+                                         bias_attr=fluid.ParamAttr(name="b", initializer=pe.initializer.Constant(0.5)),
+                                         param_attr=fluid.ParamAttr(name="w"))
+        assert list(out.shape) == [-1, 3]
+        with pytest.raises(pe.UnsupportedError, match="filter_stride=2"):
+            fluid.layers.sequence_conv(x, 3, filter_stride=2)
+        with pytest.raises(pe.InvalidArgumentError, match="num_filters must be an int >= 1"):
+            fluid.layers.sequence_conv(x, 0)
+    assert [o.type for o in main.global_block().ops][:3] == ["sequence_conv", "elementwise_add", "tanh"]
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = fluid.Scope()
+    with fluid.scope_guard(scope):
+        exe.run(startup)
+        w = np.array(scope.find_var("w").get_tensor())
+        xv = np.random.RandomState(2).rand(5, 2).astype("float32")
+        (o,) = exe.run(main, feed={"x": fluid.create_lod_tensor(xv, [[2, 3]], fluid.CPUPlace())}, fetch_list=[out])
+        np.testing.assert_allclose(o, np.tanh(np_seqconv(xv, w, [2, 3], 2, -1) + 0.5), rtol=1e-5, atol=1e-6)
+        with pytest.raises(pe.InvalidArgumentError, match="input X 'x' has no LoD"):
+            exe.run(main, feed={"x": xv}, fetch_list=[out])
+    # the op's own checks: a trainable padding and a stride other than 1 are refused by name
+    main, startup = fresh()
+    with fluid.program_guard(main, startup), unique_name.guard():
+        x = fluid.layers.data(name="x", shape=[2], dtype="float32", lod_level=1)
+        f = fluid.layers.data(name="f", shape=[6, 1], dtype="float32", append_batch_size=False)
+        o1 = main.global_block().create_var(name="o1", dtype="float32", shape=[-1, 1])
+        main.global_block().append_op(type="sequence_conv", inputs={"X": [x], "Filter": [f]}, outputs={"Out": [o1]},
+                                      attrs={"contextLength": 3, "paddingTrainable": True})
+    with fluid.scope_guard(fluid.Scope()):
+        exe.run(startup)
+        with pytest.raises(pe.UnsupportedError, match="paddingTrainable = true .* is not supported"):
+            exe.run(main, feed={"x": fluid.create_lod_tensor(xv, [[2, 3]], fluid.CPUPlace()),
+                                "f": np.ones((6, 1), "float32")}, fetch_list=[o1])
+
+
+def _conv_model():
+    main, startup = fresh()
+    with fluid.program_guard(main, startup), unique_name.guard():
+        words = fluid.layers.data(name="words", shape=[1], dtype="int64", lod_level=1)
+        label = fluid.layers.data(name="label", shape=[1], dtype="int64")
+        emb = fluid.layers.embedding(words, size=[20, 4])
+        conv = fluid.layers.sequence_conv(emb, 5, filter_size=3, act="tanh")
+        conv4 = fluid.nets.sequence_conv_pool(emb, 3, 4, act="tanh", pool_type="sqrt")
+        pred = fluid.layers.fc([fluid.layers.sequence_pool(conv, "max"), conv4], 2, act="softmax")
+        loss = fluid.layers.mean(fluid.layers.cross_entropy(pred, label))
+        fluid.optimizer.SGD(learning_rate=0.5).minimize(loss)
+    return main, startup, words, label, conv, loss
+
+
+def test_sequence_conv_trains_alike_on_1_2_3_places():
+    """A LoD feed through sequence_conv (and sequence_conv_pool): the Executor, then a
+    CompiledProgram over 1, 2 and 3 places (the memory plan on for 2 and 3), three SGD steps
+    each from the same start: the same conv output (fetched with its LoD) and parameters."""
+    rng = np.random.RandomState(5)
+    lens = [3, 1, 4, 2, 5, 1]
+    samples = [([int(w) for w in rng.randint(0, 20, n)], [int(rng.randint(0, 2))]) for n in lens]
+    params, convs = {}, {}
+    for n in (0, 1, 2, 3):
+        main, startup, words, label, conv, loss = _conv_model()
+        feeder = fluid.DataFeeder(feed_list=[words, label], place=fluid.CPUPlace(), program=main)
+        exe = fluid.Executor(fluid.CPUPlace())
+        scope = fluid.Scope()
+        with fluid.scope_guard(scope):
+            startup.random_seed = 13
+            exe.run(startup)
+            if n == 0:
+                prog = main
+            else:
+                bs = fluid.BuildStrategy()
+                bs.memory_optimize = bs.enable_inplace = n >= 2
+                prog = fluid.CompiledProgram(main, build_strategy=bs).with_data_parallel(
+                    loss_name=loss.name, places=fluid.cpu_places(n))
+            losses = []
+            for step in range(3):
+                lv, cv = exe.run(prog, feed=feeder.feed(samples), fetch_list=[loss, conv], return_numpy=False)
+                losses.append(float(np.mean(np.array(lv))))
+                if step == 0:
+                    convs[n] = cv
+            assert losses[-1] < losses[0], losses
+            params[n] = {p.name: np.array(scope.find_var(p.name).get_tensor())
+                         for p in main.global_block().all_parameters()}
+    assert len(params[0]) == 8  # embedding, two filters and biases, fc's weights (two inputs) and bias
+    for n in (1, 2, 3):
+        assert convs[n].recursive_sequence_lengths() == [lens]
+        np.testing.assert_allclose(np.array(convs[n]), np.array(convs[0]), rtol=1e-5, atol=1e-6)
+        for k, v in params[0].items():
+            np.testing.assert_allclose(params[n][k], v, rtol=2e-5, atol=1e-6, err_msg="%d places: %s" % (n, k))

@@ -4,8 +4,9 @@
     reader = pe.batch(pe.dataset.mnist.train(), batch_size=64)
 
 uci_housing.train()/test(), mnist.train()/test(), fashion_mnist.train()/test()
-cifar.train10()/test10()/train100()/test100() and imikolov.build_dict() /
-train(word_idx, n)/test(word_idx, n) return reader creators
+cifar.train10()/test10()/train100()/test100(), imikolov.build_dict() /
+train(word_idx, n)/test(word_idx, n) and imdb.word_dict() /
+train(word_idx)/test(word_idx) return reader creators
 yielding Paddle's samples. PE downloads nothing: each module reads the files
 Paddle downloads, under their Paddle names, from
 $PE_DATA_HOME/<name>/ (default ~/.cache/pe/dataset/<name>/; see
@@ -19,5 +20,6 @@ from . import mnist  # noqa: F401
 from . import fashion_mnist  # noqa: F401
 from . import cifar  # noqa: F401
 from . import imikolov  # noqa: F401
+from . import imdb  # noqa: F401
 
-__all__ = ["common", "uci_housing", "mnist", "fashion_mnist", "cifar", "imikolov"]
+__all__ = ["common", "uci_housing", "mnist", "fashion_mnist", "cifar", "imikolov", "imdb"]

@@ -21,7 +21,7 @@ from .learning_rate_scheduler import (exponential_decay, natural_exp_decay, inve
                                       polynomial_decay, piecewise_decay, noam_decay, cosine_decay, linear_lr_warmup)
 
 __all__ = ["sequence_pool", "sequence_softmax", "sequence_expand", "sequence_mask", "sequence_first_step",
-           "sequence_last_step", "data", "fc", "conv2d", "pool2d", "batch_norm", "embedding", "dropout", "relu", "sigmoid", "tanh",
+           "sequence_last_step", "sequence_conv", "data", "fc", "conv2d", "pool2d", "batch_norm", "embedding", "dropout", "relu", "sigmoid", "tanh",
            "softmax", "mean", "reduce_sum", "reduce_mean", "square_error_cost", "cross_entropy",
            "softmax_with_cross_entropy", "accuracy", "concat", "reshape", "transpose", "flatten", "elementwise_add",
            "elementwise_sub", "elementwise_mul", "elementwise_div", "fill_constant", "cast", "scale", "matmul",
@@ -581,6 +581,39 @@ def sequence_pool(input, pool_type, is_test=False, pad_value=0.0):
     helper.append_op("sequence_pool", {"X": [input]}, {"Out": [out], "MaxIndex": [max_index]},
                      {"pooltype": pool_type.upper(), "is_test": bool(is_test), "pad_value": float(pad_value)})
     return out
+
+
+def sequence_conv(input, num_filters, filter_size=3, filter_stride=1, padding=True, padding_start=None,
+                  bias_attr=None, param_attr=None, act=None, name=None):
+    """Paddle 1.x's sequence convolution: each row t of input ([T, D], lod_level >= 1) sees
+    rows t + padding_start .. t + padding_start + filter_size - 1 of its own sequence (rows
+    outside it are zeros), side by side, times a [filter_size * D, num_filters] filter; then
+    the bias ([num_filters], unless bias_attr=False) and act. Out: [T, num_filters], input's
+    LoD. padding_start None: -(filter_size // 2), as Paddle. padding has no effect (Paddle
+    ignores it too: the output always has input's rows); filter_stride must be 1."""
+    fn = "fluid.layers.sequence_conv"
+    _seq_input(input, "input", fn)
+    if convert_dtype(input.dtype) not in ("float32", "float64"):
+        raise _core.InvalidArgumentError("%s: input %s is %s (expected float32 or float64)"
+                                         % (fn, input.name, convert_dtype(input.dtype)))
+    if len(input.shape) != 2 or input.shape[1] < 1:
+        raise _core.InvalidArgumentError("%s: input %s has shape %s (expected [T, D] with D known)"
+                                         % (fn, input.name, list(input.shape)))
+    for arg, v in (("num_filters", num_filters), ("filter_size", filter_size)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise _core.InvalidArgumentError("%s: %s must be an int >= 1, got %r" % (fn, arg, v))
+    if filter_stride != 1:
+        raise _core.UnsupportedError("%s: filter_stride=%r (only 1 is supported, as in Paddle)" % (fn, filter_stride))
+    if padding_start is None:
+        padding_start = -int(filter_size // 2)
+    helper = LayerHelper("sequence_conv", name)
+    w = helper.create_parameter(param_attr, [int(filter_size) * int(input.shape[1]), int(num_filters)],
+                                convert_dtype(input.dtype))
+    pre_bias = helper.create_variable_for_type_inference(input.dtype, shape=[-1, int(num_filters)])
+    helper.append_op("sequence_conv", {"X": [input], "Filter": [w]}, {"Out": [pre_bias]},
+                     {"contextStride": int(filter_stride), "contextStart": int(padding_start),
+                      "contextLength": int(filter_size)})
+    return helper.append_activation(helper.append_bias_op(pre_bias, bias_attr), act)
 
 
 def sequence_first_step(input):

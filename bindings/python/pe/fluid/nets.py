@@ -4,8 +4,8 @@ simple_img_conv_pool (conv2d + pool2d), img_conv_group (conv2d [+
 batch_norm [+ dropout]] per filter count, then one pool2d), glu (split in
 two halves along dim, a * sigmoid(b)) and scaled_dot_product_attention
 (multi-head: per-head fc projections when num_heads > 1, softmax(q k^T /
-sqrt(d)) v). sequence_conv_pool needs the sequence_conv op, which PE
-lacks (it has LoD tensors and sequence_pool): it raises pe.UnsupportedError.
+sqrt(d)) v) and sequence_conv_pool (sequence_conv with its bias and act, then
+sequence_pool: one row per sequence).
 """
 from .. import _core
 from ..framework import Variable
@@ -136,5 +136,8 @@ def scaled_dot_product_attention(queries, keys, values, num_heads=1, dropout_rat
 
 def sequence_conv_pool(input, num_filters, filter_size, param_attr=None, act="sigmoid", pool_type="max",
                        bias_attr=None):
-    raise _core.UnsupportedError("fluid.nets.sequence_conv_pool needs the sequence_conv op (a convolution over "
-                                 "LoD sequences), which PE does not have yet")
+    """sequence_conv(input) (its bias and act) then sequence_pool(pool_type): [sequences, num_filters],
+    the understand_sentiment chapter's convolution block."""
+    conv_out = layers.sequence_conv(input=input, num_filters=num_filters, filter_size=filter_size,
+                                    param_attr=param_attr, bias_attr=bias_attr, act=act)
+    return layers.sequence_pool(input=conv_out, pool_type=pool_type)
