@@ -1873,6 +1873,11 @@ case("gru", "reverse_origin_h0_fp64", {"Input": f64(8, 6), "Weight": f64(2, 6), 
      {"is_reverse": True, "origin_mode": True}, ref_gru(_RNN_OFF), lod={"Input": [_RNN_OFF]})
 case("gru", "relu_candidate", {"Input": f32(5, 6), "Weight": f32(2, 6, lo=-0.5, hi=0.5), "Bias": f32(1, 6)},
      {"activation": "relu"}, ref_gru([0, 4, 5]), lod={"Input": [[0, 4, 5]]})
+# enough work to fork the sequences over threads: the same bits with 1 and 2 threads
+case("lstm", "threads", {"Input": f32(40, 64), "Weight": f32(16, 64, lo=-0.3, hi=0.3), "Bias": f32(1, 112)}, {},
+     ref_lstm([0, 13, 14, 40]), lod={"Input": [[0, 13, 14, 40]]}, threads=True)
+case("gru", "threads", {"Input": f32(50, 48), "Weight": f32(16, 48, lo=-0.3, hi=0.3), "Bias": f32(1, 48)},
+     {"is_reverse": True}, ref_gru([0, 20, 21, 50]), lod={"Input": [[0, 20, 21, 50]]}, threads=True)
 
 
 # ---- running a row ----------------------------------------------------------------------

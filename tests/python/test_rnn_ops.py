@@ -298,23 +298,26 @@ def _lstm_net():
     with fluid.program_guard(main, startup), unique_name.guard():
         words = fluid.layers.data(name="words", shape=[1], dtype="int64", lod_level=1)
         label = fluid.layers.data(name="label", shape=[1], dtype="float32")
+        h0 = fluid.layers.data(name="h0", shape=[5], dtype="float32")  # one row per sequence: split with them
+        c0 = fluid.layers.data(name="c0", shape=[5], dtype="float32")
         emb = fluid.layers.embedding(words, size=[30, 6])
         proj = fluid.layers.fc(emb, 4 * 5)
-        hid, cell = fluid.layers.dynamic_lstm(proj, 4 * 5, is_reverse=True)
+        hid, cell = fluid.layers.dynamic_lstm(proj, 4 * 5, h_0=h0, c_0=c0, is_reverse=True)
         pooled = fluid.layers.sequence_pool(hid, "max")
         pred = fluid.layers.fc(pooled, 1)
         loss = fluid.layers.mean(fluid.layers.square_error_cost(pred, label))
         fluid.optimizer.SGD(learning_rate=0.3).minimize(loss)
-    return main, startup, words, label, hid, loss
+    return main, startup, [words, label, h0, c0], hid, loss
 
 
 def test_dynamic_lstm_parallel_executor_1_2_3_places_equal_1():
     rng = np.random.RandomState(4)
-    samples = [([int(w) for w in rng.randint(0, 30, n)], [float(rng.rand())]) for n in [3, 1, 4, 2, 5, 1, 2]]
+    samples = [([int(w) for w in rng.randint(0, 30, n)], [float(rng.rand())], list(rng.uniform(-1, 1, 5)),
+                list(rng.uniform(-1, 1, 5))) for n in [3, 1, 4, 2, 5, 1, 2]]
     res = {}
     for n in (0, 1, 2, 3):
-        main, startup, words, label, hid, loss = _lstm_net()
-        feeder = fluid.DataFeeder(feed_list=[words, label], place=fluid.CPUPlace(), program=main)
+        main, startup, feeds, hid, loss = _lstm_net()
+        feeder = fluid.DataFeeder(feed_list=feeds, place=fluid.CPUPlace(), program=main)
         exe = fluid.Executor(fluid.CPUPlace())
         scope = fluid.Scope()
         with fluid.scope_guard(scope):
