@@ -100,6 +100,57 @@ static pe_status lstm_cfg_get(const pe_op_ctx *ctx, const pe_tensor *x, lstm_cfg
     return PE_OK;
 }
 
+/* a [n] double copy of t's first n elements (NULL: out of memory) */
+static double *to_double(vw v, int64_t n, int64_t extra) {
+    double *d = malloc(sizeof(double) * (size_t)(n + extra > 0 ? n + extra : 1));
+    if (d)
+        for (int64_t i = 0; i < n; i++) d[i] = ld(v, i);
+    return d;
+}
+
+/* by X row: its sequence (rs) and the previous step's row (rp, -1: the first) */
+static int64_t *row_links(const int64_t *off, int64_t seqs, int64_t rows, bool rev) {
+    int64_t *rs = malloc(sizeof(int64_t) * 2 * (size_t)(rows ? rows : 1));
+    if (!rs) return NULL;
+    int64_t *rp = rs + rows;
+    for (int64_t s = 0; s < seqs; s++)
+        for (int64_t t = 0; t < off[s + 1] - off[s]; t++) {
+            const int64_t r = row_at(rev, off[s], off[s + 1], t);
+            rs[r] = s;
+            rp[r] = t ? (rev ? r + 1 : r - 1) : -1;
+        }
+    return rs;
+}
+
+/* dw[m * ldw + j] = sum over rows r, in order, of h(r)[m] * gr[r * G + j0 + j] (j < cols), where h(r)
+ * is rh's row r when rh is given, else h_p of row r (Hidden's previous row, H0's row, or none: skipped) */
+static void wgrad(const int64_t *rs, int64_t T, int64_t H, int64_t G, int64_t j0, int64_t cols, vw hid, vw h0,
+                  vw rh, const double *gr, double *acc_all, vw dw, int64_t dw0, int64_t ldw, int nt) {
+    const int64_t *rp = rs + T;
+    PE_PAR_FOR(T * G * H >= PE_PAR_MIN && nt > 1, m, H, {
+        double *acc = acc_all + m * cols;
+        for (int64_t j = 0; j < cols; j++) acc[j] = 0;
+        for (int64_t r = 0; r < T; r++) {
+            double hv;
+            if (rh.p) hv = ld(rh, r * H + m);
+            else if (rp[r] >= 0) hv = ld(hid, rp[r] * H + m);
+            else if (h0.p) hv = ld(h0, rs[r] * H + m);
+            else continue;
+            const double *g = gr + r * G + j0;
+            for (int64_t j = 0; j < cols; j++) acc[j] += hv * g[j];
+        }
+        for (int64_t j = 0; j < cols; j++) st(dw, dw0 + m * ldw + j, acc[j]);
+    });
+}
+
+/* db[j] = sum over rows, in order, of gr[r * G + j] */
+static void bgrad(int64_t T, int64_t G, const double *gr, double *acc, vw db) {
+    for (int64_t j = 0; j < G; j++) acc[j] = 0;
+    for (int64_t r = 0; r < T; r++)
+        for (int64_t j = 0; j < G; j++) acc[j] += gr[r * G + j];
+    for (int64_t j = 0; j < G; j++) st(db, j, acc[j]);
+}
+
 pe_status pe_cpu_lstm(const pe_op_ctx *ctx) {
     const pe_tensor *xt = pe_ctx_in(ctx, "Input");
     lstm_cfg c;
@@ -109,28 +160,31 @@ pe_status pe_cpu_lstm(const pe_op_ctx *ctx) {
              cell = view(pe_ctx_out(ctx, "Cell")), bg = view(pe_ctx_out(ctx, "BatchGate")),
              bc = view(pe_ctx_out(ctx, "BatchCellPreAct"));
     const int64_t H = c.h, G = 4 * H;
+    double *wd = to_double(w, H * G, c.seqs * G); /* W, then each sequence's gate row */
+    if (!wd) return nomem(ctx, H * G + c.seqs * G);
+    double *scr = wd + H * G;
     const int nt = pe_kernel_threads(ctx);
     PE_PAR_FOR(xt->dims[0] * G * H >= PE_PAR_MIN && nt > 1, s, c.seqs, {
         const int64_t sb = c.off[s], se = c.off[s + 1];
+        double *g = scr + s * G;
         for (int64_t t = 0; t < se - sb; t++) {
             const int64_t r = row_at(c.rev, sb, se, t), p = t ? (c.rev ? r + 1 : r - 1) : -1;
             const bool zero_h = p < 0 && !h0.p, zero_c = p < 0 && !c0.p;
-            for (int64_t k = 0; k < H; k++) {
-                double g[4];
-                for (int q = 0; q < 4; q++) {
-                    const int64_t j = q * H + k;
-                    double acc = ld(x, r * G + j) + ld(b, j);
-                    if (!zero_h)
-                        for (int64_t m = 0; m < H; m++)
-                            acc += (p >= 0 ? ld(hid, p * H + m) : ld(h0, s * H + m)) * ld(w, m * G + j);
-                    g[q] = acc;
+            /* g = Input[r] + Bias + h_p W, each column summed over m in order */
+            for (int64_t j = 0; j < G; j++) g[j] = ld(x, r * G + j) + ld(b, j);
+            if (!zero_h)
+                for (int64_t m = 0; m < H; m++) {
+                    const double hm = hp_at(hid, h0, false, p, s, H, m);
+                    const double *wr = wd + m * G;
+                    for (int64_t j = 0; j < G; j++) g[j] += hm * wr[j];
                 }
+            for (int64_t k = 0; k < H; k++) {
                 const double cp = zero_c ? 0.0 : p >= 0 ? ld(cell, p * H + k) : ld(c0, s * H + k);
-                const double cand = act_f(c.na, g[0]);
-                const double ig = act_f(c.ga, c.peep ? g[1] + cp * ld(b, 4 * H + k) : g[1]);
-                const double fg = act_f(c.ga, c.peep ? g[2] + cp * ld(b, 5 * H + k) : g[2]);
+                const double cand = act_f(c.na, g[k]);
+                const double ig = act_f(c.ga, c.peep ? g[H + k] + cp * ld(b, 4 * H + k) : g[H + k]);
+                const double fg = act_f(c.ga, c.peep ? g[2 * H + k] + cp * ld(b, 5 * H + k) : g[2 * H + k]);
                 const double cv = cand * ig + cp * fg;
-                const double og = act_f(c.ga, c.peep ? g[3] + cv * ld(b, 6 * H + k) : g[3]);
+                const double og = act_f(c.ga, c.peep ? g[3 * H + k] + cv * ld(b, 6 * H + k) : g[3 * H + k]);
                 const double tc = act_f(c.ca, cv);
                 st(bg, r * G + k, cand);
                 st(bg, r * G + H + k, ig);
@@ -142,6 +196,7 @@ pe_status pe_cpu_lstm(const pe_op_ctx *ctx) {
             }
         }
     });
+    free(wd);
     return PE_OK;
 }
 
@@ -155,12 +210,15 @@ pe_status pe_cpu_lstm_grad(const pe_op_ctx *ctx) {
              dhid = view(pe_ctx_in(ctx, "Hidden@GRAD")), dcell = view(pe_ctx_in(ctx, "Cell@GRAD")),
              dx = view(pe_ctx_out(ctx, "Input@GRAD")), dw = view(pe_ctx_out(ctx, "Weight@GRAD")),
              db = view(pe_ctx_out(ctx, "Bias@GRAD")), dh0 = view(pe_ctx_out(ctx, "H0@GRAD")),
-             dc0 = view(pe_ctx_out(ctx, "C0@GRAD"));
+             dc0 = view(pe_ctx_out(ctx, "C0@GRAD")), none = {NULL, false};
     const int64_t H = c.h, G = 4 * H, T = xt->dims[0];
-    const int64_t n = T * G + 2 * c.seqs * H;
-    double *gr = calloc((size_t)(n ? n : 1), sizeof(double));
-    if (!gr) return nomem(ctx, n);
-    double *dhr = gr + T * G, *dcr = dhr + c.seqs * H; /* the gradient reaching h_p, c_p of the next step */
+    /* W; the pre-activation gradients [T, G]; the gradients reaching h_p, c_p [seqs, H] each;
+     * the weight gradient's sums [H, G] */
+    const int64_t extra = T * G + 2 * c.seqs * H + H * G + G;
+    double *wd = to_double(w, H * G, extra);
+    if (!wd) return nomem(ctx, H * G + extra);
+    double *gr = wd + H * G, *dhr = gr + T * G, *dcr = dhr + c.seqs * H, *acc = dcr + c.seqs * H;
+    memset(gr, 0, sizeof(double) * (size_t)(T * G + 2 * c.seqs * H));
     const int nt = pe_kernel_threads(ctx);
     PE_PAR_FOR(T * G * H >= PE_PAR_MIN && nt > 1, s, c.seqs, {
         const int64_t sb = c.off[s], se = c.off[s + 1];
@@ -189,9 +247,10 @@ pe_status pe_cpu_lstm_grad(const pe_op_ctx *ctx) {
                 gq[3 * H + k] = d_o;
             }
             for (int64_t k = 0; k < H; k++) {
-                double acc = 0;
-                for (int64_t j = 0; j < G; j++) acc += gq[j] * ld(w, k * G + j);
-                dh_s[k] = acc;
+                const double *wr = wd + k * G;
+                double a = 0;
+                for (int64_t j = 0; j < G; j++) a += gq[j] * wr[j];
+                dh_s[k] = a;
             }
         }
     });
@@ -201,40 +260,19 @@ pe_status pe_cpu_lstm_grad(const pe_op_ctx *ctx) {
         for (int64_t i = 0; i < c.seqs * H; i++) st(dh0, i, dhr[i]);
     if (dc0.p)
         for (int64_t i = 0; i < c.seqs * H; i++) st(dc0, i, dcr[i]);
-    /* sums over the rows, in row order; h_p / c_p of each row as the forward */
-    int64_t *rs = NULL, *rp = NULL;
+    int64_t *rs = NULL;
     if (dw.p || db.p) {
-        rs = malloc(sizeof(int64_t) * 2 * (size_t)(T ? T : 1));
+        rs = row_links(c.off, c.seqs, T, c.rev);
         if (!rs) {
-            free(gr);
-            return nomem(ctx, T);
+            free(wd);
+            return nomem(ctx, 2 * T);
         }
-        rp = rs + T;
-        for (int64_t s = 0; s < c.seqs; s++)
-            for (int64_t t = 0; t < c.off[s + 1] - c.off[s]; t++) {
-                const int64_t r = row_at(c.rev, c.off[s], c.off[s + 1], t);
-                rs[r] = s;
-                rp[r] = t ? (c.rev ? r + 1 : r - 1) : -1;
-            }
     }
-    if (dw.p)
-        PE_PAR_FOR(T * G * H >= PE_PAR_MIN && nt > 1, m, H, {
-            for (int64_t j = 0; j < G; j++) {
-                double acc = 0;
-                for (int64_t r = 0; r < T; r++) {
-                    if (rp[r] < 0 && !h0.p) continue;
-                    acc += (rp[r] >= 0 ? ld(hid, rp[r] * H + m) : ld(h0, rs[r] * H + m)) * gr[r * G + j];
-                }
-                st(dw, m * G + j, acc);
-            }
-        });
+    if (dw.p) wgrad(rs, T, H, G, 0, G, hid, h0, none, gr, acc, dw, 0, G, nt);
     if (db.p) {
-        for (int64_t j = 0; j < G; j++) {
-            double acc = 0;
-            for (int64_t r = 0; r < T; r++) acc += gr[r * G + j];
-            st(db, j, acc);
-        }
-        if (c.peep)
+        bgrad(T, G, gr, acc, db);
+        if (c.peep) {
+            const int64_t *rp = rs + T;
             for (int64_t k = 0; k < H; k++) {
                 double ai = 0, af = 0, ao = 0;
                 for (int64_t r = 0; r < T; r++) {
@@ -247,9 +285,10 @@ pe_status pe_cpu_lstm_grad(const pe_op_ctx *ctx) {
                 st(db, 5 * H + k, af);
                 st(db, 6 * H + k, ao);
             }
+        }
     }
     free(rs);
-    free(gr);
+    free(wd);
     return PE_OK;
 }
 
@@ -286,31 +325,39 @@ pe_status pe_cpu_gru(const pe_op_ctx *ctx) {
              bg = view(pe_ctx_out(ctx, "BatchGate")), brh = view(pe_ctx_out(ctx, "BatchResetHiddenPrev")),
              bh = view(pe_ctx_out(ctx, "BatchHidden"));
     const int64_t H = c.h, G = 3 * H, H2 = 2 * H, wc = H * H2; /* W_c's first element */
+    double *wd = to_double(w, H * G, c.seqs * G); /* W, then each sequence's gate row */
+    if (!wd) return nomem(ctx, H * G + c.seqs * G);
+    double *scr = wd + H * G;
     const int nt = pe_kernel_threads(ctx);
     PE_PAR_FOR(xt->dims[0] * G * H >= PE_PAR_MIN && nt > 1, s, c.seqs, {
         const int64_t sb = c.off[s], se = c.off[s + 1];
+        double *g = scr + s * G;
         for (int64_t t = 0; t < se - sb; t++) {
             const int64_t r = row_at(c.rev, sb, se, t), p = t ? (c.rev ? r + 1 : r - 1) : -1;
             const bool zero_h = p < 0 && !h0.p;
+            for (int64_t j = 0; j < H2; j++) g[j] = ld(x, r * G + j) + (b.p ? ld(b, j) : 0.0);
+            if (!zero_h)
+                for (int64_t m = 0; m < H; m++) {
+                    const double hm = hp_at(hid, h0, false, p, s, H, m);
+                    const double *wr = wd + m * H2;
+                    for (int64_t j = 0; j < H2; j++) g[j] += hm * wr[j];
+                }
             for (int64_t k = 0; k < H; k++) {
-                double gu = ld(x, r * G + k) + (b.p ? ld(b, k) : 0.0);
-                double gr = ld(x, r * G + H + k) + (b.p ? ld(b, H + k) : 0.0);
-                if (!zero_h)
-                    for (int64_t m = 0; m < H; m++) {
-                        const double hm = hp_at(hid, h0, zero_h, p, s, H, m);
-                        gu += hm * ld(w, m * H2 + k);
-                        gr += hm * ld(w, m * H2 + H + k);
-                    }
-                const double u = act_f(c.ga, gu), rg = act_f(c.ga, gr);
+                const double u = act_f(c.ga, g[k]), rg = act_f(c.ga, g[H + k]);
                 st(bg, r * G + k, u);
                 st(bg, r * G + H + k, rg);
                 st(brh, r * H + k, rg * hp_at(hid, h0, zero_h, p, s, H, k));
             }
+            for (int64_t j = 0; j < H; j++) g[H2 + j] = ld(x, r * G + H2 + j) + (b.p ? ld(b, H2 + j) : 0.0);
+            if (!zero_h)
+                for (int64_t m = 0; m < H; m++) {
+                    const double rm = ld(brh, r * H + m);
+                    const double *wr = wd + wc + m * H;
+                    for (int64_t j = 0; j < H; j++) g[H2 + j] += rm * wr[j];
+                }
             for (int64_t j = 0; j < H; j++) {
-                double gc = ld(x, r * G + H2 + j) + (b.p ? ld(b, H2 + j) : 0.0);
-                if (!zero_h)
-                    for (int64_t m = 0; m < H; m++) gc += ld(brh, r * H + m) * ld(w, wc + m * H + j);
-                const double cv = act_f(c.na, gc), u = ld(bg, r * G + j), hp = hp_at(hid, h0, zero_h, p, s, H, j);
+                const double cv = act_f(c.na, g[H2 + j]), u = ld(bg, r * G + j),
+                             hp = hp_at(hid, h0, zero_h, p, s, H, j);
                 const double hv = c.origin ? cv - u * cv + u * hp : hp - u * hp + u * cv;
                 st(bg, r * G + H2 + j, cv);
                 st(hid, r * H + j, hv);
@@ -318,6 +365,7 @@ pe_status pe_cpu_gru(const pe_op_ctx *ctx) {
             }
         }
     });
+    free(wd);
     return PE_OK;
 }
 
@@ -329,12 +377,13 @@ pe_status pe_cpu_gru_grad(const pe_op_ctx *ctx) {
              bg = view(pe_ctx_in(ctx, "BatchGate")), brh = view(pe_ctx_in(ctx, "BatchResetHiddenPrev")),
              dhid = view(pe_ctx_in(ctx, "Hidden@GRAD")), dx = view(pe_ctx_out(ctx, "Input@GRAD")),
              dw = view(pe_ctx_out(ctx, "Weight@GRAD")), db = view(pe_ctx_out(ctx, "Bias@GRAD")),
-             dh0 = view(pe_ctx_out(ctx, "H0@GRAD"));
+             dh0 = view(pe_ctx_out(ctx, "H0@GRAD")), none = {NULL, false};
     const int64_t H = c.h, G = 3 * H, H2 = 2 * H, wc = H * H2, T = xt->dims[0];
-    const int64_t n = T * G + 2 * c.seqs * H;
-    double *gr = calloc((size_t)(n ? n : 1), sizeof(double));
-    if (!gr) return nomem(ctx, n);
-    double *dhr = gr + T * G, *dhp = dhr + c.seqs * H;
+    const int64_t extra = T * G + 2 * c.seqs * H + H * G + G;
+    double *wd = to_double(w, H * G, extra);
+    if (!wd) return nomem(ctx, H * G + extra);
+    double *gr = wd + H * G, *dhr = gr + T * G, *dhp = dhr + c.seqs * H, *acc = dhp + c.seqs * H;
+    memset(gr, 0, sizeof(double) * (size_t)(T * G + 2 * c.seqs * H));
     const int nt = pe_kernel_threads(ctx);
     PE_PAR_FOR(T * G * H >= PE_PAR_MIN && nt > 1, s, c.seqs, {
         const int64_t sb = c.off[s], se = c.off[s + 1];
@@ -345,7 +394,8 @@ pe_status pe_cpu_gru_grad(const pe_op_ctx *ctx) {
             double *gq = gr + r * G;
             for (int64_t k = 0; k < H; k++) {
                 const double dh = ld(dhid, r * H + k) + dh_s[k];
-                const double u = ld(bg, r * G + k), cv = ld(bg, r * G + H2 + k), hp = hp_at(hid, h0, zero_h, p, s, H, k);
+                const double u = ld(bg, r * G + k), cv = ld(bg, r * G + H2 + k),
+                             hp = hp_at(hid, h0, zero_h, p, s, H, k);
                 const double du = c.origin ? dh * (hp - cv) : dh * (cv - hp);
                 const double dc = c.origin ? dh * (1.0 - u) : dh * u;
                 dp_s[k] = c.origin ? dh * u : dh * (1.0 - u);
@@ -353,16 +403,18 @@ pe_status pe_cpu_gru_grad(const pe_op_ctx *ctx) {
                 gq[H2 + k] = dc * act_d(c.na, cv);
             }
             for (int64_t k = 0; k < H; k++) {
+                const double *wr = wd + wc + k * H;
                 double drh = 0;
-                for (int64_t j = 0; j < H; j++) drh += gq[H2 + j] * ld(w, wc + k * H + j);
+                for (int64_t j = 0; j < H; j++) drh += gq[H2 + j] * wr[j];
                 const double rg = ld(bg, r * G + H + k);
                 gq[H + k] = drh * hp_at(hid, h0, zero_h, p, s, H, k) * act_d(c.ga, rg);
                 dp_s[k] += drh * rg;
             }
             for (int64_t k = 0; k < H; k++) {
-                double acc = dp_s[k];
-                for (int64_t j = 0; j < H2; j++) acc += gq[j] * ld(w, k * H2 + j);
-                dh_s[k] = acc;
+                const double *wr = wd + k * H2;
+                double a = dp_s[k];
+                for (int64_t j = 0; j < H2; j++) a += gq[j] * wr[j];
+                dh_s[k] = a;
             }
         }
     });
@@ -371,41 +423,16 @@ pe_status pe_cpu_gru_grad(const pe_op_ctx *ctx) {
     if (dh0.p)
         for (int64_t i = 0; i < c.seqs * H; i++) st(dh0, i, dhr[i]);
     if (dw.p) {
-        int64_t *rs = malloc(sizeof(int64_t) * 2 * (size_t)(T ? T : 1));
+        int64_t *rs = row_links(c.off, c.seqs, T, c.rev);
         if (!rs) {
-            free(gr);
-            return nomem(ctx, T);
+            free(wd);
+            return nomem(ctx, 2 * T);
         }
-        int64_t *rp = rs + T;
-        for (int64_t s = 0; s < c.seqs; s++)
-            for (int64_t t = 0; t < c.off[s + 1] - c.off[s]; t++) {
-                const int64_t r = row_at(c.rev, c.off[s], c.off[s + 1], t);
-                rs[r] = s;
-                rp[r] = t ? (c.rev ? r + 1 : r - 1) : -1;
-            }
-        PE_PAR_FOR(T * G * H >= PE_PAR_MIN && nt > 1, m, H, {
-            for (int64_t j = 0; j < H2; j++) {
-                double acc = 0;
-                for (int64_t r = 0; r < T; r++) {
-                    if (rp[r] < 0 && !h0.p) continue;
-                    acc += (rp[r] >= 0 ? ld(hid, rp[r] * H + m) : ld(h0, rs[r] * H + m)) * gr[r * G + j];
-                }
-                st(dw, m * H2 + j, acc);
-            }
-            for (int64_t j = 0; j < H; j++) {
-                double acc = 0;
-                for (int64_t r = 0; r < T; r++) acc += ld(brh, r * H + m) * gr[r * G + H2 + j];
-                st(dw, wc + m * H + j, acc);
-            }
-        });
+        wgrad(rs, T, H, G, 0, H2, hid, h0, none, gr, acc, dw, 0, H2, nt);
+        wgrad(rs, T, H, G, H2, H, hid, h0, brh, gr, acc, dw, wc, H, nt);
         free(rs);
     }
-    if (db.p)
-        for (int64_t j = 0; j < G; j++) {
-            double acc = 0;
-            for (int64_t r = 0; r < T; r++) acc += gr[r * G + j];
-            st(db, j, acc);
-        }
-    free(gr);
+    if (db.p) bgrad(T, G, gr, acc, db);
+    free(wd);
     return PE_OK;
 }
