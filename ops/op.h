@@ -54,7 +54,7 @@
 extern "C" {
 #endif
 
-#define PE_MAX_SLOTS 8
+#define PE_MAX_SLOTS 12 /* lstm_grad reads 11 input slots */
 #define PE_MAX_ATTRS 24
 
 typedef struct pe_op_info pe_op_info;

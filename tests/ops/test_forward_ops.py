@@ -1830,6 +1830,86 @@ case("sequence_mask", "from_data_2d_float", {"X": R([2, 3], "int32", fn=lambda r
      {"out_dtype": 0}, ref_seqmask, dtypes={"Y": "float32"})
 
 
+# ---- recurrent LoD ops: Paddle 1.x's lstm / gru, each sequence of the last LoD level step by step
+# (is_reverse: backwards) from H0 / C0 or zeros; lstm gate columns {candidate, input, forget, output}
+# with the peephole weights after the 4H biases; gru's Weight: [H, 2H] update/reset then [H, H] ----
+
+_RNN_ACT = {"sigmoid": torch.sigmoid, "tanh": torch.tanh, "relu": torch.relu, "identity": lambda v: v}
+
+
+def ref_lstm(off):
+    def ref(t, a):
+        x, w, b = t["Input"], t["Weight"], t["Bias"]
+        H = w.shape[0]
+        ga, ca, na = (_RNN_ACT[a.get(k, d)] for k, d in (("gate_activation", "sigmoid"),
+                                                           ("cell_activation", "tanh"),
+                                                           ("candidate_activation", "tanh")))
+        peep = a.get("use_peepholes", True)
+        hid, cel, gates, tc = ([None] * x.shape[0] for _ in range(4))
+        for s, (bg, e) in enumerate(zip(off[:-1], off[1:])):
+            h = t["H0"][s] if "H0" in t else x.new_zeros(H)
+            c = t["C0"][s] if "C0" in t else x.new_zeros(H)
+            for r in (range(e - 1, bg - 1, -1) if a.get("is_reverse") else range(bg, e)):
+                g = x[r] + b[0, :4 * H] + h @ w
+                gi, gf, go = g[H:2 * H], g[2 * H:3 * H], g[3 * H:]
+                if peep:
+                    gi, gf = gi + c * b[0, 4 * H:5 * H], gf + c * b[0, 5 * H:6 * H]
+                cand, i, f = na(g[:H]), ga(gi), ga(gf)
+                c = cand * i + c * f
+                o = ga(go + c * b[0, 6 * H:] if peep else go)
+                h = o * ca(c)
+                hid[r], cel[r], gates[r], tc[r] = h, c, torch.cat([cand, i, f, o]), ca(c)
+        # BatchGate: the activated gates by row, BatchCellPreAct: cell_activation(Cell) (PE's layout)
+        return {"Hidden": torch.stack(hid), "Cell": torch.stack(cel), "BatchGate": torch.stack(gates),
+                "BatchCellPreAct": torch.stack(tc)}
+    return ref
+
+
+def ref_gru(off):
+    def ref(t, a):
+        x, w = t["Input"], t["Weight"]
+        H = w.shape[0]
+        wur, wc = w.reshape(-1)[:2 * H * H].reshape(H, 2 * H), w.reshape(-1)[2 * H * H:].reshape(H, H)
+        b = t["Bias"][0] if "Bias" in t else x.new_zeros(3 * H)
+        ga, na = _RNN_ACT[a.get("gate_activation", "sigmoid")], _RNN_ACT[a.get("activation", "tanh")]
+        hid, gates, rhs = ([None] * x.shape[0] for _ in range(3))
+        for s, (bg, e) in enumerate(zip(off[:-1], off[1:])):
+            h = t["H0"][s] if "H0" in t else x.new_zeros(H)
+            for r in (range(e - 1, bg - 1, -1) if a.get("is_reverse") else range(bg, e)):
+                ur = ga(x[r, :2 * H] + b[:2 * H] + h @ wur)
+                u, rg = ur[:H], ur[H:]
+                c = na(x[r, 2 * H:] + b[2 * H:] + (rg * h) @ wc)
+                gates[r], rhs[r] = torch.cat([u, rg, c]), rg * h
+                h = u * h + (1 - u) * c if a.get("origin_mode") else (1 - u) * h + u * c
+                hid[r] = h
+        # BatchGate: the activated u, r, c by row; BatchResetHiddenPrev: r * h_prev (PE's layout)
+        return {"Hidden": torch.stack(hid), "BatchGate": torch.stack(gates),
+                "BatchResetHiddenPrev": torch.stack(rhs), "BatchHidden": torch.stack(hid)}
+    return ref
+
+
+_RNN_OFF = [0, 3, 4, 8]  # 3 sequences of 3, 1, 4 rows
+case("lstm", "peepholes", {"Input": f32(8, 12), "Weight": f32(3, 12, lo=-0.5, hi=0.5), "Bias": f32(1, 21)}, {},
+     ref_lstm(_RNN_OFF), lod={"Input": [_RNN_OFF]})
+case("lstm", "reverse_no_peep_h0_c0_fp64", {"Input": f64(8, 8), "Weight": f64(2, 8), "Bias": f64(1, 8),
+                                             "H0": f64(3, 2), "C0": f64(3, 2)},
+     {"use_peepholes": False, "is_reverse": True}, ref_lstm(_RNN_OFF), lod={"Input": [_RNN_OFF]})
+case("lstm", "acts_relu_identity", {"Input": f32(5, 8), "Weight": f32(2, 8, lo=-0.5, hi=0.5), "Bias": f32(1, 14)},
+     {"cell_activation": "relu", "candidate_activation": "identity", "gate_activation": "tanh"},
+     ref_lstm([0, 1, 5]), lod={"Input": [[0, 1, 5]]})
+case("gru", "default", {"Input": f32(8, 9), "Weight": f32(3, 9, lo=-0.5, hi=0.5), "Bias": f32(1, 9)}, {},
+     ref_gru(_RNN_OFF), lod={"Input": [_RNN_OFF]})
+case("gru", "reverse_origin_h0_fp64", {"Input": f64(8, 6), "Weight": f64(2, 6), "H0": f64(3, 2)},
+     {"is_reverse": True, "origin_mode": True}, ref_gru(_RNN_OFF), lod={"Input": [_RNN_OFF]})
+case("gru", "relu_candidate", {"Input": f32(5, 6), "Weight": f32(2, 6, lo=-0.5, hi=0.5), "Bias": f32(1, 6)},
+     {"activation": "relu"}, ref_gru([0, 4, 5]), lod={"Input": [[0, 4, 5]]})
+# enough work to fork the sequences over threads: the same bits with 1 and 2 threads
+case("lstm", "threads", {"Input": f32(40, 64), "Weight": f32(16, 64, lo=-0.3, hi=0.3), "Bias": f32(1, 112)}, {},
+     ref_lstm([0, 13, 14, 40]), lod={"Input": [[0, 13, 14, 40]]}, threads=True)
+case("gru", "threads", {"Input": f32(50, 48), "Weight": f32(16, 48, lo=-0.3, hi=0.3), "Bias": f32(1, 48)},
+     {"is_reverse": True}, ref_gru([0, 20, 21, 50]), lod={"Input": [[0, 20, 21, 50]]}, threads=True)
+
+
 # ---- running a row ----------------------------------------------------------------------
 
 def _check(case, name, got, want, want_dtype):

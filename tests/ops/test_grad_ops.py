@@ -64,7 +64,7 @@ NO_GRAD_SLOTS = {"batch_norm": {"Mean", "Variance"}, "softmax_with_cross_entropy
                  "cross_entropy": {"Label"}, "dropout": {"Step"},
                  "sigmoid_cross_entropy_with_logits": {"Label"}, "label_smooth": {"PriorDist"},
                  "sequence_expand": {"Y"}}  # Y gives the repeat counts (its LoD) only
-LOSS_OUTS = {"batch_norm": ["Y"], "layer_norm": ["Y"], "group_norm": ["Y"], "instance_norm": ["Y"], "softmax_with_cross_entropy": ["Loss"], "cos_sim": ["Out"]}
+LOSS_OUTS = {"lstm": ["Hidden", "Cell"], "batch_norm": ["Y"], "layer_norm": ["Y"], "group_norm": ["Y"], "instance_norm": ["Y"], "softmax_with_cross_entropy": ["Loss"], "cos_sim": ["Out"]}
 
 
 class GradCase:
@@ -169,6 +169,12 @@ grad_row("sequence_pool", "average_fp64", {"X": f64(7, 2)}, {"pooltype": "AVERAG
          lod={"X": [[0, 3, 3, 7]]})
 grad_row("sequence_expand", "x_seqs_repeated", {"X": f32(5, 2), "Y": i64(6, 1)}, {},
          fw.ref_seqexpand([0, 2, 3, 6], [0, 2, 4, 5]), lod={"X": [[0, 2, 4, 5]], "Y": [[0, 2, 3, 6]]})
+# recurrent: gradients through every step, H0 / C0 included, the loss over Hidden and Cell
+grad_row("lstm", "peep_h0_c0_reverse_fp64", {"Input": f64(7, 8), "Weight": f64(2, 8), "Bias": f64(1, 14),
+                                             "H0": f64(3, 2), "C0": f64(3, 2)}, {"is_reverse": True},
+         fw.ref_lstm([0, 2, 3, 7]), lod={"Input": [[0, 2, 3, 7]]})
+grad_row("gru", "h0_fp64", {"Input": f64(7, 6), "Weight": f64(2, 6), "Bias": f64(1, 6), "H0": f64(3, 2)}, {},
+         fw.ref_gru([0, 2, 3, 7]), lod={"Input": [[0, 2, 3, 7]]})
 
 grad_row("sequence_conv", "len5_start_m3_single_rows", {"X": f32(6, 11), "Filter": f32(55, 2)},
          {"contextLength": 5, "contextStart": -3}, fw.ref_seqconv([0, 1, 2, 6]), lod={"X": [[0, 1, 2, 6]]})

@@ -362,6 +362,13 @@ static const empty_row k_rows[] = {
     {"sequence_pool", "X=f[0,3]", "Out MaxIndex", "pooltype=LAST", NULL, NULL, "has no LoD", false},
     {"sequence_softmax", "X=f[0]{0,0}", "Out", "", "[0]", NULL, NULL, true},
     {"sequence_softmax", "X=d[0,1]{0}", "Out", "", "[0,1]", NULL, NULL, true},
+    /* recurrent: no rows (no sequences, empty ones, with H0 / C0: their gradient is zeros), H = 0 */
+    {"lstm", "Input=f[0,8]{0} Weight=f[2,8] Bias=f[1,14]", "Hidden Cell BatchGate BatchCellPreAct", "", "[0,2]", NULL, NULL, true},
+    {"lstm", "Input=f[0,8]{0,0,0} Weight=f[2,8] Bias=f[1,8] H0=f[2,2] C0=f[2,2]", "Hidden Cell BatchGate BatchCellPreAct", "use_peepholes=false", "[0,2]", NULL, NULL, true},
+    {"lstm", "Input=d[3,0]{0,3} Weight=d[0,0] Bias=d[1,0]", "Hidden Cell BatchGate BatchCellPreAct", "", "[3,0]", NULL, NULL, true},
+    {"lstm", "Input=f[2,8] Weight=f[2,8] Bias=f[1,14]", "Hidden Cell BatchGate BatchCellPreAct", "", NULL, NULL, "has no LoD", false},
+    {"gru", "Input=f[0,6]{0,0} Weight=f[2,6] Bias=f[1,6] H0=f[1,2]", "Hidden BatchGate BatchResetHiddenPrev BatchHidden", "", "[0,2]", NULL, NULL, true},
+    {"gru", "Input=d[0,6]{0} Weight=d[2,6]", "Hidden BatchGate BatchResetHiddenPrev BatchHidden", "origin_mode=true", "[0,2]", NULL, NULL, true},
     {"sequence_expand", "X=f[2,3] Y=l[0,1]{0,0,0}", "Out", "", "[0,3]", NULL, NULL, true},
     {"sequence_expand", "X=f[0,3]{0,0,0} Y=l[4,1]{0,3,4}", "Out", "", "[0,3]", NULL, NULL, true},
     {"sequence_expand", "Y=l[0,1] X=f[2,3]", "Out", "", NULL, NULL, "Y 'in0' has no LoD", false},

@@ -661,3 +661,109 @@ def sequence_mask(x, maxlen=None, dtype="int64", name=None):
     out = helper.create_variable_for_type_inference(dt, stop_gradient=True, shape=list(x.shape) + [m])
     helper.append_op("sequence_mask", {"X": [x]}, {"Y": [out]}, {"maxlen": m, "out_dtype": codes[dt]})
     return out
+
+
+# ---- recurrent sequence layers (LoD): Paddle 1.x's lstm / gru ops ------------------------------
+
+from ..param_attr import ParamAttr as _ParamAttr  # noqa: E402
+
+__all__ += ["dynamic_lstm", "dynamic_gru"]
+
+_RNN_ACTS = ("sigmoid", "tanh", "relu", "identity")
+
+
+def _rnn_act(api, arg, value):
+    if value not in _RNN_ACTS:
+        raise _core.InvalidArgumentError("fluid.layers.%s: %s=%r (expected one of %s)"
+                                         % (api, arg, value, ", ".join(_RNN_ACTS)))
+    return value
+
+
+def _rnn_state(api, arg, v, hidden):
+    if v is None:
+        return None
+    check_variable(v, arg, api)
+    if len(v.shape) != 2 or v.shape[1] not in (-1, hidden):
+        raise _core.InvalidArgumentError("fluid.layers.%s: %s has shape %s (expected [sequences, %d])"
+                                         % (api, arg, list(v.shape), hidden))
+    return v
+
+
+def dynamic_lstm(input, size, h_0=None, c_0=None, param_attr=None, bias_attr=None, use_peepholes=True,
+                 is_reverse=False, gate_activation="sigmoid", cell_activation="tanh", candidate_activation="tanh",
+                 dtype="float32", name=None):
+    """An LSTM over each sequence of input's last LoD level (the lstm op). input: [T, size], the
+    projection of the sequence (an fc of size 4 * H), gate columns {candidate, input, forget,
+    output}; size = 4 * H. Parameters: the hidden-hidden weight [H, 4H] and the bias [1, 4H], or
+    [1, 7H] with use_peepholes (the 3 diagonal peephole weights after the gate biases). h_0 / c_0:
+    [sequences, H] initial states (zeros when absent). Returns (hidden, cell), both [T, H] with
+    input's LoD."""
+    check_variable(input, "input", "dynamic_lstm")
+    size = int(size)
+    if size <= 0 or size % 4:
+        raise _core.InvalidArgumentError("fluid.layers.dynamic_lstm: size=%d must be 4 * the hidden size" % size)
+    if len(input.shape) != 2 or input.shape[1] not in (-1, size):
+        raise _core.InvalidArgumentError("fluid.layers.dynamic_lstm: input has shape %s (expected [T, size=%d]: the "
+                                         "fc projection of the sequence)" % (list(input.shape), size))
+    if _ParamAttr._to_attr(bias_attr) is False:
+        raise _core.InvalidArgumentError("fluid.layers.dynamic_lstm: bias_attr=False: the lstm op needs its bias "
+                                         "(give a ParamAttr or None)")
+    hidden = size // 4
+    for arg, v in (("gate_activation", gate_activation), ("cell_activation", cell_activation),
+                   ("candidate_activation", candidate_activation)):
+        _rnn_act("dynamic_lstm", arg, v)
+    dtype = convert_dtype(dtype)
+    helper = LayerHelper("lstm", name)
+    w = helper.create_parameter(param_attr, [hidden, size], dtype)
+    b = helper.create_parameter(bias_attr, [1, 7 * hidden if use_peepholes else size], dtype, is_bias=True)
+    inputs = {"Input": [input], "Weight": [w], "Bias": [b]}
+    if _rnn_state("dynamic_lstm", "h_0", h_0, hidden) is not None:
+        inputs["H0"] = [h_0]
+    if _rnn_state("dynamic_lstm", "c_0", c_0, hidden) is not None:
+        inputs["C0"] = [c_0]
+    hid = helper.create_variable_for_type_inference(dtype, shape=[-1, hidden])
+    cell = helper.create_variable_for_type_inference(dtype, shape=[-1, hidden])
+    gate = helper.create_variable_for_type_inference(dtype, shape=[-1, size])
+    pre = helper.create_variable_for_type_inference(dtype, shape=[-1, hidden])
+    helper.append_op("lstm", inputs, {"Hidden": [hid], "Cell": [cell], "BatchGate": [gate], "BatchCellPreAct": [pre]},
+                     {"use_peepholes": bool(use_peepholes), "is_reverse": bool(is_reverse),
+                      "gate_activation": gate_activation, "cell_activation": cell_activation,
+                      "candidate_activation": candidate_activation})
+    return hid, cell
+
+
+def dynamic_gru(input, size, param_attr=None, bias_attr=None, is_reverse=False, gate_activation="sigmoid",
+                candidate_activation="tanh", h_0=None, origin_mode=False):
+    """A GRU over each sequence of input's last LoD level (the gru op). input: [T, 3 * size], the
+    projection of the sequence, columns {update, reset, candidate}; size = the hidden size H. The
+    weight [H, 3H] holds the [H, 2H] update / reset weight in its first H * 2H elements, then the
+    [H, H] candidate weight (Paddle's layout); bias [1, 3H] (bias_attr=False: none). h = (1 - u) h_prev
+    + u c, or u h_prev + (1 - u) c with origin_mode. h_0: [sequences, H] (zeros when absent).
+    Returns hidden [T, H] with input's LoD."""
+    check_variable(input, "input", "dynamic_gru")
+    size = int(size)
+    if size <= 0:
+        raise _core.InvalidArgumentError("fluid.layers.dynamic_gru: size=%d must be the (positive) hidden size" % size)
+    if len(input.shape) != 2 or input.shape[1] not in (-1, 3 * size):
+        raise _core.InvalidArgumentError("fluid.layers.dynamic_gru: input has shape %s (expected [T, 3 * size = %d])"
+                                         % (list(input.shape), 3 * size))
+    _rnn_act("dynamic_gru", "gate_activation", gate_activation)
+    _rnn_act("dynamic_gru", "candidate_activation", candidate_activation)
+    dtype = input.dtype
+    helper = LayerHelper("gru")
+    w = helper.create_parameter(param_attr, [size, 3 * size], dtype)
+    b = helper.create_parameter(bias_attr, [1, 3 * size], dtype, is_bias=True)
+    inputs = {"Input": [input], "Weight": [w]}
+    if b is not None:
+        inputs["Bias"] = [b]
+    if _rnn_state("dynamic_gru", "h_0", h_0, size) is not None:
+        inputs["H0"] = [h_0]
+    hid = helper.create_variable_for_type_inference(dtype, shape=[-1, size])
+    gate = helper.create_variable_for_type_inference(dtype, shape=[-1, 3 * size])
+    rh = helper.create_variable_for_type_inference(dtype, shape=[-1, size])
+    bh = helper.create_variable_for_type_inference(dtype, shape=[-1, size])
+    helper.append_op("gru", inputs, {"Hidden": [hid], "BatchGate": [gate], "BatchResetHiddenPrev": [rh],
+                                     "BatchHidden": [bh]},
+                     {"is_reverse": bool(is_reverse), "gate_activation": gate_activation,
+                      "activation": candidate_activation, "origin_mode": bool(origin_mode)})
+    return hid
