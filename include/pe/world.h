@@ -25,7 +25,13 @@
  * allgather move bytes and take every dtype.
  *
  * Calls block the calling thread until this rank's part is done; calls
- * from several threads are serialized (one collective at a time).
+ * from several threads are serialized (one collective at a time). The one
+ * exception, pe_world_allreduce_start, returns at once with a work handle
+ * (the comm backend's pe_work): the sum moves on the backend's progress
+ * thread while the caller goes on, and pe_world_work_wait returns its
+ * status. It takes its place in the ranks' order of collectives when it
+ * starts, like a blocking call (every rank must start the same
+ * collectives in the same order, blocking or not).
  *
  * Ownership: the world is owned by the caller (pe_world_free, before the
  * process exits: PE calls MPI_Finalize at exit when every communicator is
@@ -70,6 +76,22 @@ pe_status pe_world_broadcast(pe_world *w, void *buf, int64_t count, pe_dtype dt,
 pe_status pe_world_allgather(pe_world *w, const void *send, void *recv, int64_t count, pe_dtype dt);
 /* Returns when every rank has called it. */
 pe_status pe_world_barrier(pe_world *w);
+
+/* Non-blocking allreduce: starts the sum of buf[count] over the ranks and
+ * returns at once; *out (owned by the caller) completes when buf holds the
+ * sum (buf is borrowed until then). A call this rank can see is wrong
+ * returns the error and *out = NULL. */
+typedef struct pe_world_work pe_world_work;
+pe_status pe_world_allreduce_start(pe_world *w, void *buf, int64_t count, pe_dtype dt, pe_world_work **out);
+/* Blocks until wk is done; its status (pe_last_error() names the call and
+ * says what failed, e.g. the rank whose call differed). Waiting again
+ * returns the same status. */
+pe_status pe_world_work_wait(pe_world_work *wk);
+/* Non-blocking: whether wk is done. */
+bool pe_world_work_test(pe_world_work *wk);
+/* Accepts NULL; a pending work is waited for first (its buffer is the
+ * caller's), so free every work before pe_world_free. */
+void pe_world_work_free(pe_world_work *wk);
 
 void pe_world_free(pe_world *w); /* accepts NULL */
 

@@ -9,6 +9,8 @@
  * call that differs (op, dtype, count, root) is caught by mpi.c's header
  * exchange and fails on every rank. A work's failure message becomes the
  * call's pe_last_error(), prefixed with the collective's name.
+ * pe_world_allreduce_start takes its tag and starts under the same mutex
+ * but returns the backend's work (wrapped) instead of waiting for it.
  *
  * Why: pe.distributed (Python) needs a few blocking collectives on numpy
  * arrays; the extension sees include/ only, so this thin public surface
@@ -88,6 +90,46 @@ pe_status pe_world_allgather(pe_world *w, const void *send, void *recv, int64_t 
 
 pe_status pe_world_barrier(pe_world *w) { WORLD_CALL("barrier", pe_comm_barrier(w->c, tag, &wk)); }
 
+struct pe_world_work {
+    pe_work *wk;
+};
+
+pe_status pe_world_allreduce_start(pe_world *w, void *buf, int64_t count, pe_dtype dt, pe_world_work **out) {
+    if (!out) return pe_error(PE_ERR_INVALID, "all_reduce (started): out is NULL");
+    *out = NULL;
+    if (!w) return pe_error(PE_ERR_INVALID, "all_reduce (started): world is NULL");
+    pe_world_work *h = calloc(1, sizeof *h);
+    if (!h) return pe_error(PE_ERR_NOMEM, "all_reduce (started): out of memory");
+    /* the tag and the start under the lock: the ranks' order of collectives
+     * is the order of their starts, blocking calls' and this one's alike */
+    pthread_mutex_lock(&w->mu);
+    uint64_t tag = w->next_tag++;
+    pe_status st = pe_comm_allreduce(w->c, buf, count, dt, tag, &h->wk);
+    pthread_mutex_unlock(&w->mu);
+    if (st != PE_OK) {
+        free(h);
+        return pe_error_wrap(st, "all_reduce (started)");
+    }
+    *out = h;
+    return PE_OK;
+}
+
+pe_status pe_world_work_wait(pe_world_work *h) {
+    if (!h) return pe_error(PE_ERR_INVALID, "all_reduce (started): work is NULL");
+    pe_status st = pe_work_wait(h->wk);
+    if (st != PE_OK) pe_error(st, "all_reduce: %s", pe_work_message(h->wk));
+    return st;
+}
+
+bool pe_world_work_test(pe_world_work *h) { return h && pe_work_test(h->wk, NULL); }
+
+void pe_world_work_free(pe_world_work *h) {
+    if (!h) return;
+    pe_work_wait(h->wk);
+    pe_work_free(h->wk);
+    free(h);
+}
+
 void pe_world_free(pe_world *w) {
     if (!w) return;
     pe_comm_free(w->c);
@@ -120,6 +162,13 @@ pe_status pe_world_allgather(pe_world *w, const void *send, void *recv, int64_t 
     return (void)w, (void)send, (void)recv, (void)count, (void)dt, NO_MPI("all_gather");
 }
 pe_status pe_world_barrier(pe_world *w) { return (void)w, NO_MPI("barrier"); }
+pe_status pe_world_allreduce_start(pe_world *w, void *buf, int64_t count, pe_dtype dt, pe_world_work **out) {
+    if (out) *out = NULL;
+    return (void)w, (void)buf, (void)count, (void)dt, NO_MPI("all_reduce (started)");
+}
+pe_status pe_world_work_wait(pe_world_work *wk) { return (void)wk, NO_MPI("all_reduce (started)"); }
+bool pe_world_work_test(pe_world_work *wk) { return (void)wk, false; }
+void pe_world_work_free(pe_world_work *wk) { (void)wk; }
 void pe_world_free(pe_world *w) { (void)w; }
 
 #endif

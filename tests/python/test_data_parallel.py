@@ -12,8 +12,18 @@ a timeout), the reference computed here in one process:
 - find_unused_parameters=True: a parameter used on rank 0 only gets
   rank 0's gradient / 2 on both ranks; one used nowhere keeps grad None.
   Without it the same forward is an error naming the parameter and the
-  rank on both ranks (no hang), and the ranks go on afterwards.
-In this process (one rank): bucket assignment, passthroughs, arguments.
+  rank on both ranks within 5 s (no hang), and the ranks go on afterwards;
+  a backward pass that raises on one rank is that error there and one
+  naming the rank on the other, and the ranks go on afterwards.
+- overlap: a four-layer net with one parameter per bucket; the order of
+  events in backward() (every op the pass runs, each bucket's start and
+  wait) shows the buckets starting in order while grad ops still run,
+  and the averaged gradients equal one process on the whole batch.
+- pe.distributed.launch --nproc_per_node 2 of seed 001's LinearNet + Adam
+  example (dist_scripts/dp_launch_train.py): 10 steps, both ranks'
+  parameters identical and allclose to one process on the whole batch.
+In this process (one rank): the tape's grad-ready hook, bucket
+assignment, passthroughs, arguments.
 """
 import os
 import sys
@@ -26,8 +36,9 @@ import pe.nn as nn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "dist_scripts"))
-from dist_run import PY, needs_mpirun, run, script  # noqa: E402
+from dist_run import PY, launch, needs_mpirun, run, script  # noqa: E402
 import data_parallel as dp_script  # noqa: E402
+import dp_launch_train as launch_script  # noqa: E402
 
 
 def _spawn(mode, tmp_path):
@@ -97,10 +108,71 @@ def test_find_unused_parameters(tmp_path):
         np.testing.assert_array_equal(r0["grad_" + n], r1["grad_" + n], err_msg=n)
     # _extra took part on rank 0 only: its grad is rank 0's / 2, not zero
     assert np.abs(r0["grad__extra.weight"]).sum() > 0
+    for r in (r0, r1):
+        assert r["error_seconds"][0] < 5.0, r["error_seconds"]
     for k in range(2):
         msg = (tmp_path / ("unused_rank%d.txt" % k)).read_text()
         assert msg.startswith("DataParallel: parameter '_extra.weight'"), msg
         assert "got no gradient in this backward on rank(s) 1" in msg and "find_unused_parameters=True" in msg, msg
+    # a backward pass that raised on rank 1: its own error there, one naming it on rank 0; then a step works
+    assert (tmp_path / "failed_rank1.txt").read_text() == "ValueError: rank 1's backward fails on purpose"
+    msg = (tmp_path / "failed_rank0.txt").read_text()
+    assert msg.startswith("InvalidArgumentError: DataParallel: the backward pass failed on rank(s) 1"), msg
+    np.testing.assert_array_equal(r0["after_failure_grad"], r1["after_failure_grad"])
+
+
+@needs_mpirun
+def test_bucket_allreduces_start_while_backward_still_runs(tmp_path):
+    r0, r1 = _spawn("overlap", tmp_path)
+    nb = len(r0["buckets"])
+    assert nb == 8 and (r0["buckets"] == 1).all()   # one parameter per bucket
+    for r in (r0, r1):
+        ev = [str(e) for e in r["events"]]
+        starts = [i for i, e in enumerate(ev) if e.startswith("start ")]
+        waits = [i for i, e in enumerate(ev) if e.startswith("wait ")]
+        ops = [i for i, e in enumerate(ev) if e.startswith("op ")]
+        # every bucket started once, in bucket order, then waited for in the same order
+        assert [ev[i] for i in starts] == ["start %d" % k for k in range(nb)], ev
+        assert [ev[i] for i in waits] == ["wait %d" % k for k in range(nb)], ev
+        # overlap: buckets started before the pass's last op ran, with ops between them
+        assert starts[0] < ops[-1] and starts[nb - 2] < ops[-1], ev
+        assert any(starts[0] < i < starts[1] for i in ops), ev
+        # and nothing was waited for before the pass had run all of its ops
+        assert waits[0] > ops[-1], ev
+    pe.disable_static()
+    net = dp_script.DeepNet()
+    net.set_state_dict({k[len("init_"):]: v for k, v in r0.items() if k.startswith("init_")})
+    x, y = dp_script.batch(0, 2)
+    nn.MSELoss()(net(pe.to_tensor(x)), pe.to_tensor(y)).backward()
+    for n, p in net.named_parameters():
+        np.testing.assert_array_equal(r0["grad_" + n], r1["grad_" + n], err_msg=n)
+        np.testing.assert_allclose(r0["grad_" + n], p.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=n)
+
+
+@needs_mpirun
+def test_launch_linearnet_adam_like_one_process(tmp_path):
+    r = launch(["--nproc_per_node", "2", "--log_dir", str(tmp_path / "log"), script("dp_launch_train.py"),
+                str(tmp_path)], cwd=str(tmp_path), timeout=120)
+    assert r.rc == 0, r
+    r0, r1 = [dict(np.load(str(tmp_path / ("launch_rank%d.npz" % k)))) for k in range(2)]
+    names = [k[len("init_"):] for k in r0 if k.startswith("init_")]
+    assert len(names) == 4
+    pe.disable_static()
+    net = launch_script.LinearNet()
+    net.set_state_dict({n: r0["init_" + n] for n in names})
+    adam = pe.optimizer.Adam(learning_rate=0.001, parameters=net.parameters())
+    loss_fn = nn.MSELoss()
+    for step in range(launch_script.STEPS):
+        x, y = launch_script.data(step, 2)
+        loss_fn(net(pe.to_tensor(x)), pe.to_tensor(y)).backward()
+        adam.step()
+        adam.clear_grad()
+    ref = {k: v.numpy() for k, v in net.state_dict().items()}
+    for n in names:
+        np.testing.assert_array_equal(r0["init_" + n], r1["init_" + n], err_msg=n)   # rank 0's, broadcast
+        np.testing.assert_array_equal(r0["final_" + n], r1["final_" + n], err_msg=n)
+        assert not np.array_equal(r0["final_" + n], r0["init_" + n]), n
+        np.testing.assert_allclose(r0["final_" + n], ref[n], rtol=1e-5, atol=1e-6, err_msg=n)
 
 
 # ---- one process --------------------------------------------------------------------------------
@@ -110,6 +182,42 @@ class _Big(nn.Layer):
         self.a = nn.Linear(512, 512)      # 1 MB + 2 KB
         self.b = nn.Linear(512, 512)
         self.c = nn.Linear(512, 4)
+
+
+def test_grad_ready_hook_reports_each_leaf_once_when_its_grad_is_final():
+    from pe.eager import autograd
+    pe.disable_static()
+    net = dp_script.DeepNet()
+    w = net.l1.weight
+    seen = []
+    ops = []
+
+    def hook(leaf):
+        seen.append((leaf.name, len(ops), leaf.grad.numpy()))
+
+    run_raw = autograd._run_raw
+
+    def traced(op_type, *a, **k):
+        ops.append(op_type)
+        return run_raw(op_type, *a, **k)
+
+    autograd.add_grad_ready_hook(hook)
+    x = pe.to_tensor(np.random.RandomState(0).randn(4, 10).astype("float32"))
+    loss = pe.mean(net(x)) + pe.mean(pe.matmul(x, w))   # l1.weight read by two ops
+    autograd._run_raw = traced
+    try:
+        loss.backward()
+    finally:
+        autograd._run_raw = run_raw
+        autograd._grad_ready.remove(hook)
+    names = [n for n, _, _ in seen]
+    params = dict((p.name, p) for p in net.parameters())
+    assert sorted(names) == sorted(params)                  # each parameter once
+    for n, _, g in seen:                                     # reported when final
+        np.testing.assert_array_equal(g, params[n].grad.numpy(), err_msg=n)
+    when = dict((n, k) for n, k, _ in seen)
+    assert when[net.l4.weight.name] < len(ops)               # the last layer's before the pass ended
+    assert when[net.l4.weight.name] < when[net.l1.weight.name]
 
 
 def test_buckets_reverse_creation_order_with_a_small_last_bucket():

@@ -14,6 +14,10 @@
  *     the world works after;
  *   - two worlds at once, and the calls of several threads on one world
  *     (serialized inside);
+ *   - pe_world_allreduce_start: two started sums in flight across a
+ *     blocking allgather, each equal to the blocking sum once waited for;
+ *     a started sum whose count differs on one rank fails at the wait on
+ *     every rank (naming all_reduce), and the world works after;
  *   - pe_world_free(NULL).
  * Built without MPI: pe_world_available() is false and pe_world_new
  * returns PE_ERR_UNSUPPORTED (checked, then exit 77: skipped).
@@ -125,6 +129,48 @@ static void test_mismatches_fail_everywhere(void **state) {
     still_works();
 }
 
+static void test_allreduce_start(void **state) {
+    (void)state;
+    enum { K = 1000 };
+    static float a[K], b[K], ae[K];
+    double d[3] = {val(R, 0), val(R, 1), val(R, 2)};
+    for (int i = 0; i < K; i++) {
+        a[i] = (float)val(R, i) * 0.1f;
+        b[i] = 2 * a[i];
+        ae[i] = 0;
+        for (int r = 0; r < N; r++) ae[i] += (float)val(r, i) * 0.1f;
+    }
+    pe_world_work *wa = NULL, *wb = NULL;
+    assert_int_equal(pe_world_allreduce_start(g_w, a, K, PE_DTYPE_FP32, &wa), PE_OK);
+    assert_int_equal(pe_world_allreduce_start(g_w, b, K, PE_DTYPE_FP32, &wb), PE_OK);
+    assert_non_null(wa);
+    int32_t mine = R, all[8];
+    assert_true(N <= 8);
+    assert_int_equal(pe_world_allgather(g_w, &mine, all, 1, PE_DTYPE_INT32), PE_OK); /* while they move */
+    for (int r = 0; r < N; r++) assert_int_equal(all[r], r);
+    assert_int_equal(pe_world_work_wait(wb), PE_OK);
+    assert_int_equal(pe_world_work_wait(wa), PE_OK);
+    assert_true(pe_world_work_test(wa));
+    assert_memory_equal(a, ae, sizeof a);
+    for (int i = 0; i < K; i++) b[i] /= 2;
+    assert_memory_equal(b, ae, sizeof b); /* x2 then /2: exact */
+    pe_world_work_free(wa);
+    pe_world_work_free(wb);
+    /* the last rank starts more elements: every rank's wait fails */
+    pe_world_work *wc = NULL;
+    assert_int_equal(pe_world_allreduce_start(g_w, d, R == N - 1 ? 3 : 2, PE_DTYPE_FP64, &wc), PE_OK);
+    assert_int_equal(pe_world_work_wait(wc), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "all_reduce: "));
+    assert_non_null(strstr(pe_last_error(), "elements"));
+    pe_world_work_free(wc);
+    still_works();
+    /* this rank's own bad argument: an error at the start, no work */
+    wc = (pe_world_work *)1;
+    assert_int_not_equal(pe_world_allreduce_start(g_w, d, 2, PE_DTYPE_BOOL, &wc), PE_OK);
+    assert_null(wc);
+    pe_world_work_free(NULL);
+}
+
 /* Each call sums ones, so however the two threads' calls interleave on
  * each rank (the world pairs the ranks' calls by order), every result is N. */
 static void *thread_sums(void *arg) {
@@ -168,6 +214,7 @@ int main(void) {
         cmocka_unit_test(test_allreduce_in_rank_order),
         cmocka_unit_test(test_rooted_and_gather),
         cmocka_unit_test(test_mismatches_fail_everywhere),
+        cmocka_unit_test(test_allreduce_start),
         cmocka_unit_test(test_two_worlds_and_threads),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

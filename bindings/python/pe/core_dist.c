@@ -4,7 +4,10 @@
  * What: one pe_world per process (MPI_COMM_WORLD), made by world_init and
  * freed by world_shutdown (pe.distributed registers it with atexit, so MPI
  * is finalized at a clean exit); blocking collectives on numpy arrays in
- * place.
+ * place, and one non-blocking one: world_allreduce_start(array) returns a
+ * work handle (wait(), is_completed()) over the comm backend's work, which
+ * holds the array until the sum is in it (pe.DataParallel starts each
+ * gradient bucket's sum with it during backward).
  *
  * How: arrays must be numpy ndarrays that are C-contiguous, aligned,
  * native-endian and (written ones) writeable, of a dtype PE sums (float32,
@@ -159,6 +162,93 @@ static PyObject *py_world_barrier(PyObject *m, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
+/* ---- a started all_reduce: _core.WorldWork ------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    pe_world_work *h; /* NULL once freed */
+    PyObject *arr;    /* the buffer, alive until the work is done */
+} WorldWork;
+
+static void worldwork_release(WorldWork *self) {
+    pe_world_work *h = self->h;
+    self->h = NULL;
+    if (h) {
+        Py_BEGIN_ALLOW_THREADS
+        pe_world_work_free(h); /* waits for a pending sum: its buffer is self->arr */
+        Py_END_ALLOW_THREADS
+    }
+    Py_CLEAR(self->arr);
+}
+
+static void worldwork_dealloc(WorldWork *self) {
+    worldwork_release(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *worldwork_wait(WorldWork *self, PyObject *unused) {
+    (void)unused;
+    if (!self->h) return raise_msg(PE_ERR_INVALID, "all_reduce: wait() on a work already waited for and released");
+    pe_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = pe_world_work_wait(self->h);
+    Py_END_ALLOW_THREADS
+    if (st != PE_OK) {
+        PyObject *r = raise_status(st);
+        worldwork_release(self);
+        return r;
+    }
+    worldwork_release(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *worldwork_is_completed(WorldWork *self, PyObject *unused) {
+    (void)unused;
+    return PyBool_FromLong(!self->h || pe_world_work_test(self->h));
+}
+
+static PyMethodDef worldwork_methods[] = {
+    {"wait", (PyCFunction)worldwork_wait, METH_NOARGS,
+     "wait(): returns when the sum is in the array (raises what failed, on every rank alike)."},
+    {"is_completed", (PyCFunction)worldwork_is_completed, METH_NOARGS, "is_completed(): whether it is done."},
+    {NULL, NULL, 0, NULL}};
+
+static PyTypeObject WorldWorkType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "pe._core.WorldWork",
+    .tp_basicsize = sizeof(WorldWork),
+    .tp_dealloc = (destructor)worldwork_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A started all_reduce (world_allreduce_start): wait(), is_completed().",
+    .tp_methods = worldwork_methods,
+};
+
+static PyObject *py_world_allreduce_start(PyObject *m, PyObject *arg) {
+    (void)m;
+    if (!WorldWorkType.tp_dict && PyType_Ready(&WorldWorkType) < 0) return NULL;
+    pe_world *w = need_world("all_reduce");
+    pe_dtype dt;
+    int64_t n;
+    if (!w || check_array(arg, "all_reduce", 1, &dt, &n)) return NULL;
+    WorldWork *self = PyObject_New(WorldWork, &WorldWorkType);
+    if (!self) return NULL;
+    self->h = NULL;
+    Py_INCREF(arg);
+    self->arr = arg;
+    void *p = PyArray_DATA((PyArrayObject *)arg);
+    pe_status st;
+    pe_world_work *h = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    st = pe_world_allreduce_start(w, p, n, dt, &h);
+    Py_END_ALLOW_THREADS
+    if (st != PE_OK) {
+        PyObject *r = raise_status(st);
+        Py_DECREF(self);
+        return r;
+    }
+    self->h = h;
+    return (PyObject *)self;
+}
+
 /* exe.close() of a parameter-server trainer: COMPLETE to every pserver (pe/pserver.h) */
 static PyObject *py_ps_close(PyObject *m, PyObject *unused) {
     (void)m;
@@ -177,6 +267,8 @@ PyMethodDef g_world_methods[] = {
     {"world_init", py_world_init, METH_NOARGS, "world_init() -> (rank, size) of MPI_COMM_WORLD; idempotent."},
     {"world_shutdown", py_world_shutdown, METH_NOARGS, "Frees the process world (MPI_Finalize at exit)."},
     {"world_allreduce", py_world_allreduce, METH_O, "world_allreduce(array): sum over ranks, in place."},
+    {"world_allreduce_start", py_world_allreduce_start, METH_O,
+     "world_allreduce_start(array) -> work: starts the sum over ranks in place; work.wait() when it is needed."},
     {"world_reduce", py_world_reduce, METH_VARARGS, "world_reduce(array, root): sum at root, in place."},
     {"world_broadcast", py_world_broadcast, METH_VARARGS, "world_broadcast(array, root): root's array everywhere."},
     {"world_allgather", py_world_allgather, METH_VARARGS, "world_allgather(send, recv): recv = every rank's send."},

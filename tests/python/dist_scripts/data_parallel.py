@@ -3,6 +3,7 @@
     python data_parallel.py train OUT      # seed 001's LinearNet + Adam, 10 steps
     python data_parallel.py nosync OUT     # 3 steps under no_sync, then one synced backward
     python data_parallel.py unused OUT     # find_unused_parameters True and False
+    python data_parallel.py overlap OUT    # DeepNet in 1-parameter buckets: the order of events
 
 Each rank starts from its own random parameters (pe.seed(100 + rank)) and
 takes its half of a batch that every rank draws from the same numpy seed;
@@ -10,6 +11,7 @@ it writes OUT/<mode>_rank<r>.npz (and .txt for messages).
 """
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -43,6 +45,20 @@ class BranchNet(nn.Layer):
     def forward(self, x, use_extra):
         y = self._linear(x)
         return y + self._extra(x) if use_extra else y
+
+
+class DeepNet(nn.Layer):
+    """Four layers: with comm_buffer_size tiny, each parameter is its own bucket."""
+
+    def __init__(self):
+        super().__init__()
+        self.l1 = nn.Linear(10, 16)
+        self.l2 = nn.Linear(16, 16)
+        self.l3 = nn.Linear(16, 8)
+        self.l4 = nn.Linear(8, 1)
+
+    def forward(self, x):
+        return self.l4(paddle.tanh(self.l3(paddle.tanh(self.l2(paddle.tanh(self.l1(x)))))))
 
 
 def batch(step, world):
@@ -103,11 +119,13 @@ def run(mode, out):
         # the same without find_unused_parameters: an error on every rank, no hang
         strict = paddle.DataParallel(BranchNet())
         loss = paddle.mean((strict(mine(x, rank), use_extra=(rank == 0)) - mine(y, rank)) ** 2)
+        t0 = time.monotonic()
         try:
             loss.backward()
             msg = "no error"
         except paddle.InvalidArgumentError as e:
             msg = str(e)
+        res["error_seconds"] = np.array([time.monotonic() - t0])
         with open(os.path.join(out, "unused_rank%d.txt" % rank), "w") as f:
             f.write(msg)
         # after the error the ranks still agree: a synced step with every parameter used works
@@ -116,6 +134,55 @@ def run(mode, out):
         loss = paddle.mean(strict(mine(x, rank), use_extra=True) + h._never(mine(x, rank)))
         loss.backward()
         res["after_error_ok"] = np.array([True])
+        # a backward pass that raises on rank 1 only (a grad-ready hook of
+        # its own, midway): rank 1 gets its error, rank 0 one naming rank 1
+        from pe.eager import autograd
+
+        def boom(leaf):
+            if rank == 1 and leaf is h._linear.weight:
+                raise ValueError("rank 1's backward fails on purpose")
+        autograd.add_grad_ready_hook(boom)
+        strict.clear_gradients()
+        loss = paddle.mean(strict(mine(x, rank), use_extra=True) + h._never(mine(x, rank)))
+        try:
+            loss.backward()
+            msg = "no error"
+        except (ValueError, paddle.InvalidArgumentError) as e:
+            msg = "%s: %s" % (type(e).__name__, e)
+        finally:
+            autograd._grad_ready.remove(boom)
+        with open(os.path.join(out, "failed_rank%d.txt" % rank), "w") as f:
+            f.write(msg)
+        strict.clear_gradients()
+        loss = paddle.mean(strict(mine(x, rank), use_extra=True) + h._never(mine(x, rank)))
+        loss.backward()
+        res["after_failure_grad"] = h._linear.weight.grad.numpy()
+    elif mode == "overlap":
+        from pe.distributed import parallel
+        from pe.eager import autograd
+        layer = DeepNet()
+        dp = paddle.DataParallel(layer, comm_buffer_size=1e-6, last_comm_buffer_size=1e-6)
+        res.update({"init_" + k: v for k, v in state(dp).items()})
+        res["buckets"] = np.array([len(b) for b in dp._buckets])
+        events = []
+        run_raw = autograd._run_raw
+
+        def traced_run_raw(op_type, *a, **k):   # every op of the backward pass (grad ops, sums)
+            out = run_raw(op_type, *a, **k)
+            events.append("op " + op_type)
+            return out
+
+        parallel._trace = lambda what, k: events.append("%s %d" % (what, k))
+        x, y = batch(0, world)
+        loss = nn.MSELoss()(dp(mine(x, rank)), mine(y, rank))
+        autograd._run_raw = traced_run_raw
+        try:
+            loss.backward()
+        finally:
+            autograd._run_raw = run_raw
+            parallel._trace = None
+        res["events"] = np.array(events)
+        res.update({"grad_" + k: v for k, v in grads(dp).items()})
     np.savez(os.path.join(out, "%s_rank%d.npz" % (mode, rank)), **res)
 
 

@@ -29,30 +29,46 @@ last_comm_buffer_size MB, the others of at most comm_buffer_size MB, and
 the buckets are exchanged in reverse order (the last-created parameters,
 whose gradients backward makes first, go first; the bucket of the first
 parameters, made last by backward, goes last and is small). One bucket is
-one all_reduce of its gradients concatenated. PE's eager tape has no hook
-when one parameter's gradient is final (the leaves' gradients are all
-accumulated when the backward pass ends) and pe.distributed's collectives
-are synchronous (no work handles), so the buckets are all-reduced, in that
-order, right after backward() returns: DataParallel registers a wrapper
-around every backward pass (pe.eager.autograd.add_backward_wrapper), which,
-after the pass, runs the exchange of every
-DataParallel whose forward ran since its last exchange.
+one all_reduce of its gradients concatenated, and it overlaps the rest of
+backward: the eager tape tells DataParallel when a parameter's .grad is
+final for the pass (pe.eager.autograd.add_grad_ready_hook: the last op
+reading the parameter has run), and when every parameter of a bucket is
+final — and every bucket before it has started, so that all ranks start
+the same buckets in the same order — the bucket's sum starts at once
+(_core.world_allreduce_start: a work handle of the comm backend; the
+data moves on its progress thread while backward runs the next grad ops).
+When the pass ends (a wrapper around every backward pass,
+pe.eager.autograd.add_backward_wrapper), the parameters that got no
+gradient in it count as ready (their .grad so far, or zeros), the buckets
+left start, and all of them are waited for; only then are the sums,
+divided by the world size, written to the parameters' .grad — before
+backward() returns, so nothing reads a gradient before its bucket is
+done.
 
-Before the buckets the ranks all-gather a small mask: per parameter,
+After the buckets the ranks all-gather a small mask: per parameter,
 whether this rank's backward made a gradient for it since the last
-exchange, and whether it has a .grad at all. Without
-find_unused_parameters a parameter that got no gradient on some rank is
-the same error on every rank (pe.InvalidArgumentError naming the parameter
-and the ranks), never a hang of ranks waiting in different collectives.
-With find_unused_parameters=True a rank without a gradient contributes
-zeros; a parameter with no gradient on any rank keeps .grad None (the
-optimizer skips it).
+exchange, and whether it has a .grad at all, and whether this rank's
+backward pass failed. Without find_unused_parameters a parameter that got
+no gradient on some rank is the same error on every rank
+(pe.InvalidArgumentError naming the parameter and the ranks; every
+rank's buckets were all started and waited for, so the ranks stay in
+step and go on afterwards; the gradients stay each rank's own), never a
+hang of ranks waiting in different collectives. With
+find_unused_parameters=True a rank without a gradient contributes zeros;
+a parameter with no gradient on any rank keeps .grad None (the optimizer
+skips it). A backward pass that raises on one rank still starts its
+buckets and joins the mask, so every other rank raises too (naming that
+rank) instead of waiting for it.
 
 Why: Paddle's DataParallel semantics (broadcast at construction, bucketed
-average after backward, no_sync) over PE's one collective engine across
-processes (pe.distributed's all_reduce/broadcast on numpy arrays, MPI).
+average overlapping backward, no_sync) over PE's one collective engine
+across processes (pe.distributed's collectives on numpy arrays, MPI);
+buckets of fixed layout (every parameter of the bucket, zeros for a
+missing gradient) so that a bucket can start before the ranks know which
+parameters the others used.
 """
 import contextlib
+import itertools
 import weakref
 import zlib
 
@@ -67,31 +83,63 @@ __all__ = ["DataParallel"]
 
 _MB = 1024 * 1024
 _live = weakref.WeakSet()   # the DataParallel objects the backward wrapper looks at
+_made = itertools.count()   # creation order: every rank finishes its DataParallels in it
+
+
+_active = []   # the DataParallel objects whose backward pass is running
+_trace = None  # debug: f(event, bucket) on "start" / "wait" of each bucket's sum (tests)
 
 
 def _sync_around_backward(run):
     """Around every eager backward pass (pe.eager.autograd.add_backward_wrapper):
-    the pass, then the gradient exchange of every DataParallel whose forward
-    ran since its last exchange."""
-    pending = [dp for dp in list(_live) if dp._pending is not None]
-    before = {id(dp): dp._grad_objects() for dp in pending}
+    the pass, during which every DataParallel whose forward ran since its
+    last exchange starts its buckets as they fill (_grad_ready), then the
+    end of each one's exchange."""
+    pending = sorted((dp for dp in list(_live) if dp._pending is not None), key=lambda dp: dp._made)
     for dp in pending:
-        dp._pending_sync, dp._pending = dp._pending, None
+        dp._begin_pass(dp._pending == "sync")
+        dp._pending = None
+    _active.extend(pending)
+    failed = None
     try:
-        run()
+        try:
+            run()
+        except BaseException as e:   # re-raised below, once the other ranks have been told
+            failed = e
         for dp in pending:
-            dp._mark_touched(before[id(dp)])
+            if dp in _active:
+                _active.remove(dp)
+        # every DataParallel finishes (its buckets all started and waited for,
+        # its mask exchanged) even after another one's error, which is every
+        # rank's alike: the ranks stay in step
+        raised = failed
         for dp in pending:
-            if dp._pending_sync == "sync":
-                dp._pending_sync = None
-                dp._exchange()
+            if dp._sync:
+                try:
+                    dp._finish(failed)
+                except _core.Error as e:
+                    raised = raised or e
+        failed = raised
     finally:
         for dp in pending:
-            dp._pending_sync = None
+            dp._end_pass()
+            if dp in _active:
+                _active.remove(dp)
+    if failed is not None:
+        raise failed
+
+
+def _grad_ready(leaf):
+    """pe.eager.autograd.add_grad_ready_hook: leaf's .grad is final for this pass."""
+    for dp in _active:
+        i = dp._index.get(id(leaf))
+        if i is not None:
+            dp._param_ready(i)
 
 
 def _install_backward_hook():
     _ag.add_backward_wrapper(_sync_around_backward)
+    _ag.add_grad_ready_hook(_grad_ready)
 
 
 def _raw(a):
@@ -135,15 +183,22 @@ class DataParallel:
         self.find_unused_parameters = bool(find_unused_parameters)
         self.grad_need_sync = True
         self._pending = None        # "sync" / "nosync": a forward ran since the last backward
-        self._pending_sync = None
+        self._sync = False          # the running backward pass exchanges (its forward was outside no_sync)
         self._touched = set()       # indices of params that got a gradient since the last exchange
+        self._ready = None          # per param, during a synced pass: its contribution is final
+        self._left = None           # per bucket: params not ready yet
+        self._next = 0              # the next bucket to start (they start in order)
+        self._works = []            # (bucket, flat, work) started this pass
         self.group = _coll.init_parallel_env() if ParallelEnv().world_size > 1 else None
         self._world = _coll._world
         self._nranks = self._world[1] if self._world else 1
         named = [(n, p) for n, p in layers.named_parameters() if not p.stop_gradient]
         self._param_names = [n for n, _ in named]
         self._params = [p for _, p in named]
+        self._index = {id(p): i for i, p in enumerate(self._params)}
+        self._made = next(_made)
         self._buckets = self._assign_buckets()
+        self._bucket_of = {i: k for k, b in enumerate(self._buckets) for i in b}
         self._sync_params_buffers()
         _install_backward_hook()
         _live.add(self)
@@ -207,27 +262,79 @@ class DataParallel:
 
     __call__ = forward
 
-    def _grad_objects(self):
-        return [p.grad for p in self._params]
+    def _begin_pass(self, sync):
+        self._sync = sync
+        if sync:
+            self._ready = [False] * len(self._params)
+            self._left = [len(b) for b in self._buckets]
+            self._next = 0
+            self._works = []
 
-    def _mark_touched(self, before):
-        for i, (p, g) in enumerate(zip(self._params, before)):
-            if p.grad is not None and p.grad is not g:
-                self._touched.add(i)
+    def _end_pass(self):
+        """Drops this pass's state; a work still pending (the pass stopped
+        midway through an error of the exchange itself) is waited for when
+        it is released, its buffer being ours."""
+        self._sync = False
+        self._ready = self._left = None
+        self._works = []
 
-    def _exchange(self):
-        """The ready mask, then each bucket's sum / nranks, in bucket order."""
+    def _param_ready(self, i):
+        """Parameter i's .grad is final for this pass: it counts as got; in a
+        synced pass, its bucket may be full now, and the buckets start in order."""
+        self._touched.add(i)
+        if not self._sync or self._ready[i]:
+            return
+        self._ready[i] = True
+        k = self._bucket_of[i]
+        self._left[k] -= 1
+        while self._next < len(self._buckets) and self._left[self._next] == 0:
+            self._start_bucket(self._next)
+            self._next += 1
+
+    def _start_bucket(self, k):
+        """Starts bucket k's sum: its parameters' .grad (zeros for none), concatenated."""
+        ps = [self._params[i] for i in self._buckets[k]]
+        dt = np.dtype(ps[0].dtype)
+        flat = np.concatenate([p.grad.numpy().reshape(-1).astype(dt, copy=False) if p.grad is not None
+                               else np.zeros(p.size, dt) for p in ps])
+        if _trace is not None:
+            _trace("start", k)
+        self._works.append((k, flat, _core.world_allreduce_start(flat)))
+
+    def _finish(self, failed):
+        """The end of a synced pass: the parameters without a gradient count
+        as ready, the buckets left start, every bucket is waited for; then
+        the mask, and (all well) each bucket's sum / nranks into .grad."""
         n = len(self._params)
+        has = [p.grad is not None for p in self._params]   # before anything is written
+        for i in range(n):
+            if not self._ready[i]:
+                self._ready[i] = True
+                self._left[self._bucket_of[i]] -= 1
+        while self._next < len(self._buckets):
+            self._start_bucket(self._next)
+            self._next += 1
+        for k, _, work in self._works:
+            if _trace is not None:
+                _trace("wait", k)
+            work.wait()
         touched, self._touched = self._touched, set()
-        mask = np.zeros(2 * n + 1, np.int32)
-        for i, p in enumerate(self._params):
+        mask = np.zeros(2 * n + 2, np.int32)
+        for i in range(n):
             mask[i] = i in touched
-            mask[n + i] = p.grad is not None
+            mask[n + i] = has[i]
         mask[2 * n] = n
+        mask[2 * n + 1] = failed is not None
         allm = []
         _coll.all_gather(allm, mask)
         allm = np.stack(allm)
-        got, has = allm[:, :n], allm[:, n:2 * n]
+        got, has_any, bad = allm[:, :n], allm[:, n:2 * n].any(axis=0), allm[:, 2 * n + 1]
+        if failed is not None:
+            return   # this rank re-raises its own error
+        if bad.any():
+            raise _core.InvalidArgumentError(
+                "DataParallel: the backward pass failed on rank(s) %s (see its error there): this rank's "
+                "gradients were not averaged" % ", ".join(str(r) for r in range(self._nranks) if bad[r]))
         if not self.find_unused_parameters:
             for i in range(n):
                 if not got[:, i].all():
@@ -239,21 +346,16 @@ class DataParallel:
                         "find_unused_parameters=True (a missing gradient then counts as zeros)" % (
                             self._param_names[i], self._params[i].name, ", ".join(map(str, none)),
                             " (rank(s) %s did get one)" % ", ".join(map(str, some)) if some else ""))
-        for bucket in self._buckets:
-            idx = [i for i in bucket if has[:, i].any()]
-            if not idx:
-                continue
-            ps = [self._params[i] for i in idx]
-            dt = np.dtype(ps[0].dtype)
-            flat = np.concatenate([p.grad.numpy().reshape(-1).astype(dt, copy=False) if p.grad is not None
-                                   else np.zeros(p.size, dt) for p in ps])
-            _coll.all_reduce(flat)
+        for k, flat, _ in self._works:
+            dt = flat.dtype
             flat /= dt.type(self._nranks)
             off = 0
-            for p in ps:
-                g = flat[off:off + p.size].reshape(p.shape)
+            for i in self._buckets[k]:
+                p = self._params[i]
+                if has_any[i]:
+                    g = flat[off:off + p.size].reshape(p.shape)
+                    p.grad = _ag.Tensor(_raw(g), stop_gradient=True, name=p.name + "@GRAD")
                 off += p.size
-                p.grad = _ag.Tensor(_raw(g), stop_gradient=True, name=p.name + "@GRAD")
 
     @contextlib.contextmanager
     def no_sync(self):

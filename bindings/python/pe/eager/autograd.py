@@ -12,7 +12,10 @@ backward() walks the nodes reachable from a tensor in reverse creation
 order (a reverse topological order: an op's inputs exist before it runs),
 runs each node's backward ops with pe_eager_run, sums the contributions to
 a tensor with the `sum` op, and accumulates the result into each leaf's
-.grad (leaves with stop_gradient False only).
+.grad (leaves with stop_gradient False only) as soon as the last node that
+reads the leaf has run: from then on the leaf's .grad is final for this
+pass, and the hooks of add_grad_ready_hook are told (pe.DataParallel
+starts a gradient bucket's all-reduce there, while backward goes on).
 
 pe.jit hooks: while a trace is active (_set_tracer), run_op reports every
 op to it and Tensor.numpy / item / __array__ ask it whether the value may
@@ -363,6 +366,25 @@ def add_backward_wrapper(f):
         _around_backward.append(f)
 
 
+_grad_ready = []   # f(leaf): the leaf's .grad is final for the running backward pass
+
+
+def add_grad_ready_hook(f):
+    """Registers f(leaf), called during every backward pass from now on as
+    soon as a leaf's .grad is final for the pass (every contribution
+    accumulated: the last node reading the leaf has run), before the pass
+    goes on. Leaves that get no gradient in the pass are not reported.
+    Registering f again does nothing."""
+    if f not in _grad_ready:
+        _grad_ready.append(f)
+
+
+def _leaf_done(t, cs):
+    _accumulate(t, cs)
+    for f in _grad_ready:
+        f(t)
+
+
 def backward(tensor, grad_tensor=None, retain_graph=False):
     """Runs the backward pass from tensor (Tensor.backward), inside the
     wrappers add_backward_wrapper registered."""
@@ -389,7 +411,7 @@ def _backward_pass(tensor, grad_tensor=None, retain_graph=False):
                 g.dtype, g.shape, tensor.name, tensor.dtype, tensor.shape))
         seed = g._t
     if tensor._node is None:  # a leaf
-        _accumulate(tensor, [seed])
+        _leaf_done(tensor, [seed])
         return
     # nodes reachable from tensor, through inputs that still need a gradient
     nodes, stack, seen = [], [tensor._node], {id(tensor._node)}
@@ -405,13 +427,32 @@ def _backward_pass(tensor, grad_tensor=None, retain_graph=False):
                 seen.add(id(t._node))
                 stack.append(t._node)
     nodes.sort(key=lambda n: n.seq, reverse=True)
+    readers = {}                                           # id(leaf) -> nodes left that may add to its grad
+    for n in nodes:
+        for _, t in n.inputs:
+            if not t.stop_gradient and t._node is None:
+                readers[id(t)] = readers.get(id(t), 0) + 1
     pending = {id(tensor._node): {tensor._slot: [seed]}}   # node -> {out name: [grad contributions]}
     leaves = {}                                            # id(leaf) -> (leaf, [contributions])
+
+    def node_done(n):
+        # a leaf whose last reader has run: its .grad is final now
+        for _, t in n.inputs:
+            if t.stop_gradient or t._node is not None or id(t) not in readers:
+                continue
+            readers[id(t)] -= 1
+            if readers[id(t)] == 0:
+                del readers[id(t)]
+                got = leaves.pop(id(t), None)
+                if got is not None:
+                    _leaf_done(*got)
+
     for n in nodes:
         out_grads = pending.pop(id(n), None)
         if not out_grads:  # no gradient reaches its outputs (a cut path): it contributes nothing
             if not retain_graph:
                 n.saved = None
+            node_done(n)
             continue
         env = dict(n.saved)
         for o, (shape, dtype) in n.out_meta.items():
@@ -458,8 +499,9 @@ def _backward_pass(tensor, grad_tensor=None, retain_graph=False):
                 pending.setdefault(id(t._node), {}).setdefault(t._slot, []).extend(cs)
         if not retain_graph:
             n.saved = None
-    for t, cs in leaves.values():
-        _accumulate(t, cs)
+        node_done(n)
+    for t, cs in leaves.values():   # none left: every leaf's last reader has run
+        _leaf_done(t, cs)
 
 
 def _accumulate(t, cs):
