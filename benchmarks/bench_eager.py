@@ -82,7 +82,8 @@ def torch_mlp(torch, init=None):
     return m
 
 
-def data(n, batch=BATCH, seed=0):
+def data(n, batch=None, seed=0):
+    batch = batch or BATCH
     rs = np.random.RandomState(seed)
     return [(rs.rand(batch, SIZES[0]).astype("float32"), rs.randint(0, 10, [batch]).astype("int64"))
             for _ in range(n)]
@@ -287,12 +288,58 @@ def part_c(torch, a):
     print("to_static / ParallelExecutor = %.3f (CPU %.3f); to_static / Executor = %.3f (CPU %.3f)   target <= 1.10" % (
         r["to_static"][0] / r["PE"][0], r["to_static"][1] / r["PE"][1],
         r["to_static"][0] / r["Executor"][0], r["to_static"][1] / r["Executor"][1]))
+    if a.breakdown:
+        pe.disable_static()
+        _breakdown(jm, jopt, loss_fn, pb, a.rounds * a.steps)
+        pe.enable_static()
     return r
+
+
+def _breakdown(jm, opt, loss_fn, pb, n):
+    """Where a to_static step's CPU time goes: the forward call, the eager
+    loss, backward(), the optimizer step, and of the forward and backward the
+    part spent inside the program runs (ParallelExecutor.run)."""
+    runs = {"fwd": 0.0, "bwd": 0.0}
+    orig = pe.jit._Runner.run
+
+    def run(self, feed, fetch):
+        c = time.process_time()
+        out = orig(self, feed, fetch)
+        runs["bwd" if any(k.endswith("@GRAD@IN") for k in feed) else "fwd"] += time.process_time() - c
+        return out
+
+    pe.jit._Runner.run = run
+    parts = np.zeros(5)
+    try:
+        for k in range(n):
+            x, y = pb[k % 8]
+            t = [time.process_time()]
+            out = jm(x)
+            t.append(time.process_time())
+            loss = loss_fn(out, y)
+            t.append(time.process_time())
+            loss.backward()
+            t.append(time.process_time())
+            opt.step()
+            t.append(time.process_time())
+            opt.clear_grad()
+            float(loss)
+            t.append(time.process_time())
+            parts += np.diff(t)
+    finally:
+        pe.jit._Runner.run = orig
+    parts *= 1e3 / n
+    print("to_static step, CPU ms (mean of %d): forward call %.3f (program run %.3f), loss %.3f, backward %.3f "
+          "(program run %.3f), optimizer step %.3f, rest %.3f; total %.3f" % (
+              n, parts[0], runs["fwd"] * 1e3 / n, parts[1], parts[2], runs["bwd"] * 1e3 / n, parts[3], parts[4],
+              parts.sum()))
 
 
 # ---- (d) DataParallel vs torch DDP ----------------------------------------------------------
 
-def pe_dp_worker(out, warmup, steps):
+def pe_dp_worker(out, warmup, steps, batch):
+    global BATCH
+    BATCH = batch
     import pe.distributed as dist
     pe.disable_static()
     dist.init_parallel_env()
@@ -356,7 +403,7 @@ def part_d(torch, a):
     with tempfile.TemporaryDirectory() as tmp:
         for rnd in range(a.rounds):
             out = os.path.join(tmp, "pe%d.json" % rnd)
-            dist.spawn(pe_dp_worker, args=(out, 3, a.dp_steps), nprocs=2)
+            dist.spawn(pe_dp_worker, args=(out, 3, a.dp_steps, BATCH), nprocs=2)
             with open(out) as f:
                 res["PE DataParallel"].append(json.load(f))
             out = os.path.join(tmp, "torch%d.json" % rnd)
@@ -366,7 +413,7 @@ def part_d(torch, a):
                 env = dict(os.environ, RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
                            OMP_NUM_THREADS="1")
                 procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "--ddp-worker", str(r),
-                                               out, str(a.dp_steps)], env=env))
+                                               out, str(a.dp_steps), str(BATCH)], env=env))
             for p in procs:
                 if p.wait(timeout=600):
                     raise RuntimeError("torch DDP worker failed (exit %d)" % p.returncode)
@@ -387,7 +434,9 @@ def part_d(torch, a):
 
 
 def main():
+    global BATCH
     if len(sys.argv) > 1 and sys.argv[1] == "--ddp-worker":
+        BATCH = int(sys.argv[5])
         torch_ddp_worker(int(sys.argv[2]), sys.argv[3], 3, int(sys.argv[4]))
         return
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -396,7 +445,10 @@ def main():
     ap.add_argument("--steps", type=int, default=20, help="timed steps per round, (a) and (c)")
     ap.add_argument("--op-loop", type=int, default=2000, help="ops per timed loop, (b)")
     ap.add_argument("--dp-steps", type=int, default=30, help="timed steps per round, (d)")
+    ap.add_argument("--breakdown", action="store_true", help="(c): where a to_static step's CPU time goes")
+    ap.add_argument("--batch", type=int, default=BATCH, help="batch size of (a) and (c), per rank in (d)")
     a = ap.parse_args()
+    BATCH = a.batch
     import torch
     torch.set_num_threads(1)
     print("PE at %s; torch %s (%s), %d thread(s); OMP_NUM_THREADS=%s" % (
