@@ -305,9 +305,18 @@ def _attrs_key(attrs):
     return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in attrs.items()))
 
 
+def _canon(prefix, j, _names={}):
+    """"i<j>" / "o<j>", made once per (prefix, j)."""
+    n = _names.get((prefix, j))
+    if n is None:
+        n = _names[(prefix, j)] = "%s%d" % (prefix, j)
+    return n
+
+
 def _record(op_type, ins, outs, attrs, result):
-    # canonical names: one per distinct input tensor, one per output
-    canon, in_tensors, in_slots = {}, [], []
+    # canonical names: one per distinct input tensor, one per output; the
+    # slot layouts as lists (for _core.eager_grad_ops) and as tuples (the key)
+    canon, in_tensors, in_slots, in_key = {}, [], [], []
     for slot, ts in ins:
         names = []
         for t in ts:
@@ -316,25 +325,26 @@ def _record(op_type, ins, outs, attrs, result):
                 continue
             n = canon.get(id(t))
             if n is None:
-                n = canon[id(t)] = "i%d" % len(in_tensors)
+                n = canon[id(t)] = _canon("i", len(in_tensors))
                 in_tensors.append(t)
             names.append(n)
         in_slots.append((slot, names))
-    out_slots, out_tensors, k = [], [], 0
+        in_key.append((slot, tuple(names)))
+    out_slots, out_tensors, out_key = [], [], []
     for slot, _ in outs:
         names = []
         for t in result[slot]:
             if t is None:
                 names.append("@EMPTY@")
                 continue
-            names.append("o%d" % k)
+            names.append(_canon("o", len(out_tensors)))
             out_tensors.append(t)
-            k += 1
         out_slots.append((slot, names))
+        out_key.append((slot, tuple(names)))
     needs = tuple(not t.stop_gradient for t in in_tensors)
-    dtypes = tuple(t.dtype for t in in_tensors) + tuple(t.dtype for t in out_tensors)
-    key = (op_type, tuple((s, tuple(n)) for s, n in in_slots), tuple((s, tuple(n)) for s, n in out_slots),
-           needs, dtypes, _attrs_key(attrs))
+    in_dtypes = [t._t.dtype() for t in in_tensors]
+    out_dtypes = [t._t.dtype() for t in out_tensors]
+    key = (op_type, tuple(in_key), tuple(out_key), needs, tuple(in_dtypes) + tuple(out_dtypes), _attrs_key(attrs))
     cached = _grad_cache.get(key)
     if cached is None:
         var_list = [("i%d" % j, t.dtype, t.shape, needs[j]) for j, t in enumerate(in_tensors)]
@@ -358,19 +368,23 @@ def _record(op_type, ins, outs, attrs, result):
     node.seq = next(_seq)
     node.op_type = op_type
     node.grad_ops = grad_ops
-    node.saved = {}
+    saved = node.saved = {}
+    inputs = node.inputs = []
     for j, t in enumerate(in_tensors):
-        if "i%d" % j in read:
-            node.saved["i%d" % j] = t._t
+        n = _canon("i", j)
+        if n in read:
+            saved[n] = t._t
+        if needs[j]:
+            inputs.append((n, t))
+    out_meta = node.out_meta = {}
     for j, t in enumerate(out_tensors):
-        if "o%d" % j in read:
-            node.saved["o%d" % j] = t._t  # the raw value: no cycle through the output Tensor
-    node.inputs = [(("i%d" % j), t) for j, t in enumerate(in_tensors) if needs[j]]
-    node.out_meta = {"o%d" % j: (t.shape, t.dtype) for j, t in enumerate(out_tensors)}
-    for j, t in enumerate(out_tensors):
-        if _is_float(t.dtype):
+        n = _canon("o", j)
+        if n in read:
+            saved[n] = t._t  # the raw value: no cycle through the output Tensor
+        out_meta[n] = (list(t._t.shape()), out_dtypes[j])
+        if out_dtypes[j] in _FLOAT_DTYPES:
             t._node = node
-            t._slot = "o%d" % j
+            t._slot = n
 
 
 def _sum(raws):
@@ -481,8 +495,9 @@ def _backward_pass(tensor, grad_tensor=None, retain_graph=False):
         for iname, t in n.inputs:
             if t.stop_gradient:
                 continue
-            cs = [v for k, v in env.items()
-                  if v is not None and (k == iname + "@GRAD" or k.startswith(iname + "@GRAD@RENAME@"))]
+            g = iname + "@GRAD"
+            r = g + "@RENAME@"
+            cs = [v for k, v in env.items() if v is not None and (k == g or k.startswith(r))]
             if not cs:
                 continue
             if t._node is None:
