@@ -35,7 +35,16 @@ _DTYPE_ALIASES = {"float": "float32", "fp32": "float32", "double": "float64", "f
                   "int": "int32", "long": "int64", "bool_": "bool"}
 _FLOAT_DTYPES = ("float32", "float64", "float16", "bfloat16")
 
-_state = threading.local()
+class _State(threading.local):
+    """Per-thread switches. The defaults are class attributes, so reading one
+    that this thread never set costs an attribute lookup, not the
+    AttributeError that getattr(local, name, default) raises and catches
+    inside every op (run_op reads both)."""
+    grad = True      # False inside pe.no_grad()
+    tracer = None    # the pe.jit trace recording this thread's ops
+
+
+_state = _State()
 _names = itertools.count()
 _seq = itertools.count()
 _op_index = {}
@@ -43,22 +52,22 @@ _grad_cache = {}
 
 
 def _grad_enabled():
-    return getattr(_state, "grad", True)
+    return _state.grad
 
 
 def _tracer():
     """The pe.jit trace recording this thread's ops (None when not tracing)."""
-    return getattr(_state, "tracer", None)
+    return _state.tracer
 
 
 def _set_tracer(tr):
-    prev = getattr(_state, "tracer", None)
+    prev = _state.tracer
     _state.tracer = tr
     return prev
 
 
 def _check_value_read(t, what):
-    tr = getattr(_state, "tracer", None)
+    tr = _state.tracer
     if tr is not None:
         tr.value_read(t, what)
 
@@ -142,7 +151,10 @@ class Tensor:
 
     @property
     def size(self):
-        return int(np.prod(self.shape)) if self.shape else 1
+        n = 1
+        for d in self._t.shape():
+            n *= d
+        return int(n)
 
     def __len__(self):
         s = self.shape
@@ -238,20 +250,39 @@ def run_op(op_type, inputs, outputs, attrs=None, seed=0):
     """Runs registry op `op_type` on eager tensors: inputs {slot: Tensor or
     [Tensor]}, outputs {slot: count}, attrs {name: value}. Returns {slot:
     [Tensor]}; records the op for backward() when an input needs a gradient."""
+    # One pass over the inputs makes the C call's (slot, [raw], [name]) list,
+    # the tape's [(slot, [Tensor])] (as _slots) and whether any needs a gradient.
     attrs = attrs or {}
-    ins = _slots(inputs)
-    raw_ins = [(s, [t._t if t is not None else None for t in ts], [t.name if t is not None else None for t in ts])
-               for s, ts in ins]
+    ins, raw_ins, wants = [], [], False
+    for slot, v in inputs.items():
+        if v is None:
+            continue
+        ts = list(v) if isinstance(v, (list, tuple)) else [v]
+        ins.append((slot, ts))
+        raws, names = [], []
+        for t in ts:
+            if t is None:
+                raws.append(None)
+                names.append(None)
+            else:
+                raws.append(t._t)
+                names.append(t.name)
+                if not t.stop_gradient:
+                    wants = True
+        raw_ins.append((slot, raws, names))
     outs = list(outputs.items())
-    res = _core.eager_run(_index(op_type), raw_ins, outs, attrs, _place(), 0, seed)
-    needs = _grad_enabled() and any(t is not None and not t.stop_gradient for _, ts in ins for t in ts)
+    res = _core.eager_run(_index(op_type), raw_ins, outs, attrs, _fw._eager_place, 0, seed)
+    needs = wants and _state.grad
     result = {}
     for slot, _ in outs:
-        result[slot] = [Tensor(r, stop_gradient=not needs or not _is_float(r.dtype())) if r is not None else None
-                        for r in res[slot]]
+        if needs:
+            result[slot] = [Tensor(r, stop_gradient=not _is_float(r.dtype())) if r is not None else None
+                            for r in res[slot]]
+        else:
+            result[slot] = [Tensor(r) if r is not None else None for r in res[slot]]
     if needs:
         _record(op_type, ins, outs, attrs, result)
-    tr = getattr(_state, "tracer", None)
+    tr = _state.tracer
     if tr is not None:
         tr.record(op_type, ins, outs, attrs, result)
     return result
@@ -277,9 +308,18 @@ def _attrs_key(attrs):
     return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in attrs.items()))
 
 
+def _canon(prefix, j, _names={}):
+    """"i<j>" / "o<j>", made once per (prefix, j)."""
+    n = _names.get((prefix, j))
+    if n is None:
+        n = _names[(prefix, j)] = "%s%d" % (prefix, j)
+    return n
+
+
 def _record(op_type, ins, outs, attrs, result):
-    # canonical names: one per distinct input tensor, one per output
-    canon, in_tensors, in_slots = {}, [], []
+    # canonical names: one per distinct input tensor, one per output; the
+    # slot layouts as lists (for _core.eager_grad_ops) and as tuples (the key)
+    canon, in_tensors, in_slots, in_key = {}, [], [], []
     for slot, ts in ins:
         names = []
         for t in ts:
@@ -288,59 +328,66 @@ def _record(op_type, ins, outs, attrs, result):
                 continue
             n = canon.get(id(t))
             if n is None:
-                n = canon[id(t)] = "i%d" % len(in_tensors)
+                n = canon[id(t)] = _canon("i", len(in_tensors))
                 in_tensors.append(t)
             names.append(n)
         in_slots.append((slot, names))
-    out_slots, out_tensors, k = [], [], 0
+        in_key.append((slot, tuple(names)))
+    out_slots, out_tensors, out_key = [], [], []
     for slot, _ in outs:
         names = []
         for t in result[slot]:
             if t is None:
                 names.append("@EMPTY@")
                 continue
-            names.append("o%d" % k)
+            names.append(_canon("o", len(out_tensors)))
             out_tensors.append(t)
-            k += 1
         out_slots.append((slot, names))
+        out_key.append((slot, tuple(names)))
     needs = tuple(not t.stop_gradient for t in in_tensors)
-    dtypes = tuple(t.dtype for t in in_tensors) + tuple(t.dtype for t in out_tensors)
-    key = (op_type, tuple((s, tuple(n)) for s, n in in_slots), tuple((s, tuple(n)) for s, n in out_slots),
-           needs, dtypes, _attrs_key(attrs))
-    grad_ops = _grad_cache.get(key)
-    if grad_ops is None:
+    in_dtypes = [t._t.dtype() for t in in_tensors]
+    out_dtypes = [t._t.dtype() for t in out_tensors]
+    key = (op_type, tuple(in_key), tuple(out_key), needs, tuple(in_dtypes) + tuple(out_dtypes), _attrs_key(attrs))
+    cached = _grad_cache.get(key)
+    if cached is None:
         var_list = [("i%d" % j, t.dtype, t.shape, needs[j]) for j, t in enumerate(in_tensors)]
         var_list += [("o%d" % j, t.dtype, t.shape, False) for j, t in enumerate(out_tensors)]
         try:
             grad_ops = _core.eager_grad_ops(op_type, in_slots, out_slots, attrs, var_list)
         except _core.UnsupportedError:
             grad_ops = None  # no grad maker: the outputs are constants for backward()
+        read = None
         if grad_ops is not None:
             grad_ops = [(t, ins_, outs_, {a: v for a, v in at.items() if a not in ("op_role", "op_role_var")})
                         for t, ins_, outs_, at in grad_ops]
-        _grad_cache[key] = grad_ops
+            read = frozenset(n for _, gi, _, _ in grad_ops for _, names in gi for n in names)
+        cached = _grad_cache[key] = (grad_ops, read)   # read: the names the backward ops read
+    grad_ops, read = cached
     if grad_ops is None:
         for t in out_tensors:
             t.stop_gradient = True
         return
-    read = {n for _, gi, _, _ in grad_ops for _, names in gi for n in names}
     node = _Node()
     node.seq = next(_seq)
     node.op_type = op_type
     node.grad_ops = grad_ops
-    node.saved = {}
+    saved = node.saved = {}
+    inputs = node.inputs = []
     for j, t in enumerate(in_tensors):
-        if "i%d" % j in read:
-            node.saved["i%d" % j] = t._t
+        n = _canon("i", j)
+        if n in read:
+            saved[n] = t._t
+        if needs[j]:
+            inputs.append((n, t))
+    out_meta = node.out_meta = {}
     for j, t in enumerate(out_tensors):
-        if "o%d" % j in read:
-            node.saved["o%d" % j] = t._t  # the raw value: no cycle through the output Tensor
-    node.inputs = [(("i%d" % j), t) for j, t in enumerate(in_tensors) if needs[j]]
-    node.out_meta = {"o%d" % j: (t.shape, t.dtype) for j, t in enumerate(out_tensors)}
-    for j, t in enumerate(out_tensors):
-        if _is_float(t.dtype):
+        n = _canon("o", j)
+        if n in read:
+            saved[n] = t._t  # the raw value: no cycle through the output Tensor
+        out_meta[n] = (list(t._t.shape()), out_dtypes[j])
+        if out_dtypes[j] in _FLOAT_DTYPES:
             t._node = node
-            t._slot = "o%d" % j
+            t._slot = n
 
 
 def _sum(raws):
@@ -489,8 +536,9 @@ def _backward_pass(tensor, grad_tensor=None, retain_graph=False):
         for iname, t in n.inputs:
             if t.stop_gradient:
                 continue
-            cs = [v for k, v in env.items()
-                  if v is not None and (k == iname + "@GRAD" or k.startswith(iname + "@GRAD@RENAME@"))]
+            g = iname + "@GRAD"
+            r = g + "@RENAME@"
+            cs = [v for k, v in env.items() if v is not None and (k == g or k.startswith(r))]
             if not cs:
                 continue
             if t._node is None:
