@@ -63,15 +63,17 @@ step "TSan build (build-tsan/): the scheduler, collectives, ParallelExecutor, me
 # and checks sums inside those callbacks; test_timeline records handles from
 # every pool thread and from collectives' callbacks into one array;
 # test_transport runs a pserver (its loop or a test's server thread) and a
-# trainer client in one process over loopback
+# trainer client in one process over loopback; test_staging and
+# test_block_cache (the GPU's pinned staging ring and caching allocator,
+# CPU-tested) feed one ring / allocate from one cache from several threads
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DPE_SANITIZE=thread -DPE_WITH_CUDA=OFF \
   -DPE_BUILD_PYTHON=OFF >/dev/null
 cmake --build build-tsan -j"$jobs" --target test_parallel_executor test_memory_plan test_shard_optimizer test_comm \
   test_comm_conformance test_scheduler test_pe_async_comm test_comm_mpi test_pe_trainers test_check_nan_inf test_world \
-  test_timeline test_transport
+  test_timeline test_transport test_staging test_block_cache
 (cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/../tests/unit/tsan.supp \
   OMP_NUM_THREADS=1 \
-  ctest --output-on-failure --timeout 900 -R 'parallel_executor|scheduler|memory_plan|shard_optimizer|test_comm|pe_async_comm|pe_trainers|check_nan_inf|test_world|timeline|test_transport')
+  ctest --output-on-failure --timeout 900 -R 'parallel_executor|scheduler|memory_plan|shard_optimizer|test_comm|pe_async_comm|pe_trainers|check_nan_inf|test_world|timeline|test_transport|test_staging|test_block_cache')
 
 if [ -x tests/fuzz/run_short.sh ]; then
   step "short fuzz run"
