@@ -646,9 +646,12 @@ pe_status pe_multi_device_build_world(const pe_program *prog, int n_places, int 
     const int first = n_trainers > 1 ? trainer_id * n_places : 0; /* global rank of place 0 */
     /* Global-norm clipping needs every gradient summed on every place; the
      * reduce strategy leaves partial sums on non-owner places, so each place
-     * would clip with a different norm. Refuse rather than train wrongly. */
+     * would clip with a different norm. Refuse rather than train wrongly.
+     * (A per-gradient clip, ClipGradByNorm's clip_by_global_norm over one
+     * gradient, carries op_role_var and runs on the owner, which holds the
+     * whole sum.) */
     for (int i = 0; reduce && i < b0->n_ops; i++)
-        if (pe_op_type_id(b0->ops[i].type) == PE_OP_clip_by_global_norm) {
+        if (pe_op_type_id(b0->ops[i].type) == PE_OP_clip_by_global_norm && !role_vars(&b0->ops[i])) {
             st = pe_error(PE_ERR_UNSUPPORTED,
                           "reduce_strategy 'reduce' cannot run clip_by_global_norm (block 0 op %d): each place "
                           "holds only its own parameters' summed gradients, so the global norm would differ per "

@@ -3,7 +3,8 @@
 fluid.layers builds the same ops as pe.static (fc, conv/pool/bn, losses),
 data() appends the batch dim as fluid did, DataFeeder turns sample tuples
 into a feed dict (and names what is wrong), fluid.optimizer takes
-regularization= / parameter_list=, and DistributeTranspiler's nccl2 mode
+regularization= / parameter_list= (L1Decay and L2Decay; fluid.clip's three
+clippers, checked against numpy), and DistributeTranspiler's nccl2 mode
 (seed 002, trainers= form) trains across 2 MPI processes to the parameters
 of one process on the whole batch; its argument errors are clear errors
 (pserver mode: test_ps_transpiler.py).
@@ -126,6 +127,102 @@ def test_optimizer_fluid_args():
         opt.minimize(loss, parameter_list=[p.name for p in main.global_block().all_parameters()][:1])
     types = [op.type for op in main.global_block().ops]
     assert types.count("momentum") == 1
+
+
+def _linear_run(opt_fn, param_attr=None, steps=4):
+    """y = x W + b trained with fluid's SGD (opt_fn() gives its keyword args): the losses and the params after
+    each step, and the same training in numpy by the documented rules (clip, then decay, then sgd)."""
+    rng = np.random.RandomState(3)
+    xs = [rng.randn(6, 5).astype("float32") for _ in range(steps)]
+    ys = [rng.randn(6, 2).astype("float32") * 4 for _ in range(steps)]
+    main, startup = fresh()
+    with fluid.program_guard(main, startup), unique_name.guard():
+        x = fluid.layers.data(name="x", shape=[5], dtype="float32")
+        y = fluid.layers.data(name="y", shape=[2], dtype="float32")
+        pred = fluid.layers.fc(x, 2, param_attr=param_attr, bias_attr=fluid.ParamAttr(
+            name="b", initializer=pe.nn.initializer.Constant(0.3)))
+        loss = fluid.layers.mean(fluid.layers.square_error_cost(pred, y))
+        fluid.optimizer.SGD(learning_rate=0.1, **opt_fn()).minimize(loss)
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = fluid.core.Scope()
+    wname = main.global_block().all_parameters()[0].name
+    with fluid.scope_guard(scope):
+        exe.run(startup)
+        W0, b0 = np.array(scope.find_var(wname).get_tensor()), np.array(scope.find_var("b").get_tensor())
+        got = []
+        for xb, yb in zip(xs, ys):
+            exe.run(main, feed={"x": xb, "y": yb}, fetch_list=[loss])
+            got.append((np.array(scope.find_var(wname).get_tensor()), np.array(scope.find_var("b").get_tensor())))
+    return main, W0.astype("float64"), b0.astype("float64"), xs, ys, got
+
+
+def _reference(W, b, xs, ys, clip=None, decay=None):
+    out = []
+    for xb, yb in zip(xs, ys):
+        d = 2 * (xb @ W + b - yb) / yb.size
+        grads = {"W": xb.T @ d, "b": d.sum(0)}
+        params = {"W": W, "b": b}
+        for k in grads:
+            g = grads[k]
+            if clip is not None:
+                g = clip(g)
+            if decay is not None:
+                g = g + decay(k, params[k])
+            grads[k] = g
+        W, b = W - 0.1 * grads["W"], b - 0.1 * grads["b"]
+        out.append((W, b))
+    return out
+
+
+@pytest.mark.parametrize("case", ["l1", "l1_param_l2", "clip_value", "clip_norm"])
+def test_l1_decay_and_per_gradient_clipping(case):
+    """fluid.regularizer.L1Decay (grad += c * sign(p)), a ParamAttr regularizer replacing the optimizer's, and
+    fluid.clip.GradientClipByValue / GradientClipByNorm (each gradient alone), against numpy."""
+    R, C = fluid.regularizer, fluid.clip
+    sign = np.sign
+    if case == "l1":
+        opt, attr = lambda: {"regularization": R.L1DecayRegularizer(0.05)}, None
+        kw = {"decay": lambda k, p: 0.05 * sign(p)}
+    elif case == "l1_param_l2":   # W's own L2Decay replaces the optimizer's L1Decay; b keeps the L1
+        opt, attr = lambda: {"regularization": R.L1Decay(0.05)}, fluid.ParamAttr(regularizer=R.L2Decay(0.2))
+        kw = {"decay": lambda k, p: 0.2 * p if k == "W" else 0.05 * sign(p)}
+    elif case == "clip_value":
+        opt, attr = lambda: {"grad_clip": C.GradientClipByValue(0.5, -0.25)}, None
+        kw = {"clip": lambda g: np.clip(g, -0.25, 0.5)}
+    else:
+        opt, attr = lambda: {"grad_clip": C.GradientClipByNorm(clip_norm=0.5)}, None
+        kw = {"clip": lambda g: g * 0.5 / max(np.linalg.norm(g), 0.5)}
+    main, W, b, xs, ys, got = _linear_run(opt, attr)
+    want = _reference(W, b, xs, ys, **kw)
+    for (gw, gb), (ww, wb) in zip(got, want):
+        np.testing.assert_allclose(gw, ww, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(gb, wb, rtol=1e-5, atol=1e-6)
+    types = [op.type for op in main.global_block().ops]
+    if case.startswith("clip"):   # the clips are active: some gradient element / norm is over the bound
+        assert types.count("clip" if case == "clip_value" else "clip_by_global_norm") == 2
+        assert not np.allclose(want[0][0], _reference(W, b, xs, ys)[0][0])
+    else:
+        assert types.count("sign") == (2 if case == "l1" else 1)
+
+
+def test_clip_and_regularizer_errors():
+    with pytest.raises(pe.InvalidArgumentError, match="min .* must be <= max"):
+        fluid.clip.GradientClipByValue(max=-1.0)
+    with pytest.raises(pe.InvalidArgumentError, match="clip_norm must be > 0"):
+        fluid.clip.GradientClipByNorm(0)
+    with pytest.raises(pe.UnsupportedError, match="need_clip is not supported"):
+        fluid.clip.GradientClipByGlobalNorm(1.0, need_clip=lambda p: True)
+    with pytest.raises(pe.InvalidArgumentError, match="L1Decay: coeff must be a finite number >= 0"):
+        fluid.regularizer.L1Decay(-0.1)
+    assert fluid.core.LoDTensor is fluid.LoDTensor
+    assert fluid.clip.ClipGradByNorm is fluid.clip.GradientClipByNorm
+    assert fluid.regularizer.L1DecayRegularizer is pe.regularizer.L1Decay
+    # eager mode applies global-norm clipping and L2 decay only: the others are refused up front
+    w = pe.to_tensor(np.ones((2, 2), "float32"), stop_gradient=False)
+    with pytest.raises(pe.UnsupportedError, match="eager mode .* L1Decay is for static programs"):
+        pe.optimizer.SGD(0.1, parameters=[w], weight_decay=pe.regularizer.L1Decay(0.1))
+    with pytest.raises(pe.UnsupportedError, match="ClipGradByValue is for static programs"):
+        pe.optimizer.SGD(0.1, parameters=[w], grad_clip=pe.nn.ClipGradByValue(1.0))
 
 
 def nccl2(trainer_id=0, trainers="127.0.0.1:6170,127.0.0.1:6171", current_endpoint="127.0.0.1:6170", mode="nccl2"):

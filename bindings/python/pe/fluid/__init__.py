@@ -9,7 +9,9 @@ regularization= and parameter_list=, fluid.transpiler holds
 DistributeTranspiler (pserver and nccl2 modes; see transpiler.py) and
 fluid.io saves / loads persistables and parameters (see io.py); fluid.data /
 fluid.embedding are 1.6's top-level input layers (input.py) and fluid.core
-holds Scope and is_compiled_with_cuda.
+holds Scope, LoDTensor and is_compiled_with_cuda; fluid.regularizer
+(L1Decay, L2Decay and their *Regularizer names) and fluid.clip
+(GradientClipByValue / ByNorm / ByGlobalNorm) are pe's, with 1.x names.
 
     import pe.fluid as fluid
     x = fluid.layers.data(name="x", shape=[13], dtype="float32")
@@ -31,6 +33,7 @@ from . import nets  # noqa: F401
 from . import optimizer  # noqa: F401
 from . import transpiler  # noqa: F401
 from . import io  # noqa: F401
+from . import clip  # noqa: F401
 from . import backward  # noqa: F401
 from . import core  # noqa: F401
 from .input import data, embedding  # noqa: F401
@@ -43,5 +46,5 @@ __all__ = ["CPUPlace", "CUDAPlace", "Program", "Variable", "program_guard", "def
            "default_startup_program", "Executor", "ParallelExecutor", "CompiledProgram", "ExecutionStrategy",
            "BuildStrategy", "global_scope", "scope_guard", "ParamAttr", "DataFeeder", "DistributeTranspiler",
            "DistributeTranspilerConfig", "memory_optimize", "release_memory", "layers", "nets", "optimizer", "transpiler",
-           "io", "is_compiled_with_cuda", "cpu_places", "cuda_places", "backward", "gradients", "core", "data",
+           "io", "clip", "regularizer", "initializer", "is_compiled_with_cuda", "cpu_places", "cuda_places", "backward", "gradients", "core", "data",
            "embedding", "LoDTensor", "create_lod_tensor", "create_random_int_lodtensor"]
