@@ -56,7 +56,8 @@ loss fell (from the costs the chapter printed) and that the saved inference
 model, loaded again into a fresh scope, gives the same outputs as the
 training program's forward (main_program.clone(for_test=True) run in the
 global scope, which holds the trained parameters) on the chapter's infer()
-input, of the right shape.
+input, of the right shape. recommender_system's saved model is also run by
+`pe run` with its LoD feeds (--lod), to the same scores.
 """
 import gzip
 import io
@@ -1922,6 +1923,11 @@ assert _feed['movie_title'].recursive_sequence_lengths() == [[len(s[6]) for s in
 _pred = check_inference('recommender_system.inference.model', _feed, [5, 1])
 assert _np.all(_np.abs(_pred) <= 5.0 + 1e-5)   # 5 * a cosine
 print('INFER MSE %f' % float(_np.mean((_pred - _feed['score']) ** 2)))
+for _n in _names[:7]:   # the same inputs for `pe run` (the test runs it on the saved model)
+    _np.save('feed_%s.npy' % _n, _np.array(_feed[_n]))
+    if _n in ('category_id', 'movie_title'):
+        print('LOD %s=%s' % (_n, ','.join(str(o) for o in _feed[_n].lod()[0])))
+_np.save('pred.npy', _pred)
 _ops = [op.type for op in fluid.default_main_program().global_block().ops]
 assert 'cos_sim' in _ops and 'sequence_conv' in _ops and _ops.count('sequence_pool') == 2, _ops
 """
@@ -1987,7 +1993,20 @@ def test_recommender_system(tmp_path):
     assert train[-1] < train[0], train
     pred = re.search(r'Predict Rating of user id 1 on movie "(.*)" is ([0-9.eE+-]+)', out)
     assert pred and abs(float(pred.group(2))) <= 5.0, out[-2000:]
-    assert os.path.isfile(tmp_path / "recommender_system.inference.model" / "__model__.pe")
+    # the saved inference model runs without Python: `pe run` with the LoD feeds gives the same scores
+    model = tmp_path / "recommender_system.inference.model"
+    args = [os.path.join(os.environ.get("PE_BIN_DIR", "build/bin"), "pe"), "run", str(model / "__model__.pe"),
+            "--params", str(model / "__params__.safetensors"), "--out", str(tmp_path / "out")]
+    for name in ["user_id", "gender_id", "age_id", "job_id", "movie_id", "category_id", "movie_title"]:
+        args += ["--feed", "%s=%s" % (name, tmp_path / ("feed_%s.npy" % name))]
+    args += ["--lod", re.search(r"LOD (category_id=[0-9,]+)", out).group(1),
+             "--lod", re.search(r"LOD (movie_title=[0-9,]+)", out).group(1)]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = [f for f in os.listdir(tmp_path / "out") if f.endswith(".npy")]
+    assert len(got) == 1, got
+    np.testing.assert_allclose(np.load(str(tmp_path / "out" / got[0])), np.load(str(tmp_path / "pred.npy")),
+                               rtol=1e-5, atol=1e-6)
 
 
 def test_fluid_embedding_and_data():
