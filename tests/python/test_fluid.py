@@ -547,3 +547,99 @@ def test_conv_transpose_resize_and_norm_layers():
              TF.instance_norm(x, weight=p("instance_norm_0.w_0"), bias=p("instance_norm_0.b_0"))]
     for i, (got, w) in enumerate(zip(vals, want)):
         np.testing.assert_allclose(got, w.numpy(), rtol=1e-4, atol=1e-5, err_msg=str(i))
+
+
+def test_shape_fill_random_and_parameter_layers():
+    """fluid.layers.{squeeze, unsqueeze, slice, zeros, ones, zeros_like, ones_like, leaky_relu, mul, layer_norm,
+    uniform_random, gaussian_random, create_parameter, create_global_var} and fluid.one_hot against numpy."""
+    L = fluid.layers
+    rng = np.random.RandomState(0)
+    xv = rng.randn(3, 1, 4, 2).astype("float32")
+    yv = rng.randn(8, 5).astype("float32")
+    main, startup = fresh()
+    with fluid.program_guard(main, startup), unique_name.guard():
+        x = fluid.data(name="x", shape=[3, 1, 4, 2], dtype="float32")
+        y = fluid.data(name="y", shape=[8, 5], dtype="float32")
+        ids = fluid.data(name="ids", shape=[3, 2], dtype="int64")
+        outs = {
+            "squeeze": L.squeeze(x, axes=[1]),
+            "unsqueeze": L.unsqueeze(y, axes=[0, 2]),
+            "slice": L.slice(x, axes=[0, 2], starts=[1, -3], ends=[3, 3]),
+            "zeros": L.zeros([2, 3], "int64"),
+            "ones": L.ones([2], "float32"),
+            "zeros_like": L.zeros_like(x),
+            "ones_like": L.ones_like(ids),
+            "leaky_relu": L.leaky_relu(x),
+            "mul": L.mul(x, y, x_num_col_dims=1),
+            "layer_norm": L.layer_norm(x, begin_norm_axis=2, epsilon=1e-5),
+            "uniform": L.uniform_random([1000], min=2.0, max=3.0, seed=7),
+            "gaussian": L.gaussian_random([2000], mean=1.0, std=0.5, seed=7),
+            "one_hot": fluid.one_hot(ids, depth=4),
+        }
+        w = L.create_parameter([5, 2], "float32", name="my_w",
+                               default_initializer=pe.nn.initializer.Constant(0.5))
+        outs["param"] = L.mul(y, w)
+        g = L.create_global_var([1], 3.0, "float32", persistable=True, name="g")
+        outs["global"] = L.scale(g, 2.0)
+    assert isinstance(w, pe.framework.Parameter) and w.name == "my_w"
+    assert list(outs["mul"].shape) == [3, 5] and list(outs["unsqueeze"].shape) == [1, 8, 1, 5]
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup)
+    idv = np.array([[0, 3], [2, 1], [1, 1]], "int64")
+    names = list(outs)
+    got = dict(zip(names, exe.run(main, feed={"x": xv, "y": yv, "ids": idv}, fetch_list=[outs[n] for n in names])))
+    mean = xv.reshape(3, 1, -1).mean(-1, keepdims=True)
+    var = xv.reshape(3, 1, -1).var(-1, keepdims=True)
+    want = {
+        "squeeze": xv[:, 0], "unsqueeze": yv[None, :, None], "slice": xv[1:3, :, 1:3],
+        "zeros": np.zeros((2, 3), "int64"), "ones": np.ones(2, "float32"), "zeros_like": np.zeros_like(xv),
+        "ones_like": np.ones((3, 2), "int64"), "leaky_relu": np.where(xv > 0, xv, 0.02 * xv),
+        "mul": xv.reshape(3, 8) @ yv, "layer_norm": ((xv.reshape(3, 1, -1) - mean) / np.sqrt(var + 1e-5)).reshape(
+            xv.shape),
+        "one_hot": np.eye(4, dtype="float32")[idv], "param": yv @ np.full((5, 2), 0.5, "float32"),
+        "global": np.array([6.0], "float32"),
+    }
+    for n, v in want.items():
+        assert got[n].dtype == v.dtype, (n, got[n].dtype, v.dtype)
+        np.testing.assert_allclose(got[n], v, rtol=1e-5, atol=1e-5, err_msg=n)
+    u, gs = got["uniform"], got["gaussian"]
+    assert u.shape == (1000,) and u.min() >= 2.0 and u.max() < 3.0 and abs(u.mean() - 2.5) < 0.05
+    assert gs.shape == (2000,) and abs(gs.mean() - 1.0) < 0.05 and abs(gs.std() - 0.5) < 0.05
+    # layer_norm's scale and shift are trained parameters of the normalized size (4 * 2)
+    ln = [p for p in main.global_block().all_parameters() if p.name.startswith("layer_norm")]
+    assert sorted(list(p.shape) for p in ln) == [[8], [8]]
+    with pytest.raises(pe.InvalidArgumentError, match="begin_norm_axis=4"):
+        with fluid.program_guard(*fresh()):
+            L.layer_norm(fluid.data(name="z", shape=[2, 3, 4, 5], dtype="float32"), begin_norm_axis=4)
+    with pytest.raises(pe.InvalidArgumentError, match="x_num_col_dims=4"):
+        with fluid.program_guard(*fresh()):
+            L.mul(fluid.data(name="z", shape=[2, 3, 4, 5], dtype="float32"), fluid.data(name="v", shape=[5, 2]),
+                  x_num_col_dims=4)
+
+
+def test_fluid_io_save_load_and_top_level_names(tmp_path):
+    """fluid.io.save / load / load_program_state / set_program_state (1.6's model_path forms) are
+    pe.static's; fluid.Tensor, fluid.unique_name, fluid.name_scope."""
+    main, startup = fresh()
+    with fluid.program_guard(main, startup), unique_name.guard():
+        with fluid.name_scope("block"):
+            x = fluid.data(name="x", shape=[None, 3], dtype="float32")
+            out = fluid.layers.fc(x, 2)
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = fluid.core.Scope()
+    with fluid.scope_guard(scope):
+        exe.run(startup)
+        wname = main.global_block().all_parameters()[0].name
+        w0 = np.array(scope.find_var(wname).get_tensor())
+        fluid.io.save(main, str(tmp_path / "m"))
+        state = fluid.io.load_program_state(str(tmp_path / "m"))
+        np.testing.assert_array_equal(state[wname], w0)
+        state[wname] = state[wname] + 1
+        fluid.io.set_program_state(main, state)
+        np.testing.assert_array_equal(np.array(scope.find_var(wname).get_tensor()), w0 + 1)
+        fluid.io.load(main, str(tmp_path / "m"), exe)
+        np.testing.assert_array_equal(np.array(scope.find_var(wname).get_tensor()), w0)
+    assert fluid.Tensor is fluid.LoDTensor and fluid.unique_name is unique_name
+    with pytest.raises(TypeError, match="prefix must be a str"):
+        with fluid.name_scope(3):
+            pass
