@@ -174,7 +174,12 @@ def _reference(W, b, xs, ys, clip=None, decay=None):
     return out
 
 
-@pytest.mark.parametrize("case", ["l1", "l1_param_l2", "clip_value", "clip_norm"])
+def _set_clip(clip):
+    fluid.clip.set_gradient_clip(clip)   # on the main program being built (the optimizer has no grad_clip)
+    return {}
+
+
+@pytest.mark.parametrize("case", ["l1", "l1_param_l2", "clip_value", "clip_norm", "set_gradient_clip"])
 def test_l1_decay_and_per_gradient_clipping(case):
     """fluid.regularizer.L1Decay (grad += c * sign(p)), a ParamAttr regularizer replacing the optimizer's, and
     fluid.clip.GradientClipByValue / GradientClipByNorm (each gradient alone), against numpy."""
@@ -189,17 +194,20 @@ def test_l1_decay_and_per_gradient_clipping(case):
     elif case == "clip_value":
         opt, attr = lambda: {"grad_clip": C.GradientClipByValue(0.5, -0.25)}, None
         kw = {"clip": lambda g: np.clip(g, -0.25, 0.5)}
-    else:
+    elif case == "clip_norm":
         opt, attr = lambda: {"grad_clip": C.GradientClipByNorm(clip_norm=0.5)}, None
         kw = {"clip": lambda g: g * 0.5 / max(np.linalg.norm(g), 0.5)}
+    else:
+        opt, attr = lambda: _set_clip(C.GradientClipByValue(0.3)), None
+        kw = {"clip": lambda g: np.clip(g, -0.3, 0.3)}
     main, W, b, xs, ys, got = _linear_run(opt, attr)
     want = _reference(W, b, xs, ys, **kw)
     for (gw, gb), (ww, wb) in zip(got, want):
         np.testing.assert_allclose(gw, ww, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(gb, wb, rtol=1e-5, atol=1e-6)
     types = [op.type for op in main.global_block().ops]
-    if case.startswith("clip"):   # the clips are active: some gradient element / norm is over the bound
-        assert types.count("clip" if case == "clip_value" else "clip_by_global_norm") == 2
+    if "clip" in case:   # the clips are active: some gradient element / norm is over the bound
+        assert types.count("clip_by_global_norm" if case == "clip_norm" else "clip") == 2
         assert not np.allclose(want[0][0], _reference(W, b, xs, ys)[0][0])
     else:
         assert types.count("sign") == (2 if case == "l1" else 1)
@@ -214,6 +222,14 @@ def test_clip_and_regularizer_errors():
         fluid.clip.GradientClipByGlobalNorm(1.0, need_clip=lambda p: True)
     with pytest.raises(pe.InvalidArgumentError, match="L1Decay: coeff must be a finite number >= 0"):
         fluid.regularizer.L1Decay(-0.1)
+    with pytest.raises(pe.UnsupportedError, match="param_list names 1 of the program's 2 parameters"):
+        main, startup = fresh()
+        with fluid.program_guard(main, startup):
+            fluid.layers.fc(fluid.data(name="x", shape=[2, 3], dtype="float32"), 2)
+            fluid.clip.set_gradient_clip(fluid.clip.GradientClipByValue(1.0),
+                                         param_list=main.global_block().all_parameters()[:1])
+    with pytest.raises(TypeError, match="clip must be a GradientClipByValue"):
+        fluid.clip.set_gradient_clip(1.0)
     assert fluid.core.LoDTensor is fluid.LoDTensor
     assert fluid.clip.ClipGradByNorm is fluid.clip.GradientClipByNorm
     assert fluid.regularizer.L1DecayRegularizer is pe.regularizer.L1Decay

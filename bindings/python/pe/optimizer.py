@@ -85,8 +85,9 @@ class Optimizer:
                 cfg.append((p.name, lr_mult, l2, l1))
         return cfg
 
-    def _clip_args(self):
-        c = self._grad_clip
+    def _clip_args(self, program):
+        # fluid.clip.set_gradient_clip's program-wide clip, when the optimizer has none (as Paddle 1.x)
+        c = self._grad_clip if self._grad_clip is not None else getattr(program, "_gradient_clip", None)
         if isinstance(c, ClipGradByGlobalNorm):
             return {"clip_global_norm": c.clip_norm}
         if isinstance(c, ClipGradByNorm):
@@ -118,7 +119,7 @@ class Optimizer:
         pairs = _core.minimize(
             cm, cs, loss.name, kind=self._kind, learning_rate=self._lr, lr_var=self._lr_var,
             weight_decay=self._weight_decay, l1_decay=self._l1_decay, params=pnames, no_grad=nograd,
-            param_configs=self._param_configs(main), **self._clip_args(), **self._extra(main))
+            param_configs=self._param_configs(main), **self._clip_args(main), **self._extra(main))
         main._load_json(cm.to_json())
         startup._load_json(cs.to_json())
         block = main.global_block()

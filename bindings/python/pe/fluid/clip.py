@@ -3,11 +3,15 @@ optimizer's grad_clip= (fluid.optimizer.SGD(..., grad_clip=...)): they are
 pe.nn's ClipGradByGlobalNorm / ClipGradByNorm / ClipGradByValue (applied
 by the optimizer pass, passes/optimizer.c) with the 1.x names and
 arguments. need_clip (a function choosing the parameters to clip) is not
-supported: every gradient is clipped."""
+supported: every gradient is clipped. set_gradient_clip(clip, program=)
+(1.x's older form) records the clip on the program: an optimizer made
+without grad_clip= applies it in minimize (one given to the optimizer wins,
+as in Paddle)."""
 from .. import _core
+from ..framework import Program, default_main_program
 from ..nn import clip as _clip
 
-__all__ = ["GradientClipByValue", "GradientClipByNorm", "GradientClipByGlobalNorm", "ClipGradByValue",
+__all__ = ["set_gradient_clip", "GradientClipByValue", "GradientClipByNorm", "GradientClipByGlobalNorm", "ClipGradByValue",
            "ClipGradByNorm", "ClipGradByGlobalNorm"]
 
 
@@ -41,3 +45,22 @@ class GradientClipByGlobalNorm(_clip.ClipGradByGlobalNorm):
 
 
 ClipGradByValue, ClipGradByNorm, ClipGradByGlobalNorm = GradientClipByValue, GradientClipByNorm, GradientClipByGlobalNorm
+
+
+def set_gradient_clip(clip, param_list=None, program=None):
+    """Clip the gradients of program (default: the main program) with clip in every later minimize
+    whose optimizer has no grad_clip. param_list (clipping some parameters only) is not supported."""
+    if not isinstance(clip, (_clip.ClipGradByValue, _clip.ClipGradByNorm, _clip.ClipGradByGlobalNorm)):
+        raise TypeError("fluid.clip.set_gradient_clip: clip must be a GradientClipByValue, GradientClipByNorm or "
+                        "GradientClipByGlobalNorm, got %s" % type(clip).__name__)
+    program = program if program is not None else default_main_program()
+    if not isinstance(program, Program):
+        raise TypeError("fluid.clip.set_gradient_clip: program must be a Program, got %s" % type(program).__name__)
+    if param_list is not None:
+        params = {p if isinstance(p, str) else p.name for p in param_list}
+        every = {p.name for p in program.global_block().all_parameters()}
+        if params != every:
+            raise _core.UnsupportedError("fluid.clip.set_gradient_clip: param_list names %d of the program's %d "
+                                         "parameters; PE clips every gradient (leave param_list out)"
+                                         % (len(params & every), len(every)))
+    program._gradient_clip = clip
