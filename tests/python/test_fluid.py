@@ -659,3 +659,44 @@ def test_fluid_io_save_load_and_top_level_names(tmp_path):
     with pytest.raises(TypeError, match="prefix must be a str"):
         with fluid.name_scope(3):
             pass
+
+
+@pytest.mark.parametrize("layer", ["mse_loss", "log_loss", "huber_loss", "l2_normalize"])
+def test_composed_loss_layers_vs_torch(layer):
+    """fluid.layers.mse_loss / log_loss / huber_loss / l2_normalize (built from elementwise ops): the
+    value and the gradient wrt input against torch's formulas."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.RandomState(1)
+    xv = rng.uniform(0.05, 0.95, (6, 3)).astype("float64") if layer == "log_loss" else rng.randn(6, 3) * 2
+    lv = (rng.rand(6, 3) > 0.5).astype("float64") if layer == "log_loss" else rng.randn(6, 3)
+    main, startup = fresh()
+    with fluid.program_guard(main, startup), unique_name.guard():
+        x = fluid.data(name="x", shape=[6, 3], dtype="float64")
+        x.stop_gradient = False
+        lab = fluid.data(name="lab", shape=[6, 3], dtype="float64")
+        out = {"mse_loss": lambda: fluid.layers.mse_loss(x, lab),
+               "log_loss": lambda: fluid.layers.log_loss(x, lab, epsilon=1e-4),
+               "huber_loss": lambda: fluid.layers.huber_loss(x, lab, delta=1.5),
+               "l2_normalize": lambda: fluid.layers.l2_normalize(x, axis=1)}[layer]()
+        seed = fluid.data(name="seed", shape=list(out.shape), dtype="float64")
+        gx, = fluid.gradients([out], [x], target_gradients=[seed])
+    sv = rng.randn(*[int(d) for d in out.shape])
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup)
+    got, ggot = exe.run(main, feed={"x": xv, "lab": lv, "seed": sv}, fetch_list=[out, gx])
+    tx = torch.tensor(xv, requires_grad=True)
+    tl = torch.tensor(lv)
+    if layer == "mse_loss":
+        ref = torch.mean((tx - tl) ** 2).reshape(1)
+    elif layer == "log_loss":
+        ref = -tl * torch.log(tx + 1e-4) - (1 - tl) * torch.log(1 - tx + 1e-4)
+    elif layer == "huber_loss":
+        ref = torch.nn.functional.huber_loss(tx, tl, reduction="none", delta=1.5)
+    else:
+        ref = torch.nn.functional.normalize(tx, dim=1, eps=1e-6)
+    ref.backward(torch.tensor(sv).reshape(ref.shape))
+    np.testing.assert_allclose(got.reshape(ref.shape), ref.detach().numpy(), rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(ggot, tx.grad.numpy(), rtol=1e-6, atol=1e-9)
+    if layer == "huber_loss":   # both branches taken
+        r = np.abs(lv - xv)
+        assert (r <= 1.5).any() and (r > 1.5).any()

@@ -38,7 +38,7 @@ __all__ = ["sequence_pool", "sequence_softmax", "sequence_expand", "sequence_mas
            "exponential_decay", "natural_exp_decay", "inverse_time_decay", "polynomial_decay", "piecewise_decay",
            "noam_decay", "cosine_decay", "linear_lr_warmup", "squeeze", "unsqueeze", "slice", "zeros", "ones",
            "zeros_like", "ones_like", "leaky_relu", "mul", "layer_norm", "uniform_random", "gaussian_random",
-           "create_parameter", "create_global_var"]
+           "create_parameter", "create_global_var", "mse_loss", "log_loss", "huber_loss", "l2_normalize"]
 
 
 def data(name, shape, append_batch_size=True, dtype="float32", lod_level=0, type=None, stop_gradient=True):
@@ -560,6 +560,50 @@ def resize_bilinear(input, out_shape=None, scale=None, name=None, actual_shape=N
 def resize_nearest(input, out_shape=None, scale=None, name=None, actual_shape=None, align_corners=True,
                    data_format="NCHW"):
     return image_resize(input, out_shape, scale, name, "NEAREST", actual_shape, align_corners, 1, data_format)
+
+
+# ---- losses and normalization built from the elementwise ops (their gradients are those ops') ---
+
+def mse_loss(input, label):
+    """mean((input - label)^2) (1.8's mse_loss: square_error_cost, then mean)."""
+    return mean(square_error_cost(input, label))
+
+
+def log_loss(input, label, epsilon=1e-4, name=None):
+    """-label * log(input + epsilon) - (1 - label) * log(1 - input + epsilon), elementwise (input: probabilities)."""
+    check_variable(input, "input", "log_loss")
+    check_variable(label, "label", "log_loss")
+    eps = float(epsilon)
+    pos = _t.multiply(label, _t.log(_t.scale(input, 1.0, eps)))
+    neg = _t.multiply(_t.scale(label, -1.0, 1.0), _t.log(_t.scale(input, -1.0, 1.0 + eps)))
+    return _t.scale(_t.add(pos, neg), -1.0)
+
+
+def huber_loss(input, label, delta):
+    """r = label - input; 0.5 r^2 where |r| <= delta, else delta (|r| - 0.5 delta), elementwise."""
+    check_variable(input, "input", "huber_loss")
+    check_variable(label, "label", "huber_loss")
+    delta = float(delta)
+    if not delta > 0:
+        raise _core.InvalidArgumentError("fluid.layers.huber_loss: delta must be > 0, got %r" % delta)
+    r = _t.subtract(label, input)
+    a = _t.abs(r)
+    small = _t.scale(_t.square(r), 0.5)
+    large = _t.scale(a, delta, -0.5 * delta * delta)
+    return _t.where(_t.less_equal(a, fill_constant([1], r.dtype, delta)), small, large)
+
+
+def l2_normalize(x, axis, epsilon=1e-12, name=None):
+    """x / sqrt(max(sum(x^2 along axis), epsilon)) (Paddle's l2_normalize)."""
+    check_variable(x, "x", "l2_normalize")
+    nd = len(x.shape)
+    axis = int(axis)
+    if not -nd <= axis < nd:
+        raise _core.InvalidArgumentError("fluid.layers.l2_normalize: axis %d is out of range for x %s"
+                                         % (axis, list(x.shape)))
+    ss = _t.sum(_t.square(x), axis=axis, keepdim=True)
+    norm = _t.sqrt(_t.clip(ss, min=float(epsilon)))
+    return _t.divide(x, norm)
 
 
 # ---- shapes, fills, random tensors, parameters -------------------------------------------------
