@@ -363,8 +363,9 @@ static bool is_exchanged_grad(const pe_block *b, const char *grad) {
  * parameter (ops.def PE_OPT) that updates its parameter and accumulators (its
  * per-element in-place pairs) in place, whose gradient is an exchanged one
  * that only it reads (after its last writer), and only it writes the
- * per-element vars. Across trainers (cross) the shards are the world's
- * ranks, and an op with whole in-place outputs (adam's beta powers, which
+ * per-element vars, and that no op outside the backward rewrites (global-norm
+ * clipping does, in place, from the summed gradients). Across trainers
+ * (cross) the shards are the world's ranks, and an op with whole in-place outputs (adam's beta powers, which
  * every place advances) is not sharded; nor is lamb (its trust ratio spans the
  * whole parameter). */
 static int shard_count(const pe_program *p, int i, int n_places, bool cross) {
@@ -400,7 +401,13 @@ static int shard_count(const pe_program *p, int i, int n_places, bool cross) {
     }
     int last_write = -1;
     for (int j = 0; j < b->n_ops; j++)
-        if (j != i && op_writes(&b->ops[j], grad)) last_write = j;
+        if (j != i && op_writes(&b->ops[j], grad)) {
+            /* a non-backward writer (clip_by_global_norm, in place after the
+             * exchange) must read the summed gradient, which the shards would
+             * only sum later: such an update is not sharded */
+            if (!(op_role(&b->ops[j]) & PE_ROLE_BACKWARD)) return 0;
+            last_write = j;
+        }
     if (last_write > i) return 0;
     for (int j = 0; j < b->n_ops; j++) {
         if (j == i) continue;
