@@ -700,3 +700,33 @@ def test_composed_loss_layers_vs_torch(layer):
     if layer == "huber_loss":   # both branches taken
         r = np.abs(lv - xv)
         assert (r <= 1.5).any() and (r > 1.5).any()
+
+
+def test_issue13_fluid_names():
+    """Every name issue 13 lists for fluid-era code exists (what each does is tested where it is built)."""
+    import pe.dataset
+    import pe.reader
+    want = {
+        fluid: "CPUPlace CUDAPlace Executor ParallelExecutor Program program_guard default_main_program "
+               "default_startup_program global_scope scope_guard DataFeeder create_lod_tensor ParamAttr "
+               "ExecutionStrategy BuildStrategy CompiledProgram",
+        fluid.core: "Scope is_compiled_with_cuda LoDTensor",
+        fluid.layers: "data fc conv2d pool2d batch_norm dropout embedding concat reshape transpose elementwise_add "
+                      "elementwise_sub elementwise_mul elementwise_div scale mean square_error_cost cross_entropy "
+                      "softmax_with_cross_entropy accuracy cos_sim one_hot gather sequence_pool sequence_conv "
+                      "sequence_softmax dynamic_lstm dynamic_gru fill_constant cast exponential_decay "
+                      "piecewise_decay noam_decay cosine_decay",
+        fluid.nets: "simple_img_conv_pool img_conv_group sequence_conv_pool glu scaled_dot_product_attention",
+        fluid.optimizer: "SGD Momentum Adam Adagrad RMSProp Adamax Lamb SGDOptimizer MomentumOptimizer "
+                         "AdamOptimizer AdagradOptimizer RMSPropOptimizer AdamaxOptimizer LambOptimizer",
+        fluid.regularizer: "L1Decay L2Decay L1DecayRegularizer L2DecayRegularizer",
+        fluid.clip: "GradientClipByValue GradientClipByNorm GradientClipByGlobalNorm",
+        fluid.io: "save_params load_params save_persistables load_persistables save_inference_model "
+                  "load_inference_model",
+        pe: "batch",
+        pe.reader: "shuffle buffered compose chain map_readers",
+        pe.dataset: "uci_housing mnist fashion_mnist cifar imikolov imdb movielens",
+    }
+    missing = ["%s.%s" % (m.__name__, n) for m, names in want.items() for n in names.split() if not hasattr(m, n)]
+    assert not missing, missing
+    assert callable(fluid.CompiledProgram(fluid.Program()).with_data_parallel)
