@@ -363,8 +363,9 @@ static bool is_exchanged_grad(const pe_block *b, const char *grad) {
  * parameter (ops.def PE_OPT) that updates its parameter and accumulators (its
  * per-element in-place pairs) in place, whose gradient is an exchanged one
  * that only it reads (after its last writer), and only it writes the
- * per-element vars. Across trainers (cross) the shards are the world's
- * ranks, and an op with whole in-place outputs (adam's beta powers, which
+ * per-element vars, and that no op outside the backward rewrites (global-norm
+ * clipping does, in place, from the summed gradients). Across trainers
+ * (cross) the shards are the world's ranks, and an op with whole in-place outputs (adam's beta powers, which
  * every place advances) is not sharded; nor is lamb (its trust ratio spans the
  * whole parameter). */
 static int shard_count(const pe_program *p, int i, int n_places, bool cross) {
@@ -400,7 +401,13 @@ static int shard_count(const pe_program *p, int i, int n_places, bool cross) {
     }
     int last_write = -1;
     for (int j = 0; j < b->n_ops; j++)
-        if (j != i && op_writes(&b->ops[j], grad)) last_write = j;
+        if (j != i && op_writes(&b->ops[j], grad)) {
+            /* a non-backward writer (clip_by_global_norm, in place after the
+             * exchange) must read the summed gradient, which the shards would
+             * only sum later: such an update is not sharded */
+            if (!(op_role(&b->ops[j]) & PE_ROLE_BACKWARD)) return 0;
+            last_write = j;
+        }
     if (last_write > i) return 0;
     for (int j = 0; j < b->n_ops; j++) {
         if (j == i) continue;
@@ -646,9 +653,12 @@ pe_status pe_multi_device_build_world(const pe_program *prog, int n_places, int 
     const int first = n_trainers > 1 ? trainer_id * n_places : 0; /* global rank of place 0 */
     /* Global-norm clipping needs every gradient summed on every place; the
      * reduce strategy leaves partial sums on non-owner places, so each place
-     * would clip with a different norm. Refuse rather than train wrongly. */
+     * would clip with a different norm. Refuse rather than train wrongly.
+     * (A per-gradient clip, ClipGradByNorm's clip_by_global_norm over one
+     * gradient, carries op_role_var and runs on the owner, which holds the
+     * whole sum.) */
     for (int i = 0; reduce && i < b0->n_ops; i++)
-        if (pe_op_type_id(b0->ops[i].type) == PE_OP_clip_by_global_norm) {
+        if (pe_op_type_id(b0->ops[i].type) == PE_OP_clip_by_global_norm && !role_vars(&b0->ops[i])) {
             st = pe_error(PE_ERR_UNSUPPORTED,
                           "reduce_strategy 'reduce' cannot run clip_by_global_norm (block 0 op %d): each place "
                           "holds only its own parameters' summed gradients, so the global norm would differ per "

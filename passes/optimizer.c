@@ -6,12 +6,18 @@
  * regularization, then the optimization pass):
  *   1. clip_by_global_norm over every parameter gradient, in place
  *      (when clip_global_norm > 0) — the grads are read after the
- *      multi-device pass's allreduce, so the norm is the global one;
+ *      multi-device pass's allreduce, so the norm is the global one; or,
+ *      per gradient, clip_by_global_norm over that one gradient (clip_norm
+ *      > 0: Paddle's clip_by_norm, x * max / max(||x||, max)) or clip
+ *      (clip_by_value) into <grad>@CLIP_k, which the next steps read;
  *   2. per parameter with an L2 coefficient c (its pe_param_config l2, or
- *      the optimizer's weight_decay): scale(param, c) -> <param>_l2_decay_k
- *      and sum(grad, that) -> <grad>@DECAYED_k, which the optimizer reads
- *      (Paddle's L2DecayRegularizer; torch's weight_decay: g + c * p,
- *      applied after gradient clipping as torch users do);
+ *      the optimizer's weight_decay): scale(param, c) -> <param>_l2_decay_k,
+ *      and with an L1 coefficient d (l1, or l1_decay): sign(param) ->
+ *      <param>_l1_sign_k, scale(that, d) -> <param>_l1_decay_k; then
+ *      sum(grad, the terms) -> <grad>@DECAYED_k, which the optimizer reads
+ *      (Paddle's L2DecayRegularizer / L1DecayRegularizer; torch's
+ *      weight_decay: g + c * p, applied after gradient clipping as torch
+ *      users do);
  *   3. per parameter with lr_mult != 1: scale(lr, lr_mult) -> <param>_lr_k;
  *   4. one sgd / momentum / adam / adagrad / rmsprop / adamax / adamw / lamb
  *      op per parameter, its outputs aliasing its inputs (ParamOut = Param,
@@ -149,6 +155,18 @@ static pe_status check_optimizer(const pe_optimizer *o) {
     if (!(o->clip_global_norm >= 0) || !isfinite(o->clip_global_norm))
         return pe_error(PE_ERR_INVALID, "minimize: clip_global_norm = %g; it must be finite and >= 0 (0 = no clipping)",
                         o->clip_global_norm);
+    if (!(o->l1_decay >= 0) || !isfinite(o->l1_decay))
+        return pe_error(PE_ERR_INVALID, "minimize: l1_decay = %g; it must be finite and >= 0", o->l1_decay);
+    if (!(o->clip_norm >= 0) || !isfinite(o->clip_norm))
+        return pe_error(PE_ERR_INVALID, "minimize: clip_norm = %g; it must be finite and >= 0 (0 = no clipping)",
+                        o->clip_norm);
+    if (o->clip_by_value && (!isfinite(o->clip_min) || !isfinite(o->clip_max) || !(o->clip_min <= o->clip_max)))
+        return pe_error(PE_ERR_INVALID, "minimize: clip by value to [%g, %g]; the bounds must be finite and min <= max",
+                        o->clip_min, o->clip_max);
+    if ((o->clip_global_norm > 0) + (o->clip_norm > 0) + o->clip_by_value > 1)
+        return pe_error(PE_ERR_INVALID, "minimize: clip_global_norm = %g, clip_norm = %g, clip_by_value = %s: choose "
+                        "one way to clip the gradients", o->clip_global_norm, o->clip_norm,
+                        o->clip_by_value ? "true" : "false");
     return PE_OK;
 }
 
@@ -168,6 +186,9 @@ static pe_status check_configs(const pe_program *main, const pe_param_config *cf
         if (!isfinite(cfg[i].l2))
             return pe_error(PE_ERR_INVALID, "minimize: param config '%s': l2 = %g; it must be finite (< 0 = the optimizer's "
                             "weight_decay)", n, cfg[i].l2);
+        if (!isfinite(cfg[i].l1))
+            return pe_error(PE_ERR_INVALID, "minimize: param config '%s': l1 = %g; it must be finite (<= 0 with l2 < 0 = "
+                            "the optimizer's decay)", n, cfg[i].l1);
     }
     return PE_OK;
 }
@@ -197,15 +218,20 @@ static pe_status learning_rate_var(const mctx *m, char *lr) {
     return add_state(m, lr, PE_DTYPE_FP32, 1, (const int64_t[]){1}, o->learning_rate);
 }
 
-/* lr_mult and l2 coefficient of `param`. */
+/* lr_mult and the L2 / L1 coefficients of `param`: its own regularizer
+ * (l2 >= 0 or l1 > 0) replaces the optimizer's, as Paddle's does. */
 static void param_settings(const mctx *m, const pe_param_config *cfg, int n_cfg, const char *param, double *lr_mult,
-                           double *l2) {
+                           double *l2, double *l1) {
     *lr_mult = 1.0;
     *l2 = m->o->weight_decay;
+    *l1 = m->o->l1_decay;
     for (int i = 0; i < n_cfg; i++)
         if (!strcmp(cfg[i].name, param)) {
             *lr_mult = cfg[i].lr_mult;
-            if (cfg[i].l2 >= 0) *l2 = cfg[i].l2;
+            if (cfg[i].l2 >= 0 || cfg[i].l1 > 0) {
+                *l2 = cfg[i].l2 > 0 ? cfg[i].l2 : 0.0;
+                *l1 = cfg[i].l1 > 0 ? cfg[i].l1 : 0.0;
+            }
         }
 }
 
@@ -354,34 +380,70 @@ static pe_status build(const mctx *m, const pe_param_grad *pg, int n, const pe_p
     for (int i = 0; i < n; i++) {
         const char *param = pg[i].param, *grad = pg[i].grad;
         const pe_var *pv = pe_block_find_var(mblk(m), param);
-        double lr_mult, l2;
-        param_settings(m, cfg, n_cfg, param, &lr_mult, &l2);
+        double lr_mult, l2, l1;
+        param_settings(m, cfg, n_cfg, param, &lr_mult, &l2, &l1);
         char final_grad[NAME_MAX_LEN], plr[NAME_MAX_LEN], base[NAME_MAX_LEN + 32];
         snprintf(final_grad, sizeof final_grad, "%s", grad);
         snprintf(plr, sizeof plr, "%s", lr);
         pe_op *op = NULL;
-        if (l2 > 0) {
-            char term[NAME_MAX_LEN];
-            snprintf(base, sizeof base, "%s_l2_decay", param);
-            PE_CHECK(unique_name(m, base, term));
-            snprintf(base, sizeof base, "%s@DECAYED", grad);
-            PE_CHECK(unique_name(m, base, final_grad));
-            pe_dtype dt = pv->dtype;
-            int ndim = pv->ndim;
-            int64_t dims[8];
-            memcpy(dims, pv->dims, sizeof dims);
-            PE_CHECK(declare(mblk(m), term, dt, ndim, dims, false));
-            PE_CHECK(declare(mblk(m), final_grad, dt, ndim, dims, false));
-            PE_CHECK(add_op(m, "scale", param, grad, &op));
-            PE_CHECK(pe_op_add_input(op, "X", param));
-            PE_CHECK(pe_op_add_output(op, "Out", term));
-            PE_CHECK(pe_op_set_float(op, "scale", l2));
-            PE_CHECK(add_op(m, "sum", param, grad, &op));
+        const pe_dtype dt = pv->dtype;
+        const int ndim = pv->ndim;
+        int64_t dims[8];
+        memcpy(dims, pv->dims, sizeof dims);
+        if (o->clip_norm > 0 || o->clip_by_value) {
+            /* this gradient alone: by its norm (the global-norm op over one var) or by value */
+            char clipped[NAME_MAX_LEN];
+            snprintf(base, sizeof base, "%s@CLIP", grad);
+            PE_CHECK(unique_name(m, base, clipped));
+            PE_CHECK(declare(mblk(m), clipped, dt, ndim, dims, false));
+            PE_CHECK(add_op(m, o->clip_by_value ? "clip" : "clip_by_global_norm", param, grad, &op));
             PE_CHECK(pe_op_add_input(op, "X", grad));
-            PE_CHECK(pe_op_add_input(op, "X", term));
-            PE_CHECK(pe_op_add_output(op, "Out", final_grad));
-            pv = pe_block_find_var(mblk(m), param);
+            PE_CHECK(pe_op_add_output(op, "Out", clipped));
+            if (o->clip_by_value) {
+                PE_CHECK(pe_op_set_float(op, "min", o->clip_min));
+                PE_CHECK(pe_op_set_float(op, "max", o->clip_max));
+            } else {
+                PE_CHECK(pe_op_set_float(op, "max_global_norm", o->clip_norm));
+            }
+            snprintf(final_grad, sizeof final_grad, "%s", clipped);
         }
+        if (l2 > 0 || l1 > 0) {
+            char l2_term[NAME_MAX_LEN], l1_sign[NAME_MAX_LEN], l1_term[NAME_MAX_LEN], decayed[NAME_MAX_LEN];
+            if (l2 > 0) {
+                snprintf(base, sizeof base, "%s_l2_decay", param);
+                PE_CHECK(unique_name(m, base, l2_term));
+                PE_CHECK(declare(mblk(m), l2_term, dt, ndim, dims, false));
+                PE_CHECK(add_op(m, "scale", param, grad, &op));
+                PE_CHECK(pe_op_add_input(op, "X", param));
+                PE_CHECK(pe_op_add_output(op, "Out", l2_term));
+                PE_CHECK(pe_op_set_float(op, "scale", l2));
+            }
+            if (l1 > 0) {
+                snprintf(base, sizeof base, "%s_l1_sign", param);
+                PE_CHECK(unique_name(m, base, l1_sign));
+                PE_CHECK(declare(mblk(m), l1_sign, dt, ndim, dims, false));
+                snprintf(base, sizeof base, "%s_l1_decay", param);
+                PE_CHECK(unique_name(m, base, l1_term));
+                PE_CHECK(declare(mblk(m), l1_term, dt, ndim, dims, false));
+                PE_CHECK(add_op(m, "sign", param, grad, &op));
+                PE_CHECK(pe_op_add_input(op, "X", param));
+                PE_CHECK(pe_op_add_output(op, "Out", l1_sign));
+                PE_CHECK(add_op(m, "scale", param, grad, &op));
+                PE_CHECK(pe_op_add_input(op, "X", l1_sign));
+                PE_CHECK(pe_op_add_output(op, "Out", l1_term));
+                PE_CHECK(pe_op_set_float(op, "scale", l1));
+            }
+            snprintf(base, sizeof base, "%s@DECAYED", grad);
+            PE_CHECK(unique_name(m, base, decayed));
+            PE_CHECK(declare(mblk(m), decayed, dt, ndim, dims, false));
+            PE_CHECK(add_op(m, "sum", param, grad, &op));
+            PE_CHECK(pe_op_add_input(op, "X", final_grad));
+            if (l2 > 0) PE_CHECK(pe_op_add_input(op, "X", l2_term));
+            if (l1 > 0) PE_CHECK(pe_op_add_input(op, "X", l1_term));
+            PE_CHECK(pe_op_add_output(op, "Out", decayed));
+            snprintf(final_grad, sizeof final_grad, "%s", decayed);
+        }
+        pv = pe_block_find_var(mblk(m), param);
         if (lr_mult != 1.0) {
             snprintf(base, sizeof base, "%s_lr", param);
             PE_CHECK(unique_name(m, base, plr));

@@ -13,9 +13,12 @@
  *     pe_startup_init_var(startup, pe_program_find_var(main, 0, "fc_0.w_0"), &init);
  *
  * minimize = Paddle's Optimizer.minimize: append_backward (pe/passes.h),
- * then, in Paddle's (and torch's) order, gradient clipping by global norm
- * (one clip_by_global_norm op, in place on the gradients), L2 weight decay
- * (scale + sum into a new var <grad>@DECAYED_k), a per-param lr (scale)
+ * then, in Paddle's (and torch's) order, gradient clipping (by global norm:
+ * one clip_by_global_norm op, in place on the gradients; by each
+ * gradient's norm or by value: one clip_by_global_norm or clip op per
+ * gradient into a new var <grad>@CLIP_k; at most one of the three), L2 and
+ * L1 weight decay (scale, and sign + scale for L1, + sum into a new var
+ * <grad>@DECAYED_k), a per-param lr (scale)
  * when lr_mult != 1, and one optimizer op per parameter (sgd / momentum /
  * adam / adagrad / rmsprop / adamax / adamw / lamb, learning rate as a persistable variable, outputs aliasing inputs).
  * Accumulators (<param>_velocity_0, _moment1_0, _moment2_0,
@@ -57,7 +60,11 @@ typedef struct pe_optimizer {
     double beta1, beta2;      /* ADAM, ADAMAX, ADAMW, LAMB (0.9, 0.999) */
     double epsilon;           /* 1e-8; ADAGRAD, RMSPROP, LAMB: 1e-6 (Paddle's defaults) */
     double weight_decay;      /* L2 coefficient (added to the gradient); 0 = none */
+    double l1_decay;          /* L1 coefficient: grad += l1_decay * sign(param) (Paddle's L1Decay); 0 = none */
     double clip_global_norm;  /* clip gradients by global norm; 0 = none */
+    double clip_norm;         /* clip each gradient by its own L2 norm (Paddle's ClipGradByNorm); 0 = none */
+    bool clip_by_value;       /* clip each gradient element to [clip_min, clip_max] (ClipGradByValue) */
+    double clip_min, clip_max;
     double initial_accumulator_value; /* ADAGRAD: Moment's initial value (0) */
     double rho;               /* RMSPROP: decay of the mean square (0.95) */
     bool centered;            /* RMSPROP: divide by the centered second moment */
@@ -69,12 +76,16 @@ typedef struct pe_optimizer {
 
 /* Per-parameter settings (Paddle's ParamAttr): learning-rate multiplier
  * (taken literally: 0 freezes the param, so set it to 1 for "unchanged")
- * and L2 coefficient (< 0 = the optimizer's weight_decay, 0 = none). name
- * must be a var of main's block 0; names must not repeat. */
+ * and the param's own regularizer, which replaces the optimizer's (both
+ * kinds, as Paddle's ParamAttr.regularizer does) when l2 >= 0 or l1 > 0:
+ * L2 coefficient l2 and L1 coefficient l1 (l2 < 0 and l1 <= 0 = the
+ * optimizer's weight_decay and l1_decay). name must be a var of main's
+ * block 0; names must not repeat. */
 typedef struct pe_param_config {
     const char *name;
     double lr_mult;
     double l2;
+    double l1;
 } pe_param_config;
 
 void pe_optimizer_default(pe_optimizer *o, pe_optimizer_kind kind, double learning_rate);

@@ -2,7 +2,10 @@
 code of github.com/PaddlePaddle/book) run on PE with `import pe as paddle` /
 `import pe.fluid as fluid` and local data: the non-sequence chapters and
 understand_sentiment's convolution network (train_conv.py: embedding, two
-fluid.nets.sequence_conv_pool, fc softmax, Adagrad, LoD-tensor input).
+fluid.nets.sequence_conv_pool, fc softmax, Adagrad, LoD-tensor input) and
+recommender_system (user and movie feature nets — embeddings, fc, a
+sequence_pool sum of the categories, a sequence_conv_pool of the title —
+joined by cos_sim, SGD).
 
 Each chapter is the book's train.py (train loop with exe.run, test loop on
 main_program.clone(for_test=True), fluid.io.save_inference_model, then
@@ -20,7 +23,10 @@ its own interpreter in a temporary folder, with these changes only:
     (PTB's layout: a chain of 50 frequent words with 1000 rare words put
     in), understand_sentiment's paddle.dataset.imdb a synthetic
     aclImdb_v1.tar.gz (the original layout; 1280 train and 256 test
-    reviews of neutral words with a few of 6 positive or 6 negative ones);
+    reviews of neutral words with a few of 6 positive or 6 negative ones),
+    recommender_system's paddle.dataset.movielens a synthetic ml-1m.zip
+    (movies.dat / users.dat / ratings.dat, ML-1M's id ranges and genres;
+    ratings from each user's taste for the genres);
   - the image files infer() opens (image/infer_3.png, image/dog.png) are
     written by the test from the local data;
   - short runs: --num_epochs on the command line (and the book's own
@@ -33,6 +39,12 @@ its own interpreter in a temporary folder, with these changes only:
     fluid.create_lod_tensor LoD tensors, nor return_numpy=False (LoD is
     separate work); `import six` dropped (six.iteritems -> dict.items);
   - vgg.py: the dead fluid 1.0 trainer / inferencer imports are dropped;
+  - recommender_system: IS_SPARSE = False (as word2vec); the test loop runs
+    every 10 batches and the inference model is saved after each epoch
+    (the book tests after every batch and saves and stops once the test
+    cost is below a threshold), and infer() takes movie 783's category and
+    title ids from paddle.dataset.movielens.movie_info() (the book's
+    literal ids index ML-1M's dictionaries);
   - understand_sentiment: is_sparse=False in its embedding (as word2vec);
     the words var is the fluid 1.x book's fluid.layers.data(shape=[1],
     lod_level=1) (fluid.layers.embedding takes ids [..., 1]); the
@@ -44,7 +56,8 @@ loss fell (from the costs the chapter printed) and that the saved inference
 model, loaded again into a fresh scope, gives the same outputs as the
 training program's forward (main_program.clone(for_test=True) run in the
 global scope, which holds the trained parameters) on the chapter's infer()
-input, of the right shape.
+input, of the right shape. recommender_system's saved model is also run by
+`pe run` with its LoD feeds (--lod), to the same scores.
 """
 import gzip
 import io
@@ -1597,6 +1610,403 @@ def test_understand_sentiment_conv(tmp_path):
     # the synthetic reviews' signal: 'great' is positive, 'bad' negative
     assert probs["this is a great movie"][0] > 0.5 > probs["this is very bad"][0], probs
     assert os.path.isfile(tmp_path / "understand_sentiment_conv.inference.model" / "__model__.pe")
+
+
+
+# ---- 05.recommender_system -----------------------------------------------------------
+
+RECOMMENDER_SYSTEM = IMPORTS + """
+import math
+import sys
+import argparse
+import numpy as np
+
+IS_SPARSE = False
+BATCH_SIZE = 256
+
+
+def parse_args():
+    parser = argparse.ArgumentParser("recommender_system")
+    parser.add_argument(
+        '--enable_ce',
+        action='store_true',
+        help='If set, run the task with continuous evaluation logs.')
+    parser.add_argument(
+        '--use_gpu', type=int, default=0, help='whether to use gpu')
+    parser.add_argument(
+        '--num_epochs', type=int, default=1, help='number of epoch')
+    args = parser.parse_args()
+    return args
+
+
+def get_usr_combined_features():
+    # the user: id, gender, age and job, each an embedding and an fc, then one fc over the four
+    USR_DICT_SIZE = paddle.dataset.movielens.max_user_id() + 1
+
+    uid = fluid.layers.data(name='user_id', shape=[1], dtype='int64')
+    usr_emb = fluid.layers.embedding(
+        input=uid,
+        dtype='float32',
+        size=[USR_DICT_SIZE, 32],
+        param_attr='user_table',
+        is_sparse=IS_SPARSE)
+    usr_fc = fluid.layers.fc(input=usr_emb, size=32)
+
+    USR_GENDER_DICT_SIZE = 2
+    usr_gender_id = fluid.layers.data(name='gender_id', shape=[1], dtype='int64')
+    usr_gender_emb = fluid.layers.embedding(
+        input=usr_gender_id,
+        size=[USR_GENDER_DICT_SIZE, 16],
+        param_attr='gender_table',
+        is_sparse=IS_SPARSE)
+    usr_gender_fc = fluid.layers.fc(input=usr_gender_emb, size=16)
+
+    USR_AGE_DICT_SIZE = len(paddle.dataset.movielens.age_table)
+    usr_age_id = fluid.layers.data(name='age_id', shape=[1], dtype='int64')
+    usr_age_emb = fluid.layers.embedding(
+        input=usr_age_id,
+        size=[USR_AGE_DICT_SIZE, 16],
+        is_sparse=IS_SPARSE,
+        param_attr='age_table')
+    usr_age_fc = fluid.layers.fc(input=usr_age_emb, size=16)
+
+    USR_JOB_DICT_SIZE = paddle.dataset.movielens.max_job_id() + 1
+    usr_job_id = fluid.layers.data(name='job_id', shape=[1], dtype='int64')
+    usr_job_emb = fluid.layers.embedding(
+        input=usr_job_id,
+        size=[USR_JOB_DICT_SIZE, 16],
+        param_attr='job_table',
+        is_sparse=IS_SPARSE)
+    usr_job_fc = fluid.layers.fc(input=usr_job_emb, size=16)
+
+    concat_embed = fluid.layers.concat(
+        input=[usr_fc, usr_gender_fc, usr_age_fc, usr_job_fc], axis=1)
+
+    usr_combined_features = fluid.layers.fc(
+        input=concat_embed, size=200, act='tanh')
+
+    return usr_combined_features
+
+
+def get_mov_combined_features():
+    # the movie: id embedding and fc, its categories (a sequence) summed, its title (a sequence) by a
+    # text convolution, then one fc over the three
+    MOV_DICT_SIZE = paddle.dataset.movielens.max_movie_id() + 1
+
+    mov_id = fluid.layers.data(name='movie_id', shape=[1], dtype='int64')
+    mov_emb = fluid.layers.embedding(
+        input=mov_id,
+        dtype='float32',
+        size=[MOV_DICT_SIZE, 32],
+        param_attr='movie_table',
+        is_sparse=IS_SPARSE)
+    mov_fc = fluid.layers.fc(input=mov_emb, size=32)
+
+    CATEGORY_DICT_SIZE = len(paddle.dataset.movielens.movie_categories())
+    category_id = fluid.layers.data(
+        name='category_id', shape=[1], dtype='int64', lod_level=1)
+    mov_categories_emb = fluid.layers.embedding(
+        input=category_id, size=[CATEGORY_DICT_SIZE, 32], is_sparse=IS_SPARSE)
+    mov_categories_hidden = fluid.layers.sequence_pool(
+        input=mov_categories_emb, pool_type='sum')
+
+    MOV_TITLE_DICT_SIZE = len(paddle.dataset.movielens.get_movie_title_dict())
+    mov_title_id = fluid.layers.data(
+        name='movie_title', shape=[1], dtype='int64', lod_level=1)
+    mov_title_emb = fluid.layers.embedding(
+        input=mov_title_id, size=[MOV_TITLE_DICT_SIZE, 32], is_sparse=IS_SPARSE)
+    mov_title_conv = fluid.nets.sequence_conv_pool(
+        input=mov_title_emb,
+        num_filters=32,
+        filter_size=3,
+        act='tanh',
+        pool_type='sum')
+
+    concat_embed = fluid.layers.concat(
+        input=[mov_fc, mov_categories_hidden, mov_title_conv], axis=1)
+
+    mov_combined_features = fluid.layers.fc(
+        input=concat_embed, size=200, act='tanh')
+
+    return mov_combined_features
+
+
+def inference_program():
+    usr_combined_features = get_usr_combined_features()
+    mov_combined_features = get_mov_combined_features()
+
+    # the predicted score: the cosine of the two feature vectors, times 5
+    inference = fluid.layers.cos_sim(
+        X=usr_combined_features, Y=mov_combined_features)
+    scale_infer = fluid.layers.scale(x=inference, scale=5.0)
+
+    label = fluid.layers.data(name='score', shape=[1], dtype='float32')
+    square_cost = fluid.layers.square_error_cost(input=scale_infer, label=label)
+    avg_cost = fluid.layers.mean(square_cost)
+
+    return scale_infer, avg_cost
+
+
+def optimizer_func():
+    return fluid.optimizer.SGD(learning_rate=0.2)
+
+
+def train(use_cuda, params_dirname):
+    place = fluid.CUDAPlace(0) if use_cuda else fluid.CPUPlace()
+
+    if args.enable_ce:
+        train_reader = paddle.batch(
+            paddle.dataset.movielens.train(), batch_size=BATCH_SIZE)
+    else:
+        train_reader = paddle.batch(
+            paddle.reader.shuffle(
+                paddle.dataset.movielens.train(), buf_size=8192),
+            batch_size=BATCH_SIZE)
+    test_reader = paddle.batch(
+        paddle.dataset.movielens.test(), batch_size=BATCH_SIZE)
+
+    feed_order = [
+        'user_id', 'gender_id', 'age_id', 'job_id', 'movie_id', 'category_id',
+        'movie_title', 'score'
+    ]
+
+    main_program = fluid.default_main_program()
+    star_program = fluid.default_startup_program()
+    if args.enable_ce:
+        main_program.random_seed = 90
+        star_program.random_seed = 90
+
+    scale_infer, avg_cost = inference_program()
+
+    test_program = main_program.clone(for_test=True)
+    sgd_optimizer = optimizer_func()
+    sgd_optimizer.minimize(avg_cost)
+    exe = fluid.Executor(place)
+
+    def train_test(program, reader):
+        count = 0
+        feed_var_list = [
+            program.global_block().var(var_name) for var_name in feed_order
+        ]
+        feeder_test = fluid.DataFeeder(feed_list=feed_var_list, place=place)
+        test_exe = fluid.Executor(place)
+        accumulated = 0
+        for test_data in reader():
+            avg_cost_np = test_exe.run(
+                program=program,
+                feed=feeder_test.feed(test_data),
+                fetch_list=[avg_cost])
+            accumulated += avg_cost_np[0]
+            count += 1
+        return accumulated / count
+
+    def train_loop():
+        feed_list = [
+            main_program.global_block().var(var_name) for var_name in feed_order
+        ]
+        feeder = fluid.DataFeeder(feed_list, place)
+        exe.run(star_program)
+
+        for pass_id in range(args.num_epochs):
+            for batch_id, data in enumerate(train_reader()):
+                # train a mini-batch
+                outs = exe.run(
+                    program=main_program,
+                    feed=feeder.feed(data),
+                    fetch_list=[avg_cost])
+                out = np.array(outs[0])
+
+                if (batch_id + 1) % 10 == 0:
+                    # the mean cost over the test set
+                    avg_cost_set = train_test(test_program, test_reader)
+                    test_avg_cost = np.array(avg_cost_set).mean()
+                    print('EpochID {0}, BatchID {1}, Train Loss {2:0.4f}, Test Loss {3:0.4f}'.format(
+                        pass_id + 1, batch_id + 1, float(out[0]), float(test_avg_cost)))
+
+                if math.isnan(float(out[0])):
+                    sys.exit('got NaN loss, training failed.')
+
+            if params_dirname is not None:
+                fluid.io.save_inference_model(params_dirname, [
+                    'user_id', 'gender_id', 'age_id', 'job_id', 'movie_id',
+                    'category_id', 'movie_title'
+                ], [scale_infer], exe)
+            if args.enable_ce and pass_id == args.num_epochs - 1:
+                print('kpis\\ttrain_cost\\t%f' % float(out[0]))
+                print('kpis\\ttest_cost\\t%f' % float(test_avg_cost))
+
+    train_loop()
+
+
+def infer(use_cuda, params_dirname):
+    place = fluid.CUDAPlace(0) if use_cuda else fluid.CPUPlace()
+
+    # one user and one movie; the movie's category and title ids come from the dataset's dictionaries
+    infer_movie_id = 783
+    infer_movie = paddle.dataset.movielens.movie_info()[infer_movie_id]
+    infer_movie_name = infer_movie.title
+    _, infer_categories, infer_title = infer_movie.value()
+
+    exe = fluid.Executor(place)
+
+    inference_scope = fluid.core.Scope()
+
+    with fluid.scope_guard(inference_scope):
+        [inferencer, feed_target_names,
+         fetch_targets] = fluid.io.load_inference_model(params_dirname, exe)
+
+        # each input is a LoDTensor of one sequence: one id for the user and the movie features,
+        # several for the categories and the title words
+        assert feed_target_names[0] == 'user_id'
+        user_id = fluid.create_lod_tensor([[np.int64(1)]], [[1]], place)
+
+        assert feed_target_names[1] == 'gender_id'
+        gender_id = fluid.create_lod_tensor([[np.int64(1)]], [[1]], place)
+
+        assert feed_target_names[2] == 'age_id'
+        age_id = fluid.create_lod_tensor([[np.int64(0)]], [[1]], place)
+
+        assert feed_target_names[3] == 'job_id'
+        job_id = fluid.create_lod_tensor([[np.int64(10)]], [[1]], place)
+
+        assert feed_target_names[4] == 'movie_id'
+        movie_id = fluid.create_lod_tensor([[np.int64(infer_movie_id)]], [[1]], place)
+
+        assert feed_target_names[5] == 'category_id'
+        category_id = fluid.create_lod_tensor(
+            [np.array(infer_categories, dtype='int64')], [[len(infer_categories)]], place)
+
+        assert feed_target_names[6] == 'movie_title'
+        movie_title = fluid.create_lod_tensor(
+            [np.array(infer_title, dtype='int64')], [[len(infer_title)]], place)
+
+        results = exe.run(
+            inferencer,
+            feed={
+                feed_target_names[0]: user_id,
+                feed_target_names[1]: gender_id,
+                feed_target_names[2]: age_id,
+                feed_target_names[3]: job_id,
+                feed_target_names[4]: movie_id,
+                feed_target_names[5]: category_id,
+                feed_target_names[6]: movie_title
+            },
+            fetch_list=fetch_targets,
+            return_numpy=False)
+        predict_rating = np.array(results[0])
+        print('Predict Rating of user id 1 on movie \\"' + infer_movie_name +
+              '\\" is ' + str(predict_rating[0][0]))
+        print('Actual Rating of user id 1 on movie \\"' + infer_movie_name +
+              '\\" is 4.')
+
+
+def main(use_cuda):
+    if use_cuda and not fluid.core.is_compiled_with_cuda():
+        return
+    params_dirname = 'recommender_system.inference.model'
+    train(use_cuda=use_cuda, params_dirname=params_dirname)
+    infer(use_cuda=use_cuda, params_dirname=params_dirname)
+
+
+if __name__ == '__main__':
+    args = parse_args()
+    use_cuda = False  # set to True if training with GPU
+    main(use_cuda)
+"""
+
+CHECK_RECOMMENDER = CHECK_INFER + """
+_ml = paddle.dataset.movielens
+_test = list(_ml.test()())[:5]
+_names = ['user_id', 'gender_id', 'age_id', 'job_id', 'movie_id', 'category_id', 'movie_title', 'score']
+_feed = fluid.DataFeeder(_names, fluid.CPUPlace()).feed(_test)
+assert _feed['movie_title'].recursive_sequence_lengths() == [[len(s[6]) for s in _test]]
+_pred = check_inference('recommender_system.inference.model', _feed, [5, 1])
+assert _np.all(_np.abs(_pred) <= 5.0 + 1e-5)   # 5 * a cosine
+print('INFER MSE %f' % float(_np.mean((_pred - _feed['score']) ** 2)))
+for _n in _names[:7]:   # the same inputs for `pe run` (the test runs it on the saved model)
+    _np.save('feed_%s.npy' % _n, _np.array(_feed[_n]))
+    if _n in ('category_id', 'movie_title'):
+        print('LOD %s=%s' % (_n, ','.join(str(o) for o in _feed[_n].lod()[0])))
+_np.save('pred.npy', _pred)
+_ops = [op.type for op in fluid.default_main_program().global_block().ops]
+assert 'cos_sim' in _ops and 'sequence_conv' in _ops and _ops.count('sequence_pool') == 2, _ops
+"""
+
+ML_GENRES = ["Action", "Adventure", "Animation", "Children's", "Comedy", "Crime", "Documentary", "Drama", "Fantasy",
+             "Film-Noir", "Horror", "Musical", "Mystery", "Romance", "Sci-Fi", "Thriller", "War", "Western"]
+
+
+def write_movielens(path, rng, n_users=400, n_movies=240, n_ratings=8000):
+    """ml-1m.zip in the original layout (ml-1m/movies.dat, users.dat, ratings.dat; '::'-separated latin-1
+    lines; ML-1M's id ranges, genres, ages and jobs): movies with 1 to 3 genres and titles of 2 to 5 words
+    (a word of each of its genres among them, the year in parentheses), movie 783 among them; user 1 is the
+    book's infer() user (F, age 1, job 10). A rating is 1..5 from a user's taste for the genres (each user
+    likes a few, and gender and age shift the taste), rounded, plus noise."""
+    import zipfile
+    n_g = len(ML_GENRES)
+    genre_words = [["%s%d" % (g.lower().replace("'", "").replace("-", ""), k) for k in range(3)] for g in ML_GENRES]
+    common = ["the", "of", "a", "night", "day", "man", "love", "city", "last", "return", "café", "über"]
+    movie_ids = sorted(set(rng.choice(np.arange(1, 3953), n_movies - 1, replace=False).tolist()) | {783})
+    movies, mgenres = [], {}
+    for mid in movie_ids:
+        gs = rng.choice(n_g, int(rng.integers(1, 4)), replace=False)
+        words = [genre_words[g][int(rng.integers(0, 3))] for g in gs] + \
+            list(rng.choice(common, int(rng.integers(1, 3))))
+        rng.shuffle(words)
+        title = " ".join(w.capitalize() for w in words)
+        movies.append("%d::%s (%d)::%s" % (mid, title, int(rng.integers(1919, 2001)), "|".join(ML_GENRES[g] for g in gs)))
+        mgenres[mid] = gs
+    ages = [1, 18, 25, 35, 45, 50, 56]
+    users, taste = [], {}
+    gender_taste = rng.normal(0, 1.0, size=(2, n_g))
+    age_taste = rng.normal(0, 0.7, size=(len(ages), n_g))
+    for uid in range(1, n_users + 1):
+        g = "F" if uid == 1 else rng.choice(["M", "F"])
+        a = 0 if uid == 1 else int(rng.integers(0, len(ages)))
+        job = 10 if uid == 1 else int(rng.integers(0, 21))
+        users.append("%d::%s::%d::%d::%05d" % (uid, g, ages[a], job, int(rng.integers(0, 99999))))
+        t = gender_taste[int(g == "F")] + age_taste[a]
+        t[rng.choice(n_g, 3, replace=False)] += 2.0
+        taste[uid] = t
+    ratings = []
+    for _ in range(n_ratings):
+        uid = int(rng.integers(1, n_users + 1))
+        mid = int(movie_ids[int(rng.integers(0, len(movie_ids)))])
+        score = 3.0 + 1.2 * float(np.mean(taste[uid][mgenres[mid]])) + rng.normal(0, 0.3)
+        ratings.append("%d::%d::%d::%d" % (uid, mid, int(np.clip(np.rint(score), 1, 5)),
+                                           978300000 + int(rng.integers(0, 10 ** 6))))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(str(path), "w", zipfile.ZIP_DEFLATED) as z:
+        for name, lines in (("movies", movies), ("users", users), ("ratings", ratings)):
+            z.writestr("ml-1m/%s.dat" % name, "".join(line + "\n" for line in lines).encode("latin-1"))
+
+
+def test_recommender_system(tmp_path):
+    write_movielens(tmp_path / "data" / "movielens" / "ml-1m.zip", np.random.default_rng(5))
+    out = run_chapter(tmp_path, {"train.py": RECOMMENDER_SYSTEM + CHECK_RECOMMENDER}, ["--num_epochs", "5"])
+    test = costs(out, r"Test Loss ([0-9.eE+-]+)")
+    train = costs(out, r"Train Loss ([0-9.eE+-]+)")
+    assert len(test) == 10 and len(train) == len(test), out   # 7175 train ratings: 29 batches, tests at 10, 20
+    # the test set's mean squared error of the 5 * cosine score (labels rating * 2 - 5 in -3..5) falls, below
+    # the labels' variance (5.2: predicting their mean); 5.1 -> 2.7 .. 3.7 over 5 epochs in trial runs
+    assert test[-1] < 0.85 * test[0] and test[-1] < 4.6 and min(test) == min(test[len(test) // 2:]), test
+    assert train[-1] < train[0], train
+    pred = re.search(r'Predict Rating of user id 1 on movie "(.*)" is ([0-9.eE+-]+)', out)
+    assert pred and abs(float(pred.group(2))) <= 5.0, out[-2000:]
+    # the saved inference model runs without Python: `pe run` with the LoD feeds gives the same scores
+    model = tmp_path / "recommender_system.inference.model"
+    args = [os.path.join(os.environ.get("PE_BIN_DIR", "build/bin"), "pe"), "run", str(model / "__model__.pe"),
+            "--params", str(model / "__params__.safetensors"), "--out", str(tmp_path / "out")]
+    for name in ["user_id", "gender_id", "age_id", "job_id", "movie_id", "category_id", "movie_title"]:
+        args += ["--feed", "%s=%s" % (name, tmp_path / ("feed_%s.npy" % name))]
+    args += ["--lod", re.search(r"LOD (category_id=[0-9,]+)", out).group(1),
+             "--lod", re.search(r"LOD (movie_title=[0-9,]+)", out).group(1)]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = [f for f in os.listdir(tmp_path / "out") if f.endswith(".npy")]
+    assert len(got) == 1, got
+    np.testing.assert_allclose(np.load(str(tmp_path / "out" / got[0])), np.load(str(tmp_path / "pred.npy")),
+                               rtol=1e-5, atol=1e-6)
 
 
 def test_fluid_embedding_and_data():

@@ -2,7 +2,8 @@
 
 Each dataset's files are written into a tmp $PE_DATA_HOME under Paddle's
 names and formats (housing.data text, gzip'd idx, the cifar tar of pickled
-batches, PTB's simple-examples.tgz of text, aclImdb_v1.tar.gz of reviews); the readers yield Paddle's
+batches, PTB's simple-examples.tgz of text, aclImdb_v1.tar.gz of reviews, ml-1m.zip of
+movies, users and ratings); the readers yield Paddle's
 samples; a missing file is a
 NotFoundError naming the file and the folder.
 """
@@ -222,3 +223,46 @@ def test_imdb_errors(home):
     (home / "imdb" / "aclImdb_v1.tar.gz").write_bytes(b"not a tar")
     with pytest.raises(pe.FormatError, match="is not a tar file"):
         pe.dataset.imdb.word_dict()
+
+
+def write_movielens(home, movies, users, ratings):
+    """ml-1m.zip as Paddle's movielens reads it: ml-1m/{movies,users,ratings}.dat, '::'-separated latin-1 lines."""
+    import zipfile
+    (home / "movielens").mkdir()
+    with zipfile.ZipFile(home / "movielens" / "ml-1m.zip", "w") as z:
+        for name, lines in (("movies", movies), ("users", users), ("ratings", ratings)):
+            z.writestr("ml-1m/%s.dat" % name, "".join(line + "\n" for line in lines).encode("latin-1"))
+
+
+def test_movielens(home):
+    with pytest.raises(pe.NotFoundError, match="movielens: ml-1m.zip is not in %s; PE downloads nothing"
+                       % os.path.join(str(home), "movielens")):
+        pe.dataset.movielens.train()
+    write_movielens(home, ["1::Toy Story (1995)::Animation|Children's|Comedy",
+                           "7::Sabrina (1995)::Comedy|Romance",
+                           "3::Café Society (1995)::Drama"],
+                    ["1::F::1::10::48067", "2::M::56::16::70072", "5::M::25::20::55455"],
+                    ["1::1::5::978300760", "2::7::3::978302109", "5::3::1::978301968", "1::3::4::978300275"])
+    ml = pe.dataset.movielens
+    assert ml.movie_categories() == {"Animation": 0, "Children's": 1, "Comedy": 2, "Drama": 3, "Romance": 4}
+    assert ml.get_movie_title_dict() == {"café": 0, "sabrina": 1, "society": 2, "story": 3, "toy": 4}
+    assert (ml.max_user_id(), ml.max_movie_id(), ml.max_job_id()) == (5, 7, 20)
+    assert ml.movie_info()[3].title == "Café Society "   # latin-1; the text before '(year)', as Paddle
+    assert ml.user_info()[2].value() == [2, 0, 6, 16]     # male 0, age 56 is age_table[6]
+    want = [[1, 1, 0, 10, 1, [0, 1, 2], [4, 3], [5.0]], [2, 0, 6, 16, 7, [2, 4], [1], [1.0]],
+            [5, 0, 2, 20, 3, [3], [0, 2], [-3.0]], [1, 1, 0, 10, 3, [3], [0, 2], [3.0]]]
+    # Paddle's split: np.random.seed(0), then one random() per line; below test_ratio goes to test
+    np.random.seed(0)
+    to_test = np.random.random(4) < 0.5
+    assert list(ml.train(test_ratio=0.5)()) == [w for w, t in zip(want, to_test) if not t]
+    assert list(ml.test(test_ratio=0.5)()) == [w for w, t in zip(want, to_test) if t]
+    assert list(ml.train(test_ratio=0.0)()) == want and list(ml.test()()) == []
+
+
+def test_movielens_errors(home):
+    write_movielens(home, ["1::Toy Story::Comedy"], ["1::F::1::10::48067"], ["1::1::5::978300760"])
+    with pytest.raises(pe.FormatError, match=r"ml-1m/movies.dat line 1: expected MovieID::Title \(Year\)::Genres"):
+        pe.dataset.movielens.max_movie_id()
+    (home / "movielens" / "ml-1m.zip").write_bytes(b"not a zip")
+    with pytest.raises(pe.FormatError, match="is not a zip file"):
+        pe.dataset.movielens.movie_info()

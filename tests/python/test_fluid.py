@@ -3,7 +3,8 @@
 fluid.layers builds the same ops as pe.static (fc, conv/pool/bn, losses),
 data() appends the batch dim as fluid did, DataFeeder turns sample tuples
 into a feed dict (and names what is wrong), fluid.optimizer takes
-regularization= / parameter_list=, and DistributeTranspiler's nccl2 mode
+regularization= / parameter_list= (L1Decay and L2Decay; fluid.clip's three
+clippers, checked against numpy), and DistributeTranspiler's nccl2 mode
 (seed 002, trainers= form) trains across 2 MPI processes to the parameters
 of one process on the whole batch; its argument errors are clear errors
 (pserver mode: test_ps_transpiler.py).
@@ -126,6 +127,118 @@ def test_optimizer_fluid_args():
         opt.minimize(loss, parameter_list=[p.name for p in main.global_block().all_parameters()][:1])
     types = [op.type for op in main.global_block().ops]
     assert types.count("momentum") == 1
+
+
+def _linear_run(opt_fn, param_attr=None, steps=4):
+    """y = x W + b trained with fluid's SGD (opt_fn() gives its keyword args): the losses and the params after
+    each step, and the same training in numpy by the documented rules (clip, then decay, then sgd)."""
+    rng = np.random.RandomState(3)
+    xs = [rng.randn(6, 5).astype("float32") for _ in range(steps)]
+    ys = [rng.randn(6, 2).astype("float32") * 4 for _ in range(steps)]
+    main, startup = fresh()
+    with fluid.program_guard(main, startup), unique_name.guard():
+        x = fluid.layers.data(name="x", shape=[5], dtype="float32")
+        y = fluid.layers.data(name="y", shape=[2], dtype="float32")
+        pred = fluid.layers.fc(x, 2, param_attr=param_attr, bias_attr=fluid.ParamAttr(
+            name="b", initializer=pe.nn.initializer.Constant(0.3)))
+        loss = fluid.layers.mean(fluid.layers.square_error_cost(pred, y))
+        fluid.optimizer.SGD(learning_rate=0.1, **opt_fn()).minimize(loss)
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = fluid.core.Scope()
+    wname = main.global_block().all_parameters()[0].name
+    with fluid.scope_guard(scope):
+        exe.run(startup)
+        W0, b0 = np.array(scope.find_var(wname).get_tensor()), np.array(scope.find_var("b").get_tensor())
+        got = []
+        for xb, yb in zip(xs, ys):
+            exe.run(main, feed={"x": xb, "y": yb}, fetch_list=[loss])
+            got.append((np.array(scope.find_var(wname).get_tensor()), np.array(scope.find_var("b").get_tensor())))
+    return main, W0.astype("float64"), b0.astype("float64"), xs, ys, got
+
+
+def _reference(W, b, xs, ys, clip=None, decay=None):
+    out = []
+    for xb, yb in zip(xs, ys):
+        d = 2 * (xb @ W + b - yb) / yb.size
+        grads = {"W": xb.T @ d, "b": d.sum(0)}
+        params = {"W": W, "b": b}
+        for k in grads:
+            g = grads[k]
+            if clip is not None:
+                g = clip(g)
+            if decay is not None:
+                g = g + decay(k, params[k])
+            grads[k] = g
+        W, b = W - 0.1 * grads["W"], b - 0.1 * grads["b"]
+        out.append((W, b))
+    return out
+
+
+def _set_clip(clip):
+    fluid.clip.set_gradient_clip(clip)   # on the main program being built (the optimizer has no grad_clip)
+    return {}
+
+
+@pytest.mark.parametrize("case", ["l1", "l1_param_l2", "clip_value", "clip_norm", "set_gradient_clip"])
+def test_l1_decay_and_per_gradient_clipping(case):
+    """fluid.regularizer.L1Decay (grad += c * sign(p)), a ParamAttr regularizer replacing the optimizer's, and
+    fluid.clip.GradientClipByValue / GradientClipByNorm (each gradient alone), against numpy."""
+    R, C = fluid.regularizer, fluid.clip
+    sign = np.sign
+    if case == "l1":
+        opt, attr = lambda: {"regularization": R.L1DecayRegularizer(0.05)}, None
+        kw = {"decay": lambda k, p: 0.05 * sign(p)}
+    elif case == "l1_param_l2":   # W's own L2Decay replaces the optimizer's L1Decay; b keeps the L1
+        opt, attr = lambda: {"regularization": R.L1Decay(0.05)}, fluid.ParamAttr(regularizer=R.L2Decay(0.2))
+        kw = {"decay": lambda k, p: 0.2 * p if k == "W" else 0.05 * sign(p)}
+    elif case == "clip_value":
+        opt, attr = lambda: {"grad_clip": C.GradientClipByValue(0.5, -0.25)}, None
+        kw = {"clip": lambda g: np.clip(g, -0.25, 0.5)}
+    elif case == "clip_norm":
+        opt, attr = lambda: {"grad_clip": C.GradientClipByNorm(clip_norm=0.5)}, None
+        kw = {"clip": lambda g: g * 0.5 / max(np.linalg.norm(g), 0.5)}
+    else:
+        opt, attr = lambda: _set_clip(C.GradientClipByValue(0.3)), None
+        kw = {"clip": lambda g: np.clip(g, -0.3, 0.3)}
+    main, W, b, xs, ys, got = _linear_run(opt, attr)
+    want = _reference(W, b, xs, ys, **kw)
+    for (gw, gb), (ww, wb) in zip(got, want):
+        np.testing.assert_allclose(gw, ww, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(gb, wb, rtol=1e-5, atol=1e-6)
+    types = [op.type for op in main.global_block().ops]
+    if "clip" in case:   # the clips are active: some gradient element / norm is over the bound
+        assert types.count("clip_by_global_norm" if case == "clip_norm" else "clip") == 2
+        assert not np.allclose(want[0][0], _reference(W, b, xs, ys)[0][0])
+    else:
+        assert types.count("sign") == (2 if case == "l1" else 1)
+
+
+def test_clip_and_regularizer_errors():
+    with pytest.raises(pe.InvalidArgumentError, match="min .* must be <= max"):
+        fluid.clip.GradientClipByValue(max=-1.0)
+    with pytest.raises(pe.InvalidArgumentError, match="clip_norm must be > 0"):
+        fluid.clip.GradientClipByNorm(0)
+    with pytest.raises(pe.UnsupportedError, match="need_clip is not supported"):
+        fluid.clip.GradientClipByGlobalNorm(1.0, need_clip=lambda p: True)
+    with pytest.raises(pe.InvalidArgumentError, match="L1Decay: coeff must be a finite number >= 0"):
+        fluid.regularizer.L1Decay(-0.1)
+    with pytest.raises(pe.UnsupportedError, match="param_list names 1 of the program's 2 parameters"):
+        main, startup = fresh()
+        with fluid.program_guard(main, startup):
+            fluid.layers.fc(fluid.data(name="x", shape=[2, 3], dtype="float32"), 2)
+            fluid.clip.set_gradient_clip(fluid.clip.GradientClipByValue(1.0),
+                                         param_list=main.global_block().all_parameters()[:1])
+    with pytest.raises(TypeError, match="clip must be a GradientClipByValue"):
+        fluid.clip.set_gradient_clip(1.0)
+    assert fluid.core.LoDTensor is fluid.LoDTensor
+    assert fluid.clip.ClipGradByNorm is fluid.clip.GradientClipByNorm
+    assert fluid.regularizer.L1DecayRegularizer is pe.regularizer.L1Decay
+    # eager mode applies global-norm clipping and L2 decay only: the others are refused up front
+    w = pe.to_tensor(np.ones((2, 2), "float32"), stop_gradient=False)
+    with pytest.raises(pe.UnsupportedError, match="eager mode .* L1Decay is for static programs"):
+        pe.optimizer.SGD(0.1, parameters=[w], weight_decay=pe.regularizer.L1Decay(0.1))
+    with pytest.raises(pe.UnsupportedError, match="ClipGradByValue is for static programs"):
+        pe.optimizer.SGD(0.1, parameters=[w], grad_clip=pe.nn.ClipGradByValue(1.0))
 
 
 def nccl2(trainer_id=0, trainers="127.0.0.1:6170,127.0.0.1:6171", current_endpoint="127.0.0.1:6170", mode="nccl2"):
@@ -450,3 +563,170 @@ def test_conv_transpose_resize_and_norm_layers():
              TF.instance_norm(x, weight=p("instance_norm_0.w_0"), bias=p("instance_norm_0.b_0"))]
     for i, (got, w) in enumerate(zip(vals, want)):
         np.testing.assert_allclose(got, w.numpy(), rtol=1e-4, atol=1e-5, err_msg=str(i))
+
+
+def test_shape_fill_random_and_parameter_layers():
+    """fluid.layers.{squeeze, unsqueeze, slice, zeros, ones, zeros_like, ones_like, leaky_relu, mul, layer_norm,
+    uniform_random, gaussian_random, create_parameter, create_global_var} and fluid.one_hot against numpy."""
+    L = fluid.layers
+    rng = np.random.RandomState(0)
+    xv = rng.randn(3, 1, 4, 2).astype("float32")
+    yv = rng.randn(8, 5).astype("float32")
+    main, startup = fresh()
+    with fluid.program_guard(main, startup), unique_name.guard():
+        x = fluid.data(name="x", shape=[3, 1, 4, 2], dtype="float32")
+        y = fluid.data(name="y", shape=[8, 5], dtype="float32")
+        ids = fluid.data(name="ids", shape=[3, 2], dtype="int64")
+        outs = {
+            "squeeze": L.squeeze(x, axes=[1]),
+            "unsqueeze": L.unsqueeze(y, axes=[0, 2]),
+            "slice": L.slice(x, axes=[0, 2], starts=[1, -3], ends=[3, 3]),
+            "zeros": L.zeros([2, 3], "int64"),
+            "ones": L.ones([2], "float32"),
+            "zeros_like": L.zeros_like(x),
+            "ones_like": L.ones_like(ids),
+            "leaky_relu": L.leaky_relu(x),
+            "mul": L.mul(x, y, x_num_col_dims=1),
+            "layer_norm": L.layer_norm(x, begin_norm_axis=2, epsilon=1e-5),
+            "uniform": L.uniform_random([1000], min=2.0, max=3.0, seed=7),
+            "gaussian": L.gaussian_random([2000], mean=1.0, std=0.5, seed=7),
+            "one_hot": fluid.one_hot(ids, depth=4),
+        }
+        w = L.create_parameter([5, 2], "float32", name="my_w",
+                               default_initializer=pe.nn.initializer.Constant(0.5))
+        outs["param"] = L.mul(y, w)
+        g = L.create_global_var([1], 3.0, "float32", persistable=True, name="g")
+        outs["global"] = L.scale(g, 2.0)
+    assert isinstance(w, pe.framework.Parameter) and w.name == "my_w"
+    assert list(outs["mul"].shape) == [3, 5] and list(outs["unsqueeze"].shape) == [1, 8, 1, 5]
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup)
+    idv = np.array([[0, 3], [2, 1], [1, 1]], "int64")
+    names = list(outs)
+    got = dict(zip(names, exe.run(main, feed={"x": xv, "y": yv, "ids": idv}, fetch_list=[outs[n] for n in names])))
+    mean = xv.reshape(3, 1, -1).mean(-1, keepdims=True)
+    var = xv.reshape(3, 1, -1).var(-1, keepdims=True)
+    want = {
+        "squeeze": xv[:, 0], "unsqueeze": yv[None, :, None], "slice": xv[1:3, :, 1:3],
+        "zeros": np.zeros((2, 3), "int64"), "ones": np.ones(2, "float32"), "zeros_like": np.zeros_like(xv),
+        "ones_like": np.ones((3, 2), "int64"), "leaky_relu": np.where(xv > 0, xv, 0.02 * xv),
+        "mul": xv.reshape(3, 8) @ yv, "layer_norm": ((xv.reshape(3, 1, -1) - mean) / np.sqrt(var + 1e-5)).reshape(
+            xv.shape),
+        "one_hot": np.eye(4, dtype="float32")[idv], "param": yv @ np.full((5, 2), 0.5, "float32"),
+        "global": np.array([6.0], "float32"),
+    }
+    for n, v in want.items():
+        assert got[n].dtype == v.dtype, (n, got[n].dtype, v.dtype)
+        np.testing.assert_allclose(got[n], v, rtol=1e-5, atol=1e-5, err_msg=n)
+    u, gs = got["uniform"], got["gaussian"]
+    assert u.shape == (1000,) and u.min() >= 2.0 and u.max() < 3.0 and abs(u.mean() - 2.5) < 0.05
+    assert gs.shape == (2000,) and abs(gs.mean() - 1.0) < 0.05 and abs(gs.std() - 0.5) < 0.05
+    # layer_norm's scale and shift are trained parameters of the normalized size (4 * 2)
+    ln = [p for p in main.global_block().all_parameters() if p.name.startswith("layer_norm")]
+    assert sorted(list(p.shape) for p in ln) == [[8], [8]]
+    with pytest.raises(pe.InvalidArgumentError, match="begin_norm_axis=4"):
+        with fluid.program_guard(*fresh()):
+            L.layer_norm(fluid.data(name="z", shape=[2, 3, 4, 5], dtype="float32"), begin_norm_axis=4)
+    with pytest.raises(pe.InvalidArgumentError, match="x_num_col_dims=4"):
+        with fluid.program_guard(*fresh()):
+            L.mul(fluid.data(name="z", shape=[2, 3, 4, 5], dtype="float32"), fluid.data(name="v", shape=[5, 2]),
+                  x_num_col_dims=4)
+
+
+def test_fluid_io_save_load_and_top_level_names(tmp_path):
+    """fluid.io.save / load / load_program_state / set_program_state (1.6's model_path forms) are
+    pe.static's; fluid.Tensor, fluid.unique_name, fluid.name_scope."""
+    main, startup = fresh()
+    with fluid.program_guard(main, startup), unique_name.guard():
+        with fluid.name_scope("block"):
+            x = fluid.data(name="x", shape=[None, 3], dtype="float32")
+            out = fluid.layers.fc(x, 2)
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = fluid.core.Scope()
+    with fluid.scope_guard(scope):
+        exe.run(startup)
+        wname = main.global_block().all_parameters()[0].name
+        w0 = np.array(scope.find_var(wname).get_tensor())
+        fluid.io.save(main, str(tmp_path / "m"))
+        state = fluid.io.load_program_state(str(tmp_path / "m"))
+        np.testing.assert_array_equal(state[wname], w0)
+        state[wname] = state[wname] + 1
+        fluid.io.set_program_state(main, state)
+        np.testing.assert_array_equal(np.array(scope.find_var(wname).get_tensor()), w0 + 1)
+        fluid.io.load(main, str(tmp_path / "m"), exe)
+        np.testing.assert_array_equal(np.array(scope.find_var(wname).get_tensor()), w0)
+    assert fluid.Tensor is fluid.LoDTensor and fluid.unique_name is unique_name
+    with pytest.raises(TypeError, match="prefix must be a str"):
+        with fluid.name_scope(3):
+            pass
+
+
+@pytest.mark.parametrize("layer", ["mse_loss", "log_loss", "huber_loss", "l2_normalize"])
+def test_composed_loss_layers_vs_torch(layer):
+    """fluid.layers.mse_loss / log_loss / huber_loss / l2_normalize (built from elementwise ops): the
+    value and the gradient wrt input against torch's formulas."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.RandomState(1)
+    xv = rng.uniform(0.05, 0.95, (6, 3)).astype("float64") if layer == "log_loss" else rng.randn(6, 3) * 2
+    lv = (rng.rand(6, 3) > 0.5).astype("float64") if layer == "log_loss" else rng.randn(6, 3)
+    main, startup = fresh()
+    with fluid.program_guard(main, startup), unique_name.guard():
+        x = fluid.data(name="x", shape=[6, 3], dtype="float64")
+        x.stop_gradient = False
+        lab = fluid.data(name="lab", shape=[6, 3], dtype="float64")
+        out = {"mse_loss": lambda: fluid.layers.mse_loss(x, lab),
+               "log_loss": lambda: fluid.layers.log_loss(x, lab, epsilon=1e-4),
+               "huber_loss": lambda: fluid.layers.huber_loss(x, lab, delta=1.5),
+               "l2_normalize": lambda: fluid.layers.l2_normalize(x, axis=1)}[layer]()
+        seed = fluid.data(name="seed", shape=list(out.shape), dtype="float64")
+        gx, = fluid.gradients([out], [x], target_gradients=[seed])
+    sv = rng.randn(*[int(d) for d in out.shape])
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup)
+    got, ggot = exe.run(main, feed={"x": xv, "lab": lv, "seed": sv}, fetch_list=[out, gx])
+    tx = torch.tensor(xv, requires_grad=True)
+    tl = torch.tensor(lv)
+    if layer == "mse_loss":
+        ref = torch.mean((tx - tl) ** 2).reshape(1)
+    elif layer == "log_loss":
+        ref = -tl * torch.log(tx + 1e-4) - (1 - tl) * torch.log(1 - tx + 1e-4)
+    elif layer == "huber_loss":
+        ref = torch.nn.functional.huber_loss(tx, tl, reduction="none", delta=1.5)
+    else:
+        ref = torch.nn.functional.normalize(tx, dim=1, eps=1e-6)
+    ref.backward(torch.tensor(sv).reshape(ref.shape))
+    np.testing.assert_allclose(got.reshape(ref.shape), ref.detach().numpy(), rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(ggot, tx.grad.numpy(), rtol=1e-6, atol=1e-9)
+    if layer == "huber_loss":   # both branches taken
+        r = np.abs(lv - xv)
+        assert (r <= 1.5).any() and (r > 1.5).any()
+
+
+def test_issue13_fluid_names():
+    """Every name issue 13 lists for fluid-era code exists (what each does is tested where it is built)."""
+    import pe.dataset
+    import pe.reader
+    want = {
+        fluid: "CPUPlace CUDAPlace Executor ParallelExecutor Program program_guard default_main_program "
+               "default_startup_program global_scope scope_guard DataFeeder create_lod_tensor ParamAttr "
+               "ExecutionStrategy BuildStrategy CompiledProgram",
+        fluid.core: "Scope is_compiled_with_cuda LoDTensor",
+        fluid.layers: "data fc conv2d pool2d batch_norm dropout embedding concat reshape transpose elementwise_add "
+                      "elementwise_sub elementwise_mul elementwise_div scale mean square_error_cost cross_entropy "
+                      "softmax_with_cross_entropy accuracy cos_sim one_hot gather sequence_pool sequence_conv "
+                      "sequence_softmax dynamic_lstm dynamic_gru fill_constant cast exponential_decay "
+                      "piecewise_decay noam_decay cosine_decay",
+        fluid.nets: "simple_img_conv_pool img_conv_group sequence_conv_pool glu scaled_dot_product_attention",
+        fluid.optimizer: "SGD Momentum Adam Adagrad RMSProp Adamax Lamb SGDOptimizer MomentumOptimizer "
+                         "AdamOptimizer AdagradOptimizer RMSPropOptimizer AdamaxOptimizer LambOptimizer",
+        fluid.regularizer: "L1Decay L2Decay L1DecayRegularizer L2DecayRegularizer",
+        fluid.clip: "GradientClipByValue GradientClipByNorm GradientClipByGlobalNorm",
+        fluid.io: "save_params load_params save_persistables load_persistables save_inference_model "
+                  "load_inference_model",
+        pe: "batch",
+        pe.reader: "shuffle buffered compose chain map_readers",
+        pe.dataset: "uci_housing mnist fashion_mnist cifar imikolov imdb movielens",
+    }
+    missing = ["%s.%s" % (m.__name__, n) for m, names in want.items() for n in names.split() if not hasattr(m, n)]
+    assert not missing, missing
+    assert callable(fluid.CompiledProgram(fluid.Program()).with_data_parallel)

@@ -336,6 +336,24 @@ def test_global_norm_clip_stays_on_trainer():
         assert all(op.type == "sgd" for b in ps.blocks[1:] for op in b.ops)
 
 
+def test_per_gradient_clip_on_the_pservers():
+    """ClipGradByValue is per element: its clip op goes with each row block to its pserver;
+    ClipGradByNorm needs the whole gradient's norm: a sliced parameter is refused, an unsliced one moves."""
+    main, startup, _ = build("sgd", clip=pe.nn.ClipGradByValue(0.5))
+    t = transpile(main, startup, min_block_size=1024)
+    assert "clip" not in [op.type for op in t.get_trainer_program().global_block().ops]
+    for ep in (EP0, EP1):
+        ps = t.get_pserver_program(ep)
+        for b in ps.blocks[1:]:
+            assert [op.type for op in b.ops] == ["clip", "sgd"]
+    main, startup, _ = build("sgd", clip=pe.nn.ClipGradByNorm(1.0))
+    with pytest.raises(pe.UnsupportedError, match=r"sliced into 2 blocks, but its gradient is clipped by its own norm"):
+        transpile(main, startup, min_block_size=1024)
+    t = transpile(main, startup, slice_var_up=False)
+    blocks = [b for ep in (EP0, EP1) for b in t.get_pserver_program(ep).blocks[1:]]
+    assert all([op.type for op in b.ops] == ["clip_by_global_norm", "sgd"] for b in blocks)
+
+
 def test_bad_arguments():
     main, startup, _ = build("sgd")
     bad = [dict(pservers="127.0.0.1"), dict(pservers="127.0.0.1:6170,127.0.0.1:6170"), dict(pservers=""),

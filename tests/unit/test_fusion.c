@@ -371,7 +371,7 @@ static void test_elewise_add_act_structure(void **state) {
 static tm_model make_mlp(pe_optimizer_kind kind, bool lr_mult) {
     tm_model m = tm_model_new(PE_DTYPE_FP64, 0.01, false);
     tm_mlp(&m, 128, "relu", 64, "tanh");
-    pe_param_config cfg[1] = {{"fc_0.b_0", 2.0, -1.0}};
+    pe_param_config cfg[1] = {{"fc_0.b_0", 2.0, -1.0, 0.0}};
     tm_minimize(&m, kind, kind == PE_OPT_ADAM ? 0.01 : 0.05, lr_mult ? cfg : NULL, lr_mult ? 1 : 0);
     return m;
 }

@@ -730,15 +730,26 @@ static void reference_train(const mcase *mc, double *W, double *bias, int steps,
             const char *name = which ? "b" : "W";
             double *p = which ? bias : W, *g = which ? gb : gW, *v = which ? vb : vW, *m2 = which ? m2b : m2W;
             int n = which ? DOUT : DIN * DOUT;
-            double lr_mult = 1, l2 = o->weight_decay;
+            if (o->clip_norm > 0) { /* each gradient by its own norm */
+                double ss = 0;
+                for (int i = 0; i < n; i++) ss += g[i] * g[i];
+                double nrm = sqrt(ss), sc = o->clip_norm / (nrm > o->clip_norm ? nrm : o->clip_norm);
+                for (int i = 0; i < n; i++) g[i] *= sc;
+            }
+            if (o->clip_by_value)
+                for (int i = 0; i < n; i++) g[i] = g[i] < o->clip_min ? o->clip_min : g[i] > o->clip_max ? o->clip_max : g[i];
+            double lr_mult = 1, l2 = o->weight_decay, l1 = o->l1_decay;
             for (int c = 0; c < mc->n_cfg; c++)
                 if (!strcmp(mc->cfg[c].name, name)) {
                     lr_mult = mc->cfg[c].lr_mult;
-                    if (mc->cfg[c].l2 >= 0) l2 = mc->cfg[c].l2;
+                    if (mc->cfg[c].l2 >= 0 || mc->cfg[c].l1 > 0) { /* the param's own regularizer replaces the optimizer's */
+                        l2 = mc->cfg[c].l2 > 0 ? mc->cfg[c].l2 : 0;
+                        l1 = mc->cfg[c].l1 > 0 ? mc->cfg[c].l1 : 0;
+                    }
                 }
             double lr = o->learning_rate * lr_mult;
             for (int i = 0; i < n; i++) {
-                double gi = g[i] + l2 * p[i];
+                double gi = g[i] + l2 * p[i] + l1 * (p[i] > 0 ? 1.0 : p[i] < 0 ? -1.0 : 0.0);
                 if (o->kind == PE_OPT_SGD) {
                     p[i] -= lr * gi;
                 } else if (o->kind == PE_OPT_MOMENTUM) {
@@ -955,6 +966,67 @@ static void test_minimize_adam_clip(void **state) {
     pe_program_free(startup);
 }
 
+/* Per-gradient clipping (by value; by each gradient's own norm) and L1
+ * decay (the optimizer's, and a param's own regularizer replacing it):
+ * the ops, then training against the reference on 1 place and on 2 places
+ * under both reduce strategies (the per-gradient clip carries op_role_var,
+ * so the reduce strategy runs it on the owner, which holds the whole sum). */
+static void test_minimize_l1_and_per_gradient_clip(void **state) {
+    (void)state;
+    for (int k = 0; k < 2; k++) {
+        mcase mc;
+        pe_optimizer_default(&mc.opt, k ? PE_OPT_MOMENTUM : PE_OPT_SGD, 0.05);
+        mc.opt.momentum = 0.8;
+        if (k) {
+            mc.opt.clip_norm = 0.2; /* W's and b's gradient norms start above it */
+            mc.opt.weight_decay = 0.01;
+            mc.cfg[0] = (pe_param_config){.name = "W", .lr_mult = 1.0, .l2 = -1, .l1 = 0.02}; /* L1 only on W */
+        } else {
+            mc.opt.clip_by_value = true;
+            mc.opt.clip_min = -0.05;
+            mc.opt.clip_max = 0.04;
+            mc.opt.l1_decay = 0.01;
+            mc.cfg[0] = (pe_param_config){.name = "b", .lr_mult = 1.0, .l2 = 0.03}; /* L2 only on b */
+        }
+        mc.n_cfg = 1;
+        pe_program *main = make_model(), *startup = make_startup(main);
+        int n_fwd = main->blocks[0].n_ops;
+        pe_param_grad *pg;
+        int n;
+        if (pe_optimizer_minimize(&mc.opt, main, startup, "loss", NULL, 0, NULL, 0, mc.cfg, mc.n_cfg, &pg, &n) != PE_OK)
+            fail_msg("minimize: %s", pe_last_error());
+        assert_int_equal(pe_program_check(main, "main"), PE_OK);
+        const pe_block *b = &main->blocks[0];
+        /* one clip per gradient, before its decay, into <grad>@CLIP_0, with op_role_var */
+        assert_int_equal(count_ops(main, k ? "clip_by_global_norm" : "clip"), 2);
+        assert_int_equal(count_ops(main, "sign"), 1); /* W only: k = 0, b's own L2 replaces the L1; k = 1, W's own L1 */
+        for (int i = n_fwd; i < b->n_ops; i++) {
+            const pe_op *op = &b->ops[i];
+            if (strcmp(op->type, k ? "clip_by_global_norm" : "clip")) continue;
+            const pe_attr *rv = pe_op_attr(op, "op_role_var");
+            assert_non_null(rv);
+            int which = !strcmp(rv->strings[0], "b");
+            assert_string_equal(pe_op_input1(op, "X"), pg[which].grad);
+            char want[128];
+            snprintf(want, sizeof want, "%s@CLIP_0", pg[which].grad);
+            assert_string_equal(pe_op_output1(op, "Out"), want);
+            const pe_var *cv = pe_block_find_var(b, want);
+            assert_non_null(cv);
+            assert_false(cv->persistable);
+            if (k) assert_true(fabs(pe_op_attr(op, "max_global_norm")->f - 0.2) < 1e-12);
+            else assert_true(fabs(pe_op_attr(op, "min")->f + 0.05) < 1e-12 && fabs(pe_op_attr(op, "max")->f - 0.04) < 1e-12);
+        }
+        int sg = find_op(main, "sign", n_fwd);
+        assert_string_equal(pe_op_input1(&b->ops[sg], "X"), "W");
+        train_and_compare(&mc, main, startup, 0, PE_REDUCE_ALL_REDUCE);
+        train_and_compare(&mc, main, startup, 2, PE_REDUCE_ALL_REDUCE);
+        train_and_compare(&mc, main, startup, 2, PE_REDUCE_REDUCE);
+        pe_param_grads_free(pg, n);
+        pe_program_free(main);
+        pe_program_free(startup);
+    }
+}
+
 static void test_minimize_sgd_errors_leave_programs_unchanged(void **state) {
     (void)state;
     pe_program *main = make_model(), *startup = make_startup(main);
@@ -971,7 +1043,16 @@ static void test_minimize_sgd_errors_leave_programs_unchanged(void **state) {
         {o, {0}, 0, "loss", "unknown optimizer kind"},
         {o, {0}, 0, "loss", "clip_global_norm"},
         {o, {0}, 0, "loss", "beta1"},
+        {o, {0}, 0, "loss", "choose one way to clip"},
+        {o, {0}, 0, "loss", "clip by value to [0.5, -0.5]"},
+        {o, {0}, 0, "loss", "l1_decay"},
     };
+    cases[7].o.clip_global_norm = 1;
+    cases[7].o.clip_norm = 1;
+    cases[8].o.clip_by_value = true;
+    cases[8].o.clip_min = 0.5;
+    cases[8].o.clip_max = -0.5;
+    cases[9].o.l1_decay = -1;
     cases[3].o.lr_var = "x"; /* [-1, 5]: not one element */
     cases[4].o.kind = PE_OPT_KIND_COUNT;
     cases[5].o.clip_global_norm = -1;
@@ -1243,6 +1324,7 @@ int main(void) {
         cmocka_unit_test(test_clip_errors),
         cmocka_unit_test(test_minimize_momentum_structure_and_training),
         cmocka_unit_test(test_minimize_adam_clip),
+        cmocka_unit_test(test_minimize_l1_and_per_gradient_clip),
         cmocka_unit_test(test_minimize_sgd_errors_leave_programs_unchanged),
         cmocka_unit_test(test_xavier_kaiming),
         cmocka_unit_test(test_basic_initializers),

@@ -197,6 +197,41 @@ static void test_lamb_is_not_sharded(void **state) {
     tm_model_free(&m);
 }
 
+/* Global-norm clipping rewrites every gradient in place after the
+ * exchange, from the norm of all the summed gradients: a shard would sum
+ * gradients the clip op has already read unsummed. So no update whose
+ * gradient an optimize-role op rewrites is sharded (the allreduce runs
+ * first), and the run equals the unsharded one bitwise. */
+static void test_global_norm_clip_is_not_sharded(void **state) {
+    (void)state;
+    tm_model m = tm_model_new(PE_DTYPE_FP32, 0.0, true);
+    tm_mlp(&m, 64, "relu", 32, "tanh");
+    pe_optimizer opt;
+    pe_optimizer_default(&opt, PE_OPT_MOMENTUM, 0.05);
+    opt.clip_global_norm = 0.05; /* below the gradients' norm: every step clips */
+    if (pe_optimizer_minimize(&opt, m.main, m.startup, "loss", NULL, 0, NULL, 0, NULL, 0, NULL, NULL) != PE_OK)
+        fail_msg("minimize: %s", pe_last_error());
+    char dir[] = "/tmp/pe_shard_XXXXXX", dot[64], cmd[96];
+    assert_non_null(mkdtemp(dir));
+    snprintf(dot, sizeof dot, "%s/g.dot", dir);
+    for (int places = 2; places <= 3; places++) {
+        trainer off, on;
+        trainer_new(&off, &m, places, false, NULL);
+        trainer_new(&on, &m, places, true, places == 3 ? dot : NULL);
+        for (int s = 0; s < STEPS; s++) {
+            step(&off, &m, s, NULL, 0, NULL, NULL);
+            step(&on, &m, s, NULL, 0, NULL, NULL);
+        }
+        assert_same_state(&m, &on, &off, places, "momentum + clip_by_global_norm");
+        trainer_free(&off);
+        trainer_free(&on);
+    }
+    assert_int_equal(count_in_file(dot, "(shard)"), 0);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+    tm_model_free(&m);
+}
+
 static void test_fetched_gradient_is_summed(void **state) {
     (void)state;
     tm_model m = make_mlp(PE_OPT_MOMENTUM);
@@ -305,6 +340,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bitwise_equal_to_unsharded),
         cmocka_unit_test(test_lamb_is_not_sharded),
+        cmocka_unit_test(test_global_norm_clip_is_not_sharded),
         cmocka_unit_test(test_graph_and_shared_storage),
         cmocka_unit_test(test_fetched_gradient_is_summed),
         cmocka_unit_test(test_fed_parameter_stays_exact),

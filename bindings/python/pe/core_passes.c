@@ -122,19 +122,29 @@ PyObject *py_minimize(PyObject *m, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"main", "startup", "loss", "kind", "learning_rate", "lr_var", "momentum",
                              "use_nesterov", "beta1", "beta2", "epsilon", "weight_decay", "clip_global_norm",
                              "params", "no_grad", "param_configs", "initial_accumulator_value", "rho",
-                             "centered", "coeff", "lr_ratio", "no_decay", NULL};
+                             "centered", "coeff", "lr_ratio", "no_decay", "l1_decay", "clip_norm", "clip_min",
+                             "clip_max", NULL};
     PyObject *main_o, *startup_o, *lr_var_o = Py_None, *params_o = Py_None, *nograd_o = Py_None, *cfg_o = Py_None;
     PyObject *nodecay_o = Py_None;
     const char *loss, *kind_s = "sgd";
     pe_optimizer o;
     pe_optimizer_default(&o, PE_OPT_SGD, 0.01);
     int nesterov = 0, centered = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOs|sdOdpdddddOOOddpddO", kwlist, &main_o, &startup_o, &loss, &kind_s,
-                                     &o.learning_rate, &lr_var_o, &o.momentum, &nesterov, &o.beta1, &o.beta2,
+    PyObject *clip_min_o = Py_None, *clip_max_o = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOs|sdOdpdddddOOOddpddOddOO", kwlist, &main_o, &startup_o, &loss,
+                                     &kind_s, &o.learning_rate, &lr_var_o, &o.momentum, &nesterov, &o.beta1, &o.beta2,
                                      &o.epsilon, &o.weight_decay, &o.clip_global_norm, &params_o, &nograd_o, &cfg_o,
                                      &o.initial_accumulator_value, &o.rho, &centered, &o.coeff, &o.lr_ratio,
-                                     &nodecay_o))
+                                     &nodecay_o, &o.l1_decay, &o.clip_norm, &clip_min_o, &clip_max_o))
         return NULL;
+    if ((clip_min_o == Py_None) != (clip_max_o == Py_None))
+        return raise_msg(PE_ERR_INVALID, "minimize: clip by value needs both clip_min and clip_max");
+    if (clip_min_o != Py_None) {
+        o.clip_by_value = true;
+        o.clip_min = PyFloat_AsDouble(clip_min_o);
+        o.clip_max = PyFloat_AsDouble(clip_max_o);
+        if (PyErr_Occurred()) return NULL;
+    }
     static const char *const kinds[PE_OPT_KIND_COUNT] = {"sgd", "momentum", "adam", "adagrad", "rmsprop",
                                                          "adamax", "adamw", "lamb"};
     int kind = -1;
@@ -175,7 +185,7 @@ PyObject *py_minimize(PyObject *m, PyObject *args, PyObject *kw) {
     int n_cfg = 0;
     PyObject *r = NULL;
     if (cfg_o != Py_None) {
-        PyObject *fast = PySequence_Fast(cfg_o, "param_configs must be a list of (name, lr_mult, l2)");
+        PyObject *fast = PySequence_Fast(cfg_o, "param_configs must be a list of (name, lr_mult, l2[, l1])");
         if (!fast) goto out;
         n_cfg = (int)PySequence_Fast_GET_SIZE(fast);
         cfg = calloc((size_t)(n_cfg ? n_cfg : 1), sizeof *cfg);
@@ -187,8 +197,9 @@ PyObject *py_minimize(PyObject *m, PyObject *args, PyObject *kw) {
         }
         for (int i = 0; i < n_cfg; i++) {
             const char *name;
-            if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(fast, i), "sdd;param_configs entries are (name, lr_mult, l2)",
-                                  &name, &cfg[i].lr_mult, &cfg[i].l2)) {
+            if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(fast, i),
+                                  "sdd|d;param_configs entries are (name, lr_mult, l2[, l1])", &name, &cfg[i].lr_mult,
+                                  &cfg[i].l2, &cfg[i].l1)) {
                 Py_DECREF(fast);
                 goto out;
             }

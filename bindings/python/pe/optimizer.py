@@ -2,8 +2,9 @@
 signatures; minimize() runs the C pass.
 
 minimize(loss) = Paddle's Optimizer.minimize: append_backward, gradient
-clipping (ClipGradByGlobalNorm), L2 weight decay (weight_decay= float or
-L2Decay, per parameter ParamAttr.regularizer), per-parameter learning-rate
+clipping (ClipGradByGlobalNorm, ClipGradByNorm or ClipGradByValue), weight
+decay (weight_decay= float or L2Decay or L1Decay; a ParamAttr.regularizer
+replaces it for its parameter), per-parameter learning-rate
 multipliers (ParamAttr.learning_rate), then one optimizer op per parameter.
 All of it is pe_optimizer_minimize (passes/optimizer.c) on fresh C copies
 of the main and startup programs (accumulators and the learning rate are
@@ -12,8 +13,8 @@ initialized by the startup program), merged back into the Python programs.
 from . import _core
 from .eager import optimizer as _eager_opt
 from .framework import Parameter, Variable, _var_name, default_startup_program
-from .nn.clip import ClipGradByGlobalNorm
-from .regularizer import L2Decay
+from .nn.clip import ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue
+from .regularizer import L1Decay, L2Decay
 
 __all__ = ["Optimizer", "SGD", "Momentum", "Adam", "Adagrad", "RMSProp", "Adamax", "AdamW", "Lamb"]
 
@@ -36,17 +37,27 @@ class Optimizer:
         self._accumulators, self._lr_t, self._pending_state = {}, None, {}
         if _eager_opt.in_eager(self._parameter_list):
             self._eager_params = _eager_opt.check_params(self, self._parameter_list)
+        self._l1_decay = 0.0
         if weight_decay is None:
             self._weight_decay = 0.0
         elif isinstance(weight_decay, L2Decay):
             self._weight_decay = weight_decay.coeff
+        elif isinstance(weight_decay, L1Decay):
+            self._weight_decay, self._l1_decay = 0.0, weight_decay.coeff
         elif isinstance(weight_decay, (int, float)):
             self._weight_decay = float(weight_decay)
         else:
-            raise _core.UnsupportedError("weight_decay must be a float or pe.regularizer.L2Decay, got %s"
+            raise _core.UnsupportedError("weight_decay must be a float, pe.regularizer.L2Decay or L1Decay, got %s"
                                          % type(weight_decay).__name__)
-        if grad_clip is not None and not isinstance(grad_clip, ClipGradByGlobalNorm):
-            raise _core.UnsupportedError("grad_clip must be pe.nn.ClipGradByGlobalNorm, got %s" % type(grad_clip).__name__)
+        if grad_clip is not None and not isinstance(grad_clip, (ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue)):
+            raise _core.UnsupportedError("grad_clip must be pe.nn.ClipGradByGlobalNorm, ClipGradByNorm or "
+                                         "ClipGradByValue, got %s" % type(grad_clip).__name__)
+        if self._eager_params is not None and (self._l1_decay or isinstance(grad_clip, (ClipGradByNorm,
+                                                                                       ClipGradByValue))):
+            raise _core.UnsupportedError("%s: in eager mode the optimizer applies ClipGradByGlobalNorm and L2 decay "
+                                         "only; %s is for static programs (minimize)" % (
+                                             type(self).__name__, "L1Decay" if self._l1_decay else
+                                             type(grad_clip).__name__))
         self._grad_clip = grad_clip
         self._name = name
 
@@ -62,15 +73,28 @@ class Optimizer:
             if not isinstance(p, Parameter):
                 continue
             lr_mult = float(p.optimize_attr.get("learning_rate", 1.0))
-            l2 = -1.0
+            l2, l1 = -1.0, 0.0  # the optimizer's decay
             if isinstance(p.regularizer, L2Decay):
                 l2 = p.regularizer.coeff
+            elif isinstance(p.regularizer, L1Decay):  # replaces the optimizer's (both kinds), as Paddle
+                l2, l1 = 0.0, p.regularizer.coeff
             elif p.regularizer is not None:
-                raise _core.UnsupportedError("parameter %s: regularizer %r is not supported (L2Decay only)"
+                raise _core.UnsupportedError("parameter %s: regularizer %r is not supported (L2Decay or L1Decay)"
                                              % (p.name, p.regularizer))
             if lr_mult != 1.0 or l2 >= 0:
-                cfg.append((p.name, lr_mult, l2))
+                cfg.append((p.name, lr_mult, l2, l1))
         return cfg
+
+    def _clip_args(self, program):
+        # fluid.clip.set_gradient_clip's program-wide clip, when the optimizer has none (as Paddle 1.x)
+        c = self._grad_clip if self._grad_clip is not None else getattr(program, "_gradient_clip", None)
+        if isinstance(c, ClipGradByGlobalNorm):
+            return {"clip_global_norm": c.clip_norm}
+        if isinstance(c, ClipGradByNorm):
+            return {"clip_norm": c.clip_norm}
+        if isinstance(c, ClipGradByValue):
+            return {"clip_min": c.min, "clip_max": c.max}
+        return {}
 
     def minimize(self, loss, startup_program=None, parameters=None, no_grad_set=None):
         """Appends backward, clipping, decay and update ops for loss; returns
@@ -94,8 +118,8 @@ class Optimizer:
         cm, cs = main._fresh_core(), startup._fresh_core()
         pairs = _core.minimize(
             cm, cs, loss.name, kind=self._kind, learning_rate=self._lr, lr_var=self._lr_var,
-            weight_decay=self._weight_decay, clip_global_norm=self._grad_clip.clip_norm if self._grad_clip else 0.0,
-            params=pnames, no_grad=nograd, param_configs=self._param_configs(main), **self._extra(main))
+            weight_decay=self._weight_decay, l1_decay=self._l1_decay, params=pnames, no_grad=nograd,
+            param_configs=self._param_configs(main), **self._clip_args(main), **self._extra(main))
         main._load_json(cm.to_json())
         startup._load_json(cs.to_json())
         block = main.global_block()

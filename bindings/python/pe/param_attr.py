@@ -1,7 +1,7 @@
 """pe.ParamAttr — how a layer creates its parameter (Paddle's ParamAttr)."""
 from . import _core
 from .initializer import Initializer
-from .regularizer import L2Decay
+from .regularizer import L1Decay, L2Decay
 
 __all__ = ["ParamAttr", "WeightNormParamAttr"]
 
@@ -38,7 +38,7 @@ class ParamAttr:
             return ParamAttr(name=arg)
         if isinstance(arg, Initializer):
             return ParamAttr(initializer=arg)
-        if isinstance(arg, L2Decay):
+        if isinstance(arg, (L2Decay, L1Decay)):
             return ParamAttr(regularizer=arg)
         if arg is True:
             return ParamAttr()

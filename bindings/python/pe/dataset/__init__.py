@@ -6,7 +6,9 @@
 uci_housing.train()/test(), mnist.train()/test(), fashion_mnist.train()/test()
 cifar.train10()/test10()/train100()/test100(), imikolov.build_dict() /
 train(word_idx, n)/test(word_idx, n) and imdb.word_dict() /
-train(word_idx)/test(word_idx) return reader creators
+train(word_idx)/test(word_idx) and movielens.train()/test() (with
+get_movie_title_dict(), movie_categories(), max_user_id(), max_movie_id(),
+max_job_id(), user_info(), movie_info()) return reader creators
 yielding Paddle's samples. PE downloads nothing: each module reads the files
 Paddle downloads, under their Paddle names, from
 $PE_DATA_HOME/<name>/ (default ~/.cache/pe/dataset/<name>/; see
@@ -21,5 +23,6 @@ from . import fashion_mnist  # noqa: F401
 from . import cifar  # noqa: F401
 from . import imikolov  # noqa: F401
 from . import imdb  # noqa: F401
+from . import movielens  # noqa: F401
 
-__all__ = ["common", "uci_housing", "mnist", "fashion_mnist", "cifar", "imikolov", "imdb"]
+__all__ = ["common", "uci_housing", "mnist", "fashion_mnist", "cifar", "imikolov", "imdb", "movielens"]

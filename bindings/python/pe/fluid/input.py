@@ -9,11 +9,17 @@ int64 ids, output shape input.shape + [size[1]] (so ids [N, 1] give
 ids [..., 1] -> [..., D], see layers.py). A sparse
 (SelectedRows) gradient, is_sparse=True, is refused: PE's gradients are
 dense tensors, and a dense gradient is not the same update for a sparse
-table under regularization or Adagrad / Adam moments.
+table under regularization or Adagrad / Adam moments. fluid.one_hot(input,
+depth) is 1.8's one_hot_v2 layer: int ids of any shape -> float32
+input.shape + [depth] (fluid.layers.one_hot, 1.x's one_hot op, replaces
+a last dim of 1).
 """
+from .. import _core
+from ..framework import Variable
+from ..layer_helper import LayerHelper, check_variable
 from . import layers
 
-__all__ = ["data", "embedding"]
+__all__ = ["data", "embedding", "one_hot"]
 
 
 def data(name, shape, dtype="float32", lod_level=0):
@@ -29,3 +35,19 @@ def embedding(input, size, is_sparse=False, is_distributed=False, padding_idx=No
     name) names the table, so layers given the same name share one table."""
     return layers._embedding("lookup_table_v2", "fluid.embedding", input, size, is_sparse, is_distributed,
                              padding_idx, param_attr, dtype)
+
+
+def one_hot(input, depth, allow_out_of_range=False):
+    """one_hot_v2: float32 input.shape + [depth]; an id outside [0, depth) is a run-time error, or an
+    all-zero row with allow_out_of_range."""
+    check_variable(input, "input", "fluid.one_hot")
+    if input.dtype not in ("int32", "int64"):
+        raise TypeError("fluid.one_hot: input must be int32 or int64, got %s" % input.dtype)
+    if isinstance(depth, Variable):
+        raise _core.UnsupportedError("fluid.one_hot: depth must be an int (a Variable is not supported yet)")
+    helper = LayerHelper("one_hot_v2")
+    out = helper.create_variable_for_type_inference("float32", shape=list(input.shape) + [int(depth)])
+    out.stop_gradient = True
+    helper.append_op("one_hot_v2", {"X": [input]}, {"Out": [out]},
+                     {"depth": int(depth), "allow_out_of_range": bool(allow_out_of_range), "dtype": 0})
+    return out

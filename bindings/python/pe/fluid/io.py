@@ -27,6 +27,10 @@ dirname/model_filename (default __model__.pe: the program pruned to the
 feed -> fetch path, feed and fetch names recorded) and
 dirname/params_filename (default __params__.safetensors: its weights);
 pe.static.save_inference_model describes the pruning.
+
+save / load / load_program_state / set_program_state are 1.6's
+model_path-prefix forms: pe.static's (<model_path>.pdparams etc.; see
+pe.static.io).
 """
 import os
 
@@ -36,9 +40,11 @@ from .. import _core
 from ..framework import Program, default_main_program
 from ..static.executor import Executor, global_scope
 from ..static import io as _static_io
+from ..static.io import save, load, load_program_state, set_program_state  # noqa: F401
 
 __all__ = ["save_vars", "load_vars", "save_persistables", "load_persistables", "save_params", "load_params",
-           "save_inference_model", "load_inference_model", "is_parameter", "is_persistable"]
+           "save_inference_model", "load_inference_model", "is_parameter", "is_persistable", "save", "load",
+           "load_program_state", "set_program_state"]
 
 _SUFFIX = ".safetensors"
 

@@ -12,7 +12,7 @@ import numpy as np
 from .. import _core
 from .. import tensor as _t
 from .. import metric as _metric
-from ..framework import Variable, convert_dtype, default_main_program
+from ..framework import DTYPE_ENUM as _DTYPE_ENUM, Variable, convert_dtype, default_main_program
 from ..layer_helper import LayerHelper, check_variable
 from ..nn import functional as F
 from ..nn.initializer import XavierUniform
@@ -36,7 +36,9 @@ __all__ = ["sequence_pool", "sequence_softmax", "sequence_expand", "sequence_mas
            "sigmoid_cross_entropy_with_logits", "label_smooth", "pad", "pad2d", "conv2d_transpose", "group_norm",
            "instance_norm", "image_resize", "resize_nearest", "resize_bilinear",
            "exponential_decay", "natural_exp_decay", "inverse_time_decay", "polynomial_decay", "piecewise_decay",
-           "noam_decay", "cosine_decay", "linear_lr_warmup"]
+           "noam_decay", "cosine_decay", "linear_lr_warmup", "squeeze", "unsqueeze", "slice", "zeros", "ones",
+           "zeros_like", "ones_like", "leaky_relu", "mul", "layer_norm", "uniform_random", "gaussian_random",
+           "create_parameter", "create_global_var", "mse_loss", "log_loss", "huber_loss", "l2_normalize"]
 
 
 def data(name, shape, append_batch_size=True, dtype="float32", lod_level=0, type=None, stop_gradient=True):
@@ -558,6 +560,201 @@ def resize_bilinear(input, out_shape=None, scale=None, name=None, actual_shape=N
 def resize_nearest(input, out_shape=None, scale=None, name=None, actual_shape=None, align_corners=True,
                    data_format="NCHW"):
     return image_resize(input, out_shape, scale, name, "NEAREST", actual_shape, align_corners, 1, data_format)
+
+
+# ---- losses and normalization built from the elementwise ops (their gradients are those ops') ---
+
+def mse_loss(input, label):
+    """mean((input - label)^2) (1.8's mse_loss: square_error_cost, then mean)."""
+    return mean(square_error_cost(input, label))
+
+
+def log_loss(input, label, epsilon=1e-4, name=None):
+    """-label * log(input + epsilon) - (1 - label) * log(1 - input + epsilon), elementwise (input: probabilities)."""
+    check_variable(input, "input", "log_loss")
+    check_variable(label, "label", "log_loss")
+    eps = float(epsilon)
+    pos = _t.multiply(label, _t.log(_t.scale(input, 1.0, eps)))
+    neg = _t.multiply(_t.scale(label, -1.0, 1.0), _t.log(_t.scale(input, -1.0, 1.0 + eps)))
+    return _t.scale(_t.add(pos, neg), -1.0)
+
+
+def huber_loss(input, label, delta):
+    """r = label - input; 0.5 r^2 where |r| <= delta, else delta (|r| - 0.5 delta), elementwise."""
+    check_variable(input, "input", "huber_loss")
+    check_variable(label, "label", "huber_loss")
+    delta = float(delta)
+    if not delta > 0:
+        raise _core.InvalidArgumentError("fluid.layers.huber_loss: delta must be > 0, got %r" % delta)
+    r = _t.subtract(label, input)
+    a = _t.abs(r)
+    small = _t.scale(_t.square(r), 0.5)
+    large = _t.scale(a, delta, -0.5 * delta * delta)
+    return _t.where(_t.less_equal(a, fill_constant([1], r.dtype, delta)), small, large)
+
+
+def l2_normalize(x, axis, epsilon=1e-12, name=None):
+    """x / sqrt(max(sum(x^2 along axis), epsilon)) (Paddle's l2_normalize)."""
+    check_variable(x, "x", "l2_normalize")
+    nd = len(x.shape)
+    axis = int(axis)
+    if not -nd <= axis < nd:
+        raise _core.InvalidArgumentError("fluid.layers.l2_normalize: axis %d is out of range for x %s"
+                                         % (axis, list(x.shape)))
+    ss = _t.sum(_t.square(x), axis=axis, keepdim=True)
+    norm = _t.sqrt(_t.clip(ss, min=float(epsilon)))
+    return _t.divide(x, norm)
+
+
+# ---- shapes, fills, random tensors, parameters -------------------------------------------------
+
+def squeeze(input, axes, name=None):
+    """input without its size-1 dims `axes` (squeeze2)."""
+    return _t.squeeze(input, axes, name)
+
+
+def unsqueeze(input, axes, name=None):
+    """input with size-1 dims inserted at `axes` (unsqueeze2)."""
+    return _t.unsqueeze(input, axes, name)
+
+
+def slice(input, axes, starts, ends):
+    """input[starts:ends] along axes (the slice op; negative indices count from the end)."""
+    return _t.slice(input, axes, starts, ends)
+
+
+def zeros(shape, dtype, force_cpu=False):
+    return fill_constant(shape, dtype, 0.0, force_cpu=force_cpu)
+
+
+def ones(shape, dtype, force_cpu=False):
+    return fill_constant(shape, dtype, 1.0, force_cpu=force_cpu)
+
+
+def _fill_like(api, x, value, out):
+    check_variable(x, "x", api)
+    helper = LayerHelper("fill_any_like")
+    if out is None:
+        out = helper.create_variable_for_type_inference(x.dtype, shape=list(x.shape), stop_gradient=True)
+    elif not isinstance(out, Variable):
+        raise TypeError("fluid.layers.%s: out must be a Variable, got %s" % (api, type(out).__name__))
+    helper.append_op("fill_any_like", {"X": [x]}, {"Out": [out]},
+                     {"value": float(value), "dtype": _DTYPE_ENUM[convert_dtype(out.dtype)]})
+    out.stop_gradient = True
+    return out
+
+
+def zeros_like(x, out=None):
+    """Zeros of x's shape and dtype (fill_any_like); out=: the var to write."""
+    return _fill_like("zeros_like", x, 0.0, out)
+
+
+def ones_like(x, out=None):
+    """Ones of x's shape and dtype (fill_any_like); out=: the var to write."""
+    return _fill_like("ones_like", x, 1.0, out)
+
+
+def leaky_relu(x, alpha=0.02, name=None):
+    """max(x, alpha * x) (the leaky_relu op; 1.x's default alpha 0.02)."""
+    check_variable(x, "x", "leaky_relu")
+    helper = LayerHelper("leaky_relu", name)
+    out = helper.create_variable_for_type_inference(x.dtype, shape=list(x.shape))
+    helper.append_op("leaky_relu", {"X": [x]}, {"Out": [out]}, {"alpha": float(alpha)})
+    return out
+
+
+def mul(x, y, x_num_col_dims=1, y_num_col_dims=1, name=None):
+    """x flattened to 2-D at x_num_col_dims times y flattened at y_num_col_dims; the result has
+    x.shape[:x_num_col_dims] + y.shape[y_num_col_dims:] (the mul op)."""
+    check_variable(x, "x", "mul")
+    check_variable(y, "y", "mul")
+    xn, yn = int(x_num_col_dims), int(y_num_col_dims)
+    if not 0 < xn < len(x.shape) or not 0 < yn < len(y.shape):
+        raise _core.InvalidArgumentError("fluid.layers.mul: x_num_col_dims=%d / y_num_col_dims=%d must split x %s "
+                                         "and y %s into two non-empty parts" % (xn, yn, list(x.shape),
+                                                                                 list(y.shape)))
+    helper = LayerHelper("mul", name)
+    out = helper.create_variable_for_type_inference(x.dtype, shape=list(x.shape[:xn]) + list(y.shape[yn:]))
+    helper.append_op("mul", {"X": [x], "Y": [y]}, {"Out": [out]}, {"x_num_col_dims": xn, "y_num_col_dims": yn})
+    return out
+
+
+def layer_norm(input, scale=True, shift=True, begin_norm_axis=1, epsilon=1e-05, param_attr=None, bias_attr=None,
+               act=None, name=None):
+    """Normalizes each row of input flattened at begin_norm_axis (its mean and variance), then times
+    a learned scale (ones) and plus a learned shift (zeros) of the row's size (the layer_norm op)."""
+    from ..initializer import Constant
+    check_variable(input, "input", "layer_norm")
+    nd = len(input.shape)
+    axis = int(begin_norm_axis)
+    if not 0 < axis < nd:
+        raise _core.InvalidArgumentError("fluid.layers.layer_norm: begin_norm_axis=%d must be in [1, %d) for input "
+                                         "%s" % (axis, nd, list(input.shape)))
+    tail = list(input.shape[axis:])
+    if any(d < 0 for d in tail):
+        raise _core.InvalidArgumentError("fluid.layers.layer_norm: the normalized dims %s of input %s must be known"
+                                         % (tail, list(input.shape)))
+    size = int(np.prod(tail))
+    rows = -1 if any(d < 0 for d in input.shape[:axis]) else int(np.prod(input.shape[:axis]))
+    helper = LayerHelper("layer_norm", name)
+    inputs = {"X": [input]}
+    if scale:
+        inputs["Scale"] = [helper.create_parameter(param_attr, [size], input.dtype, default_initializer=Constant(1.0))]
+    if shift:
+        inputs["Bias"] = [helper.create_parameter(bias_attr, [size], input.dtype, is_bias=True)]
+    y = helper.create_variable_for_type_inference(input.dtype, shape=list(input.shape))
+    mean = helper.create_variable_for_type_inference(input.dtype, shape=[rows], stop_gradient=True)
+    var = helper.create_variable_for_type_inference(input.dtype, shape=[rows], stop_gradient=True)
+    helper.append_op("layer_norm", inputs, {"Y": [y], "Mean": [mean], "Variance": [var]},
+                     {"epsilon": float(epsilon), "begin_norm_axis": axis})
+    return helper.append_activation(y, act)
+
+
+def _random(op, shape, dtype, seed, attrs):
+    dtype = convert_dtype(dtype)
+    if dtype not in ("float32", "float64"):
+        raise TypeError("fluid.layers.%s: dtype must be float32 or float64, got %s" % (
+            "uniform_random" if op == "uniform_random" else "gaussian_random", dtype))
+    shape = [int(d) for d in shape]
+    helper = LayerHelper(op)
+    out = helper.create_variable_for_type_inference(dtype, shape=shape, stop_gradient=True)
+    attrs = dict(attrs, shape=shape, dtype=_DTYPE_ENUM[dtype], seed=int(seed))
+    helper.append_op(op, {}, {"Out": [out]}, attrs)
+    return out
+
+
+def uniform_random(shape, dtype="float32", min=-1.0, max=1.0, seed=0):
+    """A tensor of shape drawn uniformly from [min, max) on every run (seed 0: from the program's seed)."""
+    return _random("uniform_random", shape, dtype, seed, {"min": float(min), "max": float(max)})
+
+
+def gaussian_random(shape, mean=0.0, std=1.0, seed=0, dtype="float32"):
+    """A tensor of shape drawn from N(mean, std^2) on every run (seed 0: from the program's seed)."""
+    return _random("gaussian_random", shape, dtype, seed, {"mean": float(mean), "std": float(std)})
+
+
+def create_parameter(shape, dtype, name=None, attr=None, is_bias=False, default_initializer=None):
+    """A trainable parameter of shape (initialized by the startup program: attr's initializer, or
+    default_initializer, or Xavier / zeros for a bias)."""
+    from ..param_attr import ParamAttr
+    attr = ParamAttr._to_attr(attr) if attr is not None else ParamAttr()
+    if attr is False:
+        raise _core.InvalidArgumentError("fluid.layers.create_parameter: attr=False makes no parameter")
+    if name is not None and attr.name is None:
+        attr = ParamAttr(name=name, initializer=attr.initializer, learning_rate=attr.learning_rate,
+                         regularizer=attr.regularizer, trainable=attr.trainable)
+    return LayerHelper("create_parameter").create_parameter(attr, shape, convert_dtype(dtype), is_bias=is_bias,
+                                                            default_initializer=default_initializer)
+
+
+def create_global_var(shape, value, dtype, persistable=False, force_cpu=False, name=None):
+    """A global var of shape filled with value by the startup program (kept across runs in the scope)."""
+    from ..initializer import Constant
+    helper = LayerHelper("global_var")
+    var = helper.create_global_variable(shape=[int(d) for d in shape], dtype=convert_dtype(dtype),
+                                        persistable=persistable, name=name, stop_gradient=True)
+    helper.set_variable_initializer(var, Constant(float(value)))
+    return var
 
 
 # ---- sequences (LoD) --------------------------------------------------------------------------

@@ -269,6 +269,15 @@ class PServerPlan:
                     "DistributeTranspiler: parameter %s (%s) would be sliced into %d blocks, but its lamb update "
                     "needs the norm of the whole parameter; set DistributeTranspilerConfig.slice_var_up = False"
                     % (ch.param, list(shape), len(parts)))
+            norm_clip = [op for op in ch.ops if op.type == "clip_by_global_norm"]
+            if norm_clip and len(parts) > 1:
+                # ClipGradByNorm's clip is by the norm of the whole gradient: a block's norm would clip
+                # differently (ClipGradByValue and L1 / L2 decay are per element and split fine)
+                raise _core.UnsupportedError(
+                    "DistributeTranspiler: parameter %s (%s) would be sliced into %d blocks, but its gradient is "
+                    "clipped by its own norm (ClipGradByNorm), which needs the whole gradient; set "
+                    "DistributeTranspilerConfig.slice_var_up = False or clip by value or by global norm"
+                    % (ch.param, list(shape), len(parts)))
             ch.parts = parts
             for i, (off, rows) in enumerate(parts):
                 self.blocks.append({"chain": ch, "index": i, "n": len(parts), "offset": off, "rows": rows,
