@@ -154,11 +154,30 @@ static void test_run_in_place(void **state) {
     for (int i = 0; i < 6; i++) pe_tensor_free(ts[i]);
 }
 
+/* pe_op_type_reads_input: false only for ops.def's "-In" slots (dims and
+ * dtype read, not data): what the eager tape's version check skips. */
+static void test_reads_input(void **state) {
+    (void)state;
+    int add_g = pe_op_type_find("elementwise_add_grad"), mm_g = pe_op_type_find("matmul_v2_grad");
+    assert_true(add_g >= 0 && mm_g >= 0);
+    pe_op_slot_desc sd;
+    assert_true(pe_op_type_input(add_g, 0, &sd));
+    assert_string_equal(sd.name, "X");
+    assert_false(pe_op_type_reads_input(add_g, 0));      /* "-X" */
+    assert_true(pe_op_type_input(add_g, 2, &sd));
+    assert_string_equal(sd.name, "Out@GRAD");
+    assert_true(pe_op_type_reads_input(add_g, 2));
+    assert_true(pe_op_type_reads_input(mm_g, 0));        /* matmul's gradient reads X's values */
+    assert_false(pe_op_type_reads_input(mm_g, 99));
+    assert_false(pe_op_type_reads_input(-1, 0));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_run_matches_executor),
         cmocka_unit_test(test_grad_ops),
         cmocka_unit_test(test_run_in_place),
+        cmocka_unit_test(test_reads_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
