@@ -69,6 +69,46 @@ static pe_status check_slots(const pe_op_info *info, const pe_eager_args *a, int
     return PE_OK;
 }
 
+static bool is_inplace_pair(const pe_op_info *info, const char *in_slot, const char *out_slot) {
+    for (int p = 0; p < info->n_inplace; p++)
+        if (!strcmp(info->inputs[info->inplace[p][0]].name, in_slot) &&
+            !strcmp(info->outputs[info->inplace[p][1]].name, out_slot))
+            return true;
+    return false;
+}
+
+/* An output tensor is a fresh one, or written in place: then every input
+ * arg holding it is its declared partner (ops.def "In>Out", the k-th arg of
+ * In with the k-th of Out: ParamOut = Param), as the semantic check
+ * (graph/check.c) wants of a program, and no other output holds it. */
+static pe_status check_aliases(const pe_op_info *info, const pe_eager_args *ins, int n_ins,
+                               const pe_eager_args *outs, int n_outs) {
+    for (int i = 0; i < n_outs; i++)
+        for (int k = 0; k < outs[i].n; k++) {
+            const pe_tensor *t = outs[i].t[k];
+            if (!t) continue;
+            for (int j = 0; j <= i; j++)
+                for (int m = 0; m < (j < i ? outs[j].n : k); m++)
+                    if (outs[j].t[m] == t)
+                        return pe_error(PE_ERR_INVALID, "op %s: outputs %s:%d and %s:%d are one tensor (an op "
+                                        "writes a tensor once)", info->name, outs[j].slot, m, outs[i].slot, k);
+            for (int j = 0; j < n_ins; j++)
+                for (int m = 0; m < ins[j].n; m++) {
+                    if (ins[j].t[m] != t || (m == k && is_inplace_pair(info, ins[j].slot, outs[i].slot))) continue;
+                    if (is_inplace_pair(info, ins[j].slot, outs[i].slot))
+                        return pe_error(PE_ERR_INVALID, "op %s: output %s:%d is input %s:%d: %s>%s is in place "
+                                        "only arg by arg (output %s arg k may be input %s arg k)", info->name,
+                                        outs[i].slot, k, ins[j].slot, m, ins[j].slot, outs[i].slot, outs[i].slot,
+                                        ins[j].slot);
+                    return pe_error(PE_ERR_INVALID, "op %s: output %s:%d is also input %s:%d, but %s>%s is no "
+                                    "in-place pair of the op (ops/ops.def): its kernel may read what it has "
+                                    "already overwritten; give a new output tensor",
+                                    info->name, outs[i].slot, k, ins[j].slot, m, ins[j].slot, outs[i].slot);
+                }
+        }
+    return PE_OK;
+}
+
 /* Every given attr is the op's own or a common one, with the registry's type. */
 static pe_status check_attrs(const pe_op_info *info, const pe_attr *attrs, int n) {
     for (int i = 0; i < n; i++) {
@@ -123,14 +163,7 @@ pe_status pe_eager_run(int op, const pe_eager_args *ins, int n_ins, const pe_eag
     int total = 0;
     for (int i = 0; i < n_ins; i++) total += ins[i].n;
     for (int i = 0; i < n_outs; i++) total += outs[i].n;
-    for (int i = 0; i < n_outs; i++)
-        for (int k = 0; k < outs[i].n; k++)
-            for (int j = 0; j < n_ins; j++)
-                for (int m = 0; outs[i].t[k] && m < ins[j].n; m++)
-                    if (outs[i].t[k] == ins[j].t[m])
-                        return pe_error(PE_ERR_INVALID,
-                                        "op %s: output %s:%d is also input %s:%d (eager ops write new tensors)",
-                                        info->name, outs[i].slot, k, ins[j].slot, m);
+    PE_CHECK(check_aliases(info, ins, n_ins, outs, n_outs));
 
     pe_op_ctx ctx;
     memset(&ctx, 0, sizeof ctx);

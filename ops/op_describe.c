@@ -91,6 +91,11 @@ bool pe_op_type_inplace(int op, int in_k, int out_k) {
     return false;
 }
 
+bool pe_op_type_reads_input(int op, int in_k) {
+    const pe_op_info *info = pe_op_info_get(op);
+    return info && in_k >= 0 && in_k < info->n_inputs && !info->no_buffer[in_k];
+}
+
 /* ---- the graph stage's view -------------------------------------------- */
 
 const pe_op_lookup pe_ops_op_lookup = {

@@ -47,7 +47,10 @@ typedef struct pe_eager_args {
 
 /* Runs op type `op` (pe_op_type_find) on place with num_threads OpenMP
  * threads (<= 0: omp_get_max_threads(), as the executors): inputs `ins` (tensors holding values on place), outputs `outs`
- * (caller-owned tensors, resized here; they must be none of the inputs),
+ * (caller-owned tensors, resized here; fresh ones, or written in place:
+ * output arg k of slot Out may be input arg k of slot In when ops.def
+ * declares In>Out in place (ParamOut = Param: the optimizer ops update
+ * their state in place, as in a program); any other aliasing is refused),
  * attrs (registry defaults for the others; each must be an attr of the op
  * or a common one, with the registry's type). seed is the random ops'
  * program seed (pe_op_ctx.program_seed). Slots are checked against the

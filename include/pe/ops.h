@@ -75,6 +75,10 @@ bool pe_op_common_attr(const char *name, pe_op_attr_desc *out);
  * out_k's k-th arg (ops.def's in-place pairs "In>Out": ParamOut = Param,
  * MeanOut = Mean, sum's Out = X[0]); false for every other pair. */
 bool pe_op_type_inplace(int op, int in_k, int out_k);
+/* Whether the kernels of op type `op` read the data of input slot in_k:
+ * false for ops.def's "-In" slots (only the dims and dtype are read, as
+ * elementwise_add_grad's X and Y) and for an index out of range. */
+bool pe_op_type_reads_input(int op, int in_k);
 
 #pragma GCC visibility pop
 

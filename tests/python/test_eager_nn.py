@@ -442,6 +442,76 @@ def test_optimizer_modes_and_errors():
         nn.Linear(2, 2)
 
 
+@pytest.mark.parametrize("opt", ["SGD", "Momentum", "Adam"])
+def test_step_updates_in_place(opt):
+    """step() writes each parameter and accumulator in place (the static
+    ops' ParamOut = Param): the same Parameter objects and storage, numpy
+    views of it follow, copies taken before do not; the values are those of
+    the update into new tensors (the op run out of place, bit for bit)."""
+    lin = nn.Linear(3, 2)
+    o = OPTS[opt][0](lin.parameters())
+    w = lin.weight
+    raw = w._t
+    view = w._t.numpy(copy=False)   # a view of the parameter's storage
+    before = w.numpy()              # a copy
+    x = pe.to_tensor(_rs(70).randn(4, 3).astype(np.float32))
+    accs = None
+    for k in range(2):
+        pe.mean(lin(x)).backward()
+        g = w.grad.numpy()
+        ins = {"Param": w.detach(), "Grad": w.grad, "LearningRate": o._lr_tensor()}
+        st = pe.eager.optimizer._state(o, w)
+        ins.update({s: t.detach() for s, t in st.items()})
+        outs = {"ParamOut": 1}
+        outs.update({s + "Out": 1 for s in st})
+        want = pe.eager.autograd.run_op(o._kind, ins, outs, pe.eager.optimizer._attrs(o, w))["ParamOut"][0].numpy()
+        o.step()
+        o.clear_grad()
+        assert lin.weight is w and lin.parameters()[0] is w and w._t is raw
+        np.testing.assert_array_equal(w.numpy(), want)
+        np.testing.assert_array_equal(view, want)
+        now = {n: (t, t._t) for n, t in o.state_dict().items()}
+        if accs is None:
+            accs = now
+        else:   # the accumulators too keep their objects and storage
+            assert sorted(now) == sorted(accs)
+            assert all(now[n][0] is a and now[n][1] is r for n, (a, r) in accs.items())
+        assert np.abs(g).sum() > 0
+    assert not np.array_equal(before, w.numpy())
+    assert w._version == 2
+
+
+def test_backward_refuses_values_changed_by_step():
+    """A tensor the tape saved that a step() changed since: backward() raises
+    naming the tensor and the op, before it accumulates anything."""
+    lin = nn.Linear(3, 2)
+    o = pe.optimizer.SGD(learning_rate=0.1, parameters=lin.parameters())
+    x = pe.to_tensor(_rs(71).randn(4, 3).astype(np.float32))
+    loss = pe.mean(lin(x))
+    loss.backward(retain_graph=True)
+    o.step()
+    g = lin.weight.grad.numpy()
+    with pytest.raises(pe.InvalidArgumentError,
+                       match=r"backward\(\): tensor '%s' \[3, 2\], saved by op \w+ for the backward pass, was "
+                             r"modified by an in-place operation \(an optimizer step\) since it was saved \(version "
+                             r"1, saved at version 0\).*call backward\(\) before step\(\)" % lin.weight.name):
+        loss.backward()
+    np.testing.assert_array_equal(lin.weight.grad.numpy(), g)   # nothing accumulated
+    # forward, step (with the last pass's gradients), backward: refused too
+    o.clear_grad()
+    pe.mean(lin(x)).backward()
+    loss = pe.mean(lin(x))
+    o.step()
+    with pytest.raises(pe.InvalidArgumentError, match="modified by an in-place operation"):
+        loss.backward()
+    # a forward after the step records the new versions
+    o.clear_grad()
+    loss = pe.mean(lin(x))
+    loss.backward(retain_graph=True)
+    loss.backward()
+    o.step()
+
+
 # ---- state dicts ------------------------------------------------------------------------
 
 def test_state_dict_save_load_round_trip(tmp_path):

@@ -162,6 +162,37 @@ def test_training_without_passes(kind):
         pe.jit.to_static(MLP(), build_strategy={"fuse_elewise_add_act_ops": True})
 
 
+def test_step_writes_the_bound_parameters_in_place():
+    """After the first call each parameter's storage is its scope var; the
+    in-place optimizer step keeps it so (nothing is copied back before the
+    next run), and a backward through a call whose parameters a step changed
+    since is refused, naming the to_static call."""
+    model = pe.jit.to_static(MLP())
+    opt = pe.optimizer.Adam(learning_rate=0.01, parameters=model.parameters())
+    loss_fn = nn.CrossEntropyLoss()
+    (xb, yb), (xb2, yb2) = _batches("mlp", 2)
+    x, y = pe.to_tensor(xb), pe.to_tensor(yb)
+    loss = loss_fn(model(x), y)
+    bound = {p.name: p._t for p in model.parameters()}
+    views = model.forward._views
+    assert all(views[n] is t for n, t in bound.items())
+    loss.backward(retain_graph=True)
+    w0 = model.fc1.weight.numpy()
+    opt.step()
+    assert all(p._t is bound[p.name] for p in model.parameters())
+    assert not np.array_equal(model.fc1.weight.numpy(), w0)
+    np.testing.assert_array_equal(views[model.fc1.weight.name].numpy(), model.fc1.weight.numpy())
+    with pytest.raises(pe.InvalidArgumentError, match=r"tensor 'linear_\d+\.[wb]_0' \[\d+(, \d+)?\], saved by op "
+                                                      r"to_static\(MLP.forward\) for the backward pass, was modified by "
+                                                      r"an in-place operation \(an optimizer step\)"):
+        loss.backward()
+    # the next call runs on the stepped values: the same loss as the eager forward
+    opt.clear_grad()
+    got = float(loss_fn(model(pe.to_tensor(xb2)), pe.to_tensor(yb2)))
+    want = float(loss_fn(model.forward.rollback()(pe.to_tensor(xb2)), pe.to_tensor(yb2)))
+    assert abs(got - want) <= 1e-5 * abs(want)
+
+
 def test_default_passes_fuse_the_forward(tmp_path):
     bs = pe.jit._default_build_strategy()
     assert bs.fuse_elewise_add_act_ops and bs.memory_optimize and bs.enable_inplace

@@ -1,7 +1,9 @@
 /* tests/unit/test_eager.c — the eager entry points of pe/eager.h: one op run
  * on tensors gives the executor's bits for the same op in a program; slots,
  * attrs and dtypes are checked with messages naming the op and the arg;
- * pe_eager_grad_ops returns the grad maker's ops with the documented names. */
+ * pe_eager_grad_ops returns the grad maker's ops with the documented names;
+ * an output may be its input only as a declared in-place pair (ParamOut =
+ * Param), with the bits of the out-of-place run. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -117,10 +119,65 @@ static void test_grad_ops(void **state) {
     pe_program_free(src);
 }
 
+/* momentum with ParamOut = Param and VelocityOut = Velocity (ops.def's
+ * in-place pairs) updates the tensors themselves, with the bits of the run
+ * into new tensors; other aliasing is refused naming the slots. */
+static void test_run_in_place(void **state) {
+    (void)state;
+    int op = pe_op_type_find("momentum");
+    assert_true(op >= 0);
+    pe_tensor *p = filled(PE_DTYPE_FP32, 3, 4, 0.5f), *g = filled(PE_DTYPE_FP32, 3, 4, -0.2f);
+    pe_tensor *v = filled(PE_DTYPE_FP32, 3, 4, 0.1f), *lr = filled(PE_DTYPE_FP32, 1, 1, 0.0f);
+    *(float *)pe_tensor_data(lr) = 0.05f;
+    pe_tensor *po = pe_tensor_new(), *vo = pe_tensor_new();
+    pe_eager_args in[] = {{"Param", 1, &p, NULL}, {"Grad", 1, &g, NULL}, {"Velocity", 1, &v, NULL},
+                          {"LearningRate", 1, &lr, NULL}};
+    pe_eager_args fresh[] = {{"ParamOut", 1, &po, NULL}, {"VelocityOut", 1, &vo, NULL}};
+    assert_int_equal(pe_eager_run(op, in, 4, fresh, 2, NULL, 0, pe_place_cpu(0), 1, 0), PE_OK);
+    void *pdata = pe_tensor_data(p);
+    pe_eager_args same[] = {{"ParamOut", 1, &p, NULL}, {"VelocityOut", 1, &v, NULL}};
+    assert_int_equal(pe_eager_run(op, in, 4, same, 2, NULL, 0, pe_place_cpu(0), 1, 0), PE_OK);
+    assert_ptr_equal(pe_tensor_data(p), pdata); /* the parameter's own storage */
+    assert_memory_equal(pe_tensor_data(p), pe_tensor_data(po), 12 * sizeof(float));
+    assert_memory_equal(pe_tensor_data(v), pe_tensor_data(vo), 12 * sizeof(float));
+
+    /* Grad is no in-place partner of ParamOut */
+    pe_eager_args bad[] = {{"ParamOut", 1, &g, NULL}, {"VelocityOut", 1, &vo, NULL}};
+    assert_int_equal(pe_eager_run(op, in, 4, bad, 2, NULL, 0, pe_place_cpu(0), 1, 0), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "output ParamOut:0 is also input Grad:0, but Grad>ParamOut is no in-place pair"));
+    /* one tensor for two outputs */
+    pe_eager_args twice[] = {{"ParamOut", 1, &po, NULL}, {"VelocityOut", 1, &po, NULL}};
+    assert_int_equal(pe_eager_run(op, in, 4, twice, 2, NULL, 0, pe_place_cpu(0), 1, 0), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "outputs ParamOut:0 and VelocityOut:0 are one tensor"));
+
+    pe_tensor *ts[] = {p, g, v, lr, po, vo};
+    for (int i = 0; i < 6; i++) pe_tensor_free(ts[i]);
+}
+
+/* pe_op_type_reads_input: false only for ops.def's "-In" slots (dims and
+ * dtype read, not data): what the eager tape's version check skips. */
+static void test_reads_input(void **state) {
+    (void)state;
+    int add_g = pe_op_type_find("elementwise_add_grad"), mm_g = pe_op_type_find("matmul_v2_grad");
+    assert_true(add_g >= 0 && mm_g >= 0);
+    pe_op_slot_desc sd;
+    assert_true(pe_op_type_input(add_g, 0, &sd));
+    assert_string_equal(sd.name, "X");
+    assert_false(pe_op_type_reads_input(add_g, 0));      /* "-X" */
+    assert_true(pe_op_type_input(add_g, 2, &sd));
+    assert_string_equal(sd.name, "Out@GRAD");
+    assert_true(pe_op_type_reads_input(add_g, 2));
+    assert_true(pe_op_type_reads_input(mm_g, 0));        /* matmul's gradient reads X's values */
+    assert_false(pe_op_type_reads_input(mm_g, 99));
+    assert_false(pe_op_type_reads_input(-1, 0));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_run_matches_executor),
         cmocka_unit_test(test_grad_ops),
+        cmocka_unit_test(test_run_in_place),
+        cmocka_unit_test(test_reads_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

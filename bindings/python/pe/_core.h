@@ -118,6 +118,6 @@ PyObject *py_safetensors_write(PyObject *m, PyObject *args);
 extern PyMethodDef g_world_methods[]; /* world_init, world_allreduce, ...: added to the module */
 
 /* ---- eager mode (core_eager.c) ---- */
-extern PyMethodDef g_eager_methods[]; /* eager_op_index, eager_run, eager_grad_ops */
+extern PyMethodDef g_eager_methods[]; /* eager_op_index, eager_run, eager_grad_ops, eager_dims_only_inputs */
 
 #endif

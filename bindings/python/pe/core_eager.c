@@ -1,5 +1,6 @@
 /* bindings/python/pe/core_eager.c — eager mode's C entry points (pe/eager.h)
- * for pe.eager: _core.eager_op_index, _core.eager_run, _core.eager_grad_ops.
+ * for pe.eager: _core.eager_op_index, _core.eager_run, _core.eager_grad_ops,
+ * _core.eager_dims_only_inputs.
  *
  * Attrs come as a dict {name: value}, converted by the registry's type of
  * each attr (the op's own or a common one); an attr the op does not have
@@ -165,6 +166,26 @@ static PyObject *py_eager_op_index(PyObject *m, PyObject *arg) {
     return PyLong_FromLong(i);
 }
 
+/* eager_dims_only_inputs(op type) -> [slot]: the input slots whose data the
+ * op's kernels never read, only dims and dtype (ops.def "-In"). */
+static PyObject *py_eager_dims_only_inputs(PyObject *m, PyObject *arg) {
+    (void)m;
+    const char *type = py_name_utf8(arg, "op type");
+    if (!type) return PyErr_Occurred() ? NULL : raise_msg(PE_ERR_INVALID, "op type must be a str");
+    int op = pe_op_type_find(type);
+    pe_op_desc d;
+    if (op < 0 || !pe_op_type_get(op, &d)) return raise_msg(PE_ERR_NOT_FOUND, "unknown op type '%s' (not in ops/ops.def)", type);
+    PyObject *l = PyList_New(0);
+    for (int k = 0; l && k < d.n_inputs; k++) {
+        pe_op_slot_desc sd;
+        if (pe_op_type_reads_input(op, k) || !pe_op_type_input(op, k, &sd)) continue;
+        PyObject *u = PyUnicode_FromString(sd.name);
+        if (!u || PyList_Append(l, u)) Py_CLEAR(l);
+        Py_XDECREF(u);
+    }
+    return l;
+}
+
 /* (slot, n) or (slot, [present, ...]): the number of args, -1 when malformed. */
 static long out_count(PyObject *e) {
     if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 2) return -1;
@@ -192,8 +213,10 @@ static void run_buf_free(run_buf *b) {
 
 /* eager_run(op_index, inputs, outputs, attrs, place, num_threads, seed)
  *   inputs:  sequence of (slot, [Tensor or None], [name or None])
- *   outputs: sequence of (slot, n) or (slot, [present]) (an absent arg: None)
- * -> {slot: [Tensor or None]} (fresh tensors). */
+ *   outputs: sequence of (slot, n) or (slot, [present]) (an absent arg: None;
+ *            a Tensor: the output written into it, in place — ops.def's
+ *            In>Out pairs only, pe_eager_run checks)
+ * -> {slot: [Tensor or None]} (fresh tensors, or the Tensors given). */
 static PyObject *py_eager_run(PyObject *m, PyObject *args) {
     (void)m;
     int op, num_threads;
@@ -292,7 +315,14 @@ static PyObject *py_eager_run(PyObject *m, PyObject *args) {
         b.outs[i].t = &b.t[at];
         b.outs[i].names = NULL;
         for (int k = 0; k < n; k++, at++) {
-            if (present && !PyObject_IsTrue(PyList_GET_ITEM(present, k))) { /* an absent arg: None */
+            PyObject *pk = present ? PyList_GET_ITEM(present, k) : NULL;
+            if (pk && PyObject_TypeCheck(pk, &TensorType)) { /* written in place: that tensor is the output */
+                if (!(b.t[at] = tensor_get((TensorObject *)pk))) goto done;
+                Py_INCREF(pk);
+                b.made[b.n_made++] = pk;
+                continue;
+            }
+            if (pk && !PyObject_IsTrue(pk)) { /* an absent arg: None */
                 Py_INCREF(Py_None);
                 b.made[b.n_made++] = Py_None;
                 continue;
@@ -478,8 +508,11 @@ done:
 PyMethodDef g_eager_methods[] = {
     {"eager_op_index", py_eager_op_index, METH_O, "eager_op_index(type) -> the op type's registry index."},
     {"eager_run", py_eager_run, METH_VARARGS,
-     "eager_run(op_index, [(slot, [Tensor|None], [name|None])], [(slot, n)], attrs, place, num_threads, seed) "
+     "eager_run(op_index, [(slot, [Tensor|None], [name|None])], [(slot, n | [present | Tensor])], attrs, place, "
+     "num_threads, seed) "
      "-> {slot: [Tensor]}: one op run on tensors (pe_eager_run)."},
+    {"eager_dims_only_inputs", py_eager_dims_only_inputs, METH_O,
+     "eager_dims_only_inputs(op_type) -> [slot]: input slots whose data the kernels never read (ops.def -In)."},
     {"eager_grad_ops", py_eager_grad_ops, METH_VARARGS,
      "eager_grad_ops(type, [(slot, [name])], [(slot, [name])], attrs, [(name, dtype, dims, needs_grad)]) -> "
      "[(type, inputs, outputs, attrs)]: the backward ops the op's grad maker makes (pe_eager_grad_ops)."},

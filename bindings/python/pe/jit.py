@@ -27,8 +27,9 @@ How to_static works (docs/guide.md, "to_static and jit.save"):
   fuse_elewise_add_act_ops, memory_optimize and enable_inplace; to_static's
   build_strategy= replaces them), with the eager parameters' current values: the
   scope's parameter vars are the parameters' storage (each parameter's
-  tensor becomes a view of its scope var; a parameter that an eager
-  optimizer step replaced is copied back in before the run), so a
+  tensor becomes a view of its scope var, which the eager optimizer step
+  updates in place; a parameter whose value was replaced, by
+  set_state_dict, is copied back in before the run), so a
   training loop through to_static updates the Layer, and state_dict(),
   pe.save and eager calls see what the static runs wrote.
 - Training. When a parameter or an input needs a gradient (outside
@@ -39,7 +40,9 @@ How to_static works (docs/guide.md, "to_static and jit.save"):
   pe.static.gradients (passes/backward.c) appends for the outputs, with the
   output gradients fed — in that call scope and hands each parameter's (and
   input's) gradient to the eager tape, which accumulates it into .grad as
-  for eager ops; pe.optimizer's eager step() then updates the parameters.
+  for eager ops; pe.optimizer's eager step() then updates the parameters
+  (in place: a backward through a call whose parameters a step changed
+  since is refused, as the tape refuses it for eager ops).
   Call scopes are pooled: a steady loop (forward, backward, step) reuses
   two, each with its prepared executors.
 - Limits. Python control flow on tensor values (if x.sum() > 0, x.numpy(),
@@ -227,15 +230,17 @@ class _Concrete:
     def sync(self, rebind=True):
         """The scope's parameter and buffer vars take the eager tensors' current
         values; rebind: each eager tensor's storage becomes its scope var, so
-        later runs copy nothing until an optimizer step replaces it."""
+        later runs copy nothing: the eager optimizer steps write it in place.
+        Only a tensor whose value was replaced (set_state_dict, an eager
+        batch norm's buffers) is copied in again."""
         views = self.owner._views
         for n, t in self.ext:
             v = views.get(n)
             if v is None:
                 v = views[n] = self.scope.var(n).get_tensor()
-                v.set(t._t)
-            elif t._t is not v:
-                v.set(t._t)
+            elif t._t is v:
+                continue   # bound: the scope var is its storage
+            v.set(t._t)
             if rebind:
                 t._t = v
 
@@ -321,6 +326,7 @@ class _Concrete:
         node.inputs = [("i%d" % j, t) for j, t in enumerate(wrt)]
         node.out_meta = {}
         node.fn = call.backward
+        node.versions = [(t, t._version) for _, t in self.ext]   # the backward program reads their scope vars
         call.meta = node.out_meta
         res = []
         for j, o in enumerate(outs):

@@ -17,6 +17,15 @@ reads the leaf has run: from then on the leaf's .grad is final for this
 pass, and the hooks of add_grad_ready_hook are told (pe.DataParallel
 starts a gradient bucket's all-reduce there, while backward goes on).
 
+In-place updates: an optimizer step writes each parameter (and its
+accumulators) in place, as the static optimizer ops do. Every Tensor has a
+version (_version), bumped by such a write (bump_version); a node records
+the versions of the leaves whose values its backward ops read (not those
+whose dims only they read: ops.def's "-In" slots), and
+backward() refuses, before running anything, a graph holding a node whose
+saved leaf changed since (PyTorch's rule: the gradient would silently use
+the new value).
+
 pe.jit hooks: while a trace is active (_set_tracer), run_op reports every
 op to it and Tensor.numpy / item / __array__ ask it whether the value may
 be read (a traced tensor's may not: the program could not follow the
@@ -112,6 +121,7 @@ class Tensor:
     Made by pe.to_tensor, the creation functions and every eager op."""
 
     __array_priority__ = 100  # numpy defers `ndarray op Tensor` to Tensor's reflected operators
+    _version = 0  # bumped by every in-place update of the value (an optimizer step); the tape checks it
 
     def __init__(self, value, stop_gradient=True, name=None, _node=None, _slot=None):
         if not isinstance(value, _core.Tensor):
@@ -298,10 +308,11 @@ class _Node:
     """One recorded op: its backward ops (canonical var names: i<k> for the
     k-th distinct input tensor, o<k> for the k-th output), the tensors they
     read, and the input tensors gradients flow to."""
-    __slots__ = ("seq", "op_type", "grad_ops", "saved", "inputs", "out_meta", "fn")
+    __slots__ = ("seq", "op_type", "grad_ops", "saved", "inputs", "out_meta", "fn", "versions")
 
     def __init__(self):
         self.fn = None  # or fn(env, retain_graph) -> {"i<k>@GRAD": raw}: a node whose backward is not per-op (pe.jit)
+        self.versions = None  # or [(leaf Tensor, its _version when saved)]: what backward() checks
 
 
 def _attrs_key(attrs):
@@ -314,6 +325,17 @@ def _canon(prefix, j, _names={}):
     if n is None:
         n = _names[(prefix, j)] = "%s%d" % (prefix, j)
     return n
+
+
+_dims_only_cache = {}
+
+
+def _dims_only(op_type):
+    """The input slots of op_type whose data its kernels never read (ops.def "-In")."""
+    d = _dims_only_cache.get(op_type)
+    if d is None:
+        d = _dims_only_cache[op_type] = frozenset(_core.eager_dims_only_inputs(op_type))
+    return d
 
 
 def _record(op_type, ins, outs, attrs, result):
@@ -356,13 +378,16 @@ def _record(op_type, ins, outs, attrs, result):
             grad_ops = _core.eager_grad_ops(op_type, in_slots, out_slots, attrs, var_list)
         except _core.UnsupportedError:
             grad_ops = None  # no grad maker: the outputs are constants for backward()
-        read = None
+        read = data_read = None
         if grad_ops is not None:
             grad_ops = [(t, ins_, outs_, {a: v for a, v in at.items() if a not in ("op_role", "op_role_var")})
                         for t, ins_, outs_, at in grad_ops]
             read = frozenset(n for _, gi, _, _ in grad_ops for _, names in gi for n in names)
-        cached = _grad_cache[key] = (grad_ops, read)   # read: the names the backward ops read
-    grad_ops, read = cached
+            data_read = frozenset(n for t, gi, _, _ in grad_ops for slot, names in gi
+                                  if slot not in _dims_only(t) for n in names)
+        # read: the names the backward ops read; data_read: those whose values (not only dims) they read
+        cached = _grad_cache[key] = (grad_ops, read, data_read)
+    grad_ops, read, data_read = cached
     if grad_ops is None:
         for t in out_tensors:
             t.stop_gradient = True
@@ -373,10 +398,15 @@ def _record(op_type, ins, outs, attrs, result):
     node.grad_ops = grad_ops
     saved = node.saved = {}
     inputs = node.inputs = []
+    versions = None
     for j, t in enumerate(in_tensors):
         n = _canon("i", j)
         if n in read:
             saved[n] = t._t
+            if t._node is None and n in data_read:   # a leaf (what optimizer steps change) whose value is read
+                if versions is None:
+                    versions = node.versions = []
+                versions.append((t, t._version))
         if needs[j]:
             inputs.append((n, t))
     out_meta = node.out_meta = {}
@@ -473,6 +503,9 @@ def _backward_pass(tensor, grad_tensor=None, retain_graph=False):
             if not t.stop_gradient and t._node is not None and id(t._node) not in seen:
                 seen.add(id(t._node))
                 stack.append(t._node)
+    for n in nodes:
+        if n.versions is not None:
+            _check_versions(n)
     nodes.sort(key=lambda n: n.seq, reverse=True)
     readers = {}                                           # id(leaf) -> nodes left that may add to its grad
     for n in nodes:
@@ -550,6 +583,22 @@ def _backward_pass(tensor, grad_tensor=None, retain_graph=False):
         node_done(n)
     for t, cs in leaves.values():   # none left: every leaf's last reader has run
         _leaf_done(t, cs)
+
+
+def bump_version(t):
+    """Marks t's value as changed in place (its storage was written): a
+    backward() through an op that saved t before now raises."""
+    t._version += 1
+
+
+def _check_versions(n):
+    for t, v in n.versions:
+        if t._version != v:
+            raise _core.InvalidArgumentError(
+                "backward(): tensor '%s' %s, saved by op %s for the backward pass, was modified by an in-place "
+                "operation (an optimizer step) since it was saved (version %d, saved at version %d): the "
+                "gradient would use the new value; call backward() before step(), or run the forward again "
+                "after it" % (t.name, t.shape, n.op_type, t._version, v))
 
 
 def _accumulate(t, cs):

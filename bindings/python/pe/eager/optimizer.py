@@ -4,14 +4,17 @@ step() runs, per parameter with a .grad, the optimizer op that
 pe_optimizer_minimize (passes/optimizer.c) appends in static mode — sgd,
 momentum, adam, adamw — through the eager entry point, with the same
 state (<param>_velocity_0, _moment1_0, _moment2_0, _beta1_pow_acc_0 = beta1,
-_beta2_pow_acc_0 = beta2) and attrs; the op's ParamOut becomes the
-parameter's value. Before it, in the pass's order: ClipGradByGlobalNorm
+_beta2_pow_acc_0 = beta2) and attrs, in place as in a program: ParamOut is
+the parameter's own tensor (Moment1Out the accumulator's, ...), so the
+Parameter keeps its storage (a to_static layer's scope var stays bound to
+it) and its version is bumped (autograd.bump_version: a graph that saved
+the old value refuses backward()). Before it, in the pass's order: ClipGradByGlobalNorm
 (clip_by_global_norm over every gradient), then L2 weight decay
 (grad + coeff * param: scale and sum ops).
 """
 from .. import _core
 from .. import framework as _fw
-from .autograd import Tensor, _fill, _run_raw, no_grad, run_op
+from .autograd import Tensor, _fill, _index, _run_raw, bump_version, no_grad
 
 _STATE = {
     "sgd": [],
@@ -137,16 +140,25 @@ def step(opt):
                                                            {"scale": c})["Out"][0]], [None, None])],
                               [("Out", 1)], {})["Out"][0] for (p, _), g in zip(pg, grads)]
         lr = opt._lr_tensor()
+        lr_in = ("LearningRate", [lr._t], [lr.name])
+        state = _STATE[opt._kind]
+        op = _index(opt._kind)
+        attrs = None if opt._kind == "adamw" else _attrs(opt, None)
+        place = _fw._eager_place
         for (p, _), g in zip(pg, grads):
             st = _state(opt, p)
-            ins = {"Param": p, "Grad": Tensor(g, name=p.name + "@GRAD"), "LearningRate": lr}
-            ins.update(st)
-            outs = {"ParamOut": 1}
-            outs.update({o: 1 for _, o, _, _, _ in _STATE[opt._kind]})
-            res = run_op(opt._kind, ins, outs, _attrs(opt, p))
-            p._t = res["ParamOut"][0]._t
-            for slot, o, _, _, _ in _STATE[opt._kind]:
-                st[slot]._t = res[o][0]._t
+            raw = p._t
+            ins = [("Param", [raw], [p.name]), ("Grad", [g], [p.name + "@GRAD"]), lr_in]
+            outs = [("ParamOut", [raw])]
+            for slot, o, _, _, _ in state:
+                acc = st[slot]
+                ins.append((slot, [acc._t], [acc.name]))
+                outs.append((o, [acc._t]))
+            # in place: each output is its input's tensor (ParamOut = Param, Moment1Out = Moment1, ...)
+            _core.eager_run(op, ins, outs, attrs if attrs is not None else _attrs(opt, p), place, 0, 0)
+            bump_version(p)
+            for acc in st.values():
+                bump_version(acc)
 
 
 def lr_tensor(opt):
