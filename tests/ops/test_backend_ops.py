@@ -115,34 +115,8 @@ FORWARD = _params(fw.CASES)
 GRAD = _params(gr.CASES)
 
 
-@pytest.mark.parametrize("case", FORWARD, ids=[c.id for c in FORWARD])
-def test_forward_cuda_vs_cpu(case, tmp_path):
-    gpu_or_skip()
-    cpu = fw.run_case(case, tmp_path / "cpu", env=CPU)
-    gpu = fw.run_case(case, tmp_path / "cuda", env=CUDA)
-    compare(case.id, case.op, cpu, gpu)
-
-
-@pytest.mark.parametrize("case", GRAD, ids=[c.id for c in GRAD])
-def test_grad_cuda_vs_cpu(case, tmp_path):
-    gpu_or_skip()
-    cpu = gr.run_grad_case(case, tmp_path / "cpu", env=CPU)
-    gpu = gr.run_grad_case(case, tmp_path / "cuda", env=CUDA)
-    compare(case.id, case.op, cpu, gpu)
-
-
-@pytest.mark.parametrize("case", GRAD, ids=[c.id for c in GRAD])
-def test_cuda_runs_are_deterministic(case, tmp_path):
-    gpu_or_skip()
-    a = gr.run_grad_case(case, tmp_path / "a", env=CUDA)
-    b = gr.run_grad_case(case, tmp_path / "b", env=CUDA)
-    for name in sorted(a):
-        if not np.array_equal(a[name], b[name], equal_nan=True):
-            d = a[name] != b[name]
-            pytest.fail("%s: %s differs between two runs on cuda:0 at %d of %d elements" % (
-                case.id, name, d.sum(), d.size))
-
-
+# The seed checks first: pytest-xdist hands tests out in collection order,
+# and a GPU run that reaches its time limit should not have skipped them.
 RANDOM = [r for r in fw.RANDOM_CASES if r[0] in cuda_ops()]
 
 
@@ -184,6 +158,34 @@ def test_dropout_mask_matches_cpu(tmp_path):
         got[tag] = run_pe(str(d / "p.json"), {"x": x}, ["out", "mask"], workdir=str(d), env=env)
     assert np.array_equal(got["cpu"]["mask"], got["cuda"]["mask"]), "dropout: another mask on cuda:0 for seed 9"
     np.testing.assert_allclose(got["cuda"]["out"], got["cpu"]["out"], rtol=1e-6)
+
+
+@pytest.mark.parametrize("case", FORWARD, ids=[c.id for c in FORWARD])
+def test_forward_cuda_vs_cpu(case, tmp_path):
+    gpu_or_skip()
+    cpu = fw.run_case(case, tmp_path / "cpu", env=CPU)
+    gpu = fw.run_case(case, tmp_path / "cuda", env=CUDA)
+    compare(case.id, case.op, cpu, gpu)
+
+
+@pytest.mark.parametrize("case", GRAD, ids=[c.id for c in GRAD])
+def test_grad_cuda_vs_cpu(case, tmp_path):
+    gpu_or_skip()
+    cpu = gr.run_grad_case(case, tmp_path / "cpu", env=CPU)
+    gpu = gr.run_grad_case(case, tmp_path / "cuda", env=CUDA)
+    compare(case.id, case.op, cpu, gpu)
+
+
+@pytest.mark.parametrize("case", GRAD, ids=[c.id for c in GRAD])
+def test_cuda_runs_are_deterministic(case, tmp_path):
+    gpu_or_skip()
+    a = gr.run_grad_case(case, tmp_path / "a", env=CUDA)
+    b = gr.run_grad_case(case, tmp_path / "b", env=CUDA)
+    for name in sorted(a):
+        if not np.array_equal(a[name], b[name], equal_nan=True):
+            d = a[name] != b[name]
+            pytest.fail("%s: %s differs between two runs on cuda:0 at %d of %d elements" % (
+                case.id, name, d.sum(), d.size))
 
 
 def test_every_op_has_a_cuda_kernel():
