@@ -224,19 +224,27 @@ def _chosen_vars(program, vars, predicate, what):
     return [v.name for v in g.vars.values() if predicate is None or predicate(v)]
 
 
+def _vars_args(executor, dirname, main_program, vars, predicate, filename, scope, what):
+    """save_vars / load_vars: (program, file path, scope, chosen var names),
+    each argument checked."""
+    _check_executor(executor, what)
+    program = _program(main_program, what)
+    path = _path(dirname, filename, "vars" + _SUFFIX, what)
+    scope = _scope_of(scope)
+    names = _chosen_vars(program, vars, predicate, what)
+    if not names:
+        raise _core.InvalidArgumentError("fluid.io.%s: no var chosen (vars is empty or predicate held for none)"
+                                         % what)
+    return program, path, scope, names
+
+
 def save_vars(executor, dirname, main_program=None, vars=None, predicate=None, filename=None, scope=None):
     """Writes the chosen vars (`vars`, or those of main_program for which
     predicate(var) holds, e.g. fluid.io.is_parameter) from the scope to
     dirname/filename (default vars.safetensors: one file, not one per var).
     Every var must have a value in the scope."""
-    _check_executor(executor, "save_vars")
-    program = _program(main_program, "save_vars")
-    path = _path(dirname, filename, "vars" + _SUFFIX, "save_vars")
-    scope = _scope_of(scope)
-    names = _chosen_vars(program, vars, predicate, "save_vars")
-    if not names:
-        raise _core.InvalidArgumentError("fluid.io.save_vars: no var chosen (vars is empty or predicate held for "
-                                         "none)")
+    program, path, scope, names = _vars_args(executor, dirname, main_program, vars, predicate, filename, scope,
+                                             "save_vars")
     for n in names:
         _array(scope, n, "save_vars")
     d = os.path.dirname(path)
@@ -250,14 +258,8 @@ def load_vars(executor, dirname, main_program=None, vars=None, predicate=None, f
     (default vars.safetensors) into the scope; every one must be in the file
     with its declared dtype and shape (a declared -1 matches any size), all
     checked before any is written."""
-    _check_executor(executor, "load_vars")
-    program = _program(main_program, "load_vars")
-    path = _path(dirname, filename, "vars" + _SUFFIX, "load_vars")
-    scope = _scope_of(scope)
-    names = _chosen_vars(program, vars, predicate, "load_vars")
-    if not names:
-        raise _core.InvalidArgumentError("fluid.io.load_vars: no var chosen (vars is empty or predicate held for "
-                                         "none)")
+    program, path, scope, names = _vars_args(executor, dirname, main_program, vars, predicate, filename, scope,
+                                             "load_vars")
     _load_into(path, _targets_plain(program, names), scope, executor.place, "load_vars")
 
 
