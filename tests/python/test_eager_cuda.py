@@ -155,11 +155,11 @@ def _train(dev, model, opt_name, steps=6):
     net = _mlp() if model == "mlp" else _cnn()
     opt = OPTS[opt_name](net.parameters())
     rs = np.random.RandomState(3)
-    shape = [16, 8] if model == "mlp" else [16, 2, 6, 6]
+    shape = [16, 8] if model == "mlp" else [16, 2, 8, 8]
+    xa, ya = rs.randn(*shape).astype(np.float32), rs.randint(0, 3, size=[16, 1]).astype(np.int64)
     losses = []
-    for _ in range(steps):
-        x = pe.to_tensor(rs.randn(*shape).astype(np.float32))
-        y = pe.to_tensor(rs.randint(0, 3, size=[16, 1]).astype(np.int64))
+    for _ in range(steps):   # one batch again and again: the loss must fall
+        x, y = pe.to_tensor(xa), pe.to_tensor(ya)
         loss = nn.functional.cross_entropy(net(x), y)
         loss.backward()
         opt.step()
