@@ -24,6 +24,10 @@
  *      ...). adamw's decoupled decay (with_decay) and lamb's weight_decay
  *      are off for the params in o->no_decay (Paddle's apply_decay_param_fun
  *      / exclude_from_weight_decay_fn, evaluated in Python).
+ * A parameter that is the table of a lookup_table(_v2) op with is_sparse
+ * (Paddle's SelectedRows gradient) is updated with its dense gradient, zero
+ * in the rows no id looked up: Paddle's update of a sparse table for every
+ * optimizer here, except the cases check_sparse_table refuses.
  * Every added op has op_role = optimize; the per-parameter ones (2-4) also
  * carry op_role_var = [param, grad] (grad = the name append_backward gave),
  * which the multi-device pass uses to run a parameter's optimizer only on
@@ -235,6 +239,72 @@ static void param_settings(const mctx *m, const pe_param_config *cfg, int n_cfg,
         }
 }
 
+/* The lookup_table / lookup_table_v2 op (any block) whose table W is
+ * `param` and that asks for a sparse (is_sparse) or distributed
+ * (is_distributed) gradient, or NULL. */
+static const pe_op *sparse_lookup(const pe_program *p, const char *param, bool *distributed) {
+    const pe_op *found = NULL;
+    *distributed = false;
+    for (int b = 0; b < p->n_blocks; b++)
+        for (int k = 0; k < p->blocks[b].n_ops; k++) {
+            const pe_op *op = &p->blocks[b].ops[k];
+            if (strcmp(op->type, "lookup_table") && strcmp(op->type, "lookup_table_v2")) continue;
+            const char *w = pe_op_input1(op, "W");
+            if (!w || strcmp(w, param)) continue;
+            const pe_attr *sp = pe_op_attr(op, "is_sparse"), *di = pe_op_attr(op, "is_distributed");
+            if (di && di->i) {
+                *distributed = true;
+                return op;
+            }
+            if (sp && sp->i && !found) found = op;
+        }
+    return found;
+}
+
+/* A sparse table (is_sparse: Paddle's SelectedRows gradient, the looked-up
+ * rows only) is trained here with the dense gradient of the whole table,
+ * zero in the rows no id looked up. That is Paddle's update when the param
+ * has a regularizer (L2Decay / L1Decay: Paddle sums the SelectedRows
+ * gradient with the decay of the whole table into a dense gradient), and
+ * without one for sgd and adagrad (their sparse kernels change only the
+ * looked-up rows; a zero gradient leaves a row unchanged), momentum, adam
+ * (lazy_mode off: Python refuses lazy_mode), rmsprop, adamw and lamb (their
+ * sparse kernels update every row, absent rows with a zero gradient).
+ * Refused where the dense update is not Paddle's: is_distributed tables
+ * (parameter-server tables), adamax without a regularizer (Paddle's adamax
+ * has no sparse kernel; the dense one moves rows no id looked up), adagrad
+ * with epsilon = 0 and initial_accumulator_value = 0 without a regularizer
+ * (never looked-up rows become 0 / 0 = NaN; Paddle's sparse kernel leaves
+ * them), and clipping by value to a range without 0 (Paddle clips the
+ * looked-up rows only; the dense zeros would be clipped to it). */
+static pe_status check_sparse_table(const mctx *m, const char *param, double l2, double l1) {
+    bool distributed;
+    const pe_op *op = sparse_lookup(m->main, param, &distributed);
+    if (!op) return PE_OK;
+    const pe_optimizer *o = m->o;
+    if (distributed)
+        return pe_error(PE_ERR_UNSUPPORTED, "minimize: parameter '%s' is the table of a %s op with is_distributed=true "
+                        "(Paddle's table split over parameter servers); PE has no distributed tables: use "
+                        "is_distributed=False", param, op->type);
+    if (o->clip_by_value && (o->clip_min > 0 || o->clip_max < 0))
+        return pe_error(PE_ERR_UNSUPPORTED, "minimize: parameter '%s' is a sparse table (%s is_sparse=true) and the "
+                        "gradients are clipped by value to [%g, %g]: Paddle clips the looked-up rows only, PE's dense "
+                        "gradient would clip the zero rows too; use a range holding 0 or is_sparse=False", param,
+                        op->type, o->clip_min, o->clip_max);
+    if (l2 > 0 || l1 > 0) return PE_OK; /* Paddle's gradient is dense too */
+    if (o->kind == PE_OPT_ADAMAX)
+        return pe_error(PE_ERR_UNSUPPORTED, "minimize: parameter '%s' is a sparse table (%s is_sparse=true) updated by "
+                        "adamax without a regularizer: Paddle's adamax has no sparse gradient kernel, and the dense "
+                        "update moves rows no id looked up; use is_sparse=False, or a regularizer (L2Decay / L1Decay, "
+                        "which makes Paddle's gradient dense)", param, op->type);
+    if (o->kind == PE_OPT_ADAGRAD && o->epsilon == 0 && o->initial_accumulator_value == 0)
+        return pe_error(PE_ERR_UNSUPPORTED, "minimize: parameter '%s' is a sparse table (%s is_sparse=true) updated by "
+                        "adagrad with epsilon = 0 and initial_accumulator_value = 0 and no regularizer: Paddle's "
+                        "sparse update leaves the rows no id looked up, the dense one makes them 0 / 0 = NaN; use "
+                        "epsilon > 0", param, op->type);
+    return PE_OK;
+}
+
 /* The optimizer op of one parameter, with its accumulators. */
 static pe_status add_update(const mctx *m, const pe_var *pv, const char *grad, const char *final_grad, const char *lr) {
     const pe_optimizer *o = m->o;
@@ -382,6 +452,7 @@ static pe_status build(const mctx *m, const pe_param_grad *pg, int n, const pe_p
         const pe_var *pv = pe_block_find_var(mblk(m), param);
         double lr_mult, l2, l1;
         param_settings(m, cfg, n_cfg, param, &lr_mult, &l2, &l1);
+        PE_CHECK(check_sparse_table(m, param, l2, l1));
         char final_grad[NAME_MAX_LEN], plr[NAME_MAX_LEN], base[NAME_MAX_LEN + 32];
         snprintf(final_grad, sizeof final_grad, "%s", grad);
         snprintf(plr, sizeof plr, "%s", lr);

@@ -33,6 +33,16 @@
  * under the `reduce` strategy, where non-owner places hold partial
  * gradients, clipping by global norm is not supported: a ParallelExecutor
  * over several places refuses it with an error).
+ * The table of a lookup_table(_v2) op with is_sparse=true (Paddle's sparse,
+ * SelectedRows, gradient) gets the dense gradient of the whole table: the
+ * same update as Paddle's (with a regularizer Paddle's gradient is dense
+ * too; without one the rows no id looked up get a zero gradient, which
+ * leaves them as Paddle's sparse kernels do, or updates them as Paddle's
+ * momentum / adam / rmsprop / adamw / lamb sparse kernels do). Refused
+ * (PE_ERR_UNSUPPORTED, naming the parameter) where it would differ:
+ * is_distributed tables, adamax without a regularizer (no sparse kernel in
+ * Paddle), adagrad with epsilon = 0 and initial_accumulator_value = 0
+ * without a regularizer, clipping by value to a range without 0.
  * minimize is atomic: on error main and startup are unchanged. It fails
  * when no parameter gets a gradient.
  */

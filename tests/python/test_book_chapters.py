@@ -34,22 +34,24 @@ its own interpreter in a temporary folder, with these changes only:
     image_classification and word2vec); ResNet-32 trains on 128 CIFAR-shaped
     images, and VGG-16 on 16 images of 2 classes (with its dropouts it
     starts slowly on 10 classes, as its torch twin does);
-  - word2vec: is_sparse=False (PE has no sparse, SelectedRows, gradients:
-    fluid.embedding refuses is_sparse=True) and infer() feeds numpy ids, not
-    fluid.create_lod_tensor LoD tensors, nor return_numpy=False (LoD is
-    separate work); `import six` dropped (six.iteritems -> dict.items);
   - vgg.py: the dead fluid 1.0 trainer / inferencer imports are dropped;
-  - recommender_system: IS_SPARSE = False (as word2vec); the test loop runs
-    every 10 batches and the inference model is saved after each epoch
-    (the book tests after every batch and saves and stops once the test
-    cost is below a threshold), and infer() takes movie 783's category and
-    title ids from paddle.dataset.movielens.movie_info() (the book's
-    literal ids index ML-1M's dictionaries);
-  - understand_sentiment: is_sparse=False in its embedding (as word2vec);
-    the words var is the fluid 1.x book's fluid.layers.data(shape=[1],
-    lod_level=1) (fluid.layers.embedding takes ids [..., 1]); the
-    shuffled reader (no --enable_ce: unshuffled, the reader gives every
-    positive review before the negative ones).
+  - recommender_system: the test loop runs every 10 batches and the
+    inference model is saved after each epoch (the book tests after every
+    batch and saves and stops once the test cost is below a threshold),
+    and infer() takes movie 783's category and title ids from
+    paddle.dataset.movielens.movie_info() (the book's literal ids index
+    ML-1M's dictionaries);
+  - understand_sentiment: the words var is the fluid 1.x book's
+    fluid.layers.data(shape=[1], lod_level=1) (fluid.layers.embedding
+    takes ids [..., 1]); the shuffled reader (no --enable_ce: unshuffled,
+    the reader gives every positive review before the negative ones).
+
+The embeddings keep the book's is_sparse=True (word2vec, IS_SPARSE = True
+in recommender_system, understand_sentiment): PE trains those tables with
+a dense gradient, Paddle's update (test_sparse_embedding.py); word2vec's
+infer() is the book's: four one-word fluid.create_lod_tensor LoD tensors,
+exe.run(..., return_numpy=False), numpy.array / numpy.argmax of the
+LoDTensor result and its recursive_sequence_lengths().
 
 After the chapter's main(), a check block (same interpreter) asserts that the
 loss fell (from the costs the chapter printed) and that the saved inference
@@ -1009,6 +1011,7 @@ def test_image_classification(tmp_path, net):
 # ---- 04.word2vec ------------------------------------------------------------------
 
 WORD2VEC = IMPORTS + '''
+import six
 import numpy
 import sys
 import math
@@ -1193,17 +1196,23 @@ def infer(use_cuda, params_dirname=None):
         [inferencer, feed_target_names,
          fetch_targets] = fluid.io.load_inference_model(params_dirname, exe)
 
-        # Each word is an index to look up for the corresponding word vector: a
-        # [1, 1] int64 array (the book feeds LoD tensors of one one-word sequence).
+        # Setup inputs by creating 4 LoDTensors representing 4 words. Here each word
+        # is simply an index to look up for the corresponding word vector and hence
+        # the shape of word (base_shape) should be [1]. The recursive_sequence_lengths,
+        # which is length-based level of detail (lod) of each LoDTensor, should be [[1]]
+        # meaning there is only one level of detail and there is only one sequence of
+        # one word on this level.
+        # Note that recursive_sequence_lengths should be a list of lists.
         data1 = numpy.asarray([[211]], dtype=numpy.int64)  # 'among'
         data2 = numpy.asarray([[6]], dtype=numpy.int64)  # 'a'
         data3 = numpy.asarray([[96]], dtype=numpy.int64)  # 'group'
         data4 = numpy.asarray([[4]], dtype=numpy.int64)  # 'of'
+        lod = numpy.asarray([[1]], dtype=numpy.int64)
 
-        first_word = data1
-        second_word = data2
-        third_word = data3
-        fourth_word = data4
+        first_word = fluid.create_lod_tensor(data1, lod, place)
+        second_word = fluid.create_lod_tensor(data2, lod, place)
+        third_word = fluid.create_lod_tensor(data3, lod, place)
+        fourth_word = fluid.create_lod_tensor(data4, lod, place)
 
         assert feed_target_names[0] == 'firstw'
         assert feed_target_names[1] == 'secondw'
@@ -1220,16 +1229,18 @@ def infer(use_cuda, params_dirname=None):
                 feed_target_names[2]: third_word,
                 feed_target_names[3]: fourth_word
             },
-            fetch_list=fetch_targets)
+            fetch_list=fetch_targets,
+            return_numpy=False)
 
         print(numpy.array(results[0]))
         most_possible_word_index = numpy.argmax(results[0])
         print(most_possible_word_index)
         print([
-            key for key, value in word_dict.items()
+            key for key, value in six.iteritems(word_dict)
             if value == most_possible_word_index
         ][0])
 
+        print(results[0].recursive_sequence_lengths())
         np_data = numpy.array(results[0])
         print("Inference Shape: ", np_data.shape)
 
@@ -1252,7 +1263,7 @@ if __name__ == '__main__':
     args = parse_args()
     PASS_NUM = args.num_epochs
     use_cuda = args.use_gpu  # set to True if training with GPU
-    main(use_cuda=use_cuda, is_sparse=False)
+    main(use_cuda=use_cuda, is_sparse=True)
 '''
 
 CHECK_WORD2VEC = CHECK_INFER + '''
@@ -1309,8 +1320,11 @@ def test_word2vec(tmp_path):
     # untrained; the first test is after one step; 5.8 is the chapter's stop
     assert cost[0] > 6.0 and cost[-1] < 5.8 and cost[-1] < cost[0] - 0.5, cost
     assert "Inference Shape:  (1, 1053)" in out
-    m = re.search(r"\n(\d+)\n(\S+)\nInference Shape", out)
+    m = re.search(r"\n(\d+)\n(\S+)\n(.*)\nInference Shape", out)
+    assert m, out
     assert m.group(1) == re.search(r"INFER ARGMAX (\d+)", out).group(1)
+    # the fetched LoDTensor keeps the feeds' LoD (lookup_table, concat, fc share it, as Paddle's ops do)
+    assert m.group(3) == "[[1]]", out
 
 
 # ---- 06.understand_sentiment (the convolution network) ------------------------------
@@ -1343,7 +1357,7 @@ def parse_args():
 
 def convolution_net(data, input_dim, class_dim, emb_dim, hid_dim):
     emb = fluid.layers.embedding(
-        input=data, size=[input_dim, emb_dim], is_sparse=False)
+        input=data, size=[input_dim, emb_dim], is_sparse=True)
     conv_3 = fluid.nets.sequence_conv_pool(
         input=emb,
         num_filters=hid_dim,
@@ -1621,7 +1635,7 @@ import sys
 import argparse
 import numpy as np
 
-IS_SPARSE = False
+IS_SPARSE = True
 BATCH_SIZE = 256
 
 
@@ -2010,7 +2024,8 @@ def test_recommender_system(tmp_path):
 
 
 def test_fluid_embedding_and_data():
-    """fluid.embedding: lookup_table_v2's shape, a shared table by name, is_sparse refused; fluid.data: exact shape."""
+    """fluid.embedding: lookup_table_v2's shape, a shared table by name, is_sparse marks the op (its training:
+    test_sparse_embedding.py), is_distributed refused; fluid.data: exact shape."""
     import pe
     import pe.fluid as fluid
     main, startup = fluid.Program(), fluid.Program()
@@ -2023,8 +2038,11 @@ def test_fluid_embedding_and_data():
         b = fluid.embedding(ids, size=[10, 3], param_attr=fluid.ParamAttr(name="tbl"))
         assert list(a.shape) == [-1, 1, 3] and list(b.shape) == [-1, 1, 3]
         assert [p.name for p in main.global_block().all_parameters()] == ["tbl"]
-        with pytest.raises(pe.UnsupportedError, match="is_sparse"):
-            fluid.embedding(ids, size=[10, 3], is_sparse=True)
+        fluid.embedding(ids, size=[10, 3], is_sparse=True, param_attr="tbl")
+        assert main.global_block().ops[-1].attr("is_sparse") is True
+        assert main.global_block().ops[0].attr("is_sparse") is False
+        with pytest.raises(pe.UnsupportedError, match=r"fluid.embedding\(is_distributed=True\)"):
+            fluid.embedding(ids, size=[10, 3], is_distributed=True)
         with pytest.raises(pe.InvalidArgumentError, match="size must be"):
             fluid.embedding(ids, size=10)
         with pytest.raises(TypeError, match="shape must be a list"):
@@ -2066,8 +2084,8 @@ def test_fluid_layers_embedding_is_lookup_table_v1():
         fluid.optimizer.SGD(learning_rate=1.0).minimize(loss)
         with pytest.raises(pe.InvalidArgumentError, match=r"fluid.layers.embedding: input .* is \[-1, 2\]; it takes"):
             fluid.layers.embedding(input=fluid.data(name="ids2", shape=[None, 2], dtype="int64"), size=[10, 3])
-        with pytest.raises(pe.UnsupportedError, match=r"fluid.layers.embedding\(is_sparse=True"):
-            fluid.layers.embedding(input=ids, size=[10, 3], is_sparse=True)
+        with pytest.raises(pe.UnsupportedError, match=r"fluid.layers.embedding\(is_distributed=True"):
+            fluid.layers.embedding(input=ids, size=[10, 3], is_sparse=True, is_distributed=True)
     exe = fluid.Executor(fluid.CPUPlace())
     scope = fluid.core.Scope()
     with fluid.scope_guard(scope):

@@ -45,6 +45,11 @@ def test_create_lod_tensor_lengths_and_offsets():
     assert w.lod() == [[0, 3, 5]]
     r = fluid.create_random_int_lodtensor([[2, 1]], [4], fluid.CPUPlace(), low=0, high=9)
     assert np.array(r).shape == (3, 4) and r.recursive_sequence_lengths() == [[2, 1]]
+    # the lengths as a 2-D integer numpy array (Paddle's pybind takes it; the word2vec book passes one)
+    n = fluid.create_lod_tensor(np.asarray([[211]], "int64"), np.asarray([[1]], "int64"), fluid.CPUPlace())
+    assert n.recursive_sequence_lengths() == [[1]] and np.array(n).tolist() == [[211]]
+    with pytest.raises(pe.InvalidArgumentError, match=r"as a numpy array must be 2-D of integers .* float64 \[2\]"):
+        fluid.create_lod_tensor(data, np.array([2.0, 3.0]), fluid.CPUPlace())
 
 
 def test_lod_errors():

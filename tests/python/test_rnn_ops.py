@@ -11,8 +11,8 @@ theirs (lstm without peepholes: a permutation of the gates; gru with origin_mode
 input, weight, bias, H0 and C0 against torch autograd of the same loop (float64), with a loss
 over Hidden and Cell. The ParallelExecutor with a LoD feed through dynamic_lstm on 2 and 3
 places equals 1 place (outputs and trained parameters). The book chapter understand_sentiment's
-stacked_lstm_net (embedding, fc, 3 dynamic_lstm layers alternating is_reverse, max pools, fc
-softmax, Adagrad) trains on a synthetic IMDB-like LoD set with the loss falling, and
+stacked_lstm_net (the book's code: embedding with is_sparse=True, fc, 3 dynamic_lstm layers
+alternating is_reverse, max pools, fc softmax, Adagrad) trains on a synthetic IMDB-like LoD set with the loss falling, and
 save_inference_model / load_inference_model give the same predictions.
 """
 import numpy as np
@@ -346,7 +346,7 @@ DICT, CLASSES, EMB, HID, STACKED = 60, 2, 16, 32, 3
 
 def stacked_lstm_net(data, input_dim, class_dim, emb_dim, hid_dim, stacked_num):
     assert stacked_num % 2 == 1
-    emb = fluid.layers.embedding(input=data, size=[input_dim, emb_dim], is_sparse=False)  # the book: True (PE: dense)
+    emb = fluid.layers.embedding(input=data, size=[input_dim, emb_dim], is_sparse=True)
     fc1 = fluid.layers.fc(input=emb, size=hid_dim)
     lstm1, cell1 = fluid.layers.dynamic_lstm(input=fc1, size=hid_dim)
     inputs = [fc1, lstm1]

@@ -1087,6 +1087,85 @@ static void test_minimize_sgd_errors_leave_programs_unchanged(void **state) {
     pe_program_free(startup);
 }
 
+/* ids [B, 1] int64 -> lookup_table_v2(T [6, 2], is_sparse = sparse, is_distributed = dist) -> mean = loss. */
+static pe_program *make_lookup_model(bool sparse, bool dist) {
+    pe_program *p = pe_program_new();
+    pe_block *b = &p->blocks[0];
+    pe_var *v = pe_block_add_var(b, "ids", PE_DTYPE_INT64, 2, (int64_t[]){-1, 1});
+    v->stop_gradient = true;
+    v = pe_block_add_var(b, "T", PE_DTYPE_FP32, 2, (int64_t[]){6, 2});
+    v->persistable = v->is_parameter = true;
+    pe_block_add_var(b, "e", PE_DTYPE_FP32, 3, (int64_t[]){-1, 1, 2});
+    pe_block_add_var(b, "loss", PE_DTYPE_FP32, 1, (int64_t[]){1});
+    pe_op *op = pe_block_add_op(b, "lookup_table_v2");
+    pe_op_add_input(op, "W", "T");
+    pe_op_add_input(op, "Ids", "ids");
+    pe_op_add_output(op, "Out", "e");
+    pe_op_set_bool(op, "is_sparse", sparse);
+    pe_op_set_bool(op, "is_distributed", dist);
+    op = pe_block_add_op(b, "mean");
+    pe_op_add_input(op, "X", "e");
+    pe_op_add_output(op, "Out", "loss");
+    return p;
+}
+
+/* A sparse table (is_sparse) trains with its dense gradient; minimize refuses, naming it, the settings where
+ * that is not Paddle's update, and leaves the programs unchanged. */
+static void test_minimize_sparse_table(void **state) {
+    (void)state;
+    struct { pe_optimizer_kind kind; bool sparse, dist; double wd, l1, eps, init, cmin, cmax; const char *want; } cases[] = {
+        {PE_OPT_ADAMAX, true, false, 0, 0, 1e-8, 0, 0, 0, "parameter 'T' is a sparse table (lookup_table_v2 "
+                                                         "is_sparse=true) updated by adamax without a regularizer"},
+        {PE_OPT_ADAMAX, true, false, 1e-3, 0, 1e-8, 0, 0, 0, NULL},
+        {PE_OPT_ADAMAX, true, false, 0, 1e-3, 1e-8, 0, 0, 0, NULL},
+        {PE_OPT_ADAMAX, false, false, 0, 0, 1e-8, 0, 0, 0, NULL},
+        {PE_OPT_ADAGRAD, true, false, 0, 0, 0, 0, 0, 0, "updated by adagrad with epsilon = 0"},
+        {PE_OPT_ADAGRAD, true, false, 0, 0, 0, 0.1, 0, 0, NULL},
+        {PE_OPT_ADAGRAD, true, false, 0, 0, 1e-6, 0, 0, 0, NULL},
+        {PE_OPT_SGD, true, false, 0, 0, 0, 0, 0.1, 1, "clipped by value to [0.1, 1]"},
+        {PE_OPT_SGD, true, false, 1e-3, 0, 0, 0, -2, -1, "clipped by value to [-2, -1]"},
+        {PE_OPT_SGD, true, false, 0, 0, 0, 0, -1, 1, NULL},
+        {PE_OPT_SGD, false, false, 0, 0, 0, 0, 0.1, 1, NULL},
+        {PE_OPT_SGD, false, true, 0, 0, 0, 0, 0, 0, "parameter 'T' is the table of a lookup_table_v2 op with "
+                                                    "is_distributed=true"},
+        {PE_OPT_MOMENTUM, true, false, 0, 0, 0, 0, 0, 0, NULL},
+        {PE_OPT_ADAM, true, false, 0, 0, 1e-8, 0, 0, 0, NULL},
+        {PE_OPT_RMSPROP, true, false, 0, 0, 1e-6, 0, 0, 0, NULL},
+        {PE_OPT_ADAMW, true, false, 0, 0, 1e-8, 0, 0, 0, NULL},
+        {PE_OPT_LAMB, true, false, 0, 0, 1e-6, 0, 0, 0, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pe_program *main = make_lookup_model(cases[i].sparse, cases[i].dist), *startup = pe_program_new();
+        pe_optimizer o;
+        pe_optimizer_default(&o, cases[i].kind, 0.1);
+        o.weight_decay = cases[i].wd;
+        o.l1_decay = cases[i].l1;
+        o.epsilon = cases[i].eps;
+        o.initial_accumulator_value = cases[i].init;
+        if (cases[i].cmin != 0 || cases[i].cmax != 0) {
+            o.clip_by_value = true;
+            o.clip_min = cases[i].cmin;
+            o.clip_max = cases[i].cmax;
+        }
+        char *before, *after;
+        assert_int_equal(pe_program_to_json(main, &before), PE_OK);
+        pe_status st = pe_optimizer_minimize(&o, main, startup, "loss", NULL, 0, NULL, 0, NULL, 0, NULL, NULL);
+        if (!cases[i].want) {
+            if (st != PE_OK) fail_msg("case %zu: %s", i, pe_last_error());
+        } else {
+            assert_int_equal(st, PE_ERR_UNSUPPORTED);
+            if (!strstr(pe_last_error(), cases[i].want))
+                fail_msg("case %zu: message lacks '%s': %s", i, cases[i].want, pe_last_error());
+            assert_int_equal(pe_program_to_json(main, &after), PE_OK);
+            assert_string_equal(before, after);
+            free(after);
+        }
+        free(before);
+        pe_program_free(main);
+        pe_program_free(startup);
+    }
+}
+
 /* ---- initializers ---------------------------------------------------------------- */
 
 /* Runs the startup program and returns a copy of var `name`. */
@@ -1326,6 +1405,7 @@ int main(void) {
         cmocka_unit_test(test_minimize_adam_clip),
         cmocka_unit_test(test_minimize_l1_and_per_gradient_clip),
         cmocka_unit_test(test_minimize_sgd_errors_leave_programs_unchanged),
+        cmocka_unit_test(test_minimize_sparse_table),
         cmocka_unit_test(test_xavier_kaiming),
         cmocka_unit_test(test_basic_initializers),
         cmocka_unit_test(test_initializer_seeds),

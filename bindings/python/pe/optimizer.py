@@ -199,7 +199,9 @@ class Adam(Optimizer):
                  name=None):
         super().__init__(learning_rate, parameters, weight_decay, grad_clip, name)
         if lazy_mode:
-            raise _core.UnsupportedError("Adam: lazy_mode (sparse updates) is not supported")
+            raise _core.UnsupportedError("%s: lazy_mode=True (Paddle updates only the rows of a sparse table that "
+                                         "the batch looked up) is not supported: PE trains sparse tables with a "
+                                         "dense gradient, lazy_mode=False's update" % type(self).__name__)
         if isinstance(beta1, Variable) or isinstance(beta2, Variable):
             raise _core.UnsupportedError("Adam: beta1/beta2 must be floats")
         self._beta1, self._beta2, self._epsilon = float(beta1), float(beta2), float(epsilon)

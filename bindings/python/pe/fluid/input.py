@@ -6,10 +6,11 @@ added, unlike fluid.layers.data). fluid.embedding(input, size, ...) is the
 lookup_table_v2 layer: rows of a [size[0], size[1]] parameter picked by the
 int64 ids, output shape input.shape + [size[1]] (so ids [N, 1] give
 [N, 1, D]; 1.x's fluid.layers.embedding is the older lookup_table op:
-ids [..., 1] -> [..., D], see layers.py). A sparse
-(SelectedRows) gradient, is_sparse=True, is refused: PE's gradients are
-dense tensors, and a dense gradient is not the same update for a sparse
-table under regularization or Adagrad / Adam moments. fluid.one_hot(input,
+ids [..., 1] -> [..., D], see layers.py). is_sparse=True (Paddle's
+SelectedRows gradient) trains the table with the dense gradient of the
+whole table, which gives Paddle's update (the optimizer pass refuses the
+few optimizer settings where it would not; docs/guide.md "Porting fluid
+code"); is_distributed=True is refused. fluid.one_hot(input,
 depth) is 1.8's one_hot_v2 layer: int ids of any shape -> float32
 input.shape + [depth] (fluid.layers.one_hot, 1.x's one_hot op, replaces
 a last dim of 1).

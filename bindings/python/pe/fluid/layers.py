@@ -84,13 +84,16 @@ instance_norm = _snn.instance_norm
 def _embedding(op_type, fn, input, size, is_sparse, is_distributed, padding_idx, param_attr, dtype):
     """An embedding layer of Paddle 1.x: lookup_table (ids [..., 1] -> [..., D])
     or lookup_table_v2 (ids of any shape -> ids.shape + [D]); padding_idx < 0
-    counts from the end of the table, as 1.x."""
+    counts from the end of the table, as 1.x. is_sparse=True marks the op
+    (its is_sparse attr): the optimizer then trains the table with the dense
+    gradient of the whole table, Paddle's update of a sparse table (see
+    passes/optimizer.c check_sparse_table for the optimizers it refuses)."""
     check_variable(input, "input", fn)
     if not isinstance(size, (list, tuple)) or len(size) != 2:
         raise _core.InvalidArgumentError("%s: size must be [vocabulary size, embedding dim], got %r" % (fn, size))
-    if is_sparse or is_distributed:
-        raise _core.UnsupportedError("%s(is_sparse=True / is_distributed=True): PE has no sparse (SelectedRows) "
-                                     "gradients; use is_sparse=False (a dense gradient of the whole table)" % fn)
+    if is_distributed:
+        raise _core.UnsupportedError("%s(is_distributed=True): a table split over parameter servers (Paddle's "
+                                     "distributed lookup table) is not supported; use is_distributed=False" % fn)
     if op_type == "lookup_table" and (not input.shape or input.shape[-1] != 1):
         raise _core.InvalidArgumentError("%s: input %s is %s; it takes ids [..., 1] (fluid.embedding takes any "
                                          "shape)" % (fn, input.name, list(input.shape)))
@@ -100,7 +103,8 @@ def _embedding(op_type, fn, input, size, is_sparse, is_distributed, padding_idx,
     w = helper.create_parameter(param_attr, size, convert_dtype(dtype), default_initializer=XavierUniform())
     ids_dims = list(input.shape[:-1]) if op_type == "lookup_table" else list(input.shape)
     out = helper.create_variable_for_type_inference(w.dtype, shape=ids_dims + [size[1]])
-    helper.append_op(op_type, {"Ids": [input], "W": [w]}, {"Out": [out]}, {"padding_idx": pad})
+    helper.append_op(op_type, {"Ids": [input], "W": [w]}, {"Out": [out]},
+                     {"padding_idx": pad, "is_sparse": bool(is_sparse)})
     return out
 
 

@@ -20,6 +20,15 @@ LoDTensor = _core.Tensor
 
 
 def _check_lengths(recursive_seq_lens, api):
+    """The lengths as lists of ints: lists / tuples of them, or (as Paddle's
+    pybind conversion takes, and the word2vec book passes) a 2-D integer numpy
+    array, one row per level."""
+    if isinstance(recursive_seq_lens, np.ndarray):
+        if recursive_seq_lens.ndim != 2 or recursive_seq_lens.dtype.kind not in "iu":
+            raise _core.InvalidArgumentError("%s: recursive_seq_lens as a numpy array must be 2-D of integers (one "
+                                             "row per level), got %s %s" % (api, recursive_seq_lens.dtype,
+                                                                            list(recursive_seq_lens.shape)))
+        recursive_seq_lens = recursive_seq_lens.tolist()
     if not isinstance(recursive_seq_lens, (list, tuple)) or not all(
             isinstance(lv, (list, tuple)) for lv in recursive_seq_lens):
         raise _core.InvalidArgumentError("%s: recursive_seq_lens must be a list of lists of sequence lengths, got %r"

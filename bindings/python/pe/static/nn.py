@@ -181,9 +181,18 @@ def batch_norm(input, act=None, is_test=False, momentum=0.9, epsilon=1e-05, para
 
 def embedding(input, size, is_sparse=False, is_distributed=False, padding_idx=None, param_attr=None,
               dtype="float32"):
+    """lookup_table_v2; is_sparse=True: the table is trained with the dense
+    gradient of the whole table, Paddle's update of a sparse table (see
+    fluid.embedding)."""
     check_variable(input, "input", "embedding")
-    if is_sparse or is_distributed:
-        raise _core.UnsupportedError("embedding: sparse / distributed tables are not supported")
+    if is_distributed:
+        raise _core.UnsupportedError("embedding(is_distributed=True): a table split over parameter servers (Paddle's "
+                                     "distributed lookup table) is not supported; use is_distributed=False")
     helper = LayerHelper("embedding")
     w = helper.create_parameter(param_attr, [int(s) for s in size], dtype, default_initializer=XavierUniform())
-    return F.embedding(input, w, padding_idx=padding_idx, name=helper.name)
+    out = F.embedding(input, w, padding_idx=padding_idx, name=helper.name)
+    if is_sparse:
+        op = helper.block.ops[-1]
+        assert op.type in ("lookup_table", "lookup_table_v2") and op.input("W") == [w.name], op.type
+        op._set_attr("is_sparse", True)
+    return out
