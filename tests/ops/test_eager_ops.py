@@ -22,6 +22,14 @@ the same feeds:
                        (R_k the row's fixed random upstream gradients; the
                        same ops in both runs) and each differentiated
                        input's gradient, bit for bit;
+  test_forward_eager_in_place
+                       every forward row of an op with in-place pairs
+                       (ops.def "In>Out"), each such output written into
+                       its input's tensor, as the eager optimizer steps do;
+  test_grad_eager_one_input
+                       every gradient row with several differentiated
+                       inputs, once per input with only that one
+                       differentiated (the grad makers' partial paths);
   test_random_eager,   uniform / gaussian / truncated_gaussian_random with a
   test_dropout_train_eager
                        seed attr, training dropout with fix_seed (Out, Mask
@@ -248,6 +256,99 @@ def test_forward_eager(case, tmp_path):
 def test_grad_eager(case, tmp_path):
     p, feeds, lods, fetch, _, _, _ = gr.build_grad_case(case)
     _compare(case, p, feeds, lods, fetch, tmp_path, backward="loss")
+
+
+def inplace_pairs():
+    """{op type: [(in slot, out slot)]}: ops/ops.def's in-place pairs ("In>Out")."""
+    text = re.sub(r"/\*.*?\*/", "", open(os.path.join(HERE, "..", "..", "ops", "ops.def")).read(), flags=re.S)
+    pairs = {}
+    for m in re.finditer(r"^\s*PE_OP\(\s*(\w+)\s*,(.*)$", text, flags=re.M):
+        quoted = re.findall(r'"([^"]*)"', re.sub(r"PE_GRAD_WIRE\([^)]*\)", "", m.group(2)))
+        if len(quoted) > 3:
+            pairs[m.group(1)] = [tuple(t.split(">")) for t in quoted[3].split() if ">" in t]
+    return pairs
+
+
+_INPLACE = inplace_pairs()
+
+
+def _aliases(op, ins, outs, feeds, dims):
+    """[(input var, output var)]: the in-place pairs of op whose input var has
+    the output's dims and dtype (dims: {output var: (dims, dtype)})."""
+    got = []
+    for i, o in _INPLACE.get(op, []):
+        for src, dst in zip(ins.get(i, []), outs.get(o, [])):
+            if dst in dims and (list(feeds[src].shape), feeds[src].dtype) == dims[dst]:
+                got.append((src, dst))
+    return got
+
+
+def _in_place_rows():
+    rows = []
+    for c in fw.CASES:
+        if not _INPLACE.get(c.op) or c.xfail or c.op in NOT_EAGER:
+            continue
+        p, feeds, _, _, outputs = fw.build_case(c)
+        op = p.ops[0]
+        if _aliases(c.op, {s["name"]: s["args"] for s in op["inputs"]}, {s["name"]: s["args"] for s in op["outputs"]},
+                    feeds, {nm: (list(w.shape), np.dtype(dt)) for _, nm, w, dt in outputs}):
+            rows.append(pytest.param(c, id=c.id))
+    return rows
+
+
+@pytest.mark.parametrize("case", _in_place_rows())
+def test_forward_eager_in_place(case, tmp_path):
+    """The row eagerly with each output of an in-place pair (ops.def "In>Out",
+    as the optimizer steps run: ParamOut = Param) written into a copy of its
+    input where dims and dtype agree: every output is still the static
+    engine's (out of place) bits."""
+    p, feeds, lods, fetch, _ = fw.build_case(case)
+    static = run_static(p, feeds, lods, fetch, tmp_path)
+    op = p.ops[0]
+    ins = {s["name"]: s["args"] for s in op["inputs"]}
+    env = {}
+    for name, a in feeds.items():
+        t = pe.to_tensor(a)
+        if name in lods:
+            t._t.set_lod([list(lv) for lv in lods[name]])
+        env[name] = t
+    aliased = _aliases(case.op, ins, {s["name"]: s["args"] for s in op["outputs"]}, feeds,
+                       {nm: (list(a.shape), a.dtype) for nm, a in static.items()})
+    assert aliased, "%s: the static outputs' dims differ from the reference's: no in-place pair applies" % case.id
+    into = {dst: src for src, dst in aliased}
+    outs = {s["name"]: [env[into[nm]]._t if nm in into else True for nm in s["args"]] for s in op["outputs"]}
+    with pe.no_grad():
+        res = pe.eager.run_op(op["type"], {k: [env[a] for a in v] for k, v in ins.items()}, outs, _attrs(op))
+    for s in op["outputs"]:
+        for nm, t in zip(s["args"], res[s["name"]]):
+            same_bits(case.id + " (in place)", nm, static[nm], t.numpy())
+    for src, dst in aliased:  # the output is the input's tensor, and holds the result
+        same_bits(case.id + " (in place)", "%s (written into %s)" % (dst, src), static[dst], env[src].numpy())
+
+
+def _partial(cases):
+    """(row, leaf) for every gradient row with several differentiated inputs:
+    the row again with only that input differentiated."""
+    out = []
+    for c in cases:
+        if c.op in NOT_EAGER or c.xfail:
+            continue
+        leaves = [f[:-len("@GRAD")] for f in gr.build_grad_case(c)[3] if f.endswith("@GRAD")]
+        if len(leaves) > 1:
+            out += [pytest.param(c, leaf, id="%s-only_%s" % (c.id, leaf)) for leaf in leaves]
+    return out
+
+
+@pytest.mark.parametrize("case,leaf", _partial(gr.CASES))
+def test_grad_eager_one_input(case, leaf, tmp_path):
+    """Only one input differentiated (the others stop_gradient): the grad
+    maker's partial path, driven by the tape and by the autodiff pass, gives
+    the same bits."""
+    p, feeds, lods, fetch, _, _, _ = gr.build_grad_case(case)
+    for v in p.vars:
+        if v["name"] in feeds and v["name"] != leaf:
+            v["stop_gradient"] = True
+    _compare(case, p, feeds, lods, [leaf + "@GRAD", "loss"], tmp_path, backward="loss")
 
 
 # ---- random ops and training dropout: the same seed, the same bits -------------------------
