@@ -1947,11 +1947,11 @@ def _to_torch(a, upcast):
     return t
 
 
-def run_case(case, tmp_path, threads=(1,), env=None):
-    """Runs the row with `pe run` (once per thread count; `env` adds to the
-    environment, e.g. PE_TEST_PLACES), checks every output against the
-    reference, and returns the first run's outputs {var name: array}."""
-    os.makedirs(str(tmp_path), exist_ok=True)
+def build_case(case):
+    """The row's one-op program, its feeds {var name: array}, LoDs {feed
+    name: offsets per level}, fetch names and outputs (label, var name,
+    reference array, expected dtype). tests/ops/test_eager_ops.py runs the
+    same program eagerly."""
     rng = np.random.default_rng(zlib.crc32(case.id.encode()))
     arrays = {}
     for slot, spec in case.inputs.items():
@@ -1988,13 +1988,22 @@ def run_case(case, tmp_path, threads=(1,), env=None):
     for label, nm, w, dt in outputs:
         p.var(nm, dt, w.shape)
     p.op(case.op, ins, slots, case.attrs)
+    lods = {"%s_0" % slot.lower(): lv for slot, lv in case.lod.items()}
+    return p, feeds, lods, [o[1] for o in outputs], outputs
+
+
+def run_case(case, tmp_path, threads=(1,), env=None):
+    """Runs the row with `pe run` (once per thread count; `env` adds to the
+    environment, e.g. PE_TEST_PLACES), checks every output against the
+    reference, and returns the first run's outputs {var name: array}."""
+    os.makedirs(str(tmp_path), exist_ok=True)
+    p, feeds, lods, fetch, outputs = build_case(case)
     prog = str(tmp_path / "prog.json")
     p.save(prog)
-    fetch = [o[1] for o in outputs]
     results = []
     for nt in threads:
         got = run_pe(prog, feeds, fetch, workdir=str(tmp_path), env=dict(env or {}, OMP_NUM_THREADS=str(nt)),
-                     lods={"%s_0" % slot.lower(): lv for slot, lv in case.lod.items()})
+                     lods=lods)
         for label, nm, w, dt in outputs:
             _check(case, label, got[nm], w, dt)
         results.append(got)

@@ -217,11 +217,13 @@ def _check_grad(case, label, got, want):
                     % (case.id, label, bad.sum(), bad.size, rtol, atol, np.nanmax(err), list(i), g[i], w[i]))
 
 
-def run_grad_case(case, tmp_path, env=None):
-    """Runs the row's forward + backward with `pe run --backward` (`env` adds
-    to the environment, e.g. PE_TEST_PLACES), checks the loss and every
-    gradient against torch, and returns pe's fetches {name: array}."""
-    os.makedirs(str(tmp_path), exist_ok=True)
+def build_grad_case(case):
+    """The row's program (the op, then the loss), its feeds {var name:
+    array}, LoDs {feed name: offsets per level}, fetch names (IN@GRAD of
+    every differentiated input, then "loss"), and the torch side: the
+    differentiated leaves (name, slot, tensor, dtype), their reference
+    gradients and the reference loss. tests/ops/test_eager_ops.py runs the
+    same program eagerly."""
     rng = np.random.default_rng(zlib.crc32(("grad-" + case.id).encode()))
     arrays = {slot: [s.make(rng) for s in spec] if isinstance(spec, list) else spec.make(rng)
               for slot, spec in case.inputs.items()}
@@ -280,13 +282,21 @@ def run_grad_case(case, tmp_path, env=None):
     p.vars.append({"name": "loss", "dtype": ldt, "dims": [1], "persistable": False, "is_parameter": False,
                    "stop_gradient": False})
     p.op("sum", {"X": [s for _, _, _, s in loss_terms]}, {"Out": ["loss"]})
+    want = torch.autograd.grad(torch_loss, [x for _, _, x, _ in leaves], allow_unused=True)
+    fetch = ["%s@GRAD" % nm for nm, _, _, _ in leaves] + ["loss"]
+    lods = {"%s_0" % slot.lower(): lv for slot, lv in case.lod.items()}
+    return p, feeds, lods, fetch, leaves, want, torch_loss
+
+
+def run_grad_case(case, tmp_path, env=None):
+    """Runs the row's forward + backward with `pe run --backward` (`env` adds
+    to the environment, e.g. PE_TEST_PLACES), checks the loss and every
+    gradient against torch, and returns pe's fetches {name: array}."""
+    os.makedirs(str(tmp_path), exist_ok=True)
+    p, feeds, lods, fetch, leaves, want, torch_loss = build_grad_case(case)
     prog = str(tmp_path / "prog.json")
     p.save(prog)
-
-    want = torch.autograd.grad(torch_loss, [x for _, _, x, _ in leaves], allow_unused=True)
-    fetch = ["%s@GRAD" % nm for nm, _, _, _ in leaves]
-    got = _run_pe(prog, feeds, fetch + ["loss"], str(tmp_path), env=env,
-                  lods={"%s_0" % slot.lower(): lv for slot, lv in case.lod.items()})
+    got = _run_pe(prog, feeds, fetch, str(tmp_path), env=env, lods=lods)
     np.testing.assert_allclose(got["loss"].astype(np.float64).reshape(-1)[0], torch_loss.item(), rtol=1e-4, atol=1e-6,
                                err_msg="%s: the loss itself differs" % case.id)
     for (nm, slot, x, dt), w, f in zip(leaves, want, fetch):
