@@ -17,7 +17,9 @@
 #   train     tests/python/test_cuda_train.py (MLP and CNN, 20 steps, CUDA vs
 #             CPU, 1 and 2 GPUs) and the seed-003 examples with use_cuda = True
 #   eager     tests/python/test_eager_cuda.py: eager mode on cuda:0 against
-#             cpu (every op of the eager table with gradients, nn training)
+#             cpu (the eager op table with gradients, nn training), and
+#             tests/ops/test_eager_ops.py with every row eager vs static,
+#             both on cuda:0
 #   bench     benchmarks/bench_gpu.py: PE vs PyTorch on this GPU
 #   ops       with PE_GPU_OPS=1 also the op conformance suites (tests/ops) with
 #             every op on cuda:0 (the backend step already checks each CUDA
@@ -88,7 +90,8 @@ unit() {
 run unit unit
 run train $PY -m pytest -q -rs -p no:cacheprovider tests/python/test_cuda_train.py \
   tests/python/test_api_paddle_examples.py -k "${PE_GPU_TRAIN_K:-cuda}"
-run eager $PY -m pytest -q -rs -p no:cacheprovider tests/python/test_eager_cuda.py
+run eager env PE_TEST_PLACES=cuda:0 $PY -m pytest -q -rs -p no:cacheprovider "${xdist[@]}" \
+  tests/python/test_eager_cuda.py tests/ops/test_eager_ops.py
 run bench $PY benchmarks/bench_gpu.py --out "$logs/bench_gpu.md" ${PE_GPU_BENCH_ARGS:-}
 run backend $PY -m pytest -q -rs -p no:cacheprovider "${xdist[@]}" tests/ops/test_backend_ops.py \
   ${PE_GPU_BACKEND_K:+-k "$PE_GPU_BACKEND_K"}

@@ -10,7 +10,8 @@ the same feeds:
   static   the program loaded from its JSON (pe.static.load_program, as
            `pe run` loads it), for gradient rows pe.static.gradients of the
            loss for every fed float var that is not stop_gradient (the
-           autodiff pass `pe run --backward` runs), one Executor run on cpu:0;
+           autodiff pass `pe run --backward` runs), one Executor run on cpu:0
+           (PE_TEST_PLACES=cuda:0: on the GPU, and the eager run too);
   eager    pe.disable_static(); every feed a pe.to_tensor (its LoD set on
            the tensor's value), every op of the program through
            pe.eager.run_op, loss.backward(), each input's .grad.
@@ -50,6 +51,7 @@ eagerly too, with the static run's error (its class and message, var
 names aside).
 
     PE_BIN_DIR=build/bin PYTHONPATH=build/python /usr/bin/python3 -m pytest -q tests/ops/test_eager_ops.py
+    PE_TEST_PLACES=cuda:0 ... tests/ops/test_eager_ops.py     # eager vs static, both on the GPU
 """
 import os
 import re
@@ -81,12 +83,29 @@ NOT_EAGER = {
 }
 
 
+def _test_place():
+    """PE_TEST_PLACES (as the op suites read it): "cpu" (the default) or
+    "cuda:N" — both runs, static and eager, on that place."""
+    v = os.environ.get("PE_TEST_PLACES", "cpu").strip()
+    if v.startswith("cuda"):
+        return pe.CUDAPlace(int(v.partition(":")[2] or 0))
+    return pe.CPUPlace()
+
+
+PLACE = _test_place()
+
+
 @pytest.fixture(autouse=True)
 def _eager_mode():
-    """Eager mode for the test; PE's default (static) mode after it."""
-    pe.disable_static()
+    """Eager mode on PLACE for the test; PE's default (static) mode, on the
+    CPU, after it."""
+    if isinstance(PLACE, pe.CUDAPlace) and PLACE.get_device_id() >= pe.device.cuda.device_count():
+        pytest.skip("SKIPPED: PE_TEST_PLACES=cuda:%d needs that GPU (%d visible)" % (
+            PLACE.get_device_id(), pe.device.cuda.device_count()))
+    pe.disable_static(PLACE)
     yield
     pe.enable_static()
+    pe.set_device("cpu")
 
 
 # ---- running a pe_json Program eagerly --------------------------------------------------
@@ -184,7 +203,7 @@ def run_static(program, feeds, lods, fetch, tmp_path, backward=None):
     """The static engine on the same program, in this process: the program
     loaded from its JSON as `pe run` loads it, backward: pe.static.gradients
     of that loss for every fed float var that is not stop_gradient (what
-    `pe run --backward LOSS` differentiates), one Executor run on cpu:0 in
+    `pe run --backward LOSS` differentiates), one Executor run on PLACE in
     a fresh scope. Returns {fetch name: array}."""
     path = str(tmp_path / "prog.json")
     program.save(path)
@@ -199,9 +218,8 @@ def run_static(program, feeds, lods, fetch, tmp_path, backward=None):
             names = {"%s@GRAD" % v.name: g.name for v, g in zip(wrt, grads) if g is not None}
         else:
             names = {}
-        place = pe.CPUPlace()
-        feed = {n: _feed(a, lods.get(n), place._pe_place) for n, a in feeds.items()}
-        outs = pe.static.Executor(place).run(prog, feed=feed, fetch_list=[names.get(f, f) for f in fetch],
+        feed = {n: _feed(a, lods.get(n), PLACE._pe_place) for n, a in feeds.items()}
+        outs = pe.static.Executor(PLACE).run(prog, feed=feed, fetch_list=[names.get(f, f) for f in fetch],
                                              scope=pe.static.Scope())
     finally:
         pe.disable_static()
