@@ -302,9 +302,9 @@ def _breakdown(jm, opt, loss_fn, pb, n):
     runs = {"fwd": 0.0, "bwd": 0.0}
     orig = pe.jit._Runner.run
 
-    def run(self, feed, fetch):
+    def run(self, feed, fetch, take=False):
         c = time.process_time()
-        out = orig(self, feed, fetch)
+        out = orig(self, feed, fetch, take)
         runs["bwd" if any(k.endswith("@GRAD@IN") for k in feed) else "fwd"] += time.process_time() - c
         return out
 
