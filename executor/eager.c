@@ -19,6 +19,7 @@
  * ops stage's, driven here as passes/backward.c drives them.
  */
 #include "pe/eager.h"
+#include "pe/device.h"
 #include "ops/grad_ctx.h"
 #include "ops/op.h"
 
@@ -109,6 +110,30 @@ static pe_status check_aliases(const pe_op_info *info, const pe_eager_args *ins,
     return PE_OK;
 }
 
+/* Every input arg whose data the kernel reads lives on the op's place: a
+ * kernel on cuda:0 cannot read host memory nor cuda:1's, nor a CPU kernel
+ * device memory (the static executors place every var; eager callers move
+ * tensors). */
+static pe_status check_places(const pe_op_info *info, const pe_eager_args *ins, int n_ins, pe_place place) {
+    for (int j = 0; j < n_ins; j++) {
+        int slot = -1;
+        for (int i = 0; i < info->n_inputs; i++)
+            if (!strcmp(info->inputs[i].name, ins[j].slot)) slot = i;
+        if (slot < 0 || info->no_buffer[slot]) continue;
+        for (int k = 0; k < ins[j].n; k++) {
+            const pe_tensor *t = ins[j].t[k];
+            if (!t || !t->buf || (t->place.kind == place.kind && (place.kind == PE_PLACE_CPU || t->place.id == place.id)))
+                continue; /* host memory is one for every CPU place */
+            char tp[32], op[32];
+            return pe_error(PE_ERR_INVALID, "op %s: input %s:%d ('%s') is on %s, the op runs on %s: eager ops take "
+                            "their inputs on the place they run on (copy the tensor there first)", info->name,
+                            ins[j].slot, k, ins[j].names && ins[j].names[k] ? ins[j].names[k] : "?",
+                            pe_place_str(t->place, tp, sizeof tp), pe_place_str(place, op, sizeof op));
+        }
+    }
+    return PE_OK;
+}
+
 /* Every given attr is the op's own or a common one, with the registry's type. */
 static pe_status check_attrs(const pe_op_info *info, const pe_attr *attrs, int n) {
     for (int i = 0; i < n; i++) {
@@ -164,6 +189,15 @@ pe_status pe_eager_run(int op, const pe_eager_args *ins, int n_ins, const pe_eag
     for (int i = 0; i < n_ins; i++) total += ins[i].n;
     for (int i = 0; i < n_outs; i++) total += outs[i].n;
     PE_CHECK(check_aliases(info, ins, n_ins, outs, n_outs));
+#ifdef PE_WITH_CUDA
+    int gpus = pe_cuda_device_count();
+#else
+    int gpus = 0;
+#endif
+    if (place.kind == PE_PLACE_CUDA && (place.id < 0 || place.id >= gpus))
+        return pe_error(PE_ERR_UNSUPPORTED, "op %s: place cuda:%d: %d CUDA device(s) visible to this process%s",
+                        info->name, place.id, gpus, gpus ? "" : " (a build without CUDA, or no GPU)");
+    PE_CHECK(check_places(info, ins, n_ins, place));
 
     pe_op_ctx ctx;
     memset(&ctx, 0, sizeof ctx);

@@ -16,6 +16,8 @@
 #             (PE_GPU_BACKEND_K=EXPR passes -k EXPR: a subset of the rows)
 #   train     tests/python/test_cuda_train.py (MLP and CNN, 20 steps, CUDA vs
 #             CPU, 1 and 2 GPUs) and the seed-003 examples with use_cuda = True
+#   eager     tests/python/test_eager_cuda.py: eager mode on cuda:0 against
+#             cpu (every op of the eager table with gradients, nn training)
 #   bench     benchmarks/bench_gpu.py: PE vs PyTorch on this GPU
 #   ops       with PE_GPU_OPS=1 also the op conformance suites (tests/ops) with
 #             every op on cuda:0 (the backend step already checks each CUDA
@@ -64,7 +66,7 @@ $PY -c 'import xdist' 2>/dev/null && xdist=(-n "$(nproc)")
 declare -A result
 run() { # name command...
   local name=$1; shift
-  case " ${PE_GPU_STEPS:-unit train bench backend ops} " in *" $name "*) ;; *) return 0 ;; esac
+  case " ${PE_GPU_STEPS:-unit train eager bench backend ops} " in *" $name "*) ;; *) return 0 ;; esac
   step "$name"
   local t=()
   [ -n "${PE_GPU_STEP_TIMEOUT:-}" ] && [ "$(type -t "$1")" != function ] && t=(timeout -s INT -k 20 "$PE_GPU_STEP_TIMEOUT")
@@ -86,10 +88,11 @@ unit() {
 run unit unit
 run train $PY -m pytest -q -rs -p no:cacheprovider tests/python/test_cuda_train.py \
   tests/python/test_api_paddle_examples.py -k "${PE_GPU_TRAIN_K:-cuda}"
+run eager $PY -m pytest -q -rs -p no:cacheprovider tests/python/test_eager_cuda.py
 run bench $PY benchmarks/bench_gpu.py --out "$logs/bench_gpu.md" ${PE_GPU_BENCH_ARGS:-}
 run backend $PY -m pytest -q -rs -p no:cacheprovider "${xdist[@]}" tests/ops/test_backend_ops.py \
   ${PE_GPU_BACKEND_K:+-k "$PE_GPU_BACKEND_K"}
-steps=${PE_GPU_STEPS:-unit train bench backend}
+steps=${PE_GPU_STEPS:-unit train eager bench backend}
 if [ "${PE_GPU_OPS:-0}" = 1 ]; then
   run ops env PE_TEST_PLACES=cuda:0 $PY -m pytest -q -rs -p no:cacheprovider "${xdist[@]}" \
     tests/ops/test_forward_ops.py tests/ops/test_grad_ops.py

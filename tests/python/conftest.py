@@ -2,8 +2,9 @@
 
 Static graph mode is PE's default (docs/guide.md, "Eager mode"); a test
 that calls pe.disable_static() would otherwise leave the rest of the
-session's tests in eager mode, so their result would depend on the order
-pytest runs the files in.
+session's tests in eager mode (or eager tensors on a GPU, after
+pe.set_device), so their result would depend on the order pytest runs the
+files in.
 """
 import pytest
 
@@ -15,3 +16,5 @@ def _static_mode_after_each_test():
     pe = sys.modules.get("pe")
     if pe is not None and pe.in_dynamic_mode():
         pe.enable_static()
+    if pe is not None:
+        pe.framework._eager_place = None   # pe.set_device / disable_static(place) chose a place

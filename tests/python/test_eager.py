@@ -143,8 +143,7 @@ def test_modes():
     pe.enable_static()
     assert not pe.in_dynamic_mode()
     assert not isinstance(pe.zeros([2, 3]), pe.eager.Tensor)  # a static Variable again
-    with pytest.raises(pe.UnsupportedError, match="CPU places only"):
-        pe.disable_static(pe.CUDAPlace(0))
+    # eager tensors on a GPU: test_eager_cuda.py
 
 
 def test_creation_and_numpy_interop():

@@ -172,12 +172,39 @@ static void test_reads_input(void **state) {
     assert_false(pe_op_type_reads_input(-1, 0));
 }
 
+/* Inputs on another place than the op's are refused before any kernel
+ * runs, naming the op, the input and both places; a GPU place this process
+ * does not see is refused naming it. (The CUDA tensor is a CPU one
+ * labelled cuda:0 for the call: the check reads only the label.) */
+static void test_places_checked(void **state) {
+    (void)state;
+    pe_tensor *x = filled(PE_DTYPE_FP32, 2, 2, 1.0f), *y = filled(PE_DTYPE_FP32, 2, 2, 2.0f), *out = pe_tensor_new();
+    const char *xn = "x", *yn = "y";
+    pe_eager_args in[] = {{"X", 1, &x, &xn}, {"Y", 1, &y, &yn}};
+    pe_eager_args o[] = {{"Out", 1, &out, NULL}};
+    int add = pe_op_type_find("elementwise_add");
+    pe_place cpu = y->place;
+    y->place = pe_place_cuda(0);
+    assert_int_equal(pe_eager_run(add, in, 2, o, 1, NULL, 0, pe_place_cpu(0), 1, 0), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "op elementwise_add: input Y:0 ('y') is on cuda:0, the op runs on cpu:0"));
+    y->place = cpu;
+    assert_null(out->buf);                                   /* nothing ran */
+    /* every CPU place reads the one host memory */
+    assert_int_equal(pe_eager_run(add, in, 2, o, 1, NULL, 0, pe_place_cpu(1), 1, 0), PE_OK);
+    assert_int_equal(pe_eager_run(add, in, 2, o, 1, NULL, 0, pe_place_cuda(63), 1, 0), PE_ERR_UNSUPPORTED);
+    assert_non_null(strstr(pe_last_error(), "op elementwise_add: place cuda:63: "));
+    pe_tensor_free(x);
+    pe_tensor_free(y);
+    pe_tensor_free(out);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_run_matches_executor),
         cmocka_unit_test(test_grad_ops),
         cmocka_unit_test(test_run_in_place),
         cmocka_unit_test(test_reads_input),
+        cmocka_unit_test(test_places_checked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

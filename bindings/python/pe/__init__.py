@@ -28,7 +28,7 @@ from . import tensor
 from ._core import (Error, InvalidArgumentError, NotFoundError, IOError, FormatError,  # noqa: F401
                     ResourceExhaustedError, UnsupportedError, DeviceError, CancelledError, InternalError, Tensor)
 from .framework import (CPUPlace, CUDAPlace, enable_static, disable_static, in_dynamic_mode,  # noqa: F401
-                        is_compiled_with_cuda)
+                        is_compiled_with_cuda, set_device, get_device)
 from .param_attr import ParamAttr  # noqa: F401
 from .tensor import (mean, sum, matmul, reshape, transpose, concat, flatten, cast, argmax, add,  # noqa: F401
                      subtract, multiply, divide, scale, topk, full, ones, zeros, tanh, sigmoid, seed,
@@ -53,6 +53,7 @@ from . import dataset  # noqa: F401
 from .reader import batch  # noqa: F401
 from .eager.io import save, load  # noqa: F401
 from . import jit  # noqa: F401
+from . import device  # noqa: F401
 
 __version__ = _core.version
 

@@ -28,6 +28,7 @@ from .utils import unique_name
 __all__ = [
     "Program", "Block", "Variable", "Parameter", "Operator", "program_guard", "default_main_program",
     "default_startup_program", "CPUPlace", "CUDAPlace", "enable_static", "disable_static", "in_dynamic_mode",
+    "set_device", "get_device",
     "convert_dtype", "OpRole",
 ]
 
@@ -174,15 +175,64 @@ def enable_static():
     _static_mode = True
 
 
+def _check_eager_place(place, api):
+    """place (CPUPlace / CUDAPlace) -> its (kind, id), refused with a clear
+    error when it is neither or names a GPU this process does not see."""
+    if isinstance(place, str):
+        place = _parse_device(place, api)
+    if isinstance(place, CPUPlace):
+        return place._pe_place
+    if isinstance(place, CUDAPlace):
+        n = _core.cuda_device_count()
+        if place._id < 0 or place._id >= n:
+            raise _core.DeviceError("%s: %r: %d CUDA device(s) visible to this process%s" % (
+                api, place, n, "" if n else (" (this PE build has no CUDA)" if not _core.with_cuda()
+                                             else " (no GPU or driver)")))
+        return place._pe_place
+    raise _core.InvalidArgumentError("%s: place must be pe.CPUPlace() or pe.CUDAPlace(i), got %r" % (api, place))
+
+
 def disable_static(place=None):
     """Eager (dynamic) mode: pe.* functions with an eager form run their ops
-    at once on pe.eager tensors (CPU places only)."""
+    at once on pe.eager tensors, made on `place` (CPUPlace or CUDAPlace;
+    None: the place pe.set_device chose, else cpu:0)."""
     global _static_mode, _eager_place
     if place is not None:
-        if not isinstance(place, CPUPlace):
-            raise _core.UnsupportedError("disable_static: eager mode runs on CPU places only, got %r" % (place,))
-        _eager_place = place._pe_place
+        _eager_place = _check_eager_place(place, "disable_static")
     _static_mode = False
+
+
+def _place_from_tuple(t):
+    """A (kind, id) place tuple -> CPUPlace / CUDAPlace."""
+    return CUDAPlace(t[1]) if t is not None and t[0] in ("cuda", 1) else CPUPlace(0 if t is None else t[1])
+
+
+def _parse_device(device, api):
+    """'cpu', 'gpu', 'gpu:N' or 'cuda:N' -> CPUPlace / CUDAPlace."""
+    if not isinstance(device, str):
+        raise _core.InvalidArgumentError("%s: expected a place or a str like 'gpu:0', got %s" % (
+            api, type(device).__name__))
+    kind, _, num = device.strip().lower().partition(":")
+    if kind == "cpu" and not num:
+        return CPUPlace()
+    if kind in ("gpu", "cuda") and (not num or num.isdigit()):
+        return CUDAPlace(int(num) if num else 0)
+    raise _core.InvalidArgumentError("%s(%r): expected 'cpu', 'gpu' or 'gpu:N'" % (api, device))
+
+
+def set_device(device):
+    """Paddle's set_device: 'cpu', 'gpu' (= 'gpu:0') or 'gpu:N' (also
+    'cuda:N'); the place eager tensors and ops use from now on. Returns the
+    place. Static programs take their place from Executor(place) as before."""
+    global _eager_place
+    _eager_place = _check_eager_place(device, "set_device")
+    return _place_from_tuple(_eager_place)
+
+
+def get_device():
+    """'cpu' or 'gpu:N': the place eager tensors are made on."""
+    p = _place_from_tuple(_eager_place)
+    return "gpu:%d" % p._id if isinstance(p, CUDAPlace) else "cpu"
 
 
 def in_dynamic_mode():

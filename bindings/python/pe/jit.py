@@ -645,6 +645,10 @@ class StaticFunction:
                                          "Layers (pe.disable_static())" % self.what)
         if _ag._tracer() is not None:
             return self._fn(*args)   # inside an enclosing trace: its ops join that program
+        if any(isinstance(a, _ag.Tensor) and a._t._place()[0] == "cuda" for a in args):
+            raise _core.UnsupportedError("pe.jit.to_static(%s): its programs run on CPU place 0; the inputs are on "
+                                         "a GPU (run the Layer eagerly there, or build a static program for "
+                                         "Executor(CUDAPlace))" % self.what)
         self._check_args(args)
         conc = self.concrete_program(list(args))
         grad = _ag._grad_enabled()

@@ -66,6 +66,12 @@ across processes (pe.distributed's collectives on numpy arrays, MPI);
 buckets of fixed layout (every parameter of the bucket, zeros for a
 missing gradient) so that a bucket can start before the ranks know which
 parameters the others used.
+
+GPU tensors (pe.set_device("gpu:N")): the same path — each bucket's
+gradients are copied to host memory, summed over MPI and copied back to
+their parameters' place; the parameters and buffers broadcast at
+construction likewise. NCCL between processes is the static engine's
+(ParallelExecutor with num_trainers), not yet eager mode's.
 """
 import contextlib
 import itertools
@@ -142,9 +148,10 @@ def _install_backward_hook():
     _ag.add_grad_ready_hook(_grad_ready)
 
 
-def _raw(a):
+def _raw(a, place):
+    """A _core.Tensor holding a copy of array a on place (a (kind, id) tuple)."""
     t = _core.Tensor()
-    t.set(np.ascontiguousarray(a))
+    t.set(np.ascontiguousarray(a), place)
     return t
 
 
@@ -250,7 +257,7 @@ class DataParallel:
         _coll.broadcast(buf, 0)
         off = 0
         for (_, t), a in zip(tensors, arrays):
-            t._t = _raw(raw[off:off + a.nbytes].view(a.dtype).reshape(a.shape))
+            t._t = _raw(raw[off:off + a.nbytes].view(a.dtype).reshape(a.shape), t._t._place())
             off += a.nbytes
 
     # ---- forward / backward ------------------------------------------------------------
@@ -354,7 +361,7 @@ class DataParallel:
                 p = self._params[i]
                 if has_any[i]:
                     g = flat[off:off + p.size].reshape(p.shape)
-                    p.grad = _ag.Tensor(_raw(g), stop_gradient=True, name=p.name + "@GRAD")
+                    p.grad = _ag.Tensor(_raw(g, p._t._place()), stop_gradient=True, name=p.name + "@GRAD")
                 off += p.size
 
     @contextlib.contextmanager

@@ -116,7 +116,7 @@ def _dtype_name(dtype):
 
 
 class Tensor:
-    """An eager tensor: a value on the CPU (a pe._core.Tensor), its autograd
+    """An eager tensor: a value on a CPU or CUDA place (a pe._core.Tensor), its autograd
     facts (stop_gradient, .grad, the node that made it) and Paddle's tensor API.
     Made by pe.to_tensor, the creation functions and every eager op."""
 
@@ -178,7 +178,29 @@ class Tensor:
 
     @property
     def place(self):
-        return _fw.CPUPlace(self._t._place()[1])
+        return _fw._place_from_tuple(self._t._place())
+
+    def _copy_to(self, place, blocking=True):
+        """A copy of the value on place (CPUPlace / CUDAPlace): a new leaf
+        with this tensor's stop_gradient (as Paddle's: the copy is not
+        recorded for backward()). `blocking` is accepted for Paddle's
+        signature; a copy to the host always waits for the ops before it."""
+        t = _core.Tensor()
+        t.set(self._t, _fw._check_eager_place(place, "Tensor._copy_to"))
+        return Tensor(t, stop_gradient=self.stop_gradient)
+
+    def cuda(self, device_id=None, blocking=True):
+        """A copy on GPU device_id (default: the set_device GPU, else 0)."""
+        if device_id is None:
+            cur = _fw._eager_place
+            device_id = cur[1] if cur is not None and cur[0] == "cuda" else 0
+        return self._copy_to(_fw.CUDAPlace(device_id), blocking)
+
+    def cpu(self):
+        """A copy on the CPU (this tensor itself when it is there)."""
+        if self._t._place()[0] == "cpu":
+            return self
+        return self._copy_to(_fw.CPUPlace(), True)
 
     def item(self):
         _check_value_read(self, "item() / bool() / float() / int()")
@@ -204,7 +226,7 @@ class Tensor:
     def detach(self):
         """A copy of the value, cut from the graph (stop_gradient True)."""
         t = _core.Tensor()
-        t.set(self._t)
+        t.set(self._t, self._t._place())
         return Tensor(t, stop_gradient=True)
 
     def clear_grad(self):

@@ -31,8 +31,7 @@ def to_tensor(data, dtype=None, place=None, stop_gradient=True):
     """An eager tensor holding a copy of data (a number, nested lists, a numpy
     array or a Tensor). Python floats become float32 and ints int64 unless
     dtype says otherwise; a numpy array keeps its dtype."""
-    if place is not None and not isinstance(place, _fw.CPUPlace):
-        raise _core.UnsupportedError("to_tensor: eager tensors live on CPU places only, got %r" % (place,))
+    where = _fw._check_eager_place(place, "to_tensor") if place is not None else _fw._eager_place
     if isinstance(data, Tensor):
         data = data.numpy()
     if isinstance(data, np.ndarray):
@@ -47,7 +46,7 @@ def to_tensor(data, dtype=None, place=None, stop_gradient=True):
         raise _core.InvalidArgumentError("to_tensor: dtype %s is not one PE has (%s)" % (
             arr.dtype.name, ", ".join(sorted(_fw.DTYPE_ENUM))))
     t = _core.Tensor()
-    t.set(np.ascontiguousarray(arr))
+    t.set(np.ascontiguousarray(arr), where)
     return Tensor(t, stop_gradient=stop_gradient)
 
 

@@ -250,7 +250,7 @@ class Layer:
             raise _core.InvalidArgumentError("set_state_dict: %s" % "; ".join(bad))
         for t, a in vals:
             raw = _core.Tensor()
-            raw.set(np.ascontiguousarray(a))
+            raw.set(np.ascontiguousarray(a), t._t._place())  # the parameter stays on its place
             t._t = raw
         return [], sorted(set(state_dict) - set(own))
 
