@@ -363,6 +363,16 @@ static pe_status fetch_one(pe_parallel_executor *pe, const char *name, bool merg
         for (int p = 0; p < pe->n; p++) PE_CHECK(pe_tensor_copy(out[p], t[p], pe_place_cpu(0)));
         return PE_OK;
     }
+    if (pe->fetch_take && pe->n == 1 && !(v && v->persistable) && t[0]->place.kind == PE_PLACE_CPU && t[0]->buf &&
+        __atomic_load_n(&t[0]->buf->refcount, __ATOMIC_ACQUIRE) == 1 && !t[0]->buf->external) {
+        /* pe_run_take: out takes the var's buffer, the var keeps none (its op allocates again next run) */
+        pe_tensor *var = pe_scope_find_var(pe->local[0], name);
+        if (var == t[0]) {
+            pe_tensor_share(out[0], var);
+            pe_tensor_clear(var);
+            return PE_OK;
+        }
+    }
     if ((v && v->persistable) || pe->n == 1) return pe_tensor_copy(out[0], t[0], pe_place_cpu(0));
     int64_t rows = 0;
     int ndim = t[0]->ndim ? t[0]->ndim : 1;

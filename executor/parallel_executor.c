@@ -535,6 +535,15 @@ pe_status pe_run(pe_parallel_executor *pe, const pe_feed *feed, int n_feed, cons
     return run(pe, feed, n_feed, NULL, NULL, fetch, n_fetch, return_merged, fetch_out);
 }
 
+pe_status pe_run_take(pe_parallel_executor *pe, const pe_feed *feed, int n_feed, const char *const *fetch, int n_fetch,
+                      pe_tensor **fetch_out) {
+    if (!pe) return pe_error(PE_ERR_INVALID, "pe_run_take: NULL executor");
+    pe->fetch_take = true;
+    pe_status st = run(pe, feed, n_feed, NULL, NULL, fetch, n_fetch, true, fetch_out);
+    pe->fetch_take = false;
+    return st;
+}
+
 pe_status pe_run_list(pe_parallel_executor *pe, const pe_feed *const *feeds, const int *n_feeds, int n_lists,
                       const char *const *fetch, int n_fetch, bool return_merged, pe_tensor **fetch_out) {
     if (!pe) return pe_error(PE_ERR_INVALID, "pe_run: NULL executor");

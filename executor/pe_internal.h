@@ -97,6 +97,8 @@ struct pe_parallel_executor {
     /* the current run's fetch list (borrowed during the run) */
     const char *const *run_fetch;
     int run_n_fetch;
+    /* pe_run_take: fetched buffers are handed over, not copied (feed_fetch.c:fetch_one) */
+    bool fetch_take;
 };
 
 /* parallel_executor.c: replaces the places' collectives with g (ownership

@@ -79,6 +79,14 @@ void pe_parallel_executor_free(pe_parallel_executor *pe); /* accepts NULL */
  * n_fetch * n_places ([fetch][place]). */
 pe_status pe_run(pe_parallel_executor *pe, const pe_feed *feed, int n_feed, const char *const *fetch, int n_fetch,
                  bool return_merged, pe_tensor **fetch_out);
+/* pe_run with return_merged, but on one CPU place a fetched var that is
+ * not persistable and whose buffer nobody else holds is handed over rather
+ * than copied: fetch_out[i] takes its buffer and the var is left without
+ * one (the op that computes it allocates again the next run). For results
+ * the caller keeps and the executor recomputes anyway (pe.jit's gradients);
+ * others are copied as by pe_run. */
+pe_status pe_run_take(pe_parallel_executor *pe, const pe_feed *feed, int n_feed, const char *const *fetch, int n_fetch,
+                      pe_tensor **fetch_out);
 /* List feed: feeds[i] (n_feeds[i] entries) used as given on place i
  * (borrowed for the call, as with pe_run); n_lists must equal the place
  * count. */

@@ -193,6 +193,60 @@ def test_step_writes_the_bound_parameters_in_place():
     assert abs(got - want) <= 1e-5 * abs(want)
 
 
+def test_gradients_are_taken_from_the_call_scope():
+    """backward() takes the gradients out of the pooled call scope without a
+    copy (ParallelExecutor.run(take=True)): the next backward in that scope
+    computes new ones and leaves the earlier .grad tensors as they were, so
+    accumulation over calls (no clear_grad between) and a retained graph's
+    second backward give the eager tape's values bit for bit."""
+    eager_m, static_m = _twins("mlp")
+    static_m = pe.jit.to_static(static_m)
+    loss_fn = nn.CrossEntropyLoss()
+    (xa, ya), (xb, yb) = _batches("mlp", 2, seed=4)
+    held, grads = [], []
+    for m in (eager_m, static_m):
+        first = None
+        for xs, ys, retain in ((xa, ya, True), (xb, yb, False)):
+            loss = loss_fn(m(pe.to_tensor(xs)), pe.to_tensor(ys))
+            loss.backward(retain_graph=retain)
+            if first is None:
+                first = m.fc1.weight.grad
+                first_value = first.numpy()
+                loss.backward()   # the retained graph again: its call scope's backward program runs twice
+        held.append((first, first_value))
+        grads.append({n: p.grad.numpy() for n, p in m.named_parameters()})
+    for (t, v) in held:
+        np.testing.assert_array_equal(t.numpy(), v)   # a later backward did not write the taken tensor
+    for n in grads[0]:
+        np.testing.assert_array_equal(grads[1][n], grads[0][n], err_msg=n)
+
+
+def test_run_take_hands_over_temporaries_and_copies_persistables():
+    """ParallelExecutor.run(take=True): a temporary's buffer goes to the
+    fetched tensor (the next run computes into a new one); a persistable var
+    keeps its storage and is copied."""
+    pe.enable_static()
+    prog = pe.static.Program()
+    with pe.static.program_guard(prog, pe.static.Program()):
+        x = pe.static.data("x", [-1, 3], "float32")
+        y = pe.scale(x, scale=2.0)
+    acc = prog.global_block().create_var(name="acc", shape=[2, 3], dtype="float32", persistable=True)
+    prog.global_block().append_op(type="assign", inputs={"X": [y.name]}, outputs={"Out": [acc.name]}, attrs={})
+    pe.disable_static()
+    scope = pe.static.Scope()
+    run = pe.jit._Runner(prog, scope, pe.jit._default_build_strategy())
+    x1, x2 = np.ones([2, 3], "float32"), np.full([2, 3], 5.0, "float32")
+    f = pe.to_tensor(x1)._t
+    y1, a1 = run.run({"x": f}, [y.name, "acc"], take=True)
+    y2, a2 = run.run({"x": pe.to_tensor(x2)._t}, [y.name, "acc"], take=True)
+    np.testing.assert_array_equal(y1.numpy(), 2 * x1)
+    np.testing.assert_array_equal(a1.numpy(), 2 * x1)
+    np.testing.assert_array_equal(y2.numpy(), 2 * x2)
+    np.testing.assert_array_equal(scope.find_var("acc").get_tensor().numpy(), 2 * x2)
+    assert y1._data_ptr() != y2._data_ptr()
+    assert a2._data_ptr() != scope.find_var("acc").get_tensor()._data_ptr()
+
+
 def test_default_passes_fuse_the_forward(tmp_path):
     bs = pe.jit._default_build_strategy()
     assert bs.fuse_elewise_add_act_ops and bs.memory_optimize and bs.enable_inplace

@@ -5,8 +5,10 @@
  * runs with the allocator's bytes), share_vars_from, num_threads
  * independence, strategy values out of range refused, pe_interrupt from
  * another thread stopping a run (both executors) that the next run
- * survives. */
+ * survives; pe_run_take handing fetched temporaries over. */
 #include "tests/unit/op_test_util.h"
+
+#include "executor/pe_internal.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -389,6 +391,54 @@ static void test_drop_scopes_and_flat_memory(void **state) {
     pe_program_free(p);
 }
 
+/* pe_run_take on one CPU place: the fetched temporary's buffer moves to
+ * the result (the local var keeps none, the next run computes into a new
+ * one and leaves the first result alone); a persistable is copied; on two
+ * places it is pe_run's merge. */
+static void test_run_take(void **state) {
+    (void)state;
+    pe_program *p = make_prog();
+    pe_scope *scope = scope_with_w();
+    pe_parallel_executor *pe = make_pe(p, scope, 1, 0);
+    pe_tensor *x = rows_tensor(2), *x2 = rows_tensor(3);
+    pe_feed feed = {"x", x}, feed2 = {"x", x2};
+    const char *fetch[] = {"y", "w"};
+    pe_tensor *a[2] = {pe_tensor_new(), pe_tensor_new()}, *b[2] = {pe_tensor_new(), pe_tensor_new()};
+    assert_int_equal(pe_run_take(pe, &feed, 1, fetch, 2, a), PE_OK);
+    pe_tensor *y = pe_scope_find_var(pe->local[0], "y");
+    assert_non_null(y);
+    assert_null(y->buf);                     /* handed over */
+    assert_int_equal(a[0]->buf->refcount, 1);
+    tu_assert_close(a[0], (double[]){2, 4, 6, 8, 10, 12}, 6, 0);
+    const pe_tensor *w = pe_scope_find_var(scope, "w");
+    assert_ptr_not_equal(pe_tensor_data(a[1]), pe_tensor_data(w)); /* a persistable: copied */
+    tu_assert_close(a[1], (double[]){7, 8}, 2, 0);
+    assert_int_equal(pe_run_take(pe, &feed2, 1, fetch, 2, b), PE_OK);
+    tu_assert_dims(b[0], 2, (int64_t[]){3, 3});
+    tu_assert_close(b[0], (double[]){2, 4, 6, 8, 10, 12, 14, 16, 18}, 9, 0);
+    tu_assert_dims(a[0], 2, (int64_t[]){2, 3});
+    tu_assert_close(a[0], (double[]){2, 4, 6, 8, 10, 12}, 6, 0);
+    /* pe_run after it copies again: the var keeps its buffer */
+    assert_int_equal(pe_run(pe, &feed, 1, fetch, 1, true, b), PE_OK);
+    assert_non_null(pe_scope_find_var(pe->local[0], "y")->buf);
+    for (int i = 0; i < 2; i++) {
+        pe_tensor_free(a[i]);
+        pe_tensor_free(b[i]);
+    }
+    pe_parallel_executor_free(pe);
+    /* two places: the merge, as pe_run */
+    pe = make_pe(p, scope, 2, 0);
+    pe_tensor *m = pe_tensor_new();
+    assert_int_equal(pe_run_take(pe, &feed2, 1, fetch, 1, &m), PE_OK);
+    tu_assert_close(m, (double[]){2, 4, 6, 8, 10, 12, 14, 16, 18}, 9, 0);
+    pe_tensor_free(m);
+    pe_parallel_executor_free(pe);
+    pe_tensor_free(x);
+    pe_tensor_free(x2);
+    pe_scope_free(scope);
+    pe_program_free(p);
+}
+
 static void test_share_vars_from(void **state) {
     (void)state;
     pe_program *train = make_prog();
@@ -707,6 +757,7 @@ int main(void) {
         cmocka_unit_test(test_error_on_one_place),
         cmocka_unit_test(test_declared_meta_contradicted),
         cmocka_unit_test(test_drop_scopes_and_flat_memory),
+        cmocka_unit_test(test_run_take),
         cmocka_unit_test(test_share_vars_from),
         cmocka_unit_test(test_feed_lasts_for_its_run),
         cmocka_unit_test(test_cpu_num),

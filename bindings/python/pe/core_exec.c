@@ -610,10 +610,10 @@ static void pe_dealloc_(PEObject *self) {
 }
 
 static PyObject *pe_run_(PEObject *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"feed", "fetch", "return_merged", NULL};
+    static char *kwlist[] = {"feed", "fetch", "return_merged", "take", NULL};
     PyObject *feed_o = Py_None, *fetch_o = Py_None;
-    int merged = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OOp", kwlist, &feed_o, &fetch_o, &merged)) return NULL;
+    int merged = 1, take = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OOpp", kwlist, &feed_o, &fetch_o, &merged, &take)) return NULL;
     if (self->busy) return raise_msg(PE_ERR_INVALID, "ParallelExecutor.run: already running (one run at a time)");
     int n = pe_device_count(self->pe);
     int is_list = feed_o != Py_None && !PyDict_Check(feed_o);
@@ -679,6 +679,8 @@ static PyObject *pe_run_(PEObject *self, PyObject *args, PyObject *kw) {
     Py_BEGIN_ALLOW_THREADS
     if (is_list)
         st = pe_run_list(self->pe, lists, counts, n_sets, (const char *const *)fetch.s, fetch.n, merged != 0, out);
+    else if (take && merged)
+        st = pe_run_take(self->pe, fs[0].f, fs[0].n, (const char *const *)fetch.s, fetch.n, out);
     else
         st = pe_run(self->pe, fs[0].f, fs[0].n, (const char *const *)fetch.s, fetch.n, merged != 0, out);
     Py_END_ALLOW_THREADS
@@ -804,7 +806,8 @@ static PyObject *pe_get_device_count(PEObject *self, void *c) {
 
 static PyMethodDef pe_methods[] = {
     {"run", (PyCFunction)(void (*)(void))pe_run_, METH_VARARGS | METH_KEYWORDS,
-     "run(feed=None, fetch=None, return_merged=True): dict feed (split along axis 0) or list of dicts (one per place)."},
+     "run(feed=None, fetch=None, return_merged=True, take=False): dict feed (split along axis 0) or list of dicts (one "
+     "per place); take: a dict feed's fetches on one CPU place take the vars' buffers (no copy; pe_run_take)."},
     {"drop_local_exe_scopes", (PyCFunction)pe_drop_, METH_NOARGS, "Free every place's temporaries now."},
     {"local_exe_scopes_bytes", (PyCFunction)pe_local_bytes_, METH_NOARGS, "Bytes held by the local execution scopes."},
     {"place_scope", (PyCFunction)pe_place_scope_, METH_O, "place_scope(i): the scope of place i."},

@@ -39,7 +39,8 @@ How to_static works (docs/guide.md, "to_static and jit.save"):
   any backward reaching them) runs the backward program — the ops
   pe.static.gradients (passes/backward.c) appends for the outputs, with the
   output gradients fed — in that call scope and hands each parameter's (and
-  input's) gradient to the eager tape, which accumulates it into .grad as
+  input's) gradient to the eager tape (taken from the scope, not copied:
+  ParallelExecutor.run(take=True), pe_run_take), which accumulates it into .grad as
   for eager ops; pe.optimizer's eager step() then updates the parameters
   (in place: a backward through a call whose parameters a step changed
   since is refused, as the tape refuses it for eager ops).
@@ -201,14 +202,14 @@ class _Runner:
         self.bs = build_strategy
         self.ex = None
 
-    def run(self, feed, fetch):
+    def run(self, feed, fetch, take=False):
         if self.ex is None:
             from .static.executor import ExecutionStrategy
             self.ex = _core.ParallelExecutor([_fw.CPUPlace()._pe_place], self.program._core_program(), self.scope,
                                              loss_name=None, share_vars_from=None,
                                              exec_strategy=ExecutionStrategy()._to_dict(),
                                              build_strategy=self.bs._to_dict(), num_trainers=1, trainer_id=0)
-        return self.ex.run(feed, fetch, True)
+        return self.ex.run(feed, fetch, True, take)
 
 
 class _Concrete:
@@ -368,7 +369,8 @@ class _TrainCall:
                 g = _ag._zeros_raw(shape, dtype)
             feed[n + "@GRAD@IN"] = g
         names = [n for n in self.grad_names if n is not None]
-        got = self.slot[2].run(feed, names) if names else []
+        # take: the gradients leave the call scope without a copy (its next backward computes new ones)
+        got = self.slot[2].run(feed, names, take=True) if names else []
         by = dict(zip(names, got))
         out = {}
         for j, n in enumerate(self.grad_names):
