@@ -9,6 +9,9 @@ a timeout), the reference computed here in one process:
   training on the concatenated batches.
 - no_sync for 3 backwards then one synced backward: the gradients equal
   those of one large batch (times the 4 micro-batches' mean losses).
+- ranks that disagree about no_sync (one rank's extra no_sync backward):
+  the next synced pass is an error on both ranks naming each one's count,
+  and the step after it agrees again.
 - find_unused_parameters=True: a parameter used on rank 0 only gets
   rank 0's gradient / 2 on both ranks; one used nowhere keeps grad None.
   Without it the same forward is an error naming the parameter and the
@@ -96,6 +99,20 @@ def test_no_sync_accumulates_then_one_synced_step_equals_a_large_batch(tmp_path)
         np.testing.assert_allclose(r0["grad_" + n], want, rtol=1e-5, atol=1e-6, err_msg=n)
         # under no_sync nothing was exchanged: the ranks' local sums differ
         assert not np.allclose(r0["local_" + n], r1["local_" + n]), n
+
+
+@needs_mpirun
+def test_ranks_disagreeing_about_no_sync_is_an_error_on_every_rank(tmp_path):
+    r0, r1 = _spawn("nosync_disagree", tmp_path)
+    for k, r in enumerate((r0, r1)):
+        msg = (tmp_path / ("nosync_disagree_rank%d.txt" % k)).read_text()
+        assert msg.startswith("DataParallel: the ranks ran different numbers of backward passes under no_sync() "
+                              "before this synced one (rank 0: 0, rank 1: 1)"), msg
+        assert r["error_seconds"][0] < 5.0, r["error_seconds"]
+    names = [k for k in r0 if k.startswith("grad_")]
+    assert names
+    for n in names:   # and the next synced step agrees again
+        np.testing.assert_array_equal(r0[n], r1[n], err_msg=n)
 
 
 @needs_mpirun

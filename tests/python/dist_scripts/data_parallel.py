@@ -108,6 +108,28 @@ def run(mode, out):
             x, y = batch(3, world)
             loss_fn(dp(mine(x, rank)), mine(y, rank)).backward()
             res.update({"grad_" + k: v for k, v in grads(dp).items()})
+    elif mode == "nosync_disagree":
+        # rank 1 runs one backward under no_sync() that rank 0 does not: rank
+        # 0's synced pass is summed with rank 1's next one; both ranks see it
+        dp = paddle.DataParallel(LinearNet())
+        loss_fn = nn.MSELoss()
+        x, y = batch(0, world)
+        if rank == 1:
+            with dp.no_sync():
+                loss_fn(dp(mine(x, rank)), mine(y, rank)).backward()
+        t0 = time.monotonic()
+        try:
+            loss_fn(dp(mine(x, rank)), mine(y, rank)).backward()
+            msg = "no error"
+        except paddle.InvalidArgumentError as e:
+            msg = str(e)
+        res["error_seconds"] = np.array([time.monotonic() - t0])
+        with open(os.path.join(out, "nosync_disagree_rank%d.txt" % rank), "w") as f:
+            f.write(msg)
+        # the counts start again: the next synced step agrees
+        dp.clear_gradients()
+        loss_fn(dp(mine(x, rank)), mine(y, rank)).backward()
+        res.update({"grad_" + k: v for k, v in grads(dp).items()})
     elif mode == "unused":
         layer = BranchNet()
         dp = paddle.DataParallel(layer, find_unused_parameters=True)

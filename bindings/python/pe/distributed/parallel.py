@@ -67,6 +67,15 @@ buckets of fixed layout (every parameter of the bucket, zeros for a
 missing gradient) so that a bucket can start before the ranks know which
 parameters the others used.
 
+no_sync(): the synced pass after it also exchanges each rank's number
+of no_sync() passes since the last exchange; ranks that differ (one
+rank's synced pass met another's no_sync step: its buckets were summed
+with a later step's) get an InvalidArgumentError naming every rank's
+count, on every rank, and their gradients stay their own. A rank that
+stays in no_sync() while another waits in a synced pass is only seen when
+it syncs again (the waiting rank waits until PE_MPI_TIMEOUT): no_sync()
+steps exchange nothing, by design.
+
 GPU tensors (pe.set_device("gpu:N")): the same path — each bucket's
 gradients are copied to host memory, summed over MPI and copied back to
 their parameters' place; the parameters and buffers broadcast at
@@ -192,6 +201,7 @@ class DataParallel:
         self._pending = None        # "sync" / "nosync": a forward ran since the last backward
         self._sync = False          # the running backward pass exchanges (its forward was outside no_sync)
         self._touched = set()       # indices of params that got a gradient since the last exchange
+        self._nosync_passes = 0     # backward passes under no_sync() since the last exchange
         self._ready = None          # per param, during a synced pass: its contribution is final
         self._left = None           # per bucket: params not ready yet
         self._next = 0              # the next bucket to start (they start in order)
@@ -271,6 +281,8 @@ class DataParallel:
 
     def _begin_pass(self, sync):
         self._sync = sync
+        if not sync:
+            self._nosync_passes += 1
         if sync:
             self._ready = [False] * len(self._params)
             self._left = [len(b) for b in self._buckets]
@@ -326,22 +338,31 @@ class DataParallel:
                 _trace("wait", k)
             work.wait()
         touched, self._touched = self._touched, set()
-        mask = np.zeros(2 * n + 2, np.int32)
+        nosync, self._nosync_passes = self._nosync_passes, 0
+        mask = np.zeros(2 * n + 3, np.int32)
         for i in range(n):
             mask[i] = i in touched
             mask[n + i] = has[i]
         mask[2 * n] = n
         mask[2 * n + 1] = failed is not None
+        mask[2 * n + 2] = min(nosync, np.iinfo(np.int32).max)
         allm = []
         _coll.all_gather(allm, mask)
         allm = np.stack(allm)
         got, has_any, bad = allm[:, :n], allm[:, n:2 * n].any(axis=0), allm[:, 2 * n + 1]
+        skipped = allm[:, 2 * n + 2]
         if failed is not None:
             return   # this rank re-raises its own error
         if bad.any():
             raise _core.InvalidArgumentError(
                 "DataParallel: the backward pass failed on rank(s) %s (see its error there): this rank's "
                 "gradients were not averaged" % ", ".join(str(r) for r in range(self._nranks) if bad[r]))
+        if (skipped != skipped[0]).any():
+            raise _core.InvalidArgumentError(
+                "DataParallel: the ranks ran different numbers of backward passes under no_sync() before this "
+                "synced one (%s): the sums paired gradients of different steps, so this rank's gradients were "
+                "not averaged; every rank must enter no_sync() for the same steps" % ", ".join(
+                    "rank %d: %d" % (r, skipped[r]) for r in range(self._nranks)))
         if not self.find_unused_parameters:
             for i in range(n):
                 if not got[:, i].all():
