@@ -8,18 +8,27 @@
  *     pe_pool_geom_get (ops/nn.h), the very functions infer and the CPU
  *     kernels call, so every attr rule (2/4 paddings, SAME/VALID, dilations,
  *     groups, ceil_mode, global/adaptive pooling) is read once.
- *   - Convolution: cuDNN's classic API (cudnnConvolutionForward /
- *     BackwardData / BackwardFilter) on plain NCHW, with the three
- *     computations of the CPU side: forward, backward-data, backward-weights
- *     on an explicit geometry; conv2d_transpose is conv2d's backward-data and
- *     its gradients conv2d's forward and backward-weights (as deconv.c).
- *     The algorithm is the first DETERMINISTIC one cudnnGet*Algorithm_v7
- *     proposes (cudnnFind*'s timed order with PE_CUDNN_EXHAUSTIVE_SEARCH=1;
- *     any algorithm with PE_CUDNN_DETERMINISTIC=0) (no TF32 for float32 — CUDNN_FMA_MATH — unless
- *     PE_CUDA_TF32=1), preferring direct/GEMM algorithms under a 1 GiB
- *     workspace to FFT/Winograd ones (which round differently from the CPU
- *     sums), chosen once per (device, kind, dtype, shapes, attrs) and cached
- *     with its workspace size; the workspace is device scratch.
+ *   - Convolution: cuDNN on plain NCHW, with the three computations of
+ *     the CPU side on an explicit geometry; conv2d_transpose is conv2d's
+ *     backward-data and its gradients conv2d's forward and backward-weights
+ *     (as deconv.c). Two ways, one plan cache per (device, kind, dtype,
+ *     pointer alignment, shapes, attrs) holding the choice and its
+ *     workspace size (device scratch):
+ *     the classic API (the default): cudnnConvolutionForward /
+ *     BackwardData / BackwardFilter with the first DETERMINISTIC algorithm
+ *     cudnnGet*Algorithm_v7 proposes (cudnnFind*'s timed order with
+ *     PE_CUDNN_EXHAUSTIVE_SEARCH=1; any with PE_CUDNN_DETERMINISTIC=0), no
+ *     TF32 for float32 (CUDNN_FMA_MATH) unless PE_CUDA_TF32=1, preferring
+ *     direct/GEMM algorithms under a 1 GiB workspace to FFT/Winograd ones
+ *     (which round differently from the CPU sums);
+ *     the graph (backend) API with PE_CUDNN_API=graph: one convolution node
+ *     per operation graph, the first engine of cuDNN's heuristics (mode A)
+ *     whose notes pass the same filters (DETERMINISTIC, no TF32 notes, no
+ *     FFT/Winograd first, no runtime compilation), its execution plan built
+ *     once and run with a variant pack of the op's pointers;
+ *     PE_CUDNN_EXHAUSTIVE_SEARCH=1 times every plan that passes. The classic
+ *     API stays the default: on an H200 its choices track the CPU kernels
+ *     far closer over a training run (docs/benchmarks.md).
  *     cuDNN wants symmetric padding: asymmetric paddings (SAME, 4-value
  *     paddings) pad the input explicitly into scratch (forward, weights) or
  *     compute the padded input gradient and crop it (data). Where cuDNN has
@@ -55,6 +64,7 @@
 
 #include <cudnn.h>
 
+#include <algorithm>
 #include <array>
 #include <cfloat>
 #include <climits>
@@ -62,6 +72,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <vector>
 
 namespace {
 
@@ -201,9 +212,11 @@ struct conv_plan {
     cudnnMathType_t math = CUDNN_DEFAULT_MATH;
     size_t ws = 0;
     bool direct = false; /* no deterministic cuDNN algorithm: the direct kernels */
+    cudnnBackendDescriptor_t exec = nullptr; /* the graph API's execution plan (owned by the cache), or
+                                              * nullptr: the classic API's algo */
 };
 
-using conv_key = std::array<int64_t, 20>;
+using conv_key = std::array<int64_t, 21>;
 std::mutex g_plan_mu;
 std::map<conv_key, conv_plan> g_plans;
 
@@ -302,19 +315,278 @@ template <typename Perf> bool pick_perf(const Perf *r, int n, bool fp32_no_tf32,
     return false;
 }
 
-/* The plan cache's key: device, kind, dtype, math, and every extent and
- * attr cuDNN sees. */
-conv_key conv_key_of(const pe_op_ctx *ctx, conv_kind kind, const pe_conv_geom *g, pe_dtype dt, const conv_cudnn *c) {
+/* The plan cache's key: device, kind, dtype, math, the data pointers'
+ * alignment, and every extent and attr cuDNN sees. */
+conv_key conv_key_of(const pe_op_ctx *ctx, conv_kind kind, const pe_conv_geom *g, pe_dtype dt, const conv_cudnn *c,
+                     int64_t align) {
     const bool fp32_no_tf32 = dt == PE_DTYPE_FP32 && !tf32_enabled();
-    return conv_key{ctx->place.id, kind, (int64_t)dt, fp32_no_tf32, g->n, g->c, c->hp, c->wp, g->m, g->kh,
+    return conv_key{ctx->place.id, kind, (int64_t)dt, fp32_no_tf32, align, g->n, g->c, c->hp, c->wp, g->m, g->kh,
                     g->kw, g->groups, g->sh, g->sw, g->dh, g->dw, c->ph, c->pw, g->oh, g->ow};
 }
 
-/* The cached plan of (kind, g, dt) on the place, chosen on first use. */
-pe_status conv_get_plan(const pe_op_ctx *ctx, cudnnHandle_t h, conv_cudnn *c, conv_kind kind, const pe_conv_geom *g,
-                        pe_dtype dt, conv_plan *plan) {
+/* ---- the graph (backend) API ----------------------------------------------
+ * One convolution node per operation graph; cuDNN's heuristics (mode A)
+ * rank the engine configurations, PE takes the first whose engine's notes
+ * pass its filters — not NONDETERMINISTIC (unless PE_CUDNN_DETERMINISTIC=0),
+ * no TF32 for float32 (TENSOR_CORE / DOWN_CONVERT_INPUTS /
+ * REDUCED_PRECISION_REDUCTION, unless PE_CUDA_TF32=1), no runtime-compiled
+ * kernels (they need NVRTC where PE runs), and on the first pass no FFT /
+ * Winograd (rounding unlike a direct sum) nor a workspace over the cap —
+ * and builds its execution plan once per key. With
+ * PE_CUDNN_EXHAUSTIVE_SEARCH=1 every plan that passes is timed on the op's
+ * own buffers (3 runs each, cudaEvent) and the fastest kept. */
+
+/* An owned backend descriptor. */
+struct bdesc {
+    cudnnBackendDescriptor_t d = nullptr;
+    cudnnStatus_t st;
+    explicit bdesc(cudnnBackendDescriptorType_t t) { st = cudnnBackendCreateDescriptor(t, &d); }
+    ~bdesc() { if (d) cudnnBackendDestroyDescriptor(d); }
+    bdesc(const bdesc &) = delete;
+    bdesc &operator=(const bdesc &) = delete;
+    bool ok() const { return st == CUDNN_STATUS_SUCCESS && d; }
+    cudnnBackendDescriptor_t release() {
+        cudnnBackendDescriptor_t r = d;
+        d = nullptr;
+        return r;
+    }
+};
+
+bool set_attr(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t a, cudnnBackendAttributeType_t t, int64_t n,
+              const void *v) {
+    return cudnnBackendSetAttribute(d, a, t, n, v) == CUDNN_STATUS_SUCCESS;
+}
+
+/* A packed NCHW tensor of dims on dtype t, unique id uid. */
+bool graph_tensor(bdesc &td, cudnnDataType_t t, int64_t uid, const int64_t dims[4], int64_t align) {
+    const int64_t strides[4] = {dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3], 1};
+    return td.ok() && set_attr(td.d, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &t) &&
+           set_attr(td.d, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims) &&
+           set_attr(td.d, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides) &&
+           set_attr(td.d, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid) &&
+           set_attr(td.d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align) &&
+           cudnnBackendFinalize(td.d) == CUDNN_STATUS_SUCCESS;
+}
+
+/* Unique ids of the three tensors: Input (x / dx), Filter (w / dw), Output (y / dy). */
+enum { UID_X = 1, UID_W = 2, UID_Y = 3 };
+
+/* Whether the engine behind cfg passes PE's filters (strict: the first pass). */
+bool engine_ok(cudnnBackendDescriptor_t cfg, bool fp32_no_tf32, bool strict) {
+    bdesc eng(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+    int64_t n = 0;
+    if (!eng.ok() || cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n,
+                                              &eng.d) != CUDNN_STATUS_SUCCESS || n != 1)
+        return false;
+    cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+    cudnnBackendBehaviorNote_t behav[CUDNN_BEHAVIOR_NOTE_TYPE_COUNT];
+    int64_t nn = 0, nb = 0;
+    if (cudnnBackendGetAttribute(eng.d, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                                 CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &nn, notes) != CUDNN_STATUS_SUCCESS ||
+        cudnnBackendGetAttribute(eng.d, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
+                                 CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &nb, behav) != CUDNN_STATUS_SUCCESS)
+        return false;
+    const bool det = deterministic_only();
+    for (int64_t i = 0; i < nn && i < CUDNN_NUMERICAL_NOTE_TYPE_COUNT; i++) {
+        const cudnnBackendNumericalNote_t x = notes[i];
+        if (det && x == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) return false;
+        if (fp32_no_tf32 && (x == CUDNN_NUMERICAL_NOTE_TENSOR_CORE || x == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS ||
+                             x == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION))
+            return false;
+        if (strict && det && (x == CUDNN_NUMERICAL_NOTE_FFT || x == CUDNN_NUMERICAL_NOTE_WINOGRAD ||
+                              x == CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_4x4 || x == CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_6x6 ||
+                              x == CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_13x13))
+            return false;
+    }
+    for (int64_t i = 0; i < nb && i < CUDNN_BEHAVIOR_NOTE_TYPE_COUNT; i++)
+        if (behav[i] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION) return false;
+    return true;
+}
+
+/* Runs execution plan exec on the three pointers (ptr[k] for UID_X, UID_W,
+ * UID_Y) with workspace ws. */
+cudnnStatus_t graph_execute(cudnnHandle_t h, cudnnBackendDescriptor_t exec, void *const ptr[3], void *ws) {
+    bdesc vp(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+    if (!vp.ok()) return vp.st;
+    const int64_t uids[3] = {UID_X, UID_W, UID_Y};
+    if (!set_attr(vp.d, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids) ||
+        !set_attr(vp.d, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, ptr) ||
+        !set_attr(vp.d, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws))
+        return CUDNN_STATUS_BAD_PARAM;
+    cudnnStatus_t st = cudnnBackendFinalize(vp.d);
+    return st != CUDNN_STATUS_SUCCESS ? st : cudnnBackendExecute(h, exec, vp.d);
+}
+
+/* Milliseconds per run of exec (3 timed runs after one warm-up), or -1 when
+ * it fails to run. */
+float graph_time(const pe_op_ctx *ctx, cudnnHandle_t h, cudaStream_t s, cudnnBackendDescriptor_t exec, int64_t ws_bytes,
+                 void *const ptr[3]) {
+    pe_cuda_temp ws(ctx, (size_t)ws_bytes);
+    if (!ws.ok((size_t)ws_bytes)) return -1.0f;
+    cudaEvent_t a = nullptr, b = nullptr;
+    float ms = -1.0f;
+    if (cudaEventCreate(&a) == cudaSuccess && cudaEventCreate(&b) == cudaSuccess &&
+        graph_execute(h, exec, ptr, ws.get()) == CUDNN_STATUS_SUCCESS && cudaEventRecord(a, s) == cudaSuccess) {
+        bool ran = true;
+        for (int i = 0; i < 3 && ran; i++) ran = graph_execute(h, exec, ptr, ws.get()) == CUDNN_STATUS_SUCCESS;
+        if (ran && cudaEventRecord(b, s) == cudaSuccess && cudaEventSynchronize(b) == cudaSuccess &&
+            cudaEventElapsedTime(&ms, a, b) == cudaSuccess)
+            ms /= 3.0f;
+        else
+            ms = -1.0f;
+    }
+    if (a) cudaEventDestroy(a);
+    if (b) cudaEventDestroy(b);
+    (void)cudaGetLastError();
+    return ms;
+}
+
+/* The graph API's plan for (kind, c, g, dt): p->exec set (owned by the
+ * caller) when an engine passes the filters; left nullptr otherwise (the
+ * classic API is asked next). */
+void graph_plan(const pe_op_ctx *ctx, cudnnHandle_t h, cudaStream_t s, const conv_cudnn *c, conv_kind kind,
+                const pe_conv_geom *g, pe_dtype dt, int64_t align, void *const ptr[3], conv_plan *p) {
+    const cudnnDataType_t t = dt == PE_DTYPE_FP64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
     const bool fp32_no_tf32 = dt == PE_DTYPE_FP32 && !tf32_enabled();
-    const conv_key key = conv_key_of(ctx, kind, g, dt, c);
+    const int64_t xd[4] = {g->n, g->c, c->hp, c->wp}, wd[4] = {g->m, g->c / g->groups, g->kh, g->kw},
+                  yd[4] = {g->n, g->m, g->oh, g->ow};
+    bdesc x(CUDNN_BACKEND_TENSOR_DESCRIPTOR), w(CUDNN_BACKEND_TENSOR_DESCRIPTOR), y(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+    if (!graph_tensor(x, t, UID_X, xd, align) || !graph_tensor(w, t, UID_W, wd, align) ||
+        !graph_tensor(y, t, UID_Y, yd, align))
+        return;
+    bdesc conv(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+    const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+    const int64_t sd = 2, dil[2] = {g->dh, g->dw}, str[2] = {g->sh, g->sw}, pad[2] = {c->ph, c->pw};
+    if (!conv.ok() || !set_attr(conv.d, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &t) ||
+        !set_attr(conv.d, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode) ||
+        !set_attr(conv.d, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &sd) ||
+        !set_attr(conv.d, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dil) ||
+        !set_attr(conv.d, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, str) ||
+        !set_attr(conv.d, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pad) ||
+        !set_attr(conv.d, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pad) ||
+        cudnnBackendFinalize(conv.d) != CUDNN_STATUS_SUCCESS)
+        return;
+    /* the node: its descriptor type and the attr names of its slots, by kind */
+    static const cudnnBackendDescriptorType_t op_type[3] = {
+        CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+        CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR};
+    static const cudnnBackendAttributeName_t a_x[3] = {CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+                                                       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
+                                                       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X},
+                                             a_w[3] = {CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+                                                       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+                                                       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW},
+                                             a_y[3] = {CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+                                                       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY,
+                                                       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY},
+                                             a_conv[3] = {CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+                                                          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+                                                          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC},
+                                             a_alpha[3] = {CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+                                                           CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+                                                           CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA},
+                                             a_beta[3] = {CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA,
+                                                          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA,
+                                                          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA};
+    bdesc op(op_type[kind]);
+    const double d1 = 1.0, d0 = 0.0;
+    const float f1 = 1.0f, f0 = 0.0f;
+    const bool f64 = dt == PE_DTYPE_FP64;
+    const cudnnBackendAttributeType_t st_ = f64 ? CUDNN_TYPE_DOUBLE : CUDNN_TYPE_FLOAT;
+    if (!op.ok() || !set_attr(op.d, a_x[kind], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x.d) ||
+        !set_attr(op.d, a_w[kind], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &w.d) ||
+        !set_attr(op.d, a_y[kind], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y.d) ||
+        !set_attr(op.d, a_conv[kind], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &conv.d) ||
+        !set_attr(op.d, a_alpha[kind], st_, 1, f64 ? (const void *)&d1 : (const void *)&f1) ||
+        !set_attr(op.d, a_beta[kind], st_, 1, f64 ? (const void *)&d0 : (const void *)&f0) ||
+        cudnnBackendFinalize(op.d) != CUDNN_STATUS_SUCCESS)
+        return;
+    bdesc graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+    if (!graph.ok() || !set_attr(graph.d, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &op.d) ||
+        !set_attr(graph.d, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h) ||
+        cudnnBackendFinalize(graph.d) != CUDNN_STATUS_SUCCESS)
+        return;
+    bdesc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+    const cudnnBackendHeurMode_t hm = CUDNN_HEUR_MODE_A;
+    int64_t n = 0;
+    if (!heur.ok() ||
+        !set_attr(heur.d, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph.d) ||
+        !set_attr(heur.d, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &hm) ||
+        cudnnBackendFinalize(heur.d) != CUDNN_STATUS_SUCCESS ||
+        cudnnBackendGetAttribute(heur.d, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &n,
+                                 nullptr) != CUDNN_STATUS_SUCCESS ||
+        n <= 0)
+        return;
+    std::vector<cudnnBackendDescriptor_t> cfgs((size_t)n, nullptr);
+    for (auto &d : cfgs)
+        if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &d) != CUDNN_STATUS_SUCCESS) d = nullptr;
+    int64_t got = 0;
+    const bool all = std::all_of(cfgs.begin(), cfgs.end(), [](cudnnBackendDescriptor_t d) { return d != nullptr; });
+    if (all && cudnnBackendGetAttribute(heur.d, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, n, &got,
+                                        cfgs.data()) == CUDNN_STATUS_SUCCESS) {
+        const bool timed = exhaustive_search();
+        float best_ms = -1.0f;
+        for (int pass = 0; pass < 2 && !p->exec; pass++)
+            for (int64_t i = 0; i < got && (timed || !p->exec); i++) {
+                if (!engine_ok(cfgs[(size_t)i], fp32_no_tf32, pass == 0)) continue;
+                bdesc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+                int64_t ws = 0, k = 0;
+                if (!plan.ok() || !set_attr(plan.d, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h) ||
+                    !set_attr(plan.d, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                              &cfgs[(size_t)i]) ||
+                    cudnnBackendFinalize(plan.d) != CUDNN_STATUS_SUCCESS ||
+                    cudnnBackendGetAttribute(plan.d, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
+                                             &k, &ws) != CUDNN_STATUS_SUCCESS ||
+                    ws < 0 || (pass == 0 && (size_t)ws > kMaxWorkspace))
+                    continue;
+                if (timed) { /* PE_CUDNN_EXHAUSTIVE_SEARCH: the fastest of the plans that pass */
+                    const float ms = graph_time(ctx, h, s, plan.d, ws, ptr);
+                    if (ms < 0.0f || (best_ms >= 0.0f && ms >= best_ms)) continue;
+                    best_ms = ms;
+                    if (p->exec) cudnnBackendDestroyDescriptor(p->exec);
+                }
+                p->exec = plan.release();
+                p->ws = (size_t)ws;
+            }
+    }
+    for (auto d : cfgs)
+        if (d) cudnnBackendDestroyDescriptor(d);
+    if (p->exec) p->direct = false;
+}
+
+/* The classic API: cudnnGet*Algorithm_v7 / cudnnFind* as ranked; the
+ * first usable result and its workspace. */
+void classic_plan(const pe_op_ctx *ctx, cudnnHandle_t h, conv_cudnn *c, conv_kind kind, pe_dtype dt, conv_plan *plan);
+
+/* PE_CUDNN_API=graph: the graph API first (the classic one where it has no
+ * engine for a shape); default (or legacy): the classic API only. The
+ * classic API's choices reproduce the CPU kernels' training within ~1e-6
+ * over 20 CNN steps on an H200, the graph API's heuristic engines (faster:
+ * ResNet-20 at 0.89x the classic step there) drift 1e-2 from it — see
+ * docs/benchmarks.md, "Third GPU session". */
+bool graph_api() {
+    static const bool on = [] {
+        const char *v = getenv("PE_CUDNN_API");
+        return v && !strcmp(v, "graph");
+    }();
+    return on;
+}
+
+/* The largest of 16, 8, 4 dividing every pointer's address (the byte
+ * alignment the graph API may assume). */
+int64_t ptr_align(void *const ptr[3]) {
+    int64_t a = 16;
+    for (int k = 0; k < 3; k++)
+        while (a > 1 && ((uintptr_t)ptr[k] % (uintptr_t)a)) a /= 2;
+    return a;
+}
+
+/* The cached plan of (kind, g, dt) on the place, chosen on first use: the
+ * graph API's, else the classic API's, else the direct kernels. */
+pe_status conv_get_plan(const pe_op_ctx *ctx, cudnnHandle_t h, cudaStream_t s, conv_cudnn *c, conv_kind kind,
+                        const pe_conv_geom *g, pe_dtype dt, void *const ptr[3], conv_plan *plan) {
+    const int64_t align = ptr_align(ptr);
+    const conv_key key = conv_key_of(ctx, kind, g, dt, c, align);
     {
         std::lock_guard<std::mutex> lk(g_plan_mu);
         auto it = g_plans.find(key);
@@ -323,6 +595,19 @@ pe_status conv_get_plan(const pe_op_ctx *ctx, cudnnHandle_t h, conv_cudnn *c, co
             return PE_OK;
         }
     }
+    conv_plan p;
+    p.direct = true;
+    if (graph_api()) graph_plan(ctx, h, s, c, kind, g, dt, align, ptr, &p);
+    if (!p.exec) classic_plan(ctx, h, c, kind, dt, &p);
+    std::lock_guard<std::mutex> lk(g_plan_mu);
+    auto ins = g_plans.emplace(key, p);
+    if (!ins.second && p.exec) cudnnBackendDestroyDescriptor(p.exec); /* another thread cached one first */
+    *plan = ins.first->second;
+    return PE_OK;
+}
+
+void classic_plan(const pe_op_ctx *ctx, cudnnHandle_t h, conv_cudnn *c, conv_kind kind, pe_dtype dt, conv_plan *plan) {
+    const bool fp32_no_tf32 = dt == PE_DTYPE_FP32 && !tf32_enabled();
     conv_plan p;
     p.direct = true;
     int n = 0;
@@ -369,8 +654,7 @@ pe_status conv_get_plan(const pe_op_ctx *ctx, cudnnHandle_t h, conv_cudnn *c, co
         /* Float32 without TF32: FMA-only kernels (cuDNN's default math may use TF32). */
         if (fp32_no_tf32) p.math = CUDNN_FMA_MATH;
         else if (dt == PE_DTYPE_FP64) p.math = CUDNN_DEFAULT_MATH;
-        PE_CHECK(dnn_check(ctx, cudnnSetConvolutionMathType(c->conv.d, p.math), "cudnnSetConvolutionMathType"));
-        cudnnStatus_t st;
+        cudnnStatus_t st = cudnnSetConvolutionMathType(c->conv.d, p.math);
         if (kind == CONV_FWD)
             st = cudnnGetConvolutionForwardWorkspaceSize(h, c->x.d, c->w.d, c->conv.d, c->y.d,
                                                          (cudnnConvolutionFwdAlgo_t)p.algo, &p.ws);
@@ -380,19 +664,21 @@ pe_status conv_get_plan(const pe_op_ctx *ctx, cudnnHandle_t h, conv_cudnn *c, co
         else
             st = cudnnGetConvolutionBackwardFilterWorkspaceSize(h, c->x.d, c->y.d, c->conv.d, c->w.d,
                                                                 (cudnnConvolutionBwdFilterAlgo_t)p.algo, &p.ws);
-        if (st != CUDNN_STATUS_SUCCESS) p = conv_plan{0, CUDNN_DEFAULT_MATH, 0, true};
+        if (st != CUDNN_STATUS_SUCCESS) p = conv_plan{};
+        p.direct = st != CUDNN_STATUS_SUCCESS;
     }
-    std::lock_guard<std::mutex> lk(g_plan_mu);
-    g_plans[key] = p;
+    (void)ctx;
     *plan = p;
-    return PE_OK;
 }
 
-/* Marks a plan direct after cuDNN refused to run it. */
-void conv_plan_demote(const pe_op_ctx *ctx, conv_kind kind, const pe_conv_geom *g, pe_dtype dt, const conv_cudnn *c) {
-    const conv_key key = conv_key_of(ctx, kind, g, dt, c);
+/* Marks a plan direct after cuDNN refused to run it (a graph plan stays
+ * owned by the cache: another thread may hold it). */
+void conv_plan_demote(const pe_op_ctx *ctx, conv_kind kind, const pe_conv_geom *g, pe_dtype dt, const conv_cudnn *c,
+                      int64_t align) {
+    const conv_key key = conv_key_of(ctx, kind, g, dt, c, align);
     std::lock_guard<std::mutex> lk(g_plan_mu);
-    g_plans[key] = conv_plan{0, CUDNN_DEFAULT_MATH, 0, true};
+    conv_plan &p = g_plans[key];
+    p.direct = true;
 }
 
 /* Runs kind on cuDNN: fwd (a = x, b = w, out = y), bwd data (a = dy, b = w,
@@ -404,12 +690,25 @@ pe_status conv_run_cudnn(const pe_op_ctx *ctx, cudaStream_t s, const pe_conv_geo
     if (!c->fits) return PE_OK;
     dnn_guard dnn(ctx, s);
     if (!dnn.ok()) return PE_ERR_DEVICE;
+    /* the graph API's three tensors: Input (x / dx), Filter (w / dw), Output (y / dy) */
+    void *const ptr[3] = {kind == CONV_BWD_DATA ? out : (void *)a, kind == CONV_BWD_FILTER ? out : (void *)b,
+                          kind == CONV_FWD ? out : kind == CONV_BWD_DATA ? (void *)a : (void *)b};
     conv_plan plan;
-    PE_CHECK(conv_get_plan(ctx, dnn.get(), c, kind, g, dt, &plan));
+    PE_CHECK(conv_get_plan(ctx, dnn.get(), s, c, kind, g, dt, ptr, &plan));
     if (plan.direct) return PE_OK;
-    PE_CHECK(dnn_check(ctx, cudnnSetConvolutionMathType(c->conv.d, plan.math), "cudnnSetConvolutionMathType"));
     pe_cuda_temp ws(ctx, plan.ws);
     if (!ws.ok(plan.ws)) return PE_ERR_NOMEM;
+    if (plan.exec) {
+        const cudnnStatus_t st = graph_execute(dnn.get(), plan.exec, ptr, ws.get());
+        if ((int)st / 1000 == 2 || (int)st / 1000 == 3) { /* refused, nothing ran: the direct kernels */
+            conv_plan_demote(ctx, kind, g, dt, c, ptr_align(ptr));
+            return PE_OK;
+        }
+        PE_CHECK(dnn_check(ctx, st, "cudnnBackendExecute (convolution)"));
+        *done = true;
+        return PE_OK;
+    }
+    PE_CHECK(dnn_check(ctx, cudnnSetConvolutionMathType(c->conv.d, plan.math), "cudnnSetConvolutionMathType"));
     const float f1 = 1.0f, f0 = 0.0f;
     const double d1 = 1.0, d0 = 0.0;
     const void *one = dt == PE_DTYPE_FP64 ? (const void *)&d1 : (const void *)&f1;
@@ -433,7 +732,7 @@ pe_status conv_run_cudnn(const pe_op_ctx *ctx, cudaStream_t s, const pe_conv_geo
     }
     /* cuDNN 9's codes: 2xxx bad parameter, 3xxx not supported (nothing ran). */
     if ((int)st / 1000 == 2 || (int)st / 1000 == 3) {
-        conv_plan_demote(ctx, kind, g, dt, c);
+        conv_plan_demote(ctx, kind, g, dt, c, ptr_align(ptr));
         return PE_OK;
     }
     PE_CHECK(dnn_check(ctx, st, what));
