@@ -32,8 +32,8 @@ read in forward, read again in backward, its gradient written and read:
 the compulsory traffic with bias and relu fused into the GEMM), and the
 machine's sgemm GFLOP/s (numpy's BLAS, a 2048^3 sgemm on all cores and on
 one thread, best of 5) and copy bandwidth (numpy copy of 256 MB, read +
-write, best of 5), measured by workers of their own before and after the
-rounds, the best of them taken (a shared machine only ever lowers a
+write, best of 5), measured by workers of their own before every round and
+after the last, the best of them taken (a shared machine only ever lowers a
 measured ceiling); the roofline is batch / max(FLOPs / GFLOP/s, bytes /
 bandwidth) samples/s.
 
@@ -367,7 +367,7 @@ def run_worker(args, kind, model, init_path, threads=0, data_path=None):
 def measure_machine(args, runs):
     """runs + the ceilings measured now: numpy sgemm and copy on all cores and on 1 thread (numpy's BLAS
     threads; the copy is one thread either way). The roofline takes the best seen: on a shared machine a
-    measured ceiling is at most the true one, so it is taken before and after the rounds."""
+    measured ceiling is at most the true one, so it is taken before every round and after the last."""
     for nthr in sorted({args.cores, 1}, reverse=True):
         mr = run_worker(argparse.Namespace(**dict(vars(args), warmup={"mlp": 0}, steps={"mlp": 0})), "machine",
                         "mlp", "-", nthr)
@@ -386,6 +386,7 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=3, help="interleaved repetitions (median reported)")
     ap.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="PE places (CPU_NUM)")
     ap.add_argument("--threads", default="", help="peers' thread counts searched, comma-separated (1..cores)")
+    ap.add_argument("--json", default="", help="also write every worker's result, per round, to this file")
     ap.add_argument("--peers-python", default="",
                     help="python of the peers venv (default $PE_PEERS_VENV/bin/python or benchmarks/peers/.venv)")
     ap.add_argument("--worker", choices=["pe", "torch1", "torch2", "torch2c", "paddle3", "machine"],
@@ -427,7 +428,7 @@ def main(argv=None):
     print("peers python: %s; %s" % (args.peers_python, "; ".join(
         "%s %s" % (PEER_NAMES[p], status[p] or "present") for p in peers)), flush=True)
 
-    machine = measure_machine(args, [])
+    machine = []
 
     live = lambda: [p for p in peers if status[p] is None]  # noqa: E731
     res = {m: {"pe": [], **{(p, t): [] for p in peers for t in threads}} for m in models}
@@ -440,6 +441,7 @@ def main(argv=None):
                      y=np.stack([b[1] for b in bs]))
         del x, y
         for r in range(args.rounds):
+            measure_machine(args, machine)
             for m in models:
                 init, dpath = os.path.join(tmp, "init_%s.npz" % m), os.path.join(tmp, "data_%s.npz" % m)
                 pr = run_worker(args, "pe", m, init, data_path=dpath)
@@ -463,8 +465,15 @@ def main(argv=None):
 
     machine = measure_machine(args, machine)
     mach = {k: max(v[k] for v in machine) for k in ("sgemm_gflops", "copy_gbs")}
-    print("roofline ceilings: the best of those, sgemm %.1f GFLOP/s, copy %.1f GB/s" % (
-        mach["sgemm_gflops"], mach["copy_gbs"]))
+    one = max(v["sgemm_gflops"] for v in machine if v["blas_threads"] == "1")
+    print("roofline ceilings: the best of those, sgemm %.1f GFLOP/s, copy %.1f GB/s (%d cores x the best 1-thread "
+          "sgemm would be %.1f GFLOP/s)" % (mach["sgemm_gflops"], mach["copy_gbs"], args.cores, args.cores * one))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": machine, "ceilings": mach, "status": status, "meta": meta,
+                       "results": {m: {k if isinstance(k, str) else "%s/%d" % k: v for k, v in res[m].items()}
+                                   for m in models},
+                       "roofline": {m: roofline(m, mach) for m in models}}, f, indent=1)
     med = lambda rs, k="samples_per_s": statistics.median(x[k] for x in rs)  # noqa: E731
     print("\nTraining throughput (median of %d alternating rounds; same batches and initial weights): batch %d, "
           "momentum %g lr %g, %d cores, PE on CPU_NUM=%d places; peers at %s thread(s), the best counts; %s"
@@ -473,10 +482,13 @@ def main(argv=None):
     speed = {}
     for m in models:
         rl = roofline(m, mach)
+        ideal = roofline(m, dict(mach, sgemm_gflops=max(mach["sgemm_gflops"], args.cores * one)))
         print("\n%s: %.2f MFLOP per sample (forward + backward GEMM/conv), %.1f MB moved per step (%d parameters); "
-              "roofline %.0f samples/s (%s-bound: %.2f ms of FLOPs, %.2f ms of bytes per step)" % (
+              "roofline %.0f samples/s (%s-bound: %.2f ms of FLOPs, %.2f ms of bytes per step; %.0f samples/s at "
+              "%d x the 1-thread sgemm)" % (
                   m.upper(), rl["flops_per_sample"] / 1e6, rl["bytes_per_step"] / 1e6, rl["params"],
-                  rl["samples_per_s"], rl["bound"], rl["t_flops_ms"], rl["t_bytes_ms"]))
+                  rl["samples_per_s"], rl["bound"], rl["t_flops_ms"], rl["t_bytes_ms"], ideal["samples_per_s"],
+                  args.cores))
         head = ("| framework | samples/s (best threads) | per thread count | PE speedup (peer step time / PE's) "
                 "| CPU µs per sample | % of roofline | mean loss |")
         print(head)
