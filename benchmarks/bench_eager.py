@@ -35,7 +35,15 @@ OMP_NUM_THREADS=1 and torch.set_num_threads(1)):
                median step time.
 
 torch is Debian's python3-torch (1.13) under /usr/bin/python3, the
-interpreter running this file.
+interpreter running this file. (a) and (b) also run PyTorch 2.x ("torch2")
+from the peers venv (benchmarks/peers/setup.sh; --torch2-python, default
+$PE_PEERS_VENV/bin/python or benchmarks/peers/.venv/bin/python): a worker
+process of that python (this file with --torch2-worker, which imports
+neither pe nor Debian's torch) kept for the whole run, at one thread,
+told over a pipe to time its steps / loops in turn with PE's and torch
+1.13's (the same alternation; it times itself, with the same clocks, and
+sleeps on the pipe while the others run). Without that python, or when it
+cannot import torch, torch2 is reported "absent (reason)".
 
     OMP_NUM_THREADS=1 PYTHONPATH=build/python /usr/bin/python3 benchmarks/bench_eager.py [--parts abcd] [--rounds 3]
 """
@@ -54,25 +62,12 @@ import numpy as np
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ["CPU_NUM"] = "1"
 
-import pe  # noqa: E402
-import pe.fluid as fluid  # noqa: E402
-import pe.nn as nn  # noqa: E402
-
 SIZES = (784, 512, 256, 10)
 BATCH = 128
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-class MLP(nn.Layer):
-    def __init__(self):
-        super().__init__()
-        self.fc1 = nn.Linear(SIZES[0], SIZES[1])
-        self.fc2 = nn.Linear(SIZES[1], SIZES[2])
-        self.fc3 = nn.Linear(SIZES[2], SIZES[3])
-
-    def forward(self, x):
-        r = nn.functional.relu
-        return self.fc3(r(self.fc2(r(self.fc1(x)))))
-
+# ---- the PyTorch 2.x worker: runs under the peers venv's python, imports neither pe nor Debian's torch ----------
 
 class _WithLoss(nn.Layer):
     """The MLP and its loss in one forward: to_static traces both into one program."""
@@ -104,20 +99,166 @@ def data(n, batch=None, seed=0):
             for _ in range(n)]
 
 
+def torch_cases(torch, n):
+    """(b)'s torch loops: {case: run()} (the same ops as part_b's "torch" column)."""
+    one, sq = np.ones([1], "float32"), np.ones([1, 1], "float32")
+    ta, tb = torch.from_numpy(one.copy()), torch.from_numpy(one.copy())
+    tm, tn = torch.from_numpy(sq.copy()), torch.from_numpy(sq.copy())
+    tga, tgm = torch.from_numpy(one.copy()).requires_grad_(), torch.from_numpy(sq.copy()).requires_grad_()
+
+    def loop(f):
+        def run():
+            for _ in range(n):
+                f()
+        return run
+    return {"add fwd": loop(lambda: ta + tb), "matmul fwd": loop(lambda: torch.matmul(tm, tn)),
+            "add fwd+bwd": loop(lambda: (tga + tb).backward()),
+            "matmul fwd+bwd": loop(lambda: torch.matmul(tgm, tn).backward())}
+
+
+def torch2_worker():
+    """Serves the driver over stdin/stdout, one JSON object a line: {"op": "init", "init": npz, "batch": n,
+    "op_loop": n} builds (a)'s model (PE's initial weights), optimizer and batches and (b)'s loops; {"op": "time",
+    "what": "step" or a (b) case, "n": k} runs it k times, timing each with perf_counter and process_time, and
+    answers {"wall": [...], "cpu": [...], "loss": last loss}."""
+    global BATCH
+    import torch
+    torch.set_num_threads(1)
+    st = {}
+    for line in sys.stdin:
+        req = json.loads(line)
+        if req["op"] == "init":
+            BATCH = req["batch"]
+            with np.load(req["init"]) as f:
+                init = [(f["w%d" % i], f["b%d" % i]) for i in range(3)]
+            tm = torch_mlp(torch, init)
+            opt = torch.optim.Adam(tm.parameters(), lr=1e-3)
+            tb = [(torch.from_numpy(x), torch.from_numpy(y)) for x, y in data(8)]
+            lossf = torch.nn.CrossEntropyLoss()
+            st = {"i": 0, "loss": None}
+
+            def step():
+                x, y = tb[st["i"] % 8]
+                st["i"] += 1
+                loss = lossf(tm(x), y)
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+                st["loss"] = loss.item()
+            runs = dict(torch_cases(torch, req["op_loop"]), step=step)
+            out = {"version": torch.__version__, "threads": torch.get_num_threads()}
+        else:
+            f = runs[req["what"]]
+            wall, cpu = [], []
+            for _ in range(req["n"]):
+                t0, c0 = time.perf_counter(), time.process_time()
+                f()
+                wall.append(time.perf_counter() - t0)
+                cpu.append(time.process_time() - c0)
+            out = {"wall": wall, "cpu": cpu, "loss": st.get("loss")}
+        print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--torch2-worker"]:
+    torch2_worker()
+    sys.exit(0)
+
+import pe  # noqa: E402
+import pe.fluid as fluid  # noqa: E402
+import pe.nn as nn  # noqa: E402
+
+
+class Torch2:
+    """The torch2 worker process, seen from the driver: remote(what) is a step function for timed_rounds that the
+    worker times itself."""
+
+    def __init__(self, python):
+        self.python, self.absent, self.proc = python, None, None
+        if not os.path.exists(python):
+            self.absent = "no %s (run benchmarks/peers/setup.sh)" % python
+            return
+        r = subprocess.run([python, "-c", "import torch; print(torch.__version__)"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, env=self._env())
+        if r.returncode != 0:
+            last = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
+            self.absent = "%s: %s" % (python, last[-1] if last else "exit %d" % r.returncode)
+
+    @staticmethod
+    def _env():
+        env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        env.pop("PYTHONPATH", None)  # build/python's pe is for Debian's python
+        return env
+
+    def start(self, init, op_loop):
+        """init: [(w, b)] of the three Linear layers (PE's layout)."""
+        if self.absent:
+            return None
+        if self.proc is None:
+            self.proc = subprocess.Popen([self.python, os.path.abspath(__file__), "--torch2-worker"],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=self._env())
+            self.tmp = tempfile.NamedTemporaryFile(prefix="pe-eager-init-", suffix=".npz", delete=False).name
+        np.savez(self.tmp, **{k: v for i, (w, b) in enumerate(init) for k, v in (("w%d" % i, w), ("b%d" % i, b))})
+        return self._ask({"op": "init", "init": self.tmp, "batch": BATCH, "op_loop": op_loop})
+
+    def _ask(self, req):
+        self.proc.stdin.write(json.dumps(req) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise SystemExit("bench_eager: the torch2 worker (%s) died (exit %s)" % (self.python, self.proc.wait()))
+        return json.loads(line)
+
+    def remote(self, what):
+        def times(n):
+            r = self._ask({"op": "time", "what": what, "n": n})
+            self.loss = r["loss"]
+            return r["wall"], r["cpu"]
+        times.remote = True
+        return times
+
+    def close(self):
+        if self.proc is not None:
+            self.proc.stdin.close()
+            self.proc.wait()
+            os.unlink(self.tmp)
+            self.proc = None
+
+
+class MLP(nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(SIZES[0], SIZES[1])
+        self.fc2 = nn.Linear(SIZES[1], SIZES[2])
+        self.fc3 = nn.Linear(SIZES[2], SIZES[3])
+
+    def forward(self, x):
+        r = nn.functional.relu
+        return self.fc3(r(self.fc2(r(self.fc1(x)))))
+
+
 def pe_init(model):
     return [(model.fc1.weight.numpy(), model.fc1.bias.numpy()), (model.fc2.weight.numpy(), model.fc2.bias.numpy()),
             (model.fc3.weight.numpy(), model.fc3.bias.numpy())]
 
 
 def timed_rounds(runs, rounds, steps, warmup=3):
-    """runs: {name: step()} alternated; -> {name: (median s, median CPU s)} per step."""
+    """runs: {name: step()} alternated; -> {name: (median s, median CPU s)} per step. A step function with
+    .remote (Torch2.remote) is timed by its worker: f(n) -> (wall s, CPU s) of n steps."""
     wall = {k: [] for k in runs}
     cpu = {k: [] for k in runs}
     for f in runs.values():
+        if getattr(f, "remote", False):
+            f(warmup)
+            continue
         for _ in range(warmup):
             f()
     for _ in range(rounds):
         for k, f in runs.items():
+            if getattr(f, "remote", False):
+                w, c = f(steps)
+                wall[k] += w
+                cpu[k] += c
+                continue
             for _ in range(steps):
                 t0, c0 = time.perf_counter(), time.process_time()
                 f()
@@ -159,15 +300,25 @@ def part_a(torch, a):
         topt.zero_grad()
         st["torch"][1] = float(loss)
 
-    r = timed_rounds({"PE eager": pe_step, "torch eager": torch_step}, a.rounds, a.steps)
+    runs = {"PE eager": pe_step, "torch eager": torch_step}
+    t2 = a.torch2.start(pe_init(model), a.op_loop)
+    if t2:
+        runs["torch2 eager"] = a.torch2.remote("step")
+    r = timed_rounds(runs, a.rounds, a.steps)
     print("(a) eager training step: MLP 784-512-256-10, batch %d, Adam lr 1e-3; %d rounds x %d steps, medians"
           % (BATCH, a.rounds, a.steps))
     print("%-12s %10s %12s %14s %12s" % ("", "ms/step", "samples/s", "CPU us/sample", "last loss"))
     for k, (w, c) in r.items():
-        print("%-12s %10.3f %12.0f %14.2f %12.6f" % (k, w * 1e3, BATCH / w, c * 1e6 / BATCH,
-                                                     st["pe" if k.startswith("PE") else "torch"][1]))
+        loss = a.torch2.loss if k == "torch2 eager" else st["pe" if k.startswith("PE") else "torch"][1]
+        print("%-12s %10.3f %12.0f %14.2f %12.6f" % (k, w * 1e3, BATCH / w, c * 1e6 / BATCH, loss))
+    if not t2:
+        print("%-12s absent (%s)" % ("torch2 eager", a.torch2.absent))
     (pw, pc), (tw, tc) = r["PE eager"], r["torch eager"]
     print("PE / torch samples/s = %.2f; CPU per sample PE / torch = %.2f" % (tw / pw, pc / tc))
+    if t2:
+        t2w, t2c = r["torch2 eager"]
+        print("PE / torch2 (%s) samples/s = %.2f; CPU per sample PE / torch2 = %.2f" % (t2["version"], t2w / pw,
+                                                                                      pc / t2c))
     pe.enable_static()
     return r
 
@@ -219,17 +370,24 @@ def part_b(torch, a):
 
     cases["add fwd+bwd"] = {"PE": loop(pe_add_bwd), "torch": loop(t_add_bwd)}
     cases["matmul fwd+bwd"] = {"PE": loop(pe_mm_bwd), "torch": loop(t_mm_bwd)}
+    t2 = a.torch2.start(pe_init(MLP()), n)
+    if t2:
+        for name in cases:
+            cases[name]["torch2"] = a.torch2.remote(name)
     print("\n(b) per-op overhead: CPU us per op (per iteration: op, or op + backward()), loops of %d; %d rounds, "
-          "medians"
-          % (n, a.rounds))
-    print("%-16s %10s %10s %10s %12s" % ("op", "PE", "torch", "PE/torch", "PE C call"))
+          "medians; torch = %s, torch2 = %s"
+          % (n, a.rounds, torch.__version__, t2["version"] if t2 else "absent (%s)" % a.torch2.absent))
+    print("%-16s %10s %10s %10s %10s %10s %12s" % ("op", "PE", "torch", "torch2", "PE/torch", "PE/torch2",
+                                                   "PE C call"))
     res = {}
     for name, fs in cases.items():
         r = timed_rounds(fs, a.rounds, 3, warmup=1)
         us = {k: c * 1e6 / n for k, (w, c) in r.items()}   # process CPU time: steadier than wall on a shared box
         res[name] = us
-        print("%-16s %10.2f %10.2f %10.2f %12s" % (name, us["PE"], us["torch"], us["PE"] / us["torch"],
-                                                    "%.2f" % us["PE C call"] if "PE C call" in us else "-"))
+        print("%-16s %10.2f %10.2f %10s %10.2f %10s %12s" % (
+            name, us["PE"], us["torch"], "%.2f" % us["torch2"] if t2 else "-", us["PE"] / us["torch"],
+            "%.2f" % (us["PE"] / us["torch2"]) if t2 else "-",
+            "%.2f" % us["PE C call"] if "PE C call" in us else "-"))
     pe.enable_static()
     return res
 
@@ -480,15 +638,22 @@ def main():
     ap.add_argument("--dp-steps", type=int, default=30, help="timed steps per round, (d)")
     ap.add_argument("--breakdown", action="store_true", help="(c): where a to_static step's CPU time goes")
     ap.add_argument("--batch", type=int, default=BATCH, help="batch size of (a) and (c), per rank in (d)")
+    ap.add_argument("--torch2-python", default="", help="python with PyTorch 2.x for (a) and (b) (default "
+                    "$PE_PEERS_VENV/bin/python or benchmarks/peers/.venv/bin/python)")
     a = ap.parse_args()
     BATCH = a.batch
+    a.torch2 = Torch2(a.torch2_python or os.path.join(
+        os.environ.get("PE_PEERS_VENV") or os.path.join(ROOT, "benchmarks", "peers", ".venv"), "bin", "python"))
     import torch
     torch.set_num_threads(1)
     print("PE at %s; torch %s (%s), %d thread(s); OMP_NUM_THREADS=%s" % (
         os.path.dirname(pe.__file__), torch.__version__, torch.__file__, torch.get_num_threads(),
         os.environ.get("OMP_NUM_THREADS")))
-    for p in a.parts:
-        {"a": part_a, "b": part_b, "c": part_c, "d": part_d}[p](torch, a)
+    try:
+        for p in a.parts:
+            {"a": part_a, "b": part_b, "c": part_c, "d": part_d}[p](torch, a)
+    finally:
+        a.torch2.close()
 
 
 if __name__ == "__main__":

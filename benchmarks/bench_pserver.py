@@ -95,7 +95,7 @@ def batches(model, n, rows):
     if model == "wide":
         x = rng.standard_normal((rows, WIDE_IN)).astype(np.float32)
         return [{"x": x}] * n
-    try:  # the main job's data when it is there (the batches of compare_torch.py / bench_trainers.py)
+    try:  # the main job's data when it is there (the batches of compare_peers.py / bench_trainers.py)
         sys.path.insert(0, os.path.join(ROOT, "examples"))
         import train_fashion_mnist as job
         x, y = job.load_fashion_mnist("train")

@@ -3,7 +3,7 @@
 
 What: the MLP and the CNN of examples/train_fashion_mnist.py (batch 128,
 momentum 0.9, lr 0.05, the same initial weights and batches as
-compare_torch.py), trained by
+compare_peers.py), trained by
   - PE, 1 process x 2 places (ParallelExecutor, CPU_NUM=2): the reference;
   - PE, 2 processes x 1 place (`mpirun -np 2`, ParallelExecutor with
     num_trainers=2, trainer_id=rank, CPU_NUM=1): each process feeds its
@@ -33,7 +33,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import compare_torch as ct  # noqa: E402  (models, batches, timing, the torch twin)
+import compare_peers as ct  # noqa: E402  (models, batches, timing, the torch twin)
 
 job = ct.job
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",

@@ -48,7 +48,7 @@ logs, when one of them is installed (imported only when asked for).
 CPU_NUM defaults to the cores divided by the trainers on this machine.
 
 Why: it is the job the README's `scripts/demo.sh` runs, and
-benchmarks/compare_torch.py imports its data loader and model builders so
+benchmarks/compare_peers.py imports its data loader and model builders so
 the comparison with PyTorch trains exactly these models.
 
     /usr/bin/python3 examples/train_fashion_mnist.py                 # MLP, defaults
