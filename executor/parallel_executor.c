@@ -26,6 +26,12 @@
  * the handles run exactly as before. The timeline (timeline_path /
  * PE_TIMELINE) works the same way: run_handle_timed around the handle, a
  * step span around the run, nothing at all when it is off.
+ *
+ * enable_sequential_execution runs no pool: the handles one after another
+ * on the calling thread, in the graph's one topological order
+ * (pe_ssa_graph_topo_order: the handle order, except where an edge added
+ * later goes back — memory_optimize's early updates move an optimizer op
+ * up), so every edge holds, and with it the memory plan made from them.
  */
 #include "executor/nan_inf.h"
 #include "executor/pe_internal.h"
@@ -145,8 +151,10 @@ static pe_status run_handle_timed(void *user, int h) {
 static void free_variant(pe_graph_variant *v) {
     pe_mem_arenas_free(v->arenas);
     pe_ssa_graph_free(v->g);
+    free(v->order);
     v->arenas = NULL;
     v->g = NULL;
+    v->order = NULL;
 }
 
 void pe_parallel_executor_free(pe_parallel_executor *pe) {
@@ -184,6 +192,16 @@ static pe_status build_variant(const pe_parallel_executor *pe, const char *const
                        .quiet = !dump /* the graph with the fused vars kept: the first build reported */};
     PE_CHECK(pe_pass_manager_run(pe->prog, &po, &out->g, NULL));
     if (pe->opt.num_trainers > 1) PE_CHECK(pe_pe_chain_collectives(out->g)); /* one issue order on every trainer */
+    if (bs.enable_sequential_execution) {
+        /* One handle after another in a topological order, never the bare
+         * handle order: an edge added after the handles were made may go
+         * back (memory_optimize on one place runs each optimizer op before
+         * the next backward op), and the memory plan below is sound only for
+         * orders that keep every edge. */
+        if (!(out->order = malloc(sizeof *out->order * (size_t)(out->g->n_h ? out->g->n_h : 1))))
+            return pe_error(PE_ERR_NOMEM, "out of memory ordering the ParallelExecutor's graph");
+        PE_CHECK(pe_ssa_graph_topo_order(out->g, out->order));
+    }
     if (bs.memory_optimize || bs.enable_inplace) {
         PE_CHECK(pe_mem_arenas_new(out->g, pe->places, bs.memory_optimize, bs.enable_inplace,
                                    pe->kernel_threads, &out->arenas));
@@ -207,6 +225,7 @@ static pe_status build_graphs(pe_parallel_executor *pe) {
     free(removed);
     pe->g = pe->variants[0].g;
     pe->arenas = pe->variants[0].arenas;
+    pe->order = pe->variants[0].order;
     return st;
 }
 
@@ -241,6 +260,7 @@ static pe_status select_graph(pe_parallel_executor *pe, const char *const *fetch
         pe_pe_free_feed_views(pe);
         pe->g = keep->g;
         pe->arenas = keep->arenas;
+        pe->order = keep->order;
         PE_CHECK(adopt_graph(pe));
         PE_CHECK(pe_pe_coalesce_optimizer_state(pe));
         PE_CHECK(pe_pe_share_sharded_state(pe));
@@ -485,9 +505,9 @@ static pe_status run_graph(pe_parallel_executor *pe, unsigned intr_mark) {
         if (pe->sched) {
             PE_CHECK(pe_sched_run(pe->sched, pe->g, fn, pe, intr_mark));
         } else {
-            for (int h = 0; h < pe->g->n_h; h++) {
+            for (int k = 0; k < pe->g->n_h; k++) {
                 if (pe_interrupted_since(intr_mark)) return pe_interrupted_error();
-                PE_CHECK(fn(pe, h));
+                PE_CHECK(fn(pe, pe->order[k]));
             }
         }
     }

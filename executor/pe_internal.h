@@ -49,6 +49,8 @@ typedef struct pe_coll_done {
 typedef struct pe_graph_variant {
     pe_ssa_graph *g;
     pe_mem_arenas *arenas;  /* memory plan (memory_optimize / enable_inplace); NULL = off */
+    int *order;             /* enable_sequential_execution: the handles in the order they run
+                             * (pe_ssa_graph_topo_order); NULL = the scheduler runs them */
 } pe_graph_variant;
 
 struct pe_parallel_executor {
@@ -63,6 +65,7 @@ struct pe_parallel_executor {
      * removed none) */
     pe_ssa_graph *g;
     pe_mem_arenas *arenas;
+    const int *order;       /* its variant's order (enable_sequential_execution), else NULL */
     pe_graph_variant variants[2];
     pe_sched *sched;
     pe_comm_group *comm;    /* the places' collectives (runtime/comm) */

@@ -1,5 +1,6 @@
 /* graph/ssa_graph.c — the multi-device SSA graph's own functions: freeing
- * it and writing it as Graphviz DOT.
+ * it, adding an edge, its one fixed topological order (what
+ * enable_sequential_execution runs) and writing it as Graphviz DOT.
  *
  * The graph is built by the multi-device pass (passes/multi_device.c) and
  * run by the executor; what it is lives here, in the graph stage, so that
@@ -76,6 +77,60 @@ pe_status pe_ssa_graph_write_dot(const pe_ssa_graph *g, const char *path) {
     pe_status st = pe_write_file_atomic(path, buf, n);
     free(buf);
     return st;
+}
+
+pe_status pe_ssa_graph_topo_order(const pe_ssa_graph *g, int *order) {
+    const int n = g->n_h;
+    int *deps = malloc(sizeof *deps * (size_t)(n ? n : 1)), *heap = malloc(sizeof *heap * (size_t)(n ? n : 1));
+    if (!deps || !heap) {
+        free(deps);
+        free(heap);
+        return pe_error(PE_ERR_NOMEM, "out of memory ordering the graph's handles");
+    }
+    int hn = 0, done = 0;
+    for (int h = 0; h < n; h++) deps[h] = 0;
+    for (int h = 0; h < n; h++)
+        for (int i = 0; i < g->h[h].n_succ; i++) deps[g->h[h].succ[i]]++;
+    /* a binary min-heap of the ready handles */
+    for (int h = 0; h < n; h++) {
+        if (deps[h]) continue;
+        int i = hn++;
+        for (heap[i] = h; i > 0 && heap[(i - 1) / 2] > heap[i]; i = (i - 1) / 2) {
+            int t = heap[i];
+            heap[i] = heap[(i - 1) / 2];
+            heap[(i - 1) / 2] = t;
+        }
+    }
+    while (hn > 0) {
+        const int h = heap[0];
+        heap[0] = heap[--hn];
+        for (int i = 0;;) { /* sift down */
+            int l = 2 * i + 1, r = l + 1, m = i;
+            if (l < hn && heap[l] < heap[m]) m = l;
+            if (r < hn && heap[r] < heap[m]) m = r;
+            if (m == i) break;
+            int t = heap[i];
+            heap[i] = heap[m];
+            heap[m] = t;
+            i = m;
+        }
+        order[done++] = h;
+        for (int k = 0; k < g->h[h].n_succ; k++) {
+            const int v = g->h[h].succ[k];
+            if (--deps[v]) continue;
+            int i = hn++;
+            for (heap[i] = v; i > 0 && heap[(i - 1) / 2] > heap[i]; i = (i - 1) / 2) {
+                int t = heap[i];
+                heap[i] = heap[(i - 1) / 2];
+                heap[(i - 1) / 2] = t;
+            }
+        }
+    }
+    free(deps);
+    free(heap);
+    if (done != n)
+        return pe_error(PE_ERR_INTERNAL, "the SSA graph has a cycle (%d of its %d handles can be ordered)", done, n);
+    return PE_OK;
 }
 
 int pe_ssa_graph_add_edge(pe_ssa_graph *g, int from, int to) {

@@ -112,6 +112,13 @@ void pe_ssa_graph_free(pe_ssa_graph *g); /* accepts NULL */
 /* Handle `to` waits for handle `from` (no-op when from < 0, from == to or
  * the edge exists). The caller keeps the graph acyclic. -1: out of memory. */
 int pe_ssa_graph_add_edge(pe_ssa_graph *g, int from, int to);
+/* One fixed topological order of the handles into order[0, n_h): Kahn's
+ * algorithm taking the lowest-numbered ready handle first, so it is the
+ * handle order itself whenever every edge goes from a lower handle to a
+ * higher one (as the multi-device pass creates them), and departs from it
+ * only where a later edge goes back (memory_optimize's early updates). The
+ * order enable_sequential_execution runs. PE_ERR_INTERNAL on a cycle. */
+pe_status pe_ssa_graph_topo_order(const pe_ssa_graph *g, int *order);
 /* Writes the graph as Graphviz DOT (atomic). */
 pe_status pe_ssa_graph_write_dot(const pe_ssa_graph *g, const char *path);
 

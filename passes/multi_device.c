@@ -47,8 +47,11 @@
  * Dependencies come from versioned vars per place: a read depends on the
  * producer of the current version; a write depends on that producer and on
  * every reader of the current version, then starts a new version. Handles
- * are created op by op (all places of op i, then its collectives), which is
- * also a valid sequential order.
+ * are created op by op (all places of op i, then its collectives), so every
+ * edge made here goes from a lower handle to a higher one; the early
+ * updates of memory_optimize (below) add edges that go back, so what runs
+ * the handles one by one (enable_sequential_execution) runs them in
+ * pe_ssa_graph_topo_order, never in the bare handle order.
  */
 #include "passes/multi_device.h"
 #include "passes/fuse_all_reduce.h"
@@ -498,7 +501,10 @@ static pe_status add_opt_shards(pe_ssa_graph *g, place_state *ps, int op_idx, in
  * to the first backward op after its gradient's producer: the update runs
  * right away and its gradient's bytes serve the gradients that follow (for
  * the MLP, fc_0.w's gradient reuses fc_1.w's). An edge that would close a
- * cycle (a later backward op reading the parameter) is not added. */
+ * cycle (a later backward op reading the parameter) is not added. The
+ * edges go from a higher handle to a lower one: sequential execution runs
+ * the graph's topological order (graph/ssa_graph.h), not the handle order,
+ * which would update after the gradient's bytes were reused. */
 
 static bool reaches(const pe_ssa_graph *g, int from, int to, unsigned char *seen, int *stack) {
     memset(seen, 0, (size_t)g->n_h);

@@ -18,6 +18,10 @@
  *   comes back); a fetch list that changes between runs; no system
  *   allocation per step in the steady state (pe_alloc_get_stats n_allocs);
  *   a lower measured peak with the plan.
+ * - Sequential execution: the graph's topological order (the handle order
+ *   unless an edge goes back; a cycle refused), and training with
+ *   enable_sequential_execution gives the bits of the scheduler's run for
+ *   every memory and fusion switch (memory_optimize's early updates go back).
  */
 #include "tests/unit/models.h"
 
@@ -513,6 +517,7 @@ typedef struct {
 
 static bool g_fusion; /* the fusion switches of BuildStrategy, all on or all off */
 static bool g_reduce; /* reduce_strategy = reduce (optimizers on owner places, broadcasts) */
+static bool g_seq;    /* enable_sequential_execution */
 
 static trainer trainer_new(const tm_model *m, int places, bool inplace, bool memopt) {
     trainer t = {pe_scope_new(NULL), pe_executor_new(pe_place_cpu(0)), NULL};
@@ -526,6 +531,7 @@ static trainer trainer_new(const tm_model *m, int places, bool inplace, bool mem
     o.build_strategy.fuse_gemm_epilogue = o.build_strategy.fuse_elewise_add_act_ops = g_fusion;
     o.build_strategy.fuse_all_optimizer_ops = o.build_strategy.fuse_all_reduce_ops = g_fusion;
     o.build_strategy.reduce_strategy = g_reduce ? PE_REDUCE_REDUCE : PE_REDUCE_ALL_REDUCE;
+    o.build_strategy.enable_sequential_execution = g_seq;
     if (pe_parallel_executor_new(pl, places, m->main, t.scope, &o, &t.pe) != PE_OK) fail_msg("%s", pe_last_error());
     return t;
 }
@@ -602,6 +608,89 @@ static void test_mlp_training_equivalence(void **state) {
 static void test_cnn_training_equivalence(void **state) {
     (void)state;
     check_training(true);
+}
+
+/* ---- sequential execution under the plan ---------------------------------
+ * enable_sequential_execution runs the handles one by one on the calling
+ * thread. memory_optimize on one place adds an edge from each optimizer op
+ * to the next backward op (passes/multi_device.c: updates early), from a
+ * higher handle to a lower one, and the plan gives the next gradient the
+ * updated gradient's bytes: run in the bare handle order, the update read a
+ * gradient already overwritten (the losses differed from the second step
+ * on). The topological order the executor runs keeps every edge; here the
+ * order itself, then training: sequential gives the bits of the scheduler's
+ * run for every memory and fusion switch, on 1 and 3 places. */
+
+static pe_ssa_graph *edge_graph(int n, const int (*edges)[2], int n_edges) {
+    pe_ssa_graph *g = calloc(1, sizeof *g);
+    assert_non_null(g);
+    g->h = calloc((size_t)n, sizeof *g->h);
+    assert_non_null(g->h);
+    g->n_h = g->cap_h = n;
+    for (int h = 0; h < n; h++) g->h[h] = (pe_handle){.kind = PE_HANDLE_JOIN, .place = -1, .op_idx = -1};
+    for (int e = 0; e < n_edges; e++) assert_int_equal(pe_ssa_graph_add_edge(g, edges[e][0], edges[e][1]), 0);
+    return g;
+}
+
+static void test_topo_order(void **state) {
+    (void)state;
+    int order[6];
+    /* forward edges only: the handle order itself */
+    static const int fwd[][2] = {{0, 2}, {1, 2}, {2, 5}, {3, 4}};
+    pe_ssa_graph *g = edge_graph(6, fwd, 4);
+    assert_int_equal(pe_ssa_graph_topo_order(g, order), PE_OK);
+    for (int k = 0; k < 6; k++) assert_int_equal(order[k], k);
+    pe_ssa_graph_free(g);
+    /* 0 a gradient's producer, 1 and 2 backward ops, 3 its update with the
+     * early edge 3 -> 2, 4 the end: the update runs before 2 */
+    static const int back[][2] = {{0, 1}, {1, 2}, {0, 3}, {3, 2}, {2, 4}, {3, 4}};
+    g = edge_graph(5, back, 6);
+    assert_int_equal(pe_ssa_graph_topo_order(g, order), PE_OK);
+    static const int want[] = {0, 1, 3, 2, 4};
+    for (int k = 0; k < 5; k++) assert_int_equal(order[k], want[k]);
+    pe_ssa_graph_free(g);
+    static const int cyc[][2] = {{0, 1}, {1, 2}, {2, 1}};
+    g = edge_graph(3, cyc, 3);
+    assert_int_equal(pe_ssa_graph_topo_order(g, order), PE_ERR_INTERNAL);
+    assert_non_null(strstr(pe_last_error(), "cycle"));
+    pe_ssa_graph_free(g);
+}
+
+static void check_sequential(bool cnn) {
+    tm_model m = cnn ? make_cnn() : make_mlp();
+    for (int places = 1; places <= 3; places += 2)
+        for (int mode = 0; mode < 8; mode++) {
+            bool inplace = mode & 1, memopt = mode & 2;
+            pe_tensor *ref[16], *got[16];
+            g_fusion = mode & 4;
+            g_seq = false;
+            train(&m, places, inplace, memopt, 12, 4, ref);
+            g_seq = true;
+            train(&m, places, inplace, memopt, 12, 4, got);
+            for (int i = 0; i < m.n_params; i++) {
+                assert_int_equal(pe_tensor_numel(got[i]), pe_tensor_numel(ref[i]));
+                for (int64_t e = 0; e < pe_tensor_numel(ref[i]); e++)
+                    if (memcmp(&((const double *)pe_tensor_data(got[i]))[e],
+                               &((const double *)pe_tensor_data(ref[i]))[e], sizeof(double)))
+                        fail_msg("%s places=%d enable_inplace=%d memory_optimize=%d fusion=%d: sequential %s[%lld] "
+                                 "%.17g, the scheduler's run %.17g", cnn ? "cnn" : "mlp", places, inplace, memopt,
+                                 g_fusion, m.params[i], (long long)e, tu_get(got[i], e), tu_get(ref[i], e));
+                pe_tensor_free(got[i]);
+                pe_tensor_free(ref[i]);
+            }
+        }
+    g_fusion = g_seq = false;
+    tm_model_free(&m);
+}
+
+static void test_mlp_sequential_same_bits(void **state) {
+    (void)state;
+    check_sequential(false);
+}
+
+static void test_cnn_sequential_same_bits(void **state) {
+    (void)state;
+    check_sequential(true);
 }
 
 /* fp32 CNN: its convolutions and pooling run on oneDNN. Under the
@@ -860,6 +949,9 @@ int main(void) {
         cmocka_unit_test(test_mlp_training_equivalence),
         cmocka_unit_test(test_cnn_training_equivalence),
         cmocka_unit_test(test_cnn_workspaces_in_plan),
+        cmocka_unit_test(test_topo_order),
+        cmocka_unit_test(test_mlp_sequential_same_bits),
+        cmocka_unit_test(test_cnn_sequential_same_bits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
