@@ -249,56 +249,27 @@ pe_status pe_trainers_allreduce(pe_parallel_executor *pe, void *buf, int64_t cou
  * the graph that takes the lowest-numbered ready handle first (Kahn's
  * algorithm with a min-heap), the same in every process that built the same
  * program; collective k+1 waits for collective k. Chaining along a
- * topological order never makes a cycle. Communication still overlaps the
+ * topological order never makes a cycle (pe_ssa_graph_topo_order, the
+ * order sequential execution runs). Communication still overlaps the
  * backward pass; the collectives run one after another, as one MPI
  * progress thread would run them anyway. */
 pe_status pe_pe_chain_collectives(pe_ssa_graph *g) {
-    int n = g->n_h;
-    int *deps = malloc(sizeof *deps * (size_t)(n ? n : 1)), *heap = malloc(sizeof *heap * (size_t)(n ? n : 1));
-    pe_status st = deps && heap ? PE_OK : pe_error(PE_ERR_NOMEM, "out of memory ordering the collectives");
-    int hn = 0, prev = -1, done = 0;
-    for (int h = 0; h < n && st == PE_OK; h++) deps[h] = g->h[h].n_deps;
-#define HEAP_PUSH(x)                                                                                                   \
-    do {                                                                                                               \
-        int i_ = hn++;                                                                                                 \
-        heap[i_] = (x);                                                                                                \
-        while (i_ > 0 && heap[(i_ - 1) / 2] > heap[i_]) {                                                              \
-            int t_ = heap[i_], p_ = (i_ - 1) / 2;                                                                      \
-            heap[i_] = heap[p_];                                                                                       \
-            heap[p_] = t_;                                                                                             \
-            i_ = p_;                                                                                                   \
-        }                                                                                                              \
-    } while (0)
-    for (int h = 0; h < n && st == PE_OK; h++)
-        if (deps[h] == 0) HEAP_PUSH(h);
-    while (hn > 0 && st == PE_OK) {
-        int h = heap[0];
-        heap[0] = heap[--hn];
-        for (int i = 0;;) { /* sift down */
-            int l = 2 * i + 1, r = l + 1, m = i;
-            if (l < hn && heap[l] < heap[m]) m = l;
-            if (r < hn && heap[r] < heap[m]) m = r;
-            if (m == i) break;
-            int t = heap[i];
-            heap[i] = heap[m];
-            heap[m] = t;
-            i = m;
-        }
-        done++;
-        pe_handle_kind k = g->h[h].kind;
+    const int n = g->n_h;
+    int *order = malloc(sizeof *order * (size_t)(n ? n : 1));
+    if (!order) return pe_error(PE_ERR_NOMEM, "out of memory ordering the collectives");
+    /* the order of the graph as built: an edge added below goes from a
+     * handle earlier in it to a later one, so it leaves the order as it is */
+    pe_status st = pe_ssa_graph_topo_order(g, order);
+    for (int i = 0, prev = -1; st == PE_OK && i < n; i++) {
+        const int h = order[i];
+        const pe_handle_kind k = g->h[h].kind;
         if (k == PE_HANDLE_ALLREDUCE || k == PE_HANDLE_REDUCE || k == PE_HANDLE_BCAST || k == PE_HANDLE_ALLREDUCE_FUSED ||
             k == PE_HANDLE_SHARD_SUM || k == PE_HANDLE_SHARD_GATHER || k == PE_HANDLE_ALLGATHER ||
             k == PE_HANDLE_SCATTER) {
-            /* the new edge prev -> h: h was ready without it, so only deps[] of h's successors matter */
             if (prev >= 0 && pe_ssa_graph_add_edge(g, prev, h) != 0) st = pe_error(PE_ERR_NOMEM, "out of memory");
             prev = h;
         }
-        for (int i = 0; i < g->h[h].n_succ; i++)
-            if (--deps[g->h[h].succ[i]] == 0) HEAP_PUSH(g->h[h].succ[i]);
     }
-#undef HEAP_PUSH
-    if (st == PE_OK && done != n) st = pe_error(PE_ERR_INTERNAL, "ordering the collectives: the graph has a cycle");
-    free(deps);
-    free(heap);
+    free(order);
     return st;
 }
