@@ -387,17 +387,7 @@ def test_dropout_train_eager(impl, tmp_path):
     shape = [9, 13]
     rng = np.random.default_rng(3)
     feeds = {"x": rng.standard_normal(shape).astype(np.float32), "r": rng.standard_normal(shape).astype(np.float32)}
-    p = Program()
-    p.var("x", "float32", shape)
-    p.var("r", "float32", shape, stop_gradient=True)
-    for nm in ("out", "w"):
-        p.var(nm, "float32", shape)
-    p.var("mask", "uint8", shape)
-    p.var("loss", "float32", [1])
-    p.op("dropout", {"X": ["x"]}, {"Out": ["out"], "Mask": ["mask"]},
-         {"dropout_prob": 0.4, "is_test": False, "fix_seed": True, "seed": 11, "dropout_implementation": impl})
-    p.op("elementwise_mul", {"X": ["out"], "Y": ["r"]}, {"Out": ["w"]}, {"axis": -1})
-    p.op("mean", {"X": ["w"]}, {"Out": ["loss"]})
+    p = gr.dropout_train_program(impl, 0.4, shape)
     fetch = ["x@GRAD", "out", "mask", "loss"]
     static = run_static(p, feeds, {}, fetch, tmp_path, backward="loss")
     eager = run_eager(p, feeds, {}, fetch, backward="loss")

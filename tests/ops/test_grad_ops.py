@@ -319,14 +319,9 @@ def test_grad(case, tmp_path):
     run_grad_case(case, tmp_path)
 
 
-@pytest.mark.parametrize("impl", ["downgrade_in_infer", "upscale_in_train"])
-def test_dropout_train_grad(impl, tmp_path):
-    """Training dropout: X@GRAD = Mask * dOut (/ (1 - p) for upscale_in_train),
-    with the mask PE drew (fetched through Mask)."""
-    p_drop, shape = 0.4, [9, 13]
-    rng = np.random.default_rng(3)
-    x = rng.standard_normal(shape).astype(np.float32)
-    r = rng.standard_normal(shape).astype(np.float32)
+def dropout_train_program(impl, p_drop, shape):
+    """loss = mean(dropout(x) * r): training dropout with fix_seed (seed 11)
+    on x, r a stop_gradient weight; Mask fetched as "mask"."""
     p = Program()
     p.var("x", "float32", shape)
     p.var("r", "float32", shape, stop_gradient=True)
@@ -338,6 +333,18 @@ def test_dropout_train_grad(impl, tmp_path):
          {"dropout_prob": p_drop, "is_test": False, "fix_seed": True, "seed": 11, "dropout_implementation": impl})
     p.op("elementwise_mul", {"X": ["out"], "Y": ["r"]}, {"Out": ["w"]}, {"axis": -1})
     p.op("mean", {"X": ["w"]}, {"Out": ["loss"]})
+    return p
+
+
+@pytest.mark.parametrize("impl", ["downgrade_in_infer", "upscale_in_train"])
+def test_dropout_train_grad(impl, tmp_path):
+    """Training dropout: X@GRAD = Mask * dOut (/ (1 - p) for upscale_in_train),
+    with the mask PE drew (fetched through Mask)."""
+    p_drop, shape = 0.4, [9, 13]
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(shape).astype(np.float32)
+    r = rng.standard_normal(shape).astype(np.float32)
+    p = dropout_train_program(impl, p_drop, shape)
     p.save(str(tmp_path / "p.json"))
     got = _run_pe(str(tmp_path / "p.json"), {"x": x, "r": r}, ["x@GRAD", "mask"], str(tmp_path))
     m = got["mask"].astype(np.float64)
