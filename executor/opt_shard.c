@@ -3,10 +3,12 @@
  *
  * Shard i of k of an optimizer op owns elements [b, e) of its parameter
  * (k equal ranges, multiples of 16 elements so no two shards write one
- * cache line): it sums that range of the gradient over the places into
- * place i's copy (every place's when the run fetches the gradient: nothing
- * else reads it, shard_count in passes/multi_device.c), runs the op's
- * kernel once on views of that range of place i's tensors
+ * cache line): it sums that range of the gradient over the places, tile
+ * by tile, into a tile on its stack that the update reads (into place i's
+ * copy of the gradient when the run checks it for NaN / Inf, into every
+ * place's when the run fetches it: nothing else reads it, shard_count in
+ * passes/multi_device.c), runs the op's kernel once on views of that range
+ * of place i's tensors
  * (whole tensors for the scalar slots: LearningRate, Beta1Pow, ...), and
  * copies the range of every per-element output to each place whose storage
  * is not the same memory (the places share it unless something replaced a
@@ -15,8 +17,9 @@
  * beyond k.
  *
  * The exchange is a reduce-scatter (each shard's range of the gradient
- * summed into its place, through the place group of runtime/comm, tile by
- * tile so the tile is still in cache for the update) and an all-gather of
+ * summed tile by tile, so the tile is still in cache for the update: read
+ * straight from the places' gradients, or through the place group of
+ * runtime/comm into its place's when the sum must stay) and an all-gather of
  * the updated ranges, which in-process places skip by sharing the storage.
  *
  * Across trainers the shards are the world's global ranks (shard s runs on
@@ -68,6 +71,14 @@ static void shard_range(int64_t n, int s, int k, int64_t *b, int64_t *e) {
     const int64_t per = ((n + k - 1) / k + 15) / 16 * 16;
     *b = per * s < n ? per * s : n;
     *e = *b + per < n ? *b + per : n;
+}
+
+/* The input slot of `c` that reads the gradient `var` (one tensor), or -1. */
+static int grad_slot(const pe_op_ctx *c, const char *var) {
+    for (int i = 0; i < c->info->n_inputs; i++)
+        if (c->n_in[i] == 1 && c->in[i][0] && pe_op_info_elem_input(c->info, i) && !strcmp(c->in_names[i][0], var))
+            return i;
+    return -1;
 }
 
 pe_status pe_pe_run_opt_shard(pe_parallel_executor *pe, int h) {
@@ -148,13 +159,30 @@ pe_status pe_pe_run_opt_shard(pe_parallel_executor *pe, int h) {
         sout[i] = &stens[i];
         v.out[i] = &sout[i];
     }
+    /* The summed tile straight into a scratch tile the update reads
+     * (gsum), when nothing reads the summed gradient afterwards (not
+     * fetched, not checked for NaN / Inf), the places are this process's
+     * and the tile fits: the same sums in the same rank order as the
+     * reduce (bitwise the same update), without writing the sum back into
+     * place s's gradient and reading it again (issue 17 item 3,
+     * docs/benchmarks.md). */
+    _Alignas(64) char gsum[SHARD_TILE_ELEMS * sizeof(float)];
+    const int gslot = summed || fetched || pe->check_nan_inf || pe->n < 2 || tile * (int64_t)es > (int64_t)sizeof gsum
+                          ? -1
+                          : grad_slot(c, hd->var);
+    pe_buffer gsum_buf;
     for (int64_t t0 = b; t0 < e; t0 += tile) {
         const int64_t t1 = t0 + tile < e ? t0 + tile : e;
         for (int p = 0; p < pe->n; p++) bufs[p] = gbase[p] + (size_t)t0 * es;
-        /* the reduce-scatter half: shard s's range summed into place s */
-        pe_status st = summed  ? PE_OK
-                       : fetched ? pe_group_allreduce(pe->comm, bufs, t1 - t0, param->dtype)
-                                 : pe_group_reduce(pe->comm, bufs, t1 - t0, param->dtype, s);
+        /* the reduce-scatter half: shard s's range summed into place s (or into gsum) */
+        pe_status st = PE_OK;
+        if (gslot >= 0) {
+            pe_comm_combine_to(gsum, bufs[0], bufs[1], t1 - t0, param->dtype, PE_RED_SUM);
+            for (int p = 2; p < pe->n; p++) pe_comm_add(gsum, bufs[p], t1 - t0, param->dtype);
+        } else if (!summed) {
+            st = fetched ? pe_group_allreduce(pe->comm, bufs, t1 - t0, param->dtype)
+                         : pe_group_reduce(pe->comm, bufs, t1 - t0, param->dtype, s);
+        }
         if (st != PE_OK)
             return pe_error_wrap(st, "summing '%s' over the places (elements %lld..%lld)", hd->var, (long long)t0,
                                  (long long)t1);
@@ -162,6 +190,12 @@ pe_status pe_pe_run_opt_shard(pe_parallel_executor *pe, int h) {
         for (int i = 0; i < info->n_inputs; i++)
             if (c->n_in[i] == 1 && c->in[i][0] && pe_op_info_elem_input(info, i)) {
                 range_view(&views[nv], c->in[i][0], t0, t1);
+                if (i == gslot) {
+                    gsum_buf = (pe_buffer){.data = gsum, .bytes = sizeof gsum, .place = c->in[i][0]->place,
+                                           .refcount = 1, .external = true};
+                    views[nv].buf = &gsum_buf;
+                    views[nv].offset = 0;
+                }
                 vin[i] = &views[nv++];
                 v.in[i] = &vin[i];
             }
