@@ -48,6 +48,7 @@
 #include <string.h>
 
 #define SHARD_TILE_ELEMS 16384 /* per kernel thread: a tile's 5 arrays fit a core's L2 */
+#define SHARD_SUM_TILE_ELEMS 4096 /* summed into a stack tile: 16 KiB, in L1 for the update */
 
 /* True when the current run fetches `name`. */
 static bool is_fetched(const pe_parallel_executor *pe, const char *name) {
@@ -135,6 +136,7 @@ pe_status pe_pe_run_opt_shard(pe_parallel_executor *pe, int h) {
                             pe_ctx_in_name(c, "Param", 0));
     const bool fetched = is_fetched(pe, hd->var);
     int64_t tile = SHARD_TILE_ELEMS * (int64_t)pe->kernel_threads;
+    bool one_call = false;
     pe_op_ctx v = *c;
     pe_tensor views[2 * PE_MAX_SLOTS];
     pe_tensor *vin[PE_MAX_SLOTS], *vout[PE_MAX_SLOTS];
@@ -150,6 +152,7 @@ pe_status pe_pe_run_opt_shard(pe_parallel_executor *pe, int h) {
         if (!o || pe_op_info_elem_output(info, i)) continue;
         if (pe_tensor_nbytes(o) > sizeof scratch[i]) {
             tile = e - b; /* one call: nothing to keep apart */
+            one_call = true;
             continue;
         }
         sbuf[i] = (pe_buffer){.data = scratch[i], .bytes = sizeof scratch[i], .place = o->place, .refcount = 1, .external = true};
@@ -161,15 +164,19 @@ pe_status pe_pe_run_opt_shard(pe_parallel_executor *pe, int h) {
     }
     /* The summed tile straight into a scratch tile the update reads
      * (gsum), when nothing reads the summed gradient afterwards (not
-     * fetched, not checked for NaN / Inf), the places are this process's
-     * and the tile fits: the same sums in the same rank order as the
-     * reduce (bitwise the same update), without writing the sum back into
-     * place s's gradient and reading it again (issue 17 item 3,
-     * docs/benchmarks.md). */
-    _Alignas(64) char gsum[SHARD_TILE_ELEMS * sizeof(float)];
-    const int gslot = summed || fetched || pe->check_nan_inf || pe->n < 2 || tile * (int64_t)es > (int64_t)sizeof gsum
-                          ? -1
-                          : grad_slot(c, hd->var);
+     * fetched, not checked for NaN / Inf), the places are this process's,
+     * the parameter is float32 and the update runs on one kernel thread in
+     * tiles (a larger tile would be forked): the same sums in the same rank
+     * order as the reduce (bitwise the same update), without writing the
+     * sum back into place s's gradient and reading it again; with tiles
+     * of 4,096 elements (16 KiB: the sum is still in L1 for the update)
+     * the 2-place MLP step took 0.3-1.8% less than with 16,384 in two
+     * series of alternating rounds (issue 17 item 3, docs/benchmarks.md). */
+    _Alignas(64) char gsum[SHARD_SUM_TILE_ELEMS * sizeof(float)];
+    int gslot = -1;
+    if (!summed && !fetched && !pe->check_nan_inf && pe->n >= 2 && param->dtype == PE_DTYPE_FP32 &&
+        pe->kernel_threads == 1 && !one_call && (gslot = grad_slot(c, hd->var)) >= 0)
+        tile = SHARD_SUM_TILE_ELEMS;
     pe_buffer gsum_buf;
     for (int64_t t0 = b; t0 < e; t0 += tile) {
         const int64_t t1 = t0 + tile < e ? t0 + tile : e;
