@@ -3,10 +3,12 @@
  *
  * Shard i of k of an optimizer op owns elements [b, e) of its parameter
  * (k equal ranges, multiples of 16 elements so no two shards write one
- * cache line): it sums that range of the gradient over the places into
- * place i's copy (every place's when the run fetches the gradient: nothing
- * else reads it, shard_count in passes/multi_device.c), runs the op's
- * kernel once on views of that range of place i's tensors
+ * cache line): it sums that range of the gradient over the places, tile
+ * by tile, into a tile on its stack that the update reads (into place i's
+ * copy of the gradient when the run checks it for NaN / Inf, into every
+ * place's when the run fetches it: nothing else reads it, shard_count in
+ * passes/multi_device.c), runs the op's kernel once on views of that range
+ * of place i's tensors
  * (whole tensors for the scalar slots: LearningRate, Beta1Pow, ...), and
  * copies the range of every per-element output to each place whose storage
  * is not the same memory (the places share it unless something replaced a
@@ -15,8 +17,9 @@
  * beyond k.
  *
  * The exchange is a reduce-scatter (each shard's range of the gradient
- * summed into its place, through the place group of runtime/comm, tile by
- * tile so the tile is still in cache for the update) and an all-gather of
+ * summed tile by tile, so the tile is still in cache for the update: read
+ * straight from the places' gradients, or through the place group of
+ * runtime/comm into its place's when the sum must stay) and an all-gather of
  * the updated ranges, which in-process places skip by sharing the storage.
  *
  * Across trainers the shards are the world's global ranks (shard s runs on
@@ -45,6 +48,7 @@
 #include <string.h>
 
 #define SHARD_TILE_ELEMS 16384 /* per kernel thread: a tile's 5 arrays fit a core's L2 */
+#define SHARD_SUM_TILE_ELEMS 4096 /* summed into a stack tile: 16 KiB, in L1 for the update */
 
 /* True when the current run fetches `name`. */
 static bool is_fetched(const pe_parallel_executor *pe, const char *name) {
@@ -68,6 +72,14 @@ static void shard_range(int64_t n, int s, int k, int64_t *b, int64_t *e) {
     const int64_t per = ((n + k - 1) / k + 15) / 16 * 16;
     *b = per * s < n ? per * s : n;
     *e = *b + per < n ? *b + per : n;
+}
+
+/* The input slot of `c` that reads the gradient `var` (one tensor), or -1. */
+static int grad_slot(const pe_op_ctx *c, const char *var) {
+    for (int i = 0; i < c->info->n_inputs; i++)
+        if (c->n_in[i] == 1 && c->in[i][0] && pe_op_info_elem_input(c->info, i) && !strcmp(c->in_names[i][0], var))
+            return i;
+    return -1;
 }
 
 pe_status pe_pe_run_opt_shard(pe_parallel_executor *pe, int h) {
@@ -124,6 +136,7 @@ pe_status pe_pe_run_opt_shard(pe_parallel_executor *pe, int h) {
                             pe_ctx_in_name(c, "Param", 0));
     const bool fetched = is_fetched(pe, hd->var);
     int64_t tile = SHARD_TILE_ELEMS * (int64_t)pe->kernel_threads;
+    bool one_call = false;
     pe_op_ctx v = *c;
     pe_tensor views[2 * PE_MAX_SLOTS];
     pe_tensor *vin[PE_MAX_SLOTS], *vout[PE_MAX_SLOTS];
@@ -139,6 +152,7 @@ pe_status pe_pe_run_opt_shard(pe_parallel_executor *pe, int h) {
         if (!o || pe_op_info_elem_output(info, i)) continue;
         if (pe_tensor_nbytes(o) > sizeof scratch[i]) {
             tile = e - b; /* one call: nothing to keep apart */
+            one_call = true;
             continue;
         }
         sbuf[i] = (pe_buffer){.data = scratch[i], .bytes = sizeof scratch[i], .place = o->place, .refcount = 1, .external = true};
@@ -148,13 +162,34 @@ pe_status pe_pe_run_opt_shard(pe_parallel_executor *pe, int h) {
         sout[i] = &stens[i];
         v.out[i] = &sout[i];
     }
+    /* The summed tile straight into a scratch tile the update reads
+     * (gsum), when nothing reads the summed gradient afterwards (not
+     * fetched, not checked for NaN / Inf), the places are this process's,
+     * the parameter is float32 and the update runs on one kernel thread in
+     * tiles (a larger tile would be forked): the same sums in the same rank
+     * order as the reduce (bitwise the same update), without writing the
+     * sum back into place s's gradient and reading it again; with tiles
+     * of 4,096 elements (16 KiB: the sum is still in L1 for the update)
+     * the 2-place MLP step took 0.3-1.8% less than with 16,384 in two
+     * series of alternating rounds (issue 17 item 3, docs/benchmarks.md). */
+    _Alignas(64) char gsum[SHARD_SUM_TILE_ELEMS * sizeof(float)];
+    int gslot = -1;
+    if (!summed && !fetched && !pe->check_nan_inf && pe->n >= 2 && param->dtype == PE_DTYPE_FP32 &&
+        pe->kernel_threads == 1 && !one_call && (gslot = grad_slot(c, hd->var)) >= 0)
+        tile = SHARD_SUM_TILE_ELEMS;
+    pe_buffer gsum_buf;
     for (int64_t t0 = b; t0 < e; t0 += tile) {
         const int64_t t1 = t0 + tile < e ? t0 + tile : e;
         for (int p = 0; p < pe->n; p++) bufs[p] = gbase[p] + (size_t)t0 * es;
-        /* the reduce-scatter half: shard s's range summed into place s */
-        pe_status st = summed  ? PE_OK
-                       : fetched ? pe_group_allreduce(pe->comm, bufs, t1 - t0, param->dtype)
-                                 : pe_group_reduce(pe->comm, bufs, t1 - t0, param->dtype, s);
+        /* the reduce-scatter half: shard s's range summed into place s (or into gsum) */
+        pe_status st = PE_OK;
+        if (gslot >= 0) {
+            pe_comm_combine_to(gsum, bufs[0], bufs[1], t1 - t0, param->dtype, PE_RED_SUM);
+            for (int p = 2; p < pe->n; p++) pe_comm_add(gsum, bufs[p], t1 - t0, param->dtype);
+        } else if (!summed) {
+            st = fetched ? pe_group_allreduce(pe->comm, bufs, t1 - t0, param->dtype)
+                         : pe_group_reduce(pe->comm, bufs, t1 - t0, param->dtype, s);
+        }
         if (st != PE_OK)
             return pe_error_wrap(st, "summing '%s' over the places (elements %lld..%lld)", hd->var, (long long)t0,
                                  (long long)t1);
@@ -162,6 +197,12 @@ pe_status pe_pe_run_opt_shard(pe_parallel_executor *pe, int h) {
         for (int i = 0; i < info->n_inputs; i++)
             if (c->n_in[i] == 1 && c->in[i][0] && pe_op_info_elem_input(info, i)) {
                 range_view(&views[nv], c->in[i][0], t0, t1);
+                if (i == gslot) {
+                    gsum_buf = (pe_buffer){.data = gsum, .bytes = sizeof gsum, .place = c->in[i][0]->place,
+                                           .refcount = 1, .external = true};
+                    views[nv].buf = &gsum_buf;
+                    views[nv].offset = 0;
+                }
                 vin[i] = &views[nv++];
                 v.in[i] = &vin[i];
             }

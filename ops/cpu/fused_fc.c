@@ -1,7 +1,7 @@
 /* ops/cpu/fused_fc.c — CPU kernels of fc and fc_grad (shape inference in
  * ops/fused.c; emitted by passes/fuse_fc.c).
  *
- * fc:      one GEMM (OpenBLAS, out = input W) and one epilogue pass over
+ * fc:      one GEMM (pe_cpu_gemm, out = input W) and one epilogue pass over
  *          out that adds the bias row and applies the activation in place:
  *          one read and one write of out, where the unfused ops read and
  *          write two more tensors (the GEMM result and the biased sum).
@@ -11,11 +11,11 @@
  *          dInput = dT W^T and dW = Input^T dT.
  *
  * Same results as mul + elementwise_add + act (and their grads), bit for
- * bit: the GEMMs are the same OpenBLAS calls with the same arguments as
- * ops/cpu/math.c's mul / mul_grad (OpenBLAS splits M and N, never K, across
- * threads, so the thread count does not change them either); the epilogue
- * and the activation gradient are the expressions of ops/cpu/elementwise.c
- * (ops/cpu/fused_act.h); the bias gradient sums each column over the rows
+ * bit: the GEMMs are the same pe_cpu_gemm calls with the same arguments as
+ * ops/cpu/math.c's mul / mul_grad (ops/cpu/gemm.c splits M and N, never K,
+ * across threads, so the thread count does not change them either); the
+ * epilogue and the activation gradient are the expressions of
+ * ops/cpu/elementwise.c (ops/cpu/fused_act.h); the bias gradient sums each column over the rows
  * in row order in double, as elementwise_add_grad's row-bias path does. (An
  * N = 1 bias on more than 4096 rows is summed by elementwise_add_grad in
  * blocks: there the two agree to rounding, not bitwise.)
@@ -25,33 +25,23 @@
  * large (ops/cpu/par.h).
  */
 #include "ops/cpu/fused_act.h"
+#include "ops/cpu/gemm.h"
 #include "ops/cpu/par.h"
 #include "ops/op.h"
 
-#include <cblas.h>
 #include <omp.h>
 #include <string.h>
 
 #define FC_TILE 256 /* columns whose bias-gradient sums are kept on the stack */
 
-/* C[m, n] = op(A) op(B), beta 0, row-major: ops/cpu/math.c's gemm() for
- * the cases used here (kept identical so results match mul / mul_grad). */
+/* C[m, n] = op(A) op(B), beta 0, row-major: the same pe_cpu_gemm calls as
+ * ops/cpu/math.c's mul / mul_grad (so results match them). */
 static void gemm(pe_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a, const void *b,
                  void *c, int nt) {
-    if (m == 0 || n == 0) return;
-    if (k == 0) {
-        memset(c, 0, (size_t)(m * n) * pe_dtype_size(dt));
-        return;
-    }
     int prev = omp_get_max_threads();
     if (nt < 1) nt = 1;
     if (prev != nt) omp_set_num_threads(nt);
-    blasint lda = (blasint)(ta ? m : k), ldb = (blasint)(tb ? k : n), ldc = (blasint)n;
-    enum CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
-    if (dt == PE_DTYPE_FP32)
-        cblas_sgemm(CblasRowMajor, opa, opb, (blasint)m, (blasint)n, (blasint)k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
-    else
-        cblas_dgemm(CblasRowMajor, opa, opb, (blasint)m, (blasint)n, (blasint)k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
+    pe_cpu_gemm(dt, ta, tb, m, n, k, 1.0, a, b, 0.0, c);
     if (prev != nt) omp_set_num_threads(prev);
 }
 

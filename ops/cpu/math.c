@@ -1,29 +1,33 @@
 /* ops/cpu/math.c — CPU kernels of the math family: mul, matmul, matmul_v2
  * and their grads, lookup_table(_v2) and its grad, layer_norm and its grad.
  *
- * Every product is OpenBLAS's cblas_sgemm / cblas_dgemm on row-major data;
- * a gradient is two more GEMMs with transposes chosen so no operand is ever
- * copied (dX = dOut op(Y)^T, dY = op(X)^T dOut, rearranged for transposed
+ * Every product is one pe_cpu_gemm on row-major data (ops/cpu/gemm.c:
+ * OpenBLAS's sgemm / dgemm, split across threads by PE); a gradient is
+ * two more GEMMs with transposes chosen so no operand is ever copied
+ * (dX = dOut op(Y)^T, dY = op(X)^T dOut, rearranged for transposed
  * operands).
  *
- * Threads: PE links the OpenMP build of OpenBLAS, whose GEMM uses as many
- * threads as the *calling thread's* OpenMP setting (omp_get_max_threads(),
- * an ICV private to each thread) and one thread when called inside an OpenMP
- * parallel region. So each GEMM is bracketed by omp_set_num_threads(
- * ctx->num_threads) and a restore of the previous value: the setting is per
- * calling thread, hence per place, and two places running kernels at the
- * same time do not change each other's thread counts; no global
- * openblas_set_num_threads (which would race between places) is needed.
+ * Threads: PE links the OpenMP build of OpenBLAS, and pe_cpu_gemm, like
+ * OpenBLAS's GEMM, uses as many threads as the *calling thread's* OpenMP
+ * setting (omp_get_max_threads(), an ICV private to each thread) and one
+ * thread when called inside an OpenMP parallel region. So each GEMM is
+ * bracketed by omp_set_num_threads(ctx->num_threads) and a restore of the
+ * previous value: the setting is per calling thread, hence per place, and
+ * two places running kernels at the same time do not change each other's
+ * thread counts; no global openblas_set_num_threads (which would race
+ * between places) is needed.
  *
  * Batched matmul: when Y is shared by all batches and X is not transposed,
  * the batches fold into one tall GEMM ([B*M, K] x [K, N]); otherwise one GEMM
  * per batch, and for many small matrices the batches themselves are split
  * across OpenMP threads (each GEMM then runs single-threaded inside the
- * region). OpenBLAS partitions M and N, never K, so results do not depend
- * on the thread count. A gradient of a broadcast operand (one X matrix used
- * by several output batches) is the sum of the per-batch products, added
- * into one matrix with beta = 1 in batch order — a fixed order, so the sum
- * does not depend on the thread count either.
+ * region). pe_cpu_gemm's threads partition M and N, never K, each running
+ * OpenBLAS single-threaded, so results do not depend on the thread count
+ * (OpenBLAS's own threads would change them: ops/cpu/gemm.c). A gradient
+ * of a broadcast operand (one X matrix used by several output batches) is
+ * the sum of the per-batch products, added into one matrix with beta = 1
+ * in batch order — a fixed order, so the sum does not depend on the thread
+ * count either.
  *
  * lookup_table_grad and layer_norm_grad sum over rows (ids, batch rows);
  * their threads own disjoint ranges of the *summed-into* elements (table
@@ -32,9 +36,9 @@
  * results with 1 or N threads, no atomics, no per-thread buffers.
  */
 #include "ops/math.h"
+#include "ops/cpu/gemm.h"
 #include "ops/cpu/par.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -60,23 +64,10 @@ static void blas_threads_end(blas_threads t) {
 
 /* C[m, n] = alpha * op(A) op(B) + beta * C, op(A): [m, k], op(B): [k, n],
  * row-major; beta is 0 or 1. A is stored [m, k] ([k, m] when ta), B [k, n]
- * ([n, k] when tb). */
+ * ([n, k] when tb). ops/cpu/gemm.c picks the library. */
 static void gemm(pe_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
                  const void *a, const void *b, double beta, void *c) {
-    if (m == 0 || n == 0) return;
-    size_t es = pe_dtype_size(dt);
-    if (k == 0) { /* empty sum */
-        if (beta == 0.0) memset(c, 0, (size_t)(m * n) * es);
-        return;
-    }
-    blasint lda = (blasint)(ta ? m : k), ldb = (blasint)(tb ? k : n), ldc = (blasint)n;
-    enum CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
-    if (dt == PE_DTYPE_FP32)
-        cblas_sgemm(CblasRowMajor, opa, opb, (blasint)m, (blasint)n, (blasint)k, (float)alpha, a, lda, b,
-                    ldb, (float)beta, c, ldc);
-    else
-        cblas_dgemm(CblasRowMajor, opa, opb, (blasint)m, (blasint)n, (blasint)k, alpha, a, lda, b, ldb,
-                    beta, c, ldc);
+    pe_cpu_gemm(dt, ta, tb, m, n, k, alpha, a, b, beta, c);
 }
 
 /* OpenBLAS's blasint is 32-bit in Debian's build: refuse larger matrices

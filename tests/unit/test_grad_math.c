@@ -353,6 +353,10 @@ static void test_thread_invariance(void **state) {
                   "Out", NULL, 0);
     check_threads("matmul_v2", ty, (in_t[]){{"X", RAND(126, 64, 8, 8), true}, {"Y", RAND(127, 64, 8, 8), true}}, 2,
                   "Out", NULL, 0);
+    /* the MLP's second layer on 64 rows: dX = dOut Y^T and dY = X^T dOut split over the threads by
+     * PE (ops/cpu/gemm.c) */
+    check_threads("mul", NULL, (in_t[]){{"X", f32(RAND(128, 64, 512)), true}, {"Y", f32(RAND(129, 512, 256)), true}},
+                  2, "Out", NULL, 0);
 }
 
 /* Gradient ops reject an Out@GRAD of the wrong shape with a message. */

@@ -1,0 +1,102 @@
+/* ops/cpu/gemm.c — pe_cpu_gemm: every GEMM of the CPU kernels (mul, matmul,
+ * fc and their grads) goes through here, to OpenBLAS.
+ *
+ * Bits for any thread count. OpenBLAS's own threads (its OpenMP build uses
+ * the calling thread's omp_get_max_threads()) split M and N, never K, but
+ * its threaded driver blocks K differently from the single-threaded one,
+ * so a product whose K spans more than one of its K blocks changes with
+ * the thread count: [64, 784] x [784, 512], the MLP's first layer on one
+ * place's 64 rows, differs between 1 and 2 threads (OpenBLAS 0.3.21,
+ * SkylakeX kernels; tests/unit/test_ops_math.c). So OpenBLAS always runs
+ * single-threaded here, and with several threads PE splits C itself: the
+ * larger of M and N into at most nt blocks (multiples of 16 rows or
+ * columns), one single-threaded call per block inside an OpenMP region.
+ * The single-threaded driver blocks K by K alone, so each element of a
+ * block is summed exactly as in the whole product — as long as OpenBLAS
+ * runs its regular kernels: for products of at most ~10^6 multiply-adds it
+ * switches to small-matrix kernels that sum differently. Hence every block
+ * (and the whole) must exceed GEMM_BLOCK_MIN multiply-adds, else fewer
+ * blocks, down to one call on one thread. (Measured: single-threaded
+ * blocks equal the whole product bitwise in all 1,408 cases of two sweeps
+ * of random float32 shapes, 1-1,500 rows and columns, 1-4,500 K, both
+ * transposes, 2-4 blocks, where every block had more than 10^6
+ * multiply-adds; with smaller blocks 191 of 1,103 cases differed.)
+ *
+ * Float64 is not split: dgemm's single-threaded blocks differed from the
+ * whole product in 5 of 514 cases of the same sweep, so float64 products
+ * keep OpenBLAS's own threads, whose bits may depend on the thread count
+ * as described above.
+ */
+#include "ops/cpu/gemm.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <string.h>
+
+/* Multiply-adds above which OpenBLAS runs its regular kernels (its
+ * small-matrix kernels stop at 100^3). */
+#define GEMM_BLOCK_MIN (INT64_C(1) << 20)
+#define GEMM_BLOCK_ALIGN 16
+
+/* Rows [r0, r1) (by_rows) or columns [r0, r1) of C: one OpenBLAS call
+ * (single-threaded inside a parallel region or with the setting at 1). */
+static void blas_block(pe_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const void *a,
+                       const void *b, double beta, void *c, bool by_rows, int64_t r0, int64_t r1) {
+    const size_t es = pe_dtype_size(dt);
+    const int64_t lda = ta ? m : k, ldb = tb ? k : n;
+    const char *ab = a, *bb = b;
+    char *cb = c;
+    int64_t mb = m, nb = n;
+    if (by_rows) {
+        ab += (size_t)(ta ? r0 : r0 * lda) * es;
+        cb += (size_t)(r0 * n) * es;
+        mb = r1 - r0;
+    } else {
+        bb += (size_t)(tb ? r0 * ldb : r0) * es;
+        cb += (size_t)r0 * es;
+        nb = r1 - r0;
+    }
+    enum CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
+    if (dt == PE_DTYPE_FP32)
+        cblas_sgemm(CblasRowMajor, opa, opb, (blasint)mb, (blasint)nb, (blasint)k, (float)alpha, (const float *)ab,
+                    (blasint)lda, (const float *)bb, (blasint)ldb, (float)beta, (float *)cb, (blasint)n);
+    else
+        cblas_dgemm(CblasRowMajor, opa, opb, (blasint)mb, (blasint)nb, (blasint)k, alpha, (const double *)ab,
+                    (blasint)lda, (const double *)bb, (blasint)ldb, beta, (double *)cb, (blasint)n);
+}
+
+void pe_cpu_gemm(pe_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const void *a,
+                 const void *b, double beta, void *c) {
+    if (m == 0 || n == 0) return;
+    if (k == 0) { /* empty sum */
+        if (beta == 0.0) memset(c, 0, (size_t)(m * n) * pe_dtype_size(dt));
+        return;
+    }
+    if (dt != PE_DTYPE_FP32) { /* float64: OpenBLAS's own threads, as before (see above) */
+        blas_block(dt, ta, tb, m, n, k, alpha, a, b, beta, c, false, 0, n);
+        return;
+    }
+    const int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+    const bool by_rows = m > n;
+    const int64_t dim = by_rows ? m : n, other = by_rows ? n : m;
+    /* the most blocks (at most nt) whose every block, the last included,
+     * has more than GEMM_BLOCK_MIN multiply-adds */
+    int parts = nt;
+    int64_t per = dim;
+    for (; parts > 1; parts--) {
+        per = ((dim + parts - 1) / parts + GEMM_BLOCK_ALIGN - 1) / GEMM_BLOCK_ALIGN * GEMM_BLOCK_ALIGN;
+        const int64_t used = (dim + per - 1) / per, last = dim - (used - 1) * per;
+        if (used == parts && last * other * k > GEMM_BLOCK_MIN) break;
+    }
+    if (parts <= 1) {
+        if (nt > 1) omp_set_num_threads(1);
+        blas_block(dt, ta, tb, m, n, k, alpha, a, b, beta, c, by_rows, 0, dim);
+        if (nt > 1) omp_set_num_threads(nt);
+        return;
+    }
+    #pragma omp parallel for num_threads(parts) schedule(static)
+    for (int p = 0; p < parts; p++) {
+        const int64_t r0 = p * per, r1 = r0 + per < dim ? r0 + per : dim;
+        blas_block(dt, ta, tb, m, n, k, alpha, a, b, beta, c, by_rows, r0, r1);
+    }
+}
