@@ -305,7 +305,8 @@ pe_status pe_pe_options_check(const pe_pe_options *o) {
     const pe_build_strategy *bs = &o->build_strategy;
     if (es->num_threads < 0 || es->num_threads > PE_MAX_NUM_THREADS)
         return pe_error(PE_ERR_INVALID, "ExecutionStrategy.num_threads = %d is out of range: allowed 0 (automatic: "
-                        "places x 2 on CPU, places x 4 on CUDA) or 1 to %d", es->num_threads, PE_MAX_NUM_THREADS);
+                        "places - 1 on CPU, at least 1; places x 4 on CUDA) or 1 to %d", es->num_threads,
+                        PE_MAX_NUM_THREADS);
     if (es->num_iteration_per_drop_scope < 0)
         return pe_error(PE_ERR_INVALID, "ExecutionStrategy.num_iteration_per_drop_scope = %d is out of range: allowed "
                         "0 (never drop the local scopes) or a positive count of runs",
@@ -416,8 +417,20 @@ pe_status pe_parallel_executor_new(const pe_place *places, int n_places, const p
     if ((st = build_graphs(pe)) != PE_OK || (st = adopt_graph(pe)) != PE_OK ||
         (st = pe_pe_make_place_scopes(pe, scope)) != PE_OK || (st = pe_pe_broadcast_persistables(pe)) != PE_OK)
         goto fail;
+    /* Automatic pool on CPU: places - 1 workers (at least 1), which with
+     * the calling thread (it runs handles too, executor/scheduler.c) is
+     * one thread per place. More threads than that only queue behind the
+     * working ones: every wake-up of the pool (a broadcast when several
+     * handles become ready) puts the spare workers on the run queue,
+     * where they preempt a place's kernel and find nothing to do. The MLP
+     * on 2 places on 2 cores, with places x 2 (the earlier default, 5
+     * threads): 48,700 samples/s, busy 1.47 CPUs with 0.60 CPUs' worth of
+     * its own threads waiting; with 1 worker: 66,600, busy 1.87, waiting
+     * 0.01 (docs/benchmarks.md, "Why PE's MLP kept one core busy"). No
+     * handle blocks a pool thread (collectives return PE_SCHED_PENDING),
+     * so any pool size runs every graph. */
     int nt = o.exec_strategy.num_threads;
-    if (nt == 0) nt = n_places * (places[0].kind == PE_PLACE_CUDA ? 4 : 2);
+    if (nt == 0) nt = places[0].kind == PE_PLACE_CUDA ? n_places * 4 : (n_places > 1 ? n_places - 1 : 1);
     if (!o.build_strategy.enable_sequential_execution && !(pe->sched = pe_sched_new(nt, pe->kernel_threads))) { st = PE_ERR_NOMEM; goto fail; }
     if ((st = pe_pe_broadcast_from_trainer0(pe)) != PE_OK) goto fail;
     if ((st = pe_pe_coalesce_optimizer_state(pe)) != PE_OK || (st = pe_pe_share_sharded_state(pe)) != PE_OK) goto fail;

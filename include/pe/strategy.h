@@ -37,7 +37,7 @@ typedef enum pe_grad_scale {
 #define PE_MAX_NUM_THREADS 1024 /* ExecutionStrategy.num_threads: 0 (automatic) or 1..1024 */
 
 typedef struct pe_exec_strategy {
-    int num_threads;                  /* scheduler pool; 0 = places*2 (CPU), places*4 (CUDA); at most
+    int num_threads;                  /* scheduler pool; 0 = places-1, at least 1 (CPU), places*4 (CUDA); at most
                                        * PE_MAX_NUM_THREADS */
     int num_iteration_per_drop_scope; /* local scopes dropped after every k-th run (default 100; 0 = never) */
     int num_iteration_per_run;        /* the graph runs k times per pe_run (default 1; >= 1) */
