@@ -189,14 +189,16 @@ pe_status pe_eager_run(int op, const pe_eager_args *ins, int n_ins, const pe_eag
     for (int i = 0; i < n_ins; i++) total += ins[i].n;
     for (int i = 0; i < n_outs; i++) total += outs[i].n;
     PE_CHECK(check_aliases(info, ins, n_ins, outs, n_outs));
+    if (place.kind == PE_PLACE_CUDA) { /* asked of the runtime only for GPU places: CPU ops stay off it */
 #ifdef PE_WITH_CUDA
-    int gpus = pe_cuda_device_count();
+        const int gpus = pe_cuda_device_count();
 #else
-    int gpus = 0;
+        const int gpus = 0;
 #endif
-    if (place.kind == PE_PLACE_CUDA && (place.id < 0 || place.id >= gpus))
-        return pe_error(PE_ERR_UNSUPPORTED, "op %s: place cuda:%d: %d CUDA device(s) visible to this process%s",
-                        info->name, place.id, gpus, gpus ? "" : " (a build without CUDA, or no GPU)");
+        if (place.id < 0 || place.id >= gpus)
+            return pe_error(PE_ERR_UNSUPPORTED, "op %s: place cuda:%d: %d CUDA device(s) visible to this process%s",
+                            info->name, place.id, gpus, gpus ? "" : " (a build without CUDA, or no GPU)");
+    }
     PE_CHECK(check_places(info, ins, n_ins, place));
 
     pe_op_ctx ctx;
