@@ -69,18 +69,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # ---- the PyTorch 2.x worker: runs under the peers venv's python, imports neither pe nor Debian's torch ----------
 
-class _WithLoss(nn.Layer):
-    """The MLP and its loss in one forward: to_static traces both into one program."""
-
-    def __init__(self, mlp):
-        super().__init__()
-        self.mlp = mlp
-        self.loss = nn.CrossEntropyLoss()
-
-    def forward(self, x, y):
-        return self.loss(self.mlp(x), y)
-
-
 def torch_mlp(torch, init=None):
     m = torch.nn.Sequential(torch.nn.Linear(SIZES[0], SIZES[1]), torch.nn.ReLU(), torch.nn.Linear(SIZES[1], SIZES[2]),
                             torch.nn.ReLU(), torch.nn.Linear(SIZES[2], SIZES[3]))
@@ -234,6 +222,18 @@ class MLP(nn.Layer):
     def forward(self, x):
         r = nn.functional.relu
         return self.fc3(r(self.fc2(r(self.fc1(x)))))
+
+
+class _WithLoss(nn.Layer):
+    """The MLP and its loss in one forward: to_static traces both into one program."""
+
+    def __init__(self, mlp):
+        super().__init__()
+        self.mlp = mlp
+        self.loss = nn.CrossEntropyLoss()
+
+    def forward(self, x, y):
+        return self.loss(self.mlp(x), y)
 
 
 def pe_init(model):

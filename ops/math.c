@@ -75,13 +75,13 @@ pe_status pe_matmul_plan_make(const pe_op_ctx *ctx, const pe_tensor *x, const pe
     p->trans_x = pe_ctx_bool(ctx, v2 ? "trans_x" : "transpose_X");
     p->trans_y = pe_ctx_bool(ctx, v2 ? "trans_y" : "transpose_Y");
     p->alpha = v2 ? 1.0 : pe_ctx_float(ctx, "alpha");
+    /* the dims as text only for a message: formatting them costs more than the plan */
     char xs[128], ys[128];
-    pe_dims_str(x->ndim, x->dims, xs, sizeof xs);
-    pe_dims_str(y->ndim, y->dims, ys, sizeof ys);
+#define PLAN_DIMS_STR() (pe_dims_str(x->ndim, x->dims, xs, sizeof xs), pe_dims_str(y->ndim, y->dims, ys, sizeof ys))
     const char *xname = pe_ctx_in_name(ctx, "X", 0), *yname = pe_ctx_in_name(ctx, "Y", 0);
     if (x->ndim < 1 || y->ndim < 1)
-        return pe_ctx_error(ctx, PE_ERR_INVALID, "X '%s' %s and Y '%s' %s must have rank >= 1",
-                            xname, xs, yname, ys);
+        return PLAN_DIMS_STR(), pe_ctx_error(ctx, PE_ERR_INVALID, "X '%s' %s and Y '%s' %s must have rank >= 1",
+                                             xname, xs, yname, ys);
     /* Stored matrix shapes after numpy's 1-D promotion: x [K] -> [1, K],
      * y [K] -> [K, 1]. A vector has no transpose: its flag is ignored. */
     bool x1 = x->ndim == 1, y1 = y->ndim == 1;
@@ -94,7 +94,7 @@ pe_status pe_matmul_plan_make(const pe_op_ctx *ctx, const pe_tensor *x, const pe
     int64_t ky = p->trans_y ? yc : yr;
     p->n = p->trans_y ? yr : yc;
     if (kx != ky)
-        return pe_ctx_error(ctx, PE_ERR_INVALID,
+        return PLAN_DIMS_STR(), pe_ctx_error(ctx, PE_ERR_INVALID,
                             "X '%s' %s%s and Y '%s' %s%s: contraction sizes %lld and %lld differ",
                             xname, xs, p->trans_x ? " (transposed)" : "", yname, ys,
                             p->trans_y ? " (transposed)" : "", (long long)kx, (long long)ky);
@@ -107,7 +107,7 @@ pe_status pe_matmul_plan_make(const pe_op_ctx *ctx, const pe_tensor *x, const pe
         int ix = a - (nb - xb), iy = a - (nb - yb);
         int64_t dx = ix >= 0 ? x->dims[ix] : 1, dy = iy >= 0 ? y->dims[iy] : 1;
         if (dx != dy && dx != 1 && dy != 1)
-            return pe_ctx_error(ctx, PE_ERR_INVALID,
+            return PLAN_DIMS_STR(), pe_ctx_error(ctx, PE_ERR_INVALID,
                                 "batch dims of X '%s' %s and Y '%s' %s do not broadcast (%lld vs %lld)",
                                 xname, xs, yname, ys, (long long)dx, (long long)dy);
         p->batch_dims[a] = dx == 1 ? dy : dx;

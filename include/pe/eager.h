@@ -59,6 +59,39 @@ typedef struct pe_eager_args {
 pe_status pe_eager_run(int op, const pe_eager_args *ins, int n_ins, const pe_eager_args *outs, int n_outs,
                        const pe_attr *attrs, int n_attrs, pe_place place, int num_threads, uint64_t seed);
 
+/* A prepared op: the slot layout and attrs of pe_eager_run checked and
+ * resolved once (and the attrs copied), then run many times with only the
+ * per-call checks (arity-one args present, aliasing, places). The eager
+ * Python API keeps one per op type, slot layout and attrs it runs often:
+ * the same kernels and bits as pe_eager_run, without its per-call lookups.
+ *
+ *     pe_eager_args in[] = {{"X", 1, NULL, NULL}, {"Y", 1, NULL, NULL}};  // layout: t NULL
+ *     pe_eager_args o[] = {{"Out", 1, NULL, NULL}};
+ *     pe_eager_prep *add;
+ *     pe_eager_prepare(pe_op_type_find("elementwise_add"), in, 2, o, 1, NULL, 0, &add);
+ *     pe_tensor *xy[] = {x, y}, *res[] = {out};
+ *     pe_eager_run_prepared(add, xy, res, pe_place_cpu(0), 1, 0);
+ *     pe_eager_prep_free(add);
+ *
+ * Owned by the caller (pe_eager_prep_free); read-only once made, so one
+ * prep may run on several threads at once. */
+typedef struct pe_eager_prep pe_eager_prep;
+
+/* ins / outs give the layout (slot and n of each; t and names are ignored
+ * when t is NULL); attrs are copied. Errors as pe_eager_run's. */
+pe_status pe_eager_prepare(int op, const pe_eager_args *ins, int n_ins, const pe_eager_args *outs, int n_outs,
+                           const pe_attr *attrs, int n_attrs, pe_eager_prep **out);
+/* ins: the input args in the layout's order (slot by slot, n each; NULL =
+ * an absent arg), outs likewise (caller-owned, fresh or in place as in
+ * pe_eager_run). Messages name args "<slot>:<k>". */
+pe_status pe_eager_run_prepared(const pe_eager_prep *p, pe_tensor *const *ins, pe_tensor *const *outs,
+                                pe_place place, int num_threads, uint64_t seed);
+void pe_eager_prep_free(pe_eager_prep *p);
+/* The number of input (outputs false) or output args of the layout. */
+int pe_eager_prep_arity(const pe_eager_prep *p, bool outputs);
+/* The op type's name ("" for NULL). */
+const char *pe_eager_prep_op(const pe_eager_prep *p);
+
 /* A var of the forward op given to pe_eager_grad_ops. */
 typedef struct pe_eager_var {
     const char *name;

@@ -212,20 +212,20 @@ def test_grad_ready_hook_reports_each_leaf_once_when_its_grad_is_final():
     def hook(leaf):
         seen.append((leaf.name, len(ops), leaf.grad.numpy()))
 
-    run_raw = autograd._run_raw
+    run_prepared = autograd._run_prepared
 
-    def traced(op_type, *a, **k):
-        ops.append(op_type)
-        return run_raw(op_type, *a, **k)
+    def traced(op, raws):   # every op of the backward pass (grad ops, sums)
+        ops.append(op.desc[0])
+        return run_prepared(op, raws)
 
     autograd.add_grad_ready_hook(hook)
     x = pe.to_tensor(np.random.RandomState(0).randn(4, 10).astype("float32"))
     loss = pe.mean(net(x)) + pe.mean(pe.matmul(x, w))   # l1.weight read by two ops
-    autograd._run_raw = traced
+    autograd._run_prepared = traced
     try:
         loss.backward()
     finally:
-        autograd._run_raw = run_raw
+        autograd._run_prepared = run_prepared
         autograd._grad_ready.remove(hook)
     names = [n for n, _, _ in seen]
     params = dict((p.name, p) for p in net.parameters())

@@ -323,3 +323,121 @@ def test_tensor_api_extras():
     y = x.reshape([3, 2]).transpose([1, 0]).exp().log().sum()
     y.backward()
     np.testing.assert_allclose(x.grad.numpy(), np.ones([2, 3]), rtol=1e-6)
+
+
+def _generic(op_type, inputs, attrs):
+    """The op through _core.eager_run (no prepared op): the reference path."""
+    return pe.eager.autograd._run_op(op_type, inputs, {"Out": 1}, attrs)["Out"][0]
+
+
+@pytest.mark.parametrize("sym,op_type,attrs", [
+    ("+", "elementwise_add", {"axis": -1}), ("-", "elementwise_sub", {"axis": -1}),
+    ("*", "elementwise_mul", {"axis": -1}), ("/", "elementwise_div", {"axis": -1}),
+    ("@", "matmul_v2", {"trans_x": False, "trans_y": False})])
+def test_fast_path_operators_are_the_generic_ops(sym, op_type, attrs):
+    """The operators run as prepared ops from C (core_eager_tensor.c): the same
+    bits as the op through eager_run, forward and gradients, and x op x (one
+    tensor twice) differentiates both operands."""
+    pe.disable_static()
+    a_np, b_np = (_f32(3, 3), _f32(3, 3, positive=True))
+    fns = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": lambda a, b: a / b,
+           "@": lambda a, b: a @ b}
+    a = pe.to_tensor(a_np, stop_gradient=False)
+    b = pe.to_tensor(b_np, stop_gradient=False)
+    out = fns[sym](a, b)
+    ref = _generic(op_type, {"X": a, "Y": b}, attrs)
+    np.testing.assert_array_equal(out.numpy(), ref.numpy())
+    assert not out.stop_gradient and out._node is not None
+    out.sum().backward()
+    ga, gb = a.grad.numpy(), b.grad.numpy()
+    a.clear_grad(), b.clear_grad()
+    ref.sum().backward()
+    np.testing.assert_array_equal(a.grad.numpy(), ga)
+    np.testing.assert_array_equal(b.grad.numpy(), gb)
+    # one tensor on both sides
+    x = pe.to_tensor(b_np, stop_gradient=False)
+    fns[sym](x, x).sum().backward()
+    tx = torch.tensor(b_np, requires_grad=True)
+    {"+": lambda t: t + t, "-": lambda t: t - t, "*": lambda t: t * t, "/": lambda t: t / t,
+     "@": lambda t: t @ t}[sym](tx).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-6)
+    # no input needs a gradient, or inside no_grad: nothing recorded
+    c = fns[sym](pe.to_tensor(a_np), pe.to_tensor(b_np))
+    assert c.stop_gradient and c._node is None
+    with pe.no_grad():
+        d = fns[sym](a, b)
+    assert d.stop_gradient and d._node is None
+    np.testing.assert_array_equal(d.numpy(), ref.numpy())
+
+
+def test_fast_path_errors_and_fallbacks():
+    """An op the fast path cannot run goes back to the Python rules: numbers
+    (scale ops), numpy arrays (refused), a failing op (the error names the
+    tensors, as eager_run's does)."""
+    pe.disable_static()
+    a, b = pe.to_tensor(_f32(2, 3)), pe.to_tensor(_f32(4, 5))
+    a.name, b.name = "left", "right"
+    with pytest.raises(pe.InvalidArgumentError, match="'left'.*'right'|'right'.*'left'"):
+        a @ b
+    with pytest.raises(pe.InvalidArgumentError, match="op elementwise_add"):
+        a + b
+    np.testing.assert_array_equal((a + 2).numpy(), a.numpy() + np.float32(2))
+    np.testing.assert_array_equal((2 - a).numpy(), np.float32(2) - a.numpy())
+    np.testing.assert_allclose((1 / pe.to_tensor(P34)).numpy(), 1 / P34, rtol=1e-6)
+    with pytest.raises(TypeError, match="matmul: x must be a pe.eager.Tensor, got int"):
+        pe.matmul(1, a)
+    with pytest.raises(TypeError):
+        a + np.ones((2, 3), np.float32)
+    # run_op's cache of prepared ops keys on the attr types: 1.0 for an int attr is refused every time
+    x = pe.to_tensor(_f32(2, 3))
+    pe.eager.run_op("elementwise_add", {"X": x, "Y": x}, {"Out": 1}, {"axis": 1})
+    with pytest.raises(pe.InvalidArgumentError, match="attr 'axis' must be int"):
+        pe.eager.run_op("elementwise_add", {"X": x, "Y": x}, {"Out": 1}, {"axis": 1.0})
+
+
+def test_tensor_fields_live_in_the_c_base():
+    """Tensor's fields (name, stop_gradient, grad, _version, _t) are the C
+    base's: settable, a name made only when asked, the value type-checked."""
+    pe.disable_static()
+    t = pe.to_tensor(X34)
+    assert isinstance(t, pe.eager.Tensor) and isinstance(t, pe._core.EagerTensor)
+    n1, n2 = t.name, pe.to_tensor(X34).name
+    assert n1.startswith("eager_tmp_") and n1 != n2 and t.name == n1
+    t.name = "mine"
+    assert t.name == "mine"
+    with pytest.raises(TypeError):
+        t.name = 3
+    t.stop_gradient = 0
+    assert t.stop_gradient is False
+    t.grad = None
+    t._version += 2
+    assert t._version == 2
+    with pytest.raises(TypeError, match="wraps a pe._core.Tensor"):
+        t._t = np.zeros(3)
+    with pytest.raises(TypeError, match="wraps a pe._core.Tensor"):
+        pe.eager.Tensor(np.zeros(3))
+    t.extra = 5   # a Python attribute beside the C fields
+    assert t.extra == 5
+
+
+def test_no_grad_is_per_thread():
+    """pe.no_grad() in one thread leaves another recording (the C fast path
+    keeps the switch per thread, as the Python one)."""
+    import threading
+    pe.disable_static()
+    a = pe.to_tensor(X34, stop_gradient=False)
+    entered, done, out = threading.Event(), threading.Event(), {}
+
+    def other():
+        entered.wait(10)
+        out["t"] = a * a
+        done.set()
+
+    th = threading.Thread(target=other)
+    th.start()
+    with pe.no_grad():
+        entered.set()
+        assert done.wait(10)
+        assert (a * a)._node is None
+    th.join(10)
+    assert out["t"]._node is not None and not out["t"].stop_gradient

@@ -3,13 +3,15 @@
  * attrs and dtypes are checked with messages naming the op and the arg;
  * pe_eager_grad_ops returns the grad maker's ops with the documented names;
  * an output may be its input only as a declared in-place pair (ParamOut =
- * Param), with the bits of the out-of-place run. */
+ * Param), with the bits of the out-of-place run; a prepared op runs with
+ * pe_eager_run's bits and checks. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include <cmocka.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "pe/pe.h"
@@ -198,6 +200,75 @@ static void test_places_checked(void **state) {
     pe_tensor_free(out);
 }
 
+/* A prepared op (pe_eager_prepare) gives pe_eager_run's bits run after run;
+ * its layout and attrs are checked once, when it is made (the same
+ * messages), and each run still checks what the tensors bring: an absent
+ * arity-one arg, an output that is an input, the places. The attrs are
+ * copied: the caller's may go away. */
+static void test_prepared(void **state) {
+    (void)state;
+    int mm = pe_op_type_find("matmul_v2");
+    pe_eager_args lay_in[] = {{"X", 1, NULL, NULL}, {"Y", 1, NULL, NULL}};
+    pe_eager_args lay_out[] = {{"Out", 1, NULL, NULL}};
+    pe_attr ty = {.name = strdup("trans_y"), .type = PE_ATTR_BOOL, .i = 1};
+    pe_eager_prep *p = NULL;
+    assert_int_equal(pe_eager_prepare(mm, lay_in, 2, lay_out, 1, &ty, 1, &p), PE_OK);
+    free(ty.name); /* copied */
+    assert_int_equal(pe_eager_prep_arity(p, false), 2);
+    assert_int_equal(pe_eager_prep_arity(p, true), 1);
+    assert_string_equal(pe_eager_prep_op(p), "matmul_v2");
+
+    pe_tensor *x = filled(PE_DTYPE_FP32, 3, 4, 0.5f), *y = filled(PE_DTYPE_FP32, 2, 4, -1.0f);
+    pe_tensor *ref = pe_tensor_new();
+    pe_attr ty2 = {.name = "trans_y", .type = PE_ATTR_BOOL, .i = 1};
+    pe_eager_args in[] = {{"X", 1, &x, NULL}, {"Y", 1, &y, NULL}};
+    pe_eager_args o[] = {{"Out", 1, &ref, NULL}};
+    assert_int_equal(pe_eager_run(mm, in, 2, o, 1, &ty2, 1, pe_place_cpu(0), 1, 0), PE_OK);
+    for (int run = 0; run < 3; run++) {
+        pe_tensor *out = pe_tensor_new();
+        pe_tensor *ins[] = {x, y}, *outs[] = {out};
+        assert_int_equal(pe_eager_run_prepared(p, ins, outs, pe_place_cpu(0), 1, 0), PE_OK);
+        assert_int_equal(out->ndim, 2);
+        assert_int_equal(out->dims[0], 3);
+        assert_int_equal(out->dims[1], 2);
+        assert_memory_equal(pe_tensor_data(out), pe_tensor_data(ref), 6 * sizeof(float));
+        pe_tensor_free(out);
+    }
+    /* per run: the tensors' own checks */
+    pe_tensor *out = pe_tensor_new();
+    pe_tensor *absent[] = {x, NULL}, *outs[] = {out};
+    assert_int_equal(pe_eager_run_prepared(p, absent, outs, pe_place_cpu(0), 1, 0), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "op matmul_v2: input Y takes exactly one tensor, got 0"));
+    pe_tensor *self_out[] = {x}, *xy[] = {x, y};
+    assert_int_equal(pe_eager_run_prepared(p, xy, self_out, pe_place_cpu(0), 1, 0), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "output Out:0 is also input X:0"));
+    pe_tensor *bad = filled(PE_DTYPE_FP32, 2, 3, 0.0f), *xb[] = {x, bad};
+    assert_int_equal(pe_eager_run_prepared(p, xb, outs, pe_place_cpu(0), 1, 0), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "op matmul_v2"));
+    assert_non_null(strstr(pe_last_error(), "'Y:0'"));      /* a prepared run names args <slot>:<k> */
+    y->place = pe_place_cuda(0);
+    assert_int_equal(pe_eager_run_prepared(p, xy, outs, pe_place_cpu(0), 1, 0), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "input Y:0 ('Y:0') is on cuda:0, the op runs on cpu:0"));
+    y->place = pe_place_cpu(0);
+    pe_eager_prep_free(p);
+
+    /* the layout and attrs, checked when it is made */
+    pe_eager_args badslot[] = {{"X", 1, NULL, NULL}, {"Z", 1, NULL, NULL}};
+    assert_int_equal(pe_eager_prepare(mm, badslot, 2, lay_out, 1, NULL, 0, &p), PE_ERR_INVALID);
+    assert_null(p);
+    assert_non_null(strstr(pe_last_error(), "op matmul_v2 has no input slot 'Z'"));
+    assert_int_equal(pe_eager_prepare(mm, lay_in, 1, lay_out, 1, NULL, 0, &p), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "op matmul_v2: input Y takes exactly one tensor"));
+    pe_attr wrong = {.name = "trans_x", .type = PE_ATTR_INT, .i = 1};
+    assert_int_equal(pe_eager_prepare(mm, lay_in, 2, lay_out, 1, &wrong, 1, &p), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "attr 'trans_x' is int, the registry's type is bool"));
+    assert_int_equal(pe_eager_prepare(9999999, lay_in, 2, lay_out, 1, NULL, 0, &p), PE_ERR_NOT_FOUND);
+    assert_int_equal(pe_eager_run_prepared(NULL, xy, outs, pe_place_cpu(0), 1, 0), PE_ERR_INVALID);
+    pe_eager_prep_free(NULL);
+    pe_tensor *ts[] = {x, y, ref, out, bad};
+    for (int i = 0; i < 5; i++) pe_tensor_free(ts[i]);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_run_matches_executor),
@@ -205,6 +276,7 @@ int main(void) {
         cmocka_unit_test(test_run_in_place),
         cmocka_unit_test(test_reads_input),
         cmocka_unit_test(test_places_checked),
+        cmocka_unit_test(test_prepared),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -534,6 +534,11 @@ PyMODINIT_FUNC PyInit__core(void) {
     if (PyModule_AddStringConstant(m, "version", PE_VERSION_STRING)) goto fail;
     if (PyModule_AddFunctions(m, g_world_methods)) goto fail;
     if (PyModule_AddFunctions(m, g_eager_methods)) goto fail;
+    if (PyModule_AddFunctions(m, g_eager_fast_methods)) goto fail;
+    for (int i = 0; i < 2; i++) {
+        if (PyType_Ready(g_eager_types[i]) < 0) goto fail;
+        if (PyModule_AddObjectRef(m, g_eager_type_names[i], (PyObject *)g_eager_types[i])) goto fail;
+    }
     return m;
 fail:
     Py_DECREF(m);

@@ -3,7 +3,8 @@
  * Scope, Tensor; core_exec.c: feeds, Executor, ParallelExecutor;
  * core_passes.c: autodiff, optimizer, initializer passes, checkpoints;
  * core_dist.c: the process world of pe.distributed; core_eager.c: eager
- * mode's one-op runs and grad ops).
+ * mode's one-op runs and grad ops; core_eager_tensor.c: the eager fast
+ * path, EagerTensor and EagerOp).
  * Not a public API: only these files include it.
  */
 #ifndef PE_PY_CORE_H
@@ -119,5 +120,19 @@ extern PyMethodDef g_world_methods[]; /* world_init, world_allreduce, ...: added
 
 /* ---- eager mode (core_eager.c) ---- */
 extern PyMethodDef g_eager_methods[]; /* eager_op_index, eager_run, eager_grad_ops, eager_dims_only_inputs */
+/* Attrs of op `op` from a dict {name: value} (or None), converted by the
+ * registry's type of each; an attr the op does not have is refused naming
+ * the op. Names are borrowed from the dict's keys. */
+typedef struct attr_buf {
+    pe_attr *a;
+    int n;
+} attr_buf;
+int attrs_from_py(int op, PyObject *attrs, attr_buf *out);
+void attr_buf_free(attr_buf *b);
+
+/* ---- the eager fast path (core_eager_tensor.c) ---- */
+extern PyMethodDef g_eager_fast_methods[];    /* eager_mode, eager_install */
+extern PyTypeObject *const g_eager_types[];   /* EagerTensor, EagerOp (2) */
+extern const char *const g_eager_type_names[];
 
 #endif

@@ -13,12 +13,7 @@
 
 /* ---- attrs ---------------------------------------------------------------- */
 
-typedef struct attr_buf {
-    pe_attr *a;
-    int n;
-} attr_buf;
-
-static void attr_buf_free(attr_buf *b) {
+void attr_buf_free(attr_buf *b) {
     for (int i = 0; i < b->n; i++) {
         pe_attr *a = &b->a[i];
         free(a->ints);
@@ -116,7 +111,7 @@ bad:
 }
 
 /* attrs: a dict (or None) converted by the registry types of op `op`. */
-static int attrs_from_py(int op, PyObject *attrs, attr_buf *out) {
+int attrs_from_py(int op, PyObject *attrs, attr_buf *out) {
     memset(out, 0, sizeof *out);
     if (attrs == Py_None) return 0;
     pe_op_desc d;

@@ -187,21 +187,21 @@ def run(mode, out):
         res.update({"init_" + k: v for k, v in state(dp).items()})
         res["buckets"] = np.array([len(b) for b in dp._buckets])
         events = []
-        run_raw = autograd._run_raw
+        run_prepared = autograd._run_prepared
 
-        def traced_run_raw(op_type, *a, **k):   # every op of the backward pass (grad ops, sums)
-            out = run_raw(op_type, *a, **k)
-            events.append("op " + op_type)
+        def traced_run_prepared(op, raws):   # every op of the backward pass (grad ops, sums)
+            out = run_prepared(op, raws)
+            events.append("op " + op.desc[0])
             return out
 
         parallel._trace = lambda what, k: events.append("%s %d" % (what, k))
         x, y = batch(0, world)
         loss = nn.MSELoss()(dp(mine(x, rank)), mine(y, rank))
-        autograd._run_raw = traced_run_raw
+        autograd._run_prepared = traced_run_prepared
         try:
             loss.backward()
         finally:
-            autograd._run_raw = run_raw
+            autograd._run_prepared = run_prepared
             parallel._trace = None
         res["events"] = np.array(events)
         res.update({"grad_" + k: v for k, v in grads(dp).items()})

@@ -2,11 +2,17 @@
 
 Every eager op is one call of the C entry point pe_eager_run (pe/eager.h,
 through _core.eager_run): the registry's infer, allocation and the same CPU
-kernel the static executors run — no program is built per call. When an
+kernel the static executors run — no program is built per call. The hot
+ones (the operators + - * / @, add/subtract/multiply/divide/matmul, the
+backward ops, sums and seeds) are prepared ops (_core.EagerOp,
+pe_eager_prepare: slot layout and attrs resolved once) called from C, and
+Tensor's fields live in its C base (_core.EagerTensor); anything off that
+path comes back to run_op (core_eager_tensor.c says when). When an
 input needs a gradient (stop_gradient False, outside pe.no_grad()), the op
 is recorded on its outputs as a node holding the backward ops that the op's
 grad maker in ops/ops.def makes (_core.eager_grad_ops, cached per op type,
-slot layout, dtypes and attrs) and the tensors those ops read.
+slot layout, dtypes and attrs, each prepared: _GradEntry) and the tensors
+those ops read.
 
 backward() walks the nodes reachable from a tensor in reverse creation
 order (a reverse topological order: an op's inputs exist before it runs),
@@ -54,7 +60,6 @@ class _State(threading.local):
 
 
 _state = _State()
-_names = itertools.count()
 _seq = itertools.count()
 _op_index = {}
 _grad_cache = {}
@@ -72,6 +77,7 @@ def _tracer():
 def _set_tracer(tr):
     prev = _state.tracer
     _state.tracer = tr
+    _core.eager_mode(_state.grad, tr is not None)
     return prev
 
 
@@ -88,10 +94,12 @@ class no_grad:
     def __enter__(self):
         self._prev = _grad_enabled()
         _state.grad = False
+        _core.eager_mode(False, _state.tracer is not None)
         return self
 
     def __exit__(self, *exc):
         _state.grad = self._prev
+        _core.eager_mode(self._prev, _state.tracer is not None)
         return False
 
     def __call__(self, fn):
@@ -115,23 +123,17 @@ def _dtype_name(dtype):
     return _fw.convert_dtype(dtype)
 
 
-class Tensor:
+class Tensor(_core.EagerTensor):
     """An eager tensor: a value on a CPU or CUDA place (a pe._core.Tensor), its autograd
     facts (stop_gradient, .grad, the node that made it) and Paddle's tensor API.
-    Made by pe.to_tensor, the creation functions and every eager op."""
+    Made by pe.to_tensor, the creation functions and every eager op.
+
+    Tensor(value, stop_gradient=True, name=None): value is a pe._core.Tensor.
+    The fields (_t, stop_gradient, grad, name, _node, _slot, _version) and the
+    operators + - * / @ are the C base's (_core.EagerTensor,
+    core_eager_tensor.c): `a + b` on two tensors is one C call."""
 
     __array_priority__ = 100  # numpy defers `ndarray op Tensor` to Tensor's reflected operators
-    _version = 0  # bumped by every in-place update of the value (an optimizer step); the tape checks it
-
-    def __init__(self, value, stop_gradient=True, name=None, _node=None, _slot=None):
-        if not isinstance(value, _core.Tensor):
-            raise TypeError("pe.eager.Tensor wraps a pe._core.Tensor; use pe.to_tensor(data) to make one")
-        self._t = value
-        self.stop_gradient = bool(stop_gradient)
-        self.grad = None
-        self.name = name or "eager_tmp_%d" % next(_names)
-        self._node = _node
-        self._slot = _slot  # the node's name for this output ("o<k>")
 
     # ---- numpy interop and facts ---------------------------------------------
     def numpy(self):
@@ -278,10 +280,62 @@ def _run_raw(op_type, ins, outs, attrs, seed=0):
     return _core.eager_run(_index(op_type), ins, outs, attrs, _place(), 0, seed)
 
 
+_PREPARED = {}   # (op type, input layout, outputs, attrs key) -> EagerOp, or None: not preparable
+
+
 def run_op(op_type, inputs, outputs, attrs=None, seed=0):
     """Runs registry op `op_type` on eager tensors: inputs {slot: Tensor or
     [Tensor]}, outputs {slot: count}, attrs {name: value}. Returns {slot:
-    [Tensor]}; records the op for backward() when an input needs a gradient."""
+    [Tensor]}; records the op for backward() when an input needs a gradient.
+
+    Through a prepared op (EagerOp, cached per op type, slot layout and
+    attrs) when every input is a Tensor and no random seed or pe.jit trace
+    is involved; _run_op otherwise (the same results and errors)."""
+    if seed or _state.tracer is not None:
+        return _run_op(op_type, inputs, outputs, attrs, seed)
+    layout, args = [], []
+    for slot, v in inputs.items():
+        if v is None:
+            continue
+        if type(v) is Tensor:
+            layout.append((slot, 1))
+            args.append(v)
+            continue
+        if not isinstance(v, (list, tuple)) or not all(type(t) is Tensor for t in v):
+            return _run_op(op_type, inputs, outputs, attrs, seed)
+        layout.append((slot, len(v)))
+        args.extend(v)
+    outs = tuple(outputs.items())
+    try:
+        key = (op_type, tuple(layout), outs, _attrs_key(attrs) if attrs else ())
+        op = _PREPARED.get(key, False)
+    except TypeError:   # an unhashable attr value or output spec: no cache
+        return _run_op(op_type, inputs, outputs, attrs, seed)
+    if op is False:
+        if len(_PREPARED) >= 4096:   # attrs that change every call (shapes): keep the cache bounded
+            _PREPARED.clear()
+        try:
+            op = _core.EagerOp(op_type, layout, list(outs), attrs or None)
+        except (_core.Error, TypeError, ValueError):
+            op = None   # _run_op gives the error, naming the tensors
+        _PREPARED[key] = op
+    if op is None:
+        return _run_op(op_type, inputs, outputs, attrs, seed)
+    res = op(*args)
+    if len(outs) == 1 and outs[0][1] == 1:
+        return {outs[0][0]: [res]}
+    if type(res) is not tuple:
+        res = (res,)
+    result, k = {}, 0
+    for slot, n in outs:
+        c = n if type(n) is int else len(n)
+        result[slot] = list(res[k:k + c])
+        k += c
+    return result
+
+
+def _run_op(op_type, inputs, outputs, attrs=None, seed=0):
+    """run_op through _core.eager_run (no prepared op)."""
     # One pass over the inputs makes the C call's (slot, [raw], [name]) list,
     # the tape's [(slot, [Tensor])] (as _slots) and whether any needs a gradient.
     attrs = attrs or {}
@@ -330,15 +384,17 @@ class _Node:
     """One recorded op: its backward ops (canonical var names: i<k> for the
     k-th distinct input tensor, o<k> for the k-th output), the tensors they
     read, and the input tensors gradients flow to."""
-    __slots__ = ("seq", "op_type", "grad_ops", "saved", "inputs", "out_meta", "fn", "versions")
+    __slots__ = ("seq", "op_type", "grad_ops", "saved", "inputs", "out_meta", "fn", "versions", "entry")
 
     def __init__(self):
         self.fn = None  # or fn(env, retain_graph) -> {"i<k>@GRAD": raw}: a node whose backward is not per-op (pe.jit)
         self.versions = None  # or [(leaf Tensor, its _version when saved)]: what backward() checks
+        self.entry = None  # the _GradEntry of a per-op node (its prepared backward ops)
 
 
 def _attrs_key(attrs):
-    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in attrs.items()))
+    # the type too: 1 and 1.0 (and True) are equal keys, but an int attr refuses 1.0
+    return tuple(sorted((k, v.__class__, tuple(v) if isinstance(v, list) else v) for k, v in attrs.items()))
 
 
 def _canon(prefix, j, _names={}):
@@ -360,9 +416,59 @@ def _dims_only(op_type):
     return d
 
 
-def _record(op_type, ins, outs, attrs, result):
-    # canonical names: one per distinct input tensor, one per output; the
-    # slot layouts as lists (for _core.eager_grad_ops) and as tuples (the key)
+class _GradEntry:
+    """The backward of one op signature (op type, slot layout, which inputs
+    need a gradient, dtypes, attrs), made once: the grad maker's ops, each
+    prepared (EagerOp) with its flat input and output names; the names the
+    backward ops read (read) and whose values they read (data_read); and per
+    forward input i<k>, the names of its gradient contributions."""
+    __slots__ = ("grad_ops", "read", "data_read", "runs", "contribs", "in_plan", "out_plan")
+
+
+def _grad_entry(op_type, in_slots, out_slots, needs, in_tensors, out_tensors, attrs):
+    e = _GradEntry()
+    var_list = [("i%d" % j, t.dtype, t.shape, needs[j]) for j, t in enumerate(in_tensors)]
+    var_list += [("o%d" % j, t.dtype, t.shape, False) for j, t in enumerate(out_tensors)]
+    try:
+        grad_ops = _core.eager_grad_ops(op_type, in_slots, out_slots, attrs, var_list)
+    except _core.UnsupportedError:
+        grad_ops = None  # no grad maker: the outputs are constants for backward()
+    e.grad_ops = grad_ops
+    if grad_ops is None:
+        return e
+    e.grad_ops = grad_ops = [(t, ins_, outs_, {a: v for a, v in at.items() if a not in ("op_role", "op_role_var")})
+                             for t, ins_, outs_, at in grad_ops]
+    e.read = frozenset(n for _, gi, _, _ in grad_ops for _, names in gi for n in names)
+    e.data_read = frozenset(n for t, gi, _, _ in grad_ops for slot, names in gi
+                            if slot not in _dims_only(t) for n in names)
+    e.runs = []
+    made = []
+    for gtype, gins, gouts, gattrs in grad_ops:
+        op = _core.EagerOp(gtype, [(slot, len(names)) for slot, names in gins],
+                           [(slot, [nm != "@EMPTY@" for nm in names]) for slot, names in gouts], gattrs)
+        ins_flat = tuple(nm for _, names in gins for nm in names)
+        outs_flat = tuple(nm for _, names in gouts for nm in names)
+        e.runs.append((op, ins_flat, outs_flat))
+        made.extend(nm for nm in outs_flat if nm != "@EMPTY@" and nm not in made)
+    e.contribs = {}
+    for j in range(len(in_tensors)):
+        g = "i%d@GRAD" % j
+        r = g + "@RENAME@"
+        e.contribs["i%d" % j] = tuple(nm for nm in made if nm == g or nm.startswith(r))
+    # what a node of this signature keeps, per input: (name, saved, value read, gradient wanted);
+    # per output: (name, saved, dtype)
+    e.in_plan = tuple((_canon("i", j), _canon("i", j) in e.read, _canon("i", j) in e.data_read, needs[j])
+                      for j in range(len(in_tensors)))
+    e.out_plan = tuple((_canon("o", j), _canon("o", j) in e.read, t._t.dtype()) for j, t in enumerate(out_tensors))
+    return e
+
+
+def _signature(op_type, ins, outs, attrs, result):
+    """An op call's tape signature: canonical names (one per distinct input
+    tensor, one per output), the slot layouts as lists (for
+    _core.eager_grad_ops) and the _grad_cache key (the layouts as tuples,
+    which inputs need a gradient, the dtypes, the attrs). Returns (key,
+    in_slots, out_slots, needs, in_tensors, out_tensors)."""
     canon, in_tensors, in_slots, in_key = {}, [], [], []
     for slot, ts in ins:
         names = []
@@ -389,63 +495,141 @@ def _record(op_type, ins, outs, attrs, result):
         out_slots.append((slot, names))
         out_key.append((slot, tuple(names)))
     needs = tuple(not t.stop_gradient for t in in_tensors)
-    in_dtypes = [t._t.dtype() for t in in_tensors]
-    out_dtypes = [t._t.dtype() for t in out_tensors]
-    key = (op_type, tuple(in_key), tuple(out_key), needs, tuple(in_dtypes) + tuple(out_dtypes), _attrs_key(attrs))
-    cached = _grad_cache.get(key)
-    if cached is None:
-        var_list = [("i%d" % j, t.dtype, t.shape, needs[j]) for j, t in enumerate(in_tensors)]
-        var_list += [("o%d" % j, t.dtype, t.shape, False) for j, t in enumerate(out_tensors)]
-        try:
-            grad_ops = _core.eager_grad_ops(op_type, in_slots, out_slots, attrs, var_list)
-        except _core.UnsupportedError:
-            grad_ops = None  # no grad maker: the outputs are constants for backward()
-        read = data_read = None
-        if grad_ops is not None:
-            grad_ops = [(t, ins_, outs_, {a: v for a, v in at.items() if a not in ("op_role", "op_role_var")})
-                        for t, ins_, outs_, at in grad_ops]
-            read = frozenset(n for _, gi, _, _ in grad_ops for _, names in gi for n in names)
-            data_read = frozenset(n for t, gi, _, _ in grad_ops for slot, names in gi
-                                  if slot not in _dims_only(t) for n in names)
-        # read: the names the backward ops read; data_read: those whose values (not only dims) they read
-        cached = _grad_cache[key] = (grad_ops, read, data_read)
-    grad_ops, read, data_read = cached
-    if grad_ops is None:
+    dtypes = tuple(t._t.dtype() for t in in_tensors) + tuple(t._t.dtype() for t in out_tensors)
+    key = (op_type, tuple(in_key), tuple(out_key), needs, dtypes, _attrs_key(attrs))
+    return key, in_slots, out_slots, needs, in_tensors, out_tensors
+
+
+def _entry_of(op_type, ins, outs, attrs, result):
+    """(the signature's _GradEntry, made once, in_tensors, out_tensors)."""
+    key, in_slots, out_slots, needs, in_tensors, out_tensors = _signature(op_type, ins, outs, attrs, result)
+    entry = _grad_cache.get(key)
+    if entry is None:
+        entry = _grad_cache[key] = _grad_entry(op_type, in_slots, out_slots, needs, in_tensors, out_tensors, attrs)
+    return entry, in_tensors, out_tensors
+
+
+def _record(op_type, ins, outs, attrs, result):
+    entry, in_tensors, out_tensors = _entry_of(op_type, ins, outs, attrs, result)
+    _make_node(op_type, entry, in_tensors, out_tensors)
+
+
+def _make_node(op_type, entry, in_tensors, out_tensors):
+    """Puts the op on the tape: a node on its float outputs (none when the op
+    has no grad maker: its outputs are constants for backward())."""
+    if entry.grad_ops is None:
         for t in out_tensors:
             t.stop_gradient = True
         return
     node = _Node()
     node.seq = next(_seq)
     node.op_type = op_type
-    node.grad_ops = grad_ops
+    node.grad_ops = entry.grad_ops
+    node.entry = entry
     saved = node.saved = {}
     inputs = node.inputs = []
-    versions = None
-    for j, t in enumerate(in_tensors):
-        n = _canon("i", j)
-        if n in read:
+    for (n, rd, data, need), t in zip(entry.in_plan, in_tensors):
+        if rd:
             saved[n] = t._t
-            if t._node is None and n in data_read:   # a leaf (what optimizer steps change) whose value is read
-                if versions is None:
-                    versions = node.versions = []
-                versions.append((t, t._version))
-        if needs[j]:
+            if data and t._node is None:   # a leaf (what optimizer steps change) whose value is read
+                if node.versions is None:
+                    node.versions = []
+                node.versions.append((t, t._version))
+        if need:
             inputs.append((n, t))
     out_meta = node.out_meta = {}
-    for j, t in enumerate(out_tensors):
-        n = _canon("o", j)
-        if n in read:
-            saved[n] = t._t  # the raw value: no cycle through the output Tensor
-        out_meta[n] = (list(t._t.shape()), out_dtypes[j])
-        if out_dtypes[j] in _FLOAT_DTYPES:
+    for (n, rd, dtype), t in zip(entry.out_plan, out_tensors):
+        raw = t._t
+        if rd:
+            saved[n] = raw  # the raw value: no cycle through the output Tensor
+        out_meta[n] = (raw.shape(), dtype)
+        if dtype in _FLOAT_DTYPES:
             t._node = node
             t._slot = n
 
 
+def _record_prepared(op, args, outs):
+    """The fast path's record hook (core_eager_tensor.c): EagerOp op ran on
+    args (a tuple of Tensors, its input layout) and made outs (a tuple, its
+    output layout); records it as run_op does, with the signature's
+    _GradEntry cached on the op (op.cache) under a short key."""
+    if len(args) == 2:
+        a, b = args
+        if a is b:
+            in_tensors, alias = (a,), True
+        else:
+            in_tensors, alias = args, False
+    else:  # the key holds which args are one tensor (x * x differentiates otherwise)
+        pos, in_tensors, alias = {}, [], []
+        for t in args:
+            j = pos.get(id(t))
+            if j is None:
+                j = pos[id(t)] = len(in_tensors)
+                in_tensors.append(t)
+            alias.append(j)
+        alias = tuple(alias)
+    out_tensors = [t for t in outs if t is not None]
+    needs = tuple(not t.stop_gradient for t in in_tensors)
+    dtypes = tuple(t._t.dtype() for t in in_tensors) + tuple(t._t.dtype() for t in out_tensors)
+    key = (alias, needs, dtypes, tuple(t is None for t in outs))
+    cache = op.cache
+    entry = cache.get(key)
+    if entry is None:   # first call of this signature: the general key, kept under the short one
+        op_type, in_layout, out_layout, attrs = op.desc
+        ins, k = [], 0
+        for slot, n in in_layout:
+            ins.append((slot, list(args[k:k + n])))
+            k += n
+        result, k = {}, 0
+        for slot, n in out_layout:
+            c = n if isinstance(n, int) else len(n)
+            result[slot] = list(outs[k:k + c])
+            k += c
+        entry = cache[key] = _entry_of(op_type, ins, out_layout, attrs or {}, result)[0]
+    _make_node(op.desc[0], entry, in_tensors, out_tensors)
+
+
+def _call_prepared(desc, args):
+    """The fast path's fallback (a pe.jit trace, an argument that is not a
+    Tensor, an op that failed): the EagerOp's call through run_op."""
+    op_type, in_layout, out_layout, attrs = desc
+    inputs, k = {}, 0
+    for slot, n in in_layout:
+        inputs[slot] = args[k] if n == 1 else list(args[k:k + n])
+        k += n
+    res = _run_op(op_type, inputs, dict(out_layout), attrs)
+    outs = [t for slot, _ in out_layout for t in res[slot]]
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def prepared(op_type, inputs, outputs, attrs=None, api=None, argnames=()):
+    """An EagerOp: op_type with the slot layout inputs [(slot, n)] / outputs
+    [(slot, n)] and attrs resolved once; op(*tensors) runs it on eager
+    tensors (recorded for backward() as run_op records), op.raw(*raw) on
+    _core.Tensors. api / argnames: the TypeError a non-Tensor argument gets
+    ("<api>: <argname> must be a pe.eager.Tensor")."""
+    return _core.EagerOp(op_type, inputs, outputs, attrs, api, tuple(argnames) if api else None)
+
+
+_SUMS = {}   # n -> the prepared `sum` of n tensors
+
+
 def _sum(raws):
-    if len(raws) == 1:
+    n = len(raws)
+    if n == 1:
         return raws[0]
-    return _run_raw("sum", [("X", list(raws), [None] * len(raws))], [("Out", 1)], {})["Out"][0]
+    op = _SUMS.get(n)
+    if op is None:
+        op = _SUMS[n] = _core.EagerOp("sum", [("X", n)], [("Out", 1)])
+    return _run_prepared(op, raws)[0]
+
+
+def _run_prepared(op, raws):
+    """op.raw(*raws): every op the backward pass runs (its grad ops, sums) goes through here."""
+    return op.raw(*raws)
+
+
+_ONES_LIKE = None  # the prepared fill_any_like(value=1): backward()'s seed
 
 
 def _zeros_raw(shape, dtype):
@@ -487,6 +671,10 @@ def _leaf_done(t, cs):
 def backward(tensor, grad_tensor=None, retain_graph=False):
     """Runs the backward pass from tensor (Tensor.backward), inside the
     wrappers add_backward_wrapper registered."""
+    if not _around_backward:
+        _backward_pass(tensor, grad_tensor, retain_graph)
+        return
+
     def run():
         _backward_pass(tensor, grad_tensor, retain_graph)
     for f in _around_backward:
@@ -502,18 +690,23 @@ def _backward_pass(tensor, grad_tensor=None, retain_graph=False):
         if tensor.size != 1:
             raise _core.InvalidArgumentError(
                 "backward(): tensor '%s' has shape %s; give grad_tensor for a non-scalar" % (tensor.name, tensor.shape))
-        seed = _run_raw("fill_any_like", [("X", [tensor._t], [tensor.name])], [("Out", 1)], {"value": 1.0})["Out"][0]
+        global _ONES_LIKE
+        if _ONES_LIKE is None:
+            _ONES_LIKE = _core.EagerOp("fill_any_like", [("X", 1)], [("Out", 1)], {"value": 1.0})
+        seed = _ONES_LIKE.raw(tensor._t)[0]
     else:
         g = _as_tensor(grad_tensor, api="backward")
         if g.shape != tensor.shape or g.dtype != tensor.dtype:
             raise _core.InvalidArgumentError("backward(): grad_tensor is %s %s, tensor '%s' is %s %s" % (
                 g.dtype, g.shape, tensor.name, tensor.dtype, tensor.shape))
         seed = g._t
-    if tensor._node is None:  # a leaf
+    root = tensor._node
+    if root is None:  # a leaf
         _leaf_done(tensor, [seed])
         return
-    # nodes reachable from tensor, through inputs that still need a gradient
-    nodes, stack, seen = [], [tensor._node], {id(tensor._node)}
+    # the nodes reachable from tensor through inputs that still need a gradient,
+    # and per leaf the number of them that read it (its .grad is final when the last has run)
+    nodes, stack, seen, readers = [], [root], {id(root)}, {}
     while stack:
         n = stack.pop()
         if n.saved is None:
@@ -522,89 +715,108 @@ def _backward_pass(tensor, grad_tensor=None, retain_graph=False):
                 "the first time to run backward twice" % n.op_type)
         nodes.append(n)
         for _, t in n.inputs:
-            if not t.stop_gradient and t._node is not None and id(t._node) not in seen:
-                seen.add(id(t._node))
-                stack.append(t._node)
-    for n in nodes:
-        if n.versions is not None:
-            _check_versions(n)
-    nodes.sort(key=lambda n: n.seq, reverse=True)
-    readers = {}                                           # id(leaf) -> nodes left that may add to its grad
-    for n in nodes:
-        for _, t in n.inputs:
-            if not t.stop_gradient and t._node is None:
-                readers[id(t)] = readers.get(id(t), 0) + 1
-    pending = {id(tensor._node): {tensor._slot: [seed]}}   # node -> {out name: [grad contributions]}
-    leaves = {}                                            # id(leaf) -> (leaf, [contributions])
-
-    def node_done(n):
-        # a leaf whose last reader has run: its .grad is final now
-        for _, t in n.inputs:
-            if t.stop_gradient or t._node is not None or id(t) not in readers:
-                continue
-            readers[id(t)] -= 1
-            if readers[id(t)] == 0:
-                del readers[id(t)]
-                got = leaves.pop(id(t), None)
-                if got is not None:
-                    _leaf_done(*got)
-
-    for n in nodes:
-        out_grads = pending.pop(id(n), None)
-        if not out_grads:  # no gradient reaches its outputs (a cut path): it contributes nothing
-            if not retain_graph:
-                n.saved = None
-            node_done(n)
-            continue
-        env = dict(n.saved)
-        for o, (shape, dtype) in n.out_meta.items():
-            cs = out_grads.get(o)
-            if cs:
-                env[o + "@GRAD"] = _sum(cs)
-            elif _is_float(dtype):
-                env[o + "@GRAD"] = None  # made only if a backward op reads it
-        if n.fn is not None:
-            env.update(n.fn(env, retain_graph))
-        for gtype, gins, gouts, gattrs in n.grad_ops:
-            raw_ins = []
-            for slot, names in gins:
-                ts = []
-                for nm in names:
-                    if nm == "@EMPTY@":
-                        ts.append(None)
-                        continue
-                    v = env.get(nm)
-                    if v is None and nm.endswith("@GRAD") and nm[:-5] in n.out_meta:
-                        shape, dtype = n.out_meta[nm[:-5]]
-                        v = env[nm] = _zeros_raw(shape, dtype)
-                    if v is None:
-                        raise _core.InternalError("backward of op %s: backward op %s reads '%s', which nothing made" % (
-                            n.op_type, gtype, nm))
-                    ts.append(v)
-                raw_ins.append((slot, ts, [None] * len(ts)))
-            raw_outs = [(slot, [nm != "@EMPTY@" for nm in names]) for slot, names in gouts]
-            res = _run_raw(gtype, raw_ins, raw_outs, gattrs)
-            for slot, names in gouts:
-                for nm, r in zip(names, res[slot]):
-                    if r is not None:
-                        env[nm] = r
-        for iname, t in n.inputs:
             if t.stop_gradient:
                 continue
-            g = iname + "@GRAD"
-            r = g + "@RENAME@"
-            cs = [v for k, v in env.items() if v is not None and (k == g or k.startswith(r))]
-            if not cs:
-                continue
-            if t._node is None:
-                leaves.setdefault(id(t), (t, []))[1].extend(cs)
-            else:
-                pending.setdefault(id(t._node), {}).setdefault(t._slot, []).extend(cs)
+            tn = t._node
+            if tn is None:
+                readers[id(t)] = readers.get(id(t), 0) + 1
+            elif id(tn) not in seen:
+                seen.add(id(tn))
+                stack.append(tn)
+    for n in nodes:   # before anything runs
+        if n.versions is not None:
+            _check_versions(n)
+    if len(nodes) > 1:
+        nodes.sort(key=_node_seq, reverse=True)   # reverse creation order: a reverse topological order
+    pending = {id(root): {tensor._slot: [seed]}}   # node -> {out name: [grad contributions]}
+    leaves = {}                                    # id(leaf) -> (leaf, [contributions])
+    for n in nodes:
+        out_grads = pending.pop(id(n), None)
+        if out_grads:  # else no gradient reaches its outputs (a cut path): it contributes nothing
+            env = dict(n.saved)
+            for o, cs in out_grads.items():
+                env[_grad_name(o)] = _sum(cs)
+            if n.fn is not None:
+                env.update(n.fn(env, retain_graph))
+            entry = n.entry
+            if entry is not None:
+                for op, in_names, out_names in entry.runs:
+                    raws = []
+                    for nm in in_names:
+                        if nm == "@EMPTY@":
+                            raws.append(None)
+                            continue
+                        v = env.get(nm)
+                        if v is None:   # the gradient of an output none reached: zeros
+                            v = _missing(n, env, nm, op)
+                        raws.append(v)
+                    for nm, r in zip(out_names, _run_prepared(op, raws)):
+                        if r is not None:
+                            env[nm] = r
+                contribs = entry.contribs
+            for iname, t in n.inputs:
+                if t.stop_gradient:
+                    continue
+                if entry is not None:
+                    cs = [env[k] for k in contribs[iname] if env.get(k) is not None]
+                else:  # a pe.jit node: its fn gave i<k>@GRAD
+                    g = env.get(_grad_name(iname))
+                    cs = [g] if g is not None else None
+                if not cs:
+                    continue
+                tn = t._node
+                if tn is None:
+                    got = leaves.get(id(t))
+                    if got is None:
+                        leaves[id(t)] = (t, cs)
+                    else:
+                        got[1].extend(cs)
+                else:
+                    got = pending.get(id(tn))
+                    if got is None:
+                        pending[id(tn)] = {t._slot: cs}
+                    else:
+                        got.setdefault(t._slot, []).extend(cs)
         if not retain_graph:
             n.saved = None
-        node_done(n)
+        for _, t in n.inputs:   # a leaf whose last reader has run: its .grad is final now
+            if t.stop_gradient or t._node is not None:
+                continue
+            c = readers.get(id(t))
+            if c is None:
+                continue
+            if c > 1:
+                readers[id(t)] = c - 1
+                continue
+            del readers[id(t)]
+            got = leaves.pop(id(t), None)
+            if got is not None:
+                _leaf_done(*got)
     for t, cs in leaves.values():   # none left: every leaf's last reader has run
         _leaf_done(t, cs)
+
+
+def _node_seq(n):
+    return n.seq
+
+
+def _grad_name(name, _names={}):
+    """name + "@GRAD", made once per name (the tape's names are few: i<k>, o<k>)."""
+    g = _names.get(name)
+    if g is None:
+        g = _names[name] = name + "@GRAD"
+    return g
+
+
+def _missing(n, env, nm, op):
+    """A backward op of node n reads nm, which is not in env: zeros for the
+    gradient of an output no gradient reached, else an internal error."""
+    if nm.endswith("@GRAD") and nm[:-5] in n.out_meta:
+        shape, dtype = n.out_meta[nm[:-5]]
+        v = env[nm] = _zeros_raw(shape, dtype)
+        return v
+    raise _core.InternalError("backward of op %s: backward op %s reads '%s', which nothing made" % (
+        n.op_type, op.desc[0], nm))
 
 
 def bump_version(t):

@@ -10,6 +10,7 @@ import numpy as np
 
 from .. import _core
 from .. import framework as _fw
+from . import autograd as _ag
 from .autograd import Tensor, _as_tensor, _dtype_name, _fill, run_op
 
 _NUMBER = (int, float, np.integer, np.floating)
@@ -134,18 +135,26 @@ def _binary(x, y, op_type, reverse=False):
 
 
 def add(x, y, name=None):
+    if type(x) is Tensor and type(y) is Tensor:
+        return _BIN_OPS["add"](x, y)
     return _binary(_check(x, "add"), y, "elementwise_add")
 
 
 def subtract(x, y, name=None):
+    if type(x) is Tensor and type(y) is Tensor:
+        return _BIN_OPS["sub"](x, y)
     return _binary(_check(x, "subtract"), y, "elementwise_sub")
 
 
 def multiply(x, y, name=None):
+    if type(x) is Tensor and type(y) is Tensor:
+        return _BIN_OPS["mul"](x, y)
     return _binary(_check(x, "multiply"), y, "elementwise_mul")
 
 
 def divide(x, y, name=None):
+    if type(x) is Tensor and type(y) is Tensor:
+        return _BIN_OPS["truediv"](x, y)
     return _binary(_check(x, "divide"), y, "elementwise_div")
 
 
@@ -228,8 +237,7 @@ def greater_equal(x, y, name=None):
 
 def matmul(x, y, transpose_x=False, transpose_y=False, name=None):
     """matmul_v2 (numpy broadcasting of batch dims)."""
-    return _out("matmul_v2", {"X": _check(x, "matmul"), "Y": _check(y, "matmul", "y")},
-                {"trans_x": bool(transpose_x), "trans_y": bool(transpose_y)})
+    return _MATMUL[bool(transpose_x), bool(transpose_y)](x, y)
 
 
 # ---- reductions and shapes ------------------------------------------------------------
@@ -319,18 +327,29 @@ def cross_entropy(input, label, weight=None, ignore_index=-100, reduction="mean"
 
 # ---- Tensor methods and operators -----------------------------------------------------
 
+_BIN = {"add": "elementwise_add", "sub": "elementwise_sub", "mul": "elementwise_mul", "truediv": "elementwise_div"}
+# The prepared ops of the operators and of add/subtract/multiply/divide/matmul on two
+# tensors: one C call each (core_eager_tensor.c), the same op and attrs as _elementwise.
+_BIN_OPS = {k: _ag.prepared(v, [("X", 1), ("Y", 1)], [("Out", 1)], {"axis": -1}) for k, v in _BIN.items()}
+_MATMUL = {(tx, ty): _ag.prepared("matmul_v2", [("X", 1), ("Y", 1)], [("Out", 1)], {"trans_x": tx, "trans_y": ty},
+                                  "matmul", ("x", "y"))
+           for tx in (False, True) for ty in (False, True)}
+_BIN_OPS["matmul"] = _MATMUL[False, False]
+
+
 def _install():
     T = Tensor
-    T.__add__ = lambda a, b: add(a, b)
-    T.__radd__ = lambda a, b: _binary(a, b, "elementwise_add", True)
-    T.__sub__ = lambda a, b: subtract(a, b)
-    T.__rsub__ = lambda a, b: _binary(a, b, "elementwise_sub", True)
-    T.__mul__ = lambda a, b: multiply(a, b)
-    T.__rmul__ = lambda a, b: _binary(a, b, "elementwise_mul", True)
-    T.__truediv__ = lambda a, b: divide(a, b)
-    T.__rtruediv__ = lambda a, b: _binary(a, b, "elementwise_div", True)
-    T.__matmul__ = lambda a, b: matmul(a, b)
-    T.__rmatmul__ = lambda a, b: matmul(_as_tensor(b, a, "matmul"), a)
+    # + - * / @ are the C base's number slots: two tensors run the prepared op
+    # there; anything else comes back to these (the Python rules).
+    hooks = {
+        "record": _ag._record_prepared, "call": _ag._call_prepared,
+        "add": add, "radd": lambda a, b: _binary(a, b, "elementwise_add", True),
+        "sub": subtract, "rsub": lambda a, b: _binary(a, b, "elementwise_sub", True),
+        "mul": multiply, "rmul": lambda a, b: _binary(a, b, "elementwise_mul", True),
+        "truediv": divide, "rtruediv": lambda a, b: _binary(a, b, "elementwise_div", True),
+        "matmul": matmul, "rmatmul": lambda a, b: matmul(_as_tensor(b, a, "matmul"), a),
+    }
+    _core.eager_install(T, vars(_fw), hooks, _BIN_OPS)
     T.__neg__ = lambda a: neg(a)
     T.__pow__ = lambda a, b: pow(a, b)
     T.__rpow__ = lambda a, b: _elementwise("elementwise_pow", _as_tensor(b, a, "pow"), a)
