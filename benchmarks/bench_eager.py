@@ -455,12 +455,13 @@ def part_c(torch, a):
     def pexe_step():
         k = st["PE"][0]
         st["PE"][0] += 1
-        st["PE"][1] = float(pexe.run([loss.name], feed=sb[k % 8])[0])
+        st["PE"][1] = float(np.asarray(pexe.run([loss.name], feed=sb[k % 8])[0]).reshape(-1)[0])
 
     def exe_step():
         k = st["Executor"][0]
         st["Executor"][0] += 1
-        st["Executor"][1] = float(exe.run(main, feed=sb[k % 8], fetch_list=[loss], scope=scopes["Executor"])[0])
+        got = exe.run(main, feed=sb[k % 8], fetch_list=[loss], scope=scopes["Executor"])[0]
+        st["Executor"][1] = float(np.asarray(got).reshape(-1)[0])   # numpy 2 refuses float() of a [1] array
 
     pe.disable_static()
     r = timed_rounds({"to_static": jit_step, "loss inside": jit_loss_step, "PE": pexe_step, "Executor": exe_step},
