@@ -29,8 +29,12 @@
  */
 #include "ops/cpu/gemm.h"
 
+#include "pe/status.h"
+
 #include <cblas.h>
 #include <omp.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Multiply-adds above which OpenBLAS runs its regular kernels (its
@@ -65,8 +69,39 @@ static void blas_block(pe_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int6
                     (blasint)lda, (const double *)bb, (blasint)ldb, beta, (double *)cb, (blasint)n);
 }
 
+/* OpenBLAS's DYNAMIC_ARCH build picks its kernels by CPU model when it
+ * loads. A model newer than the build falls back to generic kernels:
+ * Debian bookworm's OpenBLAS 0.3.21 on Intel Emerald Rapids (family 6,
+ * model 207) runs "Prescott" SSE3 kernels, 29 GFLOP/s on the MLP's
+ * [128, 784] x [784, 512] where its SkylakeX kernels give 130 (one core of
+ * the lent GPU machines' host). The choice is made before any PE code runs,
+ * so PE can only say so, once, with the fix: OPENBLAS_CORETYPE in the
+ * environment of the process (pe's Python package sets it at import for
+ * the models it knows, before OpenBLAS loads; docs/guide.md). */
+static pthread_once_t g_blas_check = PTHREAD_ONCE_INIT;
+
+static void check_blas_core(void) {
+    static const char *const generic[] = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Atom",
+                                          "Katmai", "Coppermine", "Northwood", "Banias"};
+    const char *core = openblas_get_corename();
+    if (!core) return;
+    bool fallback = false;
+    for (size_t i = 0; i < sizeof generic / sizeof generic[0]; i++) fallback |= !strcmp(core, generic[i]);
+    __builtin_cpu_init();
+    const bool avx512 = __builtin_cpu_supports("avx512f"), avx2 = __builtin_cpu_supports("avx2");
+    const char *forced = getenv("OPENBLAS_CORETYPE");
+    if (fallback && (avx512 || avx2))
+        pe_log(PE_LOG_WARN,
+               "OpenBLAS runs its generic '%s' kernels on this CPU, which has %s (%s): GEMMs run several times "
+               "slower than they can; start the process with OPENBLAS_CORETYPE=%s in the environment",
+               core, avx512 ? "AVX-512" : "AVX2",
+               forced && *forced ? "OPENBLAS_CORETYPE asks for them" : "this OpenBLAS does not know the CPU's model",
+               avx512 ? "SkylakeX" : "Haswell");
+}
+
 void pe_cpu_gemm(pe_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const void *a,
                  const void *b, double beta, void *c) {
+    pthread_once(&g_blas_check, check_blas_core);
     if (m == 0 || n == 0) return;
     if (k == 0) { /* empty sum */
         if (beta == 0.0) memset(c, 0, (size_t)(m * n) * pe_dtype_size(dt));

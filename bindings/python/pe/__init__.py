@@ -22,7 +22,11 @@ CancelledError, InternalError.
 """
 import builtins as _builtins
 
-from . import _core
+from ._cpu import prefer_blas_kernels as _prefer_blas_kernels
+
+_prefer_blas_kernels()   # before _core (and numpy) load OpenBLAS: its kernels are chosen then
+
+from . import _core  # noqa: E402
 from . import framework
 from . import tensor
 from ._core import (Error, InvalidArgumentError, NotFoundError, IOError, FormatError,  # noqa: F401
