@@ -386,6 +386,24 @@ def test_fast_path_errors_and_fallbacks():
     np.testing.assert_allclose((1 / pe.to_tensor(P34)).numpy(), 1 / P34, rtol=1e-6)
     with pytest.raises(TypeError, match="matmul: x must be a pe.eager.Tensor, got int"):
         pe.matmul(1, a)
+    # the prepared unary ops (activations, reductions, reshape, ...) check their tensor alike
+    with pytest.raises(TypeError, match="relu: x must be a pe.eager.Tensor, got NoneType"):
+        pe.nn.functional.relu(None)
+    with pytest.raises(TypeError, match="reshape: x must be a pe.eager.Tensor, got list"):
+        pe.eager.reshape([1.0], [1])
+    # ... and give the bits of the op through run_op, attrs and all
+    y = pe.to_tensor(_f32(2, 3, 4))
+    for got, op_type, outs, attrs in [
+            (pe.nn.functional.softmax(y, axis=1), "softmax", {"Out": 1}, {"axis": 1}),
+            (y.sum(axis=[0, 2], keepdim=True), "reduce_sum", {"Out": 1}, {"dim": [0, 2], "keep_dim": True,
+                                                                          "reduce_all": False}),
+            (pe.reshape(y, [4, -1]), "reshape2", {"Out": 1, "XShape": 1}, {"shape": [4, -1]}),
+            (pe.transpose(y, [2, 0, 1]), "transpose2", {"Out": 1, "XShape": 1}, {"axis": [2, 0, 1]}),
+            (pe.scale(y, 2.0, 1.0), "scale", {"Out": 1}, {"scale": 2.0, "bias": 1.0, "bias_after_scale": True}),
+            (-y, "scale", {"Out": 1}, {"scale": -1.0, "bias": 0.0, "bias_after_scale": True})]:
+        ref = pe.eager.autograd._run_op(op_type, {"X": y}, outs, attrs)["Out"][0]
+        assert got.shape == ref.shape, op_type
+        np.testing.assert_array_equal(got.numpy(), ref.numpy(), err_msg=op_type)
     with pytest.raises(TypeError):
         a + np.ones((2, 3), np.float32)
     # run_op's cache of prepared ops keys on the attr types: 1.0 for an int attr is refused every time

@@ -251,7 +251,7 @@ typedef struct {
     int n_in, n_out;          /* args */
     char *present;            /* per output arg: made (1) or absent (0) */
     PyObject *desc;           /* (op_type, [(slot, n)], [(slot, n | [present])], attrs): for the Python paths */
-    PyObject *api;            /* str or NULL: non-tensor args raise TypeError("<api>: <arg> must be ...") */
+    PyObject *api;            /* str or NULL: non-tensor args (None too) raise TypeError("<api>: <arg> must be ...") */
     PyObject *argnames;       /* tuple of str, with api */
     PyObject *cache;          /* a dict for the Python side (the tape's entries per signature) */
     vectorcallfunc vectorcall;
@@ -416,7 +416,7 @@ static PyObject *op_apply(EagerOpObject *self, PyObject *const *args, Py_ssize_t
     int wants = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (!PyObject_TypeCheck(args[i], &EagerTensorType)) {
-            if (self->api && args[i] != Py_None)
+            if (self->api)
                 return PyErr_Format(PyExc_TypeError, "%U: %U must be a pe.eager.Tensor, got %s", self->api,
                                     PyTuple_GET_ITEM(self->argnames, i), Py_TYPE(args[i])->tp_name);
             return op_fallback(self, args, n);

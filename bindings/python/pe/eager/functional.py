@@ -158,13 +158,33 @@ def divide(x, y, name=None):
     return _binary(_check(x, "divide"), y, "elementwise_div")
 
 
+_UNARY = {}   # (op type, key of the attrs) -> EagerOp: X -> Out
+
+
+def _unary(op_type, x, attrs=None, key=(), outs=(("Out", 1),), api=None):
+    """op_type on tensor x (slot X; outputs outs, the first returned) as a
+    prepared op kept per op type and key (a hashable form of the attrs,
+    given by the caller: cheaper than run_op's key of any attrs dict). A
+    non-Tensor x: TypeError "<api>: x must be a pe.eager.Tensor"."""
+    k = (op_type, key, api)
+    op = _UNARY.get(k)
+    if op is None:
+        if len(_UNARY) >= 1024:   # attrs that change every call: keep the cache bounded
+            _UNARY.clear()
+        op = _UNARY[k] = _ag.prepared(op_type, [("X", 1)], list(outs), attrs, api or op_type, ("x",))
+    r = op(x)
+    return r[0] if len(outs) > 1 else r
+
+
 def scale(x, scale=1.0, bias=0.0, bias_after_scale=True, act=None, name=None):
-    out = _out("scale", {"X": _check(x, "scale")},
-               {"scale": float(scale), "bias": float(bias), "bias_after_scale": bool(bias_after_scale)})
+    s, b, after = float(scale), float(bias), bool(bias_after_scale)
+    out = _unary("scale", x, {"scale": s, "bias": b, "bias_after_scale": after}, (s, b, after))
     return _act(act, out) if act else out
 
 
 def _act(op_type, x, attrs=None):
+    if attrs is None:
+        return _unary(op_type, x)
     return _out(op_type, {"X": _check(x, op_type)}, attrs)
 
 
@@ -189,7 +209,8 @@ def log(x, name=None):
 
 
 def softmax(x, axis=-1, dtype=None, name=None):
-    return _act("softmax", x, {"axis": int(axis)})
+    a = int(axis)
+    return _unary("softmax", x, {"axis": a}, (a,))
 
 
 def pow(x, y, name=None):
@@ -199,7 +220,8 @@ def pow(x, y, name=None):
         return _elementwise("elementwise_pow", x, y)
     if isinstance(y, bool) or not isinstance(y, _NUMBER):
         raise TypeError("pe.pow: y must be a float, int or Tensor, got %s" % type(y).__name__)
-    return _act("pow", x, {"factor": float(y)})
+    f = float(y)
+    return _unary("pow", x, {"factor": f}, (f,))
 
 
 def neg(x, name=None):
@@ -253,14 +275,16 @@ def _axes(axis):
 def _reduce(op_type, x, axis, keepdim):
     axes = _axes(axis)
     reduce_all = axes is None or len(axes) == len(x.shape)
-    return _out(op_type, {"X": x}, {"dim": axes or [0], "keep_dim": bool(keepdim), "reduce_all": reduce_all})
+    kd = bool(keepdim)
+    return _unary(op_type, x, {"dim": axes or [0], "keep_dim": kd, "reduce_all": reduce_all},
+                  (tuple(axes) if axes else None, kd, reduce_all))
 
 
 def mean(x, axis=None, keepdim=False, name=None):
     """The `mean` op over all elements (output [1]), reduce_mean over axis."""
     _check(x, "mean")
     if axis is None and not keepdim:
-        return _out("mean", {"X": x})
+        return _unary("mean", x)
     return _reduce("reduce_mean", x, axis, keepdim)
 
 
@@ -274,18 +298,19 @@ def sum(x, axis=None, dtype=None, keepdim=False, name=None):
 
 def cast(x, dtype):
     dt = _dtype_name(dtype)
-    return _out("cast", {"X": _check(x, "cast")}, {"in_dtype": _fw.DTYPE_ENUM[x.dtype], "out_dtype": _fw.DTYPE_ENUM[dt]})
+    i, o = _fw.DTYPE_ENUM[_check(x, "cast").dtype], _fw.DTYPE_ENUM[dt]
+    return _unary("cast", x, {"in_dtype": i, "out_dtype": o}, (i, o))
 
 
 def reshape(x, shape, name=None):
     """reshape2: 0 copies the input dim, -1 is inferred."""
-    return run_op("reshape2", {"X": _check(x, "reshape")}, {"Out": 1, "XShape": 1},
-                  {"shape": _shape(shape, "reshape")})["Out"][0]
+    shape = _shape(shape, "reshape")
+    return _unary("reshape2", x, {"shape": shape}, tuple(shape), (("Out", 1), ("XShape", 1)), "reshape")
 
 
 def transpose(x, perm, name=None):
-    return run_op("transpose2", {"X": _check(x, "transpose")}, {"Out": 1, "XShape": 1},
-                  {"axis": [int(a) for a in perm]})["Out"][0]
+    perm = [int(a) for a in perm]
+    return _unary("transpose2", x, {"axis": perm}, tuple(perm), (("Out", 1), ("XShape", 1)), "transpose")
 
 
 def concat(x, axis=0, name=None):
