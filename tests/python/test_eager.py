@@ -391,6 +391,21 @@ def test_fast_path_errors_and_fallbacks():
         pe.nn.functional.relu(None)
     with pytest.raises(TypeError, match="reshape: x must be a pe.eager.Tensor, got list"):
         pe.eager.reshape([1.0], [1])
+    # a prepared op made by hand: its layout checked when made, its arguments at each call
+    op = pe._core.EagerOp("relu", [("X", 1)], [("Out", 1)])
+    with pytest.raises(TypeError, match="op relu: input 0 must be a pe.eager.Tensor or None, got int"):
+        op(1)
+    with pytest.raises(pe.InvalidArgumentError, match="op relu takes 1 input tensors, got 2"):
+        op(a, a)
+    with pytest.raises(pe.InvalidArgumentError, match="op relu: raw\\(\\) input 0 is a int"):
+        op.raw(1)
+    for bad in ([("X", 10 ** 9)], "garbage", [("X",)]):
+        with pytest.raises(pe.InvalidArgumentError, match="EagerOp: inputs must be"):
+            pe._core.EagerOp("relu", bad, [("Out", 1)])
+    with pytest.raises(pe.InvalidArgumentError, match="op relu has no attr 'nope'"):
+        pe._core.EagerOp("relu", [("X", 1)], [("Out", 1)], {"nope": 1})
+    with pytest.raises(pe.InternalError, match="eager tensor without a value"):
+        op(pe._core.EagerTensor.__new__(pe._core.EagerTensor))
     # ... and give the bits of the op through run_op, attrs and all
     y = pe.to_tensor(_f32(2, 3, 4))
     for got, op_type, outs, attrs in [

@@ -279,7 +279,8 @@ static int layout_from_py(PyObject *seq, const char *what, pe_eager_args *a, int
     Py_ssize_t n = PySequence_Fast_GET_SIZE(f);
     int rc = 0;
     if (n > MAX_LAYOUT_SLOTS) {
-        raise_msg(PE_ERR_INVALID, "EagerOp: %zd %s slots (at most %d)", n, what, MAX_LAYOUT_SLOTS);
+        raise_msg(PE_ERR_INVALID, "EagerOp: %zd %s slots (at most %d)", n, what[0] == 'i' ? "input" : "output",
+                  MAX_LAYOUT_SLOTS);
         rc = -1;
     }
     *n_args = 0;
@@ -419,6 +420,9 @@ static PyObject *op_apply(EagerOpObject *self, PyObject *const *args, Py_ssize_t
             if (self->api)
                 return PyErr_Format(PyExc_TypeError, "%U: %U must be a pe.eager.Tensor, got %s", self->api,
                                     PyTuple_GET_ITEM(self->argnames, i), Py_TYPE(args[i])->tp_name);
+            if (args[i] != Py_None) /* None: an absent optional input, the Python path's to place */
+                return PyErr_Format(PyExc_TypeError, "op %s: input %zd must be a pe.eager.Tensor or None, got %s",
+                                    pe_eager_prep_op(self->prep), i, Py_TYPE(args[i])->tp_name);
             return op_fallback(self, args, n);
         }
         wants |= !((EagerTensorObject *)args[i])->stop_gradient;
