@@ -18,12 +18,16 @@
  * usual) calls pe_interrupt(), which stops the run in progress between ops;
  * the command then exits with 130 and one "pe: interrupted (Ctrl-C): ..."
  * line. Elsewhere Ctrl-C kills as usual.
+ * On a CPU whose model OpenBLAS does not know (pe/ops.h,
+ * pe_blas_coretype_hint), the tool starts itself again once with
+ * OPENBLAS_CORETYPE set, before anything else.
  */
 #include "tool.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define RUN_USAGE                                                                              \
     "pe run PROGRAM [--startup S.pe] [--params CKPT] [--save CKPT] [--feed NAME=FILE.npy]... [--lod NAME=0,2,5]... " \
@@ -375,6 +379,10 @@ int pe_tool_flag(int argc, char **argv, int *i, const char *name, const char **v
 /* ---- main --------------------------------------------------------------- */
 
 int main(int argc, char **argv) {
+    /* OpenBLAS chose its kernels when it loaded, before main: on a CPU it
+     * does not know (pe/ops.h), start again with the right ones, once */
+    const char *core = getenv("OPENBLAS_CORETYPE") ? NULL : pe_blas_coretype_hint();
+    if (core && setenv("OPENBLAS_CORETYPE", core, 1) == 0) execv("/proc/self/exe", argv); /* on failure: go on */
     if (argc < 2) return pe_tool_usage_error(NULL, "no command given");
     const char *cmd = argv[1];
     if (pe_tool_is_help(cmd)) {

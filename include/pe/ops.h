@@ -80,6 +80,20 @@ bool pe_op_type_inplace(int op, int in_k, int out_k);
  * elementwise_add_grad's X and Y) and for an index out of range. */
 bool pe_op_type_reads_input(int op, int in_k);
 
+/* OpenBLAS, which runs the CPU kernels' GEMMs (ops/cpu/gemm.c). Its
+ * DYNAMIC_ARCH build picks its kernels by CPU model when it loads, and a
+ * model newer than the build gets its generic ones (Debian bookworm's
+ * 0.3.21 runs "Prescott" kernels on Intel Sapphire / Emerald / Granite
+ * Rapids: GEMMs 4.5x slower). pe_blas_core: the kernels it runs
+ * ("SkylakeX", "Haswell", "Prescott", ...). pe_blas_coretype_hint: the
+ * OPENBLAS_CORETYPE worth setting on this CPU before OpenBLAS loads —
+ * "SkylakeX" (AVX-512) or "Haswell" (AVX2) on those Intel models (family 6,
+ * models 143, 207, 173, 174), else NULL. The `pe` tool starts itself again
+ * with it when it is unset; pe's Python package sets it at import. Static
+ * strings. */
+const char *pe_blas_core(void);
+const char *pe_blas_coretype_hint(void);
+
 #pragma GCC visibility pop
 
 #ifdef __cplusplus

@@ -32,6 +32,7 @@
 #include "pe/status.h"
 
 #include <cblas.h>
+#include <cpuid.h>
 #include <omp.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -79,6 +80,34 @@ static void blas_block(pe_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int6
  * environment of the process (pe's Python package sets it at import for
  * the models it knows, before OpenBLAS loads; docs/guide.md). */
 static pthread_once_t g_blas_check = PTHREAD_ONCE_INIT;
+
+/* Intel family 6 models newer than OpenBLAS 0.3.21's table (the list of
+ * bindings/python/pe/_cpu.py): Sapphire Rapids, Emerald Rapids, Granite
+ * Rapids. */
+static const int k_newer_intel[] = {143, 207, 173, 174};
+
+const char *pe_cpu_blas_coretype_for(bool intel, int family, int model, bool avx512, bool avx2) {
+    if (!intel || family != 6) return NULL;
+    for (size_t i = 0; i < sizeof k_newer_intel / sizeof k_newer_intel[0]; i++)
+        if (model == k_newer_intel[i]) return avx512 ? "SkylakeX" : avx2 ? "Haswell" : NULL;
+    return NULL;
+}
+
+const char *pe_blas_coretype_hint(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return NULL;
+    const bool intel = b == 0x756e6547 && d == 0x49656e69 && c == 0x6c65746e; /* "GenuineIntel" */
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return NULL;
+    const int family = (int)((a >> 8) & 0xf), model = (int)(((a >> 4) & 0xf) | ((a >> 12) & 0xf0));
+    __builtin_cpu_init();
+    return pe_cpu_blas_coretype_for(intel, family, model, __builtin_cpu_supports("avx512f"),
+                                    __builtin_cpu_supports("avx2"));
+}
+
+const char *pe_blas_core(void) {
+    const char *core = openblas_get_corename();
+    return core ? core : "";
+}
 
 static void check_blas_core(void) {
     static const char *const generic[] = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Atom",

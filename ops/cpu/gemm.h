@@ -21,4 +21,7 @@
 void pe_cpu_gemm(pe_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const void *a,
                  const void *b, double beta, void *c);
 
+/* pe_blas_coretype_hint's rule (pe/ops.h), on given CPU facts: tested. */
+const char *pe_cpu_blas_coretype_for(bool intel, int family, int model, bool avx512, bool avx2);
+
 #endif

@@ -4,6 +4,7 @@
  * lookup_table(_v2) and layer_norm forward against hand-computed values,
  * their attrs and errors. (Gradients: test_grad_math.c.) */
 #include "tests/unit/op_test_util.h"
+#include "ops/cpu/gemm.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -536,8 +537,26 @@ static void test_layer_norm_errors(void **state) {
     pe_tensor_free(s);
 }
 
+/* The OPENBLAS_CORETYPE hint (pe/ops.h): SkylakeX / Haswell on the Intel
+ * models newer than OpenBLAS 0.3.21, nothing elsewhere; the kernels OpenBLAS
+ * runs here have a name. */
+static void test_blas_coretype_hint(void **state) {
+    (void)state;
+    assert_string_equal(pe_cpu_blas_coretype_for(true, 6, 207, true, true), "SkylakeX");
+    assert_string_equal(pe_cpu_blas_coretype_for(true, 6, 143, true, true), "SkylakeX");
+    assert_string_equal(pe_cpu_blas_coretype_for(true, 6, 173, false, true), "Haswell");
+    assert_null(pe_cpu_blas_coretype_for(true, 6, 174, false, false)); /* nothing better to pick */
+    assert_null(pe_cpu_blas_coretype_for(true, 6, 85, true, true));    /* Skylake-SP: OpenBLAS knows it */
+    assert_null(pe_cpu_blas_coretype_for(false, 6, 207, true, true));  /* not Intel */
+    assert_null(pe_cpu_blas_coretype_for(true, 15, 207, true, true));
+    const char *h = pe_blas_coretype_hint();  /* this machine: whatever it is, one of those answers */
+    assert_true(!h || !strcmp(h, "SkylakeX") || !strcmp(h, "Haswell"));
+    assert_true(strlen(pe_blas_core()) > 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_blas_coretype_hint),
         cmocka_unit_test(test_mul_3d_x_num_col_dims_2),
         cmocka_unit_test(test_mul_y_num_col_dims),
         cmocka_unit_test(test_mul_errors),

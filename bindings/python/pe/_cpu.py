@@ -14,7 +14,8 @@ warns at its first GEMM (ops/cpu/gemm.c) with the same fix.
 """
 import os
 
-# Intel family 6 models newer than OpenBLAS 0.3.21's table (Aug 2022).
+# Intel family 6 models newer than OpenBLAS 0.3.21's table (Aug 2022); the same
+# list as ops/cpu/gemm.c's (pe_blas_coretype_hint, which the `pe` tool uses).
 _NEWER_INTEL = frozenset((143, 207, 173, 174))
 
 
