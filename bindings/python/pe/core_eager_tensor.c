@@ -330,7 +330,8 @@ static PyObject *op_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
         return NULL;
     const char *tname = py_name_utf8(op_type, "op type");
     int op = tname ? pe_op_type_find(tname) : -1;
-    if (op < 0) return PyErr_Occurred() ? NULL : raise_msg(PE_ERR_NOT_FOUND, "unknown op type '%s' (not in ops/ops.def)", tname);
+    if (op < 0)
+        return PyErr_Occurred() ? NULL : raise_msg(PE_ERR_NOT_FOUND, "unknown op type '%s' (not in ops/ops.def)", tname);
     EagerOpObject *self = (EagerOpObject *)type->tp_alloc(type, 0);
     if (!self) return NULL;
     self->vectorcall = op_vectorcall;
@@ -355,7 +356,8 @@ static PyObject *op_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     self->cache = PyDict_New();
     if (!self->desc || !self->cache) goto fail;
     if (api != Py_None) {
-        if (!PyUnicode_Check(api) || !argnames || !PyTuple_Check(argnames) || PyTuple_GET_SIZE(argnames) != self->n_in) {
+        if (!PyUnicode_Check(api) || !argnames || !PyTuple_Check(argnames) ||
+            PyTuple_GET_SIZE(argnames) != self->n_in) {
             raise_msg(PE_ERR_INVALID, "EagerOp %s: api must be a str with a tuple of %d argnames", tname, self->n_in);
             goto fail;
         }
