@@ -321,7 +321,6 @@ class _Concrete:
         node = _ag._Node()
         node.seq = next(_ag._seq)
         node.op_type = "to_static(%s)" % self.owner.what
-        node.grad_ops = []
         node.saved = {}
         wrt = [t for _, t in params] + [args[i] for i in want_inputs]
         node.inputs = [("i%d" % j, t) for j, t in enumerate(wrt)]

@@ -384,7 +384,7 @@ class _Node:
     """One recorded op: its backward ops (canonical var names: i<k> for the
     k-th distinct input tensor, o<k> for the k-th output), the tensors they
     read, and the input tensors gradients flow to."""
-    __slots__ = ("seq", "op_type", "grad_ops", "saved", "inputs", "out_meta", "fn", "versions", "entry")
+    __slots__ = ("seq", "op_type", "saved", "inputs", "out_meta", "fn", "versions", "entry")
 
     def __init__(self):
         self.fn = None  # or fn(env, retain_graph) -> {"i<k>@GRAD": raw}: a node whose backward is not per-op (pe.jit)
@@ -433,11 +433,12 @@ def _grad_entry(op_type, in_slots, out_slots, needs, in_tensors, out_tensors, at
         grad_ops = _core.eager_grad_ops(op_type, in_slots, out_slots, attrs, var_list)
     except _core.UnsupportedError:
         grad_ops = None  # no grad maker: the outputs are constants for backward()
+    if grad_ops is not None:
+        grad_ops = [(t, ins_, outs_, {a: v for a, v in at.items() if a not in ("op_role", "op_role_var")})
+                    for t, ins_, outs_, at in grad_ops]
     e.grad_ops = grad_ops
     if grad_ops is None:
         return e
-    e.grad_ops = grad_ops = [(t, ins_, outs_, {a: v for a, v in at.items() if a not in ("op_role", "op_role_var")})
-                             for t, ins_, outs_, at in grad_ops]
     e.read = frozenset(n for _, gi, _, _ in grad_ops for _, names in gi for n in names)
     e.data_read = frozenset(n for t, gi, _, _ in grad_ops for slot, names in gi
                             if slot not in _dims_only(t) for n in names)
@@ -524,7 +525,6 @@ def _make_node(op_type, entry, in_tensors, out_tensors):
     node = _Node()
     node.seq = next(_seq)
     node.op_type = op_type
-    node.grad_ops = entry.grad_ops
     node.entry = entry
     saved = node.saved = {}
     inputs = node.inputs = []
