@@ -53,6 +53,7 @@ void pe_pe_options_default(pe_pe_options *o) {
     o->build_strategy.fuse_grad_size_in_MB = 25;
     o->build_strategy.fuse_first_grad_size_in_MB = 1;
     o->build_strategy.shard_optimizer = true;
+    o->build_strategy.conv_nhwc = true;
     o->num_trainers = 1;
 }
 
@@ -185,7 +186,10 @@ static pe_status build_variant(const pe_parallel_executor *pe, const char *const
     if (path && snprintf(prefix, sizeof prefix, "%s.", path) >= (int)sizeof prefix)
         return pe_error(PE_ERR_INVALID, "debug_graphviz_path '%s' is too long", path);
     pe_build_strategy bs = pe->opt.build_strategy;
-    if (pe->places[0].kind != PE_PLACE_CPU) bs.shard_optimizer = false; /* CPU places share the state */
+    if (pe->places[0].kind != PE_PLACE_CPU) {
+        bs.shard_optimizer = false; /* CPU places share the state */
+        bs.conv_nhwc = false;       /* the CUDA kernels are NCHW (cuDNN picks its own algorithms) */
+    }
     pe_pass_opts po = {.n_places = pe->n, .n_trainers = pe->opt.num_trainers,
                        .trainer_id = pe->opt.trainer_id, .loss_name = pe->opt.loss_name, .bs = &bs, .protect = protect,
                        .n_protect = n_protect, .dump_prefix = path ? prefix : NULL, .final_dot = path,
@@ -210,9 +214,22 @@ static pe_status build_variant(const pe_parallel_executor *pe, const char *const
     return pe_pe_protect_buckets((pe_parallel_executor *)pe, out->arenas, out->g);
 }
 
-/* The graphs to run: the program as the passes make it and, when a fusion
- * pass removed some of its vars, the program with those vars kept (for a
- * run that fetches one). */
+/* Whether the passes changed var `name` of the main program in graph block
+ * gb: removed (a fusion) or declared with other dims (conv_nhwc stores it
+ * [N, H, W, C]): a fetch of it needs the graph built with it protected. */
+static bool var_changed(const pe_block *b, const pe_block *gb, const char *name) {
+    const pe_var *v = pe_block_find_var(b, name), *g = pe_block_find_var(gb, name);
+    if (!g) return true;
+    if (!v) return false; /* not a var of the main program: fetch_one names it */
+    if (v->ndim != g->ndim) return true;
+    for (int d = 0; d < v->ndim; d++)
+        if (v->dims[d] != g->dims[d]) return true;
+    return false;
+}
+
+/* The graphs to run: the program as the passes make it and, when a pass
+ * removed some of its vars or changed their layout, the program with those
+ * vars kept as they are (for a run that fetches one). */
 static pe_status build_graphs(pe_parallel_executor *pe) {
     PE_CHECK(build_variant(pe, NULL, 0, true, &pe->variants[0]));
     const pe_block *b = &pe->prog->blocks[0], *gb = &pe->variants[0].g->progs[0]->blocks[0];
@@ -220,7 +237,7 @@ static pe_status build_graphs(pe_parallel_executor *pe) {
     if (!removed) return pe_error(PE_ERR_NOMEM, "out of memory building the ParallelExecutor's graphs");
     int n = 0;
     for (int i = 0; i < b->n_vars; i++)
-        if (!pe_block_find_var(gb, b->vars[i].name)) removed[n++] = b->vars[i].name;
+        if (var_changed(b, gb, b->vars[i].name)) removed[n++] = b->vars[i].name;
     pe_status st = n ? build_variant(pe, removed, n, false, &pe->variants[1]) : PE_OK;
     free(removed);
     pe->g = pe->variants[0].g;
@@ -245,17 +262,18 @@ static pe_status adopt_graph(pe_parallel_executor *pe) {
     return pe_pe_collect_sharded_state(pe);
 }
 
-/* A fetch of a var a fusion pass removed (it is in the main program but not
- * in the graph in use): from now on run the graph built with it kept. Local
- * scopes are dropped (they hold the old graph's temporaries). */
+/* A fetch of a var a pass removed or re-laid-out (var_changed): from now
+ * on run the graph built with it kept. Local scopes are dropped (they hold
+ * the old graph's temporaries). */
 static pe_status select_graph(pe_parallel_executor *pe, const char *const *fetch, int n_fetch) {
     const pe_graph_variant *keep = &pe->variants[1];
+    const pe_block *b = &pe->prog->blocks[0];
     for (int i = 0; i < n_fetch; i++) {
-        if (pe_block_find_var(&pe->g->progs[0]->blocks[0], fetch[i])) continue;
-        if (!keep->g || pe->g == keep->g || !pe_block_find_var(&keep->g->progs[0]->blocks[0], fetch[i]))
+        if (!var_changed(b, &pe->g->progs[0]->blocks[0], fetch[i])) continue;
+        if (!keep->g || pe->g == keep->g || var_changed(b, &keep->g->progs[0]->blocks[0], fetch[i]))
             return PE_OK; /* fetch_one names the var */
-        pe_log(PE_LOG_INFO, "fetch '%s' was removed by a fusion pass: running the graph built with the removed "
-               "vars kept", fetch[i]);
+        pe_log(PE_LOG_INFO, "fetch '%s' was removed or re-laid-out (NHWC) by a build pass: running the graph built "
+               "with those vars kept", fetch[i]);
         pe_drop_local_exe_scopes(pe);
         pe_pe_free_feed_views(pe);
         pe->g = keep->g;

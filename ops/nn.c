@@ -36,6 +36,20 @@ static bool layout_is_nchw(const char *s) {
     return !s[0] || !strcmp(s, "NCHW") || !strcmp(s, "AnyLayout");
 }
 
+/* data_format: *nhwc = false for NCHW / AnyLayout / "", true for NHWC
+ * (where the op has it: allow_nhwc), else an error naming the value. */
+static pe_status read_layout(const pe_op_ctx *ctx, bool allow_nhwc, bool *nhwc) {
+    const char *s = pe_ctx_string(ctx, "data_format");
+    *nhwc = false;
+    if (layout_is_nchw(s)) return PE_OK;
+    if (allow_nhwc && !strcmp(s, "NHWC")) {
+        *nhwc = true;
+        return PE_OK;
+    }
+    return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "data_format '%s' is not supported (%s)", s,
+                        allow_nhwc ? "NCHW or NHWC" : "only NCHW");
+}
+
 /* A 2-value int list attr (strides, dilations, ksize) into out; each >= min. */
 static pe_status read_pair(const pe_op_ctx *ctx, const char *name, int64_t min, int64_t out[2]) {
     int n = 0;
@@ -99,17 +113,19 @@ static int64_t window_out(int64_t in, int64_t k_eff, int64_t p0, int64_t p1, int
 
 /* ---- conv2d ------------------------------------------------------------- */
 
-/* The checks conv2d and conv2d_transpose share: NCHW, 4-D Input and Filter
- * (filter_dims: how the op lays out its Filter), float Input, Filter of its dtype. */
-static pe_status conv_check_tensors(const pe_op_ctx *ctx, const char *filter_dims) {
+/* The checks conv2d and conv2d_transpose share: the layout (NHWC where
+ * nhwc is non-NULL), 4-D Input and Filter (filter_dims: how the op lays out
+ * its Filter), float Input, Filter of its dtype. */
+static pe_status conv_check_tensors(const pe_op_ctx *ctx, const char *filter_dims, bool *nhwc) {
     const pe_tensor *x = pe_ctx_in(ctx, "Input"), *f = pe_ctx_in(ctx, "Filter");
     const char *xn = pe_ctx_in_name(ctx, "Input", 0), *fn = pe_ctx_in_name(ctx, "Filter", 0);
     char xs[128], fs[128];
-    const char *df = pe_ctx_string(ctx, "data_format");
-    if (!layout_is_nchw(df))
-        return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "data_format '%s' is not supported yet (only NCHW)", df);
+    bool is_nhwc;
+    PE_CHECK(read_layout(ctx, nhwc != NULL, &is_nhwc));
+    if (nhwc) *nhwc = is_nhwc;
     if (x->ndim != 4)
-        return pe_ctx_error(ctx, PE_ERR_INVALID, "Input '%s' must be 4-D [N, C, H, W], got %s", xn, DIMS(x, xs));
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "Input '%s' must be 4-D %s, got %s", xn,
+                            is_nhwc ? "[N, H, W, C]" : "[N, C, H, W]", DIMS(x, xs));
     if (f->ndim != 4)
         return pe_ctx_error(ctx, PE_ERR_INVALID, "Filter '%s' must be 4-D %s, got %s", fn, filter_dims, DIMS(f, fs));
     if (!pe_dtype_is_float(x->dtype))
@@ -126,8 +142,9 @@ pe_status pe_conv_geom_get(const pe_op_ctx *ctx, pe_conv_geom *g) {
     const char *xn = pe_ctx_in_name(ctx, "Input", 0), *fn = pe_ctx_in_name(ctx, "Filter", 0);
     char xs[128], fs[128], bs[128];
     memset(g, 0, sizeof *g);
-    PE_CHECK(conv_check_tensors(ctx, "[M, C/groups, kh, kw]"));
-    g->n = x->dims[0]; g->c = x->dims[1]; g->h = x->dims[2]; g->w = x->dims[3];
+    PE_CHECK(conv_check_tensors(ctx, "[M, C/groups, kh, kw]", &g->nhwc));
+    g->n = x->dims[0];
+    g->c = x->dims[g->nhwc ? 3 : 1]; g->h = x->dims[g->nhwc ? 1 : 2]; g->w = x->dims[g->nhwc ? 2 : 3];
     g->m = f->dims[0]; g->kh = f->dims[2]; g->kw = f->dims[3];
     g->groups = pe_ctx_int(ctx, "groups");
     if (g->groups < 1) return pe_ctx_error(ctx, PE_ERR_INVALID, "attr groups must be >= 1, got %lld", (long long)g->groups);
@@ -176,7 +193,8 @@ pe_status pe_conv_geom_get(const pe_op_ctx *ctx, pe_conv_geom *g) {
 pe_status pe_infer_conv2d(pe_op_ctx *ctx) {
     pe_conv_geom g;
     PE_CHECK(pe_conv_geom_get(ctx, &g));
-    const int64_t dims[4] = {g.n, g.m, g.oh, g.ow};
+    int64_t dims[4];
+    pe_nn_act_dims(g.nhwc, g.n, g.m, g.oh, g.ow, dims);
     pe_status st = pe_tensor_set_meta(pe_ctx_out(ctx, "Output"), pe_ctx_in(ctx, "Input")->dtype, 4, dims);
     if (st != PE_OK) return pe_ctx_error(ctx, st, "%s", pe_last_error());
     return PE_OK;
@@ -204,7 +222,7 @@ pe_status pe_conv_transpose_geom_get(const pe_op_ctx *ctx, pe_conv_geom *g) {
     const char *xn = pe_ctx_in_name(ctx, "Input", 0), *fn = pe_ctx_in_name(ctx, "Filter", 0);
     char xs[128], fs[128];
     memset(g, 0, sizeof *g);
-    PE_CHECK(conv_check_tensors(ctx, "[C_in, C_out/groups, kh, kw]"));
+    PE_CHECK(conv_check_tensors(ctx, "[C_in, C_out/groups, kh, kw]", NULL));
     g->groups = pe_ctx_int(ctx, "groups");
     if (g->groups < 1) return pe_ctx_error(ctx, PE_ERR_INVALID, "attr groups must be >= 1, got %lld", (long long)g->groups);
     if (f->dims[0] != x->dims[1])
@@ -275,20 +293,20 @@ pe_status pe_pool_geom_get(const pe_op_ctx *ctx, pe_pool_geom *g) {
     const pe_tensor *x = pe_ctx_in(ctx, "X");
     const char *xn = pe_ctx_in_name(ctx, "X", 0);
     char xs[128];
-    const char *df = pe_ctx_string(ctx, "data_format");
     const char *type = pe_ctx_string(ctx, "pooling_type");
     memset(g, 0, sizeof *g);
-    if (!layout_is_nchw(df))
-        return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "data_format '%s' is not supported yet (only NCHW)", df);
+    PE_CHECK(read_layout(ctx, true, &g->nhwc));
     if (x->ndim != 4)
-        return pe_ctx_error(ctx, PE_ERR_INVALID, "X '%s' must be 4-D [N, C, H, W], got %s", xn, DIMS(x, xs));
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "X '%s' must be 4-D %s, got %s", xn,
+                            g->nhwc ? "[N, H, W, C]" : "[N, C, H, W]", DIMS(x, xs));
     if (!pe_dtype_is_float(x->dtype))
         return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "X '%s' has dtype %s; pool2d supports float32 and float64", xn,
                             pe_dtype_name(x->dtype));
     if (!strcmp(type, "max")) g->is_max = true;
     else if (strcmp(type, "avg"))
         return pe_ctx_error(ctx, PE_ERR_INVALID, "attr pooling_type must be 'max' or 'avg', got '%s'", type);
-    g->n = x->dims[0]; g->c = x->dims[1]; g->h = x->dims[2]; g->w = x->dims[3];
+    g->n = x->dims[0];
+    g->c = x->dims[g->nhwc ? 3 : 1]; g->h = x->dims[g->nhwc ? 1 : 2]; g->w = x->dims[g->nhwc ? 2 : 3];
     bool global = pe_ctx_bool(ctx, "global_pooling"), ceil_mode = pe_ctx_bool(ctx, "ceil_mode");
     g->adaptive = pe_ctx_bool(ctx, "adaptive");
     g->exclusive = pe_ctx_bool(ctx, "exclusive");
@@ -329,7 +347,8 @@ pe_status pe_pool_geom_get(const pe_op_ctx *ctx, pe_pool_geom *g) {
 pe_status pe_infer_pool2d(pe_op_ctx *ctx) {
     pe_pool_geom g;
     PE_CHECK(pe_pool_geom_get(ctx, &g));
-    const int64_t dims[4] = {g.n, g.c, g.oh, g.ow};
+    int64_t dims[4];
+    pe_nn_act_dims(g.nhwc, g.n, g.c, g.oh, g.ow, dims);
     pe_status st = pe_tensor_set_meta(pe_ctx_out(ctx, "Out"), pe_ctx_in(ctx, "X")->dtype, 4, dims);
     if (st != PE_OK) return pe_ctx_error(ctx, st, "%s", pe_last_error());
     return PE_OK;
@@ -337,23 +356,31 @@ pe_status pe_infer_pool2d(pe_op_ctx *ctx) {
 
 /* ---- batch_norm --------------------------------------------------------- */
 
-/* X: [N, C, ...] (rank 2..5); Scale, Bias, Mean, Variance: [C] ->
+pe_status pe_bn_layout(const pe_op_ctx *ctx, const pe_tensor *x, bool *nhwc, int64_t *c) {
+    const char *s = pe_ctx_string(ctx, "data_layout");
+    if (layout_is_nchw(s)) *nhwc = false;
+    else if (!strcmp(s, "NHWC")) *nhwc = x->ndim > 2;
+    else return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "data_layout '%s' is not supported (NCHW or NHWC)", s);
+    *c = x->dims[*nhwc ? x->ndim - 1 : 1];
+    return PE_OK;
+}
+
+/* X: [N, C, ...] (rank 2..5; NHWC: [N, ..., C]); Scale, Bias, Mean, Variance: [C] ->
  * Y like X; MeanOut, VarianceOut, SavedMean, SavedVariance: [C]. */
 pe_status pe_infer_batch_norm(pe_op_ctx *ctx) {
     const pe_tensor *x = pe_ctx_in(ctx, "X");
     const char *xn = pe_ctx_in_name(ctx, "X", 0);
     char xs[128], ps[128];
-    const char *layout = pe_ctx_string(ctx, "data_layout");
-    if (!layout_is_nchw(layout))
-        return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "data_layout '%s' is not supported yet (only NCHW)", layout);
     if (x->ndim < 2 || x->ndim > 5)
         return pe_ctx_error(ctx, PE_ERR_INVALID, "X '%s' must have rank 2 to 5 ([N, C, ...]), got %s", xn, DIMS(x, xs));
+    bool nhwc;
+    int64_t c;
+    PE_CHECK(pe_bn_layout(ctx, x, &nhwc, &c));
     if (!pe_dtype_is_float(x->dtype))
         return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "X '%s' has dtype %s; batch_norm supports float32 and float64",
                             xn, pe_dtype_name(x->dtype));
     double eps = pe_ctx_float(ctx, "epsilon");
     if (!(eps >= 0)) return pe_ctx_error(ctx, PE_ERR_INVALID, "attr epsilon must be >= 0, got %g", eps);
-    int64_t c = x->dims[1];
     static const char *const params[4] = {"Scale", "Bias", "Mean", "Variance"};
     for (int i = 0; i < 4; i++) {
         const pe_tensor *t = pe_ctx_in(ctx, params[i]);
@@ -395,12 +422,13 @@ static pe_status grad_like(pe_op_ctx *ctx, const char *gslot, const char *like) 
     return PE_OK;
 }
 
-/* Input, Filter, Bias?, Output@GRAD: [N, M, oh, ow] ->
+/* Input, Filter, Bias?, Output@GRAD: [N, M, oh, ow] (NHWC: [N, oh, ow, M]) ->
  * Input@GRAD?, Filter@GRAD?, Bias@GRAD? like Input, Filter, Bias. */
 pe_status pe_infer_conv2d_grad(pe_op_ctx *ctx) {
     pe_conv_geom g;
     PE_CHECK(pe_conv_geom_get(ctx, &g));
-    const int64_t dims[4] = {g.n, g.m, g.oh, g.ow};
+    int64_t dims[4];
+    pe_nn_act_dims(g.nhwc, g.n, g.m, g.oh, g.ow, dims);
     PE_CHECK(check_out_grad(ctx, "Output@GRAD", pe_ctx_in(ctx, "Input")->dtype, 4, dims));
     PE_CHECK(grad_like(ctx, "Input@GRAD", "Input"));
     PE_CHECK(grad_like(ctx, "Filter@GRAD", "Filter"));
@@ -417,11 +445,12 @@ pe_status pe_infer_conv2d_transpose_grad(pe_op_ctx *ctx) {
     return grad_like(ctx, "Filter@GRAD", "Filter");
 }
 
-/* X, Out, Out@GRAD: [N, C, oh, ow] -> X@GRAD like X. */
+/* X, Out, Out@GRAD: [N, C, oh, ow] (NHWC: [N, oh, ow, C]) -> X@GRAD like X. */
 pe_status pe_infer_pool2d_grad(pe_op_ctx *ctx) {
     pe_pool_geom g;
     PE_CHECK(pe_pool_geom_get(ctx, &g));
-    const int64_t dims[4] = {g.n, g.c, g.oh, g.ow};
+    int64_t dims[4];
+    pe_nn_act_dims(g.nhwc, g.n, g.c, g.oh, g.ow, dims);
     const pe_dtype dt = pe_ctx_in(ctx, "X")->dtype;
     PE_CHECK(check_out_grad(ctx, "Out", dt, 4, dims));
     PE_CHECK(check_out_grad(ctx, "Out@GRAD", dt, 4, dims));
@@ -435,18 +464,17 @@ pe_status pe_infer_batch_norm_grad(pe_op_ctx *ctx) {
     const pe_tensor *x = pe_ctx_in(ctx, "X");
     const char *xn = pe_ctx_in_name(ctx, "X", 0);
     char xs[128], ps[128];
-    const char *layout = pe_ctx_string(ctx, "data_layout");
-    if (!layout_is_nchw(layout))
-        return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "data_layout '%s' is not supported yet (only NCHW)", layout);
     if (x->ndim < 2 || x->ndim > 5)
         return pe_ctx_error(ctx, PE_ERR_INVALID, "X '%s' must have rank 2 to 5 ([N, C, ...]), got %s", xn, DIMS(x, xs));
+    bool nhwc;
+    int64_t c;
+    PE_CHECK(pe_bn_layout(ctx, x, &nhwc, &c));
     if (!pe_dtype_is_float(x->dtype))
         return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "X '%s' has dtype %s; batch_norm supports float32 and float64",
                             xn, pe_dtype_name(x->dtype));
     const bool global = pe_ctx_bool(ctx, "is_test") || pe_ctx_bool(ctx, "use_global_stats");
     const char *stats[2] = {global ? "Mean" : "SavedMean", global ? "Variance" : "SavedVariance"};
     const char *params[4] = {"Scale", "Bias", stats[0], stats[1]};
-    const int64_t c = x->dims[1];
     for (int i = 0; i < 4; i++) {
         const pe_tensor *t = pe_ctx_in(ctx, params[i]);
         if (!t)

@@ -37,6 +37,10 @@ pe_status pe_fuse_fc(pe_program *p, const pe_fuse_opts *o, int *n_fused);
 /* elementwise_add + relu|sigmoid|tanh -> fused_elemwise_activation, and the
  * grads -> fused_elemwise_activation_grad (fuse_elewise_add_act_ops). */
 pe_status pe_fuse_elewise_add_act(pe_program *p, const pe_fuse_opts *o, int *n_fused);
+/* conv2d / depthwise_conv2d / pool2d (+ grads) float32 chains and the
+ * activations / bias adds / sums between them -> data_format NHWC, transposes
+ * at the edges (BuildStrategy.conv_nhwc, CPU places; passes/conv_nhwc.c). */
+pe_status pe_conv_nhwc(pe_program *p, const pe_fuse_opts *o, int *n_fused);
 /* sgd / momentum / adam ops with equal attrs and dtype -> one merged_sgd /
  * merged_momentum / merged_adam op each (fuse_all_optimizer_ops). */
 pe_status pe_fuse_all_optimizer_ops(pe_program *p, const pe_fuse_opts *o, int *n_fused);

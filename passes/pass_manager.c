@@ -26,14 +26,17 @@ typedef struct {
     const char *name;
     size_t flag;            /* offsetof the bool switch in pe_build_strategy */
     program_pass_fn fn;
+    bool silent_when_idle;  /* nothing changed: no log line, no record, no dump (a default-on pass) */
 } program_pass;
 
-/* Program-level passes, in order. fc first: it consumes mul + add + act
- * patterns that fuse_elewise_add_act_ops would otherwise take half of. */
+/* Program-level passes, in order. The layout first: the fusions then see
+ * the ops it switched (a bias add on axis 3). fc before fuse_elewise_add_act_ops:
+ * it consumes mul + add + act patterns that the other would take half of. */
 static const program_pass k_program_passes[] = {
-    {"fuse_gemm_epilogue", offsetof(pe_build_strategy, fuse_gemm_epilogue), pe_fuse_fc},
-    {"fuse_elewise_add_act_ops", offsetof(pe_build_strategy, fuse_elewise_add_act_ops), pe_fuse_elewise_add_act},
-    {"fuse_all_optimizer_ops", offsetof(pe_build_strategy, fuse_all_optimizer_ops), pe_fuse_all_optimizer_ops},
+    {"conv_nhwc", offsetof(pe_build_strategy, conv_nhwc), pe_conv_nhwc, true},
+    {"fuse_gemm_epilogue", offsetof(pe_build_strategy, fuse_gemm_epilogue), pe_fuse_fc, false},
+    {"fuse_elewise_add_act_ops", offsetof(pe_build_strategy, fuse_elewise_add_act_ops), pe_fuse_elewise_add_act, false},
+    {"fuse_all_optimizer_ops", offsetof(pe_build_strategy, fuse_all_optimizer_ops), pe_fuse_all_optimizer_ops, false},
 };
 
 static bool switch_on(const pe_build_strategy *bs, size_t off) { return bs && *(const bool *)((const char *)bs + off); }
@@ -117,6 +120,7 @@ pe_status pe_pass_manager_run(const pe_program *prog, const pe_pass_opts *o, pe_
         }
         st = pp->fn(p, &fo, &n_fused);
         if (st != PE_OK) break;
+        if (pp->silent_when_idle && !n_fused) continue; /* on by default: no line, no dump for a program without convs */
         pe_log(PE_LOG_INFO, "pass %s: %d fused, %d -> %d ops", pp->name, n_fused, before, p->blocks[0].n_ops);
         record(res, pp->name, before, p->blocks[0].n_ops, n_fused, false);
         st = dump_program(o, nn++, pp->name, p);

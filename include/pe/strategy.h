@@ -57,6 +57,12 @@ typedef struct pe_exec_strategy {
 typedef struct pe_build_strategy {
     pe_reduce_strategy reduce_strategy;
     pe_grad_scale gradient_scale_strategy;
+    bool conv_nhwc;                   /* CPU places (default on): float32 conv2d / pool2d chains, the
+                                       * activations and bias adds between them and their gradients
+                                       * run NHWC (oneDNN's layout for them: no reorder per op),
+                                       * transposes only where a feed, a fetch or another op meets
+                                       * them (passes/conv_nhwc.c). Other bits than NCHW (float
+                                       * tolerance), repeatable */
     bool fuse_gemm_epilogue;          /* mul + bias add [+ act] (+ their grads) -> fc / fc_grad */
     bool fuse_elewise_add_act_ops;
     bool fuse_all_optimizer_ops;

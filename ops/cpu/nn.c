@@ -115,10 +115,10 @@
         }                                                                                                 \
     }                                                                                                     \
                                                                                                           \
-    /* x: [N, C, S] -> y, and the per-channel statistics outputs (any may be                          \
+    /* x: [N, C, S] (cl: [N, S, C]) -> y, and the per-channel statistics outputs (any may be           \
      * NULL; mean_out/var_out may be mean/var themselves: each channel reads                             \
      * its inputs before writing). See the file comment for the formulas. */                             \
-    static void bn_direct_##SUF(const T *x, T *y, int64_t N, int64_t C, int64_t S, const T *scale,        \
+    static void bn_direct_##SUF(const T *x, T *y, int64_t N, int64_t C, int64_t S, bool cl, const T *scale, \
                                 const T *bias, const T *mean, const T *var, T *mean_out, T *var_out,      \
                                 T *saved_mean, T *saved_var, bool global, double momentum, double eps,    \
                                 int nt) {                                                                 \
@@ -129,11 +129,11 @@
             if (!global) {                                                                                \
                 double sum = 0, sq = 0;                                                                   \
                 for (int64_t n = 0; n < N; n++)                                                           \
-                    for (int64_t s = 0; s < S; s++) sum += x[(n * C + c) * S + s];                        \
+                    for (int64_t s = 0; s < S; s++) sum += x[pe_bn_index(cl, n, c, s, C, S)];                        \
                 mu = sum / (double)(N * S);                                                               \
                 for (int64_t n = 0; n < N; n++)                                                           \
                     for (int64_t s = 0; s < S; s++) {                                                     \
-                        const double d = x[(n * C + c) * S + s] - mu;                                     \
+                        const double d = x[pe_bn_index(cl, n, c, s, C, S)] - mu;                                     \
                         sq += d * d;                                                                      \
                     }                                                                                     \
                 v = sq / (double)(N * S);                                                                 \
@@ -141,7 +141,7 @@
             const double inv = 1.0 / sqrt(v + eps), a = scale[c] * inv, sh = bias[c] - mu * a;            \
             for (int64_t n = 0; n < N; n++)                                                               \
                 for (int64_t s = 0; s < S; s++)                                                           \
-                    y[(n * C + c) * S + s] = (T)(x[(n * C + c) * S + s] * a + sh);                        \
+                    y[pe_bn_index(cl, n, c, s, C, S)] = (T)(x[pe_bn_index(cl, n, c, s, C, S)] * a + sh);                        \
             if (mean_out) mean_out[c] = (T)(global ? rm : momentum * rm + (1.0 - momentum) * mu);         \
             if (var_out) var_out[c] = (T)(global ? rv : momentum * rv + (1.0 - momentum) * v);            \
             if (saved_mean) saved_mean[c] = (T)mu;                                                        \
@@ -161,12 +161,15 @@ static pe_status conv_build(pe_dnnl_entry *e, const void *geom, int nt) {
     const int64_t wdg[5] = {g->groups, g->m / g->groups, g->c / g->groups, g->kh, g->kw};
     const bool grouped = g->groups > 1;
     dnnl_memory_desc_t src, wei, dst, bia, src_any, wei_any, dst_any;
-    PE_CHECK(pe_dnnl_md_plain(&src, 4, sd, dnnl_nchw));
-    PE_CHECK(pe_dnnl_md_plain(&dst, 4, dd, dnnl_nchw));
+    /* NCHW: oneDNN picks the activations' layouts (copies, reordered); NHWC: the primitive runs on the
+     * tensors as they are (oneDNN's brgemm convolutions' own choice for these layers: no reorder) */
+    const dnnl_format_tag_t act = g->nhwc ? dnnl_nhwc : dnnl_nchw, act_any = g->nhwc ? dnnl_nhwc : dnnl_format_tag_any;
+    PE_CHECK(pe_dnnl_md_plain(&src, 4, sd, act));
+    PE_CHECK(pe_dnnl_md_plain(&dst, 4, dd, act));
     PE_CHECK(pe_dnnl_md_plain(&bia, 1, bd, dnnl_x));
     PE_CHECK(grouped ? pe_dnnl_md_plain(&wei, 5, wdg, dnnl_goihw) : pe_dnnl_md_plain(&wei, 4, wd1, dnnl_oihw));
-    PE_CHECK(pe_dnnl_md_plain(&src_any, 4, sd, dnnl_format_tag_any));
-    PE_CHECK(pe_dnnl_md_plain(&dst_any, 4, dd, dnnl_format_tag_any));
+    PE_CHECK(pe_dnnl_md_plain(&src_any, 4, sd, act_any));
+    PE_CHECK(pe_dnnl_md_plain(&dst_any, 4, dd, act_any));
     PE_CHECK(grouped ? pe_dnnl_md_plain(&wei_any, 5, wdg, dnnl_format_tag_any) : pe_dnnl_md_plain(&wei_any, 4, wd1, dnnl_format_tag_any));
     dnnl_dims_t strides = {g->sh, g->sw}, dil = {g->dh - 1, g->dw - 1};
     dnnl_dims_t pad_l = {g->pt, g->pl}, pad_r = {g->pb, g->pr};
@@ -204,12 +207,14 @@ pe_status pe_nn_conv_fwd(const pe_op_ctx *ctx, const pe_conv_geom *g, pe_dtype d
     const int nt = pe_kernel_threads(ctx);
     pe_dnnl_key key;
     if (!conv_on_dnnl(g, dt, &key)) {
+        if (g->nhwc) return pe_nn_nhwc_unsupported(ctx, dt, "conv2d");
         conv_direct_f64(g, x, w, b, y, nt);
         return PE_OK;
     }
     void *const h[4] = {(void *)x, (void *)w, y, (void *)b};
     bool fallback;
     PE_CHECK(pe_nn_dnnl_run(ctx, &key, conv_build, g, h, &fallback));
+    if (fallback && g->nhwc) return pe_nn_nhwc_unsupported(ctx, dt, "oneDNN has no convolution for this geometry");
     if (fallback) conv_direct_f32(g, x, w, b, y, nt);
     return PE_OK;
 }
@@ -221,7 +226,8 @@ pe_status pe_cpu_conv2d_workspace(const pe_op_ctx *ctx, size_t *bytes) {
     return pe_nn_conv_fwd_workspace(ctx, &g, pe_ctx_in(ctx, "Input")->dtype, bytes);
 }
 
-/* Input: [N, C, H, W], Filter: [M, C/groups, kh, kw], Bias?: [M] -> Output: [N, M, oh, ow] */
+/* Input: [N, C, H, W], Filter: [M, C/groups, kh, kw], Bias?: [M] -> Output: [N, M, oh, ow]
+ * (NHWC: Input [N, H, W, C] -> Output [N, oh, ow, M]) */
 pe_status pe_cpu_conv2d(const pe_op_ctx *ctx) {
     pe_conv_geom g;
     PE_CHECK(pe_conv_geom_get(ctx, &g));
@@ -275,7 +281,7 @@ pe_status pe_cpu_pool2d_workspace(const pe_op_ctx *ctx, size_t *bytes) {
     return pool_on_dnnl(ctx, &g, &pg, &key) ? pe_nn_dnnl_workspace(ctx, &key, pool_build, &pg, bytes) : PE_OK;
 }
 
-/* X: [N, C, H, W] -> Out: [N, C, oh, ow] */
+/* X: [N, C, H, W] -> Out: [N, C, oh, ow] (NHWC: [N, H, W, C] -> [N, oh, ow, C]) */
 pe_status pe_cpu_pool2d(const pe_op_ctx *ctx) {
     pe_pool_geom g;
     PE_CHECK(pe_pool_geom_get(ctx, &g));
@@ -286,6 +292,7 @@ pe_status pe_cpu_pool2d(const pe_op_ctx *ctx) {
     pe_pool_dnnl_geom pg;
     pe_dnnl_key key;
     if (!pool_on_dnnl(ctx, &g, &pg, &key)) {
+        if (g.nhwc) return pe_nn_nhwc_unsupported(ctx, x->dtype, "pool2d: adaptive, float64 or an all-padding window");
         if (x->dtype == PE_DTYPE_FP64) pool_direct_f64(&g, pe_tensor_data(x), pe_tensor_data(y), nt);
         else pool_direct_f32(&g, pe_tensor_data(x), pe_tensor_data(y), nt);
         return PE_OK;
@@ -293,6 +300,7 @@ pe_status pe_cpu_pool2d(const pe_op_ctx *ctx) {
     void *const h[2] = {pe_tensor_data(x), pe_tensor_data(y)};
     bool fallback;
     PE_CHECK(pe_nn_dnnl_run(ctx, &key, pool_build, &pg, h, &fallback));
+    if (fallback && g.nhwc) return pe_nn_nhwc_unsupported(ctx, x->dtype, "oneDNN has no pooling for this geometry");
     if (fallback) pool_direct_f32(&g, pe_tensor_data(x), pe_tensor_data(y), nt);
     return PE_OK;
 }
@@ -338,12 +346,12 @@ static void bn_stats(int64_t C, bool global, double momentum, double eps, const 
 }
 
 /* Whether batch_norm runs on oneDNN for ctx's shapes (geometry and key in
- * *bg, *key): fp32 with something to normalise over. */
-static bool bn_on_dnnl(const pe_op_ctx *ctx, pe_bn_geom *bg, pe_dnnl_key *key) {
+ * *bg, *key): fp32 with something to normalise over (X's layout: nhwc, C channels). */
+static bool bn_on_dnnl(const pe_op_ctx *ctx, bool nhwc, int64_t C, pe_bn_geom *bg, pe_dnnl_key *key) {
     const pe_tensor *x = pe_ctx_in(ctx, "X");
     const bool global = pe_ctx_bool(ctx, "is_test") || pe_ctx_bool(ctx, "use_global_stats");
-    if (x->dtype == PE_DTYPE_FP64 || pe_bn_nothing_to_normalise(x, global)) return false;
-    *bg = pe_bn_geom_make(x, global, pe_ctx_float(ctx, "epsilon"));
+    if (x->dtype == PE_DTYPE_FP64 || pe_bn_nothing_to_normalise(x, C, global)) return false;
+    *bg = pe_bn_geom_make(x, nhwc, global, pe_ctx_float(ctx, "epsilon"));
     pe_bn_key(key, PE_DNNL_BNORM, bg);
     return true;
 }
@@ -351,8 +359,11 @@ static bool bn_on_dnnl(const pe_op_ctx *ctx, pe_bn_geom *bg, pe_dnnl_key *key) {
 pe_status pe_cpu_batch_norm_workspace(const pe_op_ctx *ctx, size_t *bytes) {
     pe_bn_geom bg;
     pe_dnnl_key key;
+    bool nhwc;
+    int64_t C;
     *bytes = 0;
-    return bn_on_dnnl(ctx, &bg, &key) ? pe_nn_dnnl_workspace(ctx, &key, bn_build, &bg, bytes) : PE_OK;
+    PE_CHECK(pe_bn_layout(ctx, pe_ctx_in(ctx, "X"), &nhwc, &C));
+    return bn_on_dnnl(ctx, nhwc, C, &bg, &key) ? pe_nn_dnnl_workspace(ctx, &key, bn_build, &bg, bytes) : PE_OK;
 }
 
 /* X: [N, C, ...], Scale/Bias/Mean/Variance: [C] -> Y: like X;
@@ -370,10 +381,13 @@ pe_status pe_cpu_batch_norm(const pe_op_ctx *ctx) {
     const bool f64 = x->dtype == PE_DTYPE_FP64;
     const size_t esz = pe_dtype_size(x->dtype);
     const int nt = pe_kernel_threads(ctx);
-    const int64_t N = x->dims[0], C = x->dims[1];
+    bool nhwc;
+    int64_t C;
+    PE_CHECK(pe_bn_layout(ctx, x, &nhwc, &C));
+    const int64_t N = x->dims[0];
     const int64_t S = (N * C) != 0 ? pe_tensor_numel(x) / (N * C) : 0;
 
-    if (pe_bn_nothing_to_normalise(x, global)) {
+    if (pe_bn_nothing_to_normalise(x, C, global)) {
         /* Paddle: Y = X, statistics untouched. */
         if (pe_tensor_data(y) != pe_tensor_data(x)) memcpy(pe_tensor_data(y), pe_tensor_data(x), pe_tensor_nbytes(x));
         if (mean_out && mean_out != pe_tensor_data(mean)) memcpy(mean_out, pe_tensor_data(mean), (size_t)C * esz);
@@ -384,7 +398,7 @@ pe_status pe_cpu_batch_norm(const pe_op_ctx *ctx) {
     }
 
     if (f64) {
-        bn_direct_f64(pe_tensor_data(x), pe_tensor_data(y), N, C, S, pe_tensor_data(scale), pe_tensor_data(bias),
+        bn_direct_f64(pe_tensor_data(x), pe_tensor_data(y), N, C, S, nhwc, pe_tensor_data(scale), pe_tensor_data(bias),
                       pe_tensor_data(mean), pe_tensor_data(var), mean_out, var_out, saved_mean, saved_var, global,
                       momentum, eps, nt);
         return PE_OK;
@@ -393,9 +407,9 @@ pe_status pe_cpu_batch_norm(const pe_op_ctx *ctx) {
     pe_bn_geom bg;
     pe_dnnl_key key;
     pe_dnnl_entry *e = NULL;
-    if (bn_on_dnnl(ctx, &bg, &key)) PE_CHECK(pe_nn_dnnl_acquire(ctx, &key, bn_build, &bg, &e));
+    if (bn_on_dnnl(ctx, nhwc, C, &bg, &key)) PE_CHECK(pe_nn_dnnl_acquire(ctx, &key, bn_build, &bg, &e));
     if (!e) {
-        bn_direct_f32(pe_tensor_data(x), pe_tensor_data(y), N, C, S, pe_tensor_data(scale), pe_tensor_data(bias),
+        bn_direct_f32(pe_tensor_data(x), pe_tensor_data(y), N, C, S, nhwc, pe_tensor_data(scale), pe_tensor_data(bias),
                       pe_tensor_data(mean), pe_tensor_data(var), mean_out, var_out, saved_mean, saved_var, global,
                       momentum, eps, nt);
         return PE_OK;

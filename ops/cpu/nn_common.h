@@ -42,6 +42,14 @@ pe_status pe_nn_conv_bwd_data(const pe_op_ctx *ctx, const pe_conv_geom *g, pe_dt
 pe_status pe_nn_conv_bwd_weights(const pe_op_ctx *ctx, const pe_conv_geom *g, pe_dtype dt, const void *x,
                                  const void *dy, void *dw, void *db);
 
+/* data_format NHWC runs on oneDNN (float32) and on the NHWC loops of
+ * max-pool backward; the other direct loops are NCHW: the error for the
+ * cases that would need them (float64, windows oneDNN does not take). */
+static inline pe_status pe_nn_nhwc_unsupported(const pe_op_ctx *ctx, pe_dtype dt, const char *why) {
+    return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "data_format NHWC is supported for float32 on oneDNN only; %s (%s): "
+                        "use NCHW", why, pe_dtype_name(dt));
+}
+
 /* Runs key's cached primitive (built by `build` when new) in the op's
  * planned workspace (ctx->workspace) or the place's pool; *fallback when
  * oneDNN has no implementation for it (remembered in the cache). */
@@ -112,11 +120,13 @@ static inline pe_pool_dnnl_geom pe_pool_dnnl_geom_make(const pe_pool_geom *g) {
     return pg;
 }
 
-/* src: x [N, C, H, W], dst: out [N, C, oh, ow], both plain nchw. */
+/* src: x [N, C, H, W], dst: out [N, C, oh, ow], both plain: nchw, or nhwc
+ * (stored [N, H, W, C]) for data_format NHWC. */
 static inline pe_status pe_pool_mds(const pe_pool_geom *g, dnnl_memory_desc_t *src, dnnl_memory_desc_t *dst) {
     const int64_t sd[4] = {g->n, g->c, g->h, g->w}, dd[4] = {g->n, g->c, g->oh, g->ow};
-    PE_CHECK(pe_dnnl_md_plain(src, 4, sd, dnnl_nchw));
-    return pe_dnnl_md_plain(dst, 4, dd, dnnl_nchw);
+    const dnnl_format_tag_t tag = g->nhwc ? dnnl_nhwc : dnnl_nchw;
+    PE_CHECK(pe_dnnl_md_plain(src, 4, sd, tag));
+    return pe_dnnl_md_plain(dst, 4, dd, tag);
 }
 
 /* The cache key of kind (PE_DNNL_CONV, _CONV_BWD_DATA, _CONV_BWD_WEIGHTS) for g. */
@@ -124,37 +134,48 @@ static inline pe_status pe_pool_mds(const pe_pool_geom *g, dnnl_memory_desc_t *s
 static inline void pe_pool_key(pe_dnnl_key *key, int kind, const pe_pool_geom *g, const pe_pool_dnnl_geom *pg) {
     pe_dnnl_key_init(key, kind);
     const int64_t kv[] = {g->n, g->c, g->h, g->w, g->kh, g->kw, g->sh, g->sw, g->pt, pg->pb, g->pl, pg->pr,
-                          g->is_max, g->exclusive};
+                          g->is_max, g->exclusive, g->nhwc};
     for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) pe_dnnl_key_add(key, kv[i]);
 }
 
 static inline void pe_conv_key(pe_dnnl_key *key, int kind, const pe_conv_geom *g, bool with_bias) {
     pe_dnnl_key_init(key, kind);
     const int64_t kv[] = {g->n, g->c, g->h, g->w, g->m, g->kh, g->kw, g->groups, g->sh, g->sw,
-                          g->dh, g->dw, g->pt, g->pb, g->pl, g->pr, with_bias};
+                          g->dh, g->dw, g->pt, g->pb, g->pl, g->pr, with_bias, g->nhwc};
     for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) pe_dnnl_key_add(key, kv[i]);
 }
 
 /* batch_norm (forward and backward) as oneDNN sees it: x [N, C, ...] of
- * 2..5 dims, batch or global statistics, epsilon. */
+ * 2..5 dims (logical order; nhwc: stored channels last), batch or global
+ * statistics, epsilon. */
 typedef struct pe_bn_geom {
     int ndim;
     int64_t dims[5];
     bool global;
+    bool nhwc;
     float eps;
 } pe_bn_geom;
 
-/* X: [N, C, ...]. No batch to normalise over: an empty X, or training
- * statistics over a single value per channel (N = 1 and nothing after C;
- * the kernels copy X to Y, Paddle's behaviour). */
-static inline bool pe_bn_nothing_to_normalise(const pe_tensor *x, bool global) {
-    const int64_t numel = pe_tensor_numel(x), N = x->dims[0], C = x->dims[1];
+/* Element (n, c, s) of a [N, C, S] tensor, or of [N, S, C] (cl: channels last). */
+static inline int64_t pe_bn_index(bool cl, int64_t n, int64_t c, int64_t s, int64_t C, int64_t S) {
+    return cl ? (n * S + s) * C + c : (n * C + c) * S + s;
+}
+
+/* X: [N, C, ...] with C channels. No batch to normalise over: an empty X,
+ * or training statistics over a single value per channel (N = 1 and
+ * nothing but C; the kernels copy X to Y, Paddle's behaviour). */
+static inline bool pe_bn_nothing_to_normalise(const pe_tensor *x, int64_t C, bool global) {
+    const int64_t numel = pe_tensor_numel(x), N = x->dims[0];
     return numel == 0 || (!global && N * (numel / (N * C)) == 1);
 }
 
-static inline pe_bn_geom pe_bn_geom_make(const pe_tensor *x, bool global, double eps) {
-    pe_bn_geom g = {.ndim = x->ndim, .global = global, .eps = (float)eps};
+static inline pe_bn_geom pe_bn_geom_make(const pe_tensor *x, bool nhwc, bool global, double eps) {
+    pe_bn_geom g = {.ndim = x->ndim, .global = global, .nhwc = nhwc, .eps = (float)eps};
     memcpy(g.dims, x->dims, (size_t)x->ndim * sizeof g.dims[0]);
+    if (nhwc) { /* [N, spatial..., C] -> [N, C, spatial...] */
+        g.dims[1] = x->dims[x->ndim - 1];
+        for (int i = 2; i < x->ndim; i++) g.dims[i] = x->dims[i - 1];
+    }
     return g;
 }
 
@@ -166,15 +187,18 @@ static inline void pe_bn_key(pe_dnnl_key *key, int kind, const pe_bn_geom *g) {
     uint32_t eps_bits;
     memcpy(&eps_bits, &g->eps, sizeof eps_bits);
     pe_dnnl_key_add(key, g->global);
+    pe_dnnl_key_add(key, g->nhwc);
     pe_dnnl_key_add(key, eps_bits);
 }
 
-/* data: x's plain layout (nc / ncw / nchw / ncdhw); chan: [C]. */
+/* data: x's plain layout (nc / ncw / nchw / ncdhw, or channels last: nwc /
+ * nhwc / ndhwc); chan: [C]. */
 static inline pe_status pe_bn_mds(const pe_bn_geom *g, dnnl_memory_desc_t *data, dnnl_memory_desc_t *chan) {
-    static const dnnl_format_tag_t tags[6] = {dnnl_format_tag_undef, dnnl_format_tag_undef, dnnl_nc, dnnl_ncw,
-                                              dnnl_nchw, dnnl_ncdhw};
+    static const dnnl_format_tag_t tags[2][6] = {
+        {dnnl_format_tag_undef, dnnl_format_tag_undef, dnnl_nc, dnnl_ncw, dnnl_nchw, dnnl_ncdhw},
+        {dnnl_format_tag_undef, dnnl_format_tag_undef, dnnl_nc, dnnl_nwc, dnnl_nhwc, dnnl_ndhwc}};
     const int64_t cd[1] = {g->dims[1]};
-    PE_CHECK(pe_dnnl_md_plain(data, g->ndim, g->dims, tags[g->ndim]));
+    PE_CHECK(pe_dnnl_md_plain(data, g->ndim, g->dims, tags[g->nhwc][g->ndim]));
     return pe_dnnl_md_plain(chan, 1, cd, dnnl_x);
 }
 

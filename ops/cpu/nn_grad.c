@@ -205,11 +205,11 @@ static bool pool_is_max2x2(const pe_pool_geom *g) {
         }                                                                                                  \
     }                                                                                                      \
                                                                                                            \
-    /* x, dy: [N, C, S]; scale, mean: [C]; stat: [C] = inverse std (training) or running variance        \
+    /* x, dy: [N, C, S] (cl: [N, S, C]); scale, mean: [C]; stat: [C] = inverse std (training) or running var \
      * (global) -> dx: like x, dscale, dbias: [C] (each NULL: skip). See the file comment. */            \
-    static void bn_bwd_##SUF(const T *x, const T *dy, int64_t N, int64_t C, int64_t S, const T *scale,     \
-                             const T *mean, const T *stat, bool global, double eps, T *dx, T *dscale,      \
-                             T *dbias, int nt) {                                                           \
+    static void bn_bwd_##SUF(const T *x, const T *dy, int64_t N, int64_t C, int64_t S, bool cl,            \
+                             const T *scale, const T *mean, const T *stat, bool global, double eps, T *dx,  \
+                             T *dscale, T *dbias, int nt) {                                                 \
         const double M = (double)(N * S);                                                                  \
         _Pragma("omp parallel for schedule(static) num_threads(nt)")                                      \
         for (int64_t c = 0; c < C; c++) {                                                                  \
@@ -217,7 +217,7 @@ static bool pool_is_max2x2(const pe_pool_geom *g) {
             double sdy = 0, sdyx = 0;                                                                      \
             for (int64_t n = 0; n < N; n++)                                                                \
                 for (int64_t s = 0; s < S; s++) {                                                          \
-                    const int64_t i = (n * C + c) * S + s;                                                 \
+                    const int64_t i = pe_bn_index(cl, n, c, s, C, S);                                                 \
                     sdy += dy[i];                                                                          \
                     sdyx += (double)dy[i] * (x[i] - mu);                                                   \
                 }                                                                                          \
@@ -228,7 +228,7 @@ static bool pool_is_max2x2(const pe_pool_geom *g) {
             const double a = scale[c] * inv, mdy = global ? 0 : sdy / M, mdyx = global ? 0 : sdyx / M;     \
             for (int64_t n = 0; n < N; n++)                                                                \
                 for (int64_t s = 0; s < S; s++) {                                                          \
-                    const int64_t i = (n * C + c) * S + s;                                                 \
+                    const int64_t i = pe_bn_index(cl, n, c, s, C, S);                                                 \
                     dx[i] = (T)(a * (dy[i] - mdy - (x[i] - mu) * inv * mdyx));                             \
                 }                                                                                          \
         }                                                                                                  \
@@ -257,12 +257,13 @@ static pe_status conv_mds_init(conv_mds *d, const pe_conv_geom *g, bool with_bia
     const int64_t wd1[4] = {g->m, g->c, g->kh, g->kw};
     const int64_t wdg[5] = {g->groups, g->m / g->groups, g->c / g->groups, g->kh, g->kw};
     const bool grouped = g->groups > 1;
-    PE_CHECK(pe_dnnl_md_plain(&d->src, 4, sd, dnnl_nchw));
-    PE_CHECK(pe_dnnl_md_plain(&d->dst, 4, dd, dnnl_nchw));
+    const dnnl_format_tag_t act = g->nhwc ? dnnl_nhwc : dnnl_nchw, act_any = g->nhwc ? dnnl_nhwc : dnnl_format_tag_any;
+    PE_CHECK(pe_dnnl_md_plain(&d->src, 4, sd, act));
+    PE_CHECK(pe_dnnl_md_plain(&d->dst, 4, dd, act));
     PE_CHECK(pe_dnnl_md_plain(&d->bia, 1, bd, dnnl_x));
     PE_CHECK(grouped ? pe_dnnl_md_plain(&d->wei, 5, wdg, dnnl_goihw) : pe_dnnl_md_plain(&d->wei, 4, wd1, dnnl_oihw));
-    PE_CHECK(pe_dnnl_md_plain(&d->src_any, 4, sd, dnnl_format_tag_any));
-    PE_CHECK(pe_dnnl_md_plain(&d->dst_any, 4, dd, dnnl_format_tag_any));
+    PE_CHECK(pe_dnnl_md_plain(&d->src_any, 4, sd, act_any));
+    PE_CHECK(pe_dnnl_md_plain(&d->dst_any, 4, dd, act_any));
     PE_CHECK(grouped ? pe_dnnl_md_plain(&d->wei_any, 5, wdg, dnnl_format_tag_any)
                      : pe_dnnl_md_plain(&d->wei_any, 4, wd1, dnnl_format_tag_any));
     d->strides[0] = g->sh; d->strides[1] = g->sw;
@@ -344,6 +345,18 @@ pe_status pe_nn_conv_bwd_workspace(const pe_op_ctx *ctx, const pe_conv_geom *g, 
     return PE_OK;
 }
 
+/* dy: [N, oh, ow, M] -> db: [M], summed in the order of the NCHW loops
+ * (n, then the plane) in double, as conv_bwd_weights does. */
+static void bias_grad_nhwc_f32(const pe_conv_geom *g, const float *dy, float *db) {
+    const int64_t plane = g->oh * g->ow;
+    for (int64_t m = 0; m < g->m; m++) {
+        double acc = 0;
+        for (int64_t n = 0; n < g->n; n++)
+            for (int64_t p = 0; p < plane; p++) acc += dy[(n * plane + p) * g->m + m];
+        db[m] = (float)acc;
+    }
+}
+
 /* dy: [N, M, oh, ow], w: [M, C/groups, kh, kw] -> dx: [N, C, H, W] (0 when dy is empty) */
 pe_status pe_nn_conv_bwd_data(const pe_op_ctx *ctx, const pe_conv_geom *g, pe_dtype dt, const void *dy,
                               const void *w, void *dx) {
@@ -353,6 +366,7 @@ pe_status pe_nn_conv_bwd_data(const pe_op_ctx *ctx, const pe_conv_geom *g, pe_dt
         memset(dx, 0, (size_t)(g->n * g->c * g->h * g->w) * esz);
         return PE_OK;
     }
+    if (g->nhwc && dt == PE_DTYPE_FP64) return pe_nn_nhwc_unsupported(ctx, dt, "conv2d_grad");
     if (dt == PE_DTYPE_FP64) {
         conv_bwd_data_f64(g, dy, w, dx, nt);
         return PE_OK;
@@ -362,6 +376,7 @@ pe_status pe_nn_conv_bwd_data(const pe_op_ctx *ctx, const pe_conv_geom *g, pe_dt
     const conv_bwd_geom cg = conv_bwd_data_key(g, &key);
     void *const h[3] = {(void *)dy, (void *)w, dx};
     PE_CHECK(pe_nn_dnnl_run(ctx, &key, conv_bwd_data_build, &cg, h, &fallback));
+    if (fallback && g->nhwc) return pe_nn_nhwc_unsupported(ctx, dt, "oneDNN has no convolution for this geometry");
     if (fallback) conv_bwd_data_f32(g, dy, w, dx, nt);
     return PE_OK;
 }
@@ -376,8 +391,13 @@ pe_status pe_nn_conv_bwd_weights(const pe_op_ctx *ctx, const pe_conv_geom *g, pe
         if (db) memset(db, 0, (size_t)g->m * esz);
         return PE_OK;
     }
+    if (g->nhwc && dt == PE_DTYPE_FP64) return pe_nn_nhwc_unsupported(ctx, dt, "conv2d_grad");
     if (dt == PE_DTYPE_FP64) {
         if (dw || db) conv_bwd_weights_f64(g, x, dy, dw, db, nt);
+        return PE_OK;
+    }
+    if (!dw && g->nhwc) {
+        if (db) bias_grad_nhwc_f32(g, dy, db);
         return PE_OK;
     }
     if (!dw) {
@@ -389,6 +409,7 @@ pe_status pe_nn_conv_bwd_weights(const pe_op_ctx *ctx, const pe_conv_geom *g, pe
     const conv_bwd_geom cg = conv_bwd_weights_key(g, db != NULL, &key);
     void *const h[4] = {(void *)x, (void *)dy, dw, db};
     PE_CHECK(pe_nn_dnnl_run(ctx, &key, conv_bwd_weights_build, &cg, h, &fallback));
+    if (fallback && g->nhwc) return pe_nn_nhwc_unsupported(ctx, dt, "oneDNN has no convolution for this geometry");
     if (fallback) conv_bwd_weights_f32(g, x, dy, dw, db, nt);
     return PE_OK;
 }
@@ -442,6 +463,90 @@ static pe_status pool_bwd_build(pe_dnnl_entry *e, const void *geom, int nt) {
     return PE_OK;
 }
 
+/* Max pooling's gradient on NHWC tensors, float32: x [N, H, W, C], dy
+ * [N, oh, ow, C] -> dx [N, H, W, C]. The NCHW loops' rule and order (each
+ * window's gradient to its first maximum in row-major order, a strict >;
+ * windows added in (oy, ox) order onto zeros), so the bits are the NCHW
+ * kernel's transposed; channels innermost, in blocks of POOL_NHWC_CB, so the
+ * comparisons vectorize. One thread per image. */
+enum { POOL_NHWC_CB = 64 };
+
+/* The 2x2 / stride 2 windows tiling the plane (pool_is_max2x2): each cell
+ * written once, no zeroing, no scatter; the channels vectorize. The same
+ * choice and bits as pool_bwd_max2x2 (NCHW). */
+static void pool_bwd_max2x2_nhwc_f32(const pe_pool_geom *g, const float *x, const float *dy, float *dx, int nt) {
+    const int64_t C = g->c, W = g->w, oh = g->oh, ow = g->ow;
+    _Pragma("omp parallel for schedule(static) num_threads(nt) if (nt > 1)")
+    for (int64_t row = 0; row < g->n * oh; row++) { /* (n, oy) */
+        const int64_t n = row / oh, oy = row % oh;
+        const int64_t r0 = (n * g->h + 2 * oy) * W, r1 = r0 + W; /* cells of the window's two input rows */
+        for (int64_t ox = 0; ox < ow; ox++) {
+            const float *xa = x + (r0 + 2 * ox) * C, *xb = xa + C, *xc = x + (r1 + 2 * ox) * C, *xe = xc + C;
+            float *da = dx + (r0 + 2 * ox) * C, *db = da + C, *dc = dx + (r1 + 2 * ox) * C, *de = dc + C;
+            const float *d = dy + (row * ow + ox) * C;
+            _Pragma("omp simd")
+            for (int64_t c = 0; c < C; c++) {
+                const float a = xa[c], b = xb[c], cc = xc[c], e = xe[c];
+                float best = a;
+                int k = 0;
+                k = b > best ? 1 : k; best = b > best ? b : best;
+                k = cc > best ? 2 : k; best = cc > best ? cc : best;
+                k = e > best ? 3 : k;
+                const float v = 0.0f + d[c];
+                da[c] = k == 0 ? v : 0.0f;
+                db[c] = k == 1 ? v : 0.0f;
+                dc[c] = k == 2 ? v : 0.0f;
+                de[c] = k == 3 ? v : 0.0f;
+            }
+        }
+    }
+}
+
+static void pool_bwd_max_nhwc_f32(const pe_pool_geom *g, const float *x, const float *dy, float *dx, int nt) {
+    if (pool_is_max2x2(g)) {
+        pool_bwd_max2x2_nhwc_f32(g, x, dy, dx, nt);
+        return;
+    }
+    const int64_t C = g->c, H = g->h, W = g->w;
+    _Pragma("omp parallel for schedule(static) num_threads(nt) if (nt > 1)")
+    for (int64_t n = 0; n < g->n; n++) {
+        const float *xn = x + n * H * W * C;
+        float *dxn = dx + n * H * W * C;
+        memset(dxn, 0, (size_t)(H * W * C) * sizeof(float));
+        float best[POOL_NHWC_CB];
+        int64_t arg[POOL_NHWC_CB];
+        for (int64_t oy = 0; oy < g->oh; oy++) {
+            int64_t h0, h1;
+            pe_pool_window(false, oy, H, g->oh, g->sh, g->kh, g->pt, &h0, &h1);
+            for (int64_t ox = 0; ox < g->ow; ox++) {
+                int64_t w0, w1;
+                pe_pool_window(false, ox, W, g->ow, g->sw, g->kw, g->pl, &w0, &w1);
+                if (h1 <= h0 || w1 <= w0) continue; /* wholly in the padding (not routed here) */
+                const float *dyp = dy + ((n * g->oh + oy) * g->ow + ox) * C;
+                for (int64_t c0 = 0; c0 < C; c0 += POOL_NHWC_CB) {
+                    const int64_t cb = pe_i64_min(POOL_NHWC_CB, C - c0);
+                    const int64_t first = h0 * W + w0;
+                    for (int64_t c = 0; c < cb; c++) {
+                        best[c] = xn[first * C + c0 + c];
+                        arg[c] = first;
+                    }
+                    for (int64_t iy = h0; iy < h1; iy++)
+                        for (int64_t ix = w0; ix < w1; ix++) {
+                            const int64_t cell = iy * W + ix;
+                            const float *xc = xn + cell * C + c0;
+                            for (int64_t c = 0; c < cb; c++) {
+                                const bool gt = xc[c] > best[c];
+                                best[c] = gt ? xc[c] : best[c];
+                                arg[c] = gt ? cell : arg[c];
+                            }
+                        }
+                    for (int64_t c = 0; c < cb; c++) dxn[arg[c] * C + c0 + c] += dyp[c0 + c];
+                }
+            }
+        }
+    }
+}
+
 /* Whether pool2d_grad runs on oneDNN for ctx's shapes (geometry and key in
  * *pg, *key): the forward kernel's routing, plus max pooling on the loops. */
 static bool pool_bwd_on_dnnl(const pe_op_ctx *ctx, const pe_pool_geom *g, pe_pool_dnnl_geom *pg, pe_dnnl_key *key) {
@@ -462,7 +567,7 @@ pe_status pe_cpu_pool2d_grad_workspace(const pe_op_ctx *ctx, size_t *bytes) {
     return pool_bwd_on_dnnl(ctx, &g, &pg, &key) ? pe_nn_dnnl_workspace(ctx, &key, pool_bwd_build, &pg, bytes) : PE_OK;
 }
 
-/* X: [N, C, H, W], Out, Out@GRAD: [N, C, oh, ow] -> X@GRAD: [N, C, H, W] */
+/* X: [N, C, H, W], Out, Out@GRAD: [N, C, oh, ow] -> X@GRAD: [N, C, H, W] (NHWC: each [N, H, W, C]) */
 pe_status pe_cpu_pool2d_grad(const pe_op_ctx *ctx) {
     pe_pool_geom g;
     PE_CHECK(pe_pool_geom_get(ctx, &g));
@@ -477,6 +582,11 @@ pe_status pe_cpu_pool2d_grad(const pe_op_ctx *ctx) {
     pe_pool_dnnl_geom pg;
     pe_dnnl_key key;
     if (!pool_bwd_on_dnnl(ctx, &g, &pg, &key)) {
+        if (g.nhwc && g.is_max && x->dtype == PE_DTYPE_FP32 && !g.adaptive && !pe_pool_empty_window(&g)) {
+            pool_bwd_max_nhwc_f32(&g, pe_tensor_data(x), pe_tensor_data(dy), pe_tensor_data(dx), nt);
+            return PE_OK;
+        }
+        if (g.nhwc) return pe_nn_nhwc_unsupported(ctx, x->dtype, "pool2d_grad: adaptive, float64 or an all-padding window");
         if (x->dtype == PE_DTYPE_FP64) pool_bwd_f64(&g, pe_tensor_data(x), pe_tensor_data(dy), pe_tensor_data(dx), nt);
         else pool_bwd_f32(&g, pe_tensor_data(x), pe_tensor_data(dy), pe_tensor_data(dx), nt);
         return PE_OK;
@@ -484,6 +594,7 @@ pe_status pe_cpu_pool2d_grad(const pe_op_ctx *ctx) {
     void *const h[2] = {pe_tensor_data(dy), pe_tensor_data(dx)};
     bool fallback;
     PE_CHECK(pe_nn_dnnl_run(ctx, &key, pool_bwd_build, &pg, h, &fallback));
+    if (fallback && g.nhwc) return pe_nn_nhwc_unsupported(ctx, x->dtype, "oneDNN has no pooling for this geometry");
     if (fallback) pool_bwd_f32(&g, pe_tensor_data(x), pe_tensor_data(dy), pe_tensor_data(dx), nt);
     return PE_OK;
 }
@@ -519,12 +630,14 @@ static pe_status bn_bwd_build(pe_dnnl_entry *e, const void *geom, int nt) {
 }
 
 /* Whether batch_norm_grad runs on oneDNN for ctx's shapes (geometry and
- * key in *bg, *key): fp32, something was normalised, X@GRAD wanted. */
-static bool bn_bwd_on_dnnl(const pe_op_ctx *ctx, pe_bn_geom *bg, pe_dnnl_key *key) {
+ * key in *bg, *key): fp32, something was normalised, X@GRAD wanted (X's
+ * layout: nhwc, C channels). */
+static bool bn_bwd_on_dnnl(const pe_op_ctx *ctx, bool nhwc, int64_t C, pe_bn_geom *bg, pe_dnnl_key *key) {
     const pe_tensor *x = pe_ctx_in(ctx, "X");
     const bool global = pe_ctx_bool(ctx, "is_test") || pe_ctx_bool(ctx, "use_global_stats");
-    if (x->dtype == PE_DTYPE_FP64 || !pe_ctx_out(ctx, "X@GRAD") || pe_bn_nothing_to_normalise(x, global)) return false;
-    *bg = pe_bn_geom_make(x, global, pe_ctx_float(ctx, "epsilon"));
+    if (x->dtype == PE_DTYPE_FP64 || !pe_ctx_out(ctx, "X@GRAD") || pe_bn_nothing_to_normalise(x, C, global))
+        return false;
+    *bg = pe_bn_geom_make(x, nhwc, global, pe_ctx_float(ctx, "epsilon"));
     pe_bn_key(key, PE_DNNL_BNORM_BWD, bg);
     return true;
 }
@@ -532,8 +645,11 @@ static bool bn_bwd_on_dnnl(const pe_op_ctx *ctx, pe_bn_geom *bg, pe_dnnl_key *ke
 pe_status pe_cpu_batch_norm_grad_workspace(const pe_op_ctx *ctx, size_t *bytes) {
     pe_bn_geom bg;
     pe_dnnl_key key;
+    bool nhwc;
+    int64_t C;
     *bytes = 0;
-    return bn_bwd_on_dnnl(ctx, &bg, &key) ? pe_nn_dnnl_workspace(ctx, &key, bn_bwd_build, &bg, bytes) : PE_OK;
+    PE_CHECK(pe_bn_layout(ctx, pe_ctx_in(ctx, "X"), &nhwc, &C));
+    return bn_bwd_on_dnnl(ctx, nhwc, C, &bg, &key) ? pe_nn_dnnl_workspace(ctx, &key, bn_bwd_build, &bg, bytes) : PE_OK;
 }
 
 /* X: [N, C, ...], Scale, Bias: [C], SavedMean/SavedVariance (training) or
@@ -549,10 +665,13 @@ pe_status pe_cpu_batch_norm_grad(const pe_op_ctx *ctx) {
     pe_tensor *dbias = pe_ctx_out(ctx, "Bias@GRAD");
     const double eps = pe_ctx_float(ctx, "epsilon");
     const int nt = pe_kernel_threads(ctx);
-    const int64_t N = x->dims[0], C = x->dims[1];
+    bool nhwc;
+    int64_t C;
+    PE_CHECK(pe_bn_layout(ctx, x, &nhwc, &C));
+    const int64_t N = x->dims[0];
     const int64_t S = (N * C) != 0 ? pe_tensor_numel(x) / (N * C) : 0;
 
-    if (pe_bn_nothing_to_normalise(x, global)) {
+    if (pe_bn_nothing_to_normalise(x, C, global)) {
         /* The forward was Y = X (nothing to normalise over). */
         if (dx && pe_tensor_numel(x)) memcpy(pe_tensor_data(dx), pe_tensor_data(dy), pe_tensor_nbytes(dy));
         zero_if(dscale);
@@ -561,11 +680,11 @@ pe_status pe_cpu_batch_norm_grad(const pe_op_ctx *ctx) {
     }
     if (x->dtype == PE_DTYPE_FP64 || !dx) {
         if (x->dtype == PE_DTYPE_FP64)
-            bn_bwd_f64(pe_tensor_data(x), pe_tensor_data(dy), N, C, S, pe_tensor_data(scale), pe_tensor_data(mean),
+            bn_bwd_f64(pe_tensor_data(x), pe_tensor_data(dy), N, C, S, nhwc, pe_tensor_data(scale), pe_tensor_data(mean),
                        pe_tensor_data(stat), global, eps, pe_data_or_null(dx), pe_data_or_null(dscale), pe_data_or_null(dbias),
                        nt);
         else
-            bn_bwd_f32(pe_tensor_data(x), pe_tensor_data(dy), N, C, S, pe_tensor_data(scale), pe_tensor_data(mean),
+            bn_bwd_f32(pe_tensor_data(x), pe_tensor_data(dy), N, C, S, nhwc, pe_tensor_data(scale), pe_tensor_data(mean),
                        pe_tensor_data(stat), global, eps, NULL, pe_data_or_null(dscale), pe_data_or_null(dbias), nt);
         return PE_OK;
     }
@@ -573,9 +692,9 @@ pe_status pe_cpu_batch_norm_grad(const pe_op_ctx *ctx) {
     pe_bn_geom bg;
     pe_dnnl_key key;
     pe_dnnl_entry *e = NULL;
-    if (bn_bwd_on_dnnl(ctx, &bg, &key)) PE_CHECK(pe_nn_dnnl_acquire(ctx, &key, bn_bwd_build, &bg, &e));
+    if (bn_bwd_on_dnnl(ctx, nhwc, C, &bg, &key)) PE_CHECK(pe_nn_dnnl_acquire(ctx, &key, bn_bwd_build, &bg, &e));
     if (!e) {
-        bn_bwd_f32(pe_tensor_data(x), pe_tensor_data(dy), N, C, S, pe_tensor_data(scale), pe_tensor_data(mean),
+        bn_bwd_f32(pe_tensor_data(x), pe_tensor_data(dy), N, C, S, nhwc, pe_tensor_data(scale), pe_tensor_data(mean),
                    pe_tensor_data(stat), global, eps, pe_tensor_data(dx), pe_data_or_null(dscale), pe_data_or_null(dbias),
                    nt);
         return PE_OK;

@@ -1328,6 +1328,12 @@ pe_status bn_bwd(const pe_op_ctx *ctx, cudaStream_t s) {
 
 } // namespace
 
+/* The CUDA kernels run NCHW; data_format / data_layout NHWC (ops/nn.h) is a CPU layout. */
+static pe_status nchw_only(const pe_op_ctx *ctx, bool nhwc) {
+    if (!nhwc) return PE_OK;
+    return pe_ctx_error(ctx, PE_ERR_UNSUPPORTED, "data_format NHWC runs on CPU places only (the CUDA kernels are NCHW)");
+}
+
 extern "C" {
 
 /* Input: [N, C, H, W], Filter: [M, C/groups, kh, kw], Bias?: [M] -> Output: [N, M, oh, ow]
@@ -1335,6 +1341,7 @@ extern "C" {
 pe_status pe_cuda_conv2d(const pe_op_ctx *ctx) {
     pe_conv_geom g;
     PE_CHECK(pe_conv_geom_get(ctx, &g));
+    PE_CHECK(nchw_only(ctx, g.nhwc));
     PE_CHECK(pe_cuda_check_inputs(ctx));
     const pe_tensor *x = pe_ctx_in(ctx, "Input"), *f = pe_ctx_in(ctx, "Filter"), *b = pe_ctx_in(ctx, "Bias");
     pe_tensor *y = pe_ctx_out(ctx, "Output");
@@ -1351,6 +1358,7 @@ pe_status pe_cuda_conv2d(const pe_op_ctx *ctx) {
 pe_status pe_cuda_conv2d_grad(const pe_op_ctx *ctx) {
     pe_conv_geom g;
     PE_CHECK(pe_conv_geom_get(ctx, &g));
+    PE_CHECK(nchw_only(ctx, g.nhwc));
     PE_CHECK(pe_cuda_check_inputs(ctx));
     const pe_tensor *x = pe_ctx_in(ctx, "Input"), *f = pe_ctx_in(ctx, "Filter"), *dy = pe_ctx_in(ctx, "Output@GRAD");
     pe_tensor *dx = pe_ctx_out(ctx, "Input@GRAD"), *df = pe_ctx_out(ctx, "Filter@GRAD");
@@ -1405,6 +1413,7 @@ pe_status pe_cuda_conv2d_transpose_grad(const pe_op_ctx *ctx) {
 pe_status pe_cuda_pool2d(const pe_op_ctx *ctx) {
     pe_pool_geom g;
     PE_CHECK(pe_pool_geom_get(ctx, &g));
+    PE_CHECK(nchw_only(ctx, g.nhwc));
     PE_CHECK(pe_cuda_check_inputs(ctx));
     const pe_tensor *x = pe_ctx_in(ctx, "X");
     pe_tensor *y = pe_ctx_out(ctx, "Out");
@@ -1420,6 +1429,7 @@ pe_status pe_cuda_pool2d(const pe_op_ctx *ctx) {
 pe_status pe_cuda_pool2d_grad(const pe_op_ctx *ctx) {
     pe_pool_geom g;
     PE_CHECK(pe_pool_geom_get(ctx, &g));
+    PE_CHECK(nchw_only(ctx, g.nhwc));
     PE_CHECK(pe_cuda_check_inputs(ctx));
     const pe_tensor *x = pe_ctx_in(ctx, "X"), *dy = pe_ctx_in(ctx, "Out@GRAD");
     pe_tensor *dx = pe_ctx_out(ctx, "X@GRAD");
@@ -1445,6 +1455,10 @@ pe_status pe_cuda_pool2d_grad(const pe_op_ctx *ctx) {
 pe_status pe_cuda_batch_norm(const pe_op_ctx *ctx) {
     PE_CHECK(pe_cuda_check_inputs(ctx));
     const pe_tensor *x = pe_ctx_in(ctx, "X");
+    bool nhwc;
+    int64_t c;
+    PE_CHECK(pe_bn_layout(ctx, x, &nhwc, &c));
+    PE_CHECK(nchw_only(ctx, nhwc));
     NN_STREAM(ctx, s);
     pe_status st = PE_OK;
     PE_CUDA_FLOAT_TYPES(ctx, x->dtype, "X", T, st = bn_fwd<T>(ctx, s));
@@ -1457,6 +1471,10 @@ pe_status pe_cuda_batch_norm(const pe_op_ctx *ctx) {
 pe_status pe_cuda_batch_norm_grad(const pe_op_ctx *ctx) {
     PE_CHECK(pe_cuda_check_inputs(ctx));
     const pe_tensor *x = pe_ctx_in(ctx, "X");
+    bool nhwc;
+    int64_t c;
+    PE_CHECK(pe_bn_layout(ctx, x, &nhwc, &c));
+    PE_CHECK(nchw_only(ctx, nhwc));
     NN_STREAM(ctx, s);
     pe_status st = PE_OK;
     PE_CUDA_FLOAT_TYPES(ctx, x->dtype, "X", T, st = bn_bwd<T>(ctx, s));

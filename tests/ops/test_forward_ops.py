@@ -911,20 +911,43 @@ CONV = [
     ("single_pixel_out", f32(1, 2, 3, 3), f32(2, 2, 3, 3), {}),
     ("mnist_5x5_pad2", f32(2, 1, 28, 28), f32(8, 1, 5, 5), {"paddings": [2, 2]}),
     ("nhwc", f32(2, 9, 9, 3), f32(4, 3, 3, 3), {"data_format": "NHWC", "paddings": [1, 1], "strides": [2, 2]}),
+    ("nhwc_mnist_5x5_pad2", f32(2, 28, 28, 1), f32(8, 1, 5, 5), {"data_format": "NHWC", "paddings": [2, 2]}),
+    ("nhwc_groups_dilation", f32(1, 9, 9, 4), f32(6, 2, 3, 3),
+     {"data_format": "NHWC", "groups": 2, "dilations": [2, 1], "paddings": [1, 0, 2, 1]}),
+    ("nhwc_same_stride2", f32(2, 9, 8, 3), f32(5, 3, 4, 3),
+     {"data_format": "NHWC", "strides": [2, 2], "padding_algorithm": "SAME"}),
+    ("nhwc_fp64_refused", f64(1, 5, 5, 2), f64(3, 2, 3, 3), {"data_format": "NHWC"}),
     ("fp64_stride2_pad1", f64(2, 3, 9, 9), f64(4, 3, 3, 3), {"strides": [2, 2], "paddings": [1, 1]}),
     ("fp64_groups_dilation", f64(1, 4, 9, 9), f64(6, 2, 3, 3), {"groups": 2, "dilations": [2, 1], "paddings": [1, 0, 2, 1]}),
     ("fp64_same", f64(1, 2, 8, 7), f64(3, 2, 3, 4), {"strides": [2, 2], "padding_algorithm": "SAME"}),
 ]
 NHWC_GAP = "NHWC layout not supported yet: ops/nn.c rejects it with a clear error"
+NHWC_CUDA_GAP = "data_format NHWC runs on CPU places only (the CUDA kernels are NCHW)"
+NHWC_FP64_GAP = "data_format NHWC runs float32 only (oneDNN): float64 is refused with a clear error"
+
+
+def nhwc_xfail(name, at, key="data_format", fp64_ok=False):
+    """conv2d / pool2d take NHWC on CPU places for float32 (oneDNN), batch_norm
+    for float32 and float64 (its loops take either layout); the CUDA kernels
+    and the float64 conv / pool refuse it with a clean error (strict xfail rows)."""
+    if at.get(key) != "NHWC":
+        return None
+    if "fp64" in name and not fp64_ok:
+        return NHWC_FP64_GAP
+    return NHWC_CUDA_GAP if os.environ.get("PE_TEST_PLACES", "cpu").strip().startswith("cuda") else None
+
+
 for name, xs, ws, at in CONV:
-    case("conv2d", name, {"Input": xs, "Filter": ws}, at, ref_conv2d,
-         xfail=NHWC_GAP if at.get("data_format") == "NHWC" else None)
+    case("conv2d", name, {"Input": xs, "Filter": ws}, at, ref_conv2d, xfail=nhwc_xfail(name, at))
 case("conv2d", "bias", {"Input": f32(2, 3, 6, 6), "Filter": f32(4, 3, 3, 3), "Bias": f32(4)},
      {"paddings": [1, 1]}, ref_conv2d)
+case("conv2d", "nhwc_bias", {"Input": f32(2, 6, 6, 3), "Filter": f32(4, 3, 3, 3), "Bias": f32(4)},
+     {"paddings": [1, 1], "data_format": "NHWC"}, ref_conv2d, xfail=nhwc_xfail("nhwc_bias", {"data_format": "NHWC"}))
 for name, xs, ws, at in (("groups_eq_c", f32(2, 4, 7, 7), f32(4, 1, 3, 3), {"groups": 4, "paddings": [1, 1]}),
                          ("mult2_stride2", f32(2, 3, 8, 8), f32(6, 1, 3, 3), {"groups": 3, "strides": [2, 2]}),
-                         ("fp64_same", f64(1, 4, 7, 6), f64(4, 1, 3, 3), {"groups": 4, "padding_algorithm": "SAME"})):
-    case("depthwise_conv2d", name, {"Input": xs, "Filter": ws}, at, ref_conv2d)
+                         ("fp64_same", f64(1, 4, 7, 6), f64(4, 1, 3, 3), {"groups": 4, "padding_algorithm": "SAME"}),
+                         ("nhwc", f32(2, 7, 7, 4), f32(4, 1, 3, 3), {"groups": 4, "paddings": [1, 1], "data_format": "NHWC"})):
+    case("depthwise_conv2d", name, {"Input": xs, "Filter": ws}, at, ref_conv2d, xfail=nhwc_xfail(name, at))
 
 
 def ref_conv2d_transpose(t, a):
@@ -1078,6 +1101,12 @@ POOL = [
     ("valid_max", f32(1, 2, 7, 7), {"ksize": [3, 3], "strides": [2, 2], "paddings": [1, 1], "padding_algorithm": "VALID"}),
     ("rect_kernel", f32(2, 2, 9, 8), {"ksize": [3, 2], "strides": [2, 1]}),
     ("nhwc_max", f32(2, 8, 8, 3), {"ksize": [2, 2], "strides": [2, 2], "data_format": "NHWC"}),
+    ("nhwc_max_k3s2_pad1", f32(2, 7, 7, 5), {"ksize": [3, 3], "strides": [2, 2], "paddings": [1, 1], "data_format": "NHWC"}),
+    ("nhwc_avg_pad1_exclusive", f32(2, 7, 7, 3),
+     {"pooling_type": "avg", "ksize": [3, 3], "strides": [2, 2], "paddings": [1, 1], "data_format": "NHWC"}),
+    ("nhwc_global_avg", f32(2, 5, 7, 3), {"pooling_type": "avg", "ksize": [1, 1], "global_pooling": True,
+                                          "data_format": "NHWC"}),
+    ("nhwc_fp64_refused", f64(2, 4, 4, 3), {"ksize": [2, 2], "strides": [2, 2], "data_format": "NHWC"}),
     ("cnn_28_to_14", f32(2, 8, 28, 28), {"ksize": [2, 2], "strides": [2, 2]}),
     ("fp64_max_pad", f64(2, 3, 7, 7), {"ksize": [3, 3], "strides": [2, 2], "paddings": [1, 1]}),
     ("fp64_avg_ceil_exclusive", f64(2, 3, 8, 8), {"pooling_type": "avg", "ksize": [3, 3], "strides": [2, 2],
@@ -1088,8 +1117,7 @@ POOL = [
     ("fp64_global_max", f64(2, 3, 4, 6), {"ksize": [2, 2], "global_pooling": True}),
 ]
 for name, xs, at in POOL:
-    case("pool2d", name, {"X": xs}, at, ref_pool2d,
-         xfail=NHWC_GAP if at.get("data_format") == "NHWC" else None)
+    case("pool2d", name, {"X": xs}, at, ref_pool2d, xfail=nhwc_xfail(name, at))
 
 
 # ---- collectives (ops/collective.c): `pe run` is one place, a world of one rank, where each is
@@ -1130,9 +1158,11 @@ for name, x, c, at in (
         ("use_global_stats", f32(4, 3, 5, 5), 3, {"use_global_stats": True}),
         ("fp64_infer", f64(4, 3, 5, 5), 3, {"is_test": True}),
         ("fp64_train", f64(6, 4, 3, 3), 4, {"momentum": 0.7}),
-        ("fp64_train_2d", f64(16, 6), 6, {})):
+        ("fp64_train_2d", f64(16, 6), 6, {}),
+        ("fp64_train_nhwc", f64(3, 4, 5, 3), 3, {"momentum": 0.7, "data_layout": "NHWC"}),
+        ("train_nhwc_c40", f32(2, 3, 5, 40), 40, {"data_layout": "NHWC"})):
     case("batch_norm", name, bn_inputs(x, c), at, ref_batch_norm,
-         xfail=NHWC_GAP if at.get("data_layout") == "NHWC" else None)
+         xfail=nhwc_xfail(name, at, "data_layout", fp64_ok=True))
 
 
 # reduce_sum / reduce_mean: `dim` (negative allowed), keep_dim, reduce_all;

@@ -20,7 +20,8 @@ issue's bound), plus an absolute 1e-5 x max|reference| so that elements
 that cancel to ~0 are judged on the gradient's scale; float64 gradients
 within rtol 1e-9 (+ 1e-11 x max|reference|), which catches a float64
 kernel computing through float32. Rows the forward table marks xfail
-(NHWC) are xfail here too (strict: they must fail with a clean `pe` error).
+(NHWC where the kernels refuse it: float64, CUDA places, batch_norm) are
+xfail here too (strict: they must fail with a clean `pe` error).
 Inputs not differentiated: integer inputs, labels, batch_norm's Mean /
 Variance (moving statistics), dropout's Step.
 
@@ -130,6 +131,31 @@ grad_row("bilinear_interp_v2", "overlap_down", {"X": f32(2, 2, 7, 6)},
 grad_row("group_norm", "scale_only", {"X": f32(3, 6, 5), "Scale": f32(6)}, {"groups": 3}, fw.ref_group_norm)
 grad_row("instance_norm", "bias_only", {"X": f32(3, 2, 9), "Bias": f32(2)}, {}, fw.ref_instance_norm)
 grad_row("pool2d", "max_overlap_k3s1", {"X": f32(2, 3, 6, 6)}, {"ksize": [3, 3], "strides": [1, 1]}, fw.ref_pool2d)
+# data_format NHWC (CPU, float32; what BuildStrategy.conv_nhwc switches a CNN to): conv with bias,
+# a CNN layer's shapes, depthwise; max pooling's NHWC loops (2x2 tiles and overlapping windows with
+# padding, more channels than one block of 64), average pooling through oneDNN
+for name, ins, at in (
+        ("nhwc_bias_stride2", {"Input": f32(3, 7, 6, 2), "Filter": f32(5, 2, 3, 3), "Bias": f32(5)},
+         {"strides": [2, 2], "paddings": [1, 1]}),
+        ("nhwc_cnn_layer2", {"Input": f32(4, 14, 14, 8, lo=0, hi=1), "Filter": f32(16, 8, 5, 5, lo=-0.1, hi=0.1),
+                             "Bias": f32(16)}, {"paddings": [2, 2]})):
+    grad_row("conv2d", name, ins, dict(at, data_format="NHWC"), fw.ref_conv2d, xfail=fw.nhwc_xfail(name, {"data_format": "NHWC"}))
+grad_row("depthwise_conv2d", "nhwc", {"Input": f32(3, 7, 6, 4), "Filter": f32(4, 1, 3, 3)},
+         {"groups": 4, "paddings": [1, 1], "data_format": "NHWC"}, fw.ref_conv2d,
+         xfail=fw.nhwc_xfail("nhwc", {"data_format": "NHWC"}))
+for name, xs, at in (("nhwc_max_2x2", f32(2, 6, 8, 3), {"ksize": [2, 2], "strides": [2, 2]}),
+                     ("nhwc_max_2x2_odd_edge", f32(2, 7, 5, 3), {"ksize": [2, 2], "strides": [2, 2]}),
+                     ("nhwc_max_overlap_k3s1_pad1", f32(2, 6, 5, 70), {"ksize": [3, 3], "strides": [1, 1], "paddings": [1, 1]}),
+                     ("nhwc_avg_overlap_pad_exclusive", f32(2, 5, 6, 2),
+                      {"pooling_type": "avg", "ksize": [3, 3], "strides": [1, 1], "paddings": [1, 1]})):
+    grad_row("pool2d", name, {"X": xs}, dict(at, data_format="NHWC"), fw.ref_pool2d,
+             xfail=fw.nhwc_xfail(name, {"data_format": "NHWC"}))
+# batch_norm NHWC: oneDNN (float32, channels last), the loops (float64)
+for name, x, c, at in (("nhwc_train", f32(3, 4, 5, 6, lo=-2, hi=3), 6, {}),
+                       ("nhwc_global", f32(2, 3, 3, 4), 4, {"use_global_stats": True}),
+                       ("fp64_nhwc_train", f64(3, 4, 3, 5), 5, {})):
+    grad_row("batch_norm", name, fw.bn_inputs(x, c), dict(at, data_layout="NHWC"), fw.ref_batch_norm,
+             xfail=fw.nhwc_xfail(name, {"data_layout": "NHWC"}, "data_layout", fp64_ok=True))
 grad_row("pool2d", "avg_overlap_pad_exclusive", {"X": f32(2, 2, 5, 6)},
          {"pooling_type": "avg", "ksize": [3, 3], "strides": [1, 1], "paddings": [1, 1]}, fw.ref_pool2d)
 # losses on larger batches; hard labels with ignored rows

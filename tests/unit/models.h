@@ -105,6 +105,22 @@ static inline void tm_fc(tm_model *m, const char *x, int64_t in, int64_t out, co
     if (act) tm_op1(m->main, act, t1, o);
 }
 
+/* out = conv2d_3x3_pad1(x, w), no bias. */
+static inline void tm_conv3x3(tm_model *m, const char *x, const char *w, const char *out) {
+    pe_op *op = pe_block_add_op(&m->main->blocks[0], "conv2d");
+    pe_op_add_input(op, "Input", x);
+    pe_op_add_input(op, "Filter", w);
+    pe_op_add_output(op, "Output", out);
+    pe_op_set_ints(op, "paddings", (int64_t[]){1, 1}, 2);
+}
+
+/* out = pool2d_max_2x2(x). */
+static inline void tm_maxpool2x2(tm_model *m, const char *x, const char *out) {
+    pe_op *op = tm_op1(m->main, "pool2d", x, out);
+    pe_op_set_ints(op, "ksize", (int64_t[]){2, 2}, 2);
+    pe_op_set_ints(op, "strides", (int64_t[]){2, 2}, 2);
+}
+
 /* out = pool2d_max_2x2(relu(conv2d_3x3_pad1(x, w))); x: [N, cin, hw, hw], out: [N, cout, hw/2, hw/2] */
 static inline void tm_conv_pool(tm_model *m, const char *x, int64_t cin, int64_t cout, int64_t hw, const char *name) {
     char w[64], c[64], r[64], o[64];
@@ -116,15 +132,9 @@ static inline void tm_conv_pool(tm_model *m, const char *x, int64_t cin, int64_t
     tm_var(m->main, c, m->dt, 4, (int64_t[]){-1, cout, hw, hw});
     tm_var(m->main, r, m->dt, 4, (int64_t[]){-1, cout, hw, hw});
     tm_var(m->main, o, m->dt, 4, (int64_t[]){-1, cout, hw / 2, hw / 2});
-    pe_op *op = pe_block_add_op(&m->main->blocks[0], "conv2d");
-    pe_op_add_input(op, "Input", x);
-    pe_op_add_input(op, "Filter", w);
-    pe_op_add_output(op, "Output", c);
-    pe_op_set_ints(op, "paddings", (int64_t[]){1, 1}, 2);
+    tm_conv3x3(m, x, w, c);
     tm_op1(m->main, "relu", c, r);
-    op = tm_op1(m->main, "pool2d", r, o);
-    pe_op_set_ints(op, "ksize", (int64_t[]){2, 2}, 2);
-    pe_op_set_ints(op, "strides", (int64_t[]){2, 2}, 2);
+    tm_maxpool2x2(m, r, o);
 }
 
 /* loss = mean(softmax_with_cross_entropy(logits, label)); logits: [N, 10], label: [N, 1] int64 */

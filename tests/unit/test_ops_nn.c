@@ -212,7 +212,7 @@ static void test_conv2d_errors(void **state) {
     k.dh = 5;
     conv_error(&k, 3, NULL, PE_ERR_INVALID, "dilated extent 11x3");
     k = conv_cases[0];
-    conv_error(&k, 3, "NHWC", PE_ERR_UNSUPPORTED, "data_format 'NHWC'");
+    conv_error(&k, 3, "NDHWC", PE_ERR_UNSUPPORTED, "data_format 'NDHWC' is not supported (NCHW or NHWC)");
     k.n_pad = 3;
     conv_error(&k, 3, NULL, PE_ERR_INVALID, "paddings must have 2 values");
     k = conv_cases[0];
@@ -410,7 +410,7 @@ static void test_pool2d_errors(void **state) {
     k.type = "sum";
     pool_error(&k, NULL, PE_ERR_INVALID, "pooling_type");
     k = pool_cases[0];
-    pool_error(&k, "NHWC", PE_ERR_UNSUPPORTED, "NHWC");
+    pool_error(&k, "NDHWC", PE_ERR_UNSUPPORTED, "data_format 'NDHWC' is not supported (NCHW or NHWC)");
     k.adaptive = true;
     k.kh = 0;
     pool_error(&k, NULL, PE_ERR_INVALID, "ksize");
@@ -665,7 +665,8 @@ static void test_batch_norm_errors(void **state) {
     (void)state;
     const bn_case k = bn_cases[0];
     bn_error(&k, (int64_t[]){4}, NULL, PE_ERR_INVALID, "Scale 'scale' is float32 [4]; X 'x' [2, 3, 7, 5] needs a 1-D [3]");
-    bn_error(&k, NULL, "NHWC", PE_ERR_UNSUPPORTED, "data_layout 'NHWC'");
+    bn_error(&k, NULL, "NHWC", PE_ERR_INVALID, "needs a 1-D [5] tensor"); /* NHWC: the channels are the last dim */
+    bn_error(&k, NULL, "NDHWC", PE_ERR_UNSUPPORTED, "data_layout 'NDHWC' is not supported (NCHW or NHWC)");
     const bn_case k1 = {"rank 1", PE_DTYPE_FP32, 1, {6}, false, false, 1e-5, 0.9};
     bn_error(&k1, NULL, NULL, PE_ERR_INVALID, "rank 2 to 5");
 }

@@ -1,0 +1,96 @@
+"""tests/python/test_conv_nhwc.py — BuildStrategy.conv_nhwc from Python.
+
+A fluid CNN (conv2d + bias + relu, batch_norm, max pool, conv2d, fc) trained
+by a ParallelExecutor on 1 and 2 CPU places with the layout pass on (the
+default) and off: the losses and parameters agree to float32 tolerance, two
+runs with it on give the same bits, a fetched conv output comes back NCHW
+with the NCHW run's values, and `conv_nhwc` is a BuildStrategy field Paddle
+scripts can set (False: today's NCHW graph, bit for bit the run without the
+pass). The C side (structure, edges, batch_norm, float64): tests/unit/test_conv_nhwc.c.
+"""
+import numpy as np
+import pytest
+
+import pe
+import pe.fluid as fluid
+from pe.utils import unique_name
+
+pe.enable_static()
+
+STEPS = 4
+
+
+def _program(bn):
+    main, startup = pe.static.Program(), pe.static.Program()
+    with pe.static.program_guard(main, startup), unique_name.guard():
+        x = pe.static.data("x", [-1, 3, 12, 12], "float32")
+        y = pe.static.data("y", [-1, 1], "int64")
+        h = fluid.layers.conv2d(x, 8, 3, padding=1, act=None if bn else "relu",
+                                param_attr=pe.ParamAttr(name="c0.w"), bias_attr=pe.ParamAttr(name="c0.b"))
+        if bn:
+            h = fluid.layers.batch_norm(h, act="relu", param_attr=pe.ParamAttr(name="bn.s"),
+                                        bias_attr=pe.ParamAttr(name="bn.b"), moving_mean_name="bn.m",
+                                        moving_variance_name="bn.v")
+        conv_out = h
+        h = fluid.layers.pool2d(h, 2, "max", 2)
+        h = fluid.layers.conv2d(h, 8, 3, padding=1, act="relu", param_attr=pe.ParamAttr(name="c1.w"),
+                                bias_attr=pe.ParamAttr(name="c1.b"))
+        h = fluid.layers.fc(h, 5, param_attr=pe.ParamAttr(name="out.w"), bias_attr=pe.ParamAttr(name="out.b"))
+        loss = pe.mean(fluid.layers.softmax_with_cross_entropy(h, y))
+        pe.optimizer.Momentum(learning_rate=0.1, momentum=0.9).minimize(loss)
+    params = sorted(v.name for v in main.global_block().all_parameters())
+    return main, startup, loss, conv_out.name, params
+
+
+def _train(monkeypatch, places, on, bn=False, fetch_conv=False):
+    monkeypatch.setenv("CPU_NUM", str(places))
+    main, startup, loss, conv_name, params = _program(bn)
+    scope = pe.static.Scope()
+    pe.static.Executor(pe.CPUPlace()).run(startup, scope=scope)
+    rs = np.random.RandomState(3)
+    for name in params:  # the same start either way
+        t = scope.find_var(name).get_tensor()
+        shape = np.array(t).shape
+        t.set(((rs.rand(*shape) - 0.5) * 0.6).astype(np.float32), pe.CPUPlace())
+    bs = pe.static.BuildStrategy()
+    assert bs.conv_nhwc is True  # PE's default
+    bs.conv_nhwc = on
+    pexe = pe.static.ParallelExecutor(False, loss_name=loss.name, main_program=main, scope=scope, build_strategy=bs)
+    rs = np.random.RandomState(5)
+    losses, conv = [], None
+    for k in range(STEPS):
+        feed = {"x": rs.rand(8, 3, 12, 12).astype(np.float32), "y": rs.randint(0, 5, (8, 1)).astype(np.int64)}
+        fetch = [loss, conv_name] if fetch_conv and k == STEPS - 1 else [loss]
+        out = pexe.run(fetch, feed=feed)
+        losses.append(np.array(out[0]))
+        if len(out) > 1:
+            conv = np.array(out[1])
+    return np.array(losses), [np.array(scope.find_var(n).get_tensor()) for n in params], conv
+
+
+@pytest.mark.parametrize("places,bn", [(1, False), (2, False), (1, True)], ids=["1place", "2places", "1place-bn"])
+def test_nhwc_trains_like_nchw(monkeypatch, places, bn):
+    ref_l, ref_p, _ = _train(monkeypatch, places, False, bn)
+    got_l, got_p, _ = _train(monkeypatch, places, True, bn)
+    again_l, again_p, _ = _train(monkeypatch, places, True, bn)
+    np.testing.assert_allclose(got_l, ref_l, rtol=1e-4, atol=1e-6)
+    for a, b in zip(got_p, ref_p):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    assert np.array_equal(got_l, again_l)
+    for a, b in zip(got_p, again_p):
+        assert np.array_equal(a, b)
+
+
+def test_fetched_conv_output_stays_nchw(monkeypatch):
+    _, _, ref = _train(monkeypatch, 1, False, fetch_conv=True)
+    _, _, got = _train(monkeypatch, 1, True, fetch_conv=True)
+    assert got.shape == (8, 8, 12, 12)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_conv_nhwc_field():
+    bs = pe.static.BuildStrategy()
+    bs.conv_nhwc = False
+    assert bs.conv_nhwc is False
+    bs = fluid.BuildStrategy()
+    assert bs.conv_nhwc is True
