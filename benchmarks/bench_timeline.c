@@ -11,7 +11,8 @@
  * them, num_trainers = R, trainer_id = its rank, from Open MPI's
  * OMPI_COMM_WORLD_SIZE / _RANK), with ExecutionStrategy.timeline_path =
  * PREFIX, and writes PREFIX.rank<N>.json. BENCH_STRATEGY=noshard|fuse as in
- * bench_scaling. Then scripts/timeline_report.py PREFIX.rank*.json prints
+ * bench_scaling; nchw: the CNN build passes off (conv_nhwc, fuse_conv_bias),
+ * the per-op time of the graph as written. Then scripts/timeline_report.py PREFIX.rank*.json prints
  * the hidden fraction. Run from the repository root.
  */
 #include "benchmarks/bench_util.h"
@@ -59,6 +60,7 @@ int main(int argc, char **argv) {
     const char *strat = getenv("BENCH_STRATEGY");
     if (strat && !strcmp(strat, "noshard")) o.build_strategy.shard_optimizer = false;
     if (strat && !strcmp(strat, "fuse")) o.build_strategy.fuse_all_reduce_ops = true;
+    if (strat && !strcmp(strat, "nchw")) o.build_strategy.conv_nhwc = o.build_strategy.fuse_conv_bias = false;
     pe_parallel_executor *pe;
     if (pe_parallel_executor_new(pl, places, prog, scope, &o, &pe) != PE_OK) return bench_die("ParallelExecutor");
     /* a fixed batch: this rank's rows of a deterministic global one */

@@ -55,6 +55,7 @@ reported "failed (reason)" and not run again.
     benchmarks/peers/setup.sh     # once: the venv (default benchmarks/peers/.venv, or $PE_PEERS_VENV)
     PYTHONPATH=build/python /usr/bin/python3 benchmarks/compare_peers.py --rounds 5
     PYTHONPATH=build/python /usr/bin/python3 benchmarks/compare_peers.py --models mlp --peers torch2,paddle3
+    ... compare_peers.py --models cnn --pe-nchw    # also PE with conv_nhwc / fuse_conv_bias off, same rounds
 """
 import argparse
 import json
@@ -155,7 +156,8 @@ def load_init(init_path):
 
 # ---- workers ----------------------------------------------------------------------------------------
 
-def worker_pe(model, init_path, warmup, steps, data_path=None):
+def worker_pe(model, init_path, warmup, steps, data_path=None, nchw=False):
+    """nchw: the CNN build passes off (BuildStrategy conv_nhwc, fuse_conv_bias), the graph as written."""
     pe = job._import_pe()
     pe.enable_static()
     data = load_batches(data_path, model, warmup + steps)
@@ -164,7 +166,10 @@ def worker_pe(model, init_path, warmup, steps, data_path=None):
     pe.static.Executor(pe.CPUPlace()).run(startup, scope=scope)
     params = main.all_parameters()
     np.savez(init_path, *[np.array(scope.find_var(p.name).get_tensor()) for p in params])
-    exe = pe.static.ParallelExecutor(False, loss_name=loss.name, main_program=main, scope=scope)
+    bs = pe.static.BuildStrategy()
+    if nchw:
+        bs.conv_nhwc = bs.fuse_conv_bias = False
+    exe = pe.static.ParallelExecutor(False, loss_name=loss.name, main_program=main, scope=scope, build_strategy=bs)
 
     def step(xb, yb):
         lv, = exe.run(fetch_list=[loss.name], feed={"image": xb, "label": yb})
@@ -337,12 +342,12 @@ def probe(python, module):
 
 def run_worker(args, kind, model, init_path, threads=0, data_path=None):
     env = dict(os.environ)
-    python = sys.executable if kind in ("pe", "torch1", "machine") else args.peers_python
+    python = sys.executable if kind in ("pe", "pe_nchw", "torch1", "machine") else args.peers_python
     cmd = [python, os.path.abspath(__file__), "--worker", kind, "--model", model, "--init", init_path,
            "--warmup", str(args.warmup[model]), "--steps", str(args.steps[model]), "--threads", str(threads)]
     if data_path:
         cmd += ["--data", data_path]
-    if kind == "pe":
+    if kind in ("pe", "pe_nchw"):
         env.setdefault("CPU_NUM", str(args.cores))
     else:
         for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
@@ -356,7 +361,7 @@ def run_worker(args, kind, model, init_path, threads=0, data_path=None):
     r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines = [ln for ln in r.stdout.strip().splitlines() if ln.startswith("{")]
     if r.returncode != 0 or not lines:
-        if kind == "pe":
+        if kind in ("pe", "pe_nchw"):
             raise SystemExit("compare_peers: the PE %s worker failed (exit %d):\n%s" % (model, r.returncode,
                                                                                         r.stderr.strip()))
         tail = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
@@ -389,7 +394,9 @@ def main(argv=None):
     ap.add_argument("--json", default="", help="also write every worker's result, per round, to this file")
     ap.add_argument("--peers-python", default="",
                     help="python of the peers venv (default $PE_PEERS_VENV/bin/python or benchmarks/peers/.venv)")
-    ap.add_argument("--worker", choices=["pe", "torch1", "torch2", "torch2c", "paddle3", "machine"],
+    ap.add_argument("--pe-nchw", action="store_true",
+                    help="also run PE with its CNN build passes off (conv_nhwc, fuse_conv_bias), alternating")
+    ap.add_argument("--worker", choices=["pe", "pe_nchw", "torch1", "torch2", "torch2c", "paddle3", "machine"],
                     help=argparse.SUPPRESS)
     ap.add_argument("--model", choices=["mlp", "cnn"], help=argparse.SUPPRESS)
     ap.add_argument("--init", help=argparse.SUPPRESS)
@@ -402,6 +409,7 @@ def main(argv=None):
         t = args.threads = int(args.threads or 1)
         w, m, i, s, d = args.warmup, args.model, args.init, args.steps, args.data
         res = {"pe": lambda: worker_pe(m, i, w, s, d),
+               "pe_nchw": lambda: worker_pe(m, i + ".nchw.npz", w, s, d, nchw=True),
                "torch1": lambda: worker_torch(m, i, w, s, t, data_path=d),
                "torch2": lambda: worker_torch(m, i, w, s, t, data_path=d),
                "torch2c": lambda: worker_torch(m, i, w, s, t, compile_=True, data_path=d),
@@ -431,7 +439,7 @@ def main(argv=None):
     machine = []
 
     live = lambda: [p for p in peers if status[p] is None]  # noqa: E731
-    res = {m: {"pe": [], **{(p, t): [] for p in peers for t in threads}} for m in models}
+    res = {m: {"pe": [], "pe_nchw": [], **{(p, t): [] for p in peers for t in threads}} for m in models}
     meta = {}
     with tempfile.TemporaryDirectory(prefix="pe-compare-") as tmp:
         x, y = job.load_fashion_mnist("train")  # the batches every worker trains on, written once per model
@@ -448,6 +456,10 @@ def main(argv=None):
                 res[m]["pe"].append(pr)
                 meta["places"] = pr["places"]
                 line = ["PE %.0f (busy %.1f, waiting %.1f)" % (pr["samples_per_s"], pr["busy"], pr["waiting"])]
+                if args.pe_nchw:
+                    qn = run_worker(args, "pe_nchw", m, init, data_path=dpath)
+                    res[m]["pe_nchw"].append(qn)
+                    line.append("PE CNN passes off %.0f" % qn["samples_per_s"])
                 for p in live():
                     for t in threads:
                         q = run_worker(args, p, m, init, t, data_path=dpath)
@@ -498,6 +510,13 @@ def main(argv=None):
         print("| PE (%d places) | %.0f | - | - | %.0f | %.0f%% | %.4f |" % (
             meta["places"], pe_sps, med(pe_rs, "cpu_us_per_sample"), 100 * pe_sps / rl["samples_per_s"],
             pe_rs[0]["loss"]))
+        if res[m]["pe_nchw"]:
+            rn = res[m]["pe_nchw"]
+            rounds = list(zip(pe_rs, rn))
+            print("| PE, conv_nhwc / fuse_conv_bias off | %.0f | - | %.2f (rounds: %s) | %.0f | %.0f%% | %.4f |" % (
+                med(rn), statistics.median(q["step_s"] / pr["step_s"] for pr, q in rounds),
+                " ".join("%.2f" % (q["step_s"] / pr["step_s"]) for pr, q in rounds), med(rn, "cpu_us_per_sample"),
+                100 * med(rn) / rl["samples_per_s"], rn[0]["loss"]))
         best_peer = None
         for p in peers:
             ts = [t for t in threads if res[m][(p, t)]]

@@ -54,6 +54,7 @@ void pe_pe_options_default(pe_pe_options *o) {
     o->build_strategy.fuse_first_grad_size_in_MB = 1;
     o->build_strategy.shard_optimizer = true;
     o->build_strategy.conv_nhwc = true;
+    o->build_strategy.fuse_conv_bias = true;
     o->num_trainers = 1;
 }
 
@@ -189,6 +190,7 @@ static pe_status build_variant(const pe_parallel_executor *pe, const char *const
     if (pe->places[0].kind != PE_PLACE_CPU) {
         bs.shard_optimizer = false; /* CPU places share the state */
         bs.conv_nhwc = false;       /* the CUDA kernels are NCHW (cuDNN picks its own algorithms) */
+        bs.fuse_conv_bias = false;  /* (oneDNN's epilogue; the CUDA path keeps its bias add) */
     }
     pe_pass_opts po = {.n_places = pe->n, .n_trainers = pe->opt.num_trainers,
                        .trainer_id = pe->opt.trainer_id, .loss_name = pe->opt.loss_name, .bs = &bs, .protect = protect,

@@ -28,7 +28,9 @@
  *    op reading the fed image; reshape2 reading the last pool's output, and
  *    reshape2_grad writing its gradient) gets a transpose2 into / out of a new
  *    var `<var>@NHWC.<k>` / `<var>@NCHW.<k>` right before / after it, with the
- *    op's op_role.
+ *    op's op_role; later readers wanting that layout read the same copy
+ *    until the var is written again (the image is transposed once for the
+ *    conv and its gradient).
  * n_fused = the layout ops switched.
  *
  * Results: the same arithmetic in another memory order — oneDNN's NHWC
@@ -229,6 +231,46 @@ static pe_status set_arg(pe_slot *s, int a, const char *name) {
     return PE_OK;
 }
 
+/* The copies made so far: var -> its copy in layout nhwc (valid until the var is written again). */
+typedef struct {
+    pe_strlist vars, copies;
+    bool *nhwc;
+    int cap;
+} edge_cache;
+
+static const char *cache_find(const edge_cache *c, const char *var, bool nhwc) {
+    for (int k = c->vars.n - 1; k >= 0; k--)
+        if (c->vars.s[k] && !strcmp(c->vars.s[k], var) && c->nhwc[k] == nhwc) return c->copies.s[k];
+    return NULL;
+}
+
+static void cache_forget(edge_cache *c, const char *var) {
+    for (int k = 0; k < c->vars.n; k++)
+        if (c->vars.s[k] && !strcmp(c->vars.s[k], var)) {
+            free(c->vars.s[k]);
+            c->vars.s[k] = NULL;
+        }
+}
+
+static pe_status cache_add(edge_cache *c, const char *var, bool nhwc, const char *copy) {
+    if (c->vars.n == c->cap) {
+        const int cap = c->cap ? 2 * c->cap : 16;
+        bool *n = realloc(c->nhwc, (size_t)cap * sizeof *n);
+        if (!n) return pe_error(PE_ERR_NOMEM, "pass conv_nhwc: out of memory");
+        c->nhwc = n;
+        c->cap = cap;
+    }
+    c->nhwc[c->vars.n] = nhwc;
+    PE_CHECK(pe_strlist_add(&c->copies, copy));
+    return pe_strlist_add(&c->vars, var);
+}
+
+static void cache_free(edge_cache *c) {
+    pe_strlist_free(&c->vars);
+    pe_strlist_free(&c->copies);
+    free(c->nhwc);
+}
+
 pe_status pe_conv_nhwc(pe_program *p, const pe_fuse_opts *o, int *n_fused) {
     *n_fused = 0;
     pe_block *b = &p->blocks[0];
@@ -264,12 +306,13 @@ pe_status pe_conv_nhwc(pe_program *p, const pe_fuse_opts *o, int *n_fused) {
         }
     }
 
-    /* 3. edges and attrs, last op first (inserting at its position or after it moves only ops already
-     * done); pos is op i's position as transposes go in before it */
-    int counter = 0;
+    /* 3. edges and attrs, in program order; pos is op i's position once the transposes before it are in.
+     * A var's copy in the other layout serves every later reader until an op writes the var again. */
+    int counter = 0, inserted = 0;
     char tmp[1024];
-    for (int i = n_ops - 1; i >= 0 && st == PE_OK; i--) {
-        int pos = i, after = 0; /* after: transposes inserted after the op */
+    edge_cache cache = {0};
+    for (int i = 0; i < n_ops && st == PE_OK; i++) {
+        int pos = i + inserted, after = 0; /* after: transposes inserted after the op */
         const int role = (int)pe_fuse_attr_int(&b->ops[pos], "op_role", PE_ROLE_FORWARD);
         for (int side = 0; side < 2 && st == PE_OK; side++) {
             const int n = side ? b->ops[pos].n_outputs : b->ops[pos].n_inputs;
@@ -280,7 +323,13 @@ pe_status pe_conv_nhwc(pe_program *p, const pe_fuse_opts *o, int *n_fused) {
                     if (a >= sl->n_args) break;
                     const bool want = sw[i] && is_act_slot(b, op, kind[i], side == 0, sl->name);
                     const char *name = sl->args[a];
+                    if (side == 1) cache_forget(&cache, name); /* written again: its copies are stale */
                     if (!decl(b, name) || is_nhwc(&s, name) == want) continue;
+                    const char *have = side == 0 ? cache_find(&cache, name, want) : NULL;
+                    if (have) { /* an earlier copy in this layout */
+                        st = set_arg(sl, a, have);
+                        continue;
+                    }
                     char *orig = strdup(name);
                     if (!orig) { st = pe_error(PE_ERR_NOMEM, "pass conv_nhwc: out of memory"); break; }
                     st = edge_var(b, orig, want, &counter, tmp, sizeof tmp);
@@ -288,10 +337,13 @@ pe_status pe_conv_nhwc(pe_program *p, const pe_fuse_opts *o, int *n_fused) {
                     if (st == PE_OK && side == 0) { /* convert before the op */
                         st = add_transpose(b, pos, orig, tmp, want, role);
                         pos++;
+                        inserted++;
                     } else if (st == PE_OK) {       /* convert after it */
                         st = add_transpose(b, pos + 1 + after, tmp, orig, !want, role);
                         after++;
+                        inserted++;
                     }
+                    if (st == PE_OK) st = cache_add(&cache, orig, want, tmp);
                     free(orig);
                 }
             }
@@ -301,6 +353,7 @@ pe_status pe_conv_nhwc(pe_program *p, const pe_fuse_opts *o, int *n_fused) {
         if (kind[i] == K_LAYOUT) st = pe_op_set_string(op, layout_of(pe_op_type_id(op->type))->attr, "NHWC");
         else if (kind[i] == K_BIAS_ADD && pe_fuse_attr_int(op, "axis", -1) == 1) st = pe_op_set_int(op, "axis", 3);
     }
+    cache_free(&cache);
 
     /* 4. the switched vars' declarations: [N, C, H, W] -> [N, H, W, C] */
     for (int v = 0; v < b->n_vars && st == PE_OK; v++) {

@@ -41,6 +41,10 @@ pe_status pe_fuse_elewise_add_act(pe_program *p, const pe_fuse_opts *o, int *n_f
  * activations / bias adds / sums between them -> data_format NHWC, transposes
  * at the edges (BuildStrategy.conv_nhwc, CPU places; passes/conv_nhwc.c). */
 pe_status pe_conv_nhwc(pe_program *p, const pe_fuse_opts *o, int *n_fused);
+/* conv2d / depthwise_conv2d + a bias elementwise_add on the channel axis
+ * (+ their grads) -> the conv op with its Bias input (and Bias@GRAD)
+ * (BuildStrategy.fuse_conv_bias, CPU places; passes/fuse_conv_bias.c). */
+pe_status pe_fuse_conv_bias(pe_program *p, const pe_fuse_opts *o, int *n_fused);
 /* sgd / momentum / adam ops with equal attrs and dtype -> one merged_sgd /
  * merged_momentum / merged_adam op each (fuse_all_optimizer_ops). */
 pe_status pe_fuse_all_optimizer_ops(pe_program *p, const pe_fuse_opts *o, int *n_fused);
@@ -99,6 +103,16 @@ int pe_fuse_reader_of(const pe_block *b, const pe_use_index *ix, const char *var
 /* True for the activations the fused kernels implement (relu, sigmoid, tanh:
  * ops/cpu/fused_act.h), by op id. */
 bool pe_fuse_is_act(int type_id);
+
+/* The loop of a pattern-fusion pass: find the first op i where match(p,
+ * uses, o, i, m) holds (m: the pass's match struct, m_size bytes, zeroed
+ * before each search), apply(p, m), rebuild the uses, repeat until nothing
+ * matches; *n_fused counts the patterns. Errors of apply are wrapped with
+ * "<pass> pass". */
+typedef bool (*pe_fuse_match_fn)(const pe_program *p, const pe_use_index *ix, const pe_fuse_opts *o, int i, void *m);
+typedef pe_status (*pe_fuse_apply_fn)(pe_program *p, const void *m);
+pe_status pe_fuse_each(pe_program *p, const pe_fuse_opts *o, const char *pass, pe_fuse_match_fn match,
+                       pe_fuse_apply_fn apply, void *m, size_t m_size, int *n_fused);
 
 /* A growable list of owned strings (names copied out of ops before the
  * block is edited). */

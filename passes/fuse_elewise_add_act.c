@@ -41,7 +41,8 @@ static bool same_decl(const pe_block *b, const char *x, const char *y) {
     return true;
 }
 
-static bool match(const pe_program *p, const pe_use_index *ix, const pe_fuse_opts *o, int i, ea_match *m) {
+static bool match(const pe_program *p, const pe_use_index *ix, const pe_fuse_opts *o, int i, void *mv) {
+    ea_match *m = mv;
     const pe_block *b = &p->blocks[0];
     const pe_op *add = &b->ops[i];
     if (pe_op_type_id(add->type) != PE_OP_elementwise_add) return false;
@@ -95,7 +96,8 @@ static pe_status set_common(pe_op *op, const char *act, int64_t axis, int role) 
     return pe_op_set_int(op, "op_role", role);
 }
 
-static pe_status apply(pe_program *p, const ea_match *m) {
+static pe_status apply(pe_program *p, const void *mv) {
+    const ea_match *m = mv;
     pe_block *b = &p->blocks[0];
     const pe_op *add = &b->ops[m->add], *act = &b->ops[m->act];
     const pe_op *acg = m->act_grad >= 0 ? &b->ops[m->act_grad] : NULL;
@@ -146,17 +148,6 @@ static pe_status apply(pe_program *p, const ea_match *m) {
 }
 
 pe_status pe_fuse_elewise_add_act(pe_program *p, const pe_fuse_opts *o, int *n_fused) {
-    *n_fused = 0;
-    for (;;) {
-        pe_use_index ix;
-        PE_CHECK(pe_uses_build(p, &ix));
-        ea_match m = {0};
-        bool found = false;
-        for (int i = 0; i < p->blocks[0].n_ops && !found; i++) found = match(p, &ix, o, i, &m);
-        pe_uses_free(&ix);
-        if (!found) return PE_OK;
-        pe_status st = apply(p, &m);
-        if (st != PE_OK) return pe_error_wrap(st, "fuse_elewise_add_act_ops pass");
-        (*n_fused)++;
-    }
+    ea_match m;
+    return pe_fuse_each(p, o, "fuse_elewise_add_act_ops", match, apply, &m, sizeof m, n_fused);
 }

@@ -34,7 +34,8 @@ typedef struct {
 
 static bool streq(const char *a, const char *b) { return a && b && !strcmp(a, b); }
 
-static bool match(const pe_program *p, const pe_use_index *ix, const pe_fuse_opts *o, int i, fc_match *m) {
+static bool match(const pe_program *p, const pe_use_index *ix, const pe_fuse_opts *o, int i, void *mv) {
+    fc_match *m = mv;
     const pe_block *b = &p->blocks[0];
     const pe_op *mul = &b->ops[i];
     if (pe_op_type_id(mul->type) != PE_OP_mul) return false;
@@ -120,7 +121,8 @@ static pe_status add_role_vars(pe_strlist *l, const pe_op *op) {
 /* Names of a match, copied before the block is edited. */
 enum { N_X, N_W, N_B, N_OUT, N_T1, N_T2, N_ACT, N_GOUT, N_GPRE, N_G1, N_GX, N_GW, N_GB, N_COUNT };
 
-static pe_status apply(pe_program *p, const fc_match *m) {
+static pe_status apply(pe_program *p, const void *mv) {
+    const fc_match *m = mv;
     pe_block *b = &p->blocks[0];
     const pe_op *mul = &b->ops[m->mul], *add = &b->ops[m->add];
     const pe_op *act = m->act >= 0 ? &b->ops[m->act] : NULL;
@@ -188,17 +190,6 @@ static pe_status apply(pe_program *p, const fc_match *m) {
 }
 
 pe_status pe_fuse_fc(pe_program *p, const pe_fuse_opts *o, int *n_fused) {
-    *n_fused = 0;
-    for (;;) {
-        pe_use_index ix;
-        PE_CHECK(pe_uses_build(p, &ix));
-        fc_match m = {0};
-        bool found = false;
-        for (int i = 0; i < p->blocks[0].n_ops && !found; i++) found = match(p, &ix, o, i, &m);
-        pe_uses_free(&ix);
-        if (!found) return PE_OK;
-        pe_status st = apply(p, &m);
-        if (st != PE_OK) return pe_error_wrap(st, "fuse_gemm_epilogue pass");
-        (*n_fused)++;
-    }
+    fc_match m;
+    return pe_fuse_each(p, o, "fuse_gemm_epilogue", match, apply, &m, sizeof m, n_fused);
 }

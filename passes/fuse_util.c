@@ -212,3 +212,22 @@ void pe_strlist_free(pe_strlist *l) {
     free(l->s);
     memset(l, 0, sizeof *l);
 }
+
+pe_status pe_fuse_each(pe_program *p, const pe_fuse_opts *o, const char *pass, pe_fuse_match_fn match,
+                       pe_fuse_apply_fn apply, void *m, size_t m_size, int *n_fused) {
+    *n_fused = 0;
+    for (;;) {
+        pe_use_index ix;
+        PE_CHECK(pe_uses_build(p, &ix));
+        bool found = false;
+        for (int i = 0; i < p->blocks[0].n_ops && !found; i++) {
+            memset(m, 0, m_size);
+            found = match(p, &ix, o, i, m);
+        }
+        pe_uses_free(&ix);
+        if (!found) return PE_OK;
+        pe_status st = apply(p, m);
+        if (st != PE_OK) return pe_error_wrap(st, "%s pass", pass);
+        (*n_fused)++;
+    }
+}

@@ -30,10 +30,12 @@ typedef struct {
 } program_pass;
 
 /* Program-level passes, in order. The layout first: the fusions then see
- * the ops it switched (a bias add on axis 3). fc before fuse_elewise_add_act_ops:
+ * the ops it switched (a bias add on axis 3); the conv bias before
+ * fuse_elewise_add_act_ops, which would take the add into add + relu. fc before fuse_elewise_add_act_ops:
  * it consumes mul + add + act patterns that the other would take half of. */
 static const program_pass k_program_passes[] = {
     {"conv_nhwc", offsetof(pe_build_strategy, conv_nhwc), pe_conv_nhwc, true},
+    {"fuse_conv_bias", offsetof(pe_build_strategy, fuse_conv_bias), pe_fuse_conv_bias, true},
     {"fuse_gemm_epilogue", offsetof(pe_build_strategy, fuse_gemm_epilogue), pe_fuse_fc, false},
     {"fuse_elewise_add_act_ops", offsetof(pe_build_strategy, fuse_elewise_add_act_ops), pe_fuse_elewise_add_act, false},
     {"fuse_all_optimizer_ops", offsetof(pe_build_strategy, fuse_all_optimizer_ops), pe_fuse_all_optimizer_ops, false},

@@ -56,6 +56,7 @@ int pe_tool_parse_strategy(const char *cmd, const char *spec, pe_build_strategy 
         size_t off;
     } k_bools[] = {
         {"conv_nhwc", offsetof(pe_build_strategy, conv_nhwc)},
+        {"fuse_conv_bias", offsetof(pe_build_strategy, fuse_conv_bias)},
         {"fuse_gemm_epilogue", offsetof(pe_build_strategy, fuse_gemm_epilogue)},
         {"fuse_elewise_add_act_ops", offsetof(pe_build_strategy, fuse_elewise_add_act_ops)},
         {"fuse_all_optimizer_ops", offsetof(pe_build_strategy, fuse_all_optimizer_ops)},
@@ -117,7 +118,7 @@ int pe_tool_parse_strategy(const char *cmd, const char *spec, pe_build_strategy 
                 return pe_tool_usage_error(cmd, "--strategy gradient_scale_strategy=%s: batch_share, "
                                            "coeff_num_device, one or customized", v);
         } else {
-            return pe_tool_usage_error(cmd, "--strategy: unknown key '%s' (conv_nhwc, fuse_gemm_epilogue, "
+            return pe_tool_usage_error(cmd, "--strategy: unknown key '%s' (conv_nhwc, fuse_conv_bias, fuse_gemm_epilogue, "
                                        "fuse_elewise_add_act_ops, fuse_all_optimizer_ops, fuse_all_reduce_ops, "
                                        "enable_inplace, memory_optimize, enable_sequential_execution, "
                                        "shard_optimizer, shard_across_trainers, sync_batch_norm, reduce_strategy, "

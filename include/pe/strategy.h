@@ -63,6 +63,9 @@ typedef struct pe_build_strategy {
                                        * transposes only where a feed, a fetch or another op meets
                                        * them (passes/conv_nhwc.c). Other bits than NCHW (float
                                        * tolerance), repeatable */
+    bool fuse_conv_bias;              /* CPU places (default on): conv2d + its bias elementwise_add (+ their
+                                       * grads) -> conv2d with Bias (oneDNN adds it in the primitive and
+                                       * sums its gradient with the weights'; passes/fuse_conv_bias.c) */
     bool fuse_gemm_epilogue;          /* mul + bias add [+ act] (+ their grads) -> fc / fc_grad */
     bool fuse_elewise_add_act_ops;
     bool fuse_all_optimizer_ops;

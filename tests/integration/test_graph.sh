@@ -38,7 +38,7 @@ for model in mlp cnn; do
     prog="$SRC/examples/${model}_train.pe"
     [ "$model" = mlp ] && n_fc=3 || n_fc=2
     "$PE" graph "$prog" --places cpu:2 --loss loss -o "$T/plain.dot" --dump-dir "$T/plain" \
-        --strategy conv_nhwc=0 >"$T/out" 2>"$T/err"
+        --strategy conv_nhwc=0,fuse_conv_bias=0 >"$T/out" 2>"$T/err"
     rc=$?
     if [ $rc -eq 0 ] && is_dot "$T/plain.dot" && is_dot "$T/plain/00_input.dot" && is_dot "$T/plain/01_multi_device.dot" \
         && [ "$(n_handles "$T/plain.dot" mul)" -eq $((2 * n_fc)) ]; then
@@ -49,7 +49,7 @@ for model in mlp cnn; do
     ops_in=$(n_ops "$T/plain/00_input.dot")
 
     "$PE" graph "$prog" --places cpu:2 --loss loss -o "$T/fused.dot" --dump-dir "$T/fused" \
-        --strategy conv_nhwc=0,fuse_gemm_epilogue=1,fuse_elewise_add_act_ops=true,fuse_all_optimizer_ops=on,shard_optimizer=0 >"$T/out" 2>"$T/err"
+        --strategy conv_nhwc=0,fuse_conv_bias=0,fuse_gemm_epilogue=1,fuse_elewise_add_act_ops=true,fuse_all_optimizer_ops=on,shard_optimizer=0 >"$T/out" 2>"$T/err"
     rc=$?
     d="$T/fused"
     ok=1
@@ -82,7 +82,7 @@ for model in mlp cnn; do
     # a fetched intermediate (fc_0's GEMM output) keeps its layer unfused
     t0=$(grep -o 'label="fc_0\.tmp_0' "$T/plain/00_input.dot" | head -1 | cut -d'"' -f2)
     "$PE" graph "$prog" --places cpu:1 --loss loss -o "$T/keep.dot" --dump-dir "$T/keep" \
-        --strategy conv_nhwc=0,fuse_gemm_epilogue=1 --fetch "$t0" >"$T/out" 2>"$T/err"
+        --strategy conv_nhwc=0,fuse_conv_bias=0,fuse_gemm_epilogue=1 --fetch "$t0" >"$T/out" 2>"$T/err"
     if [ $? -eq 0 ] && grep -q "pass fuse_gemm_epilogue: $((n_fc - 1)) fused" "$T/out" \
         && [ "$(n_type "$T/keep/01_fuse_gemm_epilogue.dot" mul)" -eq 1 ]; then
         pass "$model: --fetch $t0 keeps fc_0 unfused"
@@ -95,13 +95,14 @@ done
 # fed image and the flatten get transposes; the MLP has nothing to switch (no line, no dump)
 "$PE" graph "$SRC/examples/cnn_train.pe" --places cpu:1 --loss loss -o "$T/nhwc.dot" --dump-dir "$T/nhwc" >"$T/out" 2>"$T/err"
 if [ $? -eq 0 ] && grep -q '^pass conv_nhwc: 8 fused' "$T/out" && is_dot "$T/nhwc/01_conv_nhwc.dot" \
-    && [ "$(n_type "$T/nhwc/01_conv_nhwc.dot" transpose2)" -ge 2 ] && [ "$(n_type "$T/nhwc/01_conv_nhwc.dot" conv2d)" -eq 2 ]; then
-    pass "cnn: $(grep '^pass conv_nhwc' "$T/out")"
+    && [ "$(n_type "$T/nhwc/01_conv_nhwc.dot" transpose2)" -ge 2 ] && [ "$(n_type "$T/nhwc/01_conv_nhwc.dot" conv2d)" -eq 2 ] \
+    && grep -q '^pass fuse_conv_bias: 2 fused' "$T/out" && is_dot "$T/nhwc/02_fuse_conv_bias.dot"; then
+    pass "cnn: $(grep '^pass conv_nhwc' "$T/out"); $(grep '^pass fuse_conv_bias' "$T/out")"
 else
     fail "cnn: conv_nhwc" "$(cat "$T/out" "$T/err")"
 fi
 "$PE" graph "$SRC/examples/mlp_train.pe" --places cpu:1 --loss loss -o "$T/m.dot" --dump-dir "$T/m" >"$T/out" 2>"$T/err"
-if [ $? -eq 0 ] && ! grep -q conv_nhwc "$T/out" && is_dot "$T/m/01_multi_device.dot"; then
+if [ $? -eq 0 ] && ! grep -q 'conv_nhwc\|fuse_conv_bias' "$T/out" && is_dot "$T/m/01_multi_device.dot"; then
     pass "mlp: conv_nhwc has nothing to switch: no line, no dump"
 else
     fail "mlp: conv_nhwc idle" "$(cat "$T/out" "$T/err")"

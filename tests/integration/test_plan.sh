@@ -64,9 +64,9 @@ for model in mlp cnn; do
     prog="$SRC/examples/${model}_train.pe"
     for places in 1 3; do
         name="$model places=$places"
-        # conv_nhwc off: the expected bytes are the JSON program's vars (the layout pass adds its
-        # transposes' vars; tests/unit/test_conv_nhwc.c plans the CNN with it)
-        "$PE" plan "$prog" --places "cpu:$places" --batch 128 --fetch loss --strategy conv_nhwc=0 >"$T/out" 2>"$T/err"
+        # conv_nhwc and fuse_conv_bias off: the expected bytes are the JSON program's vars (the
+        # layout pass adds its transposes' vars, the fusion drops the conv outputs)
+        "$PE" plan "$prog" --places "cpu:$places" --batch 128 --fetch loss --strategy conv_nhwc=0,fuse_conv_bias=0 >"$T/out" 2>"$T/err"
         rc=$?
         if [ $rc -ne 0 ]; then fail "$name" "exit $rc: $(cat "$T/err")"; continue; fi
         if [ "$(wc -l <"$T/out")" -ne "$places" ] ||

@@ -1,12 +1,11 @@
-"""tests/python/test_conv_nhwc.py — BuildStrategy.conv_nhwc from Python.
+"""tests/python/test_conv_nhwc.py — BuildStrategy.conv_nhwc and fuse_conv_bias from Python.
 
 A fluid CNN (conv2d + bias + relu, batch_norm, max pool, conv2d, fc) trained
-by a ParallelExecutor on 1 and 2 CPU places with the layout pass on (the
-default) and off: the losses and parameters agree to float32 tolerance, two
-runs with it on give the same bits, a fetched conv output comes back NCHW
+by a ParallelExecutor on 1 and 2 CPU places with the layout pass and the conv
+bias fusion on (the defaults), each alone, and both off: the losses and
+parameters agree to float32 tolerance, two runs with them on give the same bits, a fetched conv output comes back NCHW
 with the NCHW run's values, and `conv_nhwc` is a BuildStrategy field Paddle
-scripts can set (False: today's NCHW graph, bit for bit the run without the
-pass). The C side (structure, edges, batch_norm, float64): tests/unit/test_conv_nhwc.c.
+scripts can set. The C side (structure, edges, batch_norm, float64): tests/unit/test_conv_nhwc.c.
 """
 import numpy as np
 import pytest
@@ -42,7 +41,7 @@ def _program(bn):
     return main, startup, loss, conv_out.name, params
 
 
-def _train(monkeypatch, places, on, bn=False, fetch_conv=False):
+def _train(monkeypatch, places, on, bn=False, fetch_conv=False, bias=None):
     monkeypatch.setenv("CPU_NUM", str(places))
     main, startup, loss, conv_name, params = _program(bn)
     scope = pe.static.Scope()
@@ -53,8 +52,9 @@ def _train(monkeypatch, places, on, bn=False, fetch_conv=False):
         shape = np.array(t).shape
         t.set(((rs.rand(*shape) - 0.5) * 0.6).astype(np.float32), pe.CPUPlace())
     bs = pe.static.BuildStrategy()
-    assert bs.conv_nhwc is True  # PE's default
+    assert bs.conv_nhwc is True and bs.fuse_conv_bias is True  # PE's defaults
     bs.conv_nhwc = on
+    bs.fuse_conv_bias = on if bias is None else bias
     pexe = pe.static.ParallelExecutor(False, loss_name=loss.name, main_program=main, scope=scope, build_strategy=bs)
     rs = np.random.RandomState(5)
     losses, conv = [], None
@@ -68,11 +68,13 @@ def _train(monkeypatch, places, on, bn=False, fetch_conv=False):
     return np.array(losses), [np.array(scope.find_var(n).get_tensor()) for n in params], conv
 
 
-@pytest.mark.parametrize("places,bn", [(1, False), (2, False), (1, True)], ids=["1place", "2places", "1place-bn"])
-def test_nhwc_trains_like_nchw(monkeypatch, places, bn):
+@pytest.mark.parametrize("places,bn,nhwc,bias", [(1, False, True, True), (2, False, True, True), (1, True, True, True),
+                                                 (1, False, True, False), (2, False, False, True)],
+                         ids=["1place", "2places", "1place-bn", "nhwc-only", "bias-fusion-only-2places"])
+def test_nhwc_trains_like_nchw(monkeypatch, places, bn, nhwc, bias):
     ref_l, ref_p, _ = _train(monkeypatch, places, False, bn)
-    got_l, got_p, _ = _train(monkeypatch, places, True, bn)
-    again_l, again_p, _ = _train(monkeypatch, places, True, bn)
+    got_l, got_p, _ = _train(monkeypatch, places, nhwc, bn, bias=bias)
+    again_l, again_p, _ = _train(monkeypatch, places, nhwc, bn, bias=bias)
     np.testing.assert_allclose(got_l, ref_l, rtol=1e-4, atol=1e-6)
     for a, b in zip(got_p, ref_p):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
@@ -91,6 +93,7 @@ def test_fetched_conv_output_stays_nchw(monkeypatch):
 def test_conv_nhwc_field():
     bs = pe.static.BuildStrategy()
     bs.conv_nhwc = False
-    assert bs.conv_nhwc is False
+    bs.fuse_conv_bias = False
+    assert bs.conv_nhwc is False and bs.fuse_conv_bias is False
     bs = fluid.BuildStrategy()
-    assert bs.conv_nhwc is True
+    assert bs.conv_nhwc is True and bs.fuse_conv_bias is True

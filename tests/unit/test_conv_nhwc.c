@@ -1,15 +1,19 @@
 /* tests/unit/test_conv_nhwc.c — BuildStrategy.conv_nhwc (passes/conv_nhwc.c):
  * a float32 CNN's conv / pool / activation / bias-add chain and its
- * gradients run NHWC, with transposes only at the edges.
+ * gradients run NHWC, with transposes only at the edges; and
+ * BuildStrategy.fuse_conv_bias (passes/fuse_conv_bias.c), the bias add
+ * folded into the convolution.
  *
  * What: the CNN of tests/unit/models.h with a bias add (axis 1) after each
  * convolution, trained with momentum:
  *  - structure: the pass switches the 2 conv2d, 2 pool2d and their grads
  *    (8), the bias adds go to axis 3, and only the fed image and the
  *    flatten's var and gradient get transposes;
- *  - numbers: 8 steps on 1 and 3 places with the pass give parameters
- *    allclose to the NCHW run (float32, another summation order), and two
- *    runs with it give the same bits;
+ *  - numbers: 8 steps on 1 and 3 places with either pass or both give
+ *    parameters allclose to the NCHW run without them (float32, another
+ *    summation order), and two runs give the same bits;
+ *  - fuse_conv_bias: both convs take their bias and its gradient, in NCHW
+ *    and after the layout pass;
  *  - a fetched intermediate (conv_0's relu output) stays NCHW, allclose to
  *    the NCHW run's value;
  *  - the same with a batch_norm after each bias add (one place: several
@@ -125,15 +129,18 @@ static int count(const pe_program *p, const char *type, bool nhwc) {
     return n;
 }
 
-static pe_ssa_graph *build(const tm_model *m, bool on, pe_pass_result *res) {
+static pe_ssa_graph *build2(const tm_model *m, bool on, bool bias, pe_pass_result *res) {
     pe_build_strategy bs;
     memset(&bs, 0, sizeof bs);
     bs.conv_nhwc = on;
+    bs.fuse_conv_bias = bias;
     pe_pass_opts po = {.n_places = 1, .loss_name = "loss", .bs = &bs};
     pe_ssa_graph *g = NULL;
     if (pe_pass_manager_run(m->main, &po, &g, res) != PE_OK) fail_msg("%s", pe_last_error());
     return g;
 }
+
+static pe_ssa_graph *build(const tm_model *m, bool on, pe_pass_result *res) { return build2(m, on, false, res); }
 
 static void test_structure(void **state) {
     (void)state;
@@ -178,37 +185,45 @@ static void test_structure(void **state) {
     tm_model_free(&m);
 }
 
-static void train(const tm_model *m, int places, bool on, pe_tensor **out) {
+/* sw: bit 0 conv_nhwc, bit 1 fuse_conv_bias */
+static void train(const tm_model *m, int places, int sw, pe_tensor **out) {
     pe_pe_options o;
     pe_pe_options_default(&o);
-    o.build_strategy.conv_nhwc = on;
-    tm_train(m, places, &o, 8, 12, on ? "conv_nhwc on" : "conv_nhwc off", out);
+    o.build_strategy.conv_nhwc = sw & 1;
+    o.build_strategy.fuse_conv_bias = sw & 2;
+    char what[64];
+    snprintf(what, sizeof what, "conv_nhwc=%d fuse_conv_bias=%d", sw & 1, !!(sw & 2));
+    tm_train(m, places, &o, 8, 12, what, out);
 }
 
+/* Every combination of conv_nhwc and fuse_conv_bias against both off. */
 static void check_training(bool bn) {
     tm_model m = make_cnn(PE_DTYPE_FP32, bn);
     for (int places = 1; places <= (bn ? 1 : 3); places += 2) { /* batch_norm on several places: sync_batch_norm's rule */
         pe_tensor *ref[16], *got[16], *again[16];
-        train(&m, places, false, ref);
-        train(&m, places, true, got);
-        train(&m, places, true, again);
-        double worst = 0;
-        for (int i = 0; i < m.n_params; i++) {
-            const int64_t n = pe_tensor_numel(ref[i]);
-            assert_int_equal(n, pe_tensor_numel(got[i]));
-            assert_memory_equal(pe_tensor_data(got[i]), pe_tensor_data(again[i]), (size_t)n * sizeof(float));
-            for (int64_t e = 0; e < n; e++) {
-                const double x = tu_get(got[i], e), y = tu_get(ref[i], e), d = fabs(x - y);
-                if (d > 1e-4 * fabs(y) + 1e-5)
-                    fail_msg("%d places: %s[%lld]: NHWC %.9g vs NCHW %.9g", places, m.params[i], (long long)e, x, y);
-                if (d > worst) worst = d;
+        train(&m, places, 0, ref);
+        for (int sw = 1; sw < 4; sw++) {
+            train(&m, places, sw, got);
+            train(&m, places, sw, again);
+            double worst = 0;
+            for (int i = 0; i < m.n_params; i++) {
+                const int64_t n = pe_tensor_numel(ref[i]);
+                assert_int_equal(n, pe_tensor_numel(got[i]));
+                assert_memory_equal(pe_tensor_data(got[i]), pe_tensor_data(again[i]), (size_t)n * sizeof(float));
+                for (int64_t e = 0; e < n; e++) {
+                    const double x = tu_get(got[i], e), y = tu_get(ref[i], e), d = fabs(x - y);
+                    if (d > 1e-4 * fabs(y) + 1e-5)
+                        fail_msg("switches %d, %d places: %s[%lld]: %.9g vs NCHW unfused %.9g", sw, places, m.params[i],
+                                 (long long)e, x, y);
+                    if (d > worst) worst = d;
+                }
             }
+            print_message("%s, %d place(s), conv_nhwc=%d fuse_conv_bias=%d: allclose to both off (max |diff| %.3g), "
+                          "bitwise repeatable\n", bn ? "with batch_norm" : "conv + bias", places, sw & 1, !!(sw & 2), worst);
+            tm_free_params(&m, got);
+            tm_free_params(&m, again);
         }
-        print_message("%s, %d place(s): allclose to NCHW (max |diff| %.3g), bitwise repeatable\n",
-                      bn ? "with batch_norm" : "conv + bias", places, worst);
         tm_free_params(&m, ref);
-        tm_free_params(&m, got);
-        tm_free_params(&m, again);
     }
     tm_model_free(&m);
 }
@@ -281,6 +296,33 @@ static void test_structure_bn(void **state) {
     tm_model_free(&m);
 }
 
+/* fuse_conv_bias: each conv takes its bias (forward and gradient); the bias adds are gone */
+static void test_conv_bias_fused(void **state) {
+    (void)state;
+    for (int nhwc = 0; nhwc < 2; nhwc++) {
+        tm_model m = make_cnn(PE_DTYPE_FP32, false);
+        pe_pass_result res;
+        pe_ssa_graph *g = build2(&m, nhwc, true, &res);
+        const pe_program *p = g->progs[0];
+        const int k = nhwc; /* fuse_conv_bias's row in the report */
+        assert_string_equal(res.s[k].name, "fuse_conv_bias");
+        assert_int_equal(res.s[k].n_fused, 2);
+        int with_bias = 0, grad_bias = 0;
+        for (int i = 0; i < p->blocks[0].n_ops; i++) {
+            const pe_op *op = &p->blocks[0].ops[i];
+            if (!strcmp(op->type, "conv2d")) with_bias += pe_op_input1(op, "Bias") != NULL;
+            if (!strcmp(op->type, "conv2d_grad")) grad_bias += pe_op_output1(op, "Bias@GRAD") != NULL;
+            const char *x = pe_op_input1(op, "X");
+            if (x && !strncmp(op->type, "elementwise_add", 15)) assert_true(strncmp(x, "conv_", 5) != 0);
+        }
+        assert_int_equal(with_bias, 2);
+        assert_int_equal(grad_bias, 2);
+        assert_null(pe_block_find_var(&p->blocks[0], "conv_0.conv")); /* the pre-bias output is gone */
+        pe_ssa_graph_free(g);
+        tm_model_free(&m);
+    }
+}
+
 static void test_fp64_untouched(void **state) {
     (void)state;
     tm_model m = make_cnn(PE_DTYPE_FP64, false);
@@ -297,6 +339,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_structure),
         cmocka_unit_test(test_structure_bn),
+        cmocka_unit_test(test_conv_bias_fused),
         cmocka_unit_test(test_training),
         cmocka_unit_test(test_fetch_stays_nchw),
         cmocka_unit_test(test_fp64_untouched),

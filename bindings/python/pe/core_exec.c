@@ -450,6 +450,7 @@ static int strategies_from_dicts(PyObject *es, PyObject *bs, pe_pe_options *o) {
                   &gs) ||
         dict_bool(bs, "fuse_elewise_add_act_ops", &b->fuse_elewise_add_act_ops) ||
         dict_bool(bs, "conv_nhwc", &b->conv_nhwc) ||
+        dict_bool(bs, "fuse_conv_bias", &b->fuse_conv_bias) ||
         dict_bool(bs, "fuse_all_optimizer_ops", &b->fuse_all_optimizer_ops) ||
         dict_bool(bs, "fuse_all_reduce_ops", &b->fuse_all_reduce_ops) ||
         dict_double(bs, "fuse_grad_size_in_MB", &b->fuse_grad_size_in_MB) ||

@@ -25,7 +25,7 @@ How to_static works (docs/guide.md, "to_static and jit.save"):
   one-place ParallelExecutor (CPU place 0) built once per program and
   scope, whose build applies the BuildStrategy's passes (by default
   fuse_elewise_add_act_ops, memory_optimize and enable_inplace, and not
-  conv_nhwc: the eager kernels' layout, the eager run's bits; to_static's
+  conv_nhwc / fuse_conv_bias: the eager kernels, the eager run's bits; to_static's
   build_strategy= replaces them), with the eager parameters' current values: the
   scope's parameter vars are the parameters' storage (each parameter's
   tensor becomes a view of its scope var, which the eager optimizer step
@@ -184,8 +184,8 @@ def _flatten_outputs(out, what):
 def _default_build_strategy():
     """to_static's passes when no build_strategy is given: the fusion of bias
     add + activation and the memory plan with in-place reuse. The CNN layout
-    pass (conv_nhwc) stays off: the traced program keeps the eager ops' NCHW
-    kernels, so a to_static model takes the eager model's steps to the bit
+    pass (conv_nhwc) and the conv bias fusion stay off: the traced program keeps
+    the eager ops' NCHW kernels and bias adds, so a to_static model takes the eager model's steps to the bit
     (oneDNN's NHWC kernels sum in another order; where a gradient is ~0 by
     construction, e.g. a conv bias before a batch norm, Adam turns that
     rounding into full-size steps of either sign). Pass a build_strategy
@@ -193,6 +193,7 @@ def _default_build_strategy():
     from .static.executor import BuildStrategy
     bs = BuildStrategy()
     bs.conv_nhwc = False
+    bs.fuse_conv_bias = False
     bs.fuse_elewise_add_act_ops = True
     bs.memory_optimize = True
     bs.enable_inplace = True
