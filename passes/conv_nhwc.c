@@ -121,7 +121,29 @@ static bool is_act_slot(const pe_block *b, const pe_op *op, op_kind k, bool inpu
     return false;
 }
 
+/* Every arg of op's activation slots (as kind k reads them) is a declared
+ * 4-D float32 var: an undeclared one could not be given its NHWC edge. */
+static bool acts_declared(const pe_block *b, const pe_op *op, op_kind k) {
+    for (int side = 0; side < 2; side++) {
+        const int n = side ? op->n_outputs : op->n_inputs;
+        const pe_slot *slots = side ? op->outputs : op->inputs;
+        for (int i = 0; i < n; i++) {
+            if (!is_act_slot(b, op, k, side == 0, slots[i].name)) continue;
+            for (int a = 0; a < slots[i].n_args; a++)
+                if (strcmp(slots[i].args[a], PE_EMPTY_VAR) && !is_act4(b, slots[i].args[a])) return false;
+        }
+    }
+    return true;
+}
+
+static op_kind classify_op(const pe_block *b, const pe_op *op);
+
 static op_kind classify(const pe_block *b, const pe_op *op) {
+    const op_kind k = classify_op(b, op);
+    return (k == K_LAYOUT || k == K_BIAS_ADD) && !acts_declared(b, op, k) ? K_NONE : k;
+}
+
+static op_kind classify_op(const pe_block *b, const pe_op *op) {
     const int id = pe_op_type_id(op->type);
     const layout_slots *ls = layout_of(id);
     if (ls) {

@@ -277,6 +277,29 @@ static void test_fetch_stays_nchw(void **state) {
     tm_model_free(&m);
 }
 
+/* an undeclared activation (conv_1's pre-bias gradient): the ops reading or
+ * writing it stay NCHW (no edge could be given to it), the rest switches */
+static void test_undeclared_activation(void **state) {
+    (void)state;
+    tm_model m = make_cnn(PE_DTYPE_FP32, false);
+    assert_true(pe_block_remove_var(&m.main->blocks[0], "conv_1.conv@GRAD"));
+    pe_pass_result res;
+    pe_ssa_graph *g = build(&m, true, &res);
+    assert_int_equal(res.s[0].n_fused, 7); /* conv_1's conv2d_grad not switched */
+    assert_int_equal(count(g->progs[0], "conv2d_grad", true), 1);
+    pe_ssa_graph_free(g);
+    pe_tensor *ref[16], *got[16];
+    train(&m, 1, 0, ref);
+    train(&m, 1, 1, got);
+    for (int i = 0; i < m.n_params; i++)
+        for (int64_t e = 0; e < pe_tensor_numel(ref[i]); e++)
+            if (fabs(tu_get(got[i], e) - tu_get(ref[i], e)) > 1e-4 * fabs(tu_get(ref[i], e)) + 1e-5)
+                fail_msg("%s[%lld]: %.9g vs %.9g", m.params[i], (long long)e, tu_get(got[i], e), tu_get(ref[i], e));
+    tm_free_params(&m, ref);
+    tm_free_params(&m, got);
+    tm_model_free(&m);
+}
+
 /* with batch_norm between the bias add and the relu: the norms and their grads switch too (12) */
 static void test_structure_bn(void **state) {
     (void)state;
@@ -339,6 +362,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_structure),
         cmocka_unit_test(test_structure_bn),
+        cmocka_unit_test(test_undeclared_activation),
         cmocka_unit_test(test_conv_bias_fused),
         cmocka_unit_test(test_training),
         cmocka_unit_test(test_fetch_stays_nchw),

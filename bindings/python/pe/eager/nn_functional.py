@@ -7,18 +7,21 @@ the same grad ops a program gets from pe.static.gradients.
 import numpy as np
 
 from .. import _core
-from ..utils.conv_args import pair as _pair, padding as _padding
+from ..utils.conv_args import pair as _pair, padding as _padding, channels_last as _channels_last, \
+    bn_layout as _bn_layout
 from .autograd import Tensor, run_op
 from .functional import _check, _out, _next_seed, mean, sum, reshape, subtract
 
 
 
-def _nchw(x, data_format, api):
+def _image(x, data_format, api):
+    """A 4-D x in data_format (NCHW or NHWC); returns whether it is channels last."""
     _check(x, api)
-    if data_format != "NCHW":
-        raise _core.UnsupportedError("%s: data_format must be NCHW" % api)
+    nhwc = _channels_last(data_format, api)
     if x.ndim != 4:
-        raise _core.InvalidArgumentError("%s: x must be [N, C, H, W], got %s" % (api, x.shape))
+        raise _core.InvalidArgumentError("%s: x must be %s, got %s" % (api, "[N, H, W, C]" if nhwc else "[N, C, H, W]",
+                                                                     x.shape))
+    return nhwc
 
 
 def gelu(x, approximate=False, name=None):
@@ -35,27 +38,27 @@ def linear(x, weight, bias=None, name=None):
 
 
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, data_format="NCHW", name=None):
-    """conv2d op (Filter [M, C/groups, kh, kw]), then bias on axis 1."""
-    _nchw(x, data_format, "conv2d")
+    """conv2d op (Filter [M, C/groups, kh, kw]), then bias on the channel axis (1, or 3 for NHWC)."""
+    nhwc = _image(x, data_format, "conv2d")
     _check(weight, "conv2d", "weight")
     pads, algo = _padding(padding, "conv2d")
     out = run_op("conv2d", {"Input": x, "Filter": weight}, {"Output": 1},
                  {"strides": _pair(stride, "conv2d stride"), "paddings": pads,
                   "dilations": _pair(dilation, "conv2d dilation"), "groups": int(groups),
-                  "padding_algorithm": algo, "data_format": "NCHW"})["Output"][0]
+                  "padding_algorithm": algo, "data_format": data_format})["Output"][0]
     if bias is None:
         return out
-    return _out("elementwise_add", {"X": out, "Y": _check(bias, "conv2d", "bias")}, {"axis": 1})
+    return _out("elementwise_add", {"X": out, "Y": _check(bias, "conv2d", "bias")}, {"axis": 3 if nhwc else 1})
 
 
 def _pool(x, pooling_type, kernel_size, stride, padding, ceil_mode, exclusive, data_format, api):
-    _nchw(x, data_format, api)
+    _image(x, data_format, api)
     ks = _pair(kernel_size, api + " kernel_size")
     st = ks if stride is None else _pair(stride, api + " stride")
     pads, algo = _padding(padding, api)
     return _out("pool2d", {"X": x}, {"pooling_type": pooling_type, "ksize": ks, "strides": st, "paddings": pads,
                                      "ceil_mode": bool(ceil_mode), "exclusive": bool(exclusive),
-                                     "padding_algorithm": algo, "data_format": "NCHW"})
+                                     "padding_algorithm": algo, "data_format": data_format})
 
 
 def max_pool2d(x, kernel_size, stride=None, padding=0, return_mask=False, ceil_mode=False, data_format="NCHW",
@@ -78,8 +81,7 @@ def batch_norm(x, running_mean, running_var, weight, bias, training=False, momen
     replaces running_mean / running_var's values with the op's MeanOut /
     VarianceOut (running = momentum * running + (1 - momentum) * batch)."""
     _check(x, "batch_norm")
-    if data_format not in ("NCHW", "NC", "NCL"):
-        raise _core.UnsupportedError("batch_norm: data_format must be NCHW (channels on axis 1)")
+    layout = _bn_layout(data_format, "batch_norm")
     for t, what in ((running_mean, "running_mean"), (running_var, "running_var"), (weight, "weight"),
                     (bias, "bias")):
         _check(t, "batch_norm", what)
@@ -87,7 +89,7 @@ def batch_norm(x, running_mean, running_var, weight, bias, training=False, momen
     r = run_op("batch_norm", {"X": x, "Scale": weight, "Bias": bias, "Mean": running_mean, "Variance": running_var},
                {"Y": 1, "MeanOut": 1, "VarianceOut": 1, "SavedMean": 1, "SavedVariance": 1},
                {"epsilon": float(epsilon), "momentum": float(momentum), "is_test": not training,
-                "use_global_stats": ugs, "data_layout": "NCHW"})
+                "use_global_stats": ugs, "data_layout": layout})
     if training and not ugs:
         running_mean._t = r["MeanOut"][0]._t
         running_var._t = r["VarianceOut"][0]._t

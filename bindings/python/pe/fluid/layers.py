@@ -122,10 +122,11 @@ def pool2d(input, pool_size=-1, pool_type="max", pool_stride=1, pool_padding=0, 
     if pool_type not in ("max", "avg"):
         raise _core.InvalidArgumentError("pool2d: pool_type must be 'max' or 'avg', got %r" % (pool_type,))
     if global_pooling:
-        if len(input.shape) != 4 or min(input.shape[2:]) < 0:
+        hw = list(input.shape[1:3] if data_format == "NHWC" else input.shape[2:])
+        if len(input.shape) != 4 or min(hw) < 0:
             raise _core.InvalidArgumentError("pool2d(global_pooling=True): input %s needs known H and W, got %s"
                                              % (input.name, list(input.shape)))
-        pool_size, pool_stride, pool_padding = list(input.shape[2:]), 1, 0
+        pool_size, pool_stride, pool_padding = hw, 1, 0
     elif pool_size == -1:
         raise _core.InvalidArgumentError("pool2d: pool_size is required unless global_pooling=True")
     return F._pool(input, pool_type, pool_size, pool_stride, pool_padding, ceil_mode, exclusive, data_format, name,

@@ -9,7 +9,8 @@ pe.UnsupportedError when the function is called, naming the op.
 import numpy as np
 
 from .. import _core
-from ..utils.conv_args import pair as _pair, padding as _padding
+from ..utils.conv_args import pair as _pair, padding as _padding, channels_last as _channels_last, \
+    bn_layout as _bn_layout
 from .. import tensor as _t
 from ..framework import Variable, has_op, require_op
 from ..layer_helper import LayerHelper, check_variable
@@ -211,43 +212,44 @@ def _conv_out(size, k, s, p, d, algo, ceil=False):
     return (num + (s - 1 if ceil else 0)) // s + 1
 
 
-def _check_conv(x, weight, data_format, api, weight_dims):
-    """NCHW x and a 4-D weight (weight_dims: how the op lays it out)."""
+def _check_conv(x, weight, data_format, api, weight_dims, nhwc_ok=True):
+    """A 4-D x (NCHW, or NHWC where nhwc_ok) and a 4-D weight (weight_dims:
+    how the op lays it out); returns whether x is channels last."""
     check_variable(x, "x", api)
     check_variable(weight, "weight", api)
-    if data_format != "NCHW":
-        raise _core.UnsupportedError("%s: data_format must be NCHW" % api)
+    nhwc = _channels_last(data_format, api, nhwc_ok)
     if len(x.shape) != 4 or len(weight.shape) != 4:
-        raise _core.InvalidArgumentError("%s: x must be [N, C, H, W] and weight %s, got %s and %s"
-                                         % (api, weight_dims, list(x.shape), list(weight.shape)))
+        raise _core.InvalidArgumentError("%s: x must be %s and weight %s, got %s and %s"
+                                         % (api, "[N, H, W, C]" if nhwc else "[N, C, H, W]", weight_dims,
+                                            list(x.shape), list(weight.shape)))
+    return nhwc
 
 
-def _add_channel_bias(helper, out, bias):
-    """out + bias along axis 1 (elementwise_add), or out when bias is None."""
+def _add_channel_bias(helper, out, bias, axis=1):
+    """out + bias along the channel axis (elementwise_add), or out when bias is None."""
     if bias is None:
         return out
     res = helper.create_variable_for_type_inference(out.dtype, shape=out.shape)
-    helper.append_op("elementwise_add", {"X": [out], "Y": [bias]}, {"Out": [res]}, {"axis": 1})
+    helper.append_op("elementwise_add", {"X": [out], "Y": [bias]}, {"Out": [res]}, {"axis": axis})
     return res
 
 
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, data_format="NCHW", name=None):
-    _check_conv(x, weight, data_format, "conv2d", "[M, C/groups, kh, kw]")
+    nhwc = _check_conv(x, weight, data_format, "conv2d", "[M, C/groups, kh, kw]")
     strides, dil = _pair(stride, "conv2d stride"), _pair(dilation, "conv2d dilation")
     pads, algo = _padding(padding, "conv2d")
     m, _, kh, kw = weight.shape
-    n, _, h, w = x.shape
-    shape = [n, m, _conv_out(h, kh, strides[0], pads[0], dil[0], algo),
-             _conv_out(w, kw, strides[1], pads[1], dil[1], algo)]
+    n, c, h, w = (x.shape[0], x.shape[3], x.shape[1], x.shape[2]) if nhwc else x.shape
+    oh, ow = _conv_out(h, kh, strides[0], pads[0], dil[0], algo), _conv_out(w, kw, strides[1], pads[1], dil[1], algo)
+    shape = [n, oh, ow, m] if nhwc else [n, m, oh, ow]
     # Paddle 2.x: groups == C (C != 1) with M a multiple of C is its depthwise_conv2d op
-    c = x.shape[1]
     op = "depthwise_conv2d" if c == int(groups) and c > 1 and m % c == 0 and has_op("depthwise_conv2d") else "conv2d"
     helper = LayerHelper(op, name)
     out = helper.create_variable_for_type_inference(x.dtype, shape=shape)
     helper.append_op(op, {"Input": [x], "Filter": [weight]}, {"Output": [out]},
                      {"strides": strides, "paddings": pads, "dilations": dil, "groups": int(groups),
-                      "padding_algorithm": algo, "data_format": "NCHW"})
-    return _add_channel_bias(helper, out, bias)
+                      "padding_algorithm": algo, "data_format": data_format})
+    return _add_channel_bias(helper, out, bias, 3 if nhwc else 1)
 
 
 def _conv_transpose_out(size, k, s, p, d, algo, output_padding, output_size):
@@ -287,7 +289,7 @@ def conv2d_transpose(x, weight, bias=None, stride=1, padding=0, output_padding=0
                      data_format="NCHW", output_size=None, name=None):
     """Paddle 2.x's F.conv2d_transpose: weight [C_in, C_out/groups, kh, kw]; output_size (a pair) picks
     the output size among the ones the strides allow, instead of output_padding."""
-    _check_conv(x, weight, data_format, "conv2d_transpose", "[C, M/groups, kh, kw]")
+    _check_conv(x, weight, data_format, "conv2d_transpose", "[C, M/groups, kh, kw]", nhwc_ok=False)
     if output_size is not None and output_padding:
         raise _core.InvalidArgumentError("conv2d_transpose: give output_padding or output_size, not both")
     strides, dil = _pair(stride, "conv2d_transpose stride"), _pair(dilation, "conv2d_transpose dilation")
@@ -300,22 +302,23 @@ def conv2d_transpose(x, weight, bias=None, stride=1, padding=0, output_padding=0
 
 def _pool(x, pooling_type, kernel_size, stride, padding, ceil_mode, exclusive, data_format, name, api):
     check_variable(x, "x", api)
-    if data_format != "NCHW":
-        raise _core.UnsupportedError("%s: data_format must be NCHW" % api)
+    nhwc = _channels_last(data_format, api)
     if len(x.shape) != 4:
-        raise _core.InvalidArgumentError("%s: x must be [N, C, H, W], got %s" % (api, list(x.shape)))
+        raise _core.InvalidArgumentError("%s: x must be %s, got %s" % (api, "[N, H, W, C]" if nhwc else "[N, C, H, W]",
+                                                                     list(x.shape)))
     ks = _pair(kernel_size, api + " kernel_size")
     st = ks if stride is None else _pair(stride, api + " stride")
     pads, algo = _padding(padding, api)
-    n, c, h, w = x.shape
-    shape = [n, c, _conv_out(h, ks[0], st[0], pads[0], 1, algo, ceil_mode),
-             _conv_out(w, ks[1], st[1], pads[1], 1, algo, ceil_mode)]
+    n, c, h, w = (x.shape[0], x.shape[3], x.shape[1], x.shape[2]) if nhwc else x.shape
+    oh, ow = _conv_out(h, ks[0], st[0], pads[0], 1, algo, ceil_mode), _conv_out(w, ks[1], st[1], pads[1], 1, algo,
+                                                                              ceil_mode)
+    shape = [n, oh, ow, c] if nhwc else [n, c, oh, ow]
     helper = LayerHelper("pool2d", name)
     out = helper.create_variable_for_type_inference(x.dtype, shape=shape)
     helper.append_op("pool2d", {"X": [x]}, {"Out": [out]},
                      {"pooling_type": pooling_type, "ksize": ks, "strides": st, "paddings": pads,
                       "ceil_mode": bool(ceil_mode), "exclusive": bool(exclusive), "padding_algorithm": algo,
-                      "data_format": "NCHW"})
+                      "data_format": data_format})
     return out
 
 
@@ -338,8 +341,7 @@ def batch_norm(x, running_mean, running_var, weight, bias, training=False, momen
     """batch_norm op: Y, and the running statistics updated in place (MeanOut =
     running_mean, VarianceOut = running_var) when training."""
     check_variable(x, "x", "batch_norm")
-    if data_format not in ("NCHW", "NC", "NCL"):
-        raise _core.UnsupportedError("batch_norm: data_format must be NCHW (channels on axis 1)")
+    layout = _bn_layout(data_format, "batch_norm")
     helper = LayerHelper("batch_norm", name)
     saved_mean = helper.create_variable_for_type_inference(x.dtype, shape=running_mean.shape, stop_gradient=True)
     saved_var = helper.create_variable_for_type_inference(x.dtype, shape=running_var.shape, stop_gradient=True)
@@ -350,7 +352,7 @@ def batch_norm(x, running_mean, running_var, weight, bias, training=False, momen
                       "SavedMean": [saved_mean], "SavedVariance": [saved_var]},
                      {"epsilon": float(epsilon), "momentum": float(momentum), "is_test": not training,
                       "use_global_stats": bool(use_global_stats) if use_global_stats is not None else False,
-                      "data_layout": "NCHW"})
+                      "data_layout": layout})
     return out
 
 

@@ -53,15 +53,16 @@ def fc(x, size, num_flatten_dims=1, weight_attr=None, bias_attr=None, activation
     return helper.append_activation(pre_act, activation)
 
 
-def _conv_groups(input, groups, data_format, api):
-    """Checks an NCHW input of known channels C divisible by groups; returns (C, groups)."""
+def _conv_groups(input, groups, data_format, api, nhwc_ok=True):
+    """Checks a 4-D input (NCHW, or NHWC where nhwc_ok) of known channels C divisible by groups; returns
+    (C, groups)."""
     check_variable(input, "input", api)
+    nhwc = F._channels_last(data_format, api, nhwc_ok)
     if len(input.shape) != 4:
-        raise _core.InvalidArgumentError("%s: input must be [N, C, H, W], got %s" % (api, list(input.shape)))
-    if data_format != "NCHW":
-        raise _core.UnsupportedError("%s: data_format must be NCHW" % api)
+        raise _core.InvalidArgumentError("%s: input must be %s, got %s" % (
+            api, "[N, H, W, C]" if nhwc else "[N, C, H, W]", list(input.shape)))
     groups = 1 if groups is None else int(groups)
-    c = input.shape[1]
+    c = input.shape[3 if nhwc else 1]
     if c < 0 or c % groups:
         raise _core.InvalidArgumentError("%s: input channels %d must be known and divisible by groups %d" % (
             api, c, groups))
@@ -78,16 +79,20 @@ def conv2d(input, num_filters, filter_size, stride=1, padding=0, dilation=1, gro
                                 default_initializer=Normal(0.0, std))
     pads, algo = F._padding(padding, "conv2d")
     strides, dil = F._pair(stride, "conv2d stride"), F._pair(dilation, "conv2d dilation")
-    n, _, h, wd = input.shape
-    shape = [n, int(num_filters), F._conv_out(h, k[0], strides[0], pads[0], dil[0], algo),
-             F._conv_out(wd, k[1], strides[1], pads[1], dil[1], algo)]
+    nhwc = data_format == "NHWC"
+    n, h, wd = (input.shape[0], input.shape[1], input.shape[2]) if nhwc else (input.shape[0], input.shape[2],
+                                                                              input.shape[3])
+    oh, ow = F._conv_out(h, k[0], strides[0], pads[0], dil[0], algo), F._conv_out(wd, k[1], strides[1], pads[1],
+                                                                                 dil[1], algo)
+    shape = [n, oh, ow, int(num_filters)] if nhwc else [n, int(num_filters), oh, ow]
     # Paddle's rule: groups == C with num_filters a multiple of C, without cuDNN, is depthwise_conv2d
     op = "depthwise_conv2d" if groups == c and int(num_filters) % c == 0 and not use_cudnn else "conv2d"
     pre_bias = helper.create_variable_for_type_inference(input.dtype, shape=shape)
     helper.append_op(op, {"Input": [input], "Filter": [w]}, {"Output": [pre_bias]},
                      {"strides": strides, "paddings": pads, "dilations": dil, "groups": groups,
-                      "padding_algorithm": algo, "data_format": "NCHW"})
-    pre_act = helper.append_bias_op(pre_bias, bias_attr, dim_start=1, dim_end=2)
+                      "padding_algorithm": algo, "data_format": data_format})
+    ch = 3 if nhwc else 1
+    pre_act = helper.append_bias_op(pre_bias, bias_attr, dim_start=ch, dim_end=ch + 1)
     return helper.append_activation(pre_act, act)
 
 
@@ -97,7 +102,7 @@ def conv2d_transpose(input, num_filters, output_size=None, filter_size=None, pad
     """Paddle's conv2d_transpose layer: filter [C, num_filters/groups, kh, kw] (Xavier), the op, the bias
     [num_filters] (elementwise_add axis 1), the activation. filter_size may be left out when output_size
     is given: it is then the size that gives output_size."""
-    c, groups = _conv_groups(input, groups, data_format, "conv2d_transpose")
+    c, groups = _conv_groups(input, groups, data_format, "conv2d_transpose", nhwc_ok=False)
     if int(num_filters) % groups:
         raise _core.InvalidArgumentError("conv2d_transpose: num_filters %d must be divisible by groups %d"
                                          % (num_filters, groups))
@@ -153,12 +158,12 @@ def batch_norm(input, act=None, is_test=False, momentum=0.9, epsilon=1e-05, para
                data_layout="NCHW", in_place=False, name=None, moving_mean_name=None, moving_variance_name=None,
                do_model_average_for_mean_and_var=True, use_global_stats=False):
     check_variable(input, "input", "batch_norm")
-    if data_layout != "NCHW":
-        raise _core.UnsupportedError("batch_norm: data_layout must be NCHW")
-    if len(input.shape) < 2 or input.shape[1] < 0:
-        raise _core.InvalidArgumentError("batch_norm: input %s needs a known channel dim 1" % list(input.shape))
+    layout = F._bn_layout(data_layout, "batch_norm")
+    ch = len(input.shape) - 1 if layout == "NHWC" else 1
+    if len(input.shape) < 2 or input.shape[ch] < 0:
+        raise _core.InvalidArgumentError("batch_norm: input %s needs a known channel dim %d" % (list(input.shape), ch))
     helper = LayerHelper("batch_norm", name)
-    c = [int(input.shape[1])]
+    c = [int(input.shape[ch])]
     scale = helper.create_parameter(param_attr, c, input.dtype, default_initializer=Constant(1.0))
     bias = helper.create_parameter(bias_attr, c, input.dtype, is_bias=True)
     mean = helper.create_parameter(ParamAttr(name=moving_mean_name, initializer=Constant(0.0), trainable=False),
@@ -175,7 +180,7 @@ def batch_norm(input, act=None, is_test=False, momentum=0.9, epsilon=1e-05, para
                      {"Y": [out], "MeanOut": [mean], "VarianceOut": [var], "SavedMean": [saved_mean],
                       "SavedVariance": [saved_var]},
                      {"epsilon": float(epsilon), "momentum": float(momentum), "is_test": bool(is_test),
-                      "use_global_stats": bool(use_global_stats), "data_layout": "NCHW"})
+                      "use_global_stats": bool(use_global_stats), "data_layout": layout})
     return helper.append_activation(out, act)
 
 

@@ -1,5 +1,5 @@
-"""pe.utils.conv_args — the kernel-size / stride / padding arguments of the
-conv and pool APIs, read once for the static builders (pe.nn.functional)
+"""pe.utils.conv_args — the kernel-size / stride / padding / layout arguments of the
+conv, pool and batch-norm APIs, read once for the static builders (pe.nn.functional)
 and their eager forms (pe.eager.nn_functional)."""
 import numpy as np
 
@@ -30,3 +30,27 @@ def padding(padding, what):
             raise _core.UnsupportedError("%s: asymmetric padding %s is not supported" % (what, p))
         return [p[0], p[2]], "EXPLICIT"
     return pair(padding, what + " padding"), "EXPLICIT"
+
+
+def channels_last(data_format, api, nhwc_ok=True):
+    """A conv / pool data_format: False for 'NCHW', True for 'NHWC' (the ops
+    take both on CPU places; CUDA places run NCHW only); anything else, or
+    NHWC where the op has no such form (nhwc_ok False), is an UnsupportedError."""
+    if data_format == "NCHW":
+        return False
+    if data_format == "NHWC" and nhwc_ok:
+        return True
+    raise _core.UnsupportedError("%s: data_format must be %s, got %r" % (
+        api, "'NCHW' or 'NHWC'" if nhwc_ok else "'NCHW'", data_format))
+
+
+def bn_layout(data_format, api):
+    """batch_norm's data_layout attr from a Paddle data_format: channels on
+    axis 1 (NC, NCL, NCHW, NCDHW) -> 'NCHW'; channels last (NLC, NHWC,
+    NDHWC) -> 'NHWC'."""
+    if data_format in ("NCHW", "NC", "NCL", "NCDHW"):
+        return "NCHW"
+    if data_format in ("NHWC", "NLC", "NDHWC"):
+        return "NHWC"
+    raise _core.UnsupportedError("%s: data_format must put the channels on axis 1 (NC, NCL, NCHW, NCDHW) or last "
+                                 "(NLC, NHWC, NDHWC), got %r" % (api, data_format))
