@@ -28,6 +28,9 @@ OMP_NUM_THREADS=1 and torch.set_num_threads(1)):
                Also "to_static, loss inside": to_static of a Layer that
                returns the loss (the MLP and CrossEntropyLoss in one traced
                program; labels fed as [N, 1]): what the eager loss costs.
+  (e) CNN      one eager training step of the main job's CNN (batch 128,
+               SGD): PE's layers in NCHW and in NHWC (data_format), torch's
+               in NCHW and channels_last (not in the default --parts).
   (d) DP       2 processes, batch 128 per rank, the MLP with Adam:
                pe.DataParallel under pe.distributed.spawn (MPI between the
                ranks) vs torch DistributedDataParallel over gloo (2
@@ -48,6 +51,7 @@ cannot import torch, torch2 is reported "absent (reason)".
     OMP_NUM_THREADS=1 PYTHONPATH=build/python /usr/bin/python3 benchmarks/bench_eager.py [--parts abcd] [--rounds 3]
 """
 import argparse
+import copy
 import json
 import os
 import socket
@@ -319,6 +323,74 @@ def part_a(torch, a):
         t2w, t2c = r["torch2 eager"]
         print("PE / torch2 (%s) samples/s = %.2f; CPU per sample PE / torch2 = %.2f" % (t2["version"], t2w / pw,
                                                                                       pc / t2c))
+    pe.enable_static()
+    return r
+
+
+# ---- (e) an eager CNN step in NCHW and NHWC ------------------------------------------------
+
+def part_e(torch, a):
+    """The CNN of the main job (conv 1->8 5x5 pad 2, relu, max pool 2, conv 8->16 5x5 pad 2, relu, max pool 2,
+    fc 784->64, relu, fc 64->10), batch 128, SGD lr 0.05, eager: PE's layers with data_format NCHW and NHWC
+    (oneDNN's layout: no reorder per call) against torch's in NCHW and channels_last."""
+    pe.disable_static()
+    pe.seed(0)
+
+    def pe_cnn(fmt):
+        return nn.Sequential(nn.Conv2D(1, 8, 5, padding=2, data_format=fmt), nn.ReLU(), nn.MaxPool2D(2, data_format=fmt),
+                             nn.Conv2D(8, 16, 5, padding=2, data_format=fmt), nn.ReLU(),
+                             nn.MaxPool2D(2, data_format=fmt), nn.Flatten(), nn.Linear(784, 64), nn.ReLU(),
+                             nn.Linear(64, 10))
+
+    models = {"NCHW": pe_cnn("NCHW"), "NHWC": pe_cnn("NHWC")}
+    models["NHWC"].set_state_dict(models["NCHW"].state_dict())  # the flatten order differs: the same work, not the same numbers
+    rs = np.random.RandomState(0)
+    xs = [rs.rand(BATCH, 1, 28, 28).astype("float32") for _ in range(4)]
+    ys = [rs.randint(0, 10, BATCH).astype("int64") for _ in range(4)]
+    loss_fn = nn.CrossEntropyLoss()
+    runs, last = {}, {}
+    for fmt, m in models.items():
+        opt = pe.optimizer.SGD(learning_rate=0.05, parameters=m.parameters())
+        feed = [(pe.to_tensor(x if fmt == "NCHW" else x.transpose(0, 2, 3, 1).copy()), pe.to_tensor(y))
+                for x, y in zip(xs, ys)]
+        it = [0]
+
+        def step(m=m, opt=opt, feed=feed, it=it, fmt=fmt):
+            x, y = feed[it[0] % 4]
+            it[0] += 1
+            loss = loss_fn(m(x), y)
+            loss.backward()
+            opt.step()
+            opt.clear_grad()
+            last["PE " + fmt] = float(loss)
+        runs["PE " + fmt] = step
+    tnet = torch.nn.Sequential(torch.nn.Conv2d(1, 8, 5, padding=2), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                               torch.nn.Conv2d(8, 16, 5, padding=2), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                               torch.nn.Flatten(), torch.nn.Linear(784, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+    for mf, name in ((torch.contiguous_format, "torch NCHW"), (torch.channels_last, "torch channels_last")):
+        net = copy.deepcopy(tnet).to(memory_format=mf)
+        topt = torch.optim.SGD(net.parameters(), lr=0.05)
+        tfeed = [(torch.from_numpy(x).contiguous(memory_format=mf), torch.from_numpy(y)) for x, y in zip(xs, ys)]
+        it = [0]
+
+        def tstep(net=net, topt=topt, tfeed=tfeed, it=it, name=name):
+            x, y = tfeed[it[0] % 4]
+            it[0] += 1
+            loss = torch.nn.functional.cross_entropy(net(x), y)
+            loss.backward()
+            topt.step()
+            topt.zero_grad()
+            last[name] = float(loss)
+        runs[name] = tstep
+    r = timed_rounds(runs, a.rounds, a.steps)
+    print("(e) eager CNN step (conv 5x5 x2, max pools, fc x2), batch %d, SGD lr 0.05; %d rounds x %d steps, medians"
+          % (BATCH, a.rounds, a.steps))
+    print("%-20s %10s %12s %14s %12s" % ("", "ms/step", "samples/s", "CPU us/sample", "last loss"))
+    for k, (w, c) in r.items():
+        print("%-20s %10.3f %12.0f %14.2f %12.6f" % (k, w * 1e3, BATCH / w, c * 1e6 / BATCH, last[k]))
+    best_t = min(r["torch NCHW"][0], r["torch channels_last"][0])
+    print("PE NHWC / PE NCHW step time = %.2f; best torch / PE NHWC samples/s = %.2f"
+          % (r["PE NHWC"][0] / r["PE NCHW"][0], best_t / r["PE NHWC"][0]))
     pe.enable_static()
     return r
 
@@ -652,7 +724,7 @@ def main():
         os.environ.get("OMP_NUM_THREADS")))
     try:
         for p in a.parts:
-            {"a": part_a, "b": part_b, "c": part_c, "d": part_d}[p](torch, a)
+            {"a": part_a, "b": part_b, "c": part_c, "d": part_d, "e": part_e}[p](torch, a)
     finally:
         a.torch2.close()
 

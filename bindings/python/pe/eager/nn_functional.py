@@ -38,15 +38,20 @@ def linear(x, weight, bias=None, name=None):
 
 
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, data_format="NCHW", name=None):
-    """conv2d op (Filter [M, C/groups, kh, kw]), then bias on the channel axis (1, or 3 for NHWC)."""
+    """conv2d op (Filter [M, C/groups, kh, kw]), then bias on axis 1 (NCHW: the ops a static conv2d layer
+    writes, so to_static and the static engine take the same steps); NHWC: the bias is the op's Bias input,
+    added inside oneDNN's convolution and its gradient summed with the weights'."""
     nhwc = _image(x, data_format, "conv2d")
     _check(weight, "conv2d", "weight")
     pads, algo = _padding(padding, "conv2d")
-    out = run_op("conv2d", {"Input": x, "Filter": weight}, {"Output": 1},
+    ins = {"Input": x, "Filter": weight}
+    if nhwc and bias is not None:
+        ins["Bias"] = _check(bias, "conv2d", "bias")
+    out = run_op("conv2d", ins, {"Output": 1},
                  {"strides": _pair(stride, "conv2d stride"), "paddings": pads,
                   "dilations": _pair(dilation, "conv2d dilation"), "groups": int(groups),
                   "padding_algorithm": algo, "data_format": data_format})["Output"][0]
-    if bias is None:
+    if bias is None or nhwc:
         return out
     return _out("elementwise_add", {"X": out, "Y": _check(bias, "conv2d", "bias")}, {"axis": 3 if nhwc else 1})
 
