@@ -217,16 +217,12 @@ static pe_status build_variant(const pe_parallel_executor *pe, const char *const
 }
 
 /* Whether the passes changed var `name` of the main program in graph block
- * gb: removed (a fusion) or declared with other dims (conv_nhwc stores it
- * [N, H, W, C]): a fetch of it needs the graph built with it protected. */
+ * gb: removed (a fusion) or stored channels last (conv_nhwc): a fetch of it
+ * needs the graph built with it protected. */
 static bool var_changed(const pe_block *b, const pe_block *gb, const char *name) {
-    const pe_var *v = pe_block_find_var(b, name), *g = pe_block_find_var(gb, name);
-    if (!g) return true;
-    if (!v) return false; /* not a var of the main program: fetch_one names it */
-    if (v->ndim != g->ndim) return true;
-    for (int d = 0; d < v->ndim; d++)
-        if (v->dims[d] != g->dims[d]) return true;
-    return false;
+    const pe_var *g = pe_block_find_var(gb, name);
+    if (!g) return pe_block_find_var(b, name) != NULL; /* not in the main program either: fetch_one names it */
+    return g->channels_last;
 }
 
 /* The graphs to run: the program as the passes make it and, when a pass

@@ -414,6 +414,7 @@ pe_program *pe_program_clone(const pe_program *p) {
             nv->persistable = v->persistable;
             nv->is_parameter = v->is_parameter;
             nv->stop_gradient = v->stop_gradient;
+            nv->channels_last = v->channels_last;
         }
         for (int i = 0; i < b->n_ops; i++) {
             const pe_op *op = &b->ops[i];

@@ -136,14 +136,8 @@ static bool acts_declared(const pe_block *b, const pe_op *op, op_kind k) {
     return true;
 }
 
-static op_kind classify_op(const pe_block *b, const pe_op *op);
-
-static op_kind classify(const pe_block *b, const pe_op *op) {
-    const op_kind k = classify_op(b, op);
-    return (k == K_LAYOUT || k == K_BIAS_ADD) && !acts_declared(b, op, k) ? K_NONE : k;
-}
-
-static op_kind classify_op(const pe_block *b, const pe_op *op) {
+/* The op's kind from its type, attrs and the declarations of its main operands. */
+static op_kind kind_of(const pe_block *b, const pe_op *op) {
     const int id = pe_op_type_id(op->type);
     const layout_slots *ls = layout_of(id);
     if (ls) {
@@ -176,6 +170,12 @@ static op_kind classify_op(const pe_block *b, const pe_op *op) {
             return first ? K_FREE : K_NONE;
         }
     return K_NONE;
+}
+
+/* kind_of, with every activation a layout op or bias add reads or writes declared. */
+static op_kind classify(const pe_block *b, const pe_op *op) {
+    const op_kind k = kind_of(b, op);
+    return (k == K_LAYOUT || k == K_BIAS_ADD) && !acts_declared(b, op, k) ? K_NONE : k;
 }
 
 typedef struct {
@@ -385,6 +385,7 @@ pe_status pe_conv_nhwc(pe_program *p, const pe_fuse_opts *o, int *n_fused) {
         var->dims[1] = var->dims[2];
         var->dims[2] = var->dims[3];
         var->dims[3] = c;
+        var->channels_last = true; /* what the executor reads: a fetch of it needs the NCHW graph */
     }
     pe_strmap_free(&s.nhwc);
     pe_uses_free(&ix);

@@ -82,6 +82,8 @@ typedef struct pe_var {
     bool persistable;
     bool is_parameter;
     bool stop_gradient;
+    bool channels_last; /* a build pass (conv_nhwc) stores this 4-D var [N, H, W, C] though the program
+                         * declares it [N, C, H, W]; never set in a program as written or saved */
 } pe_var;
 
 typedef struct pe_block {

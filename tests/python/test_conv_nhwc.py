@@ -20,10 +20,10 @@ pe.enable_static()
 STEPS = 4
 
 
-def _program(bn):
+def _program(bn, hw=12):
     main, startup = pe.static.Program(), pe.static.Program()
     with pe.static.program_guard(main, startup), unique_name.guard():
-        x = pe.static.data("x", [-1, 3, 12, 12], "float32")
+        x = pe.static.data("x", [-1, 3, hw, hw], "float32")
         y = pe.static.data("y", [-1, 1], "int64")
         h = fluid.layers.conv2d(x, 8, 3, padding=1, act=None if bn else "relu",
                                 param_attr=pe.ParamAttr(name="c0.w"), bias_attr=pe.ParamAttr(name="c0.b"))
@@ -42,9 +42,9 @@ def _program(bn):
     return main, startup, loss, conv_out.name, params
 
 
-def _train(monkeypatch, places, on, bn=False, fetch_conv=False, bias=None):
+def _train(monkeypatch, places, on, bn=False, fetch_conv=False, bias=None, hw=12):
     monkeypatch.setenv("CPU_NUM", str(places))
-    main, startup, loss, conv_name, params = _program(bn)
+    main, startup, loss, conv_name, params = _program(bn, hw)
     scope = pe.static.Scope()
     pe.static.Executor(pe.CPUPlace()).run(startup, scope=scope)
     rs = np.random.RandomState(3)
@@ -60,7 +60,7 @@ def _train(monkeypatch, places, on, bn=False, fetch_conv=False, bias=None):
     rs = np.random.RandomState(5)
     losses, conv = [], None
     for k in range(STEPS):
-        feed = {"x": rs.rand(8, 3, 12, 12).astype(np.float32), "y": rs.randint(0, 5, (8, 1)).astype(np.int64)}
+        feed = {"x": rs.rand(8, 3, hw, hw).astype(np.float32), "y": rs.randint(0, 5, (8, 1)).astype(np.int64)}
         fetch = [loss, conv_name] if fetch_conv and k == STEPS - 1 else [loss]
         out = pexe.run(fetch, feed=feed)
         losses.append(np.array(out[0]))
@@ -84,10 +84,12 @@ def test_nhwc_trains_like_nchw(monkeypatch, places, bn, nhwc, bias):
         assert np.array_equal(a, b)
 
 
-def test_fetched_conv_output_stays_nchw(monkeypatch):
-    _, _, ref = _train(monkeypatch, 1, False, fetch_conv=True)
-    _, _, got = _train(monkeypatch, 1, True, fetch_conv=True)
-    assert got.shape == (8, 8, 12, 12)
+@pytest.mark.parametrize("hw", [12, 8], ids=["12x12", "8x8-same-dims-either-layout"])
+def test_fetched_conv_output_stays_nchw(monkeypatch, hw):
+    """hw 8: the conv output is [8, 8, 8, 8], the same dims in NCHW and NHWC (a fetch must not go by dims)."""
+    _, _, ref = _train(monkeypatch, 1, False, fetch_conv=True, hw=hw)
+    _, _, got = _train(monkeypatch, 1, True, fetch_conv=True, hw=hw)
+    assert got.shape == (8, 8, hw, hw)
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
 
 

@@ -176,6 +176,8 @@ static void test_structure(void **state) {
     assert_non_null(v);
     assert_int_equal(v->dims[1], 28);
     assert_int_equal(v->dims[3], 8);
+    assert_true(v->channels_last); /* what a fetch of it is decided by (not its dims, which may read alike) */
+    assert_false(pe_block_find_var(&p->blocks[0], "img")->channels_last);
     pe_ssa_graph_free(g);
 
     g = build(&m, false, &res); /* off: nothing switched, no pass line */
@@ -196,6 +198,23 @@ static void train(const tm_model *m, int places, int sw, pe_tensor **out) {
     tm_train(m, places, &o, 8, 12, what, out);
 }
 
+/* got allclose to ref (rtol 1e-4, atol 1e-5: float32 in another summation
+ * order), parameter by parameter; returns the largest |difference|. */
+static double assert_params_allclose(const tm_model *m, pe_tensor **got, pe_tensor **ref, const char *what) {
+    double worst = 0;
+    for (int i = 0; i < m->n_params; i++) {
+        const int64_t n = pe_tensor_numel(ref[i]);
+        assert_int_equal(n, pe_tensor_numel(got[i]));
+        for (int64_t e = 0; e < n; e++) {
+            const double x = tu_get(got[i], e), y = tu_get(ref[i], e), d = fabs(x - y);
+            if (d > 1e-4 * fabs(y) + 1e-5)
+                fail_msg("%s: %s[%lld]: %.9g vs NCHW unfused %.9g", what, m->params[i], (long long)e, x, y);
+            if (d > worst) worst = d;
+        }
+    }
+    return worst;
+}
+
 /* Every combination of conv_nhwc and fuse_conv_bias against both off. */
 static void check_training(bool bn) {
     tm_model m = make_cnn(PE_DTYPE_FP32, bn);
@@ -205,19 +224,12 @@ static void check_training(bool bn) {
         for (int sw = 1; sw < 4; sw++) {
             train(&m, places, sw, got);
             train(&m, places, sw, again);
-            double worst = 0;
-            for (int i = 0; i < m.n_params; i++) {
-                const int64_t n = pe_tensor_numel(ref[i]);
-                assert_int_equal(n, pe_tensor_numel(got[i]));
-                assert_memory_equal(pe_tensor_data(got[i]), pe_tensor_data(again[i]), (size_t)n * sizeof(float));
-                for (int64_t e = 0; e < n; e++) {
-                    const double x = tu_get(got[i], e), y = tu_get(ref[i], e), d = fabs(x - y);
-                    if (d > 1e-4 * fabs(y) + 1e-5)
-                        fail_msg("switches %d, %d places: %s[%lld]: %.9g vs NCHW unfused %.9g", sw, places, m.params[i],
-                                 (long long)e, x, y);
-                    if (d > worst) worst = d;
-                }
-            }
+            char what[64];
+            snprintf(what, sizeof what, "switches %d, %d places", sw, places);
+            const double worst = assert_params_allclose(&m, got, ref, what);
+            for (int i = 0; i < m.n_params; i++)
+                assert_memory_equal(pe_tensor_data(got[i]), pe_tensor_data(again[i]),
+                                    (size_t)pe_tensor_numel(got[i]) * sizeof(float));
             print_message("%s, %d place(s), conv_nhwc=%d fuse_conv_bias=%d: allclose to both off (max |diff| %.3g), "
                           "bitwise repeatable\n", bn ? "with batch_norm" : "conv + bias", places, sw & 1, !!(sw & 2), worst);
             tm_free_params(&m, got);
@@ -291,10 +303,7 @@ static void test_undeclared_activation(void **state) {
     pe_tensor *ref[16], *got[16];
     train(&m, 1, 0, ref);
     train(&m, 1, 1, got);
-    for (int i = 0; i < m.n_params; i++)
-        for (int64_t e = 0; e < pe_tensor_numel(ref[i]); e++)
-            if (fabs(tu_get(got[i], e) - tu_get(ref[i], e)) > 1e-4 * fabs(tu_get(ref[i], e)) + 1e-5)
-                fail_msg("%s[%lld]: %.9g vs %.9g", m.params[i], (long long)e, tu_get(got[i], e), tu_get(ref[i], e));
+    assert_params_allclose(&m, got, ref, "conv_1's gradient ops NCHW, the rest NHWC");
     tm_free_params(&m, ref);
     tm_free_params(&m, got);
     tm_model_free(&m);
