@@ -5,7 +5,10 @@ What: trains the MLP (784-512-256-10, relu) and the LeNet-style CNN of
 examples/train_fashion_mnist.py with the same batch (128), the same
 optimizer (momentum 0.9, lr 0.05), the same initial weights and the same
 batches in
-  - PE: ParallelExecutor over CPU_NUM = cores places (Debian's python3);
+  - PE: ParallelExecutor (Debian's python3) on every place count of
+    --pe-places (default cores and 1: CPU_NUM = cores places of one kernel
+    thread each, and one place whose kernels take every core; the best
+    count, as for the peers' threads);
   - torch1: Debian's PyTorch 1.13 (the python running this script), eager;
   - torch2: PyTorch 2.x from the peers venv (benchmarks/peers/setup.sh), eager;
   - torch2c: the same PyTorch 2.x with the model under torch.compile (the
@@ -56,6 +59,7 @@ reported "failed (reason)" and not run again.
     PYTHONPATH=build/python /usr/bin/python3 benchmarks/compare_peers.py --rounds 5
     PYTHONPATH=build/python /usr/bin/python3 benchmarks/compare_peers.py --models mlp --peers torch2,paddle3
     ... compare_peers.py --models cnn --pe-nchw    # also PE with conv_nhwc / fuse_conv_bias off, same rounds
+    ... compare_peers.py --pe-places 2             # PE on CPU_NUM=2 only
 """
 import argparse
 import json
@@ -340,7 +344,7 @@ def probe(python, module):
     return None
 
 
-def run_worker(args, kind, model, init_path, threads=0, data_path=None):
+def run_worker(args, kind, model, init_path, threads=0, data_path=None, places=0):
     env = dict(os.environ)
     python = sys.executable if kind in ("pe", "pe_nchw", "torch1", "machine") else args.peers_python
     cmd = [python, os.path.abspath(__file__), "--worker", kind, "--model", model, "--init", init_path,
@@ -348,7 +352,7 @@ def run_worker(args, kind, model, init_path, threads=0, data_path=None):
     if data_path:
         cmd += ["--data", data_path]
     if kind in ("pe", "pe_nchw"):
-        env.setdefault("CPU_NUM", str(args.cores))
+        env["CPU_NUM"] = str(places or args.cores)
     else:
         for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
             env[v] = str(threads)
@@ -391,6 +395,9 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=3, help="interleaved repetitions (median reported)")
     ap.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="PE places (CPU_NUM)")
     ap.add_argument("--threads", default="", help="peers' thread counts searched, comma-separated (1..cores)")
+    ap.add_argument("--pe-places", default="",
+                    help="PE's place counts searched (CPU_NUM; the kernels share the cores), comma-separated "
+                         "(default: cores,1)")
     ap.add_argument("--json", default="", help="also write every worker's result, per round, to this file")
     ap.add_argument("--peers-python", default="",
                     help="python of the peers venv (default $PE_PEERS_VENV/bin/python or benchmarks/peers/.venv)")
@@ -428,6 +435,8 @@ def main(argv=None):
     args.warmup = {m: STEPS[m][0] for m in STEPS}
     args.steps = {m: STEPS[m][1] for m in STEPS}
     threads = [int(t) for t in args.threads.split(",")] if args.threads else list(range(1, args.cores + 1))
+    pe_places = ([int(v) for v in args.pe_places.split(",")] if args.pe_places
+                 else list(dict.fromkeys([args.cores, 1])))
 
     status = {}  # peer -> None (runs) or "absent (...)" / "failed (...)"
     for p in peers:
@@ -439,7 +448,8 @@ def main(argv=None):
     machine = []
 
     live = lambda: [p for p in peers if status[p] is None]  # noqa: E731
-    res = {m: {"pe": [], "pe_nchw": [], **{(p, t): [] for p in peers for t in threads}} for m in models}
+    res = {m: {"pe_nchw": [], **{("pe", n): [] for n in pe_places}, **{(p, t): [] for p in peers for t in threads}}
+           for m in models}
     meta = {}
     with tempfile.TemporaryDirectory(prefix="pe-compare-") as tmp:
         x, y = job.load_fashion_mnist("train")  # the batches every worker trains on, written once per model
@@ -452,12 +462,14 @@ def main(argv=None):
             measure_machine(args, machine)
             for m in models:
                 init, dpath = os.path.join(tmp, "init_%s.npz" % m), os.path.join(tmp, "data_%s.npz" % m)
-                pr = run_worker(args, "pe", m, init, data_path=dpath)
-                res[m]["pe"].append(pr)
-                meta["places"] = pr["places"]
-                line = ["PE %.0f (busy %.1f, waiting %.1f)" % (pr["samples_per_s"], pr["busy"], pr["waiting"])]
+                line = []
+                for n in pe_places:
+                    pr = run_worker(args, "pe", m, init, data_path=dpath, places=n)
+                    res[m][("pe", n)].append(pr)
+                    line.append("PE %d places %.0f (busy %.1f, waiting %.1f)" % (
+                        pr["places"], pr["samples_per_s"], pr["busy"], pr["waiting"]))
                 if args.pe_nchw:
-                    qn = run_worker(args, "pe_nchw", m, init, data_path=dpath)
+                    qn = run_worker(args, "pe_nchw", m, init, data_path=dpath, places=pe_places[0])
                     res[m]["pe_nchw"].append(qn)
                     line.append("PE CNN passes off %.0f" % qn["samples_per_s"])
                 for p in live():
@@ -488,8 +500,8 @@ def main(argv=None):
                        "roofline": {m: roofline(m, mach) for m in models}}, f, indent=1)
     med = lambda rs, k="samples_per_s": statistics.median(x[k] for x in rs)  # noqa: E731
     print("\nTraining throughput (median of %d alternating rounds; same batches and initial weights): batch %d, "
-          "momentum %g lr %g, %d cores, PE on CPU_NUM=%d places; peers at %s thread(s), the best counts; %s"
-          % (args.rounds, BATCH, MOMENTUM, LR, args.cores, meta["places"], "/".join(map(str, threads)),
+          "momentum %g lr %g, %d cores, PE on CPU_NUM=%s places; peers at %s thread(s), the best counts; %s"
+          % (args.rounds, BATCH, MOMENTUM, LR, args.cores, "/".join(map(str, pe_places)), "/".join(map(str, threads)),
              ", ".join("%s = %s" % (PEER_NAMES[p], meta[p]) for p in peers if p in meta)))
     speed = {}
     for m in models:
@@ -505,16 +517,22 @@ def main(argv=None):
                 "| CPU µs per sample | % of roofline | mean loss |")
         print(head)
         print("|" + " --- |" * (head.count("|") - 1))
-        pe_rs = res[m]["pe"]
-        pe_sps = med(pe_rs)
-        print("| PE (%d places) | %.0f | - | - | %.0f | %.0f%% | %.4f |" % (
-            meta["places"], pe_sps, med(pe_rs, "cpu_us_per_sample"), 100 * pe_sps / rl["samples_per_s"],
-            pe_rs[0]["loss"]))
+        pe_sps = {n: med(res[m][("pe", n)]) for n in pe_places}
+        bn = max(pe_sps, key=pe_sps.get)  # PE's best place count, as the peers' best thread count
+        pe_rs = res[m][("pe", bn)]
+        for n in pe_places:
+            rs = res[m][("pe", n)]
+            print("| PE (%d place%s x %d kernel thread%s)%s | %.0f | - | %s | %.0f | %.0f%% | %.4f |" % (
+                n, "s"[:n > 1], max(args.cores // n, 1), "s"[:args.cores // n > 1], " (best)" if n == bn else "",
+                pe_sps[n], "-" if n == bn else "%.2f (rounds: %s)" % (
+                    statistics.median(q["step_s"] / pr["step_s"] for pr, q in zip(pe_rs, rs)),
+                    " ".join("%.2f" % (q["step_s"] / pr["step_s"]) for pr, q in zip(pe_rs, rs))),
+                med(rs, "cpu_us_per_sample"), 100 * pe_sps[n] / rl["samples_per_s"], rs[0]["loss"]))
         if res[m]["pe_nchw"]:
             rn = res[m]["pe_nchw"]
-            rounds = list(zip(pe_rs, rn))
-            print("| PE, conv_nhwc / fuse_conv_bias off | %.0f | - | %.2f (rounds: %s) | %.0f | %.0f%% | %.4f |" % (
-                med(rn), statistics.median(q["step_s"] / pr["step_s"] for pr, q in rounds),
+            rounds = list(zip(res[m][("pe", pe_places[0])], rn))
+            print("| PE (%d places), conv_nhwc / fuse_conv_bias off | %.0f | - | %.2f (rounds: %s) | %.0f | %.0f%% | %.4f |" % (
+                pe_places[0], med(rn), statistics.median(q["step_s"] / pr["step_s"] for pr, q in rounds),
                 " ".join("%.2f" % (q["step_s"] / pr["step_s"]) for pr, q in rounds), med(rn, "cpu_us_per_sample"),
                 100 * med(rn) / rl["samples_per_s"], rn[0]["loss"]))
         best_peer = None

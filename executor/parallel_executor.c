@@ -420,6 +420,18 @@ pe_status pe_parallel_executor_new(const pe_place *places, int n_places, const p
     /* Intra-op threads: the OpenMP budget (OMP_NUM_THREADS, default the
      * cores) shared by the places, never more threads than that in total. */
     pe->kernel_threads = pe_mp_kernel_threads(n_places);
+    /* One CPU place whose kernels already fork a team over every core runs
+     * its ops one after another (the automatic pool only): a second thread
+     * taking handles starts another op's team beside the first, more
+     * threads than cores, and each team waits at its barriers for a member
+     * that the other team's threads preempted. The MLP of the main job, 1
+     * place, kernels on 2 threads: 47,000-50,000 samples/s pooled,
+     * 75,000-78,000 sequential, the same bits (docs/benchmarks.md, "Small
+     * per-place batches"). Across processes the pool stays: it overlaps the
+     * collectives with the backward pass. */
+    if (places[0].kind == PE_PLACE_CPU && n_places == 1 && pe->kernel_threads > 1 &&
+        o.exec_strategy.num_threads == 0 && o.num_trainers <= 1)
+        pe->opt.build_strategy.enable_sequential_execution = o.build_strategy.enable_sequential_execution = true;
     /* The collectives first: across processes, every trainer checks the
      * world before anything can fail on one trainer alone. A collective
      * runs on a scheduler thread while the other places keep computing: it

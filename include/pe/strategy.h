@@ -38,7 +38,8 @@ typedef enum pe_grad_scale {
 
 typedef struct pe_exec_strategy {
     int num_threads;                  /* scheduler pool; 0 = places-1, at least 1 (CPU), places*4 (CUDA); at most
-                                       * PE_MAX_NUM_THREADS */
+                                       * PE_MAX_NUM_THREADS. 0 on one CPU place with kernels on more than one
+                                       * OpenMP thread and num_trainers 1: no pool, the ops in sequence */
     int num_iteration_per_drop_scope; /* local scopes dropped after every k-th run (default 100; 0 = never) */
     int num_iteration_per_run;        /* the graph runs k times per pe_run (default 1; >= 1) */
     bool check_nan_inf;               /* every floating-point output of every op and collective checked

@@ -3,7 +3,8 @@
  * fetched once, allreduce across places, error propagation without hangs,
  * dropped local scopes (on demand, and every num_iteration_per_drop_scope
  * runs with the allocator's bytes), share_vars_from, num_threads
- * independence, strategy values out of range refused, pe_interrupt from
+ * independence, the automatic pool (none for one CPU place whose kernels
+ * take several threads), strategy values out of range refused, pe_interrupt from
  * another thread stopping a run (both executors) that the next run
  * survives; pe_run_take handing fetched temporaries over. */
 #include "tests/unit/op_test_util.h"
@@ -11,6 +12,7 @@
 #include "executor/pe_internal.h"
 
 #include <math.h>
+#include <omp.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -234,6 +236,41 @@ static void test_allreduce_and_threads(void **state) {
         pe_parallel_executor_free(pe);
         pe_scope_free(scope);
     }
+    pe_tensor_free(x);
+    pe_program_free(p);
+}
+
+/* num_threads = 0 on CPU: one place whose kernels get more than one OpenMP
+ * thread runs sequentially (no pool: each kernel's team already takes the
+ * cores); one kernel thread, several places or an explicit num_threads
+ * keep the pool. Every layout computes the same bits. */
+static void test_automatic_pool(void **state) {
+    (void)state;
+    const int saved = omp_get_max_threads();
+    pe_program *p = make_prog();
+    pe_tensor *x = rows_tensor(10);
+    pe_feed feed = {"x", x};
+    const char *fetch[] = {"w@GRAD"};
+    /* {places, OpenMP threads, num_threads, expect a pool} */
+    const int cases[][4] = {{1, 2, 0, 0}, {1, 4, 0, 0}, {1, 1, 0, 1}, {1, 2, 1, 1}, {2, 2, 0, 1}, {2, 4, 0, 1}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        omp_set_num_threads(cases[c][1]);
+        pe_scope *scope = scope_with_w();
+        pe_parallel_executor *pe = make_pe(p, scope, cases[c][0], cases[c][2]);
+        assert_int_equal(pe->kernel_threads, cases[c][1] / cases[c][0]);
+        if (cases[c][3]) assert_non_null(pe->sched);
+        else assert_null(pe->sched);
+        assert_int_equal(pe->opt.build_strategy.enable_sequential_execution, !cases[c][3]);
+        pe_tensor *out[2] = {pe_tensor_new(), pe_tensor_new()};
+        assert_int_equal(pe_run(pe, &feed, 1, fetch, 1, false, out), PE_OK);
+        /* the mean of y = 2 x over the place's rows, summed over the places */
+        tu_assert_close(out[0], (double[]){cases[c][0] == 1 ? 2 * 15.5 : 2 * (8 + 23)}, 1, 1e-6);
+        for (int i = 0; i < cases[c][0]; i++) pe_tensor_free(out[i]);
+        if (cases[c][0] == 1) pe_tensor_free(out[1]);
+        pe_parallel_executor_free(pe);
+        pe_scope_free(scope);
+    }
+    omp_set_num_threads(saved);
     pe_tensor_free(x);
     pe_program_free(p);
 }
@@ -754,6 +791,7 @@ int main(void) {
         cmocka_unit_test(test_too_few_rows_and_bad_fetch),
         cmocka_unit_test(test_list_feed),
         cmocka_unit_test(test_allreduce_and_threads),
+        cmocka_unit_test(test_automatic_pool),
         cmocka_unit_test(test_error_on_one_place),
         cmocka_unit_test(test_declared_meta_contradicted),
         cmocka_unit_test(test_drop_scopes_and_flat_memory),

@@ -227,7 +227,8 @@ def _as_int(owner, k, v):
 
 
 class ExecutionStrategy(_Strategy):
-    """num_threads (0: places-1 on CPU, at least 1, the calling thread works too; at most 1024),
+    """num_threads (0: places-1 on CPU, at least 1, the calling thread works too; none, the ops in
+    sequence, on one CPU place whose kernels take several threads; at most 1024),
     num_iteration_per_drop_scope (100; 0: never),
     num_iteration_per_run (1; >= 1), check_nan_inf (False: FLAGS_check_nan_inf), timeline_path ("": off
     unless PE_TIMELINE is set; a directory or path prefix: a Chrome trace per rank, <prefix>.rank<N>.json,
