@@ -36,12 +36,12 @@
 
 /* C[m, n] = op(A) op(B), beta 0, row-major: the same pe_cpu_gemm calls as
  * ops/cpu/math.c's mul / mul_grad (so results match them). */
-static void gemm(pe_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a, const void *b,
-                 void *c, int nt) {
+static void gemm(pe_place pl, pe_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a,
+                 const void *b, void *c, int nt) {
     int prev = omp_get_max_threads();
     if (nt < 1) nt = 1;
     if (prev != nt) omp_set_num_threads(nt);
-    pe_cpu_gemm(dt, ta, tb, m, n, k, 1.0, a, b, 0.0, c);
+    pe_cpu_gemm(pl, dt, ta, tb, m, n, k, 1.0, a, b, 0.0, c);
     if (prev != nt) omp_set_num_threads(prev);
 }
 
@@ -91,7 +91,7 @@ pe_status pe_cpu_fc(const pe_op_ctx *ctx) {
     if (act < 0 || pe_tensor_numel(out) != m * n || out->dtype != x->dtype)
         return pe_ctx_error(ctx, PE_ERR_INTERNAL, "kernel called with tensors shape inference did not produce");
     PE_CHECK(check_blas(ctx, m, n, k));
-    gemm(x->dtype, false, false, m, n, k, pe_tensor_data(x), pe_tensor_data(w), pe_tensor_data(out), ctx->num_threads);
+    gemm(ctx->place, x->dtype, false, false, m, n, k, pe_tensor_data(x), pe_tensor_data(w), pe_tensor_data(out), ctx->num_threads);
     if (m * n == 0) return PE_OK;
     if (x->dtype == PE_DTYPE_FP32)
         fc_epilogue_f32(pe_tensor_data(out), b ? pe_tensor_data(b) : NULL, m, n, act, ctx->num_threads);
@@ -215,7 +215,7 @@ pe_status pe_cpu_fc_grad(const pe_op_ctx *ctx) {
     if (pre && act == PE_FACT_NONE && pre != g && pe_tensor_nbytes(g)) /* identity: PreAct@GRAD = Out@GRAD */
         memcpy(pe_tensor_data(pre), pe_tensor_data(g), pe_tensor_nbytes(g));
     const void *dt = act != PE_FACT_NONE ? pd : pe_tensor_data(g);
-    if (dx) gemm(x->dtype, false, true, m, k, n, dt, pe_tensor_data(w), pe_tensor_data(dx), nt);
-    if (dw) gemm(x->dtype, true, false, k, n, m, pe_tensor_data(x), dt, pe_tensor_data(dw), nt);
+    if (dx) gemm(ctx->place, x->dtype, false, true, m, k, n, dt, pe_tensor_data(w), pe_tensor_data(dx), nt);
+    if (dw) gemm(ctx->place, x->dtype, true, false, k, n, m, pe_tensor_data(x), dt, pe_tensor_data(dw), nt);
     return PE_OK;
 }

@@ -1,5 +1,23 @@
 /* ops/cpu/gemm.c — pe_cpu_gemm: every GEMM of the CPU kernels (mul, matmul,
- * fc and their grads) goes through here, to OpenBLAS.
+ * fc and their grads) goes through here, to oneDNN's matmul primitive or
+ * OpenBLAS.
+ *
+ * oneDNN for the large float32 products (alpha 1, beta 0, at least
+ * GEMM_DNNL_MIN multiply-adds): its matmul primitive (brgemm kernels; the
+ * scratchpad from the place's workspace pool, ops/cpu/dnnl_util.h, so a run
+ * allocates nothing) takes 10-20% less time than OpenBLAS on the MLP's
+ * products: the benchmark MLP's training step 11-13% less on one thread,
+ * 3-10% less on 2 places of one thread (docs/benchmarks.md, "Small
+ * per-place batches"). Its bits depend on the block it computes (a column
+ * half of [128, 784] x [784, 512] differs from the same columns of the whole
+ * product) and on its own thread count, so C is cut into blocks by the
+ * *shape* alone — a power of two, each of at least GEMM_DNNL_MIN
+ * multiply-adds — each block one single-threaded primitive run, the blocks
+ * shared out over the threads: the same bits for every thread count. The
+ * price is parallelism: a product has at most product / GEMM_DNNL_MIN
+ * blocks (4 for the MLP's first layer at 128 rows), so more threads than
+ * that wait. A block oneDNN cannot run (or that fails to build) runs on
+ * OpenBLAS, single-threaded: that block's bits then are OpenBLAS's.
  *
  * Bits for any thread count. OpenBLAS's own threads (its OpenMP build uses
  * the calling thread's omp_get_max_threads()) split M and N, never K, but
@@ -29,6 +47,7 @@
  */
 #include "ops/cpu/gemm.h"
 
+#include "ops/cpu/dnnl_util.h"
 #include "pe/status.h"
 
 #include <cblas.h>
@@ -42,6 +61,9 @@
  * small-matrix kernels stop at 100^3). */
 #define GEMM_BLOCK_MIN (INT64_C(1) << 20)
 #define GEMM_BLOCK_ALIGN 16
+/* Multiply-adds per oneDNN block, at least (see the top). */
+#define GEMM_DNNL_MIN (INT64_C(1) << 23)
+#define GEMM_DNNL_MAX_BLOCKS 64
 
 /* Rows [r0, r1) (by_rows) or columns [r0, r1) of C: one OpenBLAS call
  * (single-threaded inside a parallel region or with the setting at 1). */
@@ -68,6 +90,74 @@ static void blas_block(pe_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int6
     else
         cblas_dgemm(CblasRowMajor, opa, opb, (blasint)mb, (blasint)nb, (blasint)k, alpha, (const double *)ab,
                     (blasint)lda, (const double *)bb, (blasint)ldb, beta, (double *)cb, (blasint)n);
+}
+
+/* One oneDNN block: C[m, n] (row stride ldc) = op(A) op(B), A stored with
+ * row stride lda ([m, k], or [k, m] when ta), B with ldb. */
+typedef struct {
+    bool ta, tb;
+    int64_t m, n, k, lda, ldb, ldc;
+} mm_geom;
+
+static pe_status mm_build(pe_dnnl_entry *e, const void *geom, int nt) {
+    const mm_geom *g = geom;
+    dnnl_memory_desc_t amd, bmd, cmd;
+    dnnl_dims_t ad = {g->m, g->k}, bd = {g->k, g->n}, cd = {g->m, g->n};
+    dnnl_dims_t as = {g->ta ? 1 : g->lda, g->ta ? g->lda : 1}, bs = {g->tb ? 1 : g->ldb, g->tb ? g->ldb : 1},
+                cs = {g->ldc, 1};
+    dnnl_matmul_desc_t md;
+    dnnl_status_t s;
+    if ((s = dnnl_memory_desc_init_by_strides(&amd, 2, ad, dnnl_f32, as)) != dnnl_success ||
+        (s = dnnl_memory_desc_init_by_strides(&bmd, 2, bd, dnnl_f32, bs)) != dnnl_success ||
+        (s = dnnl_memory_desc_init_by_strides(&cmd, 2, cd, dnnl_f32, cs)) != dnnl_success ||
+        (s = dnnl_matmul_desc_init(&md, &amd, &bmd, NULL, &cmd)) != dnnl_success)
+        return pe_error(PE_ERR_DEVICE, "oneDNN matmul [%lld x %lld] x [%lld x %lld]: %s", (long long)g->m,
+                        (long long)g->k, (long long)g->k, (long long)g->n, pe_dnnl_status_str(s));
+    PE_CHECK(pe_dnnl_entry_init(e, &md, nt));
+    PE_CHECK(pe_dnnl_entry_bind(e, DNNL_ARG_SRC, &amd, PE_DNNL_IN));
+    PE_CHECK(pe_dnnl_entry_bind(e, DNNL_ARG_WEIGHTS, &bmd, PE_DNNL_IN));
+    return pe_dnnl_entry_bind(e, DNNL_ARG_DST, &cmd, PE_DNNL_OUT);
+}
+
+/* Rows [r0, r1) (by_rows) or columns [r0, r1) of C = op(A) op(B) on oneDNN,
+ * one thread; OpenBLAS when oneDNN cannot. */
+static void dnnl_block(pe_place place, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
+                       const float *b, float *c, bool by_rows, int64_t r0, int64_t r1) {
+    const int64_t lda = ta ? m : k, ldb = tb ? k : n;
+    mm_geom g = {ta, tb, by_rows ? r1 - r0 : m, by_rows ? n : r1 - r0, k, lda, ldb, n};
+    const float *ab = by_rows ? a + (ta ? r0 : r0 * lda) : a;
+    const float *bb = by_rows ? b : b + (tb ? r0 * ldb : r0);
+    float *cb = c + (by_rows ? r0 * n : r0);
+    pe_dnnl_key key;
+    pe_dnnl_key_init(&key, PE_DNNL_MATMUL);
+    const int64_t kv[] = {ta, tb, g.m, g.n, g.k, lda, ldb, n};
+    for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) pe_dnnl_key_add(&key, kv[i]);
+    bool fallback = false;
+    if (pe_dnnl_run_cached(&key, place, 1, NULL, 0, mm_build, &g, (void *[]){(void *)ab, (void *)bb, cb},
+                           &fallback) == PE_OK && !fallback)
+        return;
+    const int prev = omp_get_max_threads();
+    if (prev != 1) omp_set_num_threads(1);
+    blas_block(PE_DTYPE_FP32, ta, tb, m, n, k, 1.0, a, b, 0.0, c, by_rows, r0, r1);
+    if (prev != 1) omp_set_num_threads(prev);
+}
+
+/* The large float32 product on oneDNN in blocks fixed by the shape. */
+static void mm_blocks(pe_place place, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
+                      const float *b, float *c, int nt) {
+    const bool by_rows = m > n;
+    const int64_t dim = by_rows ? m : n;
+    int64_t blocks = 1;
+    while (blocks * 2 <= GEMM_DNNL_MAX_BLOCKS && m * n * k / (blocks * 2) >= GEMM_DNNL_MIN &&
+           dim / (blocks * 2) >= GEMM_BLOCK_ALIGN)
+        blocks *= 2;
+    const int64_t per = ((dim + blocks - 1) / blocks + GEMM_BLOCK_ALIGN - 1) / GEMM_BLOCK_ALIGN * GEMM_BLOCK_ALIGN;
+    const int used = (int)((dim + per - 1) / per), team = nt < used ? nt : used;
+    #pragma omp parallel for num_threads(team) schedule(static) if (team > 1)
+    for (int p = 0; p < used; p++) {
+        const int64_t r0 = p * per, r1 = r0 + per < dim ? r0 + per : dim;
+        dnnl_block(place, ta, tb, m, n, k, a, b, c, by_rows, r0, r1);
+    }
 }
 
 /* OpenBLAS's DYNAMIC_ARCH build picks its kernels by CPU model when it
@@ -128,8 +218,8 @@ static void check_blas_core(void) {
                avx512 ? "SkylakeX" : "Haswell");
 }
 
-void pe_cpu_gemm(pe_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const void *a,
-                 const void *b, double beta, void *c) {
+void pe_cpu_gemm(pe_place place, pe_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
+                 const void *a, const void *b, double beta, void *c) {
     pthread_once(&g_blas_check, check_blas_core);
     if (m == 0 || n == 0) return;
     if (k == 0) { /* empty sum */
@@ -141,6 +231,10 @@ void pe_cpu_gemm(pe_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
         return;
     }
     const int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+    if (alpha == 1.0 && beta == 0.0 && m * n * k >= GEMM_DNNL_MIN) {
+        mm_blocks(place, ta, tb, m, n, k, a, b, c, nt);
+        return;
+    }
     const bool by_rows = m > n;
     const int64_t dim = by_rows ? m : n, other = by_rows ? n : m;
     /* the most blocks (at most nt) whose every block, the last included,

@@ -65,9 +65,9 @@ static void blas_threads_end(blas_threads t) {
 /* C[m, n] = alpha * op(A) op(B) + beta * C, op(A): [m, k], op(B): [k, n],
  * row-major; beta is 0 or 1. A is stored [m, k] ([k, m] when ta), B [k, n]
  * ([n, k] when tb). ops/cpu/gemm.c picks the library. */
-static void gemm(pe_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
+static void gemm(pe_place pl, pe_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
                  const void *a, const void *b, double beta, void *c) {
-    pe_cpu_gemm(dt, ta, tb, m, n, k, alpha, a, b, beta, c);
+    pe_cpu_gemm(pl, dt, ta, tb, m, n, k, alpha, a, b, beta, c);
 }
 
 /* OpenBLAS's blasint is 32-bit in Debian's build: refuse larger matrices
@@ -89,7 +89,7 @@ pe_status pe_cpu_mul(const pe_op_ctx *ctx) {
     int64_t n = pe_dims_prod(y->dims, yn, y->ndim);
     PE_CHECK(check_blas_size(ctx, m, n, k));
     blas_threads bt = blas_threads_begin(ctx->num_threads);
-    gemm(x->dtype, false, false, m, n, k, 1.0, pe_tensor_data(x), pe_tensor_data(y), 0.0, pe_tensor_data(out));
+    gemm(ctx->place, x->dtype, false, false, m, n, k, 1.0, pe_tensor_data(x), pe_tensor_data(y), 0.0, pe_tensor_data(out));
     blas_threads_end(bt);
     return PE_OK;
 }
@@ -115,7 +115,7 @@ pe_status pe_cpu_matmul(const pe_op_ctx *ctx) {
         /* one GEMM: [nb*M, K] x [K, N] (x's batches are consecutive row blocks) */
         PE_CHECK(check_blas_size(ctx, nb * m, n, k));
         blas_threads bt = blas_threads_begin(ctx->num_threads);
-        gemm(x->dtype, p.trans_x, p.trans_y, nb * m, n, k, p.alpha, xd, yd, 0.0, od);
+        gemm(ctx->place, x->dtype, p.trans_x, p.trans_y, nb * m, n, k, p.alpha, xd, yd, 0.0, od);
         blas_threads_end(bt);
         return PE_OK;
     }
@@ -126,13 +126,13 @@ pe_status pe_cpu_matmul(const pe_op_ctx *ctx) {
         /* many small GEMMs: batches across threads, each GEMM single-threaded */
         #pragma omp parallel for num_threads(nt) schedule(static)
         for (int64_t b = 0; b < nb; b++)
-            gemm(x->dtype, p.trans_x, p.trans_y, m, n, k, p.alpha, xd + (size_t)pe_matmul_x_batch(&p, b) * xs,
+            gemm(ctx->place, x->dtype, p.trans_x, p.trans_y, m, n, k, p.alpha, xd + (size_t)pe_matmul_x_batch(&p, b) * xs,
                  yd + (size_t)pe_matmul_y_batch(&p, b) * ys, 0.0, od + (size_t)b * os);
         return PE_OK;
     }
     blas_threads bt = blas_threads_begin(nt);
     for (int64_t b = 0; b < nb; b++)
-        gemm(x->dtype, p.trans_x, p.trans_y, m, n, k, p.alpha, xd + (size_t)pe_matmul_x_batch(&p, b) * xs,
+        gemm(ctx->place, x->dtype, p.trans_x, p.trans_y, m, n, k, p.alpha, xd + (size_t)pe_matmul_x_batch(&p, b) * xs,
              yd + (size_t)pe_matmul_y_batch(&p, b) * ys, 0.0, od + (size_t)b * os);
     blas_threads_end(bt);
     return PE_OK;
@@ -150,8 +150,8 @@ pe_status pe_cpu_mul_grad(const pe_op_ctx *ctx) {
     int64_t n = pe_dims_prod(y->dims, yn, y->ndim);
     PE_CHECK(check_blas_size(ctx, m, n, k));
     blas_threads bt = blas_threads_begin(ctx->num_threads);
-    if (dx) gemm(x->dtype, false, true, m, k, n, 1.0, pe_tensor_data(g), pe_tensor_data(y), 0.0, pe_tensor_data(dx));
-    if (dy) gemm(x->dtype, true, false, k, n, m, 1.0, pe_tensor_data(x), pe_tensor_data(g), 0.0, pe_tensor_data(dy));
+    if (dx) gemm(ctx->place, x->dtype, false, true, m, k, n, 1.0, pe_tensor_data(g), pe_tensor_data(y), 0.0, pe_tensor_data(dx));
+    if (dy) gemm(ctx->place, x->dtype, true, false, k, n, m, 1.0, pe_tensor_data(x), pe_tensor_data(g), 0.0, pe_tensor_data(dy));
     blas_threads_end(bt);
     return PE_OK;
 }
@@ -160,23 +160,23 @@ pe_status pe_cpu_mul_grad(const pe_op_ctx *ctx) {
 
 /* One batch of dX: op(X) = X:   dX [m, k] = alpha * dOut [m, n] op(Y)^T [n, k]
  *                  op(X) = X^T: dX [k, m] = alpha * op(Y) [k, n] dOut^T [n, m] */
-static void matmul_dx(pe_dtype dt, const pe_matmul_plan *p, int64_t rows, const void *g, const void *y,
+static void matmul_dx(pe_place pl, pe_dtype dt, const pe_matmul_plan *p, int64_t rows, const void *g, const void *y,
                       double beta, void *dx) {
     if (!p->trans_x)
-        gemm(dt, false, !p->trans_y, rows, p->k, p->n, p->alpha, g, y, beta, dx);
+        gemm(pl, dt, false, !p->trans_y, rows, p->k, p->n, p->alpha, g, y, beta, dx);
     else
-        gemm(dt, p->trans_y, true, p->k, p->m, p->n, p->alpha, y, g, beta, dx);
+        gemm(pl, dt, p->trans_y, true, p->k, p->m, p->n, p->alpha, y, g, beta, dx);
 }
 
 /* One batch of dY: op(Y) = Y:   dY [k, n] = alpha * op(X)^T [k, m] dOut [m, n]
  *                  op(Y) = Y^T: dY [n, k] = alpha * dOut^T [n, m] op(X) [m, k]
  * (rows = m, or nb * m when the batches are folded into one GEMM) */
-static void matmul_dy(pe_dtype dt, const pe_matmul_plan *p, int64_t rows, const void *x, const void *g,
+static void matmul_dy(pe_place pl, pe_dtype dt, const pe_matmul_plan *p, int64_t rows, const void *x, const void *g,
                       double beta, void *dy) {
     if (!p->trans_y)
-        gemm(dt, !p->trans_x, false, p->k, p->n, rows, p->alpha, x, g, beta, dy);
+        gemm(pl, dt, !p->trans_x, false, p->k, p->n, rows, p->alpha, x, g, beta, dy);
     else
-        gemm(dt, true, p->trans_x, p->n, p->k, rows, p->alpha, g, x, beta, dy);
+        gemm(pl, dt, true, p->trans_x, p->n, p->k, rows, p->alpha, g, x, beta, dy);
 }
 
 /* The operands of one matmul_grad, for the per-batch loops. */
@@ -186,6 +186,7 @@ typedef struct {
     const char *xd, *yd, *gd;
     size_t xs, ys, gs;          /* bytes per matrix */
     size_t xbytes, ybytes;      /* bytes of all of X, Y */
+    pe_place pl;                /* the kernel's place (oneDNN's scratchpad) */
 } mm_grad;
 
 static void mm_grad_one(const mm_grad *a, bool for_x, int64_t b, double beta, char *dst) {
@@ -193,8 +194,8 @@ static void mm_grad_one(const mm_grad *a, bool for_x, int64_t b, double beta, ch
     const char *xb = a->xd + (size_t)pe_matmul_x_batch(p, b) * a->xs;
     const char *yb = a->yd + (size_t)pe_matmul_y_batch(p, b) * a->ys;
     const char *gb = a->gd + (size_t)b * a->gs;
-    if (for_x) matmul_dx(a->dt, p, p->m, gb, yb, beta, dst + (size_t)pe_matmul_x_batch(p, b) * a->xs);
-    else matmul_dy(a->dt, p, p->m, xb, gb, beta, dst + (size_t)pe_matmul_y_batch(p, b) * a->ys);
+    if (for_x) matmul_dx(a->pl, a->dt, p, p->m, gb, yb, beta, dst + (size_t)pe_matmul_x_batch(p, b) * a->xs);
+    else matmul_dy(a->pl, a->dt, p, p->m, xb, gb, beta, dst + (size_t)pe_matmul_y_batch(p, b) * a->ys);
 }
 
 /* Gradient of one operand over all batches. `full`: the operand has one
@@ -231,15 +232,15 @@ pe_status pe_cpu_matmul_grad(const pe_op_ctx *ctx) {
     size_t es = pe_dtype_size(x->dtype);
     mm_grad a = {&p, x->dtype, pe_tensor_data(x), pe_tensor_data(y), pe_tensor_data(g),
                  (size_t)(m * k) * es, (size_t)(k * n) * es, (size_t)(m * n) * es,
-                 pe_tensor_nbytes(x), pe_tensor_nbytes(y)};
+                 pe_tensor_nbytes(x), pe_tensor_nbytes(y), ctx->place};
     int nt = pe_kernel_threads(ctx);
     bool y_shared = p.batch_ndim == 0 || pe_dims_prod(y->dims, 0, y->ndim) == k * n;
     if (nb == 1 || (y_shared && p.x_full && !p.trans_x)) {
         /* as the forward: x's batches are consecutive row blocks [nb*M, K] sharing one Y */
         PE_CHECK(check_blas_size(ctx, nb * m, n, k));
         blas_threads bt = blas_threads_begin(nt);
-        if (dx) matmul_dx(x->dtype, &p, nb * m, a.gd, a.yd, 0.0, pe_tensor_data(dx));
-        if (dy) matmul_dy(x->dtype, &p, nb * m, a.xd, a.gd, 0.0, pe_tensor_data(dy));
+        if (dx) matmul_dx(ctx->place, x->dtype, &p, nb * m, a.gd, a.yd, 0.0, pe_tensor_data(dx));
+        if (dy) matmul_dy(ctx->place, x->dtype, &p, nb * m, a.xd, a.gd, 0.0, pe_tensor_data(dy));
         blas_threads_end(bt);
         return PE_OK;
     }
