@@ -361,6 +361,22 @@ static pe_status ws_attach(pe_dnnl_entry *e, pe_place place, void *ext, size_t e
     return PE_OK;
 }
 
+pe_status pe_dnnl_scratch_acquire(pe_place place, size_t bytes, void **data, void **handle) {
+    pe_dnnl_entry e = {0};
+    e.ws_bytes = round64(bytes ? bytes : 1);
+    PE_CHECK(ws_attach(&e, place, NULL, 0));
+    *data = e.ws_data;
+    *handle = e.ws;
+    return PE_OK;
+}
+
+void pe_dnnl_scratch_release(void *handle) {
+    if (!handle) return;
+    pthread_mutex_lock(&g_mu);
+    ((ws_block *)handle)->busy = 0;
+    pthread_mutex_unlock(&g_mu);
+}
+
 void pe_dnnl_cache_stats(int *n_entries, int64_t *n_created) {
     pthread_mutex_lock(&g_mu);
     if (n_entries) *n_entries = g_count;

@@ -136,6 +136,12 @@ pe_status pe_dnnl_acquire_built(const pe_dnnl_key *key, pe_place place, int n_th
 pe_status pe_dnnl_workspace_bytes(const pe_dnnl_key *key, pe_place place, int n_threads, pe_dnnl_build_fn build,
                                   const void *geom, size_t *bytes);
 
+/* A block of at least `bytes` of place's workspace pool for a kernel's own
+ * temporary data (its contents not kept between acquisitions): *data until
+ * pe_dnnl_scratch_release(*handle). Counted like the entries' workspaces. */
+pe_status pe_dnnl_scratch_acquire(pe_place place, size_t bytes, void **data, void **handle);
+void pe_dnnl_scratch_release(void *handle);
+
 /* Frees every entry and workspace block not checked out (tests; memory
  * pressure). */
 void pe_dnnl_cache_clear(void);

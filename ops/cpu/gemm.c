@@ -3,12 +3,14 @@
  * OpenBLAS.
  *
  * oneDNN for the large float32 products (alpha 1, beta 0, at least
- * GEMM_DNNL_MIN multiply-adds): its matmul primitive (brgemm kernels; the
- * scratchpad from the place's workspace pool, ops/cpu/dnnl_util.h, so a run
- * allocates nothing) takes 10-20% less time than OpenBLAS on the MLP's
- * products: the benchmark MLP's training step 11-13% less on one thread,
- * 3-10% less on 2 places of one thread (docs/benchmarks.md, "Small
- * per-place batches"). Its bits depend on the block it computes (a column
+ * GEMM_DNNL_MIN multiply-adds): its matmul primitive (brgemm / gemm:jit
+ * kernels; the scratchpad from the place's workspace pool,
+ * ops/cpu/dnnl_util.h, so a run allocates nothing) takes 10-20% less time
+ * than OpenBLAS on the MLP's products: the benchmark MLP's training step
+ * 11-13% less on one thread, 3-10% less on 2 places of one thread, and
+ * with the forward products also cut along K (mm_ksplit) 8-10% less on one
+ * place of two threads (docs/benchmarks.md, "Small per-place batches").
+ * Its bits depend on the block it computes (a column
  * half of [128, 784] x [784, 512] differs from the same columns of the whole
  * product) and on its own thread count, so C is cut into blocks by the
  * *shape* alone — a power of two, each of at least GEMM_DNNL_MIN
@@ -17,7 +19,9 @@
  * price is parallelism: a product has at most product / GEMM_DNNL_MIN
  * blocks (4 for the MLP's first layer at 128 rows), so more threads than
  * that wait. A block oneDNN cannot run (or that fails to build) runs on
- * OpenBLAS, single-threaded: that block's bits then are OpenBLAS's.
+ * OpenBLAS, single-threaded: that block's bits then are OpenBLAS's; a
+ * forward product whose K-split scratch cannot be allocated runs in column
+ * blocks only (other bits, at memory exhaustion only).
  *
  * Bits for any thread count. OpenBLAS's own threads (its OpenMP build uses
  * the calling thread's omp_get_max_threads()) split M and N, never K, but
@@ -64,6 +68,9 @@
 /* Multiply-adds per oneDNN block, at least (see the top). */
 #define GEMM_DNNL_MIN (INT64_C(1) << 23)
 #define GEMM_DNNL_MAX_BLOCKS 64
+/* Inner size from which a forward product is also cut along K (mm_ksplit):
+ * the scratch's add then costs at most 1/128 of the multiply-adds. */
+#define GEMM_KSPLIT_MIN_K 256
 
 /* Rows [r0, r1) (by_rows) or columns [r0, r1) of C: one OpenBLAS call
  * (single-threaded inside a parallel region or with the setting at 1). */
@@ -119,44 +126,90 @@ static pe_status mm_build(pe_dnnl_entry *e, const void *geom, int nt) {
     return pe_dnnl_entry_bind(e, DNNL_ARG_DST, &cmd, PE_DNNL_OUT);
 }
 
-/* Rows [r0, r1) (by_rows) or columns [r0, r1) of C = op(A) op(B) on oneDNN,
- * one thread; OpenBLAS when oneDNN cannot. */
-static void dnnl_block(pe_place place, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
-                       const float *b, float *c, bool by_rows, int64_t r0, int64_t r1) {
-    const int64_t lda = ta ? m : k, ldb = tb ? k : n;
-    mm_geom g = {ta, tb, by_rows ? r1 - r0 : m, by_rows ? n : r1 - r0, k, lda, ldb, n};
-    const float *ab = by_rows ? a + (ta ? r0 : r0 * lda) : a;
-    const float *bb = by_rows ? b : b + (tb ? r0 * ldb : r0);
-    float *cb = c + (by_rows ? r0 * n : r0);
+/* One block on oneDNN, one thread: C[mb, nb] (row stride ldc) = op(A) op(B)
+ * with inner size kb, a, b, c at the block's first elements, lda / ldb the
+ * operands' row strides as stored; OpenBLAS when oneDNN cannot. */
+static void mm_run(pe_place place, bool ta, bool tb, int64_t mb, int64_t nb, int64_t kb, const float *a,
+                   int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {
+    const mm_geom g = {ta, tb, mb, nb, kb, lda, ldb, ldc};
     pe_dnnl_key key;
     pe_dnnl_key_init(&key, PE_DNNL_MATMUL);
-    const int64_t kv[] = {ta, tb, g.m, g.n, g.k, lda, ldb, n};
+    const int64_t kv[] = {ta, tb, mb, nb, kb, lda, ldb, ldc};
     for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) pe_dnnl_key_add(&key, kv[i]);
     bool fallback = false;
-    if (pe_dnnl_run_cached(&key, place, 1, NULL, 0, mm_build, &g, (void *[]){(void *)ab, (void *)bb, cb},
+    if (pe_dnnl_run_cached(&key, place, 1, NULL, 0, mm_build, &g, (void *[]){(void *)a, (void *)b, c},
                            &fallback) == PE_OK && !fallback)
         return;
     const int prev = omp_get_max_threads();
     if (prev != 1) omp_set_num_threads(1);
-    blas_block(PE_DTYPE_FP32, ta, tb, m, n, k, 1.0, a, b, 0.0, c, by_rows, r0, r1);
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (blasint)mb,
+                (blasint)nb, (blasint)kb, 1.0f, a, (blasint)lda, b, (blasint)ldb, 0.0f, c, (blasint)ldc);
     if (prev != 1) omp_set_num_threads(prev);
+}
+
+/* [0, dim) in at most `blocks` parts of GEMM_BLOCK_ALIGN multiples: the part
+ * size; *used the parts. */
+static int64_t block_size(int64_t dim, int64_t blocks, int *used) {
+    const int64_t per = ((dim + blocks - 1) / blocks + GEMM_BLOCK_ALIGN - 1) / GEMM_BLOCK_ALIGN * GEMM_BLOCK_ALIGN;
+    *used = (int)((dim + per - 1) / per);
+    return per;
+}
+
+/* A B with neither transposed and C cut by columns (m <= n: the forward
+ * product of a layer, B its weight) is cut along K too: the first half of
+ * the rows of B into C, the second into a scratch P, then C += P. With two
+ * threads each then reads only its half of B's rows — the same rows the
+ * element-wise update after the backward pass (momentum, sgd, ...) gives
+ * that thread, whose static split of the weight's elements is by rows. Cut
+ * by columns, each thread read a column half of every row, and the update
+ * later wrote rows whose other half sat in the other core's cache: the
+ * MLP's momentum of fc_0's weight took 133-156 us instead of 74-85 on 2
+ * threads (docs/benchmarks.md, "Small per-place batches"). C = P0 + P1 in
+ * that order on any thread count: the bits stay the shape's. Returns false
+ * (nothing written) when the scratch cannot be had. */
+static bool mm_ksplit(pe_place place, int64_t m, int64_t n, int64_t k, const float *a, const float *b, float *c,
+                      int64_t blocks, int nt) {
+    void *scratch, *handle;
+    if (pe_dnnl_scratch_acquire(place, sizeof(float) * (size_t)(m * n), &scratch, &handle) != PE_OK) return false;
+    float *p = scratch;
+    const int64_t k0 = (k + 1) / 2;
+    int used;
+    const int64_t per = block_size(n, blocks / 2, &used);
+    const int items = 2 * used, team = nt < items ? nt : items;
+    #pragma omp parallel num_threads(team) if (team > 1)
+    {
+        #pragma omp for schedule(static)
+        for (int i = 0; i < items; i++) {
+            const int h = i / used;
+            const int64_t c0 = (i % used) * per, c1 = c0 + per < n ? c0 + per : n;
+            if (h == 0) mm_run(place, false, false, m, c1 - c0, k0, a, k, b + c0, n, c + c0, n);
+            else mm_run(place, false, false, m, c1 - c0, k - k0, a + k0, k, b + k0 * n + c0, n, p + c0, n);
+        }
+        #pragma omp for schedule(static)
+        for (int64_t i = 0; i < m * n; i++) c[i] += p[i];
+    }
+    pe_dnnl_scratch_release(handle);
+    return true;
 }
 
 /* The large float32 product on oneDNN in blocks fixed by the shape. */
 static void mm_blocks(pe_place place, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
                       const float *b, float *c, int nt) {
     const bool by_rows = m > n;
-    const int64_t dim = by_rows ? m : n;
+    const int64_t dim = by_rows ? m : n, lda = ta ? m : k, ldb = tb ? k : n;
     int64_t blocks = 1;
     while (blocks * 2 <= GEMM_DNNL_MAX_BLOCKS && m * n * k / (blocks * 2) >= GEMM_DNNL_MIN &&
            dim / (blocks * 2) >= GEMM_BLOCK_ALIGN)
         blocks *= 2;
-    const int64_t per = ((dim + blocks - 1) / blocks + GEMM_BLOCK_ALIGN - 1) / GEMM_BLOCK_ALIGN * GEMM_BLOCK_ALIGN;
-    const int used = (int)((dim + per - 1) / per), team = nt < used ? nt : used;
+    if (!ta && !tb && !by_rows && blocks >= 2 && k >= GEMM_KSPLIT_MIN_K && mm_ksplit(place, m, n, k, a, b, c, blocks, nt)) return;
+    int used;
+    const int64_t per = block_size(dim, blocks, &used);
+    const int team = nt < used ? nt : used;
     #pragma omp parallel for num_threads(team) schedule(static) if (team > 1)
     for (int p = 0; p < used; p++) {
         const int64_t r0 = p * per, r1 = r0 + per < dim ? r0 + per : dim;
-        dnnl_block(place, ta, tb, m, n, k, a, b, c, by_rows, r0, r1);
+        if (by_rows) mm_run(place, ta, tb, r1 - r0, n, k, a + (ta ? r0 : r0 * lda), lda, b, ldb, c + r0 * n, n);
+        else mm_run(place, ta, tb, m, r1 - r0, k, a, lda, b + (tb ? r0 * ldb : r0), ldb, c + r0, n);
     }
 }
 
