@@ -91,7 +91,8 @@ pe_status pe_cpu_fc(const pe_op_ctx *ctx) {
     if (act < 0 || pe_tensor_numel(out) != m * n || out->dtype != x->dtype)
         return pe_ctx_error(ctx, PE_ERR_INTERNAL, "kernel called with tensors shape inference did not produce");
     PE_CHECK(check_blas(ctx, m, n, k));
-    gemm(ctx->place, x->dtype, false, false, m, n, k, pe_tensor_data(x), pe_tensor_data(w), pe_tensor_data(out), ctx->num_threads);
+    gemm(ctx->place, x->dtype, false, false, m, n, k, pe_tensor_data(x), pe_tensor_data(w), pe_tensor_data(out),
+         ctx->num_threads);
     if (m * n == 0) return PE_OK;
     if (x->dtype == PE_DTYPE_FP32)
         fc_epilogue_f32(pe_tensor_data(out), b ? pe_tensor_data(b) : NULL, m, n, act, ctx->num_threads);

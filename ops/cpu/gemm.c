@@ -201,7 +201,9 @@ static void mm_blocks(pe_place place, bool ta, bool tb, int64_t m, int64_t n, in
     while (blocks * 2 <= GEMM_DNNL_MAX_BLOCKS && m * n * k / (blocks * 2) >= GEMM_DNNL_MIN &&
            dim / (blocks * 2) >= GEMM_BLOCK_ALIGN)
         blocks *= 2;
-    if (!ta && !tb && !by_rows && blocks >= 2 && k >= GEMM_KSPLIT_MIN_K && mm_ksplit(place, m, n, k, a, b, c, blocks, nt)) return;
+    if (!ta && !tb && !by_rows && blocks >= 2 && k >= GEMM_KSPLIT_MIN_K &&
+        mm_ksplit(place, m, n, k, a, b, c, blocks, nt))
+        return;
     int used;
     const int64_t per = block_size(dim, blocks, &used);
     const int team = nt < used ? nt : used;

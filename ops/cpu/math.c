@@ -89,7 +89,8 @@ pe_status pe_cpu_mul(const pe_op_ctx *ctx) {
     int64_t n = pe_dims_prod(y->dims, yn, y->ndim);
     PE_CHECK(check_blas_size(ctx, m, n, k));
     blas_threads bt = blas_threads_begin(ctx->num_threads);
-    gemm(ctx->place, x->dtype, false, false, m, n, k, 1.0, pe_tensor_data(x), pe_tensor_data(y), 0.0, pe_tensor_data(out));
+    gemm(ctx->place, x->dtype, false, false, m, n, k, 1.0, pe_tensor_data(x), pe_tensor_data(y), 0.0,
+         pe_tensor_data(out));
     blas_threads_end(bt);
     return PE_OK;
 }
@@ -150,8 +151,12 @@ pe_status pe_cpu_mul_grad(const pe_op_ctx *ctx) {
     int64_t n = pe_dims_prod(y->dims, yn, y->ndim);
     PE_CHECK(check_blas_size(ctx, m, n, k));
     blas_threads bt = blas_threads_begin(ctx->num_threads);
-    if (dx) gemm(ctx->place, x->dtype, false, true, m, k, n, 1.0, pe_tensor_data(g), pe_tensor_data(y), 0.0, pe_tensor_data(dx));
-    if (dy) gemm(ctx->place, x->dtype, true, false, k, n, m, 1.0, pe_tensor_data(x), pe_tensor_data(g), 0.0, pe_tensor_data(dy));
+    if (dx)
+        gemm(ctx->place, x->dtype, false, true, m, k, n, 1.0, pe_tensor_data(g), pe_tensor_data(y), 0.0,
+             pe_tensor_data(dx));
+    if (dy)
+        gemm(ctx->place, x->dtype, true, false, k, n, m, 1.0, pe_tensor_data(x), pe_tensor_data(g), 0.0,
+             pe_tensor_data(dy));
     blas_threads_end(bt);
     return PE_OK;
 }
