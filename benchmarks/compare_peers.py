@@ -373,6 +373,12 @@ def run_worker(args, kind, model, init_path, threads=0, data_path=None, places=0
     return json.loads(lines[-1])
 
 
+def step_ratio(base, other):
+    """(median, "x (rounds: a b c)"): other's step time over base's, round by round (the rounds alternate)."""
+    r = [q["step_s"] / b["step_s"] for b, q in zip(base, other)]
+    return statistics.median(r), "%.2f (rounds: %s)" % (statistics.median(r), " ".join("%.2f" % x for x in r))
+
+
 def measure_machine(args, runs):
     """runs + the ceilings measured now: numpy sgemm and copy on all cores and on 1 thread (numpy's BLAS
     threads; the copy is one thread either way). The roofline takes the best seen: on a shared machine a
@@ -524,16 +530,12 @@ def main(argv=None):
             rs = res[m][("pe", n)]
             print("| PE (%d place%s x %d kernel thread%s)%s | %.0f | - | %s | %.0f | %.0f%% | %.4f |" % (
                 n, "s"[:n > 1], max(args.cores // n, 1), "s"[:args.cores // n > 1], " (best)" if n == bn else "",
-                pe_sps[n], "-" if n == bn else "%.2f (rounds: %s)" % (
-                    statistics.median(q["step_s"] / pr["step_s"] for pr, q in zip(pe_rs, rs)),
-                    " ".join("%.2f" % (q["step_s"] / pr["step_s"]) for pr, q in zip(pe_rs, rs))),
+                pe_sps[n], "-" if n == bn else step_ratio(pe_rs, rs)[1],
                 med(rs, "cpu_us_per_sample"), 100 * pe_sps[n] / rl["samples_per_s"], rs[0]["loss"]))
         if res[m]["pe_nchw"]:
             rn = res[m]["pe_nchw"]
-            rounds = list(zip(res[m][("pe", pe_places[0])], rn))
-            print("| PE (%d places), conv_nhwc / fuse_conv_bias off | %.0f | - | %.2f (rounds: %s) | %.0f | %.0f%% | %.4f |" % (
-                pe_places[0], med(rn), statistics.median(q["step_s"] / pr["step_s"] for pr, q in rounds),
-                " ".join("%.2f" % (q["step_s"] / pr["step_s"]) for pr, q in rounds), med(rn, "cpu_us_per_sample"),
+            print("| PE (%d places), conv_nhwc / fuse_conv_bias off | %.0f | - | %s | %.0f | %.0f%% | %.4f |" % (
+                pe_places[0], med(rn), step_ratio(res[m][("pe", pe_places[0])], rn)[1], med(rn, "cpu_us_per_sample"),
                 100 * med(rn) / rl["samples_per_s"], rn[0]["loss"]))
         best_peer = None
         for p in peers:
@@ -543,14 +545,12 @@ def main(argv=None):
                 continue
             sps = {t: med(res[m][(p, t)]) for t in ts}
             bt = max(sps, key=sps.get)
-            rounds = list(zip(pe_rs, res[m][(p, bt)]))
-            ratio = statistics.median(q["step_s"] / pr["step_s"] for pr, q in rounds)
+            ratio, cell = step_ratio(pe_rs, res[m][(p, bt)])
             if best_peer is None or sps[bt] > best_peer[1]:
                 best_peer = (p, sps[bt], ratio)
             note = "" if status[p] is None else " — then %s" % status[p]
-            print("| %s | %.0f (%d thr) | %s | %.2f (rounds: %s) | %s | %.0f%% | %.4f%s |" % (
-                PEER_NAMES[p], sps[bt], bt, ", ".join("%d thr %.0f" % (t, sps[t]) for t in ts), ratio,
-                " ".join("%.2f" % (q["step_s"] / pr["step_s"]) for pr, q in rounds),
+            print("| %s | %.0f (%d thr) | %s | %s | %s | %.0f%% | %.4f%s |" % (
+                PEER_NAMES[p], sps[bt], bt, ", ".join("%d thr %.0f" % (t, sps[t]) for t in ts), cell,
                 " / ".join("%.0f" % med(res[m][(p, t)], "cpu_us_per_sample") for t in ts),
                 100 * sps[bt] / rl["samples_per_s"], res[m][(p, bt)][0]["loss"], note))
         if best_peer:

@@ -198,7 +198,7 @@ static pe_status build_variant(const pe_parallel_executor *pe, const char *const
                        .quiet = !dump /* the graph with the fused vars kept: the first build reported */};
     PE_CHECK(pe_pass_manager_run(pe->prog, &po, &out->g, NULL));
     if (pe->opt.num_trainers > 1) PE_CHECK(pe_pe_chain_collectives(out->g)); /* one issue order on every trainer */
-    if (bs.enable_sequential_execution) {
+    if (pe->sequential) {
         /* One handle after another in a topological order, never the bare
          * handle order: an edge added after the handles were made may go
          * back (memory_optimize on one place runs each optimizer op before
@@ -429,9 +429,9 @@ pe_status pe_parallel_executor_new(const pe_place *places, int n_places, const p
      * 75,000-78,000 sequential, the same bits (docs/benchmarks.md, "Small
      * per-place batches"). Across processes the pool stays: it overlaps the
      * collectives with the backward pass. */
-    if (places[0].kind == PE_PLACE_CPU && n_places == 1 && pe->kernel_threads > 1 &&
-        o.exec_strategy.num_threads == 0 && o.num_trainers <= 1)
-        pe->opt.build_strategy.enable_sequential_execution = o.build_strategy.enable_sequential_execution = true;
+    pe->sequential = o.build_strategy.enable_sequential_execution ||
+                     (places[0].kind == PE_PLACE_CPU && n_places == 1 && pe->kernel_threads > 1 &&
+                      o.exec_strategy.num_threads == 0 && o.num_trainers <= 1);
     /* The collectives first: across processes, every trainer checks the
      * world before anything can fail on one trainer alone. A collective
      * runs on a scheduler thread while the other places keep computing: it
@@ -459,7 +459,7 @@ pe_status pe_parallel_executor_new(const pe_place *places, int n_places, const p
      * so any pool size runs every graph. */
     int nt = o.exec_strategy.num_threads;
     if (nt == 0) nt = places[0].kind == PE_PLACE_CUDA ? n_places * 4 : (n_places > 1 ? n_places - 1 : 1);
-    if (!o.build_strategy.enable_sequential_execution && !(pe->sched = pe_sched_new(nt, pe->kernel_threads))) { st = PE_ERR_NOMEM; goto fail; }
+    if (!pe->sequential && !(pe->sched = pe_sched_new(nt, pe->kernel_threads))) { st = PE_ERR_NOMEM; goto fail; }
     if ((st = pe_pe_broadcast_from_trainer0(pe)) != PE_OK) goto fail;
     if ((st = pe_pe_coalesce_optimizer_state(pe)) != PE_OK || (st = pe_pe_share_sharded_state(pe)) != PE_OK) goto fail;
     pe->built = true;

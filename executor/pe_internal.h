@@ -49,7 +49,7 @@ typedef struct pe_coll_done {
 typedef struct pe_graph_variant {
     pe_ssa_graph *g;
     pe_mem_arenas *arenas;  /* memory plan (memory_optimize / enable_inplace); NULL = off */
-    int *order;             /* enable_sequential_execution: the handles in the order they run
+    int *order;             /* pe->sequential: the handles in the order they run
                              * (pe_ssa_graph_topo_order); NULL = the scheduler runs them */
 } pe_graph_variant;
 
@@ -65,7 +65,7 @@ struct pe_parallel_executor {
      * removed none) */
     pe_ssa_graph *g;
     pe_mem_arenas *arenas;
-    const int *order;       /* its variant's order (enable_sequential_execution), else NULL */
+    const int *order;       /* its variant's order (pe->sequential), else NULL */
     pe_graph_variant variants[2];
     pe_sched *sched;
     pe_comm_group *comm;    /* the places' collectives (runtime/comm) */
@@ -73,6 +73,8 @@ struct pe_parallel_executor {
     pe_place_services svc[PE_MAX_PLACES]; /* what each place's kernels get (ctx->svc): its comm rank */
     pe_coll_done *coll_done; /* per handle of g (grad_buckets.c) */
     int kernel_threads;
+    bool sequential;        /* no pool: build_strategy.enable_sequential_execution, or the automatic pool
+                             * of one multi-threaded CPU place (parallel_executor.c) */
     bool check_nan_inf;     /* exec_strategy.check_nan_inf or FLAGS_check_nan_inf (executor/nan_inf.c) */
     pe_timeline *tl;        /* exec_strategy.timeline_path or PE_TIMELINE (executor/timeline.c); NULL = off */
     int64_t iter;

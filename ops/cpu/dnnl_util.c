@@ -309,19 +309,11 @@ static size_t ws_reserve(pe_dnnl_entry *e, size_t bytes) {
     return off;
 }
 
-/* Attaches e's workspace: the caller's planned bytes (ext, ext_bytes: the
- * op's slot in the memory plan's arena) when they hold e->ws_bytes, else a
- * free block of place's pool: the smallest that fits, else the largest free
- * one grown, else a new one. Growing happens in the first steps only: in
- * the steady state each block has reached the largest need of the ops that
- * use it. */
-static pe_status ws_attach(pe_dnnl_entry *e, pe_place place, void *ext, size_t ext_bytes) {
-    if (!e->ws_bytes) return PE_OK;
-    const size_t need = e->ws_bytes;
-    if (ext && ext_bytes >= need) {
-        e->ws_data = ext;
-        return PE_OK;
-    }
+/* A free block of place's pool of at least `need` bytes, marked busy: the
+ * smallest that fits, else the largest free one grown, else a new one.
+ * Growing happens in the first steps only: in the steady state each block
+ * has reached the largest need of the ops that use it. */
+static pe_status ws_take(pe_place place, size_t need, ws_block **out) {
     ws_block *fit = NULL, *largest = NULL;
     pthread_mutex_lock(&g_mu);
     for (ws_block *b = g_ws[place.id]; b; b = b->next) {
@@ -356,17 +348,29 @@ static pe_status ws_attach(pe_dnnl_entry *e, pe_place place, void *ext, size_t e
         snprintf(why, sizeof why, "%s", pe_last_error());
         return pe_error(PE_ERR_NOMEM, "oneDNN workspace of %zu bytes: %s", need, why);
     }
-    e->ws = b;
-    e->ws_data = b->p;
+    *out = b;
+    return PE_OK;
+}
+
+/* Attaches e's workspace: the caller's planned bytes (ext, ext_bytes: the
+ * op's slot in the memory plan's arena) when they hold e->ws_bytes, else a
+ * block of place's pool (ws_take). */
+static pe_status ws_attach(pe_dnnl_entry *e, pe_place place, void *ext, size_t ext_bytes) {
+    if (!e->ws_bytes) return PE_OK;
+    if (ext && ext_bytes >= e->ws_bytes) {
+        e->ws_data = ext;
+        return PE_OK;
+    }
+    PE_CHECK(ws_take(place, e->ws_bytes, &e->ws));
+    e->ws_data = e->ws->p;
     return PE_OK;
 }
 
 pe_status pe_dnnl_scratch_acquire(pe_place place, size_t bytes, void **data, void **handle) {
-    pe_dnnl_entry e = {0};
-    e.ws_bytes = round64(bytes ? bytes : 1);
-    PE_CHECK(ws_attach(&e, place, NULL, 0));
-    *data = e.ws_data;
-    *handle = e.ws;
+    ws_block *b;
+    PE_CHECK(ws_take(place, round64(bytes ? bytes : 1), &b));
+    *data = b->p;
+    *handle = b;
     return PE_OK;
 }
 

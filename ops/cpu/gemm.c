@@ -72,31 +72,61 @@
  * the scratch's add then costs at most 1/128 of the multiply-adds. */
 #define GEMM_KSPLIT_MIN_K 256
 
-/* Rows [r0, r1) (by_rows) or columns [r0, r1) of C: one OpenBLAS call
- * (single-threaded inside a parallel region or with the setting at 1). */
-static void blas_block(pe_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const void *a,
-                       const void *b, double beta, void *c, bool by_rows, int64_t r0, int64_t r1) {
-    const size_t es = pe_dtype_size(dt);
-    const int64_t lda = ta ? m : k, ldb = tb ? k : n;
-    const char *ab = a, *bb = b;
-    char *cb = c;
-    int64_t mb = m, nb = n;
-    if (by_rows) {
-        ab += (size_t)(ta ? r0 : r0 * lda) * es;
-        cb += (size_t)(r0 * n) * es;
-        mb = r1 - r0;
-    } else {
-        bb += (size_t)(tb ? r0 * ldb : r0) * es;
-        cb += (size_t)r0 * es;
-        nb = r1 - r0;
-    }
+/* C[mb, nb] (row stride ldc) = alpha * op(A) op(B) + beta * C with inner
+ * size kb, a / b / c at the block's first elements, lda / ldb the operands'
+ * row strides as stored: one OpenBLAS call (single-threaded inside a
+ * parallel region or with the setting at 1). */
+static void blas_call(pe_dtype dt, bool ta, bool tb, int64_t mb, int64_t nb, int64_t kb, double alpha, const void *a,
+                      int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc) {
     enum CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
     if (dt == PE_DTYPE_FP32)
-        cblas_sgemm(CblasRowMajor, opa, opb, (blasint)mb, (blasint)nb, (blasint)k, (float)alpha, (const float *)ab,
-                    (blasint)lda, (const float *)bb, (blasint)ldb, (float)beta, (float *)cb, (blasint)n);
+        cblas_sgemm(CblasRowMajor, opa, opb, (blasint)mb, (blasint)nb, (blasint)kb, (float)alpha, (const float *)a,
+                    (blasint)lda, (const float *)b, (blasint)ldb, (float)beta, (float *)c, (blasint)ldc);
     else
-        cblas_dgemm(CblasRowMajor, opa, opb, (blasint)mb, (blasint)nb, (blasint)k, alpha, (const double *)ab,
-                    (blasint)lda, (const double *)bb, (blasint)ldb, beta, (double *)cb, (blasint)n);
+        cblas_dgemm(CblasRowMajor, opa, opb, (blasint)mb, (blasint)nb, (blasint)kb, alpha, (const double *)a,
+                    (blasint)lda, (const double *)b, (blasint)ldb, beta, (double *)c, (blasint)ldc);
+}
+
+/* blas_call with OpenBLAS on one thread (its OpenMP build follows the
+ * calling thread's setting). */
+static void blas_call_1(pe_dtype dt, bool ta, bool tb, int64_t mb, int64_t nb, int64_t kb, double alpha,
+                        const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc) {
+    const int prev = omp_get_max_threads();
+    if (prev != 1) omp_set_num_threads(1);
+    blas_call(dt, ta, tb, mb, nb, kb, alpha, a, lda, b, ldb, beta, c, ldc);
+    if (prev != 1) omp_set_num_threads(prev);
+}
+
+/* Rows [r0, r1) (by_rows) or columns [r0, r1) of C[m, n] = op(A) op(B),
+ * stored without padding: where the block's operands start, and its size. */
+typedef struct {
+    const char *a, *b;
+    char *c;
+    int64_t m, n;
+} gemm_block;
+
+static gemm_block block_at(size_t es, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a, const void *b,
+                           void *c, bool by_rows, int64_t r0, int64_t r1) {
+    const int64_t lda = ta ? m : k, ldb = tb ? k : n;
+    if (by_rows)
+        return (gemm_block){(const char *)a + (size_t)(ta ? r0 : r0 * lda) * es, b, (char *)c + (size_t)(r0 * n) * es,
+                            r1 - r0, n};
+    return (gemm_block){a, (const char *)b + (size_t)(tb ? r0 * ldb : r0) * es, (char *)c + (size_t)r0 * es, m, r1 - r0};
+}
+
+/* [0, dim) in at most `blocks` parts of GEMM_BLOCK_ALIGN multiples: the part
+ * size; *used the parts. */
+static int64_t block_size(int64_t dim, int64_t blocks, int *used) {
+    const int64_t per = ((dim + blocks - 1) / blocks + GEMM_BLOCK_ALIGN - 1) / GEMM_BLOCK_ALIGN * GEMM_BLOCK_ALIGN;
+    *used = (int)((dim + per - 1) / per);
+    return per;
+}
+
+/* Rows or columns [r0, r1) of C on OpenBLAS (see blas_call). */
+static void blas_block(pe_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const void *a,
+                       const void *b, double beta, void *c, bool by_rows, int64_t r0, int64_t r1) {
+    const gemm_block q = block_at(pe_dtype_size(dt), ta, tb, m, n, k, a, b, c, by_rows, r0, r1);
+    blas_call(dt, ta, tb, q.m, q.n, k, alpha, q.a, ta ? m : k, q.b, tb ? k : n, beta, q.c, n);
 }
 
 /* One oneDNN block: C[m, n] (row stride ldc) = op(A) op(B), A stored with
@@ -138,21 +168,8 @@ static void mm_run(pe_place place, bool ta, bool tb, int64_t mb, int64_t nb, int
     for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) pe_dnnl_key_add(&key, kv[i]);
     bool fallback = false;
     if (pe_dnnl_run_cached(&key, place, 1, NULL, 0, mm_build, &g, (void *[]){(void *)a, (void *)b, c},
-                           &fallback) == PE_OK && !fallback)
-        return;
-    const int prev = omp_get_max_threads();
-    if (prev != 1) omp_set_num_threads(1);
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (blasint)mb,
-                (blasint)nb, (blasint)kb, 1.0f, a, (blasint)lda, b, (blasint)ldb, 0.0f, c, (blasint)ldc);
-    if (prev != 1) omp_set_num_threads(prev);
-}
-
-/* [0, dim) in at most `blocks` parts of GEMM_BLOCK_ALIGN multiples: the part
- * size; *used the parts. */
-static int64_t block_size(int64_t dim, int64_t blocks, int *used) {
-    const int64_t per = ((dim + blocks - 1) / blocks + GEMM_BLOCK_ALIGN - 1) / GEMM_BLOCK_ALIGN * GEMM_BLOCK_ALIGN;
-    *used = (int)((dim + per - 1) / per);
-    return per;
+                           &fallback) != PE_OK || fallback)
+        blas_call_1(PE_DTYPE_FP32, ta, tb, mb, nb, kb, 1.0, a, lda, b, ldb, 0.0, c, ldc);
 }
 
 /* A B with neither transposed and C cut by columns (m <= n: the forward
@@ -196,7 +213,7 @@ static bool mm_ksplit(pe_place place, int64_t m, int64_t n, int64_t k, const flo
 static void mm_blocks(pe_place place, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
                       const float *b, float *c, int nt) {
     const bool by_rows = m > n;
-    const int64_t dim = by_rows ? m : n, lda = ta ? m : k, ldb = tb ? k : n;
+    const int64_t dim = by_rows ? m : n;
     int64_t blocks = 1;
     while (blocks * 2 <= GEMM_DNNL_MAX_BLOCKS && m * n * k / (blocks * 2) >= GEMM_DNNL_MIN &&
            dim / (blocks * 2) >= GEMM_BLOCK_ALIGN)
@@ -210,8 +227,9 @@ static void mm_blocks(pe_place place, bool ta, bool tb, int64_t m, int64_t n, in
     #pragma omp parallel for num_threads(team) schedule(static) if (team > 1)
     for (int p = 0; p < used; p++) {
         const int64_t r0 = p * per, r1 = r0 + per < dim ? r0 + per : dim;
-        if (by_rows) mm_run(place, ta, tb, r1 - r0, n, k, a + (ta ? r0 : r0 * lda), lda, b, ldb, c + r0 * n, n);
-        else mm_run(place, ta, tb, m, r1 - r0, k, a, lda, b + (tb ? r0 * ldb : r0), ldb, c + r0, n);
+        const gemm_block q = block_at(sizeof(float), ta, tb, m, n, k, a, b, c, by_rows, r0, r1);
+        mm_run(place, ta, tb, q.m, q.n, k, (const float *)q.a, ta ? m : k, (const float *)q.b, tb ? k : n,
+               (float *)q.c, n);
     }
 }
 
@@ -282,7 +300,7 @@ void pe_cpu_gemm(pe_place place, pe_dtype dt, bool ta, bool tb, int64_t m, int64
         return;
     }
     if (dt != PE_DTYPE_FP32) { /* float64: OpenBLAS's own threads, as before (see above) */
-        blas_block(dt, ta, tb, m, n, k, alpha, a, b, beta, c, false, 0, n);
+        blas_call(dt, ta, tb, m, n, k, alpha, a, ta ? m : k, b, tb ? k : n, beta, c, n);
         return;
     }
     const int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
@@ -294,17 +312,14 @@ void pe_cpu_gemm(pe_place place, pe_dtype dt, bool ta, bool tb, int64_t m, int64
     const int64_t dim = by_rows ? m : n, other = by_rows ? n : m;
     /* the most blocks (at most nt) whose every block, the last included,
      * has more than GEMM_BLOCK_MIN multiply-adds */
-    int parts = nt;
+    int parts = nt, used;
     int64_t per = dim;
     for (; parts > 1; parts--) {
-        per = ((dim + parts - 1) / parts + GEMM_BLOCK_ALIGN - 1) / GEMM_BLOCK_ALIGN * GEMM_BLOCK_ALIGN;
-        const int64_t used = (dim + per - 1) / per, last = dim - (used - 1) * per;
-        if (used == parts && last * other * k > GEMM_BLOCK_MIN) break;
+        per = block_size(dim, parts, &used);
+        if (used == parts && (dim - (used - 1) * per) * other * k > GEMM_BLOCK_MIN) break;
     }
     if (parts <= 1) {
-        if (nt > 1) omp_set_num_threads(1);
-        blas_block(dt, ta, tb, m, n, k, alpha, a, b, beta, c, by_rows, 0, dim);
-        if (nt > 1) omp_set_num_threads(nt);
+        blas_call_1(dt, ta, tb, m, n, k, alpha, a, ta ? m : k, b, tb ? k : n, beta, c, n);
         return;
     }
     #pragma omp parallel for num_threads(parts) schedule(static)

@@ -335,20 +335,20 @@ static void test_matmul_errors(void **state) {
  * [5000, 16] between 1 and 8 (benchmarks/bench_gemm.c), when OpenBLAS
  * threads them, which ops/cpu/gemm.c avoids by splitting C itself (one
  * single-threaded call per block). Products of 2^23 multiply-adds or more
- * run on oneDNN's matmul in blocks fixed by the shape (the last four
- * cases: 2, 4, 1 and 2 blocks); they are also checked against a float64
- * product. */
+ * run on oneDNN's matmul in blocks fixed by the shape (the cases marked
+ * `big`: the two forward products also cut along K); they are also checked
+ * against a float64 product. */
 static void test_matmul_thread_invariance(void **state) {
     (void)state;
-    struct { const char *type; int xr; int64_t xd[3]; int yr; int64_t yd[3]; bool tx; } cases[] = {
-        {"mul", 2, {96, 200}, 2, {200, 130}, false},                /* one GEMM, one block (small) */
-        {"matmul_v2", 3, {16, 24, 40}, 3, {16, 40, 20}, false},     /* small batches across threads */
-        {"matmul_v2", 3, {3, 150, 120}, 3, {3, 120, 110}, false},   /* big batches, threaded GEMMs */
-        {"mul", 2, {64, 784}, 2, {784, 512}, false},                /* the MLP's first layer, 64 rows */
-        {"matmul_v2", 2, {5000, 16}, 2, {5000, 16}, true},          /* X^T Y, long K */
-        {"mul", 2, {128, 784}, 2, {784, 512}, false},               /* the MLP's first layer, 128 rows */
-        {"matmul_v2", 2, {5000, 64}, 2, {5000, 48}, true},          /* X^T Y, long K, one oneDNN block */
-        {"matmul_v2", 2, {300, 96}, 2, {300, 1000}, true},          /* X^T Y, the weight gradient's form */
+    struct { const char *type; int xr; int64_t xd[3]; int yr; int64_t yd[3]; bool tx, big; } cases[] = {
+        {"mul", 2, {96, 200}, 2, {200, 130}, false, false},              /* one GEMM, one block (small) */
+        {"matmul_v2", 3, {16, 24, 40}, 3, {16, 40, 20}, false, false},   /* small batches across threads */
+        {"matmul_v2", 3, {3, 150, 120}, 3, {3, 120, 110}, false, false}, /* big batches, threaded GEMMs */
+        {"mul", 2, {64, 784}, 2, {784, 512}, false, true},               /* the MLP's first layer, 64 rows */
+        {"matmul_v2", 2, {5000, 16}, 2, {5000, 16}, true, false},        /* X^T Y, long K */
+        {"mul", 2, {128, 784}, 2, {784, 512}, false, true},              /* the MLP's first layer, 128 rows */
+        {"matmul_v2", 2, {5000, 64}, 2, {5000, 48}, true, true},         /* X^T Y, long K, one oneDNN block */
+        {"matmul_v2", 2, {300, 96}, 2, {300, 1000}, true, true},         /* X^T Y, the weight gradient's form */
     };
     const int nts[] = {2, 3, 4, 8};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -364,7 +364,7 @@ static void test_matmul_thread_invariance(void **state) {
         pe_tensor *o1 = pe_tensor_new();
         assert_int_equal(run_nt(p, (pe_feed[]){{"x", x}, {"y", y}}, 2, "out", o1, 1), PE_OK);
         assert_true(pe_tensor_nbytes(o1) > 0);
-        if (c >= 4) { /* against float64: C[i, j] = sum_k op(X)[i, k] Y[k, j] */
+        if (cases[c].big) { /* against float64: C[i, j] = sum_k op(X)[i, k] Y[k, j] */
             const int64_t kk = cases[c].tx ? cases[c].xd[0] : cases[c].xd[1];
             const int64_t mm = nx / kk, nn = ny / kk;
             const float *ov = pe_tensor_data(o1);

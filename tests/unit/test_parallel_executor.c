@@ -260,7 +260,8 @@ static void test_automatic_pool(void **state) {
         assert_int_equal(pe->kernel_threads, cases[c][1] / cases[c][0]);
         if (cases[c][3]) assert_non_null(pe->sched);
         else assert_null(pe->sched);
-        assert_int_equal(pe->opt.build_strategy.enable_sequential_execution, !cases[c][3]);
+        assert_int_equal(pe->sequential, !cases[c][3]);
+        assert_false(pe->opt.build_strategy.enable_sequential_execution); /* the caller's options as given */
         pe_tensor *out[2] = {pe_tensor_new(), pe_tensor_new()};
         assert_int_equal(pe_run(pe, &feed, 1, fetch, 1, false, out), PE_OK);
         /* the mean of y = 2 x over the place's rows, summed over the places */
