@@ -107,6 +107,10 @@ def _params(cases):
     for c in cases:
         if c.op not in have or c.xfail:
             continue
+        # NHWC rows: the CUDA kernels refuse the layout with a clean error by design, which the
+        # op suites check as strict xfails when run on cuda:0 (PE_TEST_PLACES); nothing to compare
+        if "NHWC" in (c.attrs.get("data_format"), c.attrs.get("data_layout")):
+            continue
         out.append(c)
     return out
 
