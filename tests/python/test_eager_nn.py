@@ -481,6 +481,49 @@ def test_step_updates_in_place(opt):
     assert w._version == 2
 
 
+@pytest.mark.parametrize("opt", ["SGD", "Momentum", "Adam", "AdamW"])
+def test_step_groups_match_single_ops(opt):
+    """step() runs one merged_<kind> op per (dtype, attrs) group: float32 and
+    float64 parameters in one optimizer, AdamW's decayed and undecayed ones,
+    give each single op's values bit for bit; a parameter listed twice is
+    updated twice, in order, as the single ops did."""
+    rs = _rs(71)
+    lin = nn.Linear(3, 2)
+    p64 = pe.to_tensor(rs.randn(2, 3), stop_gradient=False)   # float64
+    params = lin.parameters() + [p64]
+    kw = {"apply_decay_param_fun": lambda n: n.endswith(".w_0")} if opt == "AdamW" else {}
+    o = OPTS[opt][0](params) if not kw else pe.optimizer.AdamW(learning_rate=0.01, weight_decay=0.05,
+                                                                  parameters=params, **kw)
+    x = pe.to_tensor(rs.randn(4, 3).astype(np.float32))
+    for _ in range(2):
+        pe.mean(lin(x)).backward()
+        pe.mean(p64 * p64).backward()
+        want = []
+        for p in params:
+            st = {s: t.detach() for s, t in pe.eager.optimizer._state(o, p).items()}
+            ins = {"Param": p.detach(), "Grad": p.grad, "LearningRate": o._lr_tensor()}
+            ins.update(st)
+            outs = {"ParamOut": 1}
+            outs.update({s + "Out": 1 for s in st})
+            got = pe.eager.autograd.run_op(o._kind, ins, outs, pe.eager.optimizer._attrs(o, p))
+            want.append({k: v[0].numpy() for k, v in got.items()})
+        o.step()
+        for p, w in zip(params, want):
+            np.testing.assert_array_equal(p.numpy(), w["ParamOut"], err_msg="%s %s" % (opt, p.name))
+            for s, t in pe.eager.optimizer._state(o, p).items():
+                np.testing.assert_array_equal(t.numpy(), w[s + "Out"], err_msg="%s %s %s" % (opt, p.name, s))
+        o.clear_grad()
+    assert p64.dtype == "float64" and lin.weight.dtype == "float32"
+    # listed twice: two updates of the same gradient, as two single ops in a row
+    w = nn.Linear(2, 2).weight
+    o2 = pe.optimizer.SGD(learning_rate=0.1, parameters=[w, w])
+    w0 = w.numpy()
+    pe.mean(pe.matmul(pe.ones([3, 2]), w)).backward()
+    g = w.grad.numpy()
+    o2.step()
+    np.testing.assert_array_equal(w.numpy(), (w0 - np.float32(0.1) * g) - np.float32(0.1) * g)
+
+
 def test_backward_refuses_values_changed_by_step():
     """A tensor the tape saved that a step() changed since: backward() raises
     naming the tensor and the op, before it accumulates anything."""

@@ -1,8 +1,10 @@
 """pe.eager.optimizer — Optimizer.step() for eager parameters.
 
-step() runs, per parameter with a .grad, the optimizer op that
+step() runs, for the parameters with a .grad, the optimizer op that
 pe_optimizer_minimize (passes/optimizer.c) appends in static mode — sgd,
-momentum, adam, adamw — through the eager entry point, with the same
+momentum, adam, adamw — in its merged form (merged_sgd, ...: one C call for
+every parameter of a dtype, the single op's arithmetic bit for bit) through
+the eager entry point, with the same
 state (<param>_velocity_0, _moment1_0, _moment2_0, _beta1_pow_acc_0 = beta1,
 _beta2_pow_acc_0 = beta2) and attrs, in place as in a program: ParamOut is
 the parameter's own tensor (Moment1Out the accumulator's, ...), so the
@@ -142,23 +144,37 @@ def step(opt):
         lr = opt._lr_tensor()
         lr_in = ("LearningRate", [lr._t], [lr.name])
         state = _STATE[opt._kind]
-        op = _index(opt._kind)
         attrs = None if opt._kind == "adamw" else _attrs(opt, None)
         place = _fw._eager_place
-        for (p, _), g in zip(pg, grads):
-            st = _state(opt, p)
-            raw = p._t
-            ins = [("Param", [raw], [p.name]), ("Grad", [g], [p.name + "@GRAD"]), lr_in]
-            outs = [("ParamOut", [raw])]
+        # One merged_<kind> call per (dtype, attrs) group: the element loops of the
+        # single op, bit for bit, for any thread count (ops/cpu/fused_optimizer.c),
+        # without a C call and its argument lists per parameter. A parameter listed
+        # twice is updated twice, in order, as the single ops did.
+        if len({id(p) for p, _ in pg}) < len(pg):
+            groups = [([(p, g)], attrs if attrs is not None else _attrs(opt, p)) for (p, _), g in zip(pg, grads)]
+        else:
+            by = {}
+            for (p, _), g in zip(pg, grads):
+                a = attrs if attrs is not None else _attrs(opt, p)
+                by.setdefault((p.dtype, a.get("with_decay")), ([], a))[0].append((p, g))
+            groups = list(by.values())
+        op = _index("merged_" + opt._kind)
+        for items, a in groups:
+            sts = [_state(opt, p) for p, _ in items]
+            raws = [p._t for p, _ in items]
+            ins = [("Param", raws, [p.name for p, _ in items]),
+                   ("Grad", [g for _, g in items], [p.name + "@GRAD" for p, _ in items]), lr_in]
+            outs = [("ParamOut", raws)]
             for slot, o, _, _, _ in state:
-                acc = st[slot]
-                ins.append((slot, [acc._t], [acc.name]))
-                outs.append((o, [acc._t]))
+                accs = [st[slot] for st in sts]
+                ins.append((slot, [t._t for t in accs], [t.name for t in accs]))
+                outs.append((o, [t._t for t in accs]))
             # in place: each output is its input's tensor (ParamOut = Param, Moment1Out = Moment1, ...)
-            _core.eager_run(op, ins, outs, attrs if attrs is not None else _attrs(opt, p), place, 0, 0)
-            bump_version(p)
-            for acc in st.values():
-                bump_version(acc)
+            _core.eager_run(op, ins, outs, a, place, 0, 0)
+            for (p, _), st in zip(items, sts):
+                bump_version(p)
+                for acc in st.values():
+                    bump_version(acc)
 
 
 def lr_tensor(opt):
