@@ -62,9 +62,19 @@ int pe_cpu_place_count(void) {
     const char *e = getenv("CPU_NUM");
     if (!e || !*e) {
         static int warned;
-        if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED) && omp_get_num_procs() > 1)
-            pe_log(PE_LOG_WARN, "CPU_NUM is not set: using 1 CPU place on a machine with %d cores; "
-                   "set CPU_NUM=%d to train data-parallel on all of them", omp_get_num_procs(), omp_get_num_procs());
+        /* The one place's kernels get every OpenMP thread (pe_mp_kernel_threads), so
+         * the cores are busy either way unless OMP_NUM_THREADS=1: only then is
+         * CPU_NUM the way to use them. Which layout is faster depends on the model
+         * (docs/benchmarks.md: the MLP on 1 place, the CNN about even). */
+        const int procs = omp_get_num_procs(), threads = omp_get_max_threads();
+        if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED) && procs > 1) {
+            if (threads > 1)
+                pe_log(PE_LOG_WARN, "CPU_NUM is not set: using 1 CPU place, its kernels on %d threads "
+                       "(CPU_NUM=%d would make %d data-parallel places of 1 thread each)", threads, procs, procs);
+            else
+                pe_log(PE_LOG_WARN, "CPU_NUM is not set: using 1 CPU place of 1 thread (OMP_NUM_THREADS=1) on a "
+                       "machine with %d cores; set CPU_NUM=%d to train data-parallel on all of them", procs, procs);
+        }
         return 1;
     }
     char *end;

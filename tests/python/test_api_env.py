@@ -63,3 +63,30 @@ def test_cpu_places_follow_cpu_num(monkeypatch):
     assert [p._pe_place for p in places] == [("cpu", 0), ("cpu", 1), ("cpu", 2)]
     assert len(pe.static.cpu_places(2)) == 2
     assert pe.CPUPlace() == pe.CPUPlace(0) and pe.CUDAPlace(1) != pe.CUDAPlace(0)
+
+
+
+@pytest.mark.parametrize("omp", ["2", "1"])
+def test_cpu_num_unset_warning(omp):
+    """Without CPU_NUM there is one place, whose kernels take every OpenMP
+    thread: the warning says so, and points to CPU_NUM as the way to use
+    the cores only when the kernels get one thread (OMP_NUM_THREADS=1)."""
+    import os
+    import subprocess
+    import sys
+    n = len(os.sched_getaffinity(0))
+    if n < 2:
+        pytest.skip("SKIPPED: one core: no CPU_NUM warning to check")
+    env = dict(os.environ, OMP_NUM_THREADS=omp)
+    env.pop("CPU_NUM", None)
+    env.pop("PE_LOG_LEVEL", None)
+    r = subprocess.run([sys.executable, "-c", "import pe; print(len(pe.static.cpu_places()))"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "1", r.stderr
+    if omp == "1":
+        want = ("CPU_NUM is not set: using 1 CPU place of 1 thread (OMP_NUM_THREADS=1) on a machine with %d cores; "
+                "set CPU_NUM=%d to train data-parallel on all of them" % (n, n))
+    else:
+        want = ("CPU_NUM is not set: using 1 CPU place, its kernels on 2 threads (CPU_NUM=%d would make %d "
+                "data-parallel places of 1 thread each)" % (n, n))
+    assert want in r.stderr, r.stderr
