@@ -24,6 +24,7 @@
 #include "ops/op.h"
 
 #include <omp.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,8 +140,75 @@ static pe_status prep_init(pe_eager_prep *p, int op, const pe_eager_args *ins, i
  * In with the k-th of Out: ParamOut = Param), as the semantic check
  * (graph/check.c) wants of a program, and no other output holds it.
  * in[i] / out[i]: the args of caller slot i. */
+/* "<slot>:<k>" into b (48 bytes: the slot cut at 36 chars), the default name
+ * of an arg the caller did not name; written by hand, as pe_dims_str is:
+ * snprintf was most of a call's own cost for an op of many args. */
+static void arg_name(char *b, const char *slot, int k) {
+    size_t n = strnlen(slot, 36);
+    memcpy(b, slot, n);
+    b[n++] = ':';
+    char d[12];
+    int nd = 0;
+    unsigned v = (unsigned)k;
+    do d[nd++] = (char)('0' + v % 10); while ((v /= 10) && nd < (int)sizeof d);
+    while (nd) b[n++] = d[--nd];
+    b[n] = 0;
+}
+
+/* One arg of a call, for the sorted alias scan. */
+typedef struct {
+    const pe_tensor *t;
+    int out;   /* 0: input, 1: output */
+    int reg;   /* registry slot */
+    int k;     /* arg index in its slot */
+} alias_arg;
+
+static int alias_arg_cmp(const void *a, const void *b) {
+    const alias_arg *x = a, *y = b;
+    if (x->t != y->t) return (uintptr_t)x->t < (uintptr_t)y->t ? -1 : 1;
+    return y->out - x->out; /* the output (at most one if fine) first in its group */
+}
+
+/* Whether the call may alias wrongly, in O(N log N) over its N args: sorted by
+ * tensor, a group of equal tensors is fine when it holds no output, or one
+ * output and only inputs that are its in-place pair at the same arg index.
+ * 1: maybe (the exact scan names the pair), 0: no, -1: out of memory. */
+static int may_alias(const pe_eager_prep *p, pe_tensor *const *const *in, pe_tensor *const *const *out) {
+    const int total = p->n_in_args + p->n_out_args;
+    alias_arg *a = malloc((size_t)total * sizeof *a);
+    if (!a) return -1;
+    int n = 0;
+    for (int io = 0; io < 2; io++)
+        for (int i = 0; i < (io ? p->n_outs : p->n_ins); i++)
+            for (int k = 0; k < (io ? p->out_n[i] : p->in_n[i]); k++) {
+                const pe_tensor *t = io ? out[i][k] : in[i][k];
+                if (t) a[n++] = (alias_arg){t, io, io ? p->out_reg[i] : p->in_reg[i], k};
+            }
+    qsort(a, (size_t)n, sizeof *a, alias_arg_cmp);
+    int bad = 0;
+    for (int g = 0, e; g < n && !bad; g = e) {
+        for (e = g + 1; e < n && a[e].t == a[g].t; e++) {
+        }
+        if (e - g < 2 || !a[g].out) continue; /* one arg, or inputs only */
+        for (int m = g + 1; m < e && !bad; m++)
+            bad = a[m].out || a[m].k != a[g].k || !is_inplace_pair(p->info, a[m].reg, a[g].reg);
+    }
+    free(a);
+    return bad;
+}
+
+/* A call's outputs are distinct tensors, and an output is an input only as
+ * an in-place pair of ops.def at the same arg index. Many args (a merged
+ * optimizer op over every parameter: ~1,000) are screened by the sorted scan
+ * first; the pairwise scan, which names the offending pair, runs when it
+ * finds something or the call is small. */
 static pe_status check_aliases(const pe_eager_prep *p, pe_tensor *const *const *in, pe_tensor *const *const *out) {
     const pe_op_info *info = p->info;
+    if ((int64_t)p->n_out_args * (p->n_out_args + p->n_in_args) > 4096) {
+        int r = may_alias(p, in, out);
+        if (r < 0) return pe_error(PE_ERR_NOMEM, "op %s: out of memory", info->name);
+        if (r == 0) return PE_OK;
+    }
     for (int i = 0; i < p->n_outs; i++)
         for (int k = 0; k < p->out_n[i]; k++) {
             const pe_tensor *t = out[i][k];
@@ -257,7 +325,7 @@ static pe_status run(const pe_eager_prep *p, pe_tensor *const *const *in, const 
                 const char *slot = io ? info->outputs[reg].name : info->inputs[reg].name;
                 for (int k = 0; k < cnt; k++, n_made++) {
                     char *b = made ? mbuf + (size_t)n_made * 48 : nbuf[n_made];
-                    snprintf(b, 48, "%.36s:%d", slot, k);
+                    arg_name(b, slot, k);
                     nm[k] = b;
                 }
             }
@@ -325,7 +393,7 @@ pe_status pe_eager_prepare(int op, const pe_eager_args *ins, int n_ins, const pe
         for (int i = 0; i < (io ? p->n_outs : p->n_ins); i++) {
             const char *slot = io ? info->outputs[p->out_reg[i]].name : info->inputs[p->in_reg[i]].name;
             for (int k = 0; k < (io ? p->out_n[i] : p->in_n[i]); k++, at++) {
-                snprintf(buf + (size_t)at * 48, 48, "%.36s:%d", slot, k);
+                arg_name(buf + (size_t)at * 48, slot, k);
                 p->names[at] = buf + (size_t)at * 48;
             }
         }

@@ -504,8 +504,16 @@ static pe_status check_declared(const pe_op_ctx *ctx) {
     return PE_OK;
 }
 
-static bool is_input(const pe_op_ctx *ctx, const pe_tensor *t) {
-    for (int i = 0; i < ctx->info->n_inputs; i++)
+/* Whether output slot `o` arg `k`, tensor t, is also an input. Its in-place
+ * pair's arg k is tried first (ParamOut[k] = Param[k]): a merged optimizer
+ * op has ~500 outputs and ~700 inputs, and the plain scan made pe_op_run
+ * quadratic in them. */
+static bool is_input(const pe_op_ctx *ctx, int o, int k, const pe_tensor *t) {
+    const pe_op_info *info = ctx->info;
+    for (int p = 0; p < info->n_inplace; p++)
+        if (info->inplace[p][1] == o && k < ctx->n_in[info->inplace[p][0]] && ctx->in[info->inplace[p][0]][k] == t)
+            return true;
+    for (int i = 0; i < info->n_inputs; i++)
         for (int j = 0; j < ctx->n_in[i]; j++)
             if (ctx->in[i][j] == t) return true;
     return false;
@@ -520,7 +528,7 @@ pe_status pe_op_infer(pe_op_ctx *ctx) {
     for (int i = 0; i < info->n_outputs; i++)
         for (int j = 0; j < ctx->n_out[i]; j++) {
             pe_tensor *t = ctx->out[i][j];
-            if (t && t->lod && !is_input(ctx, t)) pe_tensor_clear_lod(t);
+            if (t && t->lod && !is_input(ctx, i, j, t)) pe_tensor_clear_lod(t);
         }
     ctx->lod_set = false;
     pe_status st = info->infer(ctx);
@@ -531,7 +539,7 @@ pe_status pe_op_infer(pe_op_ctx *ctx) {
             for (int j = 0; j < ctx->n_out[i]; j++) {
                 pe_tensor *t = ctx->out[i][j];
                 /* an output written in place (ParamOut = Param) keeps what it had */
-                if (t && !t->lod && t->ndim >= 1 && t->dims[0] == rows && !is_input(ctx, t))
+                if (t && !t->lod && t->ndim >= 1 && t->dims[0] == rows && !is_input(ctx, i, j, t))
                     pe_tensor_share_lod(t, &src);
             }
     }
@@ -568,7 +576,7 @@ pe_status pe_op_run(pe_op_ctx *ctx) {
              * hand the kernel uninitialised memory as its input. It cannot
              * grow (X [3] += Y [2, 3] in place): its input value would be
              * lost, so that is an error, not a reallocation. */
-            if (t->buf && pe_place_eq(t->buf->place, ctx->place) && is_input(ctx, t)) {
+            if (t->buf && pe_place_eq(t->buf->place, ctx->place) && is_input(ctx, i, j, t)) {
                 if (t->offset + pe_tensor_nbytes(t) <= t->buf->bytes) continue;
                 char ds[128];
                 return pe_error(PE_ERR_INVALID,

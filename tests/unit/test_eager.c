@@ -156,6 +156,54 @@ static void test_run_in_place(void **state) {
     for (int i = 0; i < 6; i++) pe_tensor_free(ts[i]);
 }
 
+/* merged_momentum over 40 parameters in place: the many-args path of the
+ * alias check (sorted screen, then the pairwise scan for the message) and
+ * of pe_op_run's in-place test. Each parameter gets the single op's bits;
+ * a ParamOut given the wrong Param, the same VelocityOut twice and a Grad
+ * as ParamOut are refused with the pairwise scan's messages. */
+static void test_run_in_place_many(void **state) {
+    (void)state;
+    enum { N = 40 };
+    int mop = pe_op_type_find("merged_momentum"), op = pe_op_type_find("momentum");
+    assert_true(mop >= 0 && op >= 0);
+    pe_tensor *p[N], *g[N], *v[N], *pr[N], *vr[N];
+    pe_tensor *lr = filled(PE_DTYPE_FP32, 1, 1, 0.05f);
+    for (int k = 0; k < N; k++) {
+        p[k] = filled(PE_DTYPE_FP32, 1 + k % 3, 5, 0.01f * (float)k);
+        g[k] = filled(PE_DTYPE_FP32, 1 + k % 3, 5, -0.2f + 0.003f * (float)k);
+        v[k] = filled(PE_DTYPE_FP32, 1 + k % 3, 5, 0.1f);
+        pr[k] = pe_tensor_new(), vr[k] = pe_tensor_new();
+        pe_eager_args in1[] = {{"Param", 1, &p[k], NULL}, {"Grad", 1, &g[k], NULL}, {"Velocity", 1, &v[k], NULL},
+                               {"LearningRate", 1, &lr, NULL}};
+        pe_eager_args out1[] = {{"ParamOut", 1, &pr[k], NULL}, {"VelocityOut", 1, &vr[k], NULL}};
+        assert_int_equal(pe_eager_run(op, in1, 4, out1, 2, NULL, 0, pe_place_cpu(0), 1, 0), PE_OK);
+    }
+    pe_eager_args in[] = {{"Param", N, p, NULL}, {"Grad", N, g, NULL}, {"Velocity", N, v, NULL},
+                          {"LearningRate", 1, &lr, NULL}};
+    pe_tensor *po[N], *vo[N];
+    memcpy(po, p, sizeof po);
+    memcpy(vo, v, sizeof vo);
+    pe_eager_args outs[] = {{"ParamOut", N, po, NULL}, {"VelocityOut", N, vo, NULL}};
+    po[7] = p[8]; /* ParamOut:7 is Param:8: a pair slot, another arg */
+    assert_int_equal(pe_eager_run(mop, in, 4, outs, 2, NULL, 0, pe_place_cpu(0), 1, 0), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "output ParamOut:7 is input Param:8: Param>ParamOut is in place only arg by arg"));
+    po[7] = p[7], vo[30] = v[3];
+    assert_int_equal(pe_eager_run(mop, in, 4, outs, 2, NULL, 0, pe_place_cpu(0), 1, 0), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "outputs VelocityOut:3 and VelocityOut:30 are one tensor"));
+    vo[30] = v[30], po[12] = g[12];
+    assert_int_equal(pe_eager_run(mop, in, 4, outs, 2, NULL, 0, pe_place_cpu(0), 1, 0), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "output ParamOut:12 is also input Grad:12, but Grad>ParamOut is no in-place pair"));
+    po[12] = p[12];
+    assert_int_equal(pe_eager_run(mop, in, 4, outs, 2, NULL, 0, pe_place_cpu(0), 1, 0), PE_OK);
+    for (int k = 0; k < N; k++) {
+        assert_memory_equal(pe_tensor_data(p[k]), pe_tensor_data(pr[k]), pe_tensor_nbytes(pr[k]));
+        assert_memory_equal(pe_tensor_data(v[k]), pe_tensor_data(vr[k]), pe_tensor_nbytes(vr[k]));
+        pe_tensor *ts[] = {p[k], g[k], v[k], pr[k], vr[k]};
+        for (int i = 0; i < 5; i++) pe_tensor_free(ts[i]);
+    }
+    pe_tensor_free(lr);
+}
+
 /* pe_op_type_reads_input: false only for ops.def's "-In" slots (dims and
  * dtype read, not data): what the eager tape's version check skips. */
 static void test_reads_input(void **state) {
@@ -274,6 +322,7 @@ int main(void) {
         cmocka_unit_test(test_run_matches_executor),
         cmocka_unit_test(test_grad_ops),
         cmocka_unit_test(test_run_in_place),
+        cmocka_unit_test(test_run_in_place_many),
         cmocka_unit_test(test_reads_input),
         cmocka_unit_test(test_places_checked),
         cmocka_unit_test(test_prepared),
