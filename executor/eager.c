@@ -135,16 +135,12 @@ static pe_status prep_init(pe_eager_prep *p, int op, const pe_eager_args *ins, i
     return resolve_attrs(p, attrs, n_attrs);
 }
 
-/* An output tensor is a fresh one, or written in place: then every input
- * arg holding it is its declared partner (ops.def "In>Out", the k-th arg of
- * In with the k-th of Out: ParamOut = Param), as the semantic check
- * (graph/check.c) wants of a program, and no other output holds it.
- * in[i] / out[i]: the args of caller slot i. */
 /* "<slot>:<k>" into b (48 bytes: the slot cut at 36 chars), the default name
  * of an arg the caller did not name; written by hand, as pe_dims_str is:
  * snprintf was most of a call's own cost for an op of many args. */
 static void arg_name(char *b, const char *slot, int k) {
-    size_t n = strnlen(slot, 36);
+    size_t n = 0;
+    while (n < 36 && slot[n]) n++;
     memcpy(b, slot, n);
     b[n++] = ':';
     char d[12];
@@ -197,11 +193,14 @@ static int may_alias(const pe_eager_prep *p, pe_tensor *const *const *in, pe_ten
     return bad;
 }
 
-/* A call's outputs are distinct tensors, and an output is an input only as
- * an in-place pair of ops.def at the same arg index. Many args (a merged
- * optimizer op over every parameter: ~1,000) are screened by the sorted scan
- * first; the pairwise scan, which names the offending pair, runs when it
- * finds something or the call is small. */
+/* An output tensor is a fresh one, or written in place: then every input
+ * arg holding it is its declared partner (ops.def "In>Out", the k-th arg of
+ * In with the k-th of Out: ParamOut = Param), as the semantic check
+ * (graph/check.c) wants of a program, and no other output holds it.
+ * in[i] / out[i]: the args of caller slot i. A call of many args (a merged
+ * optimizer op over every parameter: ~1,000) is screened by the sorted scan
+ * first; the pairwise scan, which names the offending pair, runs when the
+ * screen finds something or the call is small. */
 static pe_status check_aliases(const pe_eager_prep *p, pe_tensor *const *const *in, pe_tensor *const *const *out) {
     const pe_op_info *info = p->info;
     if ((int64_t)p->n_out_args * (p->n_out_args + p->n_in_args) > 4096) {
