@@ -62,11 +62,11 @@ int pe_cpu_place_count(void) {
     const char *e = getenv("CPU_NUM");
     if (!e || !*e) {
         static int warned;
-        /* The one place's kernels get every OpenMP thread (pe_mp_kernel_threads), so
-         * the cores are busy either way unless OMP_NUM_THREADS=1: only then is
-         * CPU_NUM the way to use them. Which layout is faster depends on the model
-         * (docs/benchmarks.md: the MLP on 1 place, the CNN about even). */
-        const int procs = omp_get_num_procs(), threads = omp_get_max_threads();
+        /* The one place's kernels get every OpenMP thread, so the cores are busy
+         * either way unless OMP_NUM_THREADS=1: only then is CPU_NUM the way to use
+         * them. Which layout is faster depends on the model (docs/benchmarks.md:
+         * the MLP on 1 place, the CNN about even). */
+        const int procs = omp_get_num_procs(), threads = pe_mp_kernel_threads(1);
         if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED) && procs > 1) {
             if (threads > 1)
                 pe_log(PE_LOG_WARN, "CPU_NUM is not set: using 1 CPU place, its kernels on %d threads "

@@ -150,12 +150,12 @@ def step(opt):
         # single op, bit for bit, for any thread count (ops/cpu/fused_optimizer.c),
         # without a C call and its argument lists per parameter. A parameter listed
         # twice is updated twice, in order, as the single ops did.
+        each = [(p, g, attrs if attrs is not None else _attrs(opt, p)) for (p, _), g in zip(pg, grads)]
         if len({id(p) for p, _ in pg}) < len(pg):
-            groups = [([(p, g)], attrs if attrs is not None else _attrs(opt, p)) for (p, _), g in zip(pg, grads)]
+            groups = [([(p, g)], a) for p, g, a in each]
         else:
             by = {}
-            for (p, _), g in zip(pg, grads):
-                a = attrs if attrs is not None else _attrs(opt, p)
+            for p, g, a in each:
                 by.setdefault((p.dtype, a.get("with_decay")), ([], a))[0].append((p, g))
             groups = list(by.values())
         op = _index("merged_" + opt._kind)
