@@ -1,23 +1,26 @@
 /* runtime/transport/msg.c — the parameter server's header frame: encode,
  * decode and validate (no ZeroMQ here, so the decoder is fuzzed alone).
  *
- * Layout, little-endian, fixed part 96 bytes then the name:
+ * Layout, little-endian, fixed part 104 bytes then the name:
  *
  *     off  size  field
  *       0     4  magic "PEPS"
- *       4     2  version (1)
+ *       4     2  version (2)
  *       6     2  type (pe_ps_type)
  *       8     4  trainer id (int32, >= 0)
  *      12     4  sequence number
  *      16     4  dtype (pe_dtype; tensor messages only)
  *      20     4  rank (0..8)
  *      24    64  dims (8 x int64; unused ones 0)
- *      88     8  data frame length
- *      96     n  name (n = frame length - 96, <= 1024; printable ASCII)
+ *      88     8  data length (the whole tensor's bytes; ERROR: the text's)
+ *      96     8  part offset (VALUE: a multiple of PE_PS_PART below the
+ *                data length, or 0; every other type: 0)
+ *     104     n  name (n = frame length - 104, <= 1024; printable ASCII)
  *
  * A decoder trusts nothing: every field is range-checked, the data length
  * must equal numel x dtype size for SEND / VALUE (no overflow), and an error
- * says which field was wrong and its value.
+ * says which field was wrong and its value. The data frame that follows
+ * carries pe_ps_frame_bytes(h): the whole length, or a VALUE's part.
  */
 #include "runtime/transport/transport.h"
 
@@ -26,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FIXED 96
+#define FIXED 104
 
 const char *pe_ps_type_name(int type) {
     switch (type) {
@@ -71,6 +74,7 @@ size_t pe_ps_hdr_encode(const pe_ps_hdr *h, unsigned char *buf) {
     put32(buf + 20, (uint32_t)h->ndim);
     for (int i = 0; i < h->ndim && i < PE_PS_MAX_DIMS; i++) put64(buf + 24 + 8 * i, (uint64_t)h->dims[i]);
     put64(buf + 88, h->nbytes);
+    put64(buf + 96, h->offset);
     memcpy(buf + FIXED, h->name, n);
     return FIXED + n;
 }
@@ -98,6 +102,7 @@ pe_status pe_ps_hdr_decode(const void *buf, size_t len, pe_ps_hdr *h) {
     h->seq = get32(p + 12);
     uint32_t dt = get32(p + 16), nd = get32(p + 20);
     h->nbytes = get64(p + 88);
+    h->offset = get64(p + 96);
     size_t n = len - FIXED;
     if (n > PE_PS_MAX_NAME)
         return pe_error(PE_ERR_INVALID, "%s: var name of %zu bytes (at most %d)", pe_ps_type_name(h->type), n,
@@ -110,6 +115,9 @@ pe_status pe_ps_hdr_decode(const void *buf, size_t len, pe_ps_hdr *h) {
     h->name[n] = 0;
     if ((h->type == PE_PS_SEND || h->type == PE_PS_GET || h->type == PE_PS_VALUE) && n == 0)
         return pe_error(PE_ERR_INVALID, "%s without a var name", pe_ps_type_name(h->type));
+    if (h->type != PE_PS_VALUE && h->offset != 0)
+        return pe_error(PE_ERR_INVALID, "%s '%s' has a part offset of %llu; only a VALUE comes in parts",
+                        pe_ps_type_name(h->type), h->name, (unsigned long long)h->offset);
     if (!has_tensor(h->type)) {
         if (h->type != PE_PS_ERROR && h->nbytes != 0)
             return pe_error(PE_ERR_INVALID, "%s '%s' announces a %llu-byte data frame; it carries none",
@@ -143,7 +151,17 @@ pe_status pe_ps_hdr_decode(const void *buf, size_t len, pe_ps_hdr *h) {
         return pe_error(PE_ERR_INVALID, "%s '%s': data length %llu bytes does not match %s dims of %llu elements",
                         pe_ps_type_name(h->type), h->name, (unsigned long long)h->nbytes, pe_dtype_name(h->dtype),
                         (unsigned long long)numel);
+    if (h->offset % PE_PS_PART || (h->offset && h->offset >= h->nbytes))
+        return pe_error(PE_ERR_INVALID, "VALUE '%s': part offset %llu is not a multiple of %llu below its %llu "
+                        "bytes", h->name, (unsigned long long)h->offset, (unsigned long long)PE_PS_PART,
+                        (unsigned long long)h->nbytes);
     return PE_OK;
+}
+
+uint64_t pe_ps_frame_bytes(const pe_ps_hdr *h) {
+    if (h->type != PE_PS_VALUE) return h->nbytes;
+    const uint64_t left = h->nbytes - h->offset;
+    return left < PE_PS_PART ? left : PE_PS_PART;
 }
 
 pe_status pe_ps_hdr_set_tensor(pe_ps_hdr *h, const pe_tensor *t) {

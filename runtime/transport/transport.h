@@ -17,9 +17,11 @@
  *
  * Wire format (msg.c, no ZeroMQ in it, so it is fuzzed on its own): every
  * message is one header frame — magic "PEPS", version, type, trainer id,
- * sequence number, dtype, rank, dims, data length, name — and for tensor
- * messages one data frame with the raw bytes (sent zero-copy: ZeroMQ reads
- * the tensor's buffer; pe_ps_send waits until it is done with it). A
+ * sequence number, dtype, rank, dims, data length, part offset, name — and
+ * for tensor messages one data frame with the raw bytes (sent zero-copy:
+ * ZeroMQ reads the tensor's buffer; pe_ps_send waits until it is done with
+ * it). A VALUE of more than PE_PS_PART bytes comes as several such
+ * messages, one per part, in order. A
  * ROUTER socket at the pserver; one DEALER per (trainer process, pserver).
  * Replies: ACK, VALUE (GET's tensor) or ERROR (the server's message, which
  * the trainer raises naming the endpoint).
@@ -52,10 +54,19 @@ extern "C" {
 #endif
 
 #define PE_PS_MAGIC 0x53504550u  /* "PEPS" little-endian */
-#define PE_PS_VERSION 1
+#define PE_PS_VERSION 2
 #define PE_PS_MAX_NAME 1024
 #define PE_PS_MAX_DIMS 8
-#define PE_PS_MAX_MSG (1024 + 96)   /* header frame bound: fixed part + name */
+#define PE_PS_MAX_MSG (1024 + 104)  /* header frame bound: fixed part + name */
+/* A VALUE larger than this goes as several messages, each one header and
+ * one data frame of at most PE_PS_PART bytes, in order (offsets 0, PART,
+ * 2 PART, ...). ZeroMQ hands a message to the receiver only once all of it
+ * has arrived, into one fresh buffer of its size: a 40 MB parameter in one
+ * piece landed in memory the kernel had to map and zero each time (glibc
+ * maps allocations over 32 MB anew), then was copied into the tensor
+ * after the whole transfer. In parts, each is copied into the tensor as it
+ * arrives, while the next is on the wire, through buffers glibc reuses. */
+#define PE_PS_PART ((uint64_t)1 << 20)
 /* Largest data frame (16 GiB). The pserver's ROUTER refuses (drops the
  * connection of) a peer announcing a larger frame before allocating it: the
  * port is open to anyone, and a stray or hostile peer's length prefix
@@ -86,7 +97,9 @@ typedef struct pe_ps_hdr {
     pe_dtype dtype;
     int ndim;
     int64_t dims[PE_PS_MAX_DIMS];
-    uint64_t nbytes;            /* bytes of the data frame (0: none) */
+    uint64_t nbytes;            /* bytes of the tensor (SEND, VALUE) or the text (ERROR); 0: none */
+    uint64_t offset;            /* VALUE: where this message's data frame starts in the tensor's bytes
+                                   (a multiple of PE_PS_PART); 0 for every other type */
     char name[PE_PS_MAX_NAME + 1];
 } pe_ps_hdr;
 
@@ -99,6 +112,9 @@ size_t pe_ps_hdr_encode(const pe_ps_hdr *h, unsigned char *buf);
 pe_status pe_ps_hdr_decode(const void *buf, size_t len, pe_ps_hdr *h);
 /* h's tensor meta from t (dtype, dims, nbytes). */
 pe_status pe_ps_hdr_set_tensor(pe_ps_hdr *h, const pe_tensor *t);
+/* Bytes of the data frame that goes with a decoded header: nbytes, or for
+ * a VALUE the part at h->offset (at most PE_PS_PART). */
+uint64_t pe_ps_frame_bytes(const pe_ps_hdr *h);
 
 /* ---- trainer side --------------------------------------------------- */
 

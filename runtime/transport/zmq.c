@@ -255,7 +255,16 @@ typedef struct pending {
     const char *name;
     pe_place place;
     bool done;
+    uint64_t got;         /* GET: bytes of the value received so far (it comes in parts) */
 } pending;
+
+/* Whether a later part's header describes the tensor its first part made. */
+static bool same_meta(const pe_ps_hdr *h, const pe_tensor *t) {
+    if (h->dtype != t->dtype || h->ndim != t->ndim) return false;
+    for (int i = 0; i < h->ndim; i++)
+        if (h->dims[i] != t->dims[i]) return false;
+    return true;
+}
 
 static pe_status take_reply(pe_ps_client *c, conn *k, pending *p, int np) {
     zmq_msg_t frames[3];
@@ -286,9 +295,9 @@ static pe_status take_reply(pe_ps_client *c, conn *k, pending *p, int np) {
         st = pe_error(PE_ERR_IO, "pserver %s: a reply to request %u, which trainer %d is not waiting for", k->ep,
                       h.seq, c->trainer_id);
     size_t dlen = nf == 2 ? zmq_msg_size(&frames[1]) : 0;
-    if (st == PE_OK && dlen != h.nbytes)
+    if (st == PE_OK && dlen != pe_ps_frame_bytes(&h))
         st = pe_error(PE_ERR_IO, "pserver %s: reply header announces %llu data bytes, %zu came", k->ep,
-                      (unsigned long long)h.nbytes, dlen);
+                      (unsigned long long)pe_ps_frame_bytes(&h), dlen);
     if (st == PE_OK && h.type == PE_PS_ERROR) {
         st = pe_error(PE_ERR_INVALID, "pserver %s refused %s: %.*s", k->ep, q->what, (int)dlen,
                       dlen ? (const char *)zmq_msg_data(&frames[1]) : "");
@@ -302,12 +311,20 @@ static pe_status take_reply(pe_ps_client *c, conn *k, pending *p, int np) {
                           pe_ps_type_name(h.type));
         else if (strcmp(h.name, q->name))
             st = pe_error(PE_ERR_IO, "pserver %s: answered GET '%s' with '%s'", k->ep, q->name, h.name);
-        else if ((st = pe_tensor_resize(q->out, h.dtype, h.ndim, h.dims, q->place)) == PE_OK && h.nbytes)
-            memcpy(pe_tensor_data(q->out), zmq_msg_data(&frames[1]), h.nbytes);
+        else if (h.offset != q->got)
+            st = pe_error(PE_ERR_IO, "pserver %s: sent the part of '%s' at byte %llu where byte %llu was next",
+                          k->ep, h.name, (unsigned long long)h.offset, (unsigned long long)q->got);
+        else if (h.offset == 0)
+            st = pe_tensor_resize(q->out, h.dtype, h.ndim, h.dims, q->place);
+        else if (!same_meta(&h, q->out))
+            st = pe_error(PE_ERR_IO, "pserver %s: the part of '%s' at byte %llu gives another dtype or shape than "
+                          "its first", k->ep, h.name, (unsigned long long)h.offset);
+        if (st == PE_OK && dlen) memcpy((char *)pe_tensor_data(q->out) + h.offset, zmq_msg_data(&frames[1]), dlen);
+        q->got = h.offset + dlen;
     } else if (st == PE_OK && h.type != PE_PS_ACK) {
         st = pe_error(PE_ERR_IO, "pserver %s: answered %s with %s", k->ep, q->what, pe_ps_type_name(h.type));
     }
-    if (q) q->done = true;
+    if (q) q->done = st != PE_OK || !q->out || q->got >= h.nbytes;
     for (int i = 0; i < nf; i++) zmq_msg_close(&frames[i]);
     if (st != PE_OK) conn_kill(k, "it broke the protocol");
     return st;
@@ -415,7 +432,7 @@ static pe_status request_all(pe_ps_client *c, int n, int type, const char *const
         const char *name = names ? names[i] : "";
         if (names) snprintf(what[i], sizeof what[i], "%s '%s'", pe_ps_type_name(type), name);
         else snprintf(what[i], sizeof what[i], "%s", pe_ps_type_name(type));
-        p[np] = (pending){k, 0, what[i], outs ? outs[i] : NULL, name, place, false};
+        p[np] = (pending){k, 0, what[i], outs ? outs[i] : NULL, name, place, false, 0};
         st = conn_send(c, k, type, name, tensors ? tensors[i] : NULL, &p[np].seq);
         if (st == PE_OK) np++;
         else conn_kill(k, "a send failed");
@@ -532,6 +549,12 @@ pe_ps_server *pe_ps_server_new(const char *endpoint, char *bound, size_t bound_s
         return NULL;
     }
     set_heartbeat(s->sock);
+    /* no high-water mark on the replies: a ROUTER drops what would go over
+     * it, and a trainer's GETs of a few large vars are thousands of VALUE
+     * parts at once (they share the vars' buffers; their number is bounded by
+     * the requests) */
+    int hwm = 0;
+    zmq_setsockopt(s->sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
     int64_t max_msg = PE_PS_MAX_DATA;
     zmq_setsockopt(s->sock, ZMQ_MAXMSGSIZE, &max_msg, sizeof max_msg);
     s->mon = monitor_of(s->sock, ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED);
@@ -589,8 +612,9 @@ static void fd_drop(pe_ps_server *s, int fd) {
         }
 }
 
-/* share: t's buffer goes as a zero-copy data frame (retained until ZeroMQ
- * has sent it); else it is copied. */
+/* share: t's buffer goes as zero-copy data frames (retained until ZeroMQ
+ * has sent them); else it is copied. A VALUE goes in parts of at most
+ * PE_PS_PART bytes, one message each (transport.h). */
 static pe_status reply_t(pe_ps_server *s, const pe_ps_event *ev, int type, const char *name, const pe_tensor *t,
                          const char *text, bool share) {
     pe_ps_hdr h;
@@ -602,34 +626,38 @@ static pe_status reply_t(pe_ps_server *s, const pe_ps_event *ev, int type, const
     if (t) PE_CHECK(pe_ps_hdr_set_tensor(&h, t));
     size_t tl = text ? strnlen(text, 65536) : 0;
     if (text) h.nbytes = tl;
-    unsigned char buf[PE_PS_MAX_MSG];
-    size_t n = pe_ps_hdr_encode(&h, buf);
-    bool data = h.nbytes > 0;
-    if (send_frame(s->sock, ev->peer, ev->peer_len, ZMQ_SNDMORE) != 0 ||
-        send_frame(s->sock, buf, n, data ? ZMQ_SNDMORE : 0) != 0)
-        return pe_error(PE_ERR_IO, "pserver %s: replying to trainer %d: %s", s->ep, ev->hdr.trainer_id,
-                        zmq_strerror(errno));
-    if (data && text && send_frame(s->sock, text, tl, 0) != 0)
-        return pe_error(PE_ERR_IO, "pserver %s: replying to trainer %d: %s", s->ep, ev->hdr.trainer_id,
-                        zmq_strerror(errno));
-    if (data && t && share) {
-        zmq_msg_t m;
-        pe_buffer_retain(t->buf);
-        if (zmq_msg_init_data(&m, pe_tensor_data(t), h.nbytes, free_retained, t->buf) != 0) {
-            pe_buffer_release(t->buf);
-            return pe_error(PE_ERR_NOMEM, "pserver %s: out of memory sending '%s'", s->ep, h.name);
-        }
-        if (zmq_msg_send(&m, s->sock, 0) < 0) {
-            zmq_msg_close(&m);
+    do {
+        unsigned char buf[PE_PS_MAX_MSG];
+        const size_t n = pe_ps_hdr_encode(&h, buf);
+        const uint64_t len = pe_ps_frame_bytes(&h);
+        const bool data = len > 0;
+        if (send_frame(s->sock, ev->peer, ev->peer_len, ZMQ_SNDMORE) != 0 ||
+            send_frame(s->sock, buf, n, data ? ZMQ_SNDMORE : 0) != 0)
+            return pe_error(PE_ERR_IO, "pserver %s: replying to trainer %d: %s", s->ep, ev->hdr.trainer_id,
+                            zmq_strerror(errno));
+        if (data && text && send_frame(s->sock, text, tl, 0) != 0)
+            return pe_error(PE_ERR_IO, "pserver %s: replying to trainer %d: %s", s->ep, ev->hdr.trainer_id,
+                            zmq_strerror(errno));
+        const char *part = t && data ? (const char *)pe_tensor_data(t) + h.offset : NULL;
+        if (part && share) {
+            zmq_msg_t m;
+            pe_buffer_retain(t->buf);
+            if (zmq_msg_init_data(&m, (void *)part, len, free_retained, t->buf) != 0) {
+                pe_buffer_release(t->buf);
+                return pe_error(PE_ERR_NOMEM, "pserver %s: out of memory sending '%s'", s->ep, h.name);
+            }
+            if (zmq_msg_send(&m, s->sock, 0) < 0) {
+                zmq_msg_close(&m);
+                return pe_error(PE_ERR_IO, "pserver %s: sending '%s' to trainer %d: %s", s->ep, h.name,
+                                ev->hdr.trainer_id, zmq_strerror(errno));
+            }
+        } else if (part && send_frame(s->sock, part, len, 0) != 0) {
+            /* copied: the scope's tensor may change with the next update */
             return pe_error(PE_ERR_IO, "pserver %s: sending '%s' to trainer %d: %s", s->ep, h.name,
                             ev->hdr.trainer_id, zmq_strerror(errno));
         }
-    } else if (data && t) {
-        /* copied: the scope's tensor may change with the next update */
-        if (send_frame(s->sock, pe_tensor_data(t), h.nbytes, 0) != 0)
-            return pe_error(PE_ERR_IO, "pserver %s: sending '%s' to trainer %d: %s", s->ep, h.name,
-                            ev->hdr.trainer_id, zmq_strerror(errno));
-    }
+        h.offset += len;
+    } while (type == PE_PS_VALUE && h.offset < h.nbytes);
     return PE_OK;
 }
 

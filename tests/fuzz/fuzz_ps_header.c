@@ -9,7 +9,9 @@
  * status is PE_OK or PE_ERR_INVALID with a printable message; what decodes
  * has a known type, a trainer id >= 0, a terminated printable name of at
  * most PE_PS_MAX_NAME bytes, and for SEND / VALUE a PE dtype, a rank <= 8,
- * dims >= 0 and nbytes = numel x dtype size; re-encoding it gives the input
+ * dims >= 0 and nbytes = numel x dtype size; a part offset only on a VALUE,
+ * a multiple of PE_PS_PART inside its bytes, the part's frame inside them
+ * too; re-encoding it gives the input
  * back byte for byte, except the bytes decode does not read (dims past the
  * rank; dtype, rank and dims of a message without a tensor), which encode
  * zeroes; and decoding that again gives the same header.
@@ -39,7 +41,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     if (!strcmp(pe_ps_type_name(h.type), "?") || h.trainer_id < 0) abort();
     size_t n = strnlen(h.name, sizeof h.name);
-    if (n > PE_PS_MAX_NAME || n != size - 96) abort();
+    if (n > PE_PS_MAX_NAME || n != size - 104) abort();
     for (size_t i = 0; i < n; i++)
         if (h.name[i] < 0x20 || h.name[i] > 0x7e) abort();
     if (has_tensor(h.type)) {
@@ -53,6 +55,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     } else if (h.type != PE_PS_ERROR ? h.nbytes != 0 : h.nbytes > 65536) {
         abort();
     }
+    if (h.type != PE_PS_VALUE ? h.offset != 0
+                              : h.offset % PE_PS_PART || (h.offset && h.offset >= h.nbytes) ||
+                                    pe_ps_frame_bytes(&h) > PE_PS_PART ||
+                                    h.offset + pe_ps_frame_bytes(&h) != (h.nbytes - h.offset > PE_PS_PART
+                                                                              ? h.offset + PE_PS_PART
+                                                                              : h.nbytes))
+        abort();
 
     /* re-encoded: the input's bytes, except those the decoder does not read
      * (dims past the rank; dtype / rank / dims of a message without a

@@ -518,11 +518,12 @@ class _Zmq:
         self.z.zmq_ctx_term(self.ctx)
 
 
-def _ps_header(type_, trainer_id, name, dtype=0, dims=(), nbytes=0, seq=1):
-    """A header frame as runtime/transport/msg.c lays it out."""
+def _ps_header(type_, trainer_id, name, dtype=0, dims=(), nbytes=0, seq=1, offset=0):
+    """A header frame as runtime/transport/msg.c lays it out (protocol version 2)."""
     import struct
     d = list(dims) + [0] * (8 - len(dims))
-    return struct.pack("<4sHHIIII8qQ", b"PEPS", 1, type_, trainer_id, seq, dtype, len(dims), *d, nbytes) + name
+    return struct.pack("<4sHHIIII8qQQ", b"PEPS", 2, type_, trainer_id, seq, dtype, len(dims), *d, nbytes,
+                       offset) + name
 
 
 def test_foreign_clients_are_ignored(tmp_path):
@@ -546,12 +547,15 @@ def test_foreign_clients_are_ignored(tmp_path):
         z = _Zmq(ep)
         try:
             bad = [
-                ((b"PEPS\x01\x00\x01",), "shorter than the 96-byte fixed part"),
-                ((b"SPEP" + bytes(92) + b"x",), 'does not start with "PEPS"'),
+                ((b"PEPS\x02\x00\x01",), "shorter than the 104-byte fixed part"),
+                ((b"SPEP" + bytes(100) + b"x",), 'does not start with "PEPS"'),
                 # a SEND announcing a float32 [4] (16 bytes) with a 7-byte data frame
                 ((_ps_header(1, 0, b"fc_0.w_0@GRAD.block0", dtype=0, dims=(4,), nbytes=16), b"1234567"),
                  "data frame has 7"),
                 ((_ps_header(99, 0, b""),), "unknown message type 99"),
+                # only a VALUE (a reply) comes in parts
+                ((_ps_header(1, 0, b"fc_0.w_0@GRAD.block0", dtype=0, dims=(4,), nbytes=16, offset=8), bytes(16)),
+                 "has a part offset of 8; only a VALUE comes in parts"),
             ]
             for frames, why in bad:
                 z.send(*frames)

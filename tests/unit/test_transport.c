@@ -92,7 +92,7 @@ static void test_hdr_round_trip(void **state) {
         }
         unsigned char buf[PE_PS_MAX_MSG];
         size_t n = pe_ps_hdr_encode(&h, buf);
-        assert_int_equal(n, 96 + strlen(h.name));
+        assert_int_equal(n, 104 + strlen(h.name));
         if (pe_ps_hdr_decode(buf, n, &d) != PE_OK) fail_msg("%s: %s", pe_ps_type_name(types[k]), pe_last_error());
         assert_int_equal(d.type, h.type);
         assert_int_equal(d.trainer_id, 7);
@@ -112,7 +112,7 @@ static void test_hdr_round_trip(void **state) {
     h.name[PE_PS_MAX_NAME] = 0;
     unsigned char buf[PE_PS_MAX_MSG];
     size_t n = pe_ps_hdr_encode(&h, buf);
-    assert_int_equal(n, 96 + PE_PS_MAX_NAME);
+    assert_int_equal(n, 104 + PE_PS_MAX_NAME);
     assert_int_equal(pe_ps_hdr_decode(buf, n, &d), PE_OK);
     assert_int_equal(strlen(d.name), PE_PS_MAX_NAME);
     for (int dt = 0; dt < PE_DTYPE_COUNT; dt++) {
@@ -122,6 +122,19 @@ static void test_hdr_round_trip(void **state) {
         assert_int_equal(d.dtype, dt);
         assert_int_equal(d.nbytes, 5 * pe_dtype_size((pe_dtype)dt));
     }
+    /* a VALUE's parts: offsets round-trip; the frame of each is a part, the last the rest */
+    h = tensor_hdr(PE_PS_VALUE, "v", PE_DTYPE_FP32, 2, (int64_t[]){3, (int64_t)(PE_PS_PART / 4) + 5});
+    const uint64_t want_len[] = {PE_PS_PART, PE_PS_PART, PE_PS_PART, 60};
+    for (int part = 0; part < 4; part++) {
+        h.offset = (uint64_t)part * PE_PS_PART;
+        n = pe_ps_hdr_encode(&h, buf);
+        assert_int_equal(pe_ps_hdr_decode(buf, n, &d), PE_OK);
+        assert_int_equal(d.offset, h.offset);
+        assert_int_equal(d.nbytes, 3 * PE_PS_PART + 60);
+        assert_int_equal(pe_ps_frame_bytes(&d), want_len[part]);
+    }
+    h = tensor_hdr(PE_PS_SEND, "g", PE_DTYPE_FP32, 1, (int64_t[]){(int64_t)PE_PS_PART}); /* 4 parts' worth */
+    assert_int_equal(pe_ps_frame_bytes(&h), 4 * PE_PS_PART);                              /* a SEND is whole */
     /* pe_ps_hdr_set_tensor: meta from a tensor; rank 9 is refused */
     pe_tensor *t = tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){3, 2}, NULL);
     h = tensor_hdr(PE_PS_SEND, "x", PE_DTYPE_INT64, 0, NULL);
@@ -155,17 +168,17 @@ static void put64(unsigned char *p, uint64_t v) {
 }
 static void e_short(unsigned char *b, size_t *n) { (void)b, *n = 7; }
 static void e_magic(unsigned char *b, size_t *n) { (void)n, b[0] = 'X'; }
-static void e_version(unsigned char *b, size_t *n) { (void)n, b[4] = 2; }
+static void e_version(unsigned char *b, size_t *n) { (void)n, b[4] = 1; }
 static void e_type(unsigned char *b, size_t *n) { (void)n, b[6] = 9; }
 static void e_type_hi(unsigned char *b, size_t *n) { (void)n, b[7] = 1; }
 static void e_tid(unsigned char *b, size_t *n) { (void)n, put32(b + 8, 0x80000000u); }
 static void e_name_long(unsigned char *b, size_t *n) {
-    memset(b + 96, 'a', PE_PS_MAX_NAME + 1);
-    *n = 96 + PE_PS_MAX_NAME + 1;
+    memset(b + 104, 'a', PE_PS_MAX_NAME + 1);
+    *n = 104 + PE_PS_MAX_NAME + 1;
 }
-static void e_name_ctrl(unsigned char *b, size_t *n) { (void)n, b[96 + 2] = '\n'; }
-static void e_name_hi(unsigned char *b, size_t *n) { (void)n, b[96] = 0xc3; }
-static void e_name_nul(unsigned char *b, size_t *n) { (void)n, b[96 + 1] = 0; }
+static void e_name_ctrl(unsigned char *b, size_t *n) { (void)n, b[104 + 2] = '\n'; }
+static void e_name_hi(unsigned char *b, size_t *n) { (void)n, b[104] = 0xc3; }
+static void e_name_nul(unsigned char *b, size_t *n) { (void)n, b[104 + 1] = 0; }
 static void e_dtype(unsigned char *b, size_t *n) { (void)n, put32(b + 16, 200); }
 static void e_rank(unsigned char *b, size_t *n) { (void)n, put32(b + 20, 9); }
 static void e_dim_neg(unsigned char *b, size_t *n) { (void)n, put64(b + 24, (uint64_t)-1); }
@@ -185,6 +198,8 @@ static void e_bytes_overflow(unsigned char *b, size_t *n) { /* numel fits, x 8 b
 static void e_nbytes(unsigned char *b, size_t *n) { (void)n, put64(b + 88, 13); }
 static void e_nbytes100(unsigned char *b, size_t *n) { (void)n, put64(b + 88, 100); }
 static void e_error_long(unsigned char *b, size_t *n) { (void)n, put64(b + 88, 65537); }
+static void e_offset5(unsigned char *b, size_t *n) { (void)n, put64(b + 96, 5); }
+static void e_offset_end(unsigned char *b, size_t *n) { (void)n, put64(b + 96, 3 * PE_PS_PART); }
 
 static void test_hdr_rejects(void **state) {
     (void)state;
@@ -196,9 +211,9 @@ static void test_hdr_rejects(void **state) {
     snprintf(g.name, sizeof g.name, "w");
     pe_ps_hdr e = b;
     e.type = PE_PS_ERROR;
-    expect_reject(&s, e_short, "header frame of 7 bytes is shorter than the 96-byte fixed part", NULL);
+    expect_reject(&s, e_short, "header frame of 7 bytes is shorter than the 104-byte fixed part", NULL);
     expect_reject(&s, e_magic, "does not start with \"PEPS\"", "bytes 58 45 50 53");
-    expect_reject(&s, e_version, "protocol version 2, this PE speaks 1", NULL);
+    expect_reject(&s, e_version, "protocol version 1, this PE speaks 2", NULL);
     expect_reject(&s, e_type, "unknown message type 9", NULL);
     expect_reject(&s, e_type_hi, "unknown message type 257", NULL);
     expect_reject(&s, e_tid, "trainer id 2147483648 is negative", NULL);
@@ -227,6 +242,13 @@ static void test_hdr_rejects(void **state) {
     ack.type = PE_PS_ACK;
     expect_reject(&ack, e_nbytes100, "ACK '' announces a 100-byte data frame", NULL);
     expect_reject(&e, e_error_long, "ERROR message of 65537 bytes (at most 65536)", NULL);
+    /* part offsets: a VALUE's only, multiples of PE_PS_PART inside the tensor */
+    expect_reject(&s, e_offset5, "SEND 'w@GRAD' has a part offset of 5; only a VALUE comes in parts", NULL);
+    expect_reject(&g, e_offset5, "GET 'w' has a part offset of 5", NULL);
+    pe_ps_hdr v = tensor_hdr(PE_PS_VALUE, "w", PE_DTYPE_FP32, 1, (int64_t[]){(int64_t)(3 * PE_PS_PART / 4)});
+    expect_reject(&v, e_offset5, "VALUE 'w': part offset 5 is not a multiple of 1048576 below its 3145728 bytes",
+                  NULL);
+    expect_reject(&v, e_offset_end, "VALUE 'w': part offset 3145728 is not a multiple", NULL);
     /* the fixed part alone with a NULL-free buffer of odd sizes */
     unsigned char zero[200] = {0};
     pe_ps_hdr d;
@@ -252,7 +274,8 @@ typedef struct srv_thread {
     unsigned char *last_data;
     size_t last_len;
     char last_bad[512];
-    pe_tensor *value;     /* GET's answer */
+    pe_tensor *value;     /* GET 'w''s answer (copied) */
+    pe_tensor *shared;    /* GET 'big''s answer (zero-copy) */
 } srv_thread;
 
 static void *srv_main(void *arg) {
@@ -292,6 +315,7 @@ static void *srv_main(void *arg) {
                 break;
             case PE_PS_GET:
                 if (t->value && !strcmp(ev.hdr.name, "w")) pe_ps_reply_value(t->s, &ev, t->value);
+                else if (t->shared && !strcmp(ev.hdr.name, "big")) pe_ps_reply_value_shared(t->s, &ev, t->shared);
                 else pe_ps_reply_error(t->s, &ev, "has no var");
                 break;
             case PE_PS_SEND_BARRIER:
@@ -342,6 +366,7 @@ static void srv_stop(srv_thread *t) {
     pthread_join(t->th, NULL);
     free(t->last_data);
     pe_tensor_free(t->value);
+    pe_tensor_free(t->shared);
     pthread_mutex_destroy(&t->mu);
     free(t);
 }
@@ -426,6 +451,32 @@ static void test_client_server(void **state) {
     tu_assert_dims(out, 2, (int64_t[]){2, 3});
     assert_int_equal(out->dtype, PE_DTYPE_FP64);
     tu_assert_close(out, (double[]){1, 2, 3, 4, 5, 6.5}, 6, 0);
+
+    /* values of several parts (transport.h: PE_PS_PART), copied and zero-copy,
+     * a whole number of parts and not; with a one-part one in the same call */
+    const int64_t part_numel[] = {(int64_t)(2 * PE_PS_PART / 4), (int64_t)(3 * PE_PS_PART / 4) + 333};
+    for (int k = 0; k < 2; k++) {
+        pe_tensor *v = tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){part_numel[k] / 3, 3}, NULL);
+        float *vd = pe_tensor_data(v);
+        for (int64_t i = 0; i < pe_tensor_numel(v); i++) vd[i] = (float)i * 0.25f - 7.0f;
+        pthread_mutex_lock(&t->mu);
+        pe_tensor *copied = tu_tensor(v->dtype, v->ndim, v->dims, NULL);
+        assert_non_null(copied);
+        memcpy(pe_tensor_data(copied), vd, pe_tensor_nbytes(v));
+        pe_tensor_free(t->value), pe_tensor_free(t->shared);
+        t->value = copied, t->shared = v;
+        pthread_mutex_unlock(&t->mu);
+        const char *eps2[3] = {t->ep, t->ep, t->ep}, *names2[3] = {"big", "w", "big"};
+        pe_tensor *outs[3] = {tu_tensor(PE_DTYPE_FP32, 1, (int64_t[]){1}, NULL), out,
+                              tu_tensor(PE_DTYPE_INT64, 1, (int64_t[]){9}, NULL)};
+        if (pe_ps_get(c, 3, eps2, names2, outs, pe_place_cpu(0)) != PE_OK) fail_msg("GET: %s", pe_last_error());
+        for (int j = 0; j < 3; j++) {
+            tu_assert_dims(outs[j], 2, v->dims);
+            assert_int_equal(outs[j]->dtype, PE_DTYPE_FP32);
+            assert_memory_equal(pe_tensor_data(outs[j]), vd, pe_tensor_nbytes(v));
+        }
+        pe_tensor_free(outs[0]), pe_tensor_free(outs[2]);
+    }
 
     /* an ERROR reply: the client's error names the endpoint and the server's text */
     const char *rn[1] = {"refused"};
@@ -725,6 +776,67 @@ static void test_malformed_input(void **state) {
 }
 
 /* A connection that spoke as trainer 3 closes: LOST, trainer 3. */
+/* ---- a pserver that breaks the parts rule -------------------------------- */
+
+typedef struct fake_pserver {
+    void *sock;           /* a bound ROUTER, used by the thread only */
+    int mode;             /* 0: the first part at the second's offset; 1: a second part of another shape */
+} fake_pserver;
+
+static void *fake_main(void *arg) {
+    fake_pserver *f = arg;
+    unsigned char id[256], hb[PE_PS_MAX_MSG];
+    int idn = zmq_recv(f->sock, id, sizeof id, 0), hn = idn > 0 ? zmq_recv(f->sock, hb, sizeof hb, 0) : -1;
+    pe_ps_hdr g;
+    if (hn < 0 || pe_ps_hdr_decode(hb, (size_t)hn, &g) != PE_OK || g.type != PE_PS_GET) return NULL;
+    const int64_t rows = (int64_t)(2 * PE_PS_PART / 4);
+    pe_ps_hdr v = tensor_hdr(PE_PS_VALUE, g.name, PE_DTYPE_FP32, 1, &rows);
+    v.trainer_id = g.trainer_id, v.seq = g.seq;
+    char *data = calloc(1, PE_PS_PART);
+    for (int part = f->mode == 0 ? 1 : 0; part < 2 && data; part++) {
+        v.offset = (uint64_t)part * PE_PS_PART;
+        if (f->mode == 1 && part == 1) v.ndim = 2, v.dims[0] = rows / 2, v.dims[1] = 2; /* the same bytes */
+        const size_t n = pe_ps_hdr_encode(&v, hb);
+        zmq_send(f->sock, id, (size_t)idn, ZMQ_SNDMORE);
+        zmq_send(f->sock, hb, n, ZMQ_SNDMORE);
+        zmq_send(f->sock, data, PE_PS_PART, 0);
+    }
+    free(data);
+    sleep_ms(300); /* let the parts go out before the socket closes (linger 0) */
+    return NULL;
+}
+
+static void test_bad_parts(void **state) {
+    (void)state;
+    const char *want[2] = {"at byte 1048576 where byte 0 was next",
+                           "the part of 'w' at byte 1048576 gives another dtype or shape than its first"};
+    for (int mode = 0; mode < 2; mode++) {
+        void *ctx = zmq_ctx_new();
+        fake_pserver f = {zmq_socket(ctx, ZMQ_ROUTER), mode};
+        int linger = 0, rcv = 5000;
+        zmq_setsockopt(f.sock, ZMQ_LINGER, &linger, sizeof linger);
+        zmq_setsockopt(f.sock, ZMQ_RCVTIMEO, &rcv, sizeof rcv);
+        assert_int_equal(zmq_bind(f.sock, "tcp://127.0.0.1:*"), 0);
+        char last[256];
+        size_t ln = sizeof last;
+        zmq_getsockopt(f.sock, ZMQ_LAST_ENDPOINT, last, &ln);
+        const char *ep = last + 6; /* after "tcp://" */
+        pthread_t th;
+        assert_int_equal(pthread_create(&th, NULL, fake_main, &f), 0);
+        pe_ps_client *c;
+        assert_int_equal(pe_ps_client_get(0, &c), PE_OK);
+        const char *eps[1] = {ep}, *names[1] = {"w"};
+        pe_tensor *out = tu_tensor(PE_DTYPE_FP32, 1, (int64_t[]){1}, NULL);
+        assert_int_equal(pe_ps_get(c, 1, eps, names, &out, pe_place_cpu(0)), PE_ERR_IO);
+        tu_assert_error_has(ep, want[mode], NULL);
+        pthread_join(th, NULL);
+        close_client();
+        pe_tensor_free(out);
+        zmq_close(f.sock);
+        zmq_ctx_term(ctx);
+    }
+}
+
 static void test_lost_trainer(void **state) {
     (void)state;
     char ep[256];
@@ -881,6 +993,7 @@ int main(void) {
         cmocka_unit_test(test_hdr_rejects),
         cmocka_unit_test(test_client_server),
         cmocka_unit_test(test_malformed_input),
+        cmocka_unit_test(test_bad_parts),
         cmocka_unit_test(test_lost_trainer),
         cmocka_unit_test(test_pserver_goes_away),
         cmocka_unit_test(test_last_ack_delivered),
