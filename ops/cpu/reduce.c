@@ -31,13 +31,35 @@
 #define PE_RED_TILE 256        /* columns of `post` handled together (stack arrays) */
 #define PE_SUM_CHUNK 2048      /* sum: elements accumulated on the stack at once */
 
+/* x[0..n) summed in ACC on 8 lanes: lane j takes the elements 8g + j of
+ * each whole group of 8, the lanes are combined pairwise, then the tail is
+ * added in order. The order depends on n alone (any thread count gives the
+ * same bits). One accumulator made every add wait for the one before (~4
+ * cycles a float): eight independent chains let them overlap — mean /
+ * reduce_sum over 2^20 float32, eager on one core: 0.86 -> 0.15 ms (numpy
+ * 0.18). */
+#define LANE_SUM(NAME, T, ACC)                                                \
+    static inline ACC NAME(const T *x, int64_t n) {                            \
+        ACC l[8] = {0, 0, 0, 0, 0, 0, 0, 0};                                    \
+        int64_t i = 0;                                                          \
+        for (; i + 8 <= n; i += 8)                                              \
+            for (int j = 0; j < 8; j++) l[j] += (ACC)x[i + j];                  \
+        ACC s = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])); \
+        for (; i < n; i++) s += (ACC)x[i];                                      \
+        return s;                                                               \
+    }
+LANE_SUM(lane_sum_f32, float, double)
+LANE_SUM(lane_sum_f64, double, double)
+LANE_SUM(lane_sum_i32, int32_t, uint64_t)
+LANE_SUM(lane_sum_i64, int64_t, uint64_t)
+
 static pe_status internal_mismatch(const pe_op_ctx *ctx) {
     return pe_ctx_error(ctx, PE_ERR_INTERNAL, "kernel called with tensors shape inference did not produce");
 }
 
 /* ---- mean: x [numel] -> out [1] ------------------------------------------------ */
 
-#define MEAN_SUM(NAME, T)                                             \
+#define MEAN_SUM(NAME, T, LANES)                                      \
     static double NAME(const T *x, int64_t n, int nt) {               \
         int64_t bs = (n + PE_RED_MAX_BLOCKS - 1) / PE_RED_MAX_BLOCKS; \
         if (bs < PE_RED_MIN_BLOCK) bs = PE_RED_MIN_BLOCK;             \
@@ -45,16 +67,14 @@ static pe_status internal_mismatch(const pe_op_ctx *ctx) {
         double part[PE_RED_MAX_BLOCKS];                               \
         PE_PAR_FOR(n >= PE_PAR_MIN && nb > 1 && nt > 1, b, nb, {      \
             const int64_t e = (b + 1) * bs < n ? (b + 1) * bs : n;    \
-            double s = 0;                                             \
-            for (int64_t i = b * bs; i < e; i++) s += (double)x[i];   \
-            part[b] = s;                                              \
+            part[b] = LANES(x + b * bs, e - b * bs);                  \
         });                                                           \
         double s = 0;                                                 \
         for (int64_t b = 0; b < nb; b++) s += part[b];                \
         return s;                                                     \
     }
-MEAN_SUM(sum_f32, float)
-MEAN_SUM(sum_f64, double)
+MEAN_SUM(sum_f32, float, lane_sum_f32)
+MEAN_SUM(sum_f64, double, lane_sum_f64)
 
 pe_status pe_cpu_mean(const pe_op_ctx *ctx) {
     const pe_tensor *x = pe_ctx_in(ctx, "X");
@@ -372,10 +392,11 @@ pe_status pe_cpu_accuracy(const pe_op_ctx *ctx) {
 
 /* ---- reduce_sum / reduce_mean: x [view] -> out [kept dims] ------------------------ */
 
-/* x [pre, D, post] -> out [pre, post], out = scale * sum over D (ACC accumulators,
- * summed in order of D for every output; a whole-tensor sum (pre == post == 1)
- * goes through fixed-size blocks, the same for any thread count). */
-#define REDUCE_SIMPLE(NAME, T, ACC, FIN)                                                               \
+/* x [pre, D, post] -> out [pre, post], out = scale * sum over D (ACC accumulators;
+ * a contiguous run of D (post == 1) on LANE_SUM's 8 lanes, otherwise in order of
+ * D for every output; a whole-tensor sum (pre == post == 1) goes through
+ * fixed-size blocks, the same for any thread count). */
+#define REDUCE_SIMPLE(NAME, T, ACC, FIN, LANES)                                                        \
     static void NAME(const T *x, T *out, int64_t pre, int64_t D, int64_t post, double scale, int nt) { \
         const int par = pre * D * post >= PE_PAR_MIN && nt > 1;                                        \
         if (pre == 1 && post == 1) {                                                                   \
@@ -385,9 +406,7 @@ pe_status pe_cpu_accuracy(const pe_op_ctx *ctx) {
             ACC part[PE_RED_MAX_BLOCKS];                                                               \
             PE_PAR_FOR(par && nb > 1, b, nb, {                                                         \
                 const int64_t e = (b + 1) * bs < D ? (b + 1) * bs : D;                                 \
-                ACC s = 0;                                                                             \
-                for (int64_t i = b * bs; i < e; i++) s += (ACC)x[i];                                   \
-                part[b] = s;                                                                           \
+                part[b] = LANES(x + b * bs, e - b * bs);                                               \
             });                                                                                        \
             ACC s = 0;                                                                                 \
             for (int64_t b = 0; b < nb; b++) s += part[b];                                             \
@@ -396,10 +415,7 @@ pe_status pe_cpu_accuracy(const pe_op_ctx *ctx) {
         }                                                                                              \
         if (post == 1) { /* rows: x [pre, D] */                                                        \
             PE_PAR_FOR(par && pre > 1, p, pre, {                                                       \
-                const T *xr = x + p * D;                                                               \
-                ACC s = 0;                                                                             \
-                for (int64_t j = 0; j < D; j++) s += (ACC)xr[j];                                       \
-                out[p] = FIN(T, s, scale);                                                             \
+                out[p] = FIN(T, LANES(x + p * D, D), scale);                                           \
             });                                                                                        \
             return;                                                                                    \
         }                                                                                              \
@@ -419,10 +435,10 @@ pe_status pe_cpu_accuracy(const pe_op_ctx *ctx) {
  * (two's complement, accumulated in uint64_t so no overflow is undefined). */
 #define FIN_F(T, s, scale) ((T)((s) * (scale)))
 #define FIN_I(T, s, scale) ((void)(scale), (T)(uint64_t)(s))
-REDUCE_SIMPLE(reduce_simple_f32, float, double, FIN_F)
-REDUCE_SIMPLE(reduce_simple_f64, double, double, FIN_F)
-REDUCE_SIMPLE(reduce_simple_i32, int32_t, uint64_t, FIN_I)
-REDUCE_SIMPLE(reduce_simple_i64, int64_t, uint64_t, FIN_I)
+REDUCE_SIMPLE(reduce_simple_f32, float, double, FIN_F, lane_sum_f32)
+REDUCE_SIMPLE(reduce_simple_f64, double, double, FIN_F, lane_sum_f64)
+REDUCE_SIMPLE(reduce_simple_i32, int32_t, uint64_t, FIN_I, lane_sum_i32)
+REDUCE_SIMPLE(reduce_simple_i64, int64_t, uint64_t, FIN_I, lane_sum_i64)
 
 /* Offset into x of multi-index `lin` over the merged dims listed in `which`
  * (row-major in that order); xstr are x's contiguous strides. */
