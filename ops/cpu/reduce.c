@@ -53,28 +53,33 @@ LANE_SUM(lane_sum_f64, double, double)
 LANE_SUM(lane_sum_i32, int32_t, uint64_t)
 LANE_SUM(lane_sum_i64, int64_t, uint64_t)
 
+/* x[0..n) summed in fixed-size blocks (their size depends on n alone), each
+ * block on LANE_SUM's lanes, the blocks' sums added in order: mean's and a
+ * whole-tensor reduce_sum's sum, the same bits for any thread count. */
+#define BLOCK_SUM(SFX, T, ACC)                                                \
+    static ACC block_sum_##SFX(const T *x, int64_t n, int nt) {              \
+        int64_t bs = (n + PE_RED_MAX_BLOCKS - 1) / PE_RED_MAX_BLOCKS;         \
+        if (bs < PE_RED_MIN_BLOCK) bs = PE_RED_MIN_BLOCK;                     \
+        const int64_t nb = (n + bs - 1) / bs;                                 \
+        ACC part[PE_RED_MAX_BLOCKS];                                          \
+        PE_PAR_FOR(n >= PE_PAR_MIN && nb > 1 && nt > 1, b, nb, {              \
+            const int64_t e = (b + 1) * bs < n ? (b + 1) * bs : n;            \
+            part[b] = lane_sum_##SFX(x + b * bs, e - b * bs);                 \
+        });                                                                   \
+        ACC s = 0;                                                            \
+        for (int64_t b = 0; b < nb; b++) s += part[b];                        \
+        return s;                                                             \
+    }
+BLOCK_SUM(f32, float, double)
+BLOCK_SUM(f64, double, double)
+BLOCK_SUM(i32, int32_t, uint64_t)
+BLOCK_SUM(i64, int64_t, uint64_t)
+
 static pe_status internal_mismatch(const pe_op_ctx *ctx) {
     return pe_ctx_error(ctx, PE_ERR_INTERNAL, "kernel called with tensors shape inference did not produce");
 }
 
 /* ---- mean: x [numel] -> out [1] ------------------------------------------------ */
-
-#define MEAN_SUM(NAME, T, LANES)                                      \
-    static double NAME(const T *x, int64_t n, int nt) {               \
-        int64_t bs = (n + PE_RED_MAX_BLOCKS - 1) / PE_RED_MAX_BLOCKS; \
-        if (bs < PE_RED_MIN_BLOCK) bs = PE_RED_MIN_BLOCK;             \
-        const int64_t nb = (n + bs - 1) / bs;                         \
-        double part[PE_RED_MAX_BLOCKS];                               \
-        PE_PAR_FOR(n >= PE_PAR_MIN && nb > 1 && nt > 1, b, nb, {      \
-            const int64_t e = (b + 1) * bs < n ? (b + 1) * bs : n;    \
-            part[b] = LANES(x + b * bs, e - b * bs);                  \
-        });                                                           \
-        double s = 0;                                                 \
-        for (int64_t b = 0; b < nb; b++) s += part[b];                \
-        return s;                                                     \
-    }
-MEAN_SUM(sum_f32, float, lane_sum_f32)
-MEAN_SUM(sum_f64, double, lane_sum_f64)
 
 pe_status pe_cpu_mean(const pe_op_ctx *ctx) {
     const pe_tensor *x = pe_ctx_in(ctx, "X");
@@ -82,10 +87,10 @@ pe_status pe_cpu_mean(const pe_op_ctx *ctx) {
     if (out->dtype != x->dtype || pe_tensor_numel(out) != 1) return internal_mismatch(ctx);
     const int64_t n = pe_tensor_numel(x);
     if (x->dtype == PE_DTYPE_FP32) {
-        double s = n ? sum_f32(pe_tensor_data(x), n, ctx->num_threads) : 0.0;
+        double s = n ? block_sum_f32(pe_tensor_data(x), n, ctx->num_threads) : 0.0;
         *(float *)pe_tensor_data(out) = n ? (float)(s / (double)n) : NAN;
     } else if (x->dtype == PE_DTYPE_FP64) {
-        double s = n ? sum_f64(pe_tensor_data(x), n, ctx->num_threads) : 0.0;
+        double s = n ? block_sum_f64(pe_tensor_data(x), n, ctx->num_threads) : 0.0;
         *(double *)pe_tensor_data(out) = n ? s / (double)n : NAN;
     } else {
         return pe_ctx_error(ctx, PE_ERR_INVALID, "dtype %s is not supported", pe_dtype_name(x->dtype));
@@ -393,29 +398,18 @@ pe_status pe_cpu_accuracy(const pe_op_ctx *ctx) {
 /* ---- reduce_sum / reduce_mean: x [view] -> out [kept dims] ------------------------ */
 
 /* x [pre, D, post] -> out [pre, post], out = scale * sum over D (ACC accumulators;
- * a contiguous run of D (post == 1) on LANE_SUM's 8 lanes, otherwise in order of
- * D for every output; a whole-tensor sum (pre == post == 1) goes through
- * fixed-size blocks, the same for any thread count). */
-#define REDUCE_SIMPLE(NAME, T, ACC, FIN, LANES)                                                        \
+ * a whole-tensor sum (pre == post == 1) by BLOCK_SUM, a contiguous run of D
+ * (post == 1) by LANE_SUM, otherwise in order of D for every output). */
+#define REDUCE_SIMPLE(NAME, T, ACC, FIN, SFX)                                                          \
     static void NAME(const T *x, T *out, int64_t pre, int64_t D, int64_t post, double scale, int nt) { \
         const int par = pre * D * post >= PE_PAR_MIN && nt > 1;                                        \
         if (pre == 1 && post == 1) {                                                                   \
-            int64_t bs = (D + PE_RED_MAX_BLOCKS - 1) / PE_RED_MAX_BLOCKS;                              \
-            if (bs < PE_RED_MIN_BLOCK) bs = PE_RED_MIN_BLOCK;                                          \
-            const int64_t nb = (D + bs - 1) / bs;                                                      \
-            ACC part[PE_RED_MAX_BLOCKS];                                                               \
-            PE_PAR_FOR(par && nb > 1, b, nb, {                                                         \
-                const int64_t e = (b + 1) * bs < D ? (b + 1) * bs : D;                                 \
-                part[b] = LANES(x + b * bs, e - b * bs);                                               \
-            });                                                                                        \
-            ACC s = 0;                                                                                 \
-            for (int64_t b = 0; b < nb; b++) s += part[b];                                             \
-            out[0] = FIN(T, s, scale);                                                                 \
+            out[0] = FIN(T, block_sum_##SFX(x, D, nt), scale);                                         \
             return;                                                                                    \
         }                                                                                              \
         if (post == 1) { /* rows: x [pre, D] */                                                        \
             PE_PAR_FOR(par && pre > 1, p, pre, {                                                       \
-                out[p] = FIN(T, LANES(x + p * D, D), scale);                                           \
+                out[p] = FIN(T, lane_sum_##SFX(x + p * D, D), scale);                                  \
             });                                                                                        \
             return;                                                                                    \
         }                                                                                              \
@@ -435,10 +429,10 @@ pe_status pe_cpu_accuracy(const pe_op_ctx *ctx) {
  * (two's complement, accumulated in uint64_t so no overflow is undefined). */
 #define FIN_F(T, s, scale) ((T)((s) * (scale)))
 #define FIN_I(T, s, scale) ((void)(scale), (T)(uint64_t)(s))
-REDUCE_SIMPLE(reduce_simple_f32, float, double, FIN_F, lane_sum_f32)
-REDUCE_SIMPLE(reduce_simple_f64, double, double, FIN_F, lane_sum_f64)
-REDUCE_SIMPLE(reduce_simple_i32, int32_t, uint64_t, FIN_I, lane_sum_i32)
-REDUCE_SIMPLE(reduce_simple_i64, int64_t, uint64_t, FIN_I, lane_sum_i64)
+REDUCE_SIMPLE(reduce_simple_f32, float, double, FIN_F, f32)
+REDUCE_SIMPLE(reduce_simple_f64, double, double, FIN_F, f64)
+REDUCE_SIMPLE(reduce_simple_i32, int32_t, uint64_t, FIN_I, i32)
+REDUCE_SIMPLE(reduce_simple_i64, int64_t, uint64_t, FIN_I, i64)
 
 /* Offset into x of multi-index `lin` over the merged dims listed in `which`
  * (row-major in that order); xstr are x's contiguous strides. */

@@ -719,9 +719,10 @@ static void take_request(pe_ps_server *s, pe_ps_event *ev) {
     if (st == PE_OK && ev->hdr.type >= PE_PS_ACK)
         st = pe_error(PE_ERR_INVALID, "a %s message: a pserver takes requests only", pe_ps_type_name(ev->hdr.type));
     size_t dlen = nf == 3 ? zmq_msg_size(&frames[2]) : 0;
-    if (st == PE_OK && dlen != ev->hdr.nbytes)
+    if (st == PE_OK && dlen != pe_ps_frame_bytes(&ev->hdr))
         st = pe_error(PE_ERR_INVALID, "%s '%s': the header announces %llu data bytes, the data frame has %zu",
-                      pe_ps_type_name(ev->hdr.type), ev->hdr.name, (unsigned long long)ev->hdr.nbytes, dlen);
+                      pe_ps_type_name(ev->hdr.type), ev->hdr.name,
+                      (unsigned long long)pe_ps_frame_bytes(&ev->hdr), dlen);
     if (st == PE_OK && fd >= 0) {
         int *tr = fd_trainer(s, fd, true);
         if (tr && *tr >= 0 && *tr != ev->hdr.trainer_id) {

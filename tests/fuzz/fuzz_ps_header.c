@@ -55,12 +55,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     } else if (h.type != PE_PS_ERROR ? h.nbytes != 0 : h.nbytes > 65536) {
         abort();
     }
-    if (h.type != PE_PS_VALUE ? h.offset != 0
-                              : h.offset % PE_PS_PART || (h.offset && h.offset >= h.nbytes) ||
-                                    pe_ps_frame_bytes(&h) > PE_PS_PART ||
-                                    h.offset + pe_ps_frame_bytes(&h) != (h.nbytes - h.offset > PE_PS_PART
-                                                                              ? h.offset + PE_PS_PART
-                                                                              : h.nbytes))
+    /* a part: a whole one, or the tensor's last bytes */
+    const uint64_t f = pe_ps_frame_bytes(&h);
+    if (h.type != PE_PS_VALUE ? h.offset != 0 || f != h.nbytes
+                              : h.offset % PE_PS_PART || (h.offset && h.offset >= h.nbytes) || f > PE_PS_PART ||
+                                    (f != PE_PS_PART && h.offset + f != h.nbytes) || h.offset + f > h.nbytes)
         abort();
 
     /* re-encoded: the input's bytes, except those the decoder does not read
