@@ -12,7 +12,9 @@
  * OMPI_COMM_WORLD_SIZE / _RANK), with ExecutionStrategy.timeline_path =
  * PREFIX, and writes PREFIX.rank<N>.json. BENCH_STRATEGY=noshard|fuse as in
  * bench_scaling; nchw: the CNN build passes off (conv_nhwc, fuse_conv_bias),
- * the per-op time of the graph as written. Then scripts/timeline_report.py PREFIX.rank*.json prints
+ * the per-op time of the graph as written; unfused: fuse_gemm_epilogue and
+ * fuse_elewise_add_act_ops off (mul, elementwise_add, relu and their grads as
+ * ops of their own). Then scripts/timeline_report.py PREFIX.rank*.json prints
  * the hidden fraction. Run from the repository root.
  */
 #include "benchmarks/bench_util.h"
@@ -60,6 +62,7 @@ int main(int argc, char **argv) {
     const char *strat = getenv("BENCH_STRATEGY");
     if (strat && !strcmp(strat, "noshard")) o.build_strategy.shard_optimizer = false;
     if (strat && !strcmp(strat, "fuse")) o.build_strategy.fuse_all_reduce_ops = true;
+    if (strat && !strcmp(strat, "unfused")) o.build_strategy.fuse_gemm_epilogue = o.build_strategy.fuse_elewise_add_act_ops = false;
     if (strat && !strcmp(strat, "nchw")) o.build_strategy.conv_nhwc = o.build_strategy.fuse_conv_bias = false;
     pe_parallel_executor *pe;
     if (pe_parallel_executor_new(pl, places, prog, scope, &o, &pe) != PE_OK) return bench_die("ParallelExecutor");

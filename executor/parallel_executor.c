@@ -55,6 +55,11 @@ void pe_pe_options_default(pe_pe_options *o) {
     o->build_strategy.shard_optimizer = true;
     o->build_strategy.conv_nhwc = true;
     o->build_strategy.fuse_conv_bias = true;
+    /* On by default in PE (Paddle: off): the fused ops compute the unfused
+     * ops' arithmetic bit for bit, with one op and one pass over the output
+     * fewer per layer (docs/guide.md, BuildStrategy). */
+    o->build_strategy.fuse_gemm_epilogue = true;
+    o->build_strategy.fuse_elewise_add_act_ops = true;
     o->num_trainers = 1;
 }
 

@@ -67,8 +67,9 @@ typedef struct pe_build_strategy {
     bool fuse_conv_bias;              /* CPU places (default on): conv2d + its bias elementwise_add (+ their
                                        * grads) -> conv2d with Bias (oneDNN adds it in the primitive and
                                        * sums its gradient with the weights'; passes/fuse_conv_bias.c) */
-    bool fuse_gemm_epilogue;          /* mul + bias add [+ act] (+ their grads) -> fc / fc_grad */
-    bool fuse_elewise_add_act_ops;
+    bool fuse_gemm_epilogue;          /* (default on; Paddle: off) mul + bias add [+ act] (+ their
+                                       * grads) -> fc / fc_grad: the same bits, fewer passes */
+    bool fuse_elewise_add_act_ops;    /* (default on; Paddle: off) add + act (+ grads) -> one op */
     bool fuse_all_optimizer_ops;
     bool fuse_all_reduce_ops;         /* gradients in contiguous buckets, one allreduce each */
     double fuse_grad_size_in_MB;      /* bucket capacity (default 25; finite, > 0) */

@@ -213,7 +213,7 @@ pe_status pe_cpu_fc_grad(const pe_op_ctx *ctx) {
     } else if (db) {
         memset(pe_tensor_data(db), 0, pe_tensor_nbytes(db));
     }
-    if (pre && act == PE_FACT_NONE && pre != g && pe_tensor_nbytes(g)) /* identity: PreAct@GRAD = Out@GRAD */
+    if (pre && act == PE_FACT_NONE && pe_tensor_data(pre) != pe_tensor_data(g) && pe_tensor_nbytes(g)) /* identity */
         memcpy(pe_tensor_data(pre), pe_tensor_data(g), pe_tensor_nbytes(g));
     const void *dt = act != PE_FACT_NONE ? pd : pe_tensor_data(g);
     if (dx) gemm(ctx->place, x->dtype, false, true, m, k, n, dt, pe_tensor_data(w), pe_tensor_data(dx), nt);

@@ -2,7 +2,7 @@
 # tests/integration/test_graph.sh — `pe graph` end to end.
 #
 # On examples/mlp_train.pe and cnn_train.pe: with every switch off the
-# graph is the plain multi-device graph; fuse_gemm_epilogue fuses each fc
+# graph is the plain multi-device graph (the defaults fuse: see the end); fuse_gemm_epilogue fuses each fc
 # layer (3 in the MLP, 2 in the CNN) forward and backward, and
 # fuse_all_optimizer_ops leaves one merged_momentum; the op counts printed
 # per pass are checked against the DOT files themselves (op boxes counted in
@@ -38,7 +38,7 @@ for model in mlp cnn; do
     prog="$SRC/examples/${model}_train.pe"
     [ "$model" = mlp ] && n_fc=3 || n_fc=2
     "$PE" graph "$prog" --places cpu:2 --loss loss -o "$T/plain.dot" --dump-dir "$T/plain" \
-        --strategy conv_nhwc=0,fuse_conv_bias=0 >"$T/out" 2>"$T/err"
+        --strategy conv_nhwc=0,fuse_conv_bias=0,fuse_gemm_epilogue=0,fuse_elewise_add_act_ops=0 >"$T/out" 2>"$T/err"
     rc=$?
     if [ $rc -eq 0 ] && is_dot "$T/plain.dot" && is_dot "$T/plain/00_input.dot" && is_dot "$T/plain/01_multi_device.dot" \
         && [ "$(n_handles "$T/plain.dot" mul)" -eq $((2 * n_fc)) ]; then
@@ -91,8 +91,9 @@ for model in mlp cnn; do
     fi
 done
 
-# the layout pass (on by default): the CNN's 2 conv2d, 2 pool2d and their grads switch to NHWC, the
-# fed image and the flatten get transposes; the MLP has nothing to switch (no line, no dump)
+# the layout pass and the fc / add+act fusions (on by default): the CNN's 2 conv2d, 2 pool2d and their grads switch to NHWC, the
+# fed image and the flatten get transposes; the MLP has nothing to switch (no line, no dump), and its
+# 3 fc layers fuse
 "$PE" graph "$SRC/examples/cnn_train.pe" --places cpu:1 --loss loss -o "$T/nhwc.dot" --dump-dir "$T/nhwc" >"$T/out" 2>"$T/err"
 if [ $? -eq 0 ] && grep -q '^pass conv_nhwc: 8 fused' "$T/out" && is_dot "$T/nhwc/01_conv_nhwc.dot" \
     && [ "$(n_type "$T/nhwc/01_conv_nhwc.dot" transpose2)" -ge 2 ] && [ "$(n_type "$T/nhwc/01_conv_nhwc.dot" conv2d)" -eq 2 ] \
@@ -102,8 +103,9 @@ else
     fail "cnn: conv_nhwc" "$(cat "$T/out" "$T/err")"
 fi
 "$PE" graph "$SRC/examples/mlp_train.pe" --places cpu:1 --loss loss -o "$T/m.dot" --dump-dir "$T/m" >"$T/out" 2>"$T/err"
-if [ $? -eq 0 ] && ! grep -q 'conv_nhwc\|fuse_conv_bias' "$T/out" && is_dot "$T/m/01_multi_device.dot"; then
-    pass "mlp: conv_nhwc has nothing to switch: no line, no dump"
+if [ $? -eq 0 ] && ! grep -q 'conv_nhwc\|fuse_conv_bias' "$T/out" && ! ls "$T/m" | grep -q 'conv' \
+    && grep -q '^pass fuse_gemm_epilogue: 3 fused' "$T/out" && is_dot "$T/m/03_multi_device.dot"; then
+    pass "mlp: conv_nhwc has nothing to switch: no line, no dump; defaults: $(grep '^pass fuse_gemm' "$T/out")"
 else
     fail "mlp: conv_nhwc idle" "$(cat "$T/out" "$T/err")"
 fi

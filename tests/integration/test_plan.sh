@@ -64,9 +64,10 @@ for model in mlp cnn; do
     prog="$SRC/examples/${model}_train.pe"
     for places in 1 3; do
         name="$model places=$places"
-        # conv_nhwc and fuse_conv_bias off: the expected bytes are the JSON program's vars (the
-        # layout pass adds its transposes' vars, the fusion drops the conv outputs)
-        "$PE" plan "$prog" --places "cpu:$places" --batch 128 --fetch loss --strategy conv_nhwc=0,fuse_conv_bias=0 >"$T/out" 2>"$T/err"
+        # the passes off: the expected bytes are the JSON program's vars (the layout pass adds its
+        # transposes' vars, the fusions drop the conv, fc and add outputs)
+        "$PE" plan "$prog" --places "cpu:$places" --batch 128 --fetch loss --strategy conv_nhwc=0,fuse_conv_bias=0,fuse_gemm_epilogue=0,fuse_elewise_add_act_ops=0 \
+            >"$T/out" 2>"$T/err"
         rc=$?
         if [ $rc -ne 0 ]; then fail "$name" "exit $rc: $(cat "$T/err")"; continue; fi
         if [ "$(wc -l <"$T/out")" -ne "$places" ] ||
@@ -88,7 +89,10 @@ done
 # one place with memory_optimize: each momentum op runs right after its
 # gradient, so the gradients do not all live at once: the plan's peak is
 # below the bytes of the parameter gradients alone (2,143,272 for the MLP)
-peak=$("$PE" plan "$SRC/examples/mlp_train.pe" --places cpu:1 --batch 128 --fetch loss | sed -E 's/.*peak_bytes_reuse=//')
+# (unfused: the fused fc_grad keeps its layer's output and output gradient
+# alive through its GEMMs, 264 KB more here: docs/guide.md, BuildStrategy)
+peak=$("$PE" plan "$SRC/examples/mlp_train.pe" --places cpu:1 --batch 128 --fetch loss \
+    --strategy fuse_gemm_epilogue=0,fuse_elewise_add_act_ops=0 | sed -E 's/.*peak_bytes_reuse=//')
 grads=$("$PY" -c "
 import json
 b = json.load(open('$SRC/examples/mlp_train.json'))['blocks'][0]
@@ -126,7 +130,8 @@ if [ "$nr" -lt "$all" ] && [ "$ni" -lt "$nr" ]; then pass "in place only $nr, re
 
 # --strategy: the plan of the fused graph (fc ops leave fewer temporaries);
 # memory switches set to 0 there give no saving; a bad key is a usage error
-"$PE" plan "$SRC/examples/mlp_train.pe" --places cpu:2 --batch 64 --loss loss --fetch loss >"$T/plain" 2>&1
+"$PE" plan "$SRC/examples/mlp_train.pe" --places cpu:2 --batch 64 --loss loss --fetch loss \
+    --strategy fuse_gemm_epilogue=0,fuse_elewise_add_act_ops=0 >"$T/plain" 2>&1
 "$PE" plan "$SRC/examples/mlp_train.pe" --places cpu:2 --batch 64 --loss loss --fetch loss \
     --strategy fuse_gemm_epilogue=1,fuse_elewise_add_act_ops=1,fuse_all_optimizer_ops=1 >"$T/fused" 2>&1
 pn=$(head -1 "$T/plain" | sed -E 's/.*no_reuse=([0-9]+).*/\1/')
@@ -155,11 +160,20 @@ fi
 
 # --verbose: every planned var with its offset; a fetched var is not among them
 "$PE" plan "$SRC/examples/mlp_train.pe" --places cpu:1 --batch 8 --fetch fc_1.tmp_2 --verbose >"$T/out" 2>&1
-if grep -q ' in-place$' "$T/out" && grep -qE '^  fc_0.tmp_0 +offset=[0-9]+ +bytes=16384' "$T/out" &&
+if grep -q ' in-place$' "$T/out" && grep -qE '^  fc_0.tmp_2 +offset=[0-9]+ +bytes=16384' "$T/out" &&
     ! grep -qE '^  fc_1.tmp_2 ' "$T/out"; then
     pass "--verbose lists planned vars, not the fetched one"
 else
     fail "--verbose" "$(head -20 "$T/out")"
+fi
+
+# the default graph's fc_grad writes its pre-activation gradient over the output gradient
+"$PE" plan "$SRC/examples/mlp_train.pe" --places cpu:1 --batch 8 --fetch loss --verbose >"$T/out" 2>&1
+if grep -qE '^  fc_0\.tmp_1@GRAD +offset=[0-9]+ +bytes=16384 +in-place$' "$T/out" &&
+    grep -qE '^  fc_1\.tmp_1@GRAD +offset=[0-9]+ +bytes=8192 +in-place$' "$T/out"; then
+    pass "fc_grad: PreAct@GRAD in place of Out@GRAD"
+else
+    fail "fc_grad in place" "$(grep GRAD "$T/out")"
 fi
 
 # errors: usage (2) and bad input (1), one "pe: error:" line first

@@ -97,7 +97,7 @@ def test_timeline_on(monkeypatch, tmp_path):
         on0 = {k[2]: v for k, v in ops.items() if k[:2] == (step, 0)}
         on1 = {k[2]: v for k, v in ops.items() if k[:2] == (step, 1)}
         assert on0 == on1 and on0 == {k[2]: v for k, v in ops.items() if k[:2] == (0, 0)}
-        assert "mul" in on0 and "mul_grad" in on0
+        assert "fc" in on0 and "fc_grad" in on0  # fuse_gemm_epilogue: on by default
     assert trace["otherData"]["steps"] == STEPS and not trace["otherData"]["capped"]
 
     # the report: hidden fraction and the picture

@@ -358,7 +358,7 @@ static void test_timeline_per_rank(void **state) {
     if (!strstr(buf, want)) fail_msg("rank %d: %s does not name the process: %.200s", g_rank, file, buf);
     snprintf(want, sizeof want, "\"steps\":%d,", STEPS);
     assert_non_null(strstr(buf, want));
-    assert_non_null(strstr(buf, "\"cat\":\"op\",\"name\":\"mul_grad\""));
+    assert_non_null(strstr(buf, "\"cat\":\"op\",\"name\":\"fc_grad\"")); /* fuse_gemm_epilogue: on by default */
     assert_non_null(strstr(buf, "\"cat\":\"comm\",\"name\":\"allreduce\""));
     for (int r = 0; r < g_size; r++) { /* only its own events */
         snprintf(want, sizeof want, "{\"ph\":\"X\",\"pid\":%d,", r);

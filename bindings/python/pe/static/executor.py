@@ -303,8 +303,8 @@ class BuildStrategy(_Strategy):
     GradientScaleStrategy = _GradientScaleStrategy
     _fields = {"reduce_strategy": _ReduceStrategy.AllReduce,
                "gradient_scale_strategy": _GradientScaleStrategy.BatchShare,
-               "conv_nhwc": True, "fuse_conv_bias": True, "fuse_elewise_add_act_ops": False, "fuse_all_optimizer_ops": False, "fuse_all_reduce_ops": False,
-               "fuse_gemm_epilogue": False, "fuse_grad_size_in_MB": 25.0, "fuse_first_grad_size_in_MB": 1.0,
+               "conv_nhwc": True, "fuse_conv_bias": True, "fuse_elewise_add_act_ops": True, "fuse_all_optimizer_ops": False, "fuse_all_reduce_ops": False,
+               "fuse_gemm_epilogue": True, "fuse_grad_size_in_MB": 25.0, "fuse_first_grad_size_in_MB": 1.0,
                "enable_inplace": False, "memory_optimize": False, "enable_sequential_execution": False,
                "shard_optimizer": True, "shard_across_trainers": False, "debug_graphviz_path": "",
                "sync_batch_norm": False, "use_hierarchical_allreduce": False}
