@@ -615,6 +615,32 @@ static void fd_drop(pe_ps_server *s, int fd) {
 /* share: t's buffer goes as zero-copy data frames (retained until ZeroMQ
  * has sent them); else it is copied. A VALUE goes in parts of at most
  * PE_PS_PART bytes, one message each (transport.h). */
+/* A send to trainer ev's peer failed (errno): what, naming the var when a
+ * value's data frame (name) was being sent. */
+static pe_status reply_failed(const pe_ps_server *s, const pe_ps_event *ev, const char *name) {
+    if (name)
+        return pe_error(PE_ERR_IO, "pserver %s: sending '%s' to trainer %d: %s", s->ep, name, ev->hdr.trainer_id,
+                        zmq_strerror(errno));
+    return pe_error(PE_ERR_IO, "pserver %s: replying to trainer %d: %s", s->ep, ev->hdr.trainer_id,
+                    zmq_strerror(errno));
+}
+
+/* The last frame: len bytes at part of t's buffer, which ZeroMQ holds (a
+ * reference) until sent. 0, -1 (send failed: errno) or -2 (no memory). */
+static int send_shared(void *sock, const char *part, size_t len, const pe_tensor *t) {
+    zmq_msg_t m;
+    pe_buffer_retain(t->buf);
+    if (zmq_msg_init_data(&m, (void *)part, len, free_retained, t->buf) != 0) {
+        pe_buffer_release(t->buf);
+        return -2;
+    }
+    if (zmq_msg_send(&m, sock, 0) < 0) {
+        zmq_msg_close(&m);
+        return -1;
+    }
+    return 0;
+}
+
 static pe_status reply_t(pe_ps_server *s, const pe_ps_event *ev, int type, const char *name, const pe_tensor *t,
                          const char *text, bool share) {
     pe_ps_hdr h;
@@ -632,30 +658,14 @@ static pe_status reply_t(pe_ps_server *s, const pe_ps_event *ev, int type, const
         const uint64_t len = pe_ps_frame_bytes(&h);
         const bool data = len > 0;
         if (send_frame(s->sock, ev->peer, ev->peer_len, ZMQ_SNDMORE) != 0 ||
-            send_frame(s->sock, buf, n, data ? ZMQ_SNDMORE : 0) != 0)
-            return pe_error(PE_ERR_IO, "pserver %s: replying to trainer %d: %s", s->ep, ev->hdr.trainer_id,
-                            zmq_strerror(errno));
-        if (data && text && send_frame(s->sock, text, tl, 0) != 0)
-            return pe_error(PE_ERR_IO, "pserver %s: replying to trainer %d: %s", s->ep, ev->hdr.trainer_id,
-                            zmq_strerror(errno));
+            send_frame(s->sock, buf, n, data ? ZMQ_SNDMORE : 0) != 0 ||
+            (data && text && send_frame(s->sock, text, tl, 0) != 0))
+            return reply_failed(s, ev, NULL);
         const char *part = t && data ? (const char *)pe_tensor_data(t) + h.offset : NULL;
-        if (part && share) {
-            zmq_msg_t m;
-            pe_buffer_retain(t->buf);
-            if (zmq_msg_init_data(&m, (void *)part, len, free_retained, t->buf) != 0) {
-                pe_buffer_release(t->buf);
-                return pe_error(PE_ERR_NOMEM, "pserver %s: out of memory sending '%s'", s->ep, h.name);
-            }
-            if (zmq_msg_send(&m, s->sock, 0) < 0) {
-                zmq_msg_close(&m);
-                return pe_error(PE_ERR_IO, "pserver %s: sending '%s' to trainer %d: %s", s->ep, h.name,
-                                ev->hdr.trainer_id, zmq_strerror(errno));
-            }
-        } else if (part && send_frame(s->sock, part, len, 0) != 0) {
-            /* copied: the scope's tensor may change with the next update */
-            return pe_error(PE_ERR_IO, "pserver %s: sending '%s' to trainer %d: %s", s->ep, h.name,
-                            ev->hdr.trainer_id, zmq_strerror(errno));
-        }
+        /* shared: the var's own buffer; else copied (the scope's tensor may change with the next update) */
+        const int rc = !part ? 0 : share ? send_shared(s->sock, part, len, t) : send_frame(s->sock, part, len, 0);
+        if (rc == -2) return pe_error(PE_ERR_NOMEM, "pserver %s: out of memory sending '%s'", s->ep, h.name);
+        if (rc != 0) return reply_failed(s, ev, h.name);
         h.offset += len;
     } while (type == PE_PS_VALUE && h.offset < h.nbytes);
     return PE_OK;
