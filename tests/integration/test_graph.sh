@@ -2,8 +2,9 @@
 # tests/integration/test_graph.sh — `pe graph` end to end.
 #
 # On examples/mlp_train.pe and cnn_train.pe: with every switch off the
-# graph is the plain multi-device graph (the defaults fuse: see the end); fuse_gemm_epilogue fuses each fc
-# layer (3 in the MLP, 2 in the CNN) forward and backward, and
+# graph is the plain multi-device graph (the defaults fuse: see the end);
+# fuse_gemm_epilogue fuses each fc layer (3 in the MLP, 2 in the CNN)
+# forward and backward, and
 # fuse_all_optimizer_ops leaves one merged_momentum; the op counts printed
 # per pass are checked against the DOT files themselves (op boxes counted in
 # the per-pass program graphs, op handles in the final graph: ops x places);
@@ -91,9 +92,9 @@ for model in mlp cnn; do
     fi
 done
 
-# the layout pass and the fc / add+act fusions (on by default): the CNN's 2 conv2d, 2 pool2d and their grads switch to NHWC, the
-# fed image and the flatten get transposes; the MLP has nothing to switch (no line, no dump), and its
-# 3 fc layers fuse
+# the layout pass and the fc / add+act fusions (on by default): the CNN's 2 conv2d, 2 pool2d and their
+# grads switch to NHWC, the fed image and the flatten get transposes; the MLP has nothing to switch (no
+# line, no dump), and its 3 fc layers fuse
 "$PE" graph "$SRC/examples/cnn_train.pe" --places cpu:1 --loss loss -o "$T/nhwc.dot" --dump-dir "$T/nhwc" >"$T/out" 2>"$T/err"
 if [ $? -eq 0 ] && grep -q '^pass conv_nhwc: 8 fused' "$T/out" && is_dot "$T/nhwc/01_conv_nhwc.dot" \
     && [ "$(n_type "$T/nhwc/01_conv_nhwc.dot" transpose2)" -ge 2 ] && [ "$(n_type "$T/nhwc/01_conv_nhwc.dot" conv2d)" -eq 2 ] \
