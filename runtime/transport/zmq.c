@@ -612,9 +612,6 @@ static void fd_drop(pe_ps_server *s, int fd) {
         }
 }
 
-/* share: t's buffer goes as zero-copy data frames (retained until ZeroMQ
- * has sent them); else it is copied. A VALUE goes in parts of at most
- * PE_PS_PART bytes, one message each (transport.h). */
 /* A send to trainer ev's peer failed (errno): what, naming the var when a
  * value's data frame (name) was being sent. */
 static pe_status reply_failed(const pe_ps_server *s, const pe_ps_event *ev, const char *name) {
@@ -641,6 +638,9 @@ static int send_shared(void *sock, const char *part, size_t len, const pe_tensor
     return 0;
 }
 
+/* share: t's buffer goes as zero-copy data frames (retained until ZeroMQ
+ * has sent them); else it is copied. A VALUE goes in parts of at most
+ * PE_PS_PART bytes, one message each (transport.h). */
 static pe_status reply_t(pe_ps_server *s, const pe_ps_event *ev, int type, const char *name, const pe_tensor *t,
                          const char *text, bool share) {
     pe_ps_hdr h;
