@@ -4,13 +4,14 @@
  *
  * Pattern (forward), with t1 and t2 intermediates:
  *     t1 = mul(x, w)                    w: [K, N], y_num_col_dims 1
+ *          or matmul_v2(x, w)           no transposes, x of rank >= 2
  *     t2 = elementwise_add(t1, b)       b: [N], axis -1 or x_num_col_dims
  *     t3 = relu|sigmoid|tanh(t2)        optional
  *  -> t3 = fc(Input x, W w, Bias b; in_num_col_dims, activation_type)
  * and, when the program has the backward of that pattern:
  *     g2 = act_grad(Out t3, Out@GRAD g3)                         optional
  *     g1, gb = elementwise_add_grad(X t1, Y b, Out@GRAD g2)
- *     gx, gw = mul_grad(X x, Y w, Out@GRAD g1)
+ *     gx, gw = mul_grad(X x, Y w, Out@GRAD g1)         (matmul_v2_grad)
  *  -> gx, gw, gb, g2 = fc_grad(Input x, W w, Bias b, Out t3, Out@GRAD g3)
  * where g2 (PreAct@GRAD) stays as the buffer of the pre-activation
  * gradient the GEMMs read; t1, t2 and g1 disappear. Without an activation,
@@ -34,14 +35,35 @@ typedef struct {
 
 static bool streq(const char *a, const char *b) { return a && b && !strcmp(a, b); }
 
+/* The x_num_col_dims fc takes for this mul / mul_grad / matmul_v2 /
+ * matmul_v2_grad, or false when the op is not one plain GEMM of x's rows
+ * by a [K, N] matrix. mul: y_num_col_dims 1. matmul_v2 (what eager
+ * Linear layers and to_static's traced programs record): no transposes and
+ * x of rank >= 2, whose leading dims are then rows (ops/cpu/math.c runs it
+ * as the one GEMM [rows, K] x [K, N], as mul does). */
+static bool gemm_cols(const pe_block *b, const pe_op *op, int64_t *xcd) {
+    int id = pe_op_type_id(op->type);
+    if (id == PE_OP_mul || id == PE_OP_mul_grad) {
+        *xcd = pe_fuse_attr_int(op, "x_num_col_dims", 1);
+        return pe_fuse_attr_int(op, "y_num_col_dims", 1) == 1;
+    }
+    if (pe_fuse_attr_int(op, "trans_x", 0) || pe_fuse_attr_int(op, "trans_y", 0)) return false;
+    const pe_var *xv = pe_block_find_var(b, pe_fuse_in(op, "X"));
+    if (!xv || xv->ndim < 2) return false;
+    *xcd = xv->ndim - 1;
+    return true;
+}
+
 static bool match(const pe_program *p, const pe_use_index *ix, const pe_fuse_opts *o, int i, void *mv) {
     fc_match *m = mv;
     const pe_block *b = &p->blocks[0];
     const pe_op *mul = &b->ops[i];
-    if (pe_op_type_id(mul->type) != PE_OP_mul) return false;
+    int mul_id = pe_op_type_id(mul->type);
+    if (mul_id != PE_OP_mul && mul_id != PE_OP_matmul_v2) return false;
     const char *x = pe_fuse_in(mul, "X"), *w = pe_fuse_in(mul, "Y"), *t1 = pe_fuse_out(mul, "Out");
-    if (!x || !w || !t1 || pe_fuse_attr_int(mul, "y_num_col_dims", 1) != 1) return false;
-    int64_t xcd = pe_fuse_attr_int(mul, "x_num_col_dims", 1);
+    if (!x || !w || !t1) return false;
+    int64_t xcd;
+    if (!gemm_cols(b, mul, &xcd)) return false;
     const pe_var *wv = pe_block_find_var(b, w), *t1v = pe_block_find_var(b, t1);
     if (!wv || wv->ndim != 2 || wv->dims[1] <= 0 || !t1v || t1v->ndim != xcd + 1) return false;
 
@@ -78,11 +100,11 @@ static bool match(const pe_program *p, const pe_use_index *ix, const pe_fuse_opt
         if (!streq(pe_fuse_in(ag, "Y"), bias) || pe_fuse_attr_int(ag, "axis", -1) != axis) return false;
         if (m->act >= 0 && !streq(pe_fuse_in(ag, "Out@GRAD"), g_pre)) return false;
         const char *g1 = pe_fuse_out(ag, "X@GRAD");
-        m->mul_grad = pe_fuse_reader_of(b, ix, g1, PE_OP_mul_grad, "Out@GRAD");
+        m->mul_grad = pe_fuse_reader_of(b, ix, g1, pe_op_info_find(mul->type)->grad_op_id, "Out@GRAD");
         if (m->mul_grad < 0) return false;
         const pe_op *mg = &b->ops[m->mul_grad];
-        if (!streq(pe_fuse_in(mg, "X"), x) || !streq(pe_fuse_in(mg, "Y"), w) ||
-            pe_fuse_attr_int(mg, "x_num_col_dims", 1) != xcd || pe_fuse_attr_int(mg, "y_num_col_dims", 1) != 1)
+        int64_t gcd;
+        if (!streq(pe_fuse_in(mg, "X"), x) || !streq(pe_fuse_in(mg, "Y"), w) || !gemm_cols(b, mg, &gcd) || gcd != xcd)
             return false;
         int bwd[3] = {m->add_grad, m->mul_grad, m->act_grad};
         int nb = m->act >= 0 ? 3 : 2;
@@ -145,7 +167,8 @@ static pe_status apply(pe_program *p, const void *mv) {
     if (st == PE_OK && acg) st = add_role_vars(&rv, acg);
     if (st == PE_OK && adg) st = add_role_vars(&rv, adg);
     if (st == PE_OK && mlg) st = add_role_vars(&rv, mlg);
-    int64_t xcd = pe_fuse_attr_int(mul, "x_num_col_dims", 1);
+    int64_t xcd = 1;
+    gemm_cols(b, mul, &xcd); /* true: match() checked it */
     int fwd_role = pe_fuse_op_role(mul), bwd_role = mlg ? pe_fuse_op_role(mlg) : PE_ROLE_BACKWARD;
     char **n = nm.s;
     pe_op *op;

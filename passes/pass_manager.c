@@ -75,16 +75,16 @@ static long g_calls;
 
 long pe_pass_manager_calls(void) { return __atomic_load_n(&g_calls, __ATOMIC_RELAXED); }
 
-pe_status pe_pass_manager_run(const pe_program *prog, const pe_pass_opts *o, pe_ssa_graph **out,
-                              pe_pass_result *res) {
-    __atomic_add_fetch(&g_calls, 1, __ATOMIC_RELAXED);
+static const pe_build_strategy k_all_off; /* o->bs NULL: every switch off */
+
+/* The program-level passes on a clone of prog: *out (caller frees) is the
+ * rewritten program; *nn counts the dumps written. */
+static pe_status run_program_passes(const pe_program *prog, const pe_pass_opts *o, pe_program **out, int *nn,
+                                    pe_pass_result *res) {
     *out = NULL;
     if (res) memset(res, 0, sizeof *res);
     if (!prog || prog->n_blocks < 1) return pe_error(PE_ERR_INVALID, "pass manager: no program");
-    pe_build_strategy none;
-    memset(&none, 0, sizeof none);
-    const pe_build_strategy *bs = o->bs ? o->bs : &none;
-
+    const pe_build_strategy *bs = o->bs ? o->bs : &k_all_off;
     pe_strmap protect = {0};
     pe_program *p = pe_program_clone(prog);
     pe_status st = p ? PE_OK : pe_error(PE_ERR_NOMEM, "pass manager: out of memory copying the program");
@@ -93,10 +93,8 @@ pe_status pe_pass_manager_run(const pe_program *prog, const pe_pass_opts *o, pe_
     if (st == PE_OK && o->loss_name && pe_strmap_put(&protect, o->loss_name, 1) != 0)
         st = pe_error(PE_ERR_NOMEM, "out of memory");
     pe_fuse_opts fo = {.protect = &protect};
-    int nn = 0;
-    if (st == PE_OK) st = dump_program(o, nn++, "input", p);
+    if (st == PE_OK) st = dump_program(o, (*nn)++, "input", p);
 
-    /* ---- program-level passes ---- */
     const int world = o->n_places * (o->n_trainers > 1 ? o->n_trainers : 1); /* places of every trainer */
     for (size_t k = 0; k < sizeof k_program_passes / sizeof k_program_passes[0] && st == PE_OK; k++) {
         const program_pass *pp = &k_program_passes[k];
@@ -125,8 +123,33 @@ pe_status pe_pass_manager_run(const pe_program *prog, const pe_pass_opts *o, pe_
         if (pp->silent_when_idle && !n_fused) continue; /* on by default: no line, no dump for a program without convs */
         pe_log(PE_LOG_INFO, "pass %s: %d fused, %d -> %d ops", pp->name, n_fused, before, p->blocks[0].n_ops);
         record(res, pp->name, before, p->blocks[0].n_ops, n_fused, false);
-        st = dump_program(o, nn++, pp->name, p);
+        st = dump_program(o, (*nn)++, pp->name, p);
     }
+
+    pe_strmap_free(&protect);
+    if (st != PE_OK) {
+        pe_program_free(p);
+        return st;
+    }
+    *out = p;
+    return PE_OK;
+}
+
+pe_status pe_pass_manager_program(const pe_program *prog, const pe_pass_opts *o, pe_program **out,
+                                  pe_pass_result *res) {
+    int nn = 0;
+    return run_program_passes(prog, o, out, &nn, res);
+}
+
+pe_status pe_pass_manager_run(const pe_program *prog, const pe_pass_opts *o, pe_ssa_graph **out,
+                              pe_pass_result *res) {
+    __atomic_add_fetch(&g_calls, 1, __ATOMIC_RELAXED);
+    *out = NULL;
+    const pe_build_strategy *bs = o->bs ? o->bs : &k_all_off;
+    const int world = o->n_places * (o->n_trainers > 1 ? o->n_trainers : 1); /* places of every trainer */
+    int nn = 0;
+    pe_program *p = NULL;
+    pe_status st = run_program_passes(prog, o, &p, &nn, res);
 
     /* ---- program -> SSA graph over the places ---- */
     pe_ssa_graph *g = NULL;
@@ -160,7 +183,6 @@ pe_status pe_pass_manager_run(const pe_program *prog, const pe_pass_opts *o, pe_
 
     if (st == PE_OK && o->final_dot) st = pe_ssa_graph_write_dot(g, o->final_dot);
     pe_program_free(p); /* the graph holds its own per-place copies */
-    pe_strmap_free(&protect);
     if (st != PE_OK) {
         pe_ssa_graph_free(g);
         return st;

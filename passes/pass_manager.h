@@ -60,6 +60,13 @@ typedef struct pe_pass_result {
 pe_status pe_pass_manager_run(const pe_program *prog, const pe_pass_opts *o, pe_ssa_graph **out,
                               pe_pass_result *res);
 
+/* The program-level passes only (fusions; no places, no SSA graph): *out
+ * (owned by the caller, pe_program_free) is the rewritten clone of prog.
+ * n_places / n_trainers only decide which passes apply (merged optimizer
+ * ops). Not counted by pe_pass_manager_calls. */
+pe_status pe_pass_manager_program(const pe_program *prog, const pe_pass_opts *o, pe_program **out,
+                                  pe_pass_result *res);
+
 /* How many times pe_pass_manager_run was called in this process (any
  * thread): the tests' proof that the executor builds only at construction. */
 long pe_pass_manager_calls(void);

@@ -61,6 +61,17 @@ typedef struct pe_build_report {
  * (caller's, may be NULL) gets what each pass did. Failures name the pass. */
 pe_status pe_build_graph(const pe_program *prog, const pe_build_opts *o, pe_build_report *report);
 
+/* The program-level passes only (the fusions, in the same order, with the
+ * same safety rules: protect and persistables stay), no places and no SSA
+ * graph: *out (owned by the caller, pe_program_free) is the rewritten copy
+ * of prog, which is not touched. o->n_places only decides which passes
+ * apply; final_dot is not written. report->n_handles is 0 and n_ops the
+ * rewritten program's ops of block 0. For a caller that splits or saves the
+ * fused program itself (pe.jit fuses a traced forward + backward before
+ * cutting it into its two programs). */
+pe_status pe_build_program(const pe_program *prog, const pe_build_opts *o, pe_program **out,
+                           pe_build_report *report);
+
 #pragma GCC visibility pop
 
 #ifdef __cplusplus

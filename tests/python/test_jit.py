@@ -257,8 +257,57 @@ def test_default_passes_fuse_the_forward(tmp_path):
     model = pe.jit.to_static(MLP(), build_strategy=bs)
     with pe.no_grad():
         model(pe.to_tensor(np.ones([2, 784], "float32")))
+    # matmul_v2 + bias add (+ relu) -> fc: one with relu, one without
+    assert (tmp_path / "g").read_text().count('label="fc\\n') == 2
+    assert "fc" not in (tmp_path / "g.00_input.dot").read_text()
+    bs.fuse_gemm_epilogue = False
+    model = pe.jit.to_static(MLP(), build_strategy=bs)
+    with pe.no_grad():
+        model(pe.to_tensor(np.ones([2, 784], "float32")))
     assert "fused_elemwise_activation" in (tmp_path / "g").read_text()
     assert "fused_elemwise_activation" not in (tmp_path / "g.00_input.dot").read_text()
+
+
+def _train_ops(model):
+    """Op types of the forward and backward programs of a to_static model's training call."""
+    (conc,) = model.forward._concrete.values()
+    (ent,) = conc.train.values()
+    return [op.type for op in ent[0].global_block().ops], [op.type for op in ent[1].global_block().ops]
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+def test_training_programs_fused_before_the_split(fuse):
+    """The traced forward + backward are fused as one program, then cut in two:
+    matmul_v2 + bias add + relu and their grads become fc / fc_grad (as in a
+    static program), and the training takes the eager model's steps bit for bit."""
+    xs = np.random.RandomState(1).rand(16, 784).astype("float32")
+    ys = np.random.RandomState(2).randint(0, 10, [16]).astype("int64")
+    runs = []
+    for mode in ("eager", "to_static"):
+        pe.seed(3)
+        net = MLP()
+        if mode == "to_static":
+            bs = pe.jit._default_build_strategy()
+            bs.fuse_gemm_epilogue = fuse
+            net = pe.jit.to_static(net, build_strategy=bs)
+        opt = pe.optimizer.Adam(learning_rate=1e-3, parameters=net.parameters())
+        losses = []
+        for _ in range(3):
+            loss = nn.CrossEntropyLoss()(net(pe.to_tensor(xs)), pe.to_tensor(ys))
+            loss.backward()
+            opt.step()
+            opt.clear_grad()
+            losses.append(loss.numpy())
+        runs.append((losses, [p.numpy() for p in net.parameters()]))
+        if mode == "to_static":
+            fwd, bwd = _train_ops(net)
+            if fuse:
+                assert fwd == ["fc", "fc"], fwd
+                assert bwd.count("fc_grad") == 2 and "matmul_v2_grad" not in bwd, bwd
+            else:
+                assert "fc" not in fwd and "matmul_v2_grad" in bwd
+    for a, b in zip(runs[0][0] + runs[0][1], runs[1][0] + runs[1][1]):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_input_gradient_and_decorator():
@@ -447,3 +496,20 @@ def test_inputs_checked_against_input_spec():
         m(pe.to_tensor(np.zeros([2, 783], "float32")))
     with pytest.raises(pe.InvalidArgumentError, match=r"2 inputs given, input_spec declares 1"):
         m(pe.to_tensor(np.zeros([2, 784], "float32")), pe.to_tensor(np.zeros([2, 784], "float32")))
+
+
+def test_fuse_program_binding_checks_its_arguments():
+    """_core.fuse_program (to_static's fusion before the split): the input
+    program untouched, the pass counts reported, bad strategies refused."""
+    model = pe.jit.to_static(MLP())
+    with pe.no_grad():
+        model(pe.to_tensor(np.ones([2, 784], "float32")))
+    (conc,) = model.forward._concrete.values()
+    core = conc.forward._core_program()
+    fused, stats = pe._core.fuse_program(core, build_strategy={"fuse_gemm_epilogue": True}, protect=conc.fetches)
+    assert dict(stats)["fuse_gemm_epilogue"] == 2
+    assert '"fc"' in fused.to_json() and '"fc"' not in core.to_json()
+    with pytest.raises(TypeError, match="fuse_program: exec_strategy / build_strategy must be dicts"):
+        pe._core.fuse_program(core, build_strategy=[1])
+    with pytest.raises(pe.InvalidArgumentError, match="reduce_strategy"):
+        pe._core.fuse_program(core, build_strategy={"reduce_strategy": "sideways"})

@@ -18,6 +18,9 @@
  *    to the graph it built at construction with the removed vars kept) and
  *    gives the unfused value; no training calls the pass manager after the
  *    executor's construction (pe_pass_manager_calls);
+ *  - pe_build_program (the program-level passes alone, pe.jit's fusion of
+ *    a traced forward + backward): a fused copy, the input untouched, the
+ *    report's counts, protected vars kept, clear errors;
  *  - DOT dumps: debug_graphviz_path writes one file per pass and the final
  *    SSA graph, each a non-empty "digraph" with balanced braces;
  *  - collectives start as soon as their gradients are ready: on 2 places,
@@ -28,6 +31,7 @@
 #include "graph/program_dot.h"
 #include "passes/fuse.h"
 #include "passes/pass_manager.h"
+#include "pe/build.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -125,8 +129,10 @@ static void assert_same_results(const pe_program *p, const pe_program *q, const 
 
 /* ---- fc --------------------------------------------------------------------- */
 
-/* out = act(x w + b); x: [rows..., K] with x_num_col_dims = xcd. */
-static pe_program *fc_program(pe_dtype dt, int xnd, const int64_t *xdims, int xcd, int64_t n, const char *act) {
+/* out = act(x w + b); x: [rows..., K] with x_num_col_dims = xcd; the
+ * product a mul or (xcd = xnd - 1) a matmul_v2, as eager Linear traces. */
+static pe_program *fc_program_of(const char *gemm, pe_dtype dt, int xnd, const int64_t *xdims, int xcd, int64_t n,
+                                 const char *act) {
     pe_program *p = pe_program_new();
     int64_t k = 1, od[4];
     for (int i = xcd; i < xnd; i++) k *= xdims[i];
@@ -137,8 +143,8 @@ static pe_program *fc_program(pe_dtype dt, int xnd, const int64_t *xdims, int xc
     tm_var(p, "b", dt, 1, (int64_t[]){n});
     tm_var(p, "t1", dt, xcd + 1, od);
     tm_var(p, "t2", dt, xcd + 1, od);
-    pe_op *m = tm_op2(p, "mul", "x", "w", "t1");
-    pe_op_set_int(m, "x_num_col_dims", xcd);
+    pe_op *m = tm_op2(p, gemm, "x", "w", "t1");
+    if (!strcmp(gemm, "mul")) pe_op_set_int(m, "x_num_col_dims", xcd);
     tm_op2(p, "elementwise_add", "t1", "b", "t2");
     const char *out = "t2";
     if (act) {
@@ -150,9 +156,13 @@ static pe_program *fc_program(pe_dtype dt, int xnd, const int64_t *xdims, int xc
     return p;
 }
 
-static void check_fc_numbers(pe_dtype dt, int xnd, const int64_t *xdims, int xcd, int64_t n, const char *act,
-                             bool x_grad) {
-    pe_program *p = fc_program(dt, xnd, xdims, xcd, n, act);
+static pe_program *fc_program(pe_dtype dt, int xnd, const int64_t *xdims, int xcd, int64_t n, const char *act) {
+    return fc_program_of("mul", dt, xnd, xdims, xcd, n, act);
+}
+
+static void check_fc_numbers_of(const char *gemm, pe_dtype dt, int xnd, const int64_t *xdims, int xcd, int64_t n,
+                                const char *act, bool x_grad) {
+    pe_program *p = fc_program_of(gemm, dt, xnd, xdims, xcd, n, act);
     const char *wrt[3] = {"w", "b", "x"};
     backward(p, wrt, x_grad ? 3 : 2);
     pe_program *q = pe_program_clone(p);
@@ -160,7 +170,8 @@ static void check_fc_numbers(pe_dtype dt, int xnd, const int64_t *xdims, int xcd
     assert_int_equal(run_pass(pe_fuse_fc, q, NULL, 0), 1);
     assert_int_equal(count_ops(q, "fc"), 1);
     assert_int_equal(count_ops(q, "fc_grad"), 1);
-    assert_int_equal(count_ops(q, "mul") + count_ops(q, "mul_grad") + count_ops(q, "elementwise_add") +
+    assert_int_equal(count_ops(q, "mul") + count_ops(q, "mul_grad") + count_ops(q, "matmul_v2") +
+                         count_ops(q, "matmul_v2_grad") + count_ops(q, "elementwise_add") +
                          count_ops(q, "elementwise_add_grad"), 0);
     assert_int_equal(q->blocks[0].n_ops, before - (act ? 4 : 2));
     assert_null(pe_block_find_var(&q->blocks[0], "t1"));
@@ -176,6 +187,12 @@ static void check_fc_numbers(pe_dtype dt, int xnd, const int64_t *xdims, int xcd
     pe_tensor_free(x); pe_tensor_free(w); pe_tensor_free(b); pe_tensor_free(r);
     pe_program_free(p);
     pe_program_free(q);
+}
+
+static void check_fc_numbers(pe_dtype dt, int xnd, const int64_t *xdims, int xcd, int64_t n, const char *act,
+                             bool x_grad) {
+    check_fc_numbers_of("mul", dt, xnd, xdims, xcd, n, act, x_grad);
+    if (xcd == xnd - 1) check_fc_numbers_of("matmul_v2", dt, xnd, xdims, xcd, n, act, x_grad);
 }
 
 static void test_fc_numbers(void **state) {
@@ -267,6 +284,62 @@ static void test_fc_structure(void **state) {
     tm_op2(p, "mul", "x", "w", "t1");
     tm_op2(p, "elementwise_add", "t1", "b", "t2");
     assert_int_equal(run_pass(pe_fuse_fc, p, NULL, 0), 0);
+    pe_program_free(p);
+
+    /* matmul_v2 (eager Linear, to_static's traces): fused with its grads;
+     * not with a transposed operand (x^T w is not fc's GEMM) */
+    p = fc_program_of("matmul_v2", PE_DTYPE_FP32, 3, (int64_t[]){-1, 5, 4}, 2, 3, "relu");
+    const char *wrt3[3] = {"w", "b", "x"};
+    backward(p, wrt3, 3);
+    assert_int_equal(run_pass(pe_fuse_fc, p, NULL, 0), 1);
+    assert_int_equal(pe_op_attr(find_op(p, "fc"), "in_num_col_dims")->i, 2);
+    assert_int_equal(pe_op_attr(find_op(p, "fc_grad"), "in_num_col_dims")->i, 2);
+    assert_int_equal(count_ops(p, "matmul_v2_grad"), 0);
+    pe_program_free(p);
+    for (int t = 0; t < 2; t++) {
+        p = fc_program_of("matmul_v2", PE_DTYPE_FP32, 2, (int64_t[]){4, 4}, 1, 4, NULL);
+        pe_op_set_bool(&p->blocks[0].ops[0], t ? "trans_y" : "trans_x", true);
+        assert_int_equal(run_pass(pe_fuse_fc, p, NULL, 0), 0);
+        assert_int_equal(count_ops(p, "matmul_v2"), 1);
+        pe_program_free(p);
+    }
+}
+
+static void test_build_program(void **state) {
+    (void)state;
+    pe_program *p = fc_program_of("matmul_v2", PE_DTYPE_FP32, 2, (int64_t[]){-1, 4}, 1, 3, "relu");
+    const char *wrt[2] = {"w", "b"};
+    backward(p, wrt, 2);
+    int n_ops = p->blocks[0].n_ops;
+    pe_pe_options o;
+    pe_pe_options_default(&o);
+    o.build_strategy.fuse_elewise_add_act_ops = false;
+    pe_build_opts bo = {.n_places = 1, .bs = &o.build_strategy};
+    pe_program *q = NULL;
+    pe_build_report r;
+    assert_int_equal(pe_build_program(p, &bo, &q, &r), PE_OK);
+    assert_int_equal(p->blocks[0].n_ops, n_ops); /* the input is not touched */
+    assert_int_equal(count_ops(q, "fc"), 1);
+    assert_int_equal(count_ops(q, "fc_grad"), 1);
+    assert_int_equal(r.n_ops, q->blocks[0].n_ops);
+    assert_int_equal(r.n_handles, 0);
+    bool seen = false;
+    for (int i = 0; i < r.n; i++) {
+        if (!strcmp(r.s[i].name, "fuse_gemm_epilogue")) seen = r.s[i].n_fused == 1;
+        assert_string_not_equal(r.s[i].name, "multi_device");
+    }
+    assert_true(seen);
+    pe_program_free(q);
+    /* a protected intermediate (a fetch) stays: fc without the activation */
+    const char *prot[1] = {"t2"};
+    bo.protect = prot;
+    bo.n_protect = 1;
+    assert_int_equal(pe_build_program(p, &bo, &q, NULL), PE_OK);
+    assert_non_null(pe_block_find_var(&q->blocks[0], "t2"));
+    assert_int_equal(count_ops(q, "relu"), 1);
+    pe_program_free(q);
+    assert_int_equal(pe_build_program(p, NULL, &q, NULL), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "pe_build_program"));
     pe_program_free(p);
 }
 
@@ -734,6 +807,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fc_structure),
         cmocka_unit_test(test_fc_numbers),
+        cmocka_unit_test(test_build_program),
         cmocka_unit_test(test_elewise_add_act_structure),
         cmocka_unit_test(test_elewise_add_act_numbers),
         cmocka_unit_test(test_optimizer_reduce_strategy),

@@ -467,6 +467,9 @@ static PyMethodDef module_methods[] = {
     {"op_registry", py_op_registry, METH_NOARGS, "Every registered op type with its slots and attrs."},
     {"common_attrs", py_common_attrs, METH_NOARGS, "Attrs every op may carry, with their types."},
     {"cpu_place_count", py_cpu_place_count, METH_NOARGS, "CPU_NUM (default 1)."},
+    {"fuse_program", (PyCFunction)(void (*)(void))pe_fuse_program, METH_VARARGS | METH_KEYWORDS,
+     "fuse_program(program, build_strategy=None, protect=None) -> (Program, [(pass, n_fused)]): the "
+     "program-level passes (fusions) the build strategy dict switches on, on a copy."},
     {"check_strategy", (PyCFunction)(void (*)(void))pe_check_strategy, METH_VARARGS | METH_KEYWORDS,
      "check_strategy(exec_strategy=None, build_strategy=None): raise InvalidArgumentError for a value out of "
      "range (the strategy setters' check)."},

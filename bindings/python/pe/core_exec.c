@@ -485,6 +485,23 @@ static int dict_path(PyObject *d, const char *key, PyObject *keep, const char **
     return 0;
 }
 
+/* The defaults with the dicts' values over them (None: the defaults),
+ * checked as pe_parallel_executor_new checks them. -1 with an exception. */
+static int checked_options(PyObject *es, PyObject *bs, const char *what, pe_pe_options *opt) {
+    if ((es != Py_None && !PyDict_Check(es)) || (bs != Py_None && !PyDict_Check(bs))) {
+        PyErr_Format(PyExc_TypeError, "%s: exec_strategy / build_strategy must be dicts", what);
+        return -1;
+    }
+    pe_pe_options_default(opt);
+    if (strategies_from_dicts(es, bs, opt)) return -1;
+    pe_status st = pe_pe_options_check(opt);
+    if (st != PE_OK) {
+        raise_status(st);
+        return -1;
+    }
+    return 0;
+}
+
 /* check_strategy(exec_strategy=None, build_strategy=None): the strategy
  * setters' check — the dicts' values over the defaults, checked as
  * pe_parallel_executor_new checks them (same words). */
@@ -493,16 +510,51 @@ PyObject *pe_check_strategy(PyObject *mod, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"exec_strategy", "build_strategy", NULL};
     PyObject *es = Py_None, *bs = Py_None;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO", kwlist, &es, &bs)) return NULL;
-    if ((es != Py_None && !PyDict_Check(es)) || (bs != Py_None && !PyDict_Check(bs))) {
-        PyErr_SetString(PyExc_TypeError, "check_strategy: exec_strategy / build_strategy must be dicts");
+    pe_pe_options opt;
+    if (checked_options(es, bs, "check_strategy", &opt)) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* fuse_program(program, build_strategy=None, protect=None) -> (Program, [(pass, n_fused)]):
+ * the program-level passes the build strategy switches on (pe_build_program:
+ * the fusions; program untouched, protect's vars kept), as a new Program. */
+PyObject *pe_fuse_program(PyObject *mod, PyObject *args, PyObject *kw) {
+    (void)mod;
+    static char *kwlist[] = {"program", "build_strategy", "protect", NULL};
+    PyObject *prog_o, *bs = Py_None, *protect_o = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OO", kwlist, &prog_o, &bs, &protect_o)) return NULL;
+    ProgramObject *prog = as_program(prog_o, "fuse_program(program)");
+    if (!prog) return NULL;
+    pe_pe_options opt;
+    if (checked_options(Py_None, bs, "fuse_program", &opt)) return NULL;
+    strlist protect;
+    if (strlist_from(protect_o, "protect", &protect)) return NULL;
+    pe_build_opts bo = {.n_places = 1, .bs = &opt.build_strategy, .protect = (const char *const *)protect.s,
+                        .n_protect = protect.n};
+    pe_program *out = NULL;
+    pe_build_report rep;
+    pe_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = pe_build_program(prog->p, &bo, &out, &rep);
+    Py_END_ALLOW_THREADS
+    strlist_free(&protect);
+    if (st != PE_OK) return raise_status(st);
+    PyObject *stats = PyList_New(0);
+    for (int i = 0; stats && i < rep.n; i++) {
+        PyObject *t = Py_BuildValue("(si)", rep.s[i].name, rep.s[i].n_fused);
+        if (!t || PyList_Append(stats, t)) Py_CLEAR(stats);
+        Py_XDECREF(t);
+    }
+    if (!stats) {
+        pe_program_free(out);
         return NULL;
     }
-    pe_pe_options opt;
-    pe_pe_options_default(&opt);
-    if (strategies_from_dicts(es, bs, &opt)) return NULL;
-    pe_status st = pe_pe_options_check(&opt);
-    if (st != PE_OK) return raise_status(st);
-    Py_RETURN_NONE;
+    ProgramObject *po = program_wrap(out); /* owns out, frees it on failure */
+    if (!po) {
+        Py_DECREF(stats);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", (PyObject *)po, stats);
 }
 
 static PyObject *pe_new_(PyTypeObject *type, PyObject *args, PyObject *kw) {

@@ -24,6 +24,7 @@ How to_static works (docs/guide.md, "to_static and jit.save"):
 - Running. Every call runs the traced program on the static engine: a
   one-place ParallelExecutor (CPU place 0) built once per program and
   scope, whose build applies the BuildStrategy's passes (by default
+  fuse_gemm_epilogue (a Linear's matmul_v2 + bias add + act -> fc),
   fuse_elewise_add_act_ops, memory_optimize and enable_inplace, and not
   conv_nhwc / fuse_conv_bias: the eager kernels, the eager run's bits; to_static's
   build_strategy= replaces them), with the eager parameters' current values: the
@@ -39,7 +40,9 @@ How to_static works (docs/guide.md, "to_static and jit.save"):
   scope, and returns outputs tied to one autograd node. out.backward() (or
   any backward reaching them) runs the backward program — the ops
   pe.static.gradients (passes/backward.c) appends for the outputs, with the
-  output gradients fed — in that call scope and hands each parameter's (and
+  output gradients fed; the two fusions run on forward and backward as one
+  program before it is cut in two, so fc_grad replaces a layer's grad ops as
+  in a static program) — in that call scope and hands each parameter's (and
   input's) gradient to the eager tape (taken from the scope, not copied:
   ParallelExecutor.run(take=True), pe_run_take), which accumulates it into .grad as
   for eager ops; pe.optimizer's eager step() then updates the parameters
@@ -182,8 +185,9 @@ def _flatten_outputs(out, what):
 
 
 def _default_build_strategy():
-    """to_static's passes when no build_strategy is given: the fusion of bias
-    add + activation and the memory plan with in-place reuse. The CNN layout
+    """to_static's passes when no build_strategy is given: the fc fusion
+    (matmul_v2 + bias add + activation), the fusion of a remaining bias add +
+    activation and the memory plan with in-place reuse. The CNN layout
     pass (conv_nhwc) and the conv bias fusion stay off: the traced program keeps
     the eager ops' NCHW kernels and bias adds, so a to_static model takes the eager model's steps to the bit
     (oneDNN's NHWC kernels sum in another order; where a gradient is ~0 by
@@ -194,6 +198,7 @@ def _default_build_strategy():
     bs = BuildStrategy()
     bs.conv_nhwc = False
     bs.fuse_conv_bias = False
+    bs.fuse_gemm_epilogue = True
     bs.fuse_elewise_add_act_ops = True
     bs.memory_optimize = True
     bs.enable_inplace = True
@@ -294,7 +299,10 @@ class _Concrete:
             if a.type != c.type:
                 raise _core.InternalError("pe.jit: the backward pass changed forward op %s of the traced program"
                                           % c.type)
-        bwd_ops = b.ops[n_fwd:]
+        grad_names = [gv.name if gv is not None else None for gv in grads]
+        n_fwd = self._fuse(g, n_fwd, [n for n in grad_names if n is not None])
+        b = g.global_block()
+        fwd_ops, bwd_ops = b.ops[:n_fwd], b.ops[n_fwd:]
         written = {a for op in fwd_ops for a in op.output_arg_names}
         read = {a for op in bwd_ops for a in op.input_arg_names}
         fed = set(self.feeds)
@@ -308,10 +316,38 @@ class _Concrete:
                 p.global_block().var(n).persistable = True
             p._bump()
         bfeeds = [n for n in self.feeds if n in read]
-        grad_names = [gv.name if gv is not None else None for gv in grads]
         ent = self.train[key] = (fp, bp, grad_names, bfeeds, [f for f in self.fetches
                                                              if b.var(f).dtype in _FLOAT])
         return ent
+
+    def _fuse(self, g, n_fwd, grads):
+        """Runs the build strategy's fusions (fuse_gemm_epilogue,
+        fuse_elewise_add_act_ops) on the traced forward + backward program g
+        in place, before it is cut in two: a pattern's forward and backward
+        ops are then in one program, as in a static program, so matmul_v2 +
+        bias add + relu and their three grads become fc / fc_grad (the
+        forward's intermediates need not be kept for the backward). The
+        fetches and the gradients stay (protected). Returns the forward's op
+        count in g."""
+        bs = self.owner._build_strategy
+        if not (bs.fuse_gemm_epilogue or bs.fuse_elewise_add_act_ops):
+            return n_fwd
+        from .static.executor import BuildStrategy
+        only = BuildStrategy()   # the two fusions only: the layout passes run per program, as before
+        only.conv_nhwc = only.fuse_conv_bias = only.fuse_all_optimizer_ops = False
+        only.fuse_gemm_epilogue = bs.fuse_gemm_epilogue
+        only.fuse_elewise_add_act_ops = bs.fuse_elewise_add_act_ops
+        fused, stats = _core.fuse_program(g._core_program(), build_strategy=only._to_dict(),
+                                          protect=list(self.fetches) + list(grads))
+        if not any(n for _, n in stats):
+            return n_fwd
+        g._load_json(fused.to_json())   # keeps the Variable objects (is_data of the feeds and seeds)
+        roles = [int(op.attr("op_role") or 0) & _fw.OpRole.Backward for op in g.global_block().ops]
+        n = roles.index(1) if 1 in roles else len(roles)
+        if any(r == 0 for r in roles[n:]):
+            raise _core.InternalError("pe.jit: fusing the traced program of %s interleaved forward and backward ops"
+                                      % self.owner.what)
+        return n
 
     def run_train(self, args, params, want_inputs):
         self.sync()
