@@ -1,7 +1,8 @@
 /* tools/args.c — command-line values several `pe` commands take alike.
  *
  * What: --places (a CPU place list) and --strategy (BuildStrategy fields by
- * Paddle's names), each as a value parser and as a flag step for a
+ * Paddle's names, the library's table pe_strategy_fields; Paddle's switches
+ * PE has nothing for at their defaults only), each as a value parser and as a flag step for a
  * command's argument loop (tools/tool.h).
  * How: values are checked completely; a bad one prints "pe: error: ..." and
  * the command's usage line (pe_tool_usage_error) and yields PE_EXIT_USAGE.
@@ -49,25 +50,39 @@ static const struct {
     {"allow_cuda_graph_capture", false, "PE does not capture CUDA graphs"},
 };
 
+/* One build-strategy field of the library's table (pe_strategy_fields). */
+static int parse_field(const char *cmd, const pe_strategy_field *f, const char *v, pe_build_strategy *bs) {
+    void *p = pe_strategy_field_ptr(f, NULL, bs);
+    switch (f->kind) {
+    case PE_FIELD_BOOL: return parse_bool(cmd, f->name, v, p);
+    case PE_FIELD_DOUBLE: {
+        char *end;
+        errno = 0;
+        double x = strtod(v, &end);
+        if (!*v || *end || errno) return pe_tool_usage_error(cmd, "--strategy %s=%s: the value must be a number", f->name, v);
+        *(double *)p = x; /* range: pe_pe_options_check names it */
+        return PE_EXIT_OK;
+    }
+    case PE_FIELD_ENUM:
+        for (int i = 0; i < f->n_names; i++)
+            if (!strcmp(v, f->names[i])) {
+                *(int *)p = i;
+                return PE_EXIT_OK;
+            }
+        if (!strcmp(f->name, "reduce_strategy") && !strcmp(v, "allreduce")) { /* Paddle's enum spelling */
+            *(int *)p = PE_REDUCE_ALL_REDUCE;
+            return PE_EXIT_OK;
+        }
+        char allowed[256];
+        pe_strategy_field_names(f, allowed, sizeof allowed);
+        return pe_tool_usage_error(cmd, "--strategy %s=%s: %s", f->name, v, allowed);
+    case PE_FIELD_INT: break; /* no build-strategy field is an int */
+    }
+    return pe_tool_usage_error(cmd, "--strategy %s: not a field the command line sets", f->name);
+}
+
 /* "k=v,k=v": BuildStrategy fields by Paddle's names (tools/tool.h). */
 int pe_tool_parse_strategy(const char *cmd, const char *spec, pe_build_strategy *bs) {
-    static const struct {
-        const char *name;
-        size_t off;
-    } k_bools[] = {
-        {"conv_nhwc", offsetof(pe_build_strategy, conv_nhwc)},
-        {"fuse_conv_bias", offsetof(pe_build_strategy, fuse_conv_bias)},
-        {"fuse_gemm_epilogue", offsetof(pe_build_strategy, fuse_gemm_epilogue)},
-        {"fuse_elewise_add_act_ops", offsetof(pe_build_strategy, fuse_elewise_add_act_ops)},
-        {"fuse_all_optimizer_ops", offsetof(pe_build_strategy, fuse_all_optimizer_ops)},
-        {"fuse_all_reduce_ops", offsetof(pe_build_strategy, fuse_all_reduce_ops)},
-        {"enable_inplace", offsetof(pe_build_strategy, enable_inplace)},
-        {"memory_optimize", offsetof(pe_build_strategy, memory_optimize)},
-        {"enable_sequential_execution", offsetof(pe_build_strategy, enable_sequential_execution)},
-        {"shard_optimizer", offsetof(pe_build_strategy, shard_optimizer)},
-        {"shard_across_trainers", offsetof(pe_build_strategy, shard_across_trainers)},
-        {"sync_batch_norm", offsetof(pe_build_strategy, sync_batch_norm)},
-    };
     char buf[1024];
     if (strlen(spec) >= sizeof buf) return pe_tool_usage_error(cmd, "--strategy value is too long");
     strcpy(buf, spec);
@@ -76,14 +91,13 @@ int pe_tool_parse_strategy(const char *cmd, const char *spec, pe_build_strategy 
         if (!eq || eq == item) return pe_tool_usage_error(cmd, "--strategy item '%s' is not KEY=VALUE", item);
         *eq = '\0';
         const char *key = item, *v = eq + 1;
+        const pe_strategy_field *f = pe_strategy_field_find(key);
+        if (f && f->build) {
+            int rc = parse_field(cmd, f, v, bs);
+            if (rc != PE_EXIT_OK) return rc;
+            continue;
+        }
         bool done = false;
-        for (size_t i = 0; i < sizeof k_bools / sizeof k_bools[0] && !done; i++)
-            if (!strcmp(key, k_bools[i].name)) {
-                int rc = parse_bool(cmd, key, v, (bool *)((char *)bs + k_bools[i].off));
-                if (rc != PE_EXIT_OK) return rc;
-                done = true;
-            }
-        if (done) continue;
         for (size_t i = 0; i < sizeof k_refused / sizeof k_refused[0] && !done; i++)
             if (!strcmp(key, k_refused[i].name)) {
                 bool b;
@@ -105,26 +119,22 @@ int pe_tool_parse_strategy(const char *cmd, const char *spec, pe_build_strategy 
                 return pe_tool_usage_error(cmd, "--strategy nccl_comm_num=%s: BuildStrategy.nccl_comm_num = %s is not "
                                            "supported: PE runs each place's collectives on one communicator, in one "
                                            "order (only 1 is accepted)", v, v);
-        } else if (!strcmp(key, "reduce_strategy")) {
-            if (!strcmp(v, "all_reduce") || !strcmp(v, "allreduce")) bs->reduce_strategy = PE_REDUCE_ALL_REDUCE;
-            else if (!strcmp(v, "reduce")) bs->reduce_strategy = PE_REDUCE_REDUCE;
-            else return pe_tool_usage_error(cmd, "--strategy reduce_strategy=%s: all_reduce or reduce", v);
-        } else if (!strcmp(key, "gradient_scale_strategy")) {
-            if (!strcmp(v, "batch_share")) bs->gradient_scale_strategy = PE_GRAD_SCALE_BATCH_SHARE;
-            else if (!strcmp(v, "coeff_num_device")) bs->gradient_scale_strategy = PE_GRAD_SCALE_COEFF_NUM_DEVICE;
-            else if (!strcmp(v, "one")) bs->gradient_scale_strategy = PE_GRAD_SCALE_ONE;
-            else if (!strcmp(v, "customized")) bs->gradient_scale_strategy = PE_GRAD_SCALE_CUSTOMIZED;
-            else
-                return pe_tool_usage_error(cmd, "--strategy gradient_scale_strategy=%s: batch_share, "
-                                           "coeff_num_device, one or customized", v);
         } else {
-            return pe_tool_usage_error(cmd, "--strategy: unknown key '%s' (conv_nhwc, fuse_conv_bias, fuse_gemm_epilogue, "
-                                       "fuse_elewise_add_act_ops, fuse_all_optimizer_ops, fuse_all_reduce_ops, "
-                                       "enable_inplace, memory_optimize, enable_sequential_execution, "
-                                       "shard_optimizer, shard_across_trainers, sync_batch_norm, reduce_strategy, "
-                                       "gradient_scale_strategy; Paddle's other switches at their default values)", key);
+            char known[1024];
+            size_t len = 0;
+            for (const pe_strategy_field *k = pe_strategy_fields; k->name && len < sizeof known; k++)
+                if (k->build) {
+                    int r = snprintf(known + len, sizeof known - len, "%s%s", len ? ", " : "", k->name);
+                    if (r > 0) len += (size_t)r;
+                }
+            return pe_tool_usage_error(cmd, "--strategy: unknown key '%s' (%s; Paddle's other switches at their "
+                                       "default values)", key, known);
         }
     }
+    pe_pe_options o; /* the values' ranges, as the executor checks them */
+    pe_pe_options_default(&o);
+    o.build_strategy = *bs;
+    if (pe_pe_options_check(&o) != PE_OK) return pe_tool_usage_error(cmd, "--strategy %s: %s", spec, pe_last_error());
     return PE_EXIT_OK;
 }
 

@@ -36,6 +36,8 @@
 #include "pe/executor.h"
 #include "pe/strategy.h"
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -57,6 +59,36 @@ void pe_pe_options_default(pe_pe_options *o);
  * PE_ERR_INVALID naming the field, the value and what is allowed.
  * pe_parallel_executor_new makes this check first. */
 pe_status pe_pe_options_check(const pe_pe_options *o);
+
+/* The strategy fields a user sets by name (Paddle's), for front ends that
+ * take them as text or dicts (the Python binding, `pe --strategy`):
+ *
+ *     const pe_strategy_field *f = pe_strategy_field_find("fuse_gemm_epilogue");
+ *     if (f && f->kind == PE_FIELD_BOOL)
+ *         *(bool *)pe_strategy_field_ptr(f, &o.exec_strategy, &o.build_strategy) = false;
+ *
+ * pe_strategy_fields ends with a NULL name; values and defaults are those
+ * of pe_pe_options_default. An enum field is stored as an int (its C enum)
+ * and named by names[value]. Strings (debug_graphviz_path) are not in it. */
+typedef enum pe_strategy_kind { PE_FIELD_BOOL, PE_FIELD_INT, PE_FIELD_DOUBLE, PE_FIELD_ENUM } pe_strategy_kind;
+
+typedef struct pe_strategy_field {
+    const char *name;          /* "fuse_gemm_epilogue" */
+    bool build;                /* a pe_build_strategy field; false: pe_exec_strategy */
+    pe_strategy_kind kind;     /* BOOL: bool, INT and ENUM: int, DOUBLE: double */
+    size_t offset;             /* within its struct */
+    const char *const *names;  /* ENUM: the value names by value ("all_reduce", "reduce") */
+    int n_names;
+} pe_strategy_field;
+
+extern const pe_strategy_field pe_strategy_fields[];
+/* NULL when no field has that name. */
+const pe_strategy_field *pe_strategy_field_find(const char *name);
+/* The field's storage in es or bs (whichever struct it belongs to). */
+void *pe_strategy_field_ptr(const pe_strategy_field *f, pe_exec_strategy *es, pe_build_strategy *bs);
+/* An enum field's value names as text into buf: "all_reduce or reduce",
+ * "a, b, c or d" (truncated to n). */
+void pe_strategy_field_names(const pe_strategy_field *f, char *buf, size_t n);
 
 /* CPU_NUM from the environment (default 1, with a warning when unset on a
  * multi-core machine). Invalid values are an error (returns -1 + message). */

@@ -210,3 +210,43 @@ def test_cli_strategy_follows_the_same_rules(tmp_path):
         with pytest.raises(pe.UnsupportedError) as e:
             setattr(BS(), field, other)
         assert r.returncode == 2 and str(e.value) in r.stderr, (field, r.stderr, str(e.value))
+
+
+def test_engine_fields_come_from_one_table(tmp_path):
+    """The engine's fields and defaults exist once, in C (pe_strategy_fields,
+    pe_pe_options_default): the Python classes start from them, send each as
+    its C type, and pe graph --strategy takes every build field by the same
+    name, with the same value names and range checks."""
+    c_exec, c_build = pe._core.strategy_defaults()
+    assert {"num_threads", "check_nan_inf"} <= set(c_exec) and {"fuse_gemm_epilogue", "reduce_strategy"} <= set(c_build)
+    for cls, c in ((ES, c_exec), (BS, c_build)):
+        d = cls()._to_dict()
+        for k, v in c.items():
+            assert k in cls._fields, k
+            assert d[k] == v and type(d[k]) is type(v), (k, d[k], v)
+    assert BS().reduce_strategy == BS.ReduceStrategy.AllReduce
+    assert BS().gradient_scale_strategy == BS.GradientScaleStrategy.BatchShare
+    b = BS()
+    b.gradient_scale_strategy = BS.GradientScaleStrategy.CoeffNumDevice
+    b.fuse_grad_size_in_MB = 8
+    assert b._to_dict()["gradient_scale_strategy"] == "coeff_num_device"
+    assert b._to_dict()["fuse_grad_size_in_MB"] == 8.0 and isinstance(b._to_dict()["fuse_grad_size_in_MB"], float)
+
+    prog = os.path.join(EXAMPLES, "mlp_train.pe")
+
+    def graph(spec):
+        return subprocess.run([pe_bin(), "graph", prog, "--places", "cpu:2", "-o", str(tmp_path / "g.dot"),
+                               "--strategy", spec], capture_output=True, text=True, timeout=120)
+
+    every = ",".join("%s=%s" % (k, int(v) if isinstance(v, bool) else v) for k, v in c_build.items())
+    r = graph(every)
+    assert r.returncode == 0, (every, r.stderr)
+    r = graph("fuse_grad_size_in_MB=0")
+    with pytest.raises(pe.InvalidArgumentError) as e:
+        BS().fuse_grad_size_in_MB = 0
+    assert r.returncode == 2 and "BuildStrategy.fuse_grad_size_in_MB = 0 is out of range" in r.stderr, r.stderr
+    assert "BuildStrategy.fuse_grad_size_in_MB = 0 is out of range" in str(e.value)
+    r = graph("gradient_scale_strategy=sideways")
+    assert r.returncode == 2 and "batch_share, coeff_num_device, one or customized" in r.stderr, r.stderr
+    r = graph("fuse_everything=1")
+    assert r.returncode == 2 and all(k in r.stderr for k in c_build), r.stderr

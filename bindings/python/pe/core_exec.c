@@ -434,38 +434,60 @@ static int dict_enum(PyObject *d, const char *key, const char *const *names, int
 }
 
 /* The strategy fields of the exec_strategy / build_strategy dicts (absent
- * or None: o's value) into o; debug_graphviz_path is left to the caller. */
+ * or None: o's value) into o, by the library's field table
+ * (pe_strategy_fields); debug_graphviz_path is left to the caller. */
 static int strategies_from_dicts(PyObject *es, PyObject *bs, pe_pe_options *o) {
-    static const char *const reduce_names[] = {"all_reduce", "reduce"};
-    static const char *const scale_names[] = {"batch_share", "coeff_num_device", "one", "customized"};
-    int rs = o->build_strategy.reduce_strategy, gs = o->build_strategy.gradient_scale_strategy;
-    pe_exec_strategy *e = &o->exec_strategy;
-    pe_build_strategy *b = &o->build_strategy;
-    if (dict_int(es, "num_threads", &e->num_threads) ||
-        dict_int(es, "num_iteration_per_drop_scope", &e->num_iteration_per_drop_scope) ||
-        dict_int(es, "num_iteration_per_run", &e->num_iteration_per_run) ||
-        dict_bool(es, "check_nan_inf", &e->check_nan_inf) ||
-        dict_enum(bs, "reduce_strategy", reduce_names, 2, "all_reduce or reduce", &rs) ||
-        dict_enum(bs, "gradient_scale_strategy", scale_names, 4, "batch_share, coeff_num_device, one or customized",
-                  &gs) ||
-        dict_bool(bs, "fuse_elewise_add_act_ops", &b->fuse_elewise_add_act_ops) ||
-        dict_bool(bs, "conv_nhwc", &b->conv_nhwc) ||
-        dict_bool(bs, "fuse_conv_bias", &b->fuse_conv_bias) ||
-        dict_bool(bs, "fuse_all_optimizer_ops", &b->fuse_all_optimizer_ops) ||
-        dict_bool(bs, "fuse_all_reduce_ops", &b->fuse_all_reduce_ops) ||
-        dict_double(bs, "fuse_grad_size_in_MB", &b->fuse_grad_size_in_MB) ||
-        dict_double(bs, "fuse_first_grad_size_in_MB", &b->fuse_first_grad_size_in_MB) ||
-        dict_bool(bs, "fuse_gemm_epilogue", &b->fuse_gemm_epilogue) ||
-        dict_bool(bs, "enable_inplace", &b->enable_inplace) ||
-        dict_bool(bs, "memory_optimize", &b->memory_optimize) ||
-        dict_bool(bs, "enable_sequential_execution", &b->enable_sequential_execution) ||
-        dict_bool(bs, "shard_optimizer", &b->shard_optimizer) ||
-        dict_bool(bs, "shard_across_trainers", &b->shard_across_trainers) ||
-        dict_bool(bs, "sync_batch_norm", &b->sync_batch_norm))
-        return -1;
-    b->reduce_strategy = (pe_reduce_strategy)rs;
-    b->gradient_scale_strategy = (pe_grad_scale)gs;
+    for (const pe_strategy_field *f = pe_strategy_fields; f->name; f++) {
+        PyObject *d = f->build ? bs : es;
+        void *p = pe_strategy_field_ptr(f, &o->exec_strategy, &o->build_strategy);
+        int rc = 0;
+        switch (f->kind) {
+        case PE_FIELD_BOOL: rc = dict_bool(d, f->name, p); break;
+        case PE_FIELD_INT: rc = dict_int(d, f->name, p); break;
+        case PE_FIELD_DOUBLE: rc = dict_double(d, f->name, p); break;
+        case PE_FIELD_ENUM: {
+            char allowed[256];
+            pe_strategy_field_names(f, allowed, sizeof allowed);
+            rc = dict_enum(d, f->name, f->names, f->n_names, allowed, p);
+            break;
+        }
+        }
+        if (rc) return -1;
+    }
     return 0;
+}
+
+/* strategy_defaults() -> (exec_strategy dict, build_strategy dict): every
+ * field of the table at pe_pe_options_default's value (enums by name), the
+ * defaults pe.static's strategy classes start from. */
+PyObject *pe_strategy_defaults(PyObject *mod, PyObject *noargs) {
+    (void)mod;
+    (void)noargs;
+    pe_pe_options o;
+    pe_pe_options_default(&o);
+    PyObject *d[2] = {PyDict_New(), PyDict_New()};
+    for (const pe_strategy_field *f = pe_strategy_fields; d[0] && d[1] && f->name; f++) {
+        const void *p = pe_strategy_field_ptr(f, &o.exec_strategy, &o.build_strategy);
+        PyObject *v = NULL;
+        switch (f->kind) {
+        case PE_FIELD_BOOL: v = PyBool_FromLong(*(const bool *)p); break;
+        case PE_FIELD_INT: v = PyLong_FromLong(*(const int *)p); break;
+        case PE_FIELD_DOUBLE: v = PyFloat_FromDouble(*(const double *)p); break;
+        case PE_FIELD_ENUM: {
+            int i = *(const int *)p;
+            v = PyUnicode_FromString(i >= 0 && i < f->n_names ? f->names[i] : "?");
+            break;
+        }
+        }
+        if (!v || PyDict_SetItemString(d[f->build], f->name, v)) Py_CLEAR(d[f->build]);
+        Py_XDECREF(v);
+    }
+    if (!d[0] || !d[1]) {
+        Py_XDECREF(d[0]);
+        Py_XDECREF(d[1]);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", d[0], d[1]);
 }
 
 /* d[key] (d a strategy dict or None) into *out when it is a non-empty str

@@ -219,6 +219,25 @@ class _Strategy:
         return "%s(%s)" % (type(self).__name__, ", ".join("%s=%r" % (k, getattr(self, k)) for k in self._fields))
 
 
+# The engine's strategy fields and their defaults (pe_pe_options_default, by the one field table
+# pe_strategy_fields that the C API and `pe --strategy` use too): the classes below start from them.
+_C_EXEC, _C_BUILD = _core.strategy_defaults()
+
+
+def _typed(strategy, c_defaults):
+    """The strategy's values of the engine's fields, each as the type of its
+    C default (bool, int, float; an enum's int value by its name)."""
+    d = {}
+    for k, dflt in c_defaults.items():
+        v = getattr(strategy, k)
+        if isinstance(dflt, str):
+            v = _ENUM_NAMES[k][int(v)]
+        else:
+            v = type(dflt)(v)
+        d[k] = v
+    return d
+
+
 def _as_int(owner, k, v):
     try:
         return operator.index(v)
@@ -235,8 +254,9 @@ class ExecutionStrategy(_Strategy):
     written when the executor is freed or by ParallelExecutor.write_timeline()), use_cuda (False; True:
     the executor's places must be CUDA places). Paddle's use_thread_barrier, allow_op_delay and
     use_experimental_executor: only their default (docs/guide.md §6, Refused switches)."""
-    _fields = {"num_threads": 0, "num_iteration_per_drop_scope": 100, "num_iteration_per_run": 1,
-               "check_nan_inf": False, "timeline_path": "", "use_cuda": False}
+    # the engine's fields at its defaults (pe_pe_options_default, by the one table pe_strategy_fields),
+    # then the Python-side ones
+    _fields = dict(_C_EXEC, timeline_path="", use_cuda=False)
     _refused = {
         "use_thread_barrier": (False, "PE's scheduler has no thread-barrier mode (Paddle's, for asynchronous "
                                       "parameter-server training): every run returns only after all of its ops "
@@ -259,8 +279,7 @@ class ExecutionStrategy(_Strategy):
             _core.check_strategy(exec_strategy={k: _as_int("ExecutionStrategy", k, v)})
 
     def _to_dict(self):
-        d = {k: bool(v) if k == "check_nan_inf" else int(v) for k, v in
-             ((k, getattr(self, k)) for k in self._fields if k not in ("timeline_path", "use_cuda"))}
+        d = _typed(self, _C_EXEC)
         d["timeline_path"] = os.fspath(self.timeline_path or "")
         return d
 
@@ -292,6 +311,13 @@ class _GradientScaleStrategy:
 
 _SCALE_NAMES = {0: "coeff_num_device", 1: "one", 2: "customized", 3: "batch_share"}
 _REDUCE_NAMES = {0: "all_reduce", 1: "reduce"}
+_ENUM_NAMES = {"reduce_strategy": _REDUCE_NAMES, "gradient_scale_strategy": _SCALE_NAMES}
+
+
+def _from_engine(c_defaults):
+    """The engine's defaults with each enum's name as Paddle's value."""
+    return {k: {n: i for i, n in _ENUM_NAMES[k].items()}[v] if isinstance(v, str) else v
+            for k, v in c_defaults.items()}
 
 
 class BuildStrategy(_Strategy):
@@ -301,13 +327,9 @@ class BuildStrategy(_Strategy):
     switches take only their Paddle default."""
     ReduceStrategy = _ReduceStrategy
     GradientScaleStrategy = _GradientScaleStrategy
-    _fields = {"reduce_strategy": _ReduceStrategy.AllReduce,
-               "gradient_scale_strategy": _GradientScaleStrategy.BatchShare,
-               "conv_nhwc": True, "fuse_conv_bias": True, "fuse_elewise_add_act_ops": True, "fuse_all_optimizer_ops": False, "fuse_all_reduce_ops": False,
-               "fuse_gemm_epilogue": True, "fuse_grad_size_in_MB": 25.0, "fuse_first_grad_size_in_MB": 1.0,
-               "enable_inplace": False, "memory_optimize": False, "enable_sequential_execution": False,
-               "shard_optimizer": True, "shard_across_trainers": False, "debug_graphviz_path": "",
-               "sync_batch_norm": False, "use_hierarchical_allreduce": False}
+    # the engine's fields at its defaults (pe_pe_options_default, by the one table pe_strategy_fields;
+    # enums from their names to Paddle's values), then the Python-side ones
+    _fields = dict(_from_engine(_C_BUILD), debug_graphviz_path="", use_hierarchical_allreduce=False)
     _PASSES = ("its fusion passes: fuse_gemm_epilogue, fuse_elewise_add_act_ops, fuse_all_optimizer_ops, "
                "fuse_all_reduce_ops")
     _refused = {
@@ -366,19 +388,10 @@ class BuildStrategy(_Strategy):
             _core.check_strategy(build_strategy={k: size})
 
     def _to_dict(self):
-        d = {k: getattr(self, k) for k in self._fields}
-        d["reduce_strategy"] = _REDUCE_NAMES[int(d["reduce_strategy"])]
-        d["gradient_scale_strategy"] = _SCALE_NAMES[int(d["gradient_scale_strategy"])]
-        d["debug_graphviz_path"] = str(d["debug_graphviz_path"] or "")
-        # use_hierarchical_allreduce: collectives across trainers are always two-level
-        # (runtime/comm/hier.c), whichever value; not sent to C
-        del d["use_hierarchical_allreduce"]
-        for k in ("fuse_elewise_add_act_ops", "fuse_all_optimizer_ops", "fuse_all_reduce_ops", "fuse_gemm_epilogue",
-                  "enable_inplace", "memory_optimize", "enable_sequential_execution", "shard_optimizer",
-                  "shard_across_trainers", "sync_batch_norm"):
-            d[k] = bool(d[k])
-        for k in ("fuse_grad_size_in_MB", "fuse_first_grad_size_in_MB"):
-            d[k] = float(d[k])
+        # use_hierarchical_allreduce is not sent: collectives across trainers are always two-level
+        # (runtime/comm/hier.c), whichever value
+        d = _typed(self, _C_BUILD)
+        d["debug_graphviz_path"] = str(self.debug_graphviz_path or "")
         return d
 
 
