@@ -8,6 +8,9 @@
  * directions: the values a BuildStrategy / ExecutionStrategy sends, and
  * the defaults those classes start from, pe_pe_options_default's), and the
  * `pe` tools' --strategy parser (tools/args.c).
+ * And Paddle's switches PE has nothing to map onto (pe_strategy_refused_fields):
+ * only their default is accepted, any other value refused with the words
+ * here, by the Python setters and `pe --strategy` alike.
  * Why: the fields and their defaults used to be written three times (C, the
  * Python classes, the CLI) and nothing checked they agreed; a new switch is
  * now one row here and its default one line in pe_pe_options_default.
@@ -50,6 +53,35 @@ const pe_strategy_field pe_strategy_fields[] = {
     BUILD(shard_across_trainers, PE_FIELD_BOOL),
     BUILD(sync_batch_norm, PE_FIELD_BOOL),
     {NULL, false, PE_FIELD_BOOL, 0, NULL, 0},
+};
+
+#define FUSIONS "its fusion passes: fuse_gemm_epilogue, fuse_elewise_add_act_ops, fuse_all_optimizer_ops, fuse_all_reduce_ops"
+
+const pe_strategy_refused pe_strategy_refused_fields[] = {
+    {"use_thread_barrier", false, true, 0, "PE's scheduler has no thread-barrier mode (Paddle's, for asynchronous "
+                                     "parameter-server training): every run returns only after all of its ops "
+                                     "finished"},
+    {"allow_op_delay", false, true, 0, "PE does not delay communication ops: each collective starts as soon as its inputs "
+                                 "are ready"},
+    {"use_experimental_executor", false, true, 0, "PE has one scheduler (a dependency-counting thread pool, what Paddle's "
+                                            "experimental FastThreadedSSAGraphExecutor is); there is no other to "
+                                            "choose"},
+    {"fuse_bn_act_ops", true, true, 0, "PE has no batch_norm + activation fusion (" FUSIONS ")"},
+    {"fuse_bn_add_act_ops", true, true, 0, "PE has no batch_norm + elementwise_add + activation fusion (" FUSIONS ")"},
+    {"fuse_relu_depthwise_conv", true, true, 0, "PE has no relu + depthwise_conv2d fusion"},
+    {"fuse_broadcast_ops", true, true, 0, "PE has no fused broadcast: with reduce_strategy Reduce each owner broadcasts "
+                                    "its updated parameters one collective each"},
+    {"enable_auto_fusion", true, true, 0, "PE has no automatic fusion of elementwise subgraphs (Paddle's fusion_group)"},
+    {"enable_addto", true, true, 0, "PE has no in-place (addto) gradient accumulation; its memory reuse is enable_inplace "
+                              "and memory_optimize"},
+    {"remove_unnecessary_lock", true, true, 1, "PE's collectives take no per-variable locks to keep"},
+    {"cache_runtime_context", true, true, 0, "PE has no per-op runtime-context cache to switch on"},
+    {"fix_op_run_order", true, true, 0, "PE's scheduler runs ops as their inputs become ready (collectives in one order on "
+                                  "every place and trainer); for a fixed op order use enable_sequential_execution"},
+    {"allow_cuda_graph_capture", true, true, 0, "PE does not capture CUDA graphs"},
+    {"nccl_comm_num", true, false, 1, "PE runs each place's collectives on one communicator, in one order (only 1 is "
+                                "accepted)"},
+    {NULL, false, false, 0, NULL},
 };
 
 const pe_strategy_field *pe_strategy_field_find(const char *name) {

@@ -24,32 +24,6 @@ static int parse_bool(const char *cmd, const char *key, const char *v, bool *out
     return PE_EXIT_OK;
 }
 
-/* Paddle's BuildStrategy switches PE has nothing to map onto: their
- * default is accepted, any other value refused with the words of the Python
- * setter (bindings/python/pe/static/executor.py, _REFUSED; docs/guide.md §6). */
-static const struct {
-    const char *name;
-    bool dflt;
-    const char *why;
-} k_refused[] = {
-    {"fuse_bn_act_ops", false, "PE has no batch_norm + activation fusion (its fusion passes: fuse_gemm_epilogue, "
-                               "fuse_elewise_add_act_ops, fuse_all_optimizer_ops, fuse_all_reduce_ops)"},
-    {"fuse_bn_add_act_ops", false, "PE has no batch_norm + elementwise_add + activation fusion (its fusion passes: "
-                                   "fuse_gemm_epilogue, fuse_elewise_add_act_ops, fuse_all_optimizer_ops, "
-                                   "fuse_all_reduce_ops)"},
-    {"fuse_relu_depthwise_conv", false, "PE has no relu + depthwise_conv2d fusion"},
-    {"fuse_broadcast_ops", false, "PE has no fused broadcast: with reduce_strategy Reduce each owner broadcasts "
-                                  "its updated parameters one collective each"},
-    {"enable_auto_fusion", false, "PE has no automatic fusion of elementwise subgraphs (Paddle's fusion_group)"},
-    {"enable_addto", false, "PE has no in-place (addto) gradient accumulation; its memory reuse is enable_inplace "
-                         "and memory_optimize"},
-    {"remove_unnecessary_lock", true, "PE's collectives take no per-variable locks to keep"},
-    {"cache_runtime_context", false, "PE has no per-op runtime-context cache to switch on"},
-    {"fix_op_run_order", false, "PE's scheduler runs ops as their inputs become ready (collectives in one order on "
-                                "every place and trainer); for a fixed op order use enable_sequential_execution"},
-    {"allow_cuda_graph_capture", false, "PE does not capture CUDA graphs"},
-};
-
 /* One build-strategy field of the library's table (pe_strategy_fields). */
 static int parse_field(const char *cmd, const pe_strategy_field *f, const char *v, pe_build_strategy *bs) {
     void *p = pe_strategy_field_ptr(f, NULL, bs);
@@ -97,28 +71,33 @@ int pe_tool_parse_strategy(const char *cmd, const char *spec, pe_build_strategy 
             if (rc != PE_EXIT_OK) return rc;
             continue;
         }
-        bool done = false;
-        for (size_t i = 0; i < sizeof k_refused / sizeof k_refused[0] && !done; i++)
-            if (!strcmp(key, k_refused[i].name)) {
+        const pe_strategy_refused *rf = pe_strategy_refused_fields;
+        while (rf->name && (!rf->build || strcmp(rf->name, key))) rf++;
+        if (rf->name) { /* Paddle's switches PE has nothing for: the default only, the Python setter's words */
+            bool is_default;
+            const char *shown = v; /* as the Python setter prints the value */
+            if (rf->boolean) {
                 bool b;
                 int rc = parse_bool(cmd, key, v, &b);
                 if (rc != PE_EXIT_OK) return rc;
-                if (b != k_refused[i].dflt)
-                    return pe_tool_usage_error(cmd, "--strategy %s=%s: BuildStrategy.%s = %s is not supported: %s",
-                                               key, v, key, b ? "True" : "False", k_refused[i].why);
-                done = true;
+                is_default = b == (rf->dflt != 0);
+                shown = b ? "True" : "False";
+            } else {
+                char *end;
+                long x = strtol(v, &end, 10);
+                if (!*v || *end) return pe_tool_usage_error(cmd, "--strategy %s=%s: the value must be an int", key, v);
+                is_default = x == rf->dflt;
             }
-        if (done) continue;
+            if (!is_default)
+                return pe_tool_usage_error(cmd, "--strategy %s=%s: BuildStrategy.%s = %s is not supported: %s", key, v,
+                                           key, shown, rf->why);
+            continue;
+        }
         if (!strcmp(key, "use_hierarchical_allreduce")) {
             /* PE's collectives across trainers are always two-level (runtime/comm/hier.c) */
             bool b;
             int rc = parse_bool(cmd, key, v, &b);
             if (rc != PE_EXIT_OK) return rc;
-        } else if (!strcmp(key, "nccl_comm_num")) {
-            if (strcmp(v, "1"))
-                return pe_tool_usage_error(cmd, "--strategy nccl_comm_num=%s: BuildStrategy.nccl_comm_num = %s is not "
-                                           "supported: PE runs each place's collectives on one communicator, in one "
-                                           "order (only 1 is accepted)", v, v);
         } else {
             char known[1024];
             size_t len = 0;

@@ -82,6 +82,20 @@ typedef struct pe_strategy_field {
 } pe_strategy_field;
 
 extern const pe_strategy_field pe_strategy_fields[];
+/* Paddle's strategy switches PE has nothing to map onto: a front end
+ * accepts the default (Paddle scripts that set it run) and refuses any other
+ * value with "<Strategy>.<name> = <v> is not supported: <why>". Ends
+ * with a NULL name. */
+typedef struct pe_strategy_refused {
+    const char *name;
+    bool build;                /* BuildStrategy; false: ExecutionStrategy */
+    bool boolean;              /* a switch; false: an int (nccl_comm_num) */
+    int dflt;                  /* the one value accepted (a switch: 0 / 1) */
+    const char *why;
+} pe_strategy_refused;
+
+extern const pe_strategy_refused pe_strategy_refused_fields[];
+
 /* NULL when no field has that name. */
 const pe_strategy_field *pe_strategy_field_find(const char *name);
 /* The field's storage in es or bs (whichever struct it belongs to). */

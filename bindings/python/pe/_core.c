@@ -470,6 +470,8 @@ static PyMethodDef module_methods[] = {
     {"strategy_defaults", pe_strategy_defaults, METH_NOARGS,
      "strategy_defaults() -> (exec_strategy dict, build_strategy dict): pe_pe_options_default's values of every "
      "strategy field (enums by name)."},
+    {"strategy_refused", pe_py_strategy_refused, METH_NOARGS,
+     "strategy_refused() -> (exec dict, build dict), name -> (default, why): Paddle's switches PE refuses."},
     {"fuse_program", (PyCFunction)(void (*)(void))pe_fuse_program, METH_VARARGS | METH_KEYWORDS,
      "fuse_program(program, build_strategy=None, protect=None) -> (Program, [(pass, n_fused)]): the "
      "program-level passes (fusions) the build strategy dict switches on, on a copy."},

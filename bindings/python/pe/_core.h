@@ -106,6 +106,7 @@ extern PyTypeObject ExecutorType, PEType;
 PyObject *pe_check_strategy(PyObject *mod, PyObject *args, PyObject *kw);
 /* core_exec.c: _core.strategy_defaults (the strategy classes' defaults, from C) */
 PyObject *pe_strategy_defaults(PyObject *mod, PyObject *noargs);
+PyObject *pe_py_strategy_refused(PyObject *mod, PyObject *noargs);
 /* core_exec.c: _core.fuse_program (pe.jit fuses a traced forward + backward) */
 PyObject *pe_fuse_program(PyObject *mod, PyObject *args, PyObject *kw);
 

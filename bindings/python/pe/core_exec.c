@@ -457,6 +457,17 @@ static int strategies_from_dicts(PyObject *es, PyObject *bs, pe_pe_options *o) {
     return 0;
 }
 
+/* (d[0], d[1]) taking both references, or NULL (with the exception a failed
+ * fill left) when either is NULL, releasing the other. */
+static PyObject *dict_pair(PyObject *d[2]) {
+    if (!d[0] || !d[1]) {
+        Py_XDECREF(d[0]);
+        Py_XDECREF(d[1]);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", d[0], d[1]);
+}
+
 /* strategy_defaults() -> (exec_strategy dict, build_strategy dict): every
  * field of the table at pe_pe_options_default's value (enums by name), the
  * defaults pe.static's strategy classes start from. */
@@ -482,12 +493,7 @@ PyObject *pe_strategy_defaults(PyObject *mod, PyObject *noargs) {
         if (!v || PyDict_SetItemString(d[f->build], f->name, v)) Py_CLEAR(d[f->build]);
         Py_XDECREF(v);
     }
-    if (!d[0] || !d[1]) {
-        Py_XDECREF(d[0]);
-        Py_XDECREF(d[1]);
-        return NULL;
-    }
-    return Py_BuildValue("(NN)", d[0], d[1]);
+    return dict_pair(d);
 }
 
 /* d[key] (d a strategy dict or None) into *out when it is a non-empty str
@@ -535,6 +541,22 @@ PyObject *pe_check_strategy(PyObject *mod, PyObject *args, PyObject *kw) {
     pe_pe_options opt;
     if (checked_options(es, bs, "check_strategy", &opt)) return NULL;
     Py_RETURN_NONE;
+}
+
+/* strategy_refused() -> (exec dict, build dict), name -> (default, why):
+ * Paddle's switches PE refuses (pe_strategy_refused_fields), for the
+ * strategy classes' setters. */
+PyObject *pe_py_strategy_refused(PyObject *mod, PyObject *noargs) {
+    (void)mod;
+    (void)noargs;
+    PyObject *d[2] = {PyDict_New(), PyDict_New()};
+    for (const pe_strategy_refused *f = pe_strategy_refused_fields; d[0] && d[1] && f->name; f++) {
+        PyObject *v = f->boolean ? Py_BuildValue("(Os)", f->dflt ? Py_True : Py_False, f->why)
+                                 : Py_BuildValue("(is)", f->dflt, f->why);
+        if (!v || PyDict_SetItemString(d[f->build], f->name, v)) Py_CLEAR(d[f->build]);
+        Py_XDECREF(v);
+    }
+    return dict_pair(d);
 }
 
 /* fuse_program(program, build_strategy=None, protect=None) -> (Program, [(pass, n_fused)]):

@@ -183,7 +183,8 @@ class _Strategy:
     _refused are Paddle's switches PE has nothing to map onto, kept so that
     Paddle scripts setting them to their default run, and any other value
     raises pe.UnsupportedError here, at the assignment, saying why (the
-    words of `pe graph/plan --strategy`, tools/args.c k_refused)."""
+    words of `pe graph/plan --strategy`: both read the library's table,
+    pe_strategy_refused_fields)."""
     _fields = {}
     _refused = {}  # name: (default, why)
 
@@ -222,6 +223,8 @@ class _Strategy:
 # The engine's strategy fields and their defaults (pe_pe_options_default, by the one field table
 # pe_strategy_fields that the C API and `pe --strategy` use too): the classes below start from them.
 _C_EXEC, _C_BUILD = _core.strategy_defaults()
+# Paddle's switches PE refuses, with their one accepted value and why (pe_strategy_refused_fields)
+_C_REFUSED = _core.strategy_refused()
 
 
 def _typed(strategy, c_defaults):
@@ -257,16 +260,7 @@ class ExecutionStrategy(_Strategy):
     # the engine's fields at its defaults (pe_pe_options_default, by the one table pe_strategy_fields),
     # then the Python-side ones
     _fields = dict(_C_EXEC, timeline_path="", use_cuda=False)
-    _refused = {
-        "use_thread_barrier": (False, "PE's scheduler has no thread-barrier mode (Paddle's, for asynchronous "
-                                      "parameter-server training): every run returns only after all of its ops "
-                                      "finished"),
-        "allow_op_delay": (False, "PE does not delay communication ops: each collective starts as soon as its "
-                                  "inputs are ready"),
-        "use_experimental_executor": (False, "PE has one scheduler (a dependency-counting thread pool, what Paddle's "
-                                             "experimental FastThreadedSSAGraphExecutor is); there is no other to "
-                                             "choose"),
-    }
+    _refused = _C_REFUSED[0]
 
     def _check(self, k, v):
         if k == "use_cuda":
@@ -330,26 +324,7 @@ class BuildStrategy(_Strategy):
     # the engine's fields at its defaults (pe_pe_options_default, by the one table pe_strategy_fields;
     # enums from their names to Paddle's values), then the Python-side ones
     _fields = dict(_from_engine(_C_BUILD), debug_graphviz_path="", use_hierarchical_allreduce=False)
-    _PASSES = ("its fusion passes: fuse_gemm_epilogue, fuse_elewise_add_act_ops, fuse_all_optimizer_ops, "
-               "fuse_all_reduce_ops")
-    _refused = {
-        "fuse_bn_act_ops": (False, "PE has no batch_norm + activation fusion (%s)" % _PASSES),
-        "fuse_bn_add_act_ops": (False, "PE has no batch_norm + elementwise_add + activation fusion (%s)" % _PASSES),
-        "fuse_relu_depthwise_conv": (False, "PE has no relu + depthwise_conv2d fusion"),
-        "fuse_broadcast_ops": (False, "PE has no fused broadcast: with reduce_strategy Reduce each owner broadcasts "
-                                      "its updated parameters one collective each"),
-        "enable_auto_fusion": (False, "PE has no automatic fusion of elementwise subgraphs (Paddle's fusion_group)"),
-        "enable_addto": (False, "PE has no in-place (addto) gradient accumulation; its memory reuse is "
-                                "enable_inplace and memory_optimize"),
-        "remove_unnecessary_lock": (True, "PE's collectives take no per-variable locks to keep"),
-        "cache_runtime_context": (False, "PE has no per-op runtime-context cache to switch on"),
-        "fix_op_run_order": (False, "PE's scheduler runs ops as their inputs become ready (collectives in one order "
-                                    "on every place and trainer); for a fixed op order use "
-                                    "enable_sequential_execution"),
-        "allow_cuda_graph_capture": (False, "PE does not capture CUDA graphs"),
-        "nccl_comm_num": (1, "PE runs each place's collectives on one communicator, in one order (only 1 is "
-                             "accepted)"),
-    }
+    _refused = _C_REFUSED[1]
 
     # read by CompiledProgram.with_data_parallel and ParallelExecutor (the trainers of the collective
     # mode: pe_pe_options.num_trainers / trainer_id; the endpoints are checked), not sent as strategy fields
