@@ -12,11 +12,14 @@ two ways in one process from the same initial weights:
   to_static  pe.jit.to_static of a copy of the Layer: the forward traced once
              into a static program run on the static engine (a one-place
              ParallelExecutor with to_static's default passes:
-             fuse_elewise_add_act_ops, memory_optimize, enable_inplace), the
+             fuse_gemm_epilogue and fuse_elewise_add_act_ops, run on the
+             traced forward + backward before they are split, then
+             memory_optimize and enable_inplace), the
              backward program (pe.static.gradients) run by loss.backward(),
              the update by the same eager optimizer step.
-  no passes  the same with build_strategy=pe.static.BuildStrategy() (no
-             fusion, no memory plan).
+  no passes  the same with a BuildStrategy that switches every pass off (no
+             fusion, no memory plan: matmul_v2, bias adds, relus and their
+             grads as traced).
 
 How: the three alternate in rounds (--rounds, each --steps steps after 3
 warm-up steps); the table gives each one's median step time over all timed
@@ -64,7 +67,10 @@ def main():
     static_m.set_state_dict(init)
     plain_m.set_state_dict(init)
     static_m = pe.jit.to_static(static_m)
-    plain_m = pe.jit.to_static(plain_m, build_strategy=pe.static.BuildStrategy())
+    off = pe.static.BuildStrategy()  # its defaults fuse: switch every pass off
+    off.fuse_gemm_epilogue = off.fuse_elewise_add_act_ops = off.conv_nhwc = off.fuse_conv_bias = False
+    off.memory_optimize = off.enable_inplace = False
+    plain_m = pe.jit.to_static(plain_m, build_strategy=off)
     rs = np.random.RandomState(0)
     n_batches = 8
     data = [(pe.to_tensor(rs.rand(a.batch, 784).astype("float32")),
