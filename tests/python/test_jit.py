@@ -513,3 +513,43 @@ def test_fuse_program_binding_checks_its_arguments():
         pe._core.fuse_program(core, build_strategy=[1])
     with pytest.raises(pe.InvalidArgumentError, match="reduce_strategy"):
         pe._core.fuse_program(core, build_strategy={"reduce_strategy": "sideways"})
+
+
+def test_fused_linear_on_3d_inputs_and_attention_matmuls_left_alone():
+    """A Linear on [B, T, K] inputs becomes fc / fc_grad (in_num_col_dims 2);
+    matmuls of two activations (attention-like) stay matmul_v2; the training
+    takes the eager steps bit for bit."""
+    class Net(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(8, 16)
+            self.b = nn.Linear(16, 4)
+
+        def forward(self, x):
+            h = nn.functional.tanh(self.a(x))          # [B, T, 16]
+            att = pe.matmul(h, h, transpose_y=True)    # [B, T, T]
+            return self.b(pe.matmul(att, h))           # [B, T, 4]
+
+    xs = np.random.RandomState(0).rand(3, 5, 8).astype("float32")
+    res = []
+    for mode in ("eager", "to_static"):
+        pe.seed(1)
+        net = Net()
+        if mode == "to_static":
+            net = pe.jit.to_static(net)
+        opt = pe.optimizer.SGD(learning_rate=0.01, parameters=net.parameters())
+        for _ in range(3):
+            out = net(pe.to_tensor(xs))
+            loss = (out * out).mean()
+            loss.backward()
+            opt.step()
+            opt.clear_grad()
+        res.append([p.numpy() for p in net.parameters()] + [loss.numpy()])
+    fwd, bwd = _train_ops(net)
+    assert fwd == ["fc", "matmul_v2", "matmul_v2", "fc"], fwd
+    assert bwd.count("fc_grad") == 2 and bwd.count("matmul_v2_grad") == 2, bwd
+    (conc,) = net.forward._concrete.values()
+    (ent,) = conc.train.values()
+    assert [op.attr("in_num_col_dims") for op in ent[0].global_block().ops if op.type == "fc"] == [2, 2]
+    for a, b in zip(*res):
+        np.testing.assert_array_equal(a, b)
