@@ -5,10 +5,16 @@ forward equals the eager forward; training a few batches through to_static
 with SGD / Adam ends with the parameters (and batch-norm statistics) of
 the same training in eager mode; jit.save's files run in `pe run` and
 through jit.load with the eager outputs; value-dependent control flow and
-inputs that contradict the input_spec raise errors naming the layer.
+inputs that contradict the input_spec raise errors naming the layer. The
+build passes run on the traced forward + backward as one program before
+it is cut in two: matmul_v2 + bias add + act become fc / fc_grad (2-D and
+3-D inputs; attention-like matmuls stay), the eager steps bit for bit; with
+BuildStrategy() a CNN is NHWC with transposes only at the edges; a pass
+that interleaved forward and backward ops falls back to the unfused split.
 
     PE_BIN_DIR=build/bin PYTHONPATH=build/python /usr/bin/python3 -m pytest -q tests/python/test_jit.py
 """
+import contextlib
 import os
 import subprocess
 
@@ -551,5 +557,67 @@ def test_fused_linear_on_3d_inputs_and_attention_matmuls_left_alone():
     (conc,) = net.forward._concrete.values()
     (ent,) = conc.train.values()
     assert [op.attr("in_num_col_dims") for op in ent[0].global_block().ops if op.type == "fc"] == [2, 2]
+    for a, b in zip(*res):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_cnn_with_every_pass_fuses_before_the_split():
+    """build_strategy=BuildStrategy() (conv_nhwc and fuse_conv_bias on too):
+    the layout pass and the conv bias fusion run on the traced forward +
+    backward as one program, so the training programs are NHWC with
+    transposes only at their edges and each conv takes its bias; the
+    training ends allclose to the eager run (oneDNN's NHWC kernels sum in
+    another order: not bitwise)."""
+    eager_m, static_m = _twins("cnn")
+    static_m = pe.jit.to_static(static_m, build_strategy=pe.static.BuildStrategy())
+    loss_fn = nn.CrossEntropyLoss()
+    states = []
+    for m in (eager_m, static_m):
+        opt = pe.optimizer.SGD(learning_rate=0.05, parameters=m.parameters())
+        for xb, yb in _batches("cnn", 3, seed=2):
+            loss = loss_fn(m(pe.to_tensor(xb)), pe.to_tensor(yb))
+            loss.backward()
+            opt.step()
+            opt.clear_grad()
+        states.append(_state(m))
+    fwd, bwd = _train_ops(static_m)
+    assert fwd.count("transpose2") == 2 and bwd.count("transpose2") == 1, (fwd, bwd)
+    assert "elementwise_add" not in fwd and "fc" in fwd and "fc_grad" in bwd, (fwd, bwd)
+    (conc,) = static_m.forward._concrete.values()
+    (ent,) = conc.train.values()
+    conv = [op for op in ent[0].global_block().ops if op.type == "conv2d"]
+    assert len(conv) == 1 and conv[0].input("Bias") and conv[0].attr("data_format") == "NHWC"
+    for k in states[0]:
+        np.testing.assert_allclose(states[1][k], states[0][k], rtol=1e-4, atol=1e-5, err_msg=k)
+
+
+def test_interleaved_fusion_falls_back_to_the_unfused_split(monkeypatch):
+    """Should a pass ever put a forward op after a backward one, the traced
+    program cannot be cut in two: to_static warns and runs the unfused
+    forward and backward programs (the eager steps, bit for bit)."""
+    real = pe._core.fuse_program
+
+    def interleaving(program, **kw):
+        fused, stats = real(program, **kw)
+        p = pe.static.Program.parse_from_string(fused.to_json())
+        p.global_block().ops[-1]._attrs["op_role"] = 0   # a "forward" op at the end
+        return p._core_program(), stats
+
+    monkeypatch.setattr(pe._core, "fuse_program", interleaving)
+    xs = np.random.RandomState(1).rand(8, 784).astype("float32")
+    res = []
+    for mode in ("eager", "to_static"):
+        pe.seed(5)
+        net = MLP()
+        if mode == "to_static":
+            net = pe.jit.to_static(net)
+        opt = pe.optimizer.SGD(learning_rate=0.1, parameters=net.parameters())
+        with pytest.warns(RuntimeWarning, match="interleaved") if mode == "to_static" else contextlib.nullcontext():
+            loss = (net(pe.to_tensor(xs)) ** 2).mean()
+            loss.backward()
+        opt.step()
+        res.append([p.numpy() for p in net.parameters()])
+    fwd, bwd = _train_ops(net)
+    assert fwd == ["matmul_v2", "elementwise_add", "relu", "matmul_v2", "elementwise_add"], fwd
     for a, b in zip(*res):
         np.testing.assert_array_equal(a, b)

@@ -40,9 +40,10 @@ How to_static works (docs/guide.md, "to_static and jit.save"):
   scope, and returns outputs tied to one autograd node. out.backward() (or
   any backward reaching them) runs the backward program — the ops
   pe.static.gradients (passes/backward.c) appends for the outputs, with the
-  output gradients fed; the two fusions run on forward and backward as one
-  program before it is cut in two, so fc_grad replaces a layer's grad ops as
-  in a static program) — in that call scope and hands each parameter's (and
+  output gradients fed; the program passes (the fusions, and the CNN layout
+  pass where switched on) run on forward and backward as one program before
+  it is cut in two, so fc_grad replaces a layer's grad ops as in a static
+  program) — in that call scope and hands each parameter's (and
   input's) gradient to the eager tape (taken from the scope, not copied:
   ParallelExecutor.run(take=True), pe_run_take), which accumulates it into .grad as
   for eager ops; pe.optimizer's eager step() then updates the parameters
@@ -58,6 +59,7 @@ How to_static works (docs/guide.md, "to_static and jit.save"):
 """
 import inspect
 import os
+import warnings
 import weakref
 
 import numpy as np
@@ -321,32 +323,40 @@ class _Concrete:
         return ent
 
     def _fuse(self, g, n_fwd, grads):
-        """Runs the build strategy's fusions (fuse_gemm_epilogue,
-        fuse_elewise_add_act_ops) on the traced forward + backward program g
-        in place, before it is cut in two: a pattern's forward and backward
-        ops are then in one program, as in a static program, so matmul_v2 +
-        bias add + relu and their three grads become fc / fc_grad (the
-        forward's intermediates need not be kept for the backward). The
-        fetches and the gradients stay (protected). Returns the forward's op
-        count in g."""
+        """Runs the build strategy's program passes (fuse_gemm_epilogue,
+        fuse_elewise_add_act_ops, and conv_nhwc / fuse_conv_bias where it
+        switches them on) on the traced forward + backward program g in
+        place, before it is cut in two: a pattern's forward and backward ops
+        are then in one program, as in a static program, so matmul_v2 + bias
+        add + relu and their three grads become fc / fc_grad (the forward's
+        intermediates need not be kept for the backward), and a CNN's
+        forward and backward are NHWC with transposes only at the edges of
+        the whole. The fetches and the gradients stay (protected). Returns
+        the forward's op count in g."""
         bs = self.owner._build_strategy
-        if not (bs.fuse_gemm_epilogue or bs.fuse_elewise_add_act_ops):
+        if not (bs.fuse_gemm_epilogue or bs.fuse_elewise_add_act_ops or bs.conv_nhwc or bs.fuse_conv_bias):
             return n_fwd
         from .static.executor import BuildStrategy
-        only = BuildStrategy()   # the two fusions only: the layout passes run per program, as before
-        only.conv_nhwc = only.fuse_conv_bias = only.fuse_all_optimizer_ops = False
+        only = BuildStrategy()   # the program passes the strategy switches on, no optimizer merge
+        only.fuse_all_optimizer_ops = False
+        only.conv_nhwc, only.fuse_conv_bias = bs.conv_nhwc, bs.fuse_conv_bias
         only.fuse_gemm_epilogue = bs.fuse_gemm_epilogue
         only.fuse_elewise_add_act_ops = bs.fuse_elewise_add_act_ops
         fused, stats = _core.fuse_program(g._core_program(), build_strategy=only._to_dict(),
                                           protect=list(self.fetches) + list(grads))
         if not any(n for _, n in stats):
             return n_fwd
+        unfused = g.to_json()
         g._load_json(fused.to_json())   # keeps the Variable objects (is_data of the feeds and seeds)
         roles = [int(op.attr("op_role") or 0) & _fw.OpRole.Backward for op in g.global_block().ops]
         n = roles.index(1) if 1 in roles else len(roles)
         if any(r == 0 for r in roles[n:]):
-            raise _core.InternalError("pe.jit: fusing the traced program of %s interleaved forward and backward ops"
-                                      % self.owner.what)
+            # a pass put a forward op after a backward one: no cut gives the two programs; run them unfused
+            # (each still gets the per-program passes), which is what to_static did before this fusion
+            g._load_json(unfused)
+            warnings.warn("pe.jit.to_static(%s): the build passes interleaved the traced forward and backward ops; "
+                          "its programs run without the fusion across them" % self.owner.what, RuntimeWarning)
+            return n_fwd
         return n
 
     def run_train(self, args, params, want_inputs):
