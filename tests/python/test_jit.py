@@ -281,39 +281,49 @@ def _train_ops(model):
     return [op.type for op in ent[0].global_block().ops], [op.type for op in ent[1].global_block().ops]
 
 
+def _same_steps(make, xs, loss_of, steps, opt, seed, build_strategy=None, expect_warning=None):
+    """Trains make() eagerly and through to_static from the same seed, steps
+    steps on xs; asserts the losses and parameters are bitwise equal; returns
+    the to_static model."""
+    runs = []
+    for mode in ("eager", "to_static"):
+        pe.seed(seed)
+        net = make()
+        if mode == "to_static":
+            net = pe.jit.to_static(net, build_strategy=build_strategy)
+        o = opt(net.parameters())
+        losses = []
+        for _ in range(steps):
+            warn = expect_warning if mode == "to_static" and not losses else None
+            with pytest.warns(RuntimeWarning, match=warn) if warn else contextlib.nullcontext():
+                loss = loss_of(net(pe.to_tensor(xs)))
+                loss.backward()
+            o.step()
+            o.clear_grad()
+            losses.append(loss.numpy())
+        runs.append(losses + [p.numpy() for p in net.parameters()])
+    for a, b in zip(*runs):
+        np.testing.assert_array_equal(a, b)
+    return net
+
+
 @pytest.mark.parametrize("fuse", [True, False])
 def test_training_programs_fused_before_the_split(fuse):
     """The traced forward + backward are fused as one program, then cut in two:
     matmul_v2 + bias add + relu and their grads become fc / fc_grad (as in a
     static program), and the training takes the eager model's steps bit for bit."""
     xs = np.random.RandomState(1).rand(16, 784).astype("float32")
-    ys = np.random.RandomState(2).randint(0, 10, [16]).astype("int64")
-    runs = []
-    for mode in ("eager", "to_static"):
-        pe.seed(3)
-        net = MLP()
-        if mode == "to_static":
-            bs = pe.jit._default_build_strategy()
-            bs.fuse_gemm_epilogue = fuse
-            net = pe.jit.to_static(net, build_strategy=bs)
-        opt = pe.optimizer.Adam(learning_rate=1e-3, parameters=net.parameters())
-        losses = []
-        for _ in range(3):
-            loss = nn.CrossEntropyLoss()(net(pe.to_tensor(xs)), pe.to_tensor(ys))
-            loss.backward()
-            opt.step()
-            opt.clear_grad()
-            losses.append(loss.numpy())
-        runs.append((losses, [p.numpy() for p in net.parameters()]))
-        if mode == "to_static":
-            fwd, bwd = _train_ops(net)
-            if fuse:
-                assert fwd == ["fc", "fc"], fwd
-                assert bwd.count("fc_grad") == 2 and "matmul_v2_grad" not in bwd, bwd
-            else:
-                assert "fc" not in fwd and "matmul_v2_grad" in bwd
-    for a, b in zip(runs[0][0] + runs[0][1], runs[1][0] + runs[1][1]):
-        np.testing.assert_array_equal(a, b)
+    ys = pe.to_tensor(np.random.RandomState(2).randint(0, 10, [16]).astype("int64"))
+    bs = pe.jit._default_build_strategy()
+    bs.fuse_gemm_epilogue = fuse
+    net = _same_steps(MLP, xs, lambda out: nn.CrossEntropyLoss()(out, ys), 3,
+                      lambda ps: pe.optimizer.Adam(learning_rate=1e-3, parameters=ps), 3, bs)
+    fwd, bwd = _train_ops(net)
+    if fuse:
+        assert fwd == ["fc", "fc"], fwd
+        assert bwd.count("fc_grad") == 2 and "matmul_v2_grad" not in bwd, bwd
+    else:
+        assert "fc" not in fwd and "matmul_v2_grad" in bwd
 
 
 def test_input_gradient_and_decorator():
@@ -537,28 +547,14 @@ def test_fused_linear_on_3d_inputs_and_attention_matmuls_left_alone():
             return self.b(pe.matmul(att, h))           # [B, T, 4]
 
     xs = np.random.RandomState(0).rand(3, 5, 8).astype("float32")
-    res = []
-    for mode in ("eager", "to_static"):
-        pe.seed(1)
-        net = Net()
-        if mode == "to_static":
-            net = pe.jit.to_static(net)
-        opt = pe.optimizer.SGD(learning_rate=0.01, parameters=net.parameters())
-        for _ in range(3):
-            out = net(pe.to_tensor(xs))
-            loss = (out * out).mean()
-            loss.backward()
-            opt.step()
-            opt.clear_grad()
-        res.append([p.numpy() for p in net.parameters()] + [loss.numpy()])
+    net = _same_steps(Net, xs, lambda out: (out * out).mean(), 3,
+                      lambda ps: pe.optimizer.SGD(learning_rate=0.01, parameters=ps), 1)
     fwd, bwd = _train_ops(net)
     assert fwd == ["fc", "matmul_v2", "matmul_v2", "fc"], fwd
     assert bwd.count("fc_grad") == 2 and bwd.count("matmul_v2_grad") == 2, bwd
     (conc,) = net.forward._concrete.values()
     (ent,) = conc.train.values()
     assert [op.attr("in_num_col_dims") for op in ent[0].global_block().ops if op.type == "fc"] == [2, 2]
-    for a, b in zip(*res):
-        np.testing.assert_array_equal(a, b)
 
 
 def test_cnn_with_every_pass_fuses_before_the_split():
@@ -605,19 +601,7 @@ def test_interleaved_fusion_falls_back_to_the_unfused_split(monkeypatch):
 
     monkeypatch.setattr(pe._core, "fuse_program", interleaving)
     xs = np.random.RandomState(1).rand(8, 784).astype("float32")
-    res = []
-    for mode in ("eager", "to_static"):
-        pe.seed(5)
-        net = MLP()
-        if mode == "to_static":
-            net = pe.jit.to_static(net)
-        opt = pe.optimizer.SGD(learning_rate=0.1, parameters=net.parameters())
-        with pytest.warns(RuntimeWarning, match="interleaved") if mode == "to_static" else contextlib.nullcontext():
-            loss = (net(pe.to_tensor(xs)) ** 2).mean()
-            loss.backward()
-        opt.step()
-        res.append([p.numpy() for p in net.parameters()])
+    net = _same_steps(MLP, xs, lambda out: (out ** 2).mean(), 2,
+                      lambda ps: pe.optimizer.SGD(learning_rate=0.1, parameters=ps), 5, expect_warning="interleaved")
     fwd, bwd = _train_ops(net)
     assert fwd == ["matmul_v2", "elementwise_add", "relu", "matmul_v2", "elementwise_add"], fwd
-    for a, b in zip(*res):
-        np.testing.assert_array_equal(a, b)
