@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""benchmarks/bench_jit.py — one training step of a pe.nn MLP: eager vs pe.jit.to_static.
+"""benchmarks/bench_jit.py — one training step of a pe.nn MLP (or CNN, --model cnn): eager vs pe.jit.to_static.
 
 What: the Paddle 2.x dygraph step — loss = CrossEntropyLoss(model(x), y);
 loss.backward(); opt.step(); opt.clear_grad(); float(loss) — of the MLP
