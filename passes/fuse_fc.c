@@ -31,6 +31,7 @@
 typedef struct {
     int mul, add, act;               /* forward ops; act -1 = none */
     int act_grad, add_grad, mul_grad; /* -1 = no backward */
+    int64_t xcd;                     /* fc's in_num_col_dims */
 } fc_match;
 
 static bool streq(const char *a, const char *b) { return a && b && !strcmp(a, b); }
@@ -67,7 +68,7 @@ static bool match(const pe_program *p, const pe_use_index *ix, const pe_fuse_opt
     const pe_var *wv = pe_block_find_var(b, w), *t1v = pe_block_find_var(b, t1);
     if (!wv || wv->ndim != 2 || wv->dims[1] <= 0 || !t1v || t1v->ndim != xcd + 1) return false;
 
-    *m = (fc_match){.mul = i, .add = -1, .act = -1, .act_grad = -1, .add_grad = -1, .mul_grad = -1};
+    *m = (fc_match){.mul = i, .add = -1, .act = -1, .act_grad = -1, .add_grad = -1, .mul_grad = -1, .xcd = xcd};
     m->add = pe_fuse_reader_of(b, ix, t1, PE_OP_elementwise_add, "X");
     if (m->add < 0) return false;
     const pe_op *add = &b->ops[m->add];
@@ -167,8 +168,7 @@ static pe_status apply(pe_program *p, const void *mv) {
     if (st == PE_OK && acg) st = add_role_vars(&rv, acg);
     if (st == PE_OK && adg) st = add_role_vars(&rv, adg);
     if (st == PE_OK && mlg) st = add_role_vars(&rv, mlg);
-    int64_t xcd = 1;
-    gemm_cols(b, mul, &xcd); /* true: match() checked it */
+    const int64_t xcd = m->xcd;
     int fwd_role = pe_fuse_op_role(mul), bwd_role = mlg ? pe_fuse_op_role(mlg) : PE_ROLE_BACKWARD;
     char **n = nm.s;
     pe_op *op;

@@ -55,6 +55,41 @@ static int parse_field(const char *cmd, const pe_strategy_field *f, const char *
     return pe_tool_usage_error(cmd, "--strategy %s: not a field the command line sets", f->name);
 }
 
+/* One of Paddle's switches PE has nothing for (pe_strategy_refused_fields):
+ * the default only, refused in the Python setter's words. */
+static int parse_refused(const char *cmd, const pe_strategy_refused *rf, const char *v) {
+    bool is_default;
+    const char *shown = v; /* as the Python setter prints the value */
+    if (rf->boolean) {
+        bool b;
+        int rc = parse_bool(cmd, rf->name, v, &b);
+        if (rc != PE_EXIT_OK) return rc;
+        is_default = b == (rf->dflt != 0);
+        shown = b ? "True" : "False";
+    } else {
+        char *end;
+        long x = strtol(v, &end, 10);
+        if (!*v || *end) return pe_tool_usage_error(cmd, "--strategy %s=%s: the value must be an int", rf->name, v);
+        is_default = x == rf->dflt;
+    }
+    if (is_default) return PE_EXIT_OK;
+    return pe_tool_usage_error(cmd, "--strategy %s=%s: BuildStrategy.%s = %s is not supported: %s", rf->name, v,
+                               rf->name, shown, rf->why);
+}
+
+/* The usage error for a key no table knows, listing the build fields. */
+static int unknown_key(const char *cmd, const char *key) {
+    char known[1024];
+    size_t len = 0;
+    for (const pe_strategy_field *k = pe_strategy_fields; k->name && len < sizeof known; k++)
+        if (k->build) {
+            int r = snprintf(known + len, sizeof known - len, "%s%s", len ? ", " : "", k->name);
+            if (r > 0) len += (size_t)r;
+        }
+    return pe_tool_usage_error(cmd, "--strategy: unknown key '%s' (%s; Paddle's other switches at their default "
+                               "values)", key, known);
+}
+
 /* "k=v,k=v": BuildStrategy fields by Paddle's names (tools/tool.h). */
 int pe_tool_parse_strategy(const char *cmd, const char *spec, pe_build_strategy *bs) {
     char buf[1024];
@@ -66,49 +101,16 @@ int pe_tool_parse_strategy(const char *cmd, const char *spec, pe_build_strategy 
         *eq = '\0';
         const char *key = item, *v = eq + 1;
         const pe_strategy_field *f = pe_strategy_field_find(key);
-        if (f && f->build) {
-            int rc = parse_field(cmd, f, v, bs);
-            if (rc != PE_EXIT_OK) return rc;
-            continue;
-        }
         const pe_strategy_refused *rf = pe_strategy_refused_fields;
         while (rf->name && (!rf->build || strcmp(rf->name, key))) rf++;
-        if (rf->name) { /* Paddle's switches PE has nothing for: the default only, the Python setter's words */
-            bool is_default;
-            const char *shown = v; /* as the Python setter prints the value */
-            if (rf->boolean) {
-                bool b;
-                int rc = parse_bool(cmd, key, v, &b);
-                if (rc != PE_EXIT_OK) return rc;
-                is_default = b == (rf->dflt != 0);
-                shown = b ? "True" : "False";
-            } else {
-                char *end;
-                long x = strtol(v, &end, 10);
-                if (!*v || *end) return pe_tool_usage_error(cmd, "--strategy %s=%s: the value must be an int", key, v);
-                is_default = x == rf->dflt;
-            }
-            if (!is_default)
-                return pe_tool_usage_error(cmd, "--strategy %s=%s: BuildStrategy.%s = %s is not supported: %s", key, v,
-                                           key, shown, rf->why);
-            continue;
-        }
-        if (!strcmp(key, "use_hierarchical_allreduce")) {
-            /* PE's collectives across trainers are always two-level (runtime/comm/hier.c) */
-            bool b;
-            int rc = parse_bool(cmd, key, v, &b);
-            if (rc != PE_EXIT_OK) return rc;
-        } else {
-            char known[1024];
-            size_t len = 0;
-            for (const pe_strategy_field *k = pe_strategy_fields; k->name && len < sizeof known; k++)
-                if (k->build) {
-                    int r = snprintf(known + len, sizeof known - len, "%s%s", len ? ", " : "", k->name);
-                    if (r > 0) len += (size_t)r;
-                }
-            return pe_tool_usage_error(cmd, "--strategy: unknown key '%s' (%s; Paddle's other switches at their "
-                                       "default values)", key, known);
-        }
+        bool ignored;
+        int rc;
+        if (f && f->build) rc = parse_field(cmd, f, v, bs);
+        else if (rf->name) rc = parse_refused(cmd, rf, v);
+        else if (!strcmp(key, "use_hierarchical_allreduce")) /* either value: PE's collectives across trainers */
+            rc = parse_bool(cmd, key, v, &ignored);            /* are always two-level (runtime/comm/hier.c) */
+        else rc = unknown_key(cmd, key);
+        if (rc != PE_EXIT_OK) return rc;
     }
     pe_pe_options o; /* the values' ranges, as the executor checks them */
     pe_pe_options_default(&o);

@@ -274,11 +274,16 @@ def test_default_passes_fuse_the_forward(tmp_path):
     assert "fused_elemwise_activation" not in (tmp_path / "g.00_input.dot").read_text()
 
 
-def _train_ops(model):
-    """Op types of the forward and backward programs of a to_static model's training call."""
+def _train_progs(model):
+    """The forward and backward programs of a to_static model's training call."""
     (conc,) = model.forward._concrete.values()
     (ent,) = conc.train.values()
-    return [op.type for op in ent[0].global_block().ops], [op.type for op in ent[1].global_block().ops]
+    return ent[0], ent[1]
+
+
+def _train_ops(model):
+    """Op types of the forward and backward programs of a to_static model's training call."""
+    return tuple([op.type for op in p.global_block().ops] for p in _train_progs(model))
 
 
 def _same_steps(make, xs, loss_of, steps, opt, seed, build_strategy=None, expect_warning=None):
@@ -552,9 +557,7 @@ def test_fused_linear_on_3d_inputs_and_attention_matmuls_left_alone():
     fwd, bwd = _train_ops(net)
     assert fwd == ["fc", "matmul_v2", "matmul_v2", "fc"], fwd
     assert bwd.count("fc_grad") == 2 and bwd.count("matmul_v2_grad") == 2, bwd
-    (conc,) = net.forward._concrete.values()
-    (ent,) = conc.train.values()
-    assert [op.attr("in_num_col_dims") for op in ent[0].global_block().ops if op.type == "fc"] == [2, 2]
+    assert [op.attr("in_num_col_dims") for op in _train_progs(net)[0].global_block().ops if op.type == "fc"] == [2, 2]
 
 
 def test_cnn_with_every_pass_fuses_before_the_split():
@@ -579,9 +582,7 @@ def test_cnn_with_every_pass_fuses_before_the_split():
     fwd, bwd = _train_ops(static_m)
     assert fwd.count("transpose2") == 2 and bwd.count("transpose2") == 1, (fwd, bwd)
     assert "elementwise_add" not in fwd and "fc" in fwd and "fc_grad" in bwd, (fwd, bwd)
-    (conc,) = static_m.forward._concrete.values()
-    (ent,) = conc.train.values()
-    conv = [op for op in ent[0].global_block().ops if op.type == "conv2d"]
+    conv = [op for op in _train_progs(static_m)[0].global_block().ops if op.type == "conv2d"]
     assert len(conv) == 1 and conv[0].input("Bias") and conv[0].attr("data_format") == "NHWC"
     for k in states[0]:
         np.testing.assert_allclose(states[1][k], states[0][k], rtol=1e-4, atol=1e-5, err_msg=k)

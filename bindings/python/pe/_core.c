@@ -467,12 +467,12 @@ static PyMethodDef module_methods[] = {
     {"op_registry", py_op_registry, METH_NOARGS, "Every registered op type with its slots and attrs."},
     {"common_attrs", py_common_attrs, METH_NOARGS, "Attrs every op may carry, with their types."},
     {"cpu_place_count", py_cpu_place_count, METH_NOARGS, "CPU_NUM (default 1)."},
-    {"strategy_defaults", pe_strategy_defaults, METH_NOARGS,
+    {"strategy_defaults", py_strategy_defaults, METH_NOARGS,
      "strategy_defaults() -> (exec_strategy dict, build_strategy dict): pe_pe_options_default's values of every "
      "strategy field (enums by name)."},
-    {"strategy_refused", pe_py_strategy_refused, METH_NOARGS,
+    {"strategy_refused", py_strategy_refused, METH_NOARGS,
      "strategy_refused() -> (exec dict, build dict), name -> (default, why): Paddle's switches PE refuses."},
-    {"fuse_program", (PyCFunction)(void (*)(void))pe_fuse_program, METH_VARARGS | METH_KEYWORDS,
+    {"fuse_program", (PyCFunction)(void (*)(void))py_fuse_program, METH_VARARGS | METH_KEYWORDS,
      "fuse_program(program, build_strategy=None, protect=None) -> (Program, [(pass, n_fused)]): the "
      "program-level passes (fusions) the build strategy dict switches on, on a copy."},
     {"check_strategy", (PyCFunction)(void (*)(void))pe_check_strategy, METH_VARARGS | METH_KEYWORDS,

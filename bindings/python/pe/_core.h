@@ -105,10 +105,10 @@ extern PyTypeObject ExecutorType, PEType;
 /* core_exec.c: _core.check_strategy (the strategy setters' check) */
 PyObject *pe_check_strategy(PyObject *mod, PyObject *args, PyObject *kw);
 /* core_exec.c: _core.strategy_defaults (the strategy classes' defaults, from C) */
-PyObject *pe_strategy_defaults(PyObject *mod, PyObject *noargs);
-PyObject *pe_py_strategy_refused(PyObject *mod, PyObject *noargs);
+PyObject *py_strategy_defaults(PyObject *mod, PyObject *noargs);
+PyObject *py_strategy_refused(PyObject *mod, PyObject *noargs);
 /* core_exec.c: _core.fuse_program (pe.jit fuses a traced forward + backward) */
-PyObject *pe_fuse_program(PyObject *mod, PyObject *args, PyObject *kw);
+PyObject *py_fuse_program(PyObject *mod, PyObject *args, PyObject *kw);
 
 /* ---- passes and checkpoints (core_passes.c) ---- */
 PyObject *py_append_backward(PyObject *m, PyObject *args, PyObject *kw);

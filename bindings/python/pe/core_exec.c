@@ -409,27 +409,33 @@ static int dict_double(PyObject *d, const char *key, double *out) {
     return 0;
 }
 
-static int dict_enum(PyObject *d, const char *key, const char *const *names, int n, const char *allowed, int *out) {
+/* An enum field f of d: its value name or its int (out of range: left to
+ * pe_pe_options_check, which names it). The allowed names are worded only
+ * for an error. */
+static int dict_enum(PyObject *d, const pe_strategy_field *f, int *out) {
     if (!d || d == Py_None) return 0;
-    PyObject *v = PyDict_GetItemString(d, key);
+    PyObject *v = PyDict_GetItemString(d, f->name);
     if (!v || v == Py_None) return 0;
+    char allowed[256];
     if (PyUnicode_Check(v)) {
         const char *s = PyUnicode_AsUTF8(v);
-        for (int i = 0; s && i < n; i++)
-            if (!strcmp(s, names[i])) {
+        for (int i = 0; s && i < f->n_names; i++)
+            if (!strcmp(s, f->names[i])) {
                 *out = i;
                 return 0;
             }
-        raise_msg(PE_ERR_INVALID, "BuildStrategy.%s = '%s' is not a known value: allowed %s", key, s ? s : "?",
+        pe_strategy_field_names(f, allowed, sizeof allowed);
+        raise_msg(PE_ERR_INVALID, "BuildStrategy.%s = '%s' is not a known value: allowed %s", f->name, s ? s : "?",
                   allowed);
         return -1;
     }
     long x = PyLong_AsLong(v);
     if (x == -1 && PyErr_Occurred()) {
-        PyErr_Format(PyExc_TypeError, "strategy field %s must be a str (%s) or an int", key, allowed);
+        pe_strategy_field_names(f, allowed, sizeof allowed);
+        PyErr_Format(PyExc_TypeError, "strategy field %s must be a str (%s) or an int", f->name, allowed);
         return -1;
     }
-    *out = x < INT_MIN ? INT_MIN : x > INT_MAX ? INT_MAX : (int)x; /* out of range: pe_pe_options_check names it */
+    *out = x < INT_MIN ? INT_MIN : x > INT_MAX ? INT_MAX : (int)x;
     return 0;
 }
 
@@ -445,12 +451,7 @@ static int strategies_from_dicts(PyObject *es, PyObject *bs, pe_pe_options *o) {
         case PE_FIELD_BOOL: rc = dict_bool(d, f->name, p); break;
         case PE_FIELD_INT: rc = dict_int(d, f->name, p); break;
         case PE_FIELD_DOUBLE: rc = dict_double(d, f->name, p); break;
-        case PE_FIELD_ENUM: {
-            char allowed[256];
-            pe_strategy_field_names(f, allowed, sizeof allowed);
-            rc = dict_enum(d, f->name, f->names, f->n_names, allowed, p);
-            break;
-        }
+        case PE_FIELD_ENUM: rc = dict_enum(d, f, p); break;
         }
         if (rc) return -1;
     }
@@ -471,7 +472,7 @@ static PyObject *dict_pair(PyObject *d[2]) {
 /* strategy_defaults() -> (exec_strategy dict, build_strategy dict): every
  * field of the table at pe_pe_options_default's value (enums by name), the
  * defaults pe.static's strategy classes start from. */
-PyObject *pe_strategy_defaults(PyObject *mod, PyObject *noargs) {
+PyObject *py_strategy_defaults(PyObject *mod, PyObject *noargs) {
     (void)mod;
     (void)noargs;
     pe_pe_options o;
@@ -546,7 +547,7 @@ PyObject *pe_check_strategy(PyObject *mod, PyObject *args, PyObject *kw) {
 /* strategy_refused() -> (exec dict, build dict), name -> (default, why):
  * Paddle's switches PE refuses (pe_strategy_refused_fields), for the
  * strategy classes' setters. */
-PyObject *pe_py_strategy_refused(PyObject *mod, PyObject *noargs) {
+PyObject *py_strategy_refused(PyObject *mod, PyObject *noargs) {
     (void)mod;
     (void)noargs;
     PyObject *d[2] = {PyDict_New(), PyDict_New()};
@@ -562,7 +563,7 @@ PyObject *pe_py_strategy_refused(PyObject *mod, PyObject *noargs) {
 /* fuse_program(program, build_strategy=None, protect=None) -> (Program, [(pass, n_fused)]):
  * the program-level passes the build strategy switches on (pe_build_program:
  * the fusions; program untouched, protect's vars kept), as a new Program. */
-PyObject *pe_fuse_program(PyObject *mod, PyObject *args, PyObject *kw) {
+PyObject *py_fuse_program(PyObject *mod, PyObject *args, PyObject *kw) {
     (void)mod;
     static char *kwlist[] = {"program", "build_strategy", "protect", NULL};
     PyObject *prog_o, *bs = Py_None, *protect_o = Py_None;

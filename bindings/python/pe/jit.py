@@ -333,16 +333,8 @@ class _Concrete:
         forward and backward are NHWC with transposes only at the edges of
         the whole. The fetches and the gradients stay (protected). Returns
         the forward's op count in g."""
-        bs = self.owner._build_strategy
-        if not (bs.fuse_gemm_epilogue or bs.fuse_elewise_add_act_ops or bs.conv_nhwc or bs.fuse_conv_bias):
-            return n_fwd
-        from .static.executor import BuildStrategy
-        only = BuildStrategy()   # the program passes the strategy switches on, no optimizer merge
-        only.fuse_all_optimizer_ops = False
-        only.conv_nhwc, only.fuse_conv_bias = bs.conv_nhwc, bs.fuse_conv_bias
-        only.fuse_gemm_epilogue = bs.fuse_gemm_epilogue
-        only.fuse_elewise_add_act_ops = bs.fuse_elewise_add_act_ops
-        fused, stats = _core.fuse_program(g._core_program(), build_strategy=only._to_dict(),
+        # the program passes the strategy switches on (a traced program has no optimizer ops to merge)
+        fused, stats = _core.fuse_program(g._core_program(), build_strategy=self.owner._build_strategy._to_dict(),
                                           protect=list(self.fetches) + list(grads))
         if not any(n for _, n in stats):
             return n_fwd
