@@ -12,7 +12,8 @@
  * the job has sent its barrier; each gradient block is the sum of the
  * trainers' blocks in trainer-id order (so a run is repeatable bit for
  * bit), scaled by 1 / (trainers that sent it). The received data frames
- * are summed where ZeroMQ put them (zero-copy). A trainer's GETs come
+ * are summed where ZeroMQ put them (zero-copy), tile by tile on the loop's
+ * threads (the same bits with any count). A trainer's GETs come
  * after its barrier's reply and before its next barrier on the same
  * connection, so FETCH_BARRIER needs no waiting: its reply confirms the
  * trainer's fetches were served; for the same reason a GET is answered
@@ -38,6 +39,7 @@
  */
 #include "executor/pserver.h"
 #include "ops/op.h"
+#include "runtime/comm/comm.h"
 #include "runtime/internal.h"
 #include "runtime/transport/transport.h"
 
@@ -152,31 +154,54 @@ static grad_slot *find_grad(serve *s, const char *name) {
     return NULL;
 }
 
-/* Writes sum_k data_k * scale into the scope var g->name (hdr: the meta). */
+#define SUM_TILE 4096 /* elements: a tile of the sum stays in L1 while it is added to and scaled */
+
+/* o[b..e) = (d[0] + d[1] + ... + d[n-1]) * scale for float32 / float64,
+ * the adds in trainer order, tile by tile (vectorized adds of
+ * runtime/comm; the tile is still in L1 for the next add and the scale):
+ * the same bits as one element at a time. scale 1 multiplies nothing. */
+static void sum_scaled(void *o, const void *const *d, int n, int64_t b, int64_t e, pe_dtype dt, double scale) {
+    const size_t es = pe_dtype_size(dt);
+    for (int64_t t0 = b; t0 < e; t0 += SUM_TILE) {
+        const int64_t tm = e - t0 < SUM_TILE ? e - t0 : SUM_TILE;
+        const size_t off = (size_t)t0 * es;
+        char *ot = (char *)o + off;
+        if (n == 1) memcpy(ot, (const char *)d[0] + off, (size_t)tm * es);
+        else pe_comm_combine_to(ot, (const char *)d[0] + off, (const char *)d[1] + off, tm, dt, PE_RED_SUM);
+        for (int k = 2; k < n; k++) pe_comm_add(ot, (const char *)d[k] + off, tm, dt);
+        if (scale == 1.0) continue; /* x 1 is exact */
+        if (dt == PE_DTYPE_FP32) {
+            float *x = (float *)ot;
+            const float sc = (float)scale;
+            for (int64_t i = 0; i < tm; i++) x[i] *= sc;
+        } else {
+            double *x = (double *)ot;
+            for (int64_t i = 0; i < tm; i++) x[i] *= scale;
+        }
+    }
+}
+
+/* Writes sum_k data_k * scale into the scope var g->name (hdr: the meta),
+ * on s->threads threads (ranges of whole tiles: the same bits whatever
+ * the count). */
 static pe_status reduce_into(serve *s, grad_slot *g, const pe_ps_hdr *h, const void *const *data, int n,
                              double scale) {
     pe_tensor *t = pe_scope_find_var(s->scope, g->name);
     if (!t) return pe_error(PE_ERR_INTERNAL, "pserver %s: gradient var '%s' is not in the scope", s->ep, g->name);
     PE_CHECK(pe_tensor_resize(t, h->dtype, h->ndim, h->dims, s->place));
-    int64_t m = pe_tensor_numel(t);
-    if (h->dtype == PE_DTYPE_FP32) {
-        float *o = pe_tensor_data(t);
-        const float *const *d = (const float *const *)data;
-        const float sc = (float)scale;
-#pragma omp parallel for num_threads(s->threads) if (m > 65536) schedule(static)
-        for (int64_t i = 0; i < m; i++) {
-            float a = d[0][i];
-            for (int k = 1; k < n; k++) a += d[k][i];
-            o[i] = a * sc; /* x 1 is exact */
-        }
-    } else if (h->dtype == PE_DTYPE_FP64) {
-        double *o = pe_tensor_data(t);
-        const double *const *d = (const double *const *)data;
-#pragma omp parallel for num_threads(s->threads) if (m > 65536) schedule(static)
-        for (int64_t i = 0; i < m; i++) {
-            double a = d[0][i];
-            for (int k = 1; k < n; k++) a += d[k][i];
-            o[i] = a * scale;
+    const int64_t m = pe_tensor_numel(t);
+    if (h->dtype == PE_DTYPE_FP32 || h->dtype == PE_DTYPE_FP64) {
+        void *o = pe_tensor_data(t);
+        const int64_t tiles = (m + SUM_TILE - 1) / SUM_TILE;
+        const int nt = s->threads > 1 && m > 16 * SUM_TILE ? s->threads : 1;
+        if (nt == 1) {
+            sum_scaled(o, data, n, 0, m, h->dtype, scale);
+        } else {
+#pragma omp parallel for num_threads(nt) schedule(static)
+            for (int w = 0; w < nt; w++) {
+                const int64_t b = tiles * w / nt * SUM_TILE, e = tiles * (w + 1) / nt * SUM_TILE;
+                sum_scaled(o, data, n, b, e < m ? e : m, h->dtype, scale);
+            }
         }
     } else if (n == 1 && scale == 1.0) {
         memcpy(pe_tensor_data(t), data[0], pe_tensor_nbytes(t));
