@@ -22,6 +22,12 @@ a timeout), the reference computed here in one process:
   events in backward() (every op the pass runs, each bucket's start and
   wait) shows the buckets starting in order while grad ops still run,
   and the averaged gradients equal one process on the whole batch.
+- seed 001's PyLayer example (a pe.autograd.PyLayer tanh, gradients kept
+  local under no_sync and averaged by hand with fleet's
+  fused_allreduce_gradients, SGD, 10 steps): both ranks' parameters
+  identical and allclose to one process on the whole batch; ranks that
+  disagree about which parameters have a gradient get the error on both
+  within 5 s.
 - pe.distributed.launch --nproc_per_node 2 of seed 001's LinearNet + Adam
   example (dist_scripts/dp_launch_train.py): 10 steps, both ranks'
   parameters identical and allclose to one process on the whole batch.
@@ -99,6 +105,39 @@ def test_no_sync_accumulates_then_one_synced_step_equals_a_large_batch(tmp_path)
         np.testing.assert_allclose(r0["grad_" + n], want, rtol=1e-5, atol=1e-6, err_msg=n)
         # under no_sync nothing was exchanged: the ranks' local sums differ
         assert not np.allclose(r0["local_" + n], r1["local_" + n]), n
+
+
+@needs_mpirun
+def test_pylayer_no_sync_and_fused_allreduce_gradients_like_one_process(tmp_path):
+    r0, r1 = _spawn("pylayer", tmp_path)
+    names = [k[len("init_"):] for k in r0 if k.startswith("init_")]
+    assert sorted(names) == ["linear.bias", "linear.weight"]
+    pe.disable_static()
+    net = dp_script.SimpleNet()
+    net.set_state_dict({n: r0["init_" + n] for n in names})
+    opt = pe.optimizer.SGD(learning_rate=0.01, parameters=net.parameters())
+    for step in range(dp_script.STEPS):
+        x = pe.to_tensor(dp_script.pylayer_batch(step, 2))   # both ranks' rows: the mean is the ranks' average
+        x.stop_gradient = False
+        net(x).mean().backward()
+        if step == 0:
+            for n, p in net.named_parameters():
+                if n == "linear.weight":   # (the bias's gradient of a mean is the same on every rank)
+                    assert not np.allclose(r0["local_" + n], r1["local_" + n]), n   # no_sync kept them apart
+                np.testing.assert_array_equal(r0["grad_" + n], r1["grad_" + n], err_msg=n)
+                np.testing.assert_allclose(r0["grad_" + n], p.grad.numpy(), rtol=1e-5, atol=1e-7, err_msg=n)
+        opt.step()
+        opt.clear_grad()
+    ref = {k: v.numpy() for k, v in net.state_dict().items()}
+    for n in names:
+        np.testing.assert_array_equal(r0["final_" + n], r1["final_" + n], err_msg=n)
+        assert not np.array_equal(r0["final_" + n], r0["init_" + n]), n
+        np.testing.assert_allclose(r0["final_" + n], ref[n], rtol=1e-5, atol=1e-7, err_msg=n)
+    for k, r in enumerate((r0, r1)):
+        msg = (tmp_path / ("pylayer_rank%d.txt" % k)).read_text()
+        assert msg.startswith("fused_allreduce_gradients: parameter 1 ("), msg
+        assert "has a gradient on rank(s) 0 and none on rank(s) 1: no gradient was averaged" in msg, msg
+        assert r["error_seconds"][0] < 5.0, r["error_seconds"]
 
 
 @needs_mpirun

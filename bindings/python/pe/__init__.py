@@ -57,6 +57,7 @@ from . import dataset  # noqa: F401
 from .reader import batch  # noqa: F401
 from .eager.io import save, load  # noqa: F401
 from . import jit  # noqa: F401
+from . import autograd  # noqa: F401
 from . import device  # noqa: F401
 
 __version__ = _core.version
@@ -83,7 +84,7 @@ def _eager_args(args, kw):
 
 # The pe.* and pe.nn.functional functions with an eager form (pe.eager).
 for _n in ("mean", "sum", "matmul", "reshape", "transpose", "concat", "cast", "add", "subtract", "multiply", "divide",
-           "scale", "full", "ones", "zeros", "tanh", "sigmoid", "exp", "log", "pow", "equal", "not_equal", "less_than",
+           "scale", "full", "ones", "zeros", "tanh", "sigmoid", "exp", "log", "sqrt", "square", "abs", "pow", "equal", "not_equal", "less_than",
            "less_equal", "greater_than", "greater_equal"):
     globals()[_n] = _dispatch(globals()[_n], getattr(eager, _n))
 for _n in ("relu", "sigmoid", "tanh", "softmax", "softmax_with_cross_entropy", "cross_entropy", "gelu", "linear",

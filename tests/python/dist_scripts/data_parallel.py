@@ -4,6 +4,7 @@
     python data_parallel.py nosync OUT     # 3 steps under no_sync, then one synced backward
     python data_parallel.py unused OUT     # find_unused_parameters True and False
     python data_parallel.py overlap OUT    # DeepNet in 1-parameter buckets: the order of events
+    python data_parallel.py pylayer OUT    # seed 001's PyLayer example: no_sync + fused_allreduce_gradients
 
 Each rank starts from its own random parameters (pe.seed(100 + rank)) and
 takes its half of a batch that every rank draws from the same numpy seed;
@@ -18,6 +19,8 @@ import numpy as np
 import pe as paddle
 import pe.distributed as dist
 import pe.nn as nn
+from pe.autograd import PyLayer
+from pe.distributed.fleet.utils.hybrid_parallel_util import fused_allreduce_gradients
 
 BATCH = 8   # per rank
 STEPS = 10
@@ -61,6 +64,35 @@ class DeepNet(nn.Layer):
         return self.l4(paddle.tanh(self.l3(paddle.tanh(self.l2(paddle.tanh(self.l1(x)))))))
 
 
+class cus_tanh(PyLayer):
+    """Seed 001's PyLayer: tanh with a hand-written backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = paddle.tanh(x)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        (y,) = ctx.saved_tensor()
+        return dy * (1 - paddle.square(y))
+
+
+class SimpleNet(nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(2, 2)
+
+    def forward(self, inputs):
+        return self.linear(cus_tanh.apply(inputs))
+
+
+def pylayer_batch(step, world):
+    """2 rows of 2 features per rank (the seed's x_data), the same on every rank for a step."""
+    return np.random.RandomState(2000 + step).randn(world * 2, 2).astype("float32")
+
+
 def batch(step, world):
     rs = np.random.RandomState(1000 + step)
     return (rs.randn(world * BATCH, 10).astype("float32"), rs.randn(world * BATCH, 1).astype("float32"))
@@ -76,6 +108,20 @@ def state(layer):
 
 def grads(layer):
     return {k: p.grad.numpy() for k, p in layer.named_parameters() if p.grad is not None}
+
+
+def record_error(res, path, fn):
+    """Runs fn(); writes its InvalidArgumentError's text (or "no error") to path and the seconds it took
+    to res["error_seconds"]."""
+    t0 = time.monotonic()
+    try:
+        fn()
+        msg = "no error"
+    except paddle.InvalidArgumentError as e:
+        msg = str(e)
+    res["error_seconds"] = np.array([time.monotonic() - t0])
+    with open(path, "w") as f:
+        f.write(msg)
 
 
 def run(mode, out):
@@ -117,15 +163,8 @@ def run(mode, out):
         if rank == 1:
             with dp.no_sync():
                 loss_fn(dp(mine(x, rank)), mine(y, rank)).backward()
-        t0 = time.monotonic()
-        try:
-            loss_fn(dp(mine(x, rank)), mine(y, rank)).backward()
-            msg = "no error"
-        except paddle.InvalidArgumentError as e:
-            msg = str(e)
-        res["error_seconds"] = np.array([time.monotonic() - t0])
-        with open(os.path.join(out, "nosync_disagree_rank%d.txt" % rank), "w") as f:
-            f.write(msg)
+        record_error(res, os.path.join(out, "nosync_disagree_rank%d.txt" % rank),
+                     lambda: loss_fn(dp(mine(x, rank)), mine(y, rank)).backward())
         # the counts start again: the next synced step agrees
         dp.clear_gradients()
         loss_fn(dp(mine(x, rank)), mine(y, rank)).backward()
@@ -141,15 +180,7 @@ def run(mode, out):
         # the same without find_unused_parameters: an error on every rank, no hang
         strict = paddle.DataParallel(BranchNet())
         loss = paddle.mean((strict(mine(x, rank), use_extra=(rank == 0)) - mine(y, rank)) ** 2)
-        t0 = time.monotonic()
-        try:
-            loss.backward()
-            msg = "no error"
-        except paddle.InvalidArgumentError as e:
-            msg = str(e)
-        res["error_seconds"] = np.array([time.monotonic() - t0])
-        with open(os.path.join(out, "unused_rank%d.txt" % rank), "w") as f:
-            f.write(msg)
+        record_error(res, os.path.join(out, "unused_rank%d.txt" % rank), loss.backward)
         # after the error the ranks still agree: a synced step with every parameter used works
         strict.clear_gradients()
         h = strict._layers
@@ -205,6 +236,37 @@ def run(mode, out):
             parallel._trace = None
         res["events"] = np.array(events)
         res.update({"grad_" + k: v for k, v in grads(dp).items()})
+    elif mode == "pylayer":
+        # seed 001's second example as written, the data per rank: gradients kept local by no_sync,
+        # then averaged by hand before each step
+        model = SimpleNet()
+        model = paddle.DataParallel(model)
+        res.update({"init_" + k: v for k, v in state(model).items()})
+        opt = paddle.optimizer.SGD(learning_rate=0.01, parameters=model.parameters())
+        for step in range(STEPS):
+            x_data = pylayer_batch(step, world)[rank * 2:(rank + 1) * 2]
+            x = paddle.to_tensor(x_data)
+            x.stop_gradient = False
+            with model.no_sync():
+                y_pred = model(x)
+                loss = y_pred.mean()
+                loss.backward()
+            if step == 0:
+                res.update({"local_" + k: v for k, v in grads(model).items()})
+            fused_allreduce_gradients(list(model.parameters()), None)
+            if step == 0:
+                res.update({"grad_" + k: v for k, v in grads(model).items()})
+            opt.step()
+            opt.clear_grad()
+        res.update({"final_" + k: v for k, v in state(model).items()})
+        # ranks that disagree about which parameters have a gradient: an error on both, before any exchange
+        x = paddle.to_tensor(pylayer_batch(0, world)[rank * 2:(rank + 1) * 2])
+        with model.no_sync():
+            model(x).mean().backward()
+        if rank == 1:
+            model._layers.linear.bias.clear_grad()
+        record_error(res, os.path.join(out, "pylayer_rank%d.txt" % rank),
+                     lambda: fused_allreduce_gradients(list(model.parameters()), None))
     np.savez(os.path.join(out, "%s_rank%d.npz" % (mode, rank)), **res)
 
 

@@ -164,6 +164,23 @@ def _raw(a, place):
     return t
 
 
+def _flat_grads(params, dt):
+    """The .grad of params (zeros for a parameter without one), flattened and concatenated as dt."""
+    return np.concatenate([p.grad.numpy().reshape(-1).astype(dt, copy=False) if p.grad is not None
+                           else np.zeros(p.size, dt) for p in params])
+
+
+def _set_grads(params, flat, keep=None):
+    """Each parameter's piece of flat (in params' order) becomes its .grad, on the parameter's place;
+    keep[i] False leaves parameter i's .grad as it is."""
+    off = 0
+    for i, p in enumerate(params):
+        if keep is None or keep[i]:
+            g = flat[off:off + p.size].reshape(p.shape)
+            p.grad = _ag.Tensor(_raw(g, p._t._place()), stop_gradient=True, name=p.name + "@GRAD")
+        off += p.size
+
+
 def _check_size(name, v):
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
         raise _core.InvalidArgumentError("DataParallel: %s must be a positive number of MB, got %r" % (name, v))
@@ -313,9 +330,7 @@ class DataParallel:
     def _start_bucket(self, k):
         """Starts bucket k's sum: its parameters' .grad (zeros for none), concatenated."""
         ps = [self._params[i] for i in self._buckets[k]]
-        dt = np.dtype(ps[0].dtype)
-        flat = np.concatenate([p.grad.numpy().reshape(-1).astype(dt, copy=False) if p.grad is not None
-                               else np.zeros(p.size, dt) for p in ps])
+        flat = _flat_grads(ps, np.dtype(ps[0].dtype))
         if _trace is not None:
             _trace("start", k)
         self._works.append((k, flat, _core.world_allreduce_start(flat)))
@@ -375,15 +390,8 @@ class DataParallel:
                             self._param_names[i], self._params[i].name, ", ".join(map(str, none)),
                             " (rank(s) %s did get one)" % ", ".join(map(str, some)) if some else ""))
         for k, flat, _ in self._works:
-            dt = flat.dtype
-            flat /= dt.type(self._nranks)
-            off = 0
-            for i in self._buckets[k]:
-                p = self._params[i]
-                if has_any[i]:
-                    g = flat[off:off + p.size].reshape(p.shape)
-                    p.grad = _ag.Tensor(_raw(g, p._t._place()), stop_gradient=True, name=p.name + "@GRAD")
-                off += p.size
+            flat /= flat.dtype.type(self._nranks)
+            _set_grads([self._params[i] for i in self._buckets[k]], flat, [has_any[i] for i in self._buckets[k]])
 
     @contextlib.contextmanager
     def no_sync(self):

@@ -16,7 +16,7 @@ listed in docs/guide.md ("Eager mode").
 """
 from .autograd import Tensor, no_grad, run_op, backward  # noqa: F401
 from .functional import (to_tensor, full, zeros, ones, randn, rand, arange,  # noqa: F401
-                         add, subtract, multiply, divide, scale, relu, sigmoid, tanh, exp, log, softmax, pow, neg,
+                         add, subtract, multiply, divide, scale, relu, sigmoid, tanh, exp, log, sqrt, square, abs, softmax, pow, neg,
                          equal, not_equal, less_than, less_equal, greater_than, greater_equal, matmul, mean, sum,
                          cast, reshape, transpose, concat, softmax_with_cross_entropy, cross_entropy)
 from .nn_functional import (gelu, linear, conv2d, max_pool2d, avg_pool2d, batch_norm, layer_norm,  # noqa: F401

@@ -208,6 +208,18 @@ def log(x, name=None):
     return _act("log", x)
 
 
+def sqrt(x, name=None):
+    return _act("sqrt", x)
+
+
+def square(x, name=None):
+    return _act("square", x)
+
+
+def abs(x, name=None):  # noqa: A001 (Paddle's name; this module does not use the builtin)
+    return _act("abs", x)
+
+
 def softmax(x, axis=-1, dtype=None, name=None):
     a = int(axis)
     return _unary("softmax", x, {"axis": a}, (a,))
@@ -386,7 +398,7 @@ def _install():
     T.__ge__ = lambda a, b: greater_equal(a, b)
     T.__hash__ = object.__hash__
     for name in ("add", "subtract", "multiply", "divide", "matmul", "relu", "sigmoid", "tanh", "softmax", "exp",
-                 "log", "pow", "neg", "mean", "sum", "reshape", "transpose", "cast", "scale", "equal", "not_equal",
+                 "log", "sqrt", "square", "abs", "pow", "neg", "mean", "sum", "reshape", "transpose", "cast", "scale", "equal", "not_equal",
                  "less_than", "less_equal", "greater_than", "greater_equal"):
         setattr(T, name, globals()[name])
     T.astype = cast
