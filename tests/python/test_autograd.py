@@ -5,7 +5,8 @@
 - several Tensor arguments (positional and keyword) and outputs, a non-Tensor
   argument, an output no gradient reaches (zeros by default, None with
   set_materialize_grads(False)), a None gradient for an argument, an output
-  that is an argument, mark_non_differentiable;
+  that is an argument, mark_non_differentiable, a non-Tensor output (no
+  gradient for it);
 - an output made outside forward keeps its own graph; no node under no_grad
   or when no argument needs a gradient; backward twice
   needs retain_graph; the errors: wrong gradient count, shape or dtype, a
@@ -274,3 +275,21 @@ def test_an_output_made_outside_forward_keeps_its_own_graph():
     assert w.grad is None
     h.sum().backward()   # h's own graph is intact
     np.testing.assert_array_equal(w.grad.numpy(), np.full(2, 3.0, np.float32))
+
+
+def test_backward_gets_a_gradient_per_tensor_output_only():
+    class WithCount(PyLayer):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2, 3   # a Tensor and a number
+
+        @staticmethod
+        def backward(ctx, *grads):
+            assert len(grads) == 1
+            return grads[0] * 2
+
+    x = _t(RS.randn(2))
+    y, n = WithCount.apply(x)
+    assert n == 3
+    y.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.full(2, 2.0, np.float32))

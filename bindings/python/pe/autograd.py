@@ -22,9 +22,10 @@ node on the tape for the whole call, as pe.jit's calls do: the node's
 inputs are the Tensor arguments (positional, then keyword, in order), its
 outputs the floating-point Tensors forward returned. When backward()
 reaches the node it calls backward(ctx, *grads) under no_grad, one
-gradient per output (zeros for an output no gradient reached, as Paddle's
-default materialize_grads), and takes one gradient (or None) per Tensor
-argument back, each checked against its argument's shape and dtype.
+gradient per Tensor output (zeros for an output no gradient reached, as
+Paddle's default materialize_grads; none for a non-Tensor output), and
+takes one gradient (or None) per Tensor argument back, each checked
+against its argument's shape and dtype.
 
 Not supported (clear errors): PyLayer inside pe.jit.to_static (a traced
 program cannot carry a Python backward), backward returning the wrong
@@ -135,8 +136,7 @@ class _Backward:
         name = self.cls.__name__
         grads = []
         for s in self.slots:
-            if s is None:   # forward returned a non-Tensor here
-                grads.append(None)
+            if s is None:   # forward returned a non-Tensor here: backward gets nothing for it (Paddle's rule)
                 continue
             g = env.get(s + "@GRAD")
             if g is None and self.ctx.materialize_grads:
