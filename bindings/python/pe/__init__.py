@@ -84,8 +84,8 @@ def _eager_args(args, kw):
 
 # The pe.* and pe.nn.functional functions with an eager form (pe.eager).
 for _n in ("mean", "sum", "matmul", "reshape", "transpose", "concat", "cast", "add", "subtract", "multiply", "divide",
-           "scale", "full", "ones", "zeros", "tanh", "sigmoid", "exp", "log", "sqrt", "square", "abs", "pow", "equal", "not_equal", "less_than",
-           "less_equal", "greater_than", "greater_equal"):
+           "scale", "full", "ones", "zeros", "tanh", "sigmoid", "exp", "log", "sqrt", "square", "abs", "pow", "equal",
+           "not_equal", "less_than", "less_equal", "greater_than", "greater_equal"):
     globals()[_n] = _dispatch(globals()[_n], getattr(eager, _n))
 for _n in ("relu", "sigmoid", "tanh", "softmax", "softmax_with_cross_entropy", "cross_entropy", "gelu", "linear",
            "conv2d", "max_pool2d", "avg_pool2d", "batch_norm", "layer_norm", "embedding", "dropout", "mse_loss",

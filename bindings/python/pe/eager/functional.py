@@ -398,8 +398,8 @@ def _install():
     T.__ge__ = lambda a, b: greater_equal(a, b)
     T.__hash__ = object.__hash__
     for name in ("add", "subtract", "multiply", "divide", "matmul", "relu", "sigmoid", "tanh", "softmax", "exp",
-                 "log", "sqrt", "square", "abs", "pow", "neg", "mean", "sum", "reshape", "transpose", "cast", "scale", "equal", "not_equal",
-                 "less_than", "less_equal", "greater_than", "greater_equal"):
+                 "log", "sqrt", "square", "abs", "pow", "neg", "mean", "sum", "reshape", "transpose", "cast", "scale",
+                 "equal", "not_equal", "less_than", "less_equal", "greater_than", "greater_equal"):
         setattr(T, name, globals()[name])
     T.astype = cast
     T.T = property(lambda a: transpose(a, list(range(a.ndim))[::-1]))
