@@ -320,3 +320,22 @@ def test_bad_arguments():
         pe.DataParallel(dp_script.LinearNet(), comm_buffer_size=0)
     with pytest.raises(pe.UnsupportedError, match="PE has no process subgroups"):
         pe.DataParallel(dp_script.LinearNet(), group=object())
+
+
+def test_fused_allreduce_gradients_in_one_process_leaves_the_gradients():
+    from pe.distributed.fleet.utils.hybrid_parallel_util import fused_allreduce_gradients
+    pe.disable_static()
+    try:
+        lin = nn.Linear(2, 2)
+        lin(pe.to_tensor(np.ones((3, 2), np.float32))).mean().backward()
+        before = {n: p.grad.numpy() for n, p in lin.named_parameters()}
+        assert fused_allreduce_gradients(list(lin.parameters()), None) is None
+        for n, p in lin.named_parameters():
+            np.testing.assert_array_equal(p.grad.numpy(), before[n], err_msg=n)
+        with pytest.raises(pe.UnsupportedError, match="hcg .* must be None"):
+            fused_allreduce_gradients(lin.parameters(), object())
+        import pe.distributed.fleet as fleet
+        with pytest.raises(pe.UnsupportedError, match=r"pe.distributed.fleet.init: PE has only fleet.utils"):
+            fleet.init(is_collective=True)
+    finally:
+        pe.enable_static()
