@@ -62,12 +62,13 @@ def fused_allreduce_gradients(parameter_list, hcg=None):
         if not has[0, i]:
             continue
         dt = np.dtype(p.dtype)
+        nbytes = p.size * dt.itemsize
         b = open_.get(dt)
-        if b is None or b[1] + p.size * dt.itemsize > _BUCKET and b[0]:
+        if b is None or b[1] + nbytes > _BUCKET:   # an open bucket always holds a parameter already
             b = open_[dt] = [[], 0]
             buckets.append((dt, b[0]))
         b[0].append(p)
-        b[1] += p.size * dt.itemsize
+        b[1] += nbytes
     works = []
     for dt, ps in buckets:
         flat = _flat_grads(ps, dt)
