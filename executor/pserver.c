@@ -1,9 +1,9 @@
 /* executor/pserver.c — the parameter server's loop: what the Executor runs
  * for a block holding `listen_and_serv` (Paddle's pserver program).
  *
- *     trainer t:  SEND g.. ─► held per (grad, trainer) ─┐
+ *     trainer t:  SEND g.. ─► held per (grad, trainer) ─┐  each part summed once every live trainer's is in
  *                 SEND_BARRIER ───────────────────────► all live trainers in?
- *                                                       ├─ sum each grad in trainer order, x 1/n
+ *                                                       ├─ the parts left: sum in trainer order, x 1/n
  *                                                       ├─ lr-decay block once, optimize blocks
  *                 ◄──────────────────────────── ACK ────┘  (in parallel after the first step)
  *                 GET p ─► the scope's p now;  FETCH_BARRIER ─► ACK;  COMPLETE ─► leaves
@@ -13,7 +13,13 @@
  * trainers' blocks in trainer-id order (so a run is repeatable bit for
  * bit), scaled by 1 / (trainers that sent it). The received data frames
  * are summed where ZeroMQ put them (zero-copy), tile by tile on the loop's
- * threads (the same bits with any count). A trainer's GETs come
+ * threads (the same bits with any count). A gradient comes in parts of
+ * PE_PS_PART bytes (transport.h), and each part is summed as soon as
+ * every live trainer's is in, while the later parts are on the wire: the
+ * barriers find only the last part left to sum (sum_ahead). Should a
+ * trainer leave or be lost after that (or break the parts rule), the sums
+ * made with its parts are redone without them (the parts are held until
+ * the step ends). A trainer's GETs come
  * after its barrier's reply and before its next barrier on the same
  * connection, so FETCH_BARRIER needs no waiting: its reply confirms the
  * trainer's fetches were served; for the same reason a GET is answered
@@ -52,11 +58,13 @@
 #include <time.h>
 
 /* Every step ZeroMQ receives each trainer's gradient blocks into fresh
- * buffers of the blocks' size and frees them after the sum. glibc serves
- * allocations over 32 MB with mmap whatever M_MMAP_THRESHOLD says, so each
- * step mapped, page-faulted and unmapped them again: the 10M-parameter
- * sync step of benchmarks/bench_pserver.py spent ~40% of its pserver time
- * in page faults. A process that runs the loop serves: keep freed memory in the heap
+ * buffers (one per message) and frees them after the sum. When a block
+ * came as one message, glibc served its buffer (over 32 MB) with mmap
+ * whatever M_MMAP_THRESHOLD says, so each step mapped, page-faulted and
+ * unmapped it again: the 10M-parameter sync step of
+ * benchmarks/bench_pserver.py spent ~40% of its pserver time in page
+ * faults. Parts of 1 MiB (transport.h) are below that bound, but glibc's
+ * own threshold starts at 128 KB and may trim the heap. A process that runs the loop serves: keep freed memory in the heap
  * for the next step instead (no mmap, no trimming, one arena so the
  * I/O thread reuses what the loop freed). PE_PS_MALLOC=default keeps
  * glibc's behaviour. */
@@ -75,11 +83,26 @@ static void tune_malloc(void) {
 
 enum { T_UNSEEN = 0, T_ACTIVE, T_DONE, T_LOST };
 
+/* One trainer's gradient of this step as its parts arrive (a SEND of more
+ * than PE_PS_PART bytes comes as one message per part, in order). */
+typedef struct held_grad {
+    pe_ps_event *parts;         /* [n]: the parts' messages, data frames kept until the step ends */
+    int n, cap;
+    uint32_t seq;               /* the SEND's sequence number */
+    uint64_t got;               /* bytes received so far */
+    bool whole;                 /* every part is in (and acknowledged) */
+} held_grad;
+
 typedef struct grad_slot {
     const char *name;
     int block;                  /* optimize block index */
     const pe_var *decl;
-    pe_ps_event *held;          /* [fanin]: this step's message per trainer (kind NONE: none) */
+    held_grad *held;            /* [fanin]: this step's gradient per trainer (n 0: none) */
+    /* sync mode sums the parts as they arrive: parts [0, summed) of the
+     * scope var hold the sum over the sum_n live trainers, made while the
+     * set of trainers was the loop's `epoch` (otherwise it is redone) */
+    int summed, sum_n;
+    unsigned sum_epoch;
 } grad_slot;
 
 typedef struct serve {
@@ -98,6 +121,10 @@ typedef struct serve {
     const int64_t *blocks;
     pe_executor **bex;          /* per program block: its executor (lazily made) */
     int *state;                 /* [fanin] */
+    unsigned epoch;             /* changes whenever held parts are dropped outside a step's end */
+    uint32_t *refused;          /* [fanin]: seq + 1 of the last SEND refused (its later parts: dropped) */
+    int *tr;                    /* [fanin] scratch: the trainers of a sum */
+    const void **data;          /* [fanin] scratch: their parts' data */
     pe_ps_event *barrier;       /* [fanin]: the pending SEND_BARRIER (kind NONE: none) */
     int steps;
     int n_done, n_lost;
@@ -139,6 +166,8 @@ static pe_status run_blocks(serve *s, const int *bl, int n) {
 }
 
 static void reply_error(serve *s, const pe_ps_event *ev, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Answers a request with ERROR. A refused SEND's later parts are dropped
+ * unanswered (on_request): one reply per request. */
 static void reply_error(serve *s, const pe_ps_event *ev, const char *fmt, ...) {
     char m[1024];
     va_list ap;
@@ -146,6 +175,7 @@ static void reply_error(serve *s, const pe_ps_event *ev, const char *fmt, ...) {
     vsnprintf(m, sizeof m, fmt, ap);
     va_end(ap);
     pe_ps_reply_error(s->srv, ev, m);
+    if (ev->hdr.trainer_id < s->fanin) s->refused[ev->hdr.trainer_id] = ev->hdr.seq + 1u;
 }
 
 static grad_slot *find_grad(serve *s, const char *name) {
@@ -181,35 +211,74 @@ static void sum_scaled(void *o, const void *const *d, int n, int64_t b, int64_t 
     }
 }
 
-/* Writes sum_k data_k * scale into the scope var g->name (hdr: the meta),
- * on s->threads threads (ranges of whole tiles: the same bits whatever
- * the count). */
-static pe_status reduce_into(serve *s, grad_slot *g, const pe_ps_hdr *h, const void *const *data, int n,
-                             double scale) {
+/* o[0..m) = sum_k d[k][0..m) * scale on `threads` threads (ranges of
+ * whole tiles: the same bits whatever the count). */
+static void sum_threads(int threads, void *o, const void *const *d, int n, int64_t m, pe_dtype dt, double scale) {
+    const int64_t tiles = (m + SUM_TILE - 1) / SUM_TILE;
+    const int nt = threads > 1 && m > 16 * SUM_TILE ? threads : 1;
+    if (nt == 1) {
+        sum_scaled(o, d, n, 0, m, dt, scale);
+        return;
+    }
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int w = 0; w < nt; w++) {
+        const int64_t b = tiles * w / nt * SUM_TILE, e = tiles * (w + 1) / nt * SUM_TILE;
+        sum_scaled(o, d, n, b, e < m ? e : m, dt, scale);
+    }
+}
+
+static bool same_meta(const pe_ps_hdr *a, const pe_ps_hdr *b) {
+    return a->dtype == b->dtype && a->ndim == b->ndim && !memcmp(a->dims, b->dims, sizeof a->dims);
+}
+
+/* Writes parts [from, parts) of sum_k g's gradient from trainer tr[k] x
+ * scale into the scope var g->name (sized by the first part's header when
+ * from is 0), on `threads` threads; every trainer's gradient has those
+ * parts, of the same meta. */
+static pe_status reduce_into(serve *s, grad_slot *g, const int *tr, int n, int from, int parts, double scale,
+                             int threads) {
+    const pe_ps_hdr *h = &g->held[tr[0]].parts[0].hdr;
     pe_tensor *t = pe_scope_find_var(s->scope, g->name);
     if (!t) return pe_error(PE_ERR_INTERNAL, "pserver %s: gradient var '%s' is not in the scope", s->ep, g->name);
-    PE_CHECK(pe_tensor_resize(t, h->dtype, h->ndim, h->dims, s->place));
-    const int64_t m = pe_tensor_numel(t);
-    if (h->dtype == PE_DTYPE_FP32 || h->dtype == PE_DTYPE_FP64) {
-        void *o = pe_tensor_data(t);
-        const int64_t tiles = (m + SUM_TILE - 1) / SUM_TILE;
-        const int nt = s->threads > 1 && m > 16 * SUM_TILE ? s->threads : 1;
-        if (nt == 1) {
-            sum_scaled(o, data, n, 0, m, h->dtype, scale);
-        } else {
-#pragma omp parallel for num_threads(nt) schedule(static)
-            for (int w = 0; w < nt; w++) {
-                const int64_t b = tiles * w / nt * SUM_TILE, e = tiles * (w + 1) / nt * SUM_TILE;
-                sum_scaled(o, data, n, b, e < m ? e : m, h->dtype, scale);
-            }
-        }
-    } else if (n == 1 && scale == 1.0) {
-        memcpy(pe_tensor_data(t), data[0], pe_tensor_nbytes(t));
-    } else {
+    if (from == 0) PE_CHECK(pe_tensor_resize(t, h->dtype, h->ndim, h->dims, s->place));
+    const bool fp = h->dtype == PE_DTYPE_FP32 || h->dtype == PE_DTYPE_FP64;
+    if (!fp && (n != 1 || scale != 1.0))
         return pe_error(PE_ERR_INVALID, "pserver %s: gradient '%s' is %s; only float32 / float64 gradients are summed",
                         s->ep, g->name, pe_dtype_name(h->dtype));
+    const size_t es = pe_dtype_size(h->dtype);
+    for (int p = from; p < parts; p++) {
+        const pe_ps_hdr *hp = &g->held[tr[0]].parts[p].hdr;
+        const uint64_t len = pe_ps_frame_bytes(hp);
+        char *o = (char *)pe_tensor_data(t) + hp->offset;
+        for (int k = 0; k < n; k++) s->data[k] = g->held[tr[k]].parts[p].data;
+        if (fp) sum_threads(threads, o, s->data, n, (int64_t)(len / es), h->dtype, scale);
+        else if (len) memcpy(o, s->data[0], len);
     }
     return PE_OK;
+}
+
+/* Sync mode, as parts arrive: sums the parts every live trainer has sent
+ * (in trainer order, x 1 / trainers: what try_step would write), so only
+ * the last parts are left when the barriers come. Nothing until every
+ * trainer has shown up; a float gradient only; any doubt (shapes that
+ * differ, a failure) leaves the work to try_step, which reports it. */
+static void sum_ahead(serve *s, grad_slot *g) {
+    if (g->sum_epoch != s->epoch) g->summed = 0, g->sum_epoch = s->epoch;
+    int n = 0, ready = INT32_MAX;
+    const pe_ps_hdr *h0 = NULL;
+    for (int t = 0; t < s->fanin; t++) {
+        if (s->state[t] == T_UNSEEN) return;
+        if (s->state[t] != T_ACTIVE) continue;
+        const held_grad *hg = &g->held[t];
+        if (!hg->n || (h0 && !same_meta(h0, &hg->parts[0].hdr))) return;
+        h0 = &hg->parts[0].hdr;
+        s->tr[n++] = t;
+        if (hg->n < ready) ready = hg->n;
+    }
+    if (!n || (h0->dtype != PE_DTYPE_FP32 && h0->dtype != PE_DTYPE_FP64) || (g->summed && g->sum_n != n)) return;
+    /* on the loop's thread alone: the others' cores move the parts still coming in */
+    if (ready > g->summed && reduce_into(s, g, s->tr, n, g->summed, ready, 1.0 / n, 1) == PE_OK)
+        g->summed = ready, g->sum_n = n;
 }
 
 static int live(const serve *s) {
@@ -218,9 +287,16 @@ static int live(const serve *s) {
     return n;
 }
 
+static void held_clear(held_grad *hg) {
+    for (int i = 0; i < hg->n; i++) pe_ps_event_release(&hg->parts[i]);
+    hg->n = 0, hg->got = 0, hg->seq = 0, hg->whole = false;
+}
+
+/* Drops what trainer t sent this step; sums made ahead may hold its parts. */
 static void drop_held(serve *s, int t) {
-    for (int i = 0; i < s->n_grads; i++) pe_ps_event_release(&s->grads[i].held[t]), s->grads[i].held[t].kind = 0;
+    for (int i = 0; i < s->n_grads; i++) held_clear(&s->grads[i].held[t]);
     s->barrier[t].kind = PE_PS_EV_NONE;
+    s->epoch++;
 }
 
 /* Sync mode: when every live trainer has sent its barrier, run the step. */
@@ -236,28 +312,26 @@ static pe_status try_step(serve *s) {
     if (!waiting) return PE_OK;
     pe_status st = PE_OK;
     int *bl = malloc(sizeof *bl * (size_t)(s->n_blocks + s->n_grads + 1));
-    const void **data = malloc(sizeof *data * (size_t)s->fanin);
     int nb = 0;
-    if (!bl || !data) st = pe_error(PE_ERR_NOMEM, "pserver %s: out of memory", s->ep);
+    if (!bl) st = pe_error(PE_ERR_NOMEM, "pserver %s: out of memory", s->ep);
     for (int i = 0; st == PE_OK && i < s->n_grads; i++) {
         grad_slot *g = &s->grads[i];
         int n = 0;
         const pe_ps_hdr *h = NULL;
-        int first_t = -1;
         for (int t = 0; t < s->fanin; t++)
-            if (g->held[t].kind == PE_PS_EV_REQUEST) {
-                if (h && (h->dtype != g->held[t].hdr.dtype || h->ndim != g->held[t].hdr.ndim ||
-                          memcmp(h->dims, g->held[t].hdr.dims, sizeof h->dims))) {
+            if (g->held[t].whole) {
+                if (h && !same_meta(h, &g->held[t].parts[0].hdr)) {
                     st = pe_error(PE_ERR_INVALID, "pserver %s: trainers sent gradient '%s' with different shapes "
-                                  "(trainer %d's differs from trainer %d's)", s->ep, g->name, t, first_t);
+                                  "(trainer %d's differs from trainer %d's)", s->ep, g->name, t, s->tr[0]);
                     break;
                 }
-                if (!h) first_t = t;
-                h = &g->held[t].hdr;
-                data[n++] = g->held[t].data;
+                h = &g->held[t].parts[0].hdr;
+                s->tr[n++] = t;
             }
         if (st != PE_OK || !n) continue;
-        st = reduce_into(s, g, h, data, n, 1.0 / n);
+        /* the parts summed ahead over these trainers stand (same set: no trainer came or went since) */
+        const int from = g->sum_epoch == s->epoch && g->sum_n == n ? g->summed : 0;
+        st = reduce_into(s, g, s->tr, n, from, g->held[s->tr[0]].n, 1.0 / n, s->threads);
         bool dup = false;
         for (int j = 0; j < nb; j++) dup |= bl[j] == g->block;
         if (!dup) bl[nb++] = g->block;
@@ -282,7 +356,6 @@ static pe_status try_step(serve *s) {
     }
     s->steps++;
     free(bl);
-    free(data);
     return st == PE_OK ? PE_OK : pe_error(st, "%s", msg);
 }
 
@@ -301,6 +374,7 @@ static pe_status on_lost(serve *s, int t, const char *why) {
 
 static pe_status on_send(serve *s, pe_ps_event *ev) {
     const pe_ps_hdr *h = &ev->hdr;
+    const int t = h->trainer_id;
     grad_slot *g = find_grad(s, h->name);
     if (!g) {
         reply_error(s, ev, "pserver %s has no gradient '%s' (grad_to_block_id names %d gradient(s), e.g. '%s')",
@@ -310,30 +384,56 @@ static pe_status on_send(serve *s, pe_ps_event *ev) {
     if (g->decl && !pe_var_meta_agrees(g->decl, h->dtype, h->ndim, h->dims)) {
         char a[128], b[128];
         reply_error(s, ev, "pserver %s: gradient '%s' from trainer %d is %s %s, the pserver program declares %s %s",
-                    s->ep, h->name, h->trainer_id, pe_dtype_name(h->dtype), pe_dims_str(h->ndim, h->dims, a, sizeof a),
+                    s->ep, h->name, t, pe_dtype_name(h->dtype), pe_dims_str(h->ndim, h->dims, a, sizeof a),
                     pe_dtype_name(g->decl->dtype), pe_dims_str(g->decl->ndim, g->decl->dims, b, sizeof b));
         return PE_OK;
     }
-    if (!s->sync) {
-        const void *d[1] = {ev->data};
-        pe_status st = reduce_into(s, g, h, d, 1, 1.0);
-        if (st == PE_OK) st = run_block(s, g->block);
-        if (st != PE_OK) {
-            pe_ps_reply_error(s->srv, ev, pe_last_error());
-            return st;
-        }
-        s->steps++;
-        pe_ps_reply_ack(s->srv, ev);
-        return PE_OK;
-    }
-    int t = h->trainer_id;
-    if (g->held[t].kind == PE_PS_EV_REQUEST) {
+    held_grad *hg = &g->held[t];
+    if (h->offset == 0 && hg->whole) {
         reply_error(s, ev, "pserver %s: trainer %d sent gradient '%s' twice in one step", s->ep, t, h->name);
         return PE_OK;
     }
-    pe_ps_reply_ack(s->srv, ev);
-    g->held[t] = *ev; /* keeps the data frame */
+    if (h->offset == 0 ? hg->n > 0
+                       : !hg->n || hg->whole || hg->seq != h->seq || h->offset != hg->got ||
+                             !same_meta(h, &hg->parts[0].hdr)) {
+        reply_error(s, ev, "pserver %s: trainer %d sent the part of gradient '%s' at byte %llu (request %u) where %s",
+                    s->ep, t, h->name, (unsigned long long)h->offset, h->seq,
+                    !hg->n ? "no part of it had come" : hg->whole ? "all of it had come" : "another part was next");
+        if (hg->n && !hg->whole) held_clear(hg), s->epoch++;
+        return PE_OK;
+    }
+    if (hg->n == hg->cap) {
+        const int cap = hg->cap ? 2 * hg->cap : 8;
+        pe_ps_event *np = realloc(hg->parts, sizeof *np * (size_t)cap);
+        if (!np) {
+            reply_error(s, ev, "pserver %s: out of memory holding gradient '%s' from trainer %d", s->ep, h->name, t);
+            if (hg->n) held_clear(hg), s->epoch++;
+            return PE_OK;
+        }
+        hg->parts = np, hg->cap = cap;
+    }
+    hg->seq = h->seq;
+    hg->parts[hg->n++] = *ev; /* keeps the data frame */
     ev->msg_ = NULL;
+    hg->got += pe_ps_frame_bytes(h);
+    hg->whole = hg->got == h->nbytes;
+    if (s->sync) {
+        if (hg->whole) pe_ps_reply_ack(s->srv, ev);
+        sum_ahead(s, g);
+        return PE_OK;
+    }
+    if (!hg->whole) return PE_OK;
+    /* async: the gradient's update runs as it arrives, unscaled */
+    s->tr[0] = t;
+    pe_status st = reduce_into(s, g, s->tr, 1, 0, hg->n, 1.0, s->threads);
+    held_clear(hg);
+    if (st == PE_OK) st = run_block(s, g->block);
+    if (st != PE_OK) {
+        pe_ps_reply_error(s->srv, ev, pe_last_error());
+        return st;
+    }
+    s->steps++;
+    pe_ps_reply_ack(s->srv, ev);
     return PE_OK;
 }
 
@@ -360,6 +460,8 @@ static pe_status on_request(serve *s, pe_ps_event *ev) {
                     t);
         return PE_OK;
     }
+    if (ev->hdr.type == PE_PS_SEND && ev->hdr.offset && s->refused[t] == ev->hdr.seq + 1u)
+        return PE_OK; /* a part of a SEND answered with ERROR already */
     if (s->state[t] == T_DONE || s->state[t] == T_LOST) {
         reply_error(s, ev, "pserver %s: trainer %d has %s", s->ep, t,
                     s->state[t] == T_DONE ? "already left (exe.close())" : "been dropped as lost");
@@ -420,7 +522,10 @@ static pe_status setup(serve *s, const pe_op *op) {
     s->state = calloc((size_t)s->fanin, sizeof *s->state);
     s->barrier = calloc((size_t)s->fanin, sizeof *s->barrier);
     s->bex = calloc((size_t)nb, sizeof *s->bex);
-    if (!s->grads || !s->state || !s->barrier || !s->bex) return pe_error(PE_ERR_NOMEM, "pserver %s: out of memory", ep);
+    s->refused = calloc((size_t)s->fanin, sizeof *s->refused);
+    s->tr = calloc((size_t)s->fanin, sizeof *s->tr);
+    s->data = calloc((size_t)s->fanin, sizeof *s->data);
+    if (!s->grads || !s->state || !s->barrier || !s->bex || !s->refused || !s->tr || !s->data) return pe_error(PE_ERR_NOMEM, "pserver %s: out of memory", ep);
     for (int i = 0; i < s->n_grads; i++) {
         grad_slot *g = &s->grads[i];
         const char *e = a->strings[i], *colon = strrchr(e, ':');
@@ -451,12 +556,15 @@ static pe_status setup(serve *s, const pe_op *op) {
 
 static void teardown(serve *s) {
     for (int i = 0; s->grads && i < s->n_grads; i++) {
-        for (int t = 0; s->grads[i].held && t < s->fanin; t++) pe_ps_event_release(&s->grads[i].held[t]);
+        for (int t = 0; s->grads[i].held && t < s->fanin; t++) {
+            held_clear(&s->grads[i].held[t]);
+            free(s->grads[i].held[t].parts);
+        }
         free(s->grads[i].held);
         free((char *)s->grads[i].name);
     }
     for (int b = 0; s->bex && b < s->prog->n_blocks; b++) pe_executor_free(s->bex[b]);
-    free(s->grads), free(s->state), free(s->barrier), free(s->bex);
+    free(s->grads), free(s->state), free(s->barrier), free(s->bex), free(s->refused), free(s->tr), free((void *)s->data);
     pe_ps_server_free(s->srv);
 }
 

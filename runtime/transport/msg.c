@@ -5,7 +5,7 @@
  *
  *     off  size  field
  *       0     4  magic "PEPS"
- *       4     2  version (2)
+ *       4     2  version (3)
  *       6     2  type (pe_ps_type)
  *       8     4  trainer id (int32, >= 0)
  *      12     4  sequence number
@@ -13,14 +13,15 @@
  *      20     4  rank (0..8)
  *      24    64  dims (8 x int64; unused ones 0)
  *      88     8  data length (the whole tensor's bytes; ERROR: the text's)
- *      96     8  part offset (VALUE: a multiple of PE_PS_PART below the
- *                data length, or 0; every other type: 0)
+ *      96     8  part offset (SEND, VALUE: a multiple of PE_PS_PART below
+ *                the data length, or 0; every other type: 0)
  *     104     n  name (n = frame length - 104, <= 1024; printable ASCII)
  *
  * A decoder trusts nothing: every field is range-checked, the data length
  * must equal numel x dtype size for SEND / VALUE (no overflow), and an error
  * says which field was wrong and its value. The data frame that follows
- * carries pe_ps_frame_bytes(h): the whole length, or a VALUE's part.
+ * carries pe_ps_frame_bytes(h): a SEND's or VALUE's part (at most
+ * PE_PS_PART bytes from the offset), an ERROR's whole text.
  */
 #include "runtime/transport/transport.h"
 
@@ -115,8 +116,8 @@ pe_status pe_ps_hdr_decode(const void *buf, size_t len, pe_ps_hdr *h) {
     h->name[n] = 0;
     if ((h->type == PE_PS_SEND || h->type == PE_PS_GET || h->type == PE_PS_VALUE) && n == 0)
         return pe_error(PE_ERR_INVALID, "%s without a var name", pe_ps_type_name(h->type));
-    if (h->type != PE_PS_VALUE && h->offset != 0)
-        return pe_error(PE_ERR_INVALID, "%s '%s' has a part offset of %llu; only a VALUE comes in parts",
+    if (!has_tensor(h->type) && h->offset != 0)
+        return pe_error(PE_ERR_INVALID, "%s '%s' has a part offset of %llu; only a SEND or a VALUE comes in parts",
                         pe_ps_type_name(h->type), h->name, (unsigned long long)h->offset);
     if (!has_tensor(h->type)) {
         if (h->type != PE_PS_ERROR && h->nbytes != 0)
@@ -152,14 +153,14 @@ pe_status pe_ps_hdr_decode(const void *buf, size_t len, pe_ps_hdr *h) {
                         pe_ps_type_name(h->type), h->name, (unsigned long long)h->nbytes, pe_dtype_name(h->dtype),
                         (unsigned long long)numel);
     if (h->offset % PE_PS_PART || (h->offset && h->offset >= h->nbytes))
-        return pe_error(PE_ERR_INVALID, "VALUE '%s': part offset %llu is not a multiple of %llu below its %llu "
-                        "bytes", h->name, (unsigned long long)h->offset, (unsigned long long)PE_PS_PART,
-                        (unsigned long long)h->nbytes);
+        return pe_error(PE_ERR_INVALID, "%s '%s': part offset %llu is not a multiple of %llu below its %llu bytes",
+                        pe_ps_type_name(h->type), h->name, (unsigned long long)h->offset,
+                        (unsigned long long)PE_PS_PART, (unsigned long long)h->nbytes);
     return PE_OK;
 }
 
 uint64_t pe_ps_frame_bytes(const pe_ps_hdr *h) {
-    if (h->type != PE_PS_VALUE) return h->nbytes;
+    if (!has_tensor(h->type)) return h->nbytes;
     const uint64_t left = h->nbytes - h->offset;
     return left < PE_PS_PART ? left : PE_PS_PART;
 }

@@ -20,8 +20,9 @@
  * sequence number, dtype, rank, dims, data length, part offset, name — and
  * for tensor messages one data frame with the raw bytes (sent zero-copy:
  * ZeroMQ reads the tensor's buffer; pe_ps_send waits until it is done with
- * it). A VALUE of more than PE_PS_PART bytes comes as several such
- * messages, one per part, in order. A
+ * it). A SEND or VALUE of more than PE_PS_PART bytes comes as several
+ * such messages, one per part, in order, all with the request's sequence
+ * number; a SEND is answered once, after its last part. A
  * ROUTER socket at the pserver; one DEALER per (trainer process, pserver).
  * Replies: ACK, VALUE (GET's tensor) or ERROR (the server's message, which
  * the trainer raises naming the endpoint).
@@ -54,17 +55,18 @@ extern "C" {
 #endif
 
 #define PE_PS_MAGIC 0x53504550u  /* "PEPS" little-endian */
-#define PE_PS_VERSION 2
+#define PE_PS_VERSION 3
 #define PE_PS_MAX_NAME 1024
 #define PE_PS_MAX_DIMS 8
 #define PE_PS_MAX_MSG (1024 + 104)  /* header frame bound: fixed part + name */
-/* A VALUE larger than this goes as several messages, each one header and
- * one data frame of at most PE_PS_PART bytes, in order (offsets 0, PART,
- * 2 PART, ...). ZeroMQ hands a message to the receiver only once all of it
- * has arrived, into one fresh buffer of its size: a 40 MB parameter in one
- * piece landed in memory the kernel had to map and zero each time (glibc
- * maps allocations over 32 MB anew), then was copied into the tensor
- * after the whole transfer. In parts, each is copied into the tensor as it
+/* A SEND or VALUE larger than this goes as several messages, each one
+ * header and one data frame of at most PE_PS_PART bytes, in order (offsets
+ * 0, PART, 2 PART, ...). ZeroMQ hands a message to the receiver only once
+ * all of it has arrived, into one fresh buffer of its size: a 40 MB
+ * parameter in one piece landed in memory the kernel had to map and zero
+ * each time (glibc maps allocations over 32 MB anew), then was copied into
+ * the tensor after the whole transfer. In parts, each is copied into the
+ * tensor (VALUE) or summed over the trainers (SEND, sync mode) as it
  * arrives, while the next is on the wire, through buffers glibc reuses. */
 #define PE_PS_PART ((uint64_t)1 << 20)
 /* Largest data frame (16 GiB). The pserver's ROUTER refuses (drops the
@@ -98,8 +100,8 @@ typedef struct pe_ps_hdr {
     int ndim;
     int64_t dims[PE_PS_MAX_DIMS];
     uint64_t nbytes;            /* bytes of the tensor (SEND, VALUE) or the text (ERROR); 0: none */
-    uint64_t offset;            /* VALUE: where this message's data frame starts in the tensor's bytes
-                                   (a multiple of PE_PS_PART); 0 for every other type */
+    uint64_t offset;            /* SEND, VALUE: where this message's data frame starts in the tensor's
+                                   bytes (a multiple of PE_PS_PART); 0 for every other type */
     char name[PE_PS_MAX_NAME + 1];
 } pe_ps_hdr;
 
@@ -112,8 +114,8 @@ size_t pe_ps_hdr_encode(const pe_ps_hdr *h, unsigned char *buf);
 pe_status pe_ps_hdr_decode(const void *buf, size_t len, pe_ps_hdr *h);
 /* h's tensor meta from t (dtype, dims, nbytes). */
 pe_status pe_ps_hdr_set_tensor(pe_ps_hdr *h, const pe_tensor *t);
-/* Bytes of the data frame that goes with a decoded header: nbytes, or for
- * a VALUE the part at h->offset (at most PE_PS_PART). */
+/* Bytes of the data frame that goes with a decoded header: for a SEND or
+ * VALUE the part at h->offset (at most PE_PS_PART), for an ERROR nbytes. */
 uint64_t pe_ps_frame_bytes(const pe_ps_hdr *h);
 
 /* ---- trainer side --------------------------------------------------- */
@@ -125,7 +127,7 @@ typedef struct pe_ps_client pe_ps_client;
  * the same process is an error. */
 pe_status pe_ps_client_get(int trainer_id, pe_ps_client **out);
 /* Sends tensors[i] as var names[i] to endpoint eps[i] ("ip:port"), all at
- * once, then waits for every receipt. */
+ * once (in parts, zero-copy), then waits for every receipt. */
 pe_status pe_ps_send(pe_ps_client *c, int n, const char *const *eps, const char *const *names,
                      const pe_tensor *const *tensors);
 /* Fetches var names[i] from eps[i] into outs[i] (resized on place). */

@@ -212,7 +212,25 @@ static void free_retained(void *data, void *hint) {
     pe_buffer_release((pe_buffer *)hint);
 }
 
-/* Sends one request; t (may be NULL) goes as a zero-copy data frame. */
+/* The last frame: len bytes at part of t's buffer, which ZeroMQ holds (a
+ * reference) until sent. 0, -1 (send failed: errno) or -2 (no memory). */
+static int send_shared(void *sock, const char *part, size_t len, const pe_tensor *t) {
+    zmq_msg_t m;
+    pe_buffer_retain(t->buf);
+    if (zmq_msg_init_data(&m, (void *)part, len, free_retained, t->buf) != 0) {
+        pe_buffer_release(t->buf);
+        return -2;
+    }
+    if (zmq_msg_send(&m, sock, 0) < 0) {
+        zmq_msg_close(&m);
+        return -1;
+    }
+    return 0;
+}
+
+/* Sends one request; t (may be NULL) goes as zero-copy data frames, one
+ * message per part of at most PE_PS_PART bytes (transport.h), all with
+ * the request's sequence number. */
 static pe_status conn_send(pe_ps_client *c, conn *k, int type, const char *name, const pe_tensor *t, uint32_t *seq) {
     pe_ps_hdr h;
     memset(&h, 0, sizeof h);
@@ -225,24 +243,18 @@ static pe_status conn_send(pe_ps_client *c, conn *k, int type, const char *name,
         return pe_error(PE_ERR_INVALID, "pserver %s: var '%s' is %llu bytes; one message carries at most %lld "
                         "(split it into blocks: DistributeTranspiler's slice_var_up)", k->ep, h.name,
                         (unsigned long long)h.nbytes, (long long)PE_PS_MAX_DATA);
-    unsigned char buf[PE_PS_MAX_MSG];
-    size_t n = pe_ps_hdr_encode(&h, buf);
-    bool data = t && h.nbytes > 0;
-    if (send_frame(k->sock, buf, n, data ? ZMQ_SNDMORE : 0) != 0)
-        return pe_error(PE_ERR_IO, "pserver %s: sending %s '%s': %s", k->ep, pe_ps_type_name(type), h.name,
-                        zmq_strerror(errno));
-    if (data) {
-        zmq_msg_t m;
-        pe_buffer_retain(t->buf);
-        if (zmq_msg_init_data(&m, pe_tensor_data(t), h.nbytes, free_retained, t->buf) != 0) {
-            pe_buffer_release(t->buf);
-            return pe_error(PE_ERR_NOMEM, "pserver %s: out of memory sending '%s'", k->ep, h.name);
-        }
-        if (zmq_msg_send(&m, k->sock, 0) < 0) {
-            zmq_msg_close(&m);
-            return pe_error(PE_ERR_IO, "pserver %s: sending '%s': %s", k->ep, h.name, zmq_strerror(errno));
-        }
-    }
+    do {
+        unsigned char buf[PE_PS_MAX_MSG];
+        const size_t n = pe_ps_hdr_encode(&h, buf);
+        const uint64_t len = t ? pe_ps_frame_bytes(&h) : 0;
+        if (send_frame(k->sock, buf, n, len ? ZMQ_SNDMORE : 0) != 0)
+            return pe_error(PE_ERR_IO, "pserver %s: sending %s '%s': %s", k->ep, pe_ps_type_name(type), h.name,
+                            zmq_strerror(errno));
+        const int rc = len ? send_shared(k->sock, (const char *)pe_tensor_data(t) + h.offset, len, t) : 0;
+        if (rc == -2) return pe_error(PE_ERR_NOMEM, "pserver %s: out of memory sending '%s'", k->ep, h.name);
+        if (rc != 0) return pe_error(PE_ERR_IO, "pserver %s: sending '%s': %s", k->ep, h.name, zmq_strerror(errno));
+        h.offset += len;
+    } while (t && h.offset < h.nbytes);
     return PE_OK;
 }
 
@@ -620,22 +632,6 @@ static pe_status reply_failed(const pe_ps_server *s, const pe_ps_event *ev, cons
                         zmq_strerror(errno));
     return pe_error(PE_ERR_IO, "pserver %s: replying to trainer %d: %s", s->ep, ev->hdr.trainer_id,
                     zmq_strerror(errno));
-}
-
-/* The last frame: len bytes at part of t's buffer, which ZeroMQ holds (a
- * reference) until sent. 0, -1 (send failed: errno) or -2 (no memory). */
-static int send_shared(void *sock, const char *part, size_t len, const pe_tensor *t) {
-    zmq_msg_t m;
-    pe_buffer_retain(t->buf);
-    if (zmq_msg_init_data(&m, (void *)part, len, free_retained, t->buf) != 0) {
-        pe_buffer_release(t->buf);
-        return -2;
-    }
-    if (zmq_msg_send(&m, sock, 0) < 0) {
-        zmq_msg_close(&m);
-        return -1;
-    }
-    return 0;
 }
 
 /* share: t's buffer goes as zero-copy data frames (retained until ZeroMQ

@@ -9,7 +9,7 @@
  * status is PE_OK or PE_ERR_INVALID with a printable message; what decodes
  * has a known type, a trainer id >= 0, a terminated printable name of at
  * most PE_PS_MAX_NAME bytes, and for SEND / VALUE a PE dtype, a rank <= 8,
- * dims >= 0 and nbytes = numel x dtype size; a part offset only on a VALUE,
+ * dims >= 0 and nbytes = numel x dtype size; a part offset only on a SEND or VALUE,
  * a multiple of PE_PS_PART inside its bytes, the part's frame inside them
  * too; re-encoding it gives the input
  * back byte for byte, except the bytes decode does not read (dims past the
@@ -57,9 +57,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     /* a part: a whole one, or the tensor's last bytes */
     const uint64_t f = pe_ps_frame_bytes(&h);
-    if (h.type != PE_PS_VALUE ? h.offset != 0 || f != h.nbytes
-                              : h.offset % PE_PS_PART || (h.offset && h.offset >= h.nbytes) || f > PE_PS_PART ||
-                                    (f != PE_PS_PART && h.offset + f != h.nbytes) || h.offset + f > h.nbytes)
+    const bool tensor = h.type == PE_PS_SEND || h.type == PE_PS_VALUE;
+    if (!tensor ? h.offset != 0 || f != h.nbytes
+                : h.offset % PE_PS_PART || (h.offset && h.offset >= h.nbytes) || f > PE_PS_PART ||
+                      (f != PE_PS_PART && h.offset + f != h.nbytes) || h.offset + f > h.nbytes)
         abort();
 
     /* re-encoded: the input's bytes, except those the decoder does not read

@@ -519,10 +519,10 @@ class _Zmq:
 
 
 def _ps_header(type_, trainer_id, name, dtype=0, dims=(), nbytes=0, seq=1, offset=0):
-    """A header frame as runtime/transport/msg.c lays it out (protocol version 2)."""
+    """A header frame as runtime/transport/msg.c lays it out (protocol version 3)."""
     import struct
     d = list(dims) + [0] * (8 - len(dims))
-    return struct.pack("<4sHHIIII8qQQ", b"PEPS", 2, type_, trainer_id, seq, dtype, len(dims), *d, nbytes,
+    return struct.pack("<4sHHIIII8qQQ", b"PEPS", 3, type_, trainer_id, seq, dtype, len(dims), *d, nbytes,
                        offset) + name
 
 
@@ -553,9 +553,11 @@ def test_foreign_clients_are_ignored(tmp_path):
                 ((_ps_header(1, 0, b"fc_0.w_0@GRAD.block0", dtype=0, dims=(4,), nbytes=16), b"1234567"),
                  "data frame has 7"),
                 ((_ps_header(99, 0, b""),), "unknown message type 99"),
-                # only a VALUE (a reply) comes in parts
-                ((_ps_header(1, 0, b"fc_0.w_0@GRAD.block0", dtype=0, dims=(4,), nbytes=16, offset=8), bytes(16)),
-                 "has a part offset of 8; only a VALUE comes in parts"),
+                # parts: a SEND's at multiples of 1 MiB (transport.h: PE_PS_PART); a GET has none
+                ((_ps_header(1, 0, b"fc_0.w_0@GRAD.block0", dtype=0, dims=(4,), nbytes=16, offset=8), bytes(8)),
+                 "SEND 'fc_0.w_0@GRAD.block0': part offset 8 is not a multiple of 1048576 below its 16 bytes"),
+                ((_ps_header(2, 0, b"fc_0.w_0", offset=8),),
+                 "GET 'fc_0.w_0' has a part offset of 8; only a SEND or a VALUE comes in parts"),
             ]
             for frames, why in bad:
                 z.send(*frames)

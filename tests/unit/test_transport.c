@@ -137,7 +137,14 @@ static void test_hdr_round_trip(void **state) {
         assert_int_equal(pe_ps_frame_bytes(&d), want_len[part]);
     }
     h = tensor_hdr(PE_PS_SEND, "g", PE_DTYPE_FP32, 1, (int64_t[]){(int64_t)PE_PS_PART}); /* 4 parts' worth */
-    assert_int_equal(pe_ps_frame_bytes(&h), 4 * PE_PS_PART);                              /* a SEND is whole */
+    assert_int_equal(pe_ps_frame_bytes(&h), PE_PS_PART);                                  /* a SEND's too */
+    h.offset = 3 * PE_PS_PART;
+    n = pe_ps_hdr_encode(&h, buf);
+    assert_int_equal(pe_ps_hdr_decode(buf, n, &d), PE_OK);
+    assert_int_equal(d.offset, 3 * PE_PS_PART);
+    pe_ps_hdr er = tensor_hdr(PE_PS_ERROR, "", PE_DTYPE_FP32, 0, NULL);
+    er.nbytes = 2 * PE_PS_PART; /* not a tensor: its frame is nbytes */
+    assert_int_equal(pe_ps_frame_bytes(&er), 2 * PE_PS_PART);
     /* pe_ps_hdr_set_tensor: meta from a tensor; rank 9 is refused */
     pe_tensor *t = tu_tensor(PE_DTYPE_FP32, 2, (int64_t[]){3, 2}, NULL);
     h = tensor_hdr(PE_PS_SEND, "x", PE_DTYPE_INT64, 0, NULL);
@@ -216,7 +223,7 @@ static void test_hdr_rejects(void **state) {
     e.type = PE_PS_ERROR;
     expect_reject(&s, e_short, "header frame of 7 bytes is shorter than the 104-byte fixed part", NULL);
     expect_reject(&s, e_magic, "does not start with \"PEPS\"", "bytes 58 45 50 53");
-    expect_reject(&s, e_version, "protocol version 1, this PE speaks 2", NULL);
+    expect_reject(&s, e_version, "protocol version 1, this PE speaks 3", NULL);
     expect_reject(&s, e_type, "unknown message type 9", NULL);
     expect_reject(&s, e_type_hi, "unknown message type 257", NULL);
     expect_reject(&s, e_tid, "trainer id 2147483648 is negative", NULL);
@@ -245,9 +252,10 @@ static void test_hdr_rejects(void **state) {
     ack.type = PE_PS_ACK;
     expect_reject(&ack, e_nbytes100, "ACK '' announces a 100-byte data frame", NULL);
     expect_reject(&e, e_error_long, "ERROR message of 65537 bytes (at most 65536)", NULL);
-    /* part offsets: a VALUE's only, multiples of PE_PS_PART inside the tensor */
-    expect_reject(&s, e_offset5, "SEND 'w@GRAD' has a part offset of 5; only a VALUE comes in parts", NULL);
-    expect_reject(&g, e_offset5, "GET 'w' has a part offset of 5", NULL);
+    /* part offsets: a SEND's or VALUE's only, multiples of PE_PS_PART inside the tensor */
+    expect_reject(&s, e_offset5, "SEND 'w@GRAD': part offset 5 is not a multiple of 1048576 below its 96 bytes", NULL);
+    expect_reject(&g, e_offset5, "GET 'w' has a part offset of 5; only a SEND or a VALUE comes in parts", NULL);
+    expect_reject(&b, e_offset5, "SEND_BARRIER '' has a part offset of 5", NULL);
     pe_ps_hdr v = tensor_hdr(PE_PS_VALUE, "w", PE_DTYPE_FP32, 1, (int64_t[]){(int64_t)(3 * PE_PS_PART / 4)});
     expect_reject(&v, e_offset5, "VALUE 'w': part offset 5 is not a multiple of 1048576 below its 3145728 bytes",
                   NULL);
@@ -273,6 +281,7 @@ typedef struct srv_thread {
     int start_delay_ms;   /* bind the server only after this (port of ep) */
     /* what came (under mu) */
     int n_requests, n_bad, n_lost, n_complete, n_barriers;
+    int n_parts;          /* messages of the last SEND (one per part) */
     pe_ps_hdr last;
     unsigned char *last_data;
     size_t last_len;
@@ -301,16 +310,23 @@ static void *srv_main(void *arg) {
         }
         pthread_mutex_lock(&t->mu);
         bool die = false;
-        if (ev.kind == PE_PS_EV_REQUEST) {
-            t->n_requests++;
+        /* a SEND's parts are put together; it is one request, answered after its last part */
+        const uint64_t flen = ev.kind == PE_PS_EV_REQUEST ? pe_ps_frame_bytes(&ev.hdr) : 0;
+        const bool whole = ev.hdr.type != PE_PS_SEND || ev.hdr.offset + flen >= ev.hdr.nbytes;
+        if (ev.kind == PE_PS_EV_REQUEST && ev.hdr.offset == 0) {
             t->last = ev.hdr;
             free(t->last_data);
-            t->last_data = NULL;
+            t->last_data = ev.hdr.nbytes ? malloc(ev.hdr.nbytes) : NULL;
             t->last_len = ev.hdr.nbytes;
-            if (ev.hdr.nbytes) {
-                t->last_data = malloc(ev.hdr.nbytes);
-                memcpy(t->last_data, ev.data, ev.hdr.nbytes);
-            }
+            t->n_parts = 0;
+        }
+        if (ev.kind == PE_PS_EV_REQUEST) {
+            if (flen && t->last_data && ev.hdr.offset + flen <= t->last_len)
+                memcpy(t->last_data + ev.hdr.offset, ev.data, flen);
+            t->n_parts++;
+        }
+        if (ev.kind == PE_PS_EV_REQUEST && whole) {
+            t->n_requests++;
             switch (ev.hdr.type) {
             case PE_PS_SEND:
                 if (!strcmp(ev.hdr.name, "refused")) pe_ps_reply_error(t->s, &ev, "no gradient 'refused' here");
@@ -435,6 +451,9 @@ static void test_client_server(void **state) {
     send_one(c, t, "ids", i64);
     send_one(c, t, "empty@GRAD", empty);
     send_one(c, t, "big@GRAD", big);
+    pthread_mutex_lock(&t->mu);
+    assert_int_equal(t->n_parts, 8); /* 8 MB: 8 parts of PE_PS_PART, one reply */
+    pthread_mutex_unlock(&t->mu);
 
     /* several at once to one endpoint: every receipt awaited */
     const char *eps3[3] = {t->ep, t->ep, t->ep}, *names3[3] = {"a", "b", "c"};
@@ -666,6 +685,16 @@ static size_t enc(unsigned char *buf, int type, int tid, const char *name, int n
     h.trainer_id = tid;
     h.seq = 42;
     if (type != PE_PS_SEND && type != PE_PS_VALUE) h.nbytes = 0;
+    return pe_ps_hdr_encode(&h, buf);
+}
+
+/* A SEND part of a float32 tensor of dims [2] from trainer tid. */
+static size_t enc_part(unsigned char *buf, int tid, uint32_t seq, const char *name, const int64_t *dims,
+                       uint64_t offset) {
+    pe_ps_hdr h = tensor_hdr(PE_PS_SEND, name, PE_DTYPE_FP32, 2, dims);
+    h.trainer_id = tid;
+    h.seq = seq;
+    h.offset = offset;
     return pe_ps_hdr_encode(&h, buf);
 }
 
@@ -911,9 +940,10 @@ static void test_pserver_loop(void **state) {
     char ep[256];
     free_endpoint(ep, sizeof ep);
     pe_program *p = pe_program_new();
-    /* 90,300 elements: 22 whole tiles of the pserver's sum and a partial one, on 2 threads */
-    enum { N = 300 * 301 };
-    const int64_t wd[2] = {300, 301};
+    /* 360,600 elements: two parts on the wire (PE_PS_PART), 88 whole tiles of
+     * the pserver's sum and a partial one, on 2 threads */
+    enum { N = 600 * 601 };
+    const int64_t wd[2] = {600, 601};
     pe_var *w = pe_block_add_var(&p->blocks[0], "w", PE_DTYPE_FP32, 2, wd);
     w->persistable = w->is_parameter = true;
     pe_block_add_var(&p->blocks[0], "w@GRAD", PE_DTYPE_FP32, 2, wd);
@@ -949,22 +979,28 @@ static void test_pserver_loop(void **state) {
     assert_int_equal(pe_ps_client_get(0, &c), PE_OK);
     const char *eps[1] = {ep}, *gn[1] = {"w@GRAD"}, *wn[1] = {"w"};
     pe_tensor *gt0 = tu_tensor(PE_DTYPE_FP32, 2, wd, g0), *gt1 = tu_tensor(PE_DTYPE_FP32, 2, wd, g1);
+    const char *g1b = pe_tensor_data(gt1);
+    const size_t last = N * sizeof(float) - PE_PS_PART; /* bytes of the second part */
+    /* trainer 1's first part, then trainer 0's gradient, then trainer 1's
+     * second part: the loop sums each part once both trainers' are in */
+    void *ctx = zmq_ctx_new();
+    void *d = raw_dealer(ctx, ep);
+    unsigned char hb[PE_PS_MAX_MSG];
+    size_t n = enc_part(hb, 1, 42, "w@GRAD", wd, 0);
+    raw_send(d, 2, (const void *[]){hb, g1b}, (size_t[]){n, PE_PS_PART});
     const pe_tensor *ts[1] = {gt0};
     if (pe_ps_send(c, 1, eps, gn, ts) != PE_OK) fail_msg("%s", pe_last_error());
     /* a gradient with the wrong shape is refused by the loop */
     pe_tensor *wrong = tu_tensor(PE_DTYPE_FP32, 1, (int64_t[]){5}, NULL);
     ts[0] = wrong;
     assert_int_equal(pe_ps_send(c, 1, eps, gn, ts), PE_ERR_INVALID);
-    tu_assert_error_has("declares float32 [300, 301]", ep, NULL);
-    void *ctx = zmq_ctx_new();
-    void *d = raw_dealer(ctx, ep);
-    unsigned char hb[PE_PS_MAX_MSG];
-    size_t n = enc(hb, PE_PS_SEND, 1, "w@GRAD", 2, wd);
-    raw_send(d, 2, (const void *[]){hb, pe_tensor_data(gt1)}, (size_t[]){n, N * sizeof(float)});
+    tu_assert_error_has("declares float32 [600, 601]", ep, NULL);
+    n = enc_part(hb, 1, 42, "w@GRAD", wd, PE_PS_PART);
+    raw_send(d, 2, (const void *[]){hb, g1b + PE_PS_PART}, (size_t[]){n, last});
     pe_ps_hdr h;
     char text[1024];
-    raw_reply(d, &h, text, sizeof text);
-    if (h.type != PE_PS_ACK) fail_msg("trainer 1's SEND: %s", text);
+    raw_reply(d, &h, text, sizeof text); /* one reply for the two parts */
+    if (h.type != PE_PS_ACK || h.seq != 42) fail_msg("trainer 1's SEND: %s", text);
     n = enc(hb, PE_PS_SEND_BARRIER, 1, "", 0, NULL);
     raw_send(d, 1, (const void *[]){hb}, (size_t[]){n});
     /* trainer 0's barrier: the step runs when both are in */
@@ -984,18 +1020,44 @@ static void test_pserver_loop(void **state) {
     tu_assert_dims(got, 2, wd);
     if (memcmp(pe_tensor_data(got), want, N * sizeof *want)) fail_msg("the update is not sgd on the mean, bit for bit");
     assert_int_equal(pe_ps_barrier(c, PE_PS_FETCH_BARRIER, 1, eps), PE_OK);
-    /* both leave: the loop returns PE_OK */
-    n = enc(hb, PE_PS_COMPLETE, 1, "", 0, NULL);
+
+    /* step 2: trainer 1's first part is summed with trainer 0's gradient,
+     * then trainer 1 breaks the parts rule (refused once; the rest of that
+     * SEND is dropped unanswered) and is lost: the step is trainer 0's
+     * gradient alone, the part summed ahead redone */
+    ts[0] = gt0;
+    if (pe_ps_send(c, 1, eps, gn, ts) != PE_OK) fail_msg("%s", pe_last_error());
+    n = enc_part(hb, 1, 50, "w@GRAD", wd, 0);
+    raw_send(d, 2, (const void *[]){hb, g1b}, (size_t[]){n, PE_PS_PART});
+    n = enc_part(hb, 1, 51, "w@GRAD", wd, PE_PS_PART); /* the second part under another request */
+    raw_send(d, 2, (const void *[]){hb, g1b + PE_PS_PART}, (size_t[]){n, last});
+    raw_reply(d, &h, text, sizeof text);
+    assert_int_equal(h.type, PE_PS_ERROR);
+    assert_int_equal(h.seq, 51);
+    assert_has(text, "trainer 1 sent the part of gradient 'w@GRAD' at byte 1048576 (request 51) where another part "
+               "was next");
+    raw_send(d, 2, (const void *[]){hb, g1b + PE_PS_PART}, (size_t[]){n, last}); /* again: no reply */
+    n = enc(hb, PE_PS_FETCH_BARRIER, 1, "", 0, NULL);
     raw_send(d, 1, (const void *[]){hb}, (size_t[]){n});
     raw_reply(d, &h, text, sizeof text);
-    assert_int_equal(h.type, PE_PS_ACK);
+    if (h.type != PE_PS_ACK) fail_msg("the reply after the dropped part: %s %s", pe_ps_type_name(h.type), text);
+    zmq_close(d); /* lost */
+    if (pe_ps_barrier(c, PE_PS_SEND_BARRIER, 1, eps) != PE_OK) fail_msg("%s", pe_last_error());
+    if (pe_ps_get(c, 1, eps, wn, &got, pe_place_cpu(0)) != PE_OK) fail_msg("%s", pe_last_error());
+    for (int i = 0; i < N; i++) {
+        volatile float step = 0.5f * f0[i];
+        want[i] -= step;
+    }
+    if (memcmp(pe_tensor_data(got), want, N * sizeof *want))
+        fail_msg("step 2 is not sgd on trainer 0's gradient alone, bit for bit");
+    assert_int_equal(pe_ps_barrier(c, PE_PS_FETCH_BARRIER, 1, eps), PE_OK);
+    /* trainer 0 leaves (trainer 1 was lost): the loop returns PE_OK */
     close_client();
     pthread_join(th, NULL);
     if (r.st != PE_OK) fail_msg("the pserver loop: %s", r.err);
     if (memcmp(pe_tensor_data(pe_scope_find_var(r.scope, "w")), want, N * sizeof *want))
         fail_msg("the pserver's w is not the value it served");
     unsetenv("PE_PS_CONNECT_TIMEOUT");
-    zmq_close(d);
     zmq_ctx_term(ctx);
     pe_tensor_free(wt), pe_tensor_free(lt), pe_tensor_free(gt0), pe_tensor_free(gt1), pe_tensor_free(wrong);
     pe_tensor_free(got);
