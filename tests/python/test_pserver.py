@@ -235,6 +235,30 @@ def test_sync_matches_one_process(tmp_path, opt, trainers, slice_):
     np.testing.assert_allclose(np.mean([r["losses"] for r in results], axis=0), ref_losses, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("opt,trainers,slice_", [("sgd", 3, False), ("momentum", 2, True)])
+def test_sync_with_gradients_of_several_parts_matches_one_process(tmp_path, opt, trainers, slice_):
+    """fc_0.w_0 of [13, 50000] (2.6 MB; 1.3 MB per block when sliced): its
+    gradient goes in parts of 1 MiB, summed on the pserver as they come
+    (runtime/transport/transport.h, executor/pserver.c). Not Adam: with 50,000
+    relu units many gradients are ~0, where Adam's first steps (about lr x
+    sign(g)) turn the summation order's last bits into 1e-5 differences (61
+    of 650,000 elements, the same before parts existed)."""
+    steps, batch, seed, hidden = 3, 12, 5, 50000
+    ref_losses, ref, main = ps_node.train_local(opt, seed, steps, batch, hidden=hidden)
+    params = ps_node.param_names(main)
+    with Cluster(tmp_path) as c:
+        ps, tr, _ = start_job(c, ("127.0.0.1", "127.0.0.2"), trainers=trainers, opt=opt, steps=steps, batch=batch,
+                              seed=seed, slice=slice_, min_block_size=8192, hidden=hidden)
+        c.wait(ps + tr, RUN_LIMIT)
+        assert_ok(c, ps + tr)
+    results = [trainer_result(c, t) for t in range(trainers)]
+    for t, r in enumerate(results):
+        for n in params:
+            np.testing.assert_allclose(r[n], ref[n], rtol=1e-5, atol=1e-6, err_msg="trainer %d: %s" % (t, n))
+            np.testing.assert_array_equal(r[n], results[0][n])  # every trainer received the same bits
+    np.testing.assert_allclose(np.mean([r["losses"] for r in results], axis=0), ref_losses, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("opt", ["momentum", "adam"])
 def test_sync_with_decay_and_lr_schedule_matches_one_process(tmp_path, opt):
     """L2 decay (per-parameter ops on the pservers) and an LR schedule (the

@@ -7,7 +7,8 @@ compares with (build / batch / train_local, imported by the test).
 
 CONFIG (JSON): role "pserver" | "trainer"; endpoints [ip:port, ...];
 endpoint (a pserver's own); trainers; trainer_id; opt "sgd" | "momentum" |
-"adam"; decay (L2Decay coefficient); lr_sched (an LR schedule: its ops
+"adam"; decay (L2Decay coefficient); hidden (the hidden layer's width, default
+16); lr_sched (an LR schedule: its ops
 run on the pservers); slice (slice_var_up); min_block_size; split "RoundRobin" |
 "HashName"; sync (sync_mode); steps; batch (the whole batch of a step:
 trainer t feeds rows [t*k, (t+1)*k), k = batch / trainers); seed;
@@ -35,8 +36,8 @@ from pe.utils import unique_name
 FEATURES, HIDDEN = 13, 16
 
 
-def build(opt, seed, decay=0.0, lr_sched=False):
-    """fc(13 -> 16, relu) -> fc(16 -> 1), mean square error, minimized by opt
+def build(opt, seed, decay=0.0, lr_sched=False, hidden=HIDDEN):
+    """fc(13 -> hidden, relu) -> fc(hidden -> 1), mean square error, minimized by opt
     (with L2 decay when decay > 0; with fluid.layers' LR schedule when lr_sched:
     piecewise_decay for adam, exponential_decay otherwise)."""
     main, startup = fluid.Program(), fluid.Program()
@@ -44,7 +45,7 @@ def build(opt, seed, decay=0.0, lr_sched=False):
     with fluid.program_guard(main, startup), unique_name.guard():
         x = fluid.layers.data(name="x", shape=[FEATURES], dtype="float32")
         y = fluid.layers.data(name="y", shape=[1], dtype="float32")
-        h = fluid.layers.fc(x, HIDDEN, act="relu")
+        h = fluid.layers.fc(x, hidden, act="relu")
         loss = fluid.layers.mean(fluid.layers.square_error_cost(fluid.layers.fc(h, 1), y))
         reg = pe.regularizer.L2Decay(decay) if decay else None
         lr = {"sgd": 0.05, "momentum": 0.02, "adam": 0.01}.get(opt)
@@ -91,9 +92,9 @@ def read(scope, names):
     return {n: np.array(scope.find_var(n).get_tensor()) for n in names}
 
 
-def train_local(opt, seed, steps, size, decay=0.0, lr_sched=False):
+def train_local(opt, seed, steps, size, decay=0.0, lr_sched=False, hidden=HIDDEN):
     """One process on the whole batch: (losses, {persistable: value}, main)."""
-    main, startup, loss = build(opt, seed, decay, lr_sched)
+    main, startup, loss = build(opt, seed, decay, lr_sched, hidden)
     exe = fluid.Executor(fluid.CPUPlace())
     scope = fluid.Scope()
     exe.run(startup, scope=scope)
@@ -118,7 +119,8 @@ def transpiler(cfg, main, startup):
 
 
 def pserver(cfg):
-    main, startup, _ = build(cfg["opt"], cfg["seed"], cfg.get("decay", 0.0), cfg.get("lr_sched", False))
+    main, startup, _ = build(cfg["opt"], cfg["seed"], cfg.get("decay", 0.0), cfg.get("lr_sched", False),
+                             cfg.get("hidden", HIDDEN))
     t = transpiler(cfg, main, startup)
     ep = cfg["endpoint"]
     prog = t.get_pserver_program(ep)
@@ -144,7 +146,8 @@ def hold(path):
 
 
 def trainer(cfg):
-    main, startup, loss = build(cfg["opt"], cfg["seed"], cfg.get("decay", 0.0), cfg.get("lr_sched", False))
+    main, startup, loss = build(cfg["opt"], cfg["seed"], cfg.get("decay", 0.0), cfg.get("lr_sched", False),
+                                cfg.get("hidden", HIDDEN))
     t = transpiler(cfg, main, startup)
     prog = t.get_trainer_program()
     exe = fluid.Executor(fluid.CPUPlace())
