@@ -1,10 +1,11 @@
 /* executor/pserver.c — the parameter server's loop: what the Executor runs
  * for a block holding `listen_and_serv` (Paddle's pserver program).
  *
- *     trainer t:  SEND g.. ─► held per (grad, trainer) ─┐  each part summed once every live trainer's is in
+ *     trainer t:  SEND g.. ─► held per (grad, trainer) ─┐  each part summed once every live trainer's is in;
+ *                                                       │  a block whose gradients are all in: run now
  *                 SEND_BARRIER ───────────────────────► all live trainers in?
  *                                                       ├─ the parts left: sum in trainer order, x 1/n
- *                                                       ├─ lr-decay block once, optimize blocks
+ *                                                       ├─ lr-decay block once, the other optimize blocks
  *                 ◄──────────────────────────── ACK ────┘  (in parallel after the first step)
  *                 GET p ─► the scope's p now;  FETCH_BARRIER ─► ACK;  COMPLETE ─► leaves
  *
@@ -19,7 +20,10 @@
  * barriers find only the last part left to sum (sum_ahead). Should a
  * trainer leave or be lost after that (or break the parts rule), the sums
  * made with its parts are redone without them (the parts are held until
- * the step ends). A trainer's GETs come
+ * the step ends). An optimize block whose gradients have all come in from
+ * every live trainer and been summed runs then too, before the barriers
+ * (update_ahead; the lr-decay block first, once a step): that update is
+ * the step's, and a trainer lost after it still counts in it. A trainer's GETs come
  * after its barrier's reply and before its next barrier on the same
  * connection, so FETCH_BARRIER needs no waiting: its reply confirms the
  * trainer's fetches were served; for the same reason a GET is answered
@@ -103,6 +107,7 @@ typedef struct grad_slot {
      * set of trainers was the loop's `epoch` (otherwise it is redone) */
     int summed, sum_n;
     unsigned sum_epoch;
+    int updated;                /* steps + 1 when its optimize block ran early this step (update_ahead) */
 } grad_slot;
 
 typedef struct serve {
@@ -127,6 +132,9 @@ typedef struct serve {
     const void **data;          /* [fanin] scratch: their parts' data */
     pe_ps_event *barrier;       /* [fanin]: the pending SEND_BARRIER (kind NONE: none) */
     int steps;
+    int lr_ran;                 /* steps + 1 when the lr-decay block ran this step */
+    pe_status early_st;         /* an update run ahead failed: the step's barriers get its message */
+    char early_msg[1024];
     int n_done, n_lost;
 } serve;
 
@@ -287,6 +295,38 @@ static int live(const serve *s) {
     return n;
 }
 
+/* Sync mode: once every live trainer's gradients of an optimize block are
+ * in and summed, the block runs at once (the lr-decay block first, once a
+ * step) instead of after the barriers: its update is then this step's,
+ * whoever leaves before the barriers. Every trainer has its last value of
+ * the block's parameters by then (it sent this step's gradient after its
+ * GETs), so nothing served is changed under a trainer. A failure is the
+ * step's: its barriers are answered with it (try_step). */
+static void update_ahead(serve *s, grad_slot *g) {
+    if (s->early_st != PE_OK || g->updated == s->steps + 1) return;
+    int live_n = 0;
+    for (int t = 0; t < s->fanin; t++) live_n += s->state[t] == T_ACTIVE;
+    for (int j = 0; j < s->n_grads; j++) {
+        const grad_slot *o = &s->grads[j];
+        if (o->block != g->block) continue;
+        if (o->sum_epoch != s->epoch || o->sum_n != live_n || !live_n) return;
+        for (int t = 0; t < s->fanin; t++)
+            if (s->state[t] == T_ACTIVE && (!o->held[t].whole || o->summed != o->held[t].n)) return;
+    }
+    pe_status st = PE_OK;
+    if (s->lr_block >= 0 && s->lr_ran != s->steps + 1) {
+        st = run_block(s, s->lr_block);
+        s->lr_ran = s->steps + 1;
+    }
+    if (st == PE_OK) st = run_block(s, g->block);
+    for (int j = 0; j < s->n_grads; j++)
+        if (s->grads[j].block == g->block) s->grads[j].updated = s->steps + 1;
+    if (st != PE_OK) {
+        s->early_st = st;
+        snprintf(s->early_msg, sizeof s->early_msg, "%s", pe_last_error());
+    }
+}
+
 static void held_clear(held_grad *hg) {
     for (int i = 0; i < hg->n; i++) pe_ps_event_release(&hg->parts[i]);
     hg->n = 0, hg->got = 0, hg->seq = 0, hg->whole = false;
@@ -328,7 +368,8 @@ static pe_status try_step(serve *s) {
                 h = &g->held[t].parts[0].hdr;
                 s->tr[n++] = t;
             }
-        if (st != PE_OK || !n) continue;
+        /* a block updated ahead is this step's update (all its gradients were in), whoever left since */
+        if (st != PE_OK || !n || g->updated == s->steps + 1) continue;
         /* the parts summed ahead over these trainers stand (same set: no trainer came or went since) */
         const int from = g->sum_epoch == s->epoch && g->sum_n == n ? g->summed : 0;
         st = reduce_into(s, g, s->tr, n, from, g->held[s->tr[0]].n, 1.0 / n, s->threads);
@@ -343,7 +384,8 @@ static pe_status try_step(serve *s) {
         for (int j = 0; j < nb; j++) dup |= bl[j] == (int)s->blocks[i];
         if (!named && !dup) bl[nb++] = (int)s->blocks[i];
     }
-    if (st == PE_OK && s->lr_block >= 0) st = run_block(s, s->lr_block);
+    if (st == PE_OK && s->early_st != PE_OK) st = pe_error(s->early_st, "%s", s->early_msg);
+    if (st == PE_OK && s->lr_block >= 0 && s->lr_ran != s->steps + 1) st = run_block(s, s->lr_block);
     if (st == PE_OK) st = run_blocks(s, bl, nb);
     char msg[1024];
     if (st != PE_OK) snprintf(msg, sizeof msg, "%s", pe_last_error());
@@ -355,6 +397,7 @@ static pe_status try_step(serve *s) {
         drop_held(s, t);
     }
     s->steps++;
+    s->early_st = PE_OK;
     free(bl);
     return st == PE_OK ? PE_OK : pe_error(st, "%s", msg);
 }
@@ -420,6 +463,7 @@ static pe_status on_send(serve *s, pe_ps_event *ev) {
     if (s->sync) {
         if (hg->whole) pe_ps_reply_ack(s->srv, ev);
         sum_ahead(s, g);
+        update_ahead(s, g);
         return PE_OK;
     }
     if (!hg->whole) return PE_OK;

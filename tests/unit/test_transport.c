@@ -1021,7 +1021,33 @@ static void test_pserver_loop(void **state) {
     if (memcmp(pe_tensor_data(got), want, N * sizeof *want)) fail_msg("the update is not sgd on the mean, bit for bit");
     assert_int_equal(pe_ps_barrier(c, PE_PS_FETCH_BARRIER, 1, eps), PE_OK);
 
-    /* step 2: trainer 1's first part is summed with trainer 0's gradient,
+    /* step 2: both gradients in before any barrier: the update runs then
+     * (a GET sees it at once), and the barriers do not run it again */
+    n = enc_part(hb, 1, 45, "w@GRAD", wd, 0);
+    raw_send(d, 2, (const void *[]){hb, g1b}, (size_t[]){n, PE_PS_PART});
+    n = enc_part(hb, 1, 45, "w@GRAD", wd, PE_PS_PART);
+    raw_send(d, 2, (const void *[]){hb, g1b + PE_PS_PART}, (size_t[]){n, last});
+    raw_reply(d, &h, text, sizeof text);
+    if (h.type != PE_PS_ACK || h.seq != 45) fail_msg("trainer 1's SEND in step 2: %s", text);
+    ts[0] = gt0;
+    if (pe_ps_send(c, 1, eps, gn, ts) != PE_OK) fail_msg("%s", pe_last_error());
+    for (int i = 0; i < N; i++) {
+        volatile float g = (f0[i] + f1[i]) * 0.5f, step = 0.5f * g;
+        want[i] -= step;
+    }
+    if (pe_ps_get(c, 1, eps, wn, &got, pe_place_cpu(0)) != PE_OK) fail_msg("%s", pe_last_error());
+    if (memcmp(pe_tensor_data(got), want, N * sizeof *want))
+        fail_msg("step 2: the update did not run once both gradients were in");
+    n = enc(hb, PE_PS_SEND_BARRIER, 1, "", 0, NULL);
+    raw_send(d, 1, (const void *[]){hb}, (size_t[]){n});
+    if (pe_ps_barrier(c, PE_PS_SEND_BARRIER, 1, eps) != PE_OK) fail_msg("%s", pe_last_error());
+    raw_reply(d, &h, text, sizeof text);
+    assert_int_equal(h.type, PE_PS_ACK);
+    if (pe_ps_get(c, 1, eps, wn, &got, pe_place_cpu(0)) != PE_OK) fail_msg("%s", pe_last_error());
+    if (memcmp(pe_tensor_data(got), want, N * sizeof *want)) fail_msg("step 2: the barriers ran the update again");
+    assert_int_equal(pe_ps_barrier(c, PE_PS_FETCH_BARRIER, 1, eps), PE_OK);
+
+    /* step 3: trainer 1's first part is summed with trainer 0's gradient,
      * then trainer 1 breaks the parts rule (refused once; the rest of that
      * SEND is dropped unanswered) and is lost: the step is trainer 0's
      * gradient alone, the part summed ahead redone */
@@ -1049,7 +1075,7 @@ static void test_pserver_loop(void **state) {
         want[i] -= step;
     }
     if (memcmp(pe_tensor_data(got), want, N * sizeof *want))
-        fail_msg("step 2 is not sgd on trainer 0's gradient alone, bit for bit");
+        fail_msg("step 3 is not sgd on trainer 0's gradient alone, bit for bit");
     assert_int_equal(pe_ps_barrier(c, PE_PS_FETCH_BARRIER, 1, eps), PE_OK);
     /* trainer 0 leaves (trainer 1 was lost): the loop returns PE_OK */
     close_client();
