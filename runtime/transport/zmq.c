@@ -192,6 +192,13 @@ static pe_status conn_of(pe_ps_client *c, const char *ep, conn **out) {
     k->sock = zmq_socket(ctx_get(), ZMQ_DEALER);
     if (!k->sock) return pe_error(PE_ERR_INTERNAL, "ZeroMQ: cannot make a socket for pserver %s: %s", ep, zmq_strerror(errno));
     set_heartbeat(k->sock);
+    /* no high-water mark on the requests either: a SEND of a var over
+     * ~500 MiB is more than the default 1000 frames (parts of PE_PS_PART),
+     * and a DEALER at its mark blocks in zmq_send, forever if the pserver
+     * has died meanwhile. The queued parts are the tensor's own buffer
+     * (zero-copy), and wait_all notices a dead pserver. */
+    int hwm = 0;
+    zmq_setsockopt(k->sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
     int ivl = 100, ivl_max = 1000;
     zmq_setsockopt(k->sock, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
     zmq_setsockopt(k->sock, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof ivl_max);
