@@ -23,8 +23,8 @@
  * the step ends). An optimize block whose gradients have all come in from
  * every live trainer and been summed runs then too, before the barriers
  * (update_ahead; the lr-decay block first, once a step): that update is
- * the step's, and a trainer lost after it still counts in it. A trainer's GETs come
- * after its barrier's reply and before its next barrier on the same
+ * the step's, and a trainer lost after it still counts in it. A trainer's
+ * GETs come after its barrier's reply and before its next barrier on the same
  * connection, so FETCH_BARRIER needs no waiting: its reply confirms the
  * trainer's fetches were served; for the same reason a GET is answered
  * from the parameter's own buffer (no copy): the next update cannot start
@@ -68,7 +68,8 @@
  * unmapped it again: the 10M-parameter sync step of
  * benchmarks/bench_pserver.py spent ~40% of its pserver time in page
  * faults. Parts of 1 MiB (transport.h) are below that bound, but glibc's
- * own threshold starts at 128 KB and may trim the heap. A process that runs the loop serves: keep freed memory in the heap
+ * own threshold starts at 128 KB and may trim the heap. A process that
+ * runs the loop serves: keep freed memory in the heap
  * for the next step instead (no mmap, no trimming, one arena so the
  * I/O thread reuses what the loop freed). PE_PS_MALLOC=default keeps
  * glibc's behaviour. */
@@ -92,10 +93,15 @@ enum { T_UNSEEN = 0, T_ACTIVE, T_DONE, T_LOST };
 typedef struct held_grad {
     pe_ps_event *parts;         /* [n]: the parts' messages, data frames kept until the step ends */
     int n, cap;
-    uint32_t seq;               /* the SEND's sequence number */
-    uint64_t got;               /* bytes received so far */
-    bool whole;                 /* every part is in (and acknowledged) */
 } held_grad;
+
+/* Bytes of hg's gradient received so far (its parts come in order). */
+static uint64_t held_got(const held_grad *hg) {
+    const pe_ps_hdr *last = hg->n ? &hg->parts[hg->n - 1].hdr : NULL;
+    return last ? last->offset + pe_ps_frame_bytes(last) : 0;
+}
+/* Every part is in (and acknowledged). */
+static bool held_whole(const held_grad *hg) { return hg->n && held_got(hg) == hg->parts[0].hdr.nbytes; }
 
 typedef struct grad_slot {
     const char *name;
@@ -311,7 +317,7 @@ static void update_ahead(serve *s, grad_slot *g) {
         if (o->block != g->block) continue;
         if (o->sum_epoch != s->epoch || o->sum_n != live_n || !live_n) return;
         for (int t = 0; t < s->fanin; t++)
-            if (s->state[t] == T_ACTIVE && (!o->held[t].whole || o->summed != o->held[t].n)) return;
+            if (s->state[t] == T_ACTIVE && (!held_whole(&o->held[t]) || o->summed != o->held[t].n)) return;
     }
     pe_status st = PE_OK;
     if (s->lr_block >= 0 && s->lr_ran != s->steps + 1) {
@@ -329,7 +335,7 @@ static void update_ahead(serve *s, grad_slot *g) {
 
 static void held_clear(held_grad *hg) {
     for (int i = 0; i < hg->n; i++) pe_ps_event_release(&hg->parts[i]);
-    hg->n = 0, hg->got = 0, hg->seq = 0, hg->whole = false;
+    hg->n = 0;
 }
 
 /* Drops what trainer t sent this step; sums made ahead may hold its parts. */
@@ -359,7 +365,7 @@ static pe_status try_step(serve *s) {
         int n = 0;
         const pe_ps_hdr *h = NULL;
         for (int t = 0; t < s->fanin; t++)
-            if (g->held[t].whole) {
+            if (held_whole(&g->held[t])) {
                 if (h && !same_meta(h, &g->held[t].parts[0].hdr)) {
                     st = pe_error(PE_ERR_INVALID, "pserver %s: trainers sent gradient '%s' with different shapes "
                                   "(trainer %d's differs from trainer %d's)", s->ep, g->name, t, s->tr[0]);
@@ -432,17 +438,18 @@ static pe_status on_send(serve *s, pe_ps_event *ev) {
         return PE_OK;
     }
     held_grad *hg = &g->held[t];
-    if (h->offset == 0 && hg->whole) {
+    const bool whole = held_whole(hg);
+    if (h->offset == 0 && whole) {
         reply_error(s, ev, "pserver %s: trainer %d sent gradient '%s' twice in one step", s->ep, t, h->name);
         return PE_OK;
     }
     if (h->offset == 0 ? hg->n > 0
-                       : !hg->n || hg->whole || hg->seq != h->seq || h->offset != hg->got ||
+                       : !hg->n || whole || hg->parts[0].hdr.seq != h->seq || h->offset != held_got(hg) ||
                              !same_meta(h, &hg->parts[0].hdr)) {
         reply_error(s, ev, "pserver %s: trainer %d sent the part of gradient '%s' at byte %llu (request %u) where %s",
                     s->ep, t, h->name, (unsigned long long)h->offset, h->seq,
-                    !hg->n ? "no part of it had come" : hg->whole ? "all of it had come" : "another part was next");
-        if (hg->n && !hg->whole) held_clear(hg), s->epoch++;
+                    !hg->n ? "no part of it had come" : whole ? "all of it had come" : "another part was next");
+        if (hg->n && !whole) held_clear(hg), s->epoch++;
         return PE_OK;
     }
     if (hg->n == hg->cap) {
@@ -455,18 +462,16 @@ static pe_status on_send(serve *s, pe_ps_event *ev) {
         }
         hg->parts = np, hg->cap = cap;
     }
-    hg->seq = h->seq;
     hg->parts[hg->n++] = *ev; /* keeps the data frame */
     ev->msg_ = NULL;
-    hg->got += pe_ps_frame_bytes(h);
-    hg->whole = hg->got == h->nbytes;
+    const bool now_whole = held_whole(hg);
     if (s->sync) {
-        if (hg->whole) pe_ps_reply_ack(s->srv, ev);
+        if (now_whole) pe_ps_reply_ack(s->srv, ev);
         sum_ahead(s, g);
-        update_ahead(s, g);
+        if (now_whole && g->summed == hg->n) update_ahead(s, g); /* else a later part completes the block */
         return PE_OK;
     }
-    if (!hg->whole) return PE_OK;
+    if (!now_whole) return PE_OK;
     /* async: the gradient's update runs as it arrives, unscaled */
     s->tr[0] = t;
     pe_status st = reduce_into(s, g, s->tr, 1, 0, hg->n, 1.0, s->threads);
@@ -569,7 +574,8 @@ static pe_status setup(serve *s, const pe_op *op) {
     s->refused = calloc((size_t)s->fanin, sizeof *s->refused);
     s->tr = calloc((size_t)s->fanin, sizeof *s->tr);
     s->data = calloc((size_t)s->fanin, sizeof *s->data);
-    if (!s->grads || !s->state || !s->barrier || !s->bex || !s->refused || !s->tr || !s->data) return pe_error(PE_ERR_NOMEM, "pserver %s: out of memory", ep);
+    if (!s->grads || !s->state || !s->barrier || !s->bex || !s->refused || !s->tr || !s->data)
+        return pe_error(PE_ERR_NOMEM, "pserver %s: out of memory", ep);
     for (int i = 0; i < s->n_grads; i++) {
         grad_slot *g = &s->grads[i];
         const char *e = a->strings[i], *colon = strrchr(e, ':');
@@ -608,7 +614,8 @@ static void teardown(serve *s) {
         free((char *)s->grads[i].name);
     }
     for (int b = 0; s->bex && b < s->prog->n_blocks; b++) pe_executor_free(s->bex[b]);
-    free(s->grads), free(s->state), free(s->barrier), free(s->bex), free(s->refused), free(s->tr), free((void *)s->data);
+    free(s->grads), free(s->state), free(s->barrier), free(s->bex);
+    free(s->refused), free(s->tr), free((void *)s->data);
     pe_ps_server_free(s->srv);
 }
 

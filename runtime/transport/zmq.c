@@ -235,9 +235,32 @@ static int send_shared(void *sock, const char *part, size_t len, const pe_tensor
     return 0;
 }
 
+/* Sends h's message on sock, both ways: a routing-id frame first when peer
+ * (the ROUTER's reply), the header frame, then the data: text (an ERROR's,
+ * text_len bytes) or t's bytes as one message per part of at most
+ * PE_PS_PART (transport.h; every part gets h's header with its offset),
+ * zero-copy when share, else copied. On a failure h->offset is the part
+ * that failed. 0, -1 (a send failed: errno) or -2 (no memory). */
+static int send_msg(void *sock, const void *peer, size_t peer_len, pe_ps_hdr *h, const pe_tensor *t,
+                    const char *text, size_t text_len, bool share) {
+    do {
+        unsigned char buf[PE_PS_MAX_MSG];
+        const size_t n = pe_ps_hdr_encode(h, buf);
+        const uint64_t len = pe_ps_frame_bytes(h);
+        if ((peer && send_frame(sock, peer, peer_len, ZMQ_SNDMORE) != 0) ||
+            send_frame(sock, buf, n, len ? ZMQ_SNDMORE : 0) != 0)
+            return -1;
+        if (len && text) return send_frame(sock, text, text_len, 0);
+        const char *part = len ? (const char *)pe_tensor_data(t) + h->offset : NULL;
+        const int rc = !part ? 0 : share ? send_shared(sock, part, len, t) : send_frame(sock, part, len, 0);
+        if (rc != 0) return rc;
+        h->offset += len;
+    } while (t && h->offset < h->nbytes);
+    return 0;
+}
+
 /* Sends one request; t (may be NULL) goes as zero-copy data frames, one
- * message per part of at most PE_PS_PART bytes (transport.h), all with
- * the request's sequence number. */
+ * message per part, all with the request's sequence number. */
 static pe_status conn_send(pe_ps_client *c, conn *k, int type, const char *name, const pe_tensor *t, uint32_t *seq) {
     pe_ps_hdr h;
     memset(&h, 0, sizeof h);
@@ -250,18 +273,11 @@ static pe_status conn_send(pe_ps_client *c, conn *k, int type, const char *name,
         return pe_error(PE_ERR_INVALID, "pserver %s: var '%s' is %llu bytes; one message carries at most %lld "
                         "(split it into blocks: DistributeTranspiler's slice_var_up)", k->ep, h.name,
                         (unsigned long long)h.nbytes, (long long)PE_PS_MAX_DATA);
-    do {
-        unsigned char buf[PE_PS_MAX_MSG];
-        const size_t n = pe_ps_hdr_encode(&h, buf);
-        const uint64_t len = t ? pe_ps_frame_bytes(&h) : 0;
-        if (send_frame(k->sock, buf, n, len ? ZMQ_SNDMORE : 0) != 0)
-            return pe_error(PE_ERR_IO, "pserver %s: sending %s '%s': %s", k->ep, pe_ps_type_name(type), h.name,
-                            zmq_strerror(errno));
-        const int rc = len ? send_shared(k->sock, (const char *)pe_tensor_data(t) + h.offset, len, t) : 0;
-        if (rc == -2) return pe_error(PE_ERR_NOMEM, "pserver %s: out of memory sending '%s'", k->ep, h.name);
-        if (rc != 0) return pe_error(PE_ERR_IO, "pserver %s: sending '%s': %s", k->ep, h.name, zmq_strerror(errno));
-        h.offset += len;
-    } while (t && h.offset < h.nbytes);
+    const int rc = send_msg(k->sock, NULL, 0, &h, t, NULL, 0, true);
+    if (rc == -2) return pe_error(PE_ERR_NOMEM, "pserver %s: out of memory sending '%s'", k->ep, h.name);
+    if (rc != 0)
+        return pe_error(PE_ERR_IO, "pserver %s: sending %s '%s': %s", k->ep, pe_ps_type_name(type), h.name,
+                        zmq_strerror(errno));
     return PE_OK;
 }
 
@@ -642,8 +658,8 @@ static pe_status reply_failed(const pe_ps_server *s, const pe_ps_event *ev, cons
 }
 
 /* share: t's buffer goes as zero-copy data frames (retained until ZeroMQ
- * has sent them); else it is copied. A VALUE goes in parts of at most
- * PE_PS_PART bytes, one message each (transport.h). */
+ * has sent them); else it is copied (the scope's tensor may change with the
+ * next update). A VALUE goes in parts (send_msg). */
 static pe_status reply_t(pe_ps_server *s, const pe_ps_event *ev, int type, const char *name, const pe_tensor *t,
                          const char *text, bool share) {
     pe_ps_hdr h;
@@ -653,25 +669,11 @@ static pe_status reply_t(pe_ps_server *s, const pe_ps_event *ev, int type, const
     h.seq = ev->hdr.seq;
     snprintf(h.name, sizeof h.name, "%s", name ? name : "");
     if (t) PE_CHECK(pe_ps_hdr_set_tensor(&h, t));
-    size_t tl = text ? strnlen(text, 65536) : 0;
+    const size_t tl = text ? strnlen(text, 65536) : 0;
     if (text) h.nbytes = tl;
-    do {
-        unsigned char buf[PE_PS_MAX_MSG];
-        const size_t n = pe_ps_hdr_encode(&h, buf);
-        const uint64_t len = pe_ps_frame_bytes(&h);
-        const bool data = len > 0;
-        if (send_frame(s->sock, ev->peer, ev->peer_len, ZMQ_SNDMORE) != 0 ||
-            send_frame(s->sock, buf, n, data ? ZMQ_SNDMORE : 0) != 0 ||
-            (data && text && send_frame(s->sock, text, tl, 0) != 0))
-            return reply_failed(s, ev, NULL);
-        const char *part = t && data ? (const char *)pe_tensor_data(t) + h.offset : NULL;
-        /* shared: the var's own buffer; else copied (the scope's tensor may change with the next update) */
-        const int rc = !part ? 0 : share ? send_shared(s->sock, part, len, t) : send_frame(s->sock, part, len, 0);
-        if (rc == -2) return pe_error(PE_ERR_NOMEM, "pserver %s: out of memory sending '%s'", s->ep, h.name);
-        if (rc != 0) return reply_failed(s, ev, h.name);
-        h.offset += len;
-    } while (type == PE_PS_VALUE && h.offset < h.nbytes);
-    return PE_OK;
+    const int rc = send_msg(s->sock, ev->peer, ev->peer_len, &h, t, text, tl, share);
+    if (rc == -2) return pe_error(PE_ERR_NOMEM, "pserver %s: out of memory sending '%s'", s->ep, h.name);
+    return rc ? reply_failed(s, ev, t ? h.name : NULL) : PE_OK;
 }
 
 static pe_status reply(pe_ps_server *s, const pe_ps_event *ev, int type, const char *name, const pe_tensor *t,
