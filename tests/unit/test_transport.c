@@ -935,15 +935,10 @@ static void *loop_main(void *arg) {
     return NULL;
 }
 
-static void test_pserver_loop(void **state) {
-    (void)state;
-    char ep[256];
-    free_endpoint(ep, sizeof ep);
+/* A pserver program serving w [dims] (float32) with sgd on w@GRAD (lr in
+ * the var "lr") from `fanin` trainers at ep. */
+static pe_program *sgd_pserver_program(const char *ep, const int64_t *wd, int fanin) {
     pe_program *p = pe_program_new();
-    /* 360,600 elements: two parts on the wire (PE_PS_PART), 88 whole tiles of
-     * the pserver's sum and a partial one, on 2 threads */
-    enum { N = 600 * 601 };
-    const int64_t wd[2] = {600, 601};
     pe_var *w = pe_block_add_var(&p->blocks[0], "w", PE_DTYPE_FP32, 2, wd);
     w->persistable = w->is_parameter = true;
     pe_block_add_var(&p->blocks[0], "w@GRAD", PE_DTYPE_FP32, 2, wd);
@@ -958,27 +953,67 @@ static void test_pserver_loop(void **state) {
     pe_op_add_output(op, "ParamOut", "w");
     op = pe_block_add_op(&p->blocks[0], "listen_and_serv");
     pe_op_set_string(op, "endpoint", ep);
-    pe_op_set_int(op, "Fanin", 2);
+    pe_op_set_int(op, "Fanin", fanin);
     pe_op_set_ints(op, "optimize_blocks", (int64_t[]){1}, 1);
     const char *g2b[1] = {"w@GRAD:1"};
     pe_op_set_strings(op, "grad_to_block_id", g2b, 1);
+    return p;
+}
 
-    double *w0 = malloc(N * sizeof *w0), *g0 = malloc(N * sizeof *g0), *g1 = malloc(N * sizeof *g1);
-    assert_true(w0 && g0 && g1);
-    for (int i = 0; i < N; i++) w0[i] = sin(i * 0.37), g0[i] = cos(i * 1.3) / 3, g1[i] = sin(i * 0.11) / 7;
-    loop_run r = {p, pe_scope_new(NULL), PE_OK, ""};
-    pe_tensor *wt = tu_tensor(PE_DTYPE_FP32, 2, wd, w0), *lt = tu_tensor(PE_DTYPE_FP32, 1, (int64_t[]){1}, (double[]){0.5});
-    assert_int_equal(pe_tensor_copy(pe_scope_var(r.scope, "w"), wt, pe_place_cpu(0)), PE_OK);
-    assert_int_equal(pe_tensor_copy(pe_scope_var(r.scope, "lr"), lt, pe_place_cpu(0)), PE_OK);
+/* A pserver loop on a thread serving w [wd] = sin(i * 0.37) with lr 0.5
+ * from 2 trainers; trainer 0 is this process's client (trainer 1 is the
+ * test's raw DEALER). The trainers' gradients: gt0 = cos(i * 1.3) / 3,
+ * gt1 = sin(i * 0.11) / 7. */
+typedef struct loop_fixture {
+    loop_run r;
     pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, loop_main, &r), 0);
-
-    /* trainer 0: this process's client; trainer 1: a raw DEALER */
-    setenv("PE_PS_CONNECT_TIMEOUT", "20", 1);
     pe_ps_client *c;
-    assert_int_equal(pe_ps_client_get(0, &c), PE_OK);
+    pe_tensor *wt, *lt, *gt0, *gt1;
+} loop_fixture;
+
+static void loop_start(loop_fixture *f, const char *ep, const int64_t *wd) {
+    const int64_t n = wd[0] * wd[1];
+    double *w0 = malloc((size_t)n * sizeof *w0), *g0 = malloc((size_t)n * sizeof *g0), *g1 = malloc((size_t)n * sizeof *g1);
+    assert_true(w0 && g0 && g1);
+    for (int64_t i = 0; i < n; i++) w0[i] = sin(i * 0.37), g0[i] = cos(i * 1.3) / 3, g1[i] = sin(i * 0.11) / 7;
+    f->r = (loop_run){sgd_pserver_program(ep, wd, 2), pe_scope_new(NULL), PE_OK, ""};
+    f->wt = tu_tensor(PE_DTYPE_FP32, 2, wd, w0), f->lt = tu_tensor(PE_DTYPE_FP32, 1, (int64_t[]){1}, (double[]){0.5});
+    f->gt0 = tu_tensor(PE_DTYPE_FP32, 2, wd, g0), f->gt1 = tu_tensor(PE_DTYPE_FP32, 2, wd, g1);
+    free(w0), free(g0), free(g1);
+    assert_int_equal(pe_tensor_copy(pe_scope_var(f->r.scope, "w"), f->wt, pe_place_cpu(0)), PE_OK);
+    assert_int_equal(pe_tensor_copy(pe_scope_var(f->r.scope, "lr"), f->lt, pe_place_cpu(0)), PE_OK);
+    assert_int_equal(pthread_create(&f->th, NULL, loop_main, &f->r), 0);
+    setenv("PE_PS_CONNECT_TIMEOUT", "20", 1);
+    assert_int_equal(pe_ps_client_get(0, &f->c), PE_OK);
+}
+
+/* Trainer 0 leaves; the loop (whose other trainer is gone) must have ended
+ * with PE_OK holding w = want (n floats). */
+static void loop_end(loop_fixture *f, const float *want, int64_t n) {
+    close_client();
+    pthread_join(f->th, NULL);
+    if (f->r.st != PE_OK) fail_msg("the pserver loop: %s", f->r.err);
+    if (memcmp(pe_tensor_data(pe_scope_find_var(f->r.scope, "w")), want, (size_t)n * sizeof *want))
+        fail_msg("the pserver's w is not the value it served");
+    unsetenv("PE_PS_CONNECT_TIMEOUT");
+    pe_tensor_free(f->wt), pe_tensor_free(f->lt), pe_tensor_free(f->gt0), pe_tensor_free(f->gt1);
+    pe_scope_free(f->r.scope);
+    pe_program_free(f->r.p);
+}
+
+static void test_pserver_loop(void **state) {
+    (void)state;
+    char ep[256];
+    free_endpoint(ep, sizeof ep);
+    /* 360,600 elements: two parts on the wire (PE_PS_PART), 88 whole tiles of
+     * the pserver's sum and a partial one, on 2 threads */
+    enum { N = 600 * 601 };
+    const int64_t wd[2] = {600, 601};
+    loop_fixture f;
+    loop_start(&f, ep, wd);
+    pe_ps_client *c = f.c;
     const char *eps[1] = {ep}, *gn[1] = {"w@GRAD"}, *wn[1] = {"w"};
-    pe_tensor *gt0 = tu_tensor(PE_DTYPE_FP32, 2, wd, g0), *gt1 = tu_tensor(PE_DTYPE_FP32, 2, wd, g1);
+    pe_tensor *gt0 = f.gt0, *gt1 = f.gt1, *wt = f.wt;
     const char *g1b = pe_tensor_data(gt1);
     const size_t last = N * sizeof(float) - PE_PS_PART; /* bytes of the second part */
     /* trainer 1's first part, then trainer 0's gradient, then trainer 1's
@@ -1078,18 +1113,65 @@ static void test_pserver_loop(void **state) {
         fail_msg("step 3 is not sgd on trainer 0's gradient alone, bit for bit");
     assert_int_equal(pe_ps_barrier(c, PE_PS_FETCH_BARRIER, 1, eps), PE_OK);
     /* trainer 0 leaves (trainer 1 was lost): the loop returns PE_OK */
-    close_client();
-    pthread_join(th, NULL);
-    if (r.st != PE_OK) fail_msg("the pserver loop: %s", r.err);
-    if (memcmp(pe_tensor_data(pe_scope_find_var(r.scope, "w")), want, N * sizeof *want))
-        fail_msg("the pserver's w is not the value it served");
-    unsetenv("PE_PS_CONNECT_TIMEOUT");
+    loop_end(&f, want, N);
     zmq_ctx_term(ctx);
-    pe_tensor_free(wt), pe_tensor_free(lt), pe_tensor_free(gt0), pe_tensor_free(gt1), pe_tensor_free(wrong);
+    pe_tensor_free(wrong), pe_tensor_free(got);
+    free(want);
+}
+
+/* Sync mode's rule for update ahead (guide §5): once every live trainer's
+ * gradients of a block are in, the block runs, and that update is the
+ * step's. A trainer lost after it still counts in it: the barriers neither
+ * redo the step without it nor apply it twice. The next step is the
+ * survivor's gradient alone. */
+static void test_pserver_lost_after_update(void **state) {
+    (void)state;
+    char ep[256];
+    free_endpoint(ep, sizeof ep);
+    enum { N = 12 };
+    const int64_t wd[2] = {3, 4};
+    loop_fixture f;
+    loop_start(&f, ep, wd);
+    pe_ps_client *c = f.c;
+    const char *eps[1] = {ep}, *gn[1] = {"w@GRAD"}, *wn[1] = {"w"};
+    pe_tensor *gt0 = f.gt0, *gt1 = f.gt1, *wt = f.wt;
+    const float *f0 = pe_tensor_data(gt0), *f1 = pe_tensor_data(gt1), *fw = pe_tensor_data(wt);
+    float want[N], after[N];
+    for (int i = 0; i < N; i++) {
+        volatile float g = (f0[i] + f1[i]) * 0.5f, step = 0.5f * g;
+        want[i] = fw[i] - step;
+        volatile float step0 = 0.5f * f0[i];
+        after[i] = want[i] - step0;
+    }
+    void *ctx = zmq_ctx_new();
+    void *d = raw_dealer(ctx, ep);
+    unsigned char hb[PE_PS_MAX_MSG];
+    size_t n = enc_part(hb, 1, 60, "w@GRAD", wd, 0);
+    raw_send(d, 2, (const void *[]){hb, pe_tensor_data(gt1)}, (size_t[]){n, N * sizeof(float)});
+    pe_ps_hdr h;
+    char text[1024];
+    raw_reply(d, &h, text, sizeof text);
+    if (h.type != PE_PS_ACK || h.seq != 60) fail_msg("trainer 1's SEND: %s", text);
+    const pe_tensor *ts[1] = {gt0};
+    if (pe_ps_send(c, 1, eps, gn, ts) != PE_OK) fail_msg("%s", pe_last_error());
+    pe_tensor *got = pe_tensor_new();
+    if (pe_ps_get(c, 1, eps, wn, &got, pe_place_cpu(0)) != PE_OK) fail_msg("%s", pe_last_error());
+    if (memcmp(pe_tensor_data(got), want, sizeof want)) fail_msg("the update did not run once both gradients were in");
+    zmq_close(d); /* trainer 1 is lost before its barrier */
+    if (pe_ps_barrier(c, PE_PS_SEND_BARRIER, 1, eps) != PE_OK) fail_msg("%s", pe_last_error());
+    if (pe_ps_get(c, 1, eps, wn, &got, pe_place_cpu(0)) != PE_OK) fail_msg("%s", pe_last_error());
+    if (memcmp(pe_tensor_data(got), want, sizeof want))
+        fail_msg("the step updated ahead was redone or undone when trainer 1 was lost");
+    assert_int_equal(pe_ps_barrier(c, PE_PS_FETCH_BARRIER, 1, eps), PE_OK);
+    /* the next step: trainer 0 alone */
+    if (pe_ps_send(c, 1, eps, gn, ts) != PE_OK) fail_msg("%s", pe_last_error());
+    if (pe_ps_barrier(c, PE_PS_SEND_BARRIER, 1, eps) != PE_OK) fail_msg("%s", pe_last_error());
+    if (pe_ps_get(c, 1, eps, wn, &got, pe_place_cpu(0)) != PE_OK) fail_msg("%s", pe_last_error());
+    if (memcmp(pe_tensor_data(got), after, sizeof after)) fail_msg("the step after the loss is not trainer 0's alone");
+    assert_int_equal(pe_ps_barrier(c, PE_PS_FETCH_BARRIER, 1, eps), PE_OK);
+    loop_end(&f, after, N);
+    zmq_ctx_term(ctx);
     pe_tensor_free(got);
-    free(w0), free(g0), free(g1), free(want);
-    pe_scope_free(r.scope);
-    pe_program_free(p);
 }
 
 int main(void) {
@@ -1104,6 +1186,7 @@ int main(void) {
         cmocka_unit_test(test_last_ack_delivered),
         cmocka_unit_test(test_connect_timeout),
         cmocka_unit_test(test_pserver_loop),
+        cmocka_unit_test(test_pserver_lost_after_update),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
