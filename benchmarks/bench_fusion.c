@@ -148,7 +148,7 @@ static int run_model(const char *dir, const char *model, int places, int batch, 
 int main(int argc, char **argv) {
     const char *models = "mlp,cnn", *dir = "examples";
     int places = 1, batch = 128, steps = 20, reps = 5;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* --flag value pairs */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) { fprintf(stderr, "bench_fusion: %s needs a value\n", a); return 2; }
         if (!strcmp(a, "--models")) models = v;
@@ -158,7 +158,6 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--reps")) reps = atoi(v);
         else if (!strcmp(a, "--examples")) dir = v;
         else { fprintf(stderr, "usage: bench_fusion [--models mlp,cnn] [--places N] [--batch B] [--steps S] [--reps R] [--examples DIR]\n"); return 2; }
-        i++;
     }
     if (places < 1 || places > 16 || batch < places || steps < 1 || reps < 1) {
         fprintf(stderr, "bench_fusion: need 1 <= places <= 16, batch >= places, steps >= 1, reps >= 1\n");
