@@ -12,11 +12,12 @@
  * queue order, polls them (MPI_Testsome) and completes the works, so
  * callbacks run on that thread. It sleeps on a condition variable while
  * nothing is queued (a call wakes it at once), and polls without sleeping
- * while a collective moves (Open MPI's non-blocking collectives advance
- * only inside MPI_Test*; a 10 us sleep lasts ~60 us with the kernel's
- * timer slack and stalled every rank's next copy); only when nothing has
- * moved for 2 ms (a late peer) does it back off to short sleeps
- * (progress_main). Every MPI call is made there (constructor and free
+ * while a collective moves over MPI (Open MPI's non-blocking collectives
+ * advance only inside MPI_Test*; a 10 us sleep lasts ~60 us with the
+ * kernel's timer slack and stalled every rank's next copy); only when
+ * nothing has moved for 2 ms (a late peer) does it back off to short
+ * sleeps (progress_main). Through the one-machine window (below) it
+ * sleeps on a bell the other ranks ring instead. Every MPI call is made there (constructor and free
  * aside), which needs MPI_THREAD_SERIALIZED; PE asks for
  * MPI_THREAD_MULTIPLE when it initializes MPI itself (so the program may
  * call MPI too) and refuses a level below SERIALIZED.
@@ -82,7 +83,15 @@
  *   release store; the others acquire-load it: the window is plain shared
  *   memory); the progress thread moves on as the counters allow, so calls
  *   stay non-blocking, and the timeout covers a rank that never gets
- *   there. The header still comes first: every rank counts the window's
+ *   there. Waiting on the others here, the progress thread polls the
+ *   counters for SHM_SPIN_S (30 us) without yielding, then sleeps on its
+ *   segment's bell, a futex word that each rank bumps (FUTEX_WAKE when
+ *   the owner sleeps) after it moves a counter, as a submission does for
+ *   its own rank; the sleep lasts 1 ms at most, for the timeout and
+ *   submissions' sake. Polling or yielding through the wait for a rank
+ *   still computing held cores it needed: 2 ranks on 2 cores with one more
+ *   busy process took 40 ms an MLP step, 4-5 ms sleeping (a yield can cost
+ *   a whole time slice there). The header still comes first: every rank counts the window's
  *   steps alike only because every rank's call matched. Other collectives,
  *   and machines without the window, use MPI as above.
  *
@@ -110,6 +119,9 @@
 
 #include <mpi.h>
 #include <sched.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,8 +135,11 @@
 #define DEFAULT_WINDOW 4
 #define DEFAULT_TIMEOUT_S 600.0
 #define SPIN_S 0.002 /* progress_main */
+#define SHM_SPIN_S 30e-6 /* progress_main: polling the window before sleeping on the bell */
+#define SHM_NAP_NS 1000000 /* progress_main: the longest sleep on the bell (timeouts still checked) */
 /* A shared segment: SHM_HEAD bytes of counters (shm_flag: the three step
- * counters, headers posted, headers read), SHM_SLOTS headers, then the data. */
+ * counters, headers posted, headers read; then the bell, shm_bell), SHM_SLOTS
+ * headers, then the data. */
 #define SHM_HEAD 512
 #define SHM_SLOTS 16
 #define SHM_DATA (SHM_HEAD + SHM_SLOTS * (int)sizeof(pe_mpi_header))
@@ -210,7 +225,15 @@ struct mpi_comm {
 typedef struct {
     _Alignas(64) _Atomic int64_t v;
 } shm_flag;
-_Static_assert(N_FLAGS * sizeof(shm_flag) <= SHM_HEAD, "SHM_HEAD holds the counters");
+/* After the counters: rank q's bell, a futex word every other rank bumps
+ * (and wakes, when q sleeps on it) after it moves a counter, and after a
+ * submission by q's own compute threads; q's progress thread sleeps on it
+ * while it waits for the others (progress_main). */
+typedef struct {
+    _Alignas(64) _Atomic uint32_t bell;
+    _Atomic uint32_t sleeping;
+} shm_bell;
+_Static_assert(N_FLAGS * sizeof(shm_flag) + sizeof(shm_bell) <= SHM_HEAD, "SHM_HEAD holds the counters and the bell");
 
 /* ---- MPI itself: init once, finalize at exit ------------------------------------- */
 
@@ -575,6 +598,31 @@ static bool issue_header(mpi_comm *m, mpi_op *op) {
 /* ---- allreduce through the node's shared memory ------------------------------------------- */
 
 static shm_flag *shm_flags(mpi_comm *m, int q) { return (shm_flag *)m->seg[q]; }
+static shm_bell *shm_bell_of(mpi_comm *m, int q) { return (shm_bell *)(m->seg[q] + N_FLAGS * sizeof(shm_flag)); }
+
+/* Bumps bell b and wakes its rank if it sleeps there. seq_cst on both
+ * sides (Dekker): either the sleeper's futex sees the new value, or the
+ * ringer sees `sleeping`. The window is shared memory between processes:
+ * a shared (not FUTEX_PRIVATE) futex. */
+static void bell_ring(shm_bell *b) {
+    atomic_fetch_add(&b->bell, 1);
+    if (atomic_load(&b->sleeping)) syscall(SYS_futex, &b->bell, FUTEX_WAKE, 1, NULL, NULL, 0);
+}
+
+/* Rings every other rank of the window: this rank moved a counter. */
+static void shm_ring_others(mpi_comm *m) {
+    for (int q = 0; q < m->base.size; q++)
+        if (q != m->base.rank) bell_ring(shm_bell_of(m, q));
+}
+
+/* Sleeps on this rank's bell while it still reads `seen`, SHM_NAP_NS at most. */
+static void bell_sleep(mpi_comm *m, uint32_t seen) {
+    shm_bell *b = shm_bell_of(m, m->base.rank);
+    struct timespec ts = {0, SHM_NAP_NS};
+    atomic_store(&b->sleeping, 1);
+    if (atomic_load(&b->bell) == seen) syscall(SYS_futex, &b->bell, FUTEX_WAIT, seen, &ts, NULL, 0);
+    atomic_store(&b->sleeping, 0);
+}
 
 /* Every rank finished phase f of step s. */
 static bool shm_all_at(mpi_comm *m, int f, int64_t s) {
@@ -585,6 +633,7 @@ static bool shm_all_at(mpi_comm *m, int f, int64_t s) {
 
 static void shm_done(mpi_comm *m, int f) {
     atomic_store_explicit(&shm_flags(m, m->base.rank)[f].v, m->shm_step, memory_order_release);
+    shm_ring_others(m);
     m->shm_phase = (f + 1) % 3;
     m->last_progress = pe_now_s();
 }
@@ -668,6 +717,7 @@ static bool shm_headers(mpi_comm *m) {
             if (!shm_all_at(m, F_HDR_READ, op->seq - SHM_SLOTS)) break;
             memcpy(m->seg[me] + SHM_HEAD + (op->seq % SHM_SLOTS) * (int64_t)sizeof(header), &op->hdr, sizeof(header));
             atomic_store_explicit(&shm_flags(m, me)[F_HDR_POSTED].v, op->seq, memory_order_release);
+            shm_ring_others(m);
             op->hdr_posted = true;
             m->last_progress = pe_now_s();
             did = true;
@@ -676,6 +726,7 @@ static bool shm_headers(mpi_comm *m) {
         for (int q = 0; q < n; q++)
             memcpy(&op->all[q], m->seg[q] + SHM_HEAD + (op->seq % SHM_SLOTS) * (int64_t)sizeof(header), sizeof(header));
         atomic_store_explicit(&shm_flags(m, me)[F_HDR_READ].v, op->seq, memory_order_release);
+        shm_ring_others(m);
         op->hdr_done = true;
         m->hdr_waiting--;
         m->last_progress = pe_now_s();
@@ -777,7 +828,10 @@ static bool poll_active(mpi_comm *m) {
 static void *progress_main(void *arg) {
     mpi_comm *m = arg;
     int idle = 0;
+    const bool shm = m->win != MPI_WIN_NULL;
     for (;;) {
+        /* read before anything is looked at: a ring after this ends the sleep below at once */
+        const uint32_t bell = shm ? atomic_load(&shm_bell_of(m, m->base.rank)->bell) : 0;
         pthread_mutex_lock(&m->mu);
         while (!m->sub_head && !m->ops_head && !m->stop) pthread_cond_wait(&m->cv, &m->mu);
         mpi_op *got = m->sub_head;
@@ -828,6 +882,18 @@ static void *progress_main(void *arg) {
          * call): yield a while, then sleep a little longer each time (<= 100
          * us) not to eat a core that it may need. */
         bool moving = m->n_act > 0 || shm_waiting(m);
+        if (shm && m->n_act == 0 && moving) {
+            /* Waiting on the other ranks of this machine alone. Poll for
+             * SHM_SPIN_S (they are usually microseconds away), without
+             * sched_yield: on a machine with more runnable threads than
+             * cores a yield can cost a whole time slice, and a thread that
+             * polls holds its share of a core that the others may need
+             * (2 ranks on 2 cores and one more busy process: 40 ms a step
+             * instead of 4). Then sleep on the bell: the rank that moves
+             * next wakes this one. */
+            if (pe_now_s() - m->last_progress >= SHM_SPIN_S) bell_sleep(m, bell);
+            continue;
+        }
         bool fresh = moving && pe_now_s() - m->last_progress < SPIN_S;
         if (fresh || ++idle < 64) {
             sched_yield();
@@ -898,6 +964,7 @@ static pe_status mpi_start(pe_comm *c, const pe_coll_args *a, pe_work **out) {
     m->sub_tail = op;
     pthread_cond_signal(&m->cv);
     pthread_mutex_unlock(&m->mu);
+    if (m->win != MPI_WIN_NULL) bell_ring(shm_bell_of(m, m->base.rank)); /* it may sleep on the bell */
     return PE_OK;
 }
 
@@ -968,6 +1035,7 @@ static void shm_setup(mpi_comm *m) {
         }
         if (ok)
             for (int f = 0; f < N_FLAGS; f++) atomic_store(&shm_flags(m, m->base.rank)[f].v, 0);
+        if (ok) atomic_store(&shm_bell_of(m, m->base.rank)->bell, 0), atomic_store(&shm_bell_of(m, m->base.rank)->sleeping, 0);
     } else {
         ok = 0;
     }

@@ -18,6 +18,8 @@
  *   - a 16 MiB fp32 allreduce, twice;
  *   - callbacks (exactly once, registered before and after completion, on
  *     a work freed while pending);
+ *   - ranks that issue late (the others asleep on their bells, woken by
+ *     the late rank's moves);
  *   - errors every rank sees: one rank's bad root or dtype, sizes that
  *     differ, calls issued in different orders — every rank's call or work
  *     fails with a message, nothing hangs, and the communicator works after;
@@ -297,6 +299,39 @@ static void test_nccl_across_processes(void **state) {
 #endif
 }
 
+/* Ranks that come late: rank r issues each of 6 allreduces (4 chunks of
+ * 64 KiB each) r x 20 ms after the one before, so the ranks ahead wait on
+ * every header and every chunk's phases, past their short poll, asleep on
+ * their bell (runtime/comm/mpi.c, progress_main), and the late rank's
+ * moves must wake them. Sums in rank order, bit for bit. */
+static void test_mpi_late_ranks(void **state) {
+    (void)state;
+    setenv("PE_MPI_CHUNK_BYTES", "65536", 1);
+    pe_comm *c = new_mpi();
+    unsetenv("PE_MPI_CHUNK_BYTES");
+    const int me = pe_comm_rank(c), n = pe_comm_size(c);
+    enum { OPS = 6, COUNT = 65536 };
+    int32_t *v = malloc(sizeof *v * OPS * COUNT);
+    assert_non_null(v);
+    pe_work *w[OPS];
+    for (int k = 0; k < OPS; k++) {
+        struct timespec ts = {0, me * 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        for (int i = 0; i < COUNT; i++) v[k * COUNT + i] = (me + 1) * (i % 1000) + k;
+        assert_int_equal(pe_comm_allreduce(c, v + k * COUNT, COUNT, PE_DTYPE_INT32, 40 + k, &w[k]), PE_OK);
+    }
+    for (int k = 0; k < OPS; k++) {
+        if (pe_work_wait(w[k]) != PE_OK) fail_msg("allreduce %d: %s", k, pe_last_error());
+        pe_work_free(w[k]);
+        for (int i = 0; i < COUNT; i++) {
+            const int32_t want = n * (n + 1) / 2 * (i % 1000) + n * k;
+            if (v[k * COUNT + i] != want) fail_msg("allreduce %d, element %d: %d, not %d", k, i, v[k * COUNT + i], want);
+        }
+    }
+    free(v);
+    pe_comm_free(c);
+}
+
 static void test_mpi_no_progress_timeout(void **state) {
     (void)state;
     setenv("PE_MPI_TIMEOUT", "1", 1);
@@ -327,6 +362,7 @@ int main(void) {
         cmocka_unit_test(test_mpi_ladder_no_shm),
         cmocka_unit_test(test_mpi_allreduce_16mb),
         cmocka_unit_test(test_mpi_callbacks),
+        cmocka_unit_test(test_mpi_late_ranks),
         cmocka_unit_test(test_mpi_errors),
         cmocka_unit_test(test_hier_over_mpi),
         cmocka_unit_test(test_nccl_across_processes),
