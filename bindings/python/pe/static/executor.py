@@ -113,6 +113,22 @@ def _feed_dict(program, feed, what="feed"):
     return out
 
 
+def _set_lr(program, scopes):
+    """A learning-rate scheduler on program (an optimizer given a
+    pe.optimizer.lr.LRScheduler): its current value into its var, as each
+    scope (a place's) sees it, before the run, as Paddle's executors do.
+    Before the startup program has run the var is missing: the run reports it."""
+    sched = getattr(program, "lr_scheduler", None)
+    if sched is None:
+        return
+    value = np.array([sched()], dtype=np.float32)
+    for scope in scopes:
+        var = scope.find_var(program._lr_sched_var)
+        if var is not None:
+            t = var.get_tensor()
+            t.set(value, t._place() if t._is_initialized() else None)
+
+
 def _as_results(tensors, return_numpy):
     if not return_numpy:
         return tensors
@@ -162,6 +178,7 @@ class Executor:
         if isinstance(feed, (list, tuple)):
             raise TypeError("Executor.run: a list feed needs a data-parallel CompiledProgram or ParallelExecutor")
         scope = global_scope() if scope is None else scope
+        _set_lr(program, [scope])
         outs = self._core_executor(program).run(program._core_program(), scope, _feed_dict(program, feed),
                                                 _fetch_names(fetch_list))
         return _as_results(outs, return_numpy)
@@ -377,6 +394,7 @@ def _loss_name(loss_name):
 
 
 def _run_parallel(pe, program, feed, fetch_list, return_numpy, return_merged):
+    _set_lr(program, [pe.place_scope(i) for i in range(pe.device_count)])
     if isinstance(feed, (list, tuple)):
         feed = [_feed_dict(program, f, "feed[%d]" % i) for i, f in enumerate(feed)]
     else:

@@ -10,28 +10,37 @@ All of it is pe_optimizer_minimize (passes/optimizer.c) on fresh C copies
 of the main and startup programs (accumulators and the learning rate are
 initialized by the startup program), merged back into the Python programs.
 """
-from . import _core
-from .eager import optimizer as _eager_opt
-from .framework import Parameter, Variable, _var_name, default_startup_program
-from .nn.clip import ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue
-from .regularizer import L1Decay, L2Decay
+from .. import _core
+from ..eager import optimizer as _eager_opt
+from ..utils import unique_name as _unique_name
+from ..framework import Parameter, Variable, _var_name, default_startup_program
+from ..initializer import Constant
+from ..nn.clip import ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue
+from ..regularizer import L1Decay, L2Decay
+from . import lr  # noqa: F401  (pe.optimizer.lr: the schedulers)
+from .lr import LRScheduler
 
-__all__ = ["Optimizer", "SGD", "Momentum", "Adam", "Adagrad", "RMSProp", "Adamax", "AdamW", "Lamb"]
+__all__ = ["Optimizer", "SGD", "Momentum", "Adam", "Adagrad", "RMSProp", "Adamax", "AdamW", "Lamb", "lr"]
 
 
 class Optimizer:
     _kind = None
 
     def __init__(self, learning_rate=0.001, parameters=None, weight_decay=None, grad_clip=None, name=None):
+        self._lr_sched = None
         if isinstance(learning_rate, Variable):
             self._lr_var = learning_rate.name
             self._lr = 0.0
+        elif isinstance(learning_rate, LRScheduler):
+            self._lr_var = None
+            self._lr_sched = learning_rate
+            self._lr = float(learning_rate())
         elif isinstance(learning_rate, (int, float)) and not isinstance(learning_rate, bool):
             self._lr_var = None
             self._lr = float(learning_rate)
         else:
-            raise _core.UnsupportedError("learning_rate must be a float (or a persistable [1] Variable); "
-                                         "LR schedulers are not supported, got %s" % type(learning_rate).__name__)
+            raise TypeError("learning_rate must be a float, a pe.optimizer.lr.LRScheduler or a persistable [1] "
+                            "Variable, got %s" % type(learning_rate).__name__)
         self._parameter_list = list(parameters) if parameters is not None else None
         self._eager_params = None
         self._accumulators, self._lr_t, self._pending_state = {}, None, {}
@@ -62,7 +71,8 @@ class Optimizer:
         self._name = name
 
     def get_lr(self):
-        return self._lr
+        """The learning rate the next update uses (a scheduler's current value)."""
+        return float(self._lr_sched()) if self._lr_sched is not None else self._lr
 
     def _extra(self, program):
         return {}
@@ -114,10 +124,11 @@ class Optimizer:
             block = main.global_block()
             pnames = [n for n in pnames if not block.has_var(n) or not block.var(n).stop_gradient]
         nograd = [_var_name(v) for v in no_grad_set] if no_grad_set else None
+        lr_var = self._lr_var if self._lr_sched is None else self._sched_var(main, startup)
         n_before = len(main.global_block().ops)
         cm, cs = main._fresh_core(), startup._fresh_core()
         pairs = _core.minimize(
-            cm, cs, loss.name, kind=self._kind, learning_rate=self._lr, lr_var=self._lr_var,
+            cm, cs, loss.name, kind=self._kind, learning_rate=self._lr, lr_var=lr_var,
             weight_decay=self._weight_decay, l1_decay=self._l1_decay, params=pnames, no_grad=nograd,
             param_configs=self._param_configs(main), **self._clip_args(main), **self._extra(main))
         main._load_json(cm.to_json())
@@ -126,12 +137,35 @@ class Optimizer:
         ops = [op for op in block.ops[n_before:] if int(op.attr("op_role") or 0) & 2]
         return ops, [(block.var(p), block.var(g)) for p, g in pairs]
 
+    def _sched_var(self, main, startup):
+        """The learning-rate scheduler's var in main (persistable float32 [1],
+        the startup program sets it to the scheduler's value): every run of
+        main writes sched() into it first (pe.static's executors). One per
+        program, as Paddle's program.lr_scheduler."""
+        old = getattr(main, "lr_scheduler", None)
+        if old is not None and old is not self._lr_sched:
+            raise _core.InvalidArgumentError(
+                "minimize: this program already has a learning-rate scheduler (%s) from another optimizer; "
+                "a program takes one (give both optimizers the same scheduler object)" % type(old).__name__)
+        name = getattr(main, "_lr_sched_var", None)
+        if name is None:
+            name = _unique_name.generate("learning_rate")
+            for prog in (main, startup):
+                v = prog.global_block().create_var(name=name, shape=[1], dtype="float32", persistable=True,
+                                                   stop_gradient=True)
+            Constant(float(self._lr_sched()))(v, startup)
+            main.lr_scheduler, main._lr_sched_var = self._lr_sched, name
+        return name
+
     def step(self):
         """Eager mode: one update of every parameter with a .grad, by the
-        optimizer's op (pe/eager/optimizer.py)."""
+        optimizer's op (pe/eager/optimizer.py), at the scheduler's current
+        rate when learning_rate is one."""
         if self._eager_params is None:
             raise _core.UnsupportedError("Optimizer.step is eager-only (an optimizer made with eager parameters); "
                                          "in static mode use minimize(loss) and an executor")
+        if self._lr_sched is not None:
+            self._lr = float(self._lr_sched())
         _eager_opt.step(self)
 
     def clear_grad(self, set_to_zero=True):
@@ -162,6 +196,10 @@ class Optimizer:
         return _eager_opt.lr_tensor(self)
 
     def set_lr(self, value):
+        """Sets a float learning rate (not with a scheduler: step the scheduler instead)."""
+        if self._lr_sched is not None:
+            raise RuntimeError("%s.set_lr: the learning rate is a %s; set it through the scheduler"
+                               % (type(self).__name__, type(self._lr_sched).__name__))
         self._lr = float(value)
 
 
