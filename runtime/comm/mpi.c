@@ -17,8 +17,9 @@
  * kernel's timer slack and stalled every rank's next copy); only when
  * nothing has moved for 2 ms (a late peer) does it back off to short
  * sleeps (progress_main). Through the one-machine window (below) it
- * sleeps on a bell the other ranks ring instead. Every MPI call is made there (constructor and free
- * aside), which needs MPI_THREAD_SERIALIZED; PE asks for
+ * sleeps on a bell the other ranks ring instead. Every MPI call is made
+ * there (constructor and free aside), which needs MPI_THREAD_SERIALIZED;
+ * PE asks for
  * MPI_THREAD_MULTIPLE when it initializes MPI itself (so the program may
  * call MPI too) and refuses a level below SERIALIZED.
  *
@@ -91,8 +92,8 @@
  *   submissions' sake. Polling or yielding through the wait for a rank
  *   still computing held cores it needed: 2 ranks on 2 cores with one more
  *   busy process took 40 ms an MLP step, 4-5 ms sleeping (a yield can cost
- *   a whole time slice there). The header still comes first: every rank counts the window's
- *   steps alike only because every rank's call matched. Other collectives,
+ *   a whole time slice there). The header still comes first: every rank
+ *   counts the window's steps alike only because every rank's call matched. Other collectives,
  *   and machines without the window, use MPI as above.
  *
  * Order: as with NCCL, the ranks' calls on one communicator must be issued
@@ -233,7 +234,8 @@ typedef struct {
     _Alignas(64) _Atomic uint32_t bell;
     _Atomic uint32_t sleeping;
 } shm_bell;
-_Static_assert(N_FLAGS * sizeof(shm_flag) + sizeof(shm_bell) <= SHM_HEAD, "SHM_HEAD holds the counters and the bell");
+_Static_assert(N_FLAGS * sizeof(shm_flag) + sizeof(shm_bell) <= SHM_HEAD,
+               "SHM_HEAD holds the counters and the bell");
 
 /* ---- MPI itself: init once, finalize at exit ------------------------------------- */
 
@@ -609,8 +611,10 @@ static void bell_ring(shm_bell *b) {
     if (atomic_load(&b->sleeping)) syscall(SYS_futex, &b->bell, FUTEX_WAKE, 1, NULL, NULL, 0);
 }
 
-/* Rings every other rank of the window: this rank moved a counter. */
-static void shm_ring_others(mpi_comm *m) {
+/* Publishes v as this rank's counter f (release: what the counter vouches
+ * for is visible first) and rings every other rank, which may sleep on it. */
+static void shm_post(mpi_comm *m, int f, int64_t v) {
+    atomic_store_explicit(&shm_flags(m, m->base.rank)[f].v, v, memory_order_release);
     for (int q = 0; q < m->base.size; q++)
         if (q != m->base.rank) bell_ring(shm_bell_of(m, q));
 }
@@ -632,8 +636,7 @@ static bool shm_all_at(mpi_comm *m, int f, int64_t s) {
 }
 
 static void shm_done(mpi_comm *m, int f) {
-    atomic_store_explicit(&shm_flags(m, m->base.rank)[f].v, m->shm_step, memory_order_release);
-    shm_ring_others(m);
+    shm_post(m, f, m->shm_step);
     m->shm_phase = (f + 1) % 3;
     m->last_progress = pe_now_s();
 }
@@ -716,8 +719,7 @@ static bool shm_headers(mpi_comm *m) {
         if (!op->hdr_posted) {
             if (!shm_all_at(m, F_HDR_READ, op->seq - SHM_SLOTS)) break;
             memcpy(m->seg[me] + SHM_HEAD + (op->seq % SHM_SLOTS) * (int64_t)sizeof(header), &op->hdr, sizeof(header));
-            atomic_store_explicit(&shm_flags(m, me)[F_HDR_POSTED].v, op->seq, memory_order_release);
-            shm_ring_others(m);
+            shm_post(m, F_HDR_POSTED, op->seq);
             op->hdr_posted = true;
             m->last_progress = pe_now_s();
             did = true;
@@ -725,8 +727,7 @@ static bool shm_headers(mpi_comm *m) {
         if (!shm_all_at(m, F_HDR_POSTED, op->seq)) break;
         for (int q = 0; q < n; q++)
             memcpy(&op->all[q], m->seg[q] + SHM_HEAD + (op->seq % SHM_SLOTS) * (int64_t)sizeof(header), sizeof(header));
-        atomic_store_explicit(&shm_flags(m, me)[F_HDR_READ].v, op->seq, memory_order_release);
-        shm_ring_others(m);
+        shm_post(m, F_HDR_READ, op->seq);
         op->hdr_done = true;
         m->hdr_waiting--;
         m->last_progress = pe_now_s();
@@ -1033,9 +1034,12 @@ static void shm_setup(mpi_comm *m) {
                  size >= (MPI_Aint)(SHM_DATA + m->chunk_bytes + SHM_ALIGN);
             m->seg[q] = (char *)(((uintptr_t)p + SHM_ALIGN - 1) & ~(uintptr_t)(SHM_ALIGN - 1));
         }
-        if (ok)
+        if (ok) {
             for (int f = 0; f < N_FLAGS; f++) atomic_store(&shm_flags(m, m->base.rank)[f].v, 0);
-        if (ok) atomic_store(&shm_bell_of(m, m->base.rank)->bell, 0), atomic_store(&shm_bell_of(m, m->base.rank)->sleeping, 0);
+            shm_bell *b = shm_bell_of(m, m->base.rank);
+            atomic_store(&b->bell, 0);
+            atomic_store(&b->sleeping, 0);
+        }
     } else {
         ok = 0;
     }

@@ -227,8 +227,11 @@ def static_program():
     return main, startup, loss, sched
 
 
-@pytest.mark.parametrize("parallel", [False, True])
-def test_static_training_matches_torch(parallel, monkeypatch):
+@pytest.mark.parametrize("places, shard", [(1, True), (2, True), (2, False)])
+def test_static_training_matches_torch(places, shard, monkeypatch):
+    """On 2 places without shard_optimizer every place updates its own copy
+    of the parameters with its own copy of the rate: each must follow the
+    scheduler (every place's copy is checked)."""
     monkeypatch.setenv("CPU_NUM", "2")
     main, startup, loss, sched = static_program()
     assert main.lr_scheduler is sched
@@ -238,16 +241,23 @@ def test_static_training_matches_torch(parallel, monkeypatch):
     w, b = [p.name for p in main.all_parameters()]
     w0, b0 = [np.array(scope.find_var(n).get_tensor()).copy() for n in (w, b)]
     runner = main
-    if parallel:
-        runner = pe.static.CompiledProgram(main).with_data_parallel(loss_name=loss.name)
+    if places > 1:
+        bs = pe.static.BuildStrategy()
+        bs.shard_optimizer = shard
+        runner = pe.static.CompiledProgram(main, build_strategy=bs).with_data_parallel(loss_name=loss.name)
     for _ in range(TRAIN_STEPS):
         exe.run(runner, feed={"x": X, "y": Y}, fetch_list=[loss], scope=scope)
         sched.step()
-    if parallel:
-        assert runner.device_count == 2
+    scopes = [scope]
+    if places > 1:
+        assert runner.device_count == places
+        scopes = [runner._pe.place_scope(i) for i in range(places)]
     tw, tb = torch_train(w0, b0)
-    np.testing.assert_allclose(np.array(scope.find_var(w).get_tensor()), tw, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(np.array(scope.find_var(b).get_tensor()), tb, rtol=1e-5, atol=1e-6)
+    for i, sc in enumerate(scopes):
+        np.testing.assert_allclose(np.array(sc.find_var(w).get_tensor()), tw, rtol=1e-5, atol=1e-6,
+                                   err_msg="place %d" % i)
+        np.testing.assert_allclose(np.array(sc.find_var(b).get_tensor()), tb, rtol=1e-5, atol=1e-6,
+                                   err_msg="place %d" % i)
 
 
 def test_eager_training_matches_torch():

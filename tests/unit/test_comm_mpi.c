@@ -325,7 +325,8 @@ static void test_mpi_late_ranks(void **state) {
         pe_work_free(w[k]);
         for (int i = 0; i < COUNT; i++) {
             const int32_t want = n * (n + 1) / 2 * (i % 1000) + n * k;
-            if (v[k * COUNT + i] != want) fail_msg("allreduce %d, element %d: %d, not %d", k, i, v[k * COUNT + i], want);
+            if (v[k * COUNT + i] != want)
+                fail_msg("allreduce %d, element %d: %d, not %d", k, i, v[k * COUNT + i], want);
         }
     }
     free(v);

@@ -960,23 +960,28 @@ static pe_program *sgd_pserver_program(const char *ep, const int64_t *wd, int fa
     return p;
 }
 
-/* A pserver loop on a thread serving w [wd] = sin(i * 0.37) with lr 0.5
- * from 2 trainers; trainer 0 is this process's client (trainer 1 is the
- * test's raw DEALER). The trainers' gradients: gt0 = cos(i * 1.3) / 3,
- * gt1 = sin(i * 0.11) / 7. */
+/* A pserver loop on a thread at a free endpoint ep (eps: the list of it)
+ * serving w [wd] = sin(i * 0.37) with lr 0.5 from 2 trainers; trainer 0 is
+ * this process's client (trainer 1 is the test's raw DEALER). The trainers'
+ * gradients: gt0 = cos(i * 1.3) / 3, gt1 = sin(i * 0.11) / 7. */
 typedef struct loop_fixture {
+    char ep[256];
+    const char *eps[1];
     loop_run r;
     pthread_t th;
     pe_ps_client *c;
     pe_tensor *wt, *lt, *gt0, *gt1;
 } loop_fixture;
 
-static void loop_start(loop_fixture *f, const char *ep, const int64_t *wd) {
+static void loop_start(loop_fixture *f, const int64_t *wd) {
     const int64_t n = wd[0] * wd[1];
-    double *w0 = malloc((size_t)n * sizeof *w0), *g0 = malloc((size_t)n * sizeof *g0), *g1 = malloc((size_t)n * sizeof *g1);
+    double *w0 = malloc((size_t)n * sizeof *w0), *g0 = malloc((size_t)n * sizeof *g0);
+    double *g1 = malloc((size_t)n * sizeof *g1);
     assert_true(w0 && g0 && g1);
     for (int64_t i = 0; i < n; i++) w0[i] = sin(i * 0.37), g0[i] = cos(i * 1.3) / 3, g1[i] = sin(i * 0.11) / 7;
-    f->r = (loop_run){sgd_pserver_program(ep, wd, 2), pe_scope_new(NULL), PE_OK, ""};
+    free_endpoint(f->ep, sizeof f->ep);
+    f->eps[0] = f->ep;
+    f->r = (loop_run){sgd_pserver_program(f->ep, wd, 2), pe_scope_new(NULL), PE_OK, ""};
     f->wt = tu_tensor(PE_DTYPE_FP32, 2, wd, w0), f->lt = tu_tensor(PE_DTYPE_FP32, 1, (int64_t[]){1}, (double[]){0.5});
     f->gt0 = tu_tensor(PE_DTYPE_FP32, 2, wd, g0), f->gt1 = tu_tensor(PE_DTYPE_FP32, 2, wd, g1);
     free(w0), free(g0), free(g1);
@@ -1001,18 +1006,25 @@ static void loop_end(loop_fixture *f, const float *want, int64_t n) {
     pe_program_free(f->r.p);
 }
 
+/* w[0..n) -= 0.5 * the gradient the pserver applies: the mean of a and b
+ * (b NULL: a alone), rounded as the kernels round (float32, no FMA). */
+static void sgd_expect(float *w, const float *a, const float *b, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        volatile float g = b ? (a[i] + b[i]) * 0.5f : a[i], step = 0.5f * g;
+        w[i] -= step;
+    }
+}
+
 static void test_pserver_loop(void **state) {
     (void)state;
-    char ep[256];
-    free_endpoint(ep, sizeof ep);
     /* 360,600 elements: two parts on the wire (PE_PS_PART), 88 whole tiles of
      * the pserver's sum and a partial one, on 2 threads */
     enum { N = 600 * 601 };
     const int64_t wd[2] = {600, 601};
     loop_fixture f;
-    loop_start(&f, ep, wd);
+    loop_start(&f, wd);
     pe_ps_client *c = f.c;
-    const char *eps[1] = {ep}, *gn[1] = {"w@GRAD"}, *wn[1] = {"w"};
+    const char *ep = f.ep, **eps = f.eps, *gn[1] = {"w@GRAD"}, *wn[1] = {"w"};
     pe_tensor *gt0 = f.gt0, *gt1 = f.gt1, *wt = f.wt;
     const char *g1b = pe_tensor_data(gt1);
     const size_t last = N * sizeof(float) - PE_PS_PART; /* bytes of the second part */
@@ -1047,11 +1059,9 @@ static void test_pserver_loop(void **state) {
     /* sgd on the mean, in float32 as the kernels run it: the same bits */
     float *want = malloc(N * sizeof *want);
     assert_non_null(want);
-    const float *f0 = pe_tensor_data(gt0), *f1 = pe_tensor_data(gt1), *fw = pe_tensor_data(wt);
-    for (int i = 0; i < N; i++) {
-        volatile float g = (f0[i] + f1[i]) * 0.5f, step = 0.5f * g;
-        want[i] = fw[i] - step;
-    }
+    const float *f0 = pe_tensor_data(gt0), *f1 = pe_tensor_data(gt1);
+    memcpy(want, pe_tensor_data(wt), N * sizeof *want);
+    sgd_expect(want, f0, f1, N);
     tu_assert_dims(got, 2, wd);
     if (memcmp(pe_tensor_data(got), want, N * sizeof *want)) fail_msg("the update is not sgd on the mean, bit for bit");
     assert_int_equal(pe_ps_barrier(c, PE_PS_FETCH_BARRIER, 1, eps), PE_OK);
@@ -1066,10 +1076,7 @@ static void test_pserver_loop(void **state) {
     if (h.type != PE_PS_ACK || h.seq != 45) fail_msg("trainer 1's SEND in step 2: %s", text);
     ts[0] = gt0;
     if (pe_ps_send(c, 1, eps, gn, ts) != PE_OK) fail_msg("%s", pe_last_error());
-    for (int i = 0; i < N; i++) {
-        volatile float g = (f0[i] + f1[i]) * 0.5f, step = 0.5f * g;
-        want[i] -= step;
-    }
+    sgd_expect(want, f0, f1, N);
     if (pe_ps_get(c, 1, eps, wn, &got, pe_place_cpu(0)) != PE_OK) fail_msg("%s", pe_last_error());
     if (memcmp(pe_tensor_data(got), want, N * sizeof *want))
         fail_msg("step 2: the update did not run once both gradients were in");
@@ -1105,10 +1112,7 @@ static void test_pserver_loop(void **state) {
     zmq_close(d); /* lost */
     if (pe_ps_barrier(c, PE_PS_SEND_BARRIER, 1, eps) != PE_OK) fail_msg("%s", pe_last_error());
     if (pe_ps_get(c, 1, eps, wn, &got, pe_place_cpu(0)) != PE_OK) fail_msg("%s", pe_last_error());
-    for (int i = 0; i < N; i++) {
-        volatile float step = 0.5f * f0[i];
-        want[i] -= step;
-    }
+    sgd_expect(want, f0, NULL, N);
     if (memcmp(pe_tensor_data(got), want, N * sizeof *want))
         fail_msg("step 3 is not sgd on trainer 0's gradient alone, bit for bit");
     assert_int_equal(pe_ps_barrier(c, PE_PS_FETCH_BARRIER, 1, eps), PE_OK);
@@ -1126,25 +1130,20 @@ static void test_pserver_loop(void **state) {
  * survivor's gradient alone. */
 static void test_pserver_lost_after_update(void **state) {
     (void)state;
-    char ep[256];
-    free_endpoint(ep, sizeof ep);
     enum { N = 12 };
     const int64_t wd[2] = {3, 4};
     loop_fixture f;
-    loop_start(&f, ep, wd);
+    loop_start(&f, wd);
     pe_ps_client *c = f.c;
-    const char *eps[1] = {ep}, *gn[1] = {"w@GRAD"}, *wn[1] = {"w"};
-    pe_tensor *gt0 = f.gt0, *gt1 = f.gt1, *wt = f.wt;
-    const float *f0 = pe_tensor_data(gt0), *f1 = pe_tensor_data(gt1), *fw = pe_tensor_data(wt);
+    const char **eps = f.eps, *gn[1] = {"w@GRAD"}, *wn[1] = {"w"};
+    pe_tensor *gt0 = f.gt0, *gt1 = f.gt1;
     float want[N], after[N];
-    for (int i = 0; i < N; i++) {
-        volatile float g = (f0[i] + f1[i]) * 0.5f, step = 0.5f * g;
-        want[i] = fw[i] - step;
-        volatile float step0 = 0.5f * f0[i];
-        after[i] = want[i] - step0;
-    }
+    memcpy(want, pe_tensor_data(f.wt), sizeof want);
+    sgd_expect(want, pe_tensor_data(gt0), pe_tensor_data(gt1), N);
+    memcpy(after, want, sizeof after);
+    sgd_expect(after, pe_tensor_data(gt0), NULL, N);
     void *ctx = zmq_ctx_new();
-    void *d = raw_dealer(ctx, ep);
+    void *d = raw_dealer(ctx, f.ep);
     unsigned char hb[PE_PS_MAX_MSG];
     size_t n = enc_part(hb, 1, 60, "w@GRAD", wd, 0);
     raw_send(d, 2, (const void *[]){hb, pe_tensor_data(gt1)}, (size_t[]){n, N * sizeof(float)});

@@ -142,13 +142,12 @@ class DistributeTranspiler:
                                              "(trainers=%d)" % (trainer_id, trainers, trainers))
         if self.config.enable_dc_asgd:
             raise _core.UnsupportedError("DistributeTranspiler: enable_dc_asgd is not supported in PE")
-        main = program if program is not None else default_main_program()
-        if getattr(main, "lr_scheduler", None) is not None:
+        if getattr(program, "lr_scheduler", None) is not None:
             raise _core.UnsupportedError(
                 "DistributeTranspiler: in pserver mode the learning rate lives on the pservers, where a "
                 "pe.optimizer.lr.%s (a Python object the trainer steps) cannot reach it; use fluid.layers' decay "
                 "functions (exponential_decay, piecewise_decay, ...), which the pservers run"
-                % type(main.lr_scheduler).__name__)
+                % type(program.lr_scheduler).__name__)
         sync = bool(sync_mode) and bool(self.config.sync_mode)
         plan = _ps.PServerPlan(program, startup_program, eps, trainer_id, trainers, sync, self.config)
         self._plan = plan

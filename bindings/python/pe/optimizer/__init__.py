@@ -151,9 +151,9 @@ class Optimizer:
         if name is None:
             name = _unique_name.generate("learning_rate")
             for prog in (main, startup):
-                v = prog.global_block().create_var(name=name, shape=[1], dtype="float32", persistable=True,
-                                                   stop_gradient=True)
-            Constant(float(self._lr_sched()))(v, startup)
+                prog.global_block().create_var(name=name, shape=[1], dtype="float32", persistable=True,
+                                               stop_gradient=True)
+            Constant(float(self._lr_sched()))(startup.global_block().var(name), startup)
             main.lr_scheduler, main._lr_sched_var = self._lr_sched, name
         return name
 

@@ -460,8 +460,8 @@ class OneCycleLR(LRScheduler):
         self.anneal = self._cos if anneal_strategy == "cos" else self._linear
         initial = max_lr / div
         up = float(pct * self.total_steps) - 1
+        # per phase: (its last step, its start rate, its end rate)
         if three_phase:
-            # (end step, start rate, end rate)
             self.phases = [(up, initial, max_lr), (2 * up, max_lr, initial), (self.total_steps - 1, initial, end_lr)]
         else:
             self.phases = [(up, initial, max_lr), (self.total_steps - 1, max_lr, end_lr)]
@@ -480,12 +480,11 @@ class OneCycleLR(LRScheduler):
         if step > self.total_steps:
             raise ValueError("OneCycleLR: stepped %d times, beyond total_steps=%d" % (step, self.total_steps))
         start_step = 0.0
-        for i, (end_step, lo, hi) in enumerate(self.phases):
-            if step <= end_step or i == len(self.phases) - 1:
+        for i, (end_step, start, end) in enumerate(self.phases):
+            if step <= end_step or i == len(self.phases) - 1:  # the last phase returns
                 span = end_step - start_step
-                return self.anneal(lo, hi, (step - start_step) / span if span else 1.0)
+                return self.anneal(start, end, (step - start_step) / span if span else 1.0)
             start_step = end_step
-        return self.last_lr
 
 
 class CyclicLR(LRScheduler):

@@ -116,8 +116,10 @@ def _feed_dict(program, feed, what="feed"):
 def _set_lr(program, scopes):
     """A learning-rate scheduler on program (an optimizer given a
     pe.optimizer.lr.LRScheduler): its current value into its var, as each
-    scope (a place's) sees it, before the run, as Paddle's executors do.
-    Before the startup program has run the var is missing: the run reports it."""
+    scope (every place holds its own copy) sees it, before the run, as
+    Paddle's executors do. scopes: an iterable, looked at only when there is
+    a scheduler. Before the startup program has run the var is missing: the
+    run reports it."""
     sched = getattr(program, "lr_scheduler", None)
     if sched is None:
         return
@@ -394,7 +396,7 @@ def _loss_name(loss_name):
 
 
 def _run_parallel(pe, program, feed, fetch_list, return_numpy, return_merged):
-    _set_lr(program, [pe.place_scope(i) for i in range(pe.device_count)])
+    _set_lr(program, (pe.place_scope(i) for i in range(pe.device_count)))
     if isinstance(feed, (list, tuple)):
         feed = [_feed_dict(program, f, "feed[%d]" % i) for i, f in enumerate(feed)]
     else:
