@@ -375,10 +375,11 @@ static pe_status st_load_entry(const st_file *f, const st_entry *e, pe_tensor *t
     return PE_OK;
 }
 
-pe_status pe_safetensors_read_buffer(const void *data, size_t size, const char *what, pe_scope *scope) {
-    if (!what) what = "<buffer>";
-    if ((!data && size) || !scope)
-        return pe_error(PE_ERR_INVALID, "%s: pe_safetensors_read_buffer: NULL argument", what);
+/* Reads every tensor of a validated image into scope and, when key is
+ * given, a malloc'd copy of its "__metadata__" value into *value (NULL
+ * when the file has none). */
+static pe_status st_read(const void *data, size_t size, const char *what, pe_scope *scope, const char *key,
+                         char **value) {
     st_file f;
     PE_CHECK(st_parse(data, size, what, &f));
     pe_status st = PE_OK;
@@ -387,18 +388,37 @@ pe_status pe_safetensors_read_buffer(const void *data, size_t size, const char *
         st = t ? st_load_entry(&f, &f.e[i], t, what)
                : pe_error(PE_ERR_NOMEM, "%s: out of memory creating var '%s'", what, f.e[i].name);
     }
+    if (st == PE_OK && key) {
+        /* st_parse checked that "__metadata__" is an object of strings */
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(f.root, "__metadata__"),
+                                                          key);
+        if (v && !(*value = strdup(v->valuestring)))
+            st = pe_error(PE_ERR_NOMEM, "%s: out of memory for metadata '%s'", what, key);
+    }
     st_file_free(&f);
     return st;
 }
 
-pe_status pe_safetensors_read(const char *path, pe_scope *scope) {
-    if (!path || !scope) return pe_error(PE_ERR_INVALID, "pe_safetensors_read: NULL argument");
+pe_status pe_safetensors_read_buffer(const void *data, size_t size, const char *what, pe_scope *scope) {
+    if (!what) what = "<buffer>";
+    if ((!data && size) || !scope)
+        return pe_error(PE_ERR_INVALID, "%s: pe_safetensors_read_buffer: NULL argument", what);
+    return st_read(data, size, what, scope, NULL, NULL);
+}
+
+pe_status pe_safetensors_read_meta(const char *path, pe_scope *scope, const char *key, char **value) {
+    if (value) *value = NULL;
+    if (!path || !scope || (key && !value)) return pe_error(PE_ERR_INVALID, "pe_safetensors_read: NULL argument");
     void *data;
     size_t size;
     PE_CHECK(pe_read_file(path, &data, &size));
-    pe_status st = pe_safetensors_read_buffer(data, size, path, scope);
+    pe_status st = st_read(data, size, path, scope, key, value);
     free(data);
     return st;
+}
+
+pe_status pe_safetensors_read(const char *path, pe_scope *scope) {
+    return pe_safetensors_read_meta(path, scope, NULL, NULL);
 }
 
 /* ---- writing ------------------------------------------------------------ */
@@ -439,9 +459,33 @@ static void st_put_json_string(st_buf *b, const char *s) {
     st_put(b, "\"", 1);
 }
 
+/* key is one of the first k metadata keys. */
+static bool st_meta_listed(const char *const *meta, int k, const char *key) {
+    for (int i = 0; i < k; i++)
+        if (!strcmp(meta[2 * i], key)) return true;
+    return false;
+}
+
 pe_status pe_safetensors_write(const char *path, const pe_scope *scope, const char *const *names, int n) {
-    if (!path || !scope || (n && !names) || n < 0)
+    return pe_safetensors_write_meta(path, scope, names, n, NULL, 0);
+}
+
+pe_status pe_safetensors_write_meta(const char *path, const pe_scope *scope, const char *const *names, int n,
+                                    const char *const *meta, int n_meta) {
+    if (!path || !scope || (n && !names) || n < 0 || n_meta < 0 || (n_meta && !meta))
         return pe_error(PE_ERR_INVALID, "pe_safetensors_write: bad argument");
+    for (int i = 0; i < 2 * n_meta; i++) {
+        size_t bad;
+        const char *s = meta[i], *k = meta[i & ~1];
+        const char *why = !s ? "NULL" : !st_utf8_valid((const unsigned char *)s, strlen(s), &bad) ? "not valid UTF-8"
+                                                                                              : NULL;
+        if (why && i % 2 == 0)
+            return pe_error(PE_ERR_INVALID, "cannot save '%s': metadata key %d is %s", path, i / 2, why);
+        if (why) return pe_error(PE_ERR_INVALID, "cannot save '%s': metadata value of '%.100s' is %s", path, k, why);
+        if (i % 2 == 0 && (!strcmp(s, "producer") || (i && st_meta_listed(meta, i / 2, s))))
+            return pe_error(PE_ERR_INVALID, "cannot save '%s': metadata key '%.100s' is %s", path, s,
+                            !strcmp(s, "producer") ? "PE's own (\"producer\": \"pe\")" : "given twice");
+    }
     const pe_tensor **ts = calloc(n ? (size_t)n : 1, sizeof *ts);
     if (!ts) return pe_error(PE_ERR_NOMEM, "cannot save '%s': out of memory", path);
     pe_status st = PE_OK;
@@ -452,7 +496,14 @@ pe_status pe_safetensors_write(const char *path, const pe_scope *scope, const ch
     pe_namelist unwritable = {0};
     int n_absent = 0;
 
-    st_puts(&h, "{\"__metadata__\":{\"producer\":\"pe\"}");
+    st_puts(&h, "{\"__metadata__\":{\"producer\":\"pe\"");
+    for (int i = 0; i < n_meta; i++) {
+        st_puts(&h, ",");
+        st_put_json_string(&h, meta[2 * i]);
+        st_puts(&h, ":");
+        st_put_json_string(&h, meta[2 * i + 1]);
+    }
+    st_puts(&h, "}");
     for (int i = 0; i < n; i++) {
         const char *nm = names[i];
         const char *bad = !nm ? "is NULL"

@@ -49,6 +49,15 @@ pe_status pe_checkpoint_load_ex(const char *path, const pe_program *prog, pe_sco
  * otherwise an error listing them, and nothing is written). */
 pe_status pe_safetensors_read(const char *path, pe_scope *scope);
 pe_status pe_safetensors_write(const char *path, const pe_scope *scope, const char *const *names, int n);
+/* The same with the header's "__metadata__" (string -> string; readers
+ * such as safetensors' safe_open().metadata() see it). Writing: n_meta
+ * pairs meta[2i] = key, meta[2i + 1] = value (borrowed; valid UTF-8; a key
+ * given twice, or PE's own "producer", is refused). Reading: the value of
+ * `key` in *value (malloc'd, owned by the caller: free()), NULL when the
+ * file has none; key NULL reads the tensors alone. */
+pe_status pe_safetensors_write_meta(const char *path, const pe_scope *scope, const char *const *names, int n,
+                                    const char *const *meta, int n_meta);
+pe_status pe_safetensors_read_meta(const char *path, pe_scope *scope, const char *key, char **value);
 
 #pragma GCC visibility pop
 

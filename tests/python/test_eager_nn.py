@@ -8,6 +8,8 @@ eval() switch dropout and batch norm.
 
     PE_BIN_DIR=build/bin PYTHONPATH=build/python /usr/bin/python3 -m pytest -q tests/python/test_eager_nn.py
 """
+import os
+
 import numpy as np
 import pytest
 
@@ -594,8 +596,125 @@ def test_state_dict_save_load_round_trip(tmp_path):
     np.testing.assert_array_equal(other[0].weight.numpy(), w)
     with pytest.raises(pe.NotFoundError, match="no file"):
         pe.load(str(tmp_path / "absent.pdparams"))
-    with pytest.raises(pe.UnsupportedError, match="nested objects are not supported"):
-        pe.save({"a": {"b": 1}}, str(tmp_path / "x"))
+    with pytest.raises(pe.UnsupportedError, match=r"'a/b' is a object; a saved dict holds tensors"):
+        pe.save({"a": {"b": object()}}, str(tmp_path / "x"))
+
+
+def test_save_load_plain_values_and_nested_tensors(tmp_path):
+    """Numbers, str, bool, None, lists and dicts (tensors inside too) go
+    through pe.save / pe.load beside the tensors, as JSON in the header's
+    metadata; the top-level tensors stay plain safetensors entries."""
+    w = np.arange(6, dtype=np.float32).reshape(2, 3)
+    inner = np.array([1, 2], np.int64)
+    obj = {"w": pe.to_tensor(w), "epoch": 7, "rate": 0.25, "best": float("inf"), "name": 'a "b"\n\u00e9',
+           "done": False, "none": None, "sched": {"last_epoch": 3, "last_lr": 0.05},
+           "nested": {"m": {"t": pe.to_tensor(inner)}, "l": [1, (2, 3.5), None, inner]}}
+    path = str(tmp_path / "state.pd")
+    pe.save(obj, path)
+    got = pe.load(path)
+    assert list(got) == ["w", "epoch", "rate", "best", "name", "done", "none", "sched", "nested"]
+    np.testing.assert_array_equal(got["w"].numpy(), w)
+    assert got["epoch"] == 7 and type(got["epoch"]) is int
+    assert got["rate"] == 0.25 and got["best"] == float("inf") and got["name"] == 'a "b"\n\u00e9'
+    assert got["done"] is False and got["none"] is None and got["sched"] == {"last_epoch": 3, "last_lr": 0.05}
+    assert isinstance(got["nested"]["m"]["t"], pe.eager.Tensor)
+    np.testing.assert_array_equal(got["nested"]["m"]["t"].numpy(), inner)
+    lst = got["nested"]["l"]
+    assert lst[:3] == [1, [2, 3.5], None]  # a tuple comes back as a list (JSON)
+    np.testing.assert_array_equal(lst[3].numpy(), inner)
+    # the nested tensors are entries of their own, named by their path
+    pe.enable_static()
+    try:
+        arrays = pe.load(path)
+        assert isinstance(arrays["nested"]["m"]["t"], np.ndarray)
+    finally:
+        pe.disable_static()
+    sc = pe._core.Scope()
+    assert pe._core.safetensors_read(path, sc, "absent") is None
+    assert sorted(sc.local_var_names()) == ["nested/l/3", "nested/m/t", "w"]
+    # errors: nothing written
+    bad = str(tmp_path / "bad.pd")
+    with pytest.raises(TypeError, match=r"dict keys must be str, got 1 in 'a'"):
+        pe.save({"a": {1: 2}}, bad)
+    with pytest.raises(pe.InvalidArgumentError, match=r"key '__pe_tensor__' in 'a' is PE's marker"):
+        pe.save({"a": {"__pe_tensor__": "x"}}, bad)
+    with pytest.raises(pe.InvalidArgumentError, match=r"'a/b' is both a key and the path of a nested tensor"):
+        pe.save({"a": {"b": inner}, "a/b": inner}, bad)
+    loop = {}
+    loop["self"] = loop
+    with pytest.raises(pe.InvalidArgumentError, match=r"'loop' nests too deeply or contains itself"):
+        pe.save({"loop": loop}, bad)
+    assert not os.path.exists(bad)
+
+
+def _st_file(path, header, data=b""):
+    import json
+    import struct
+    h = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + data)
+
+
+@pytest.mark.parametrize("objects,match", [
+    ("{not json", r"metadata 'pe.objects' is not valid JSON"),
+    ("[1, 2]", r"metadata 'pe.objects' is not a JSON object"),
+    ('{"a": {"__pe_tensor__": "gone"}}', r"metadata 'pe.objects' names tensor 'gone', which the file does not hold"),
+    ('{"a": {"__pe_tensor__": 3}}', r"a nested tensor's marker must be"),
+    ('{"a": {"__pe_tensor__": "t", "x": 1}}', r"a nested tensor's marker must be"),
+    ('{"t": 1}', r"'t' is both a tensor and a value of metadata 'pe.objects'"),
+    ("[" * 100000 + "]" * 100000, r"metadata 'pe.objects' (is not valid JSON|is not a JSON object|nests too deeply)"),
+    ('{"a": ' + "[" * 100000 + "]" * 100000 + "}", r"metadata 'pe.objects' (is not valid JSON|nests too deeply)"),
+])
+def test_load_hostile_objects(tmp_path, objects, match):
+    """A file whose "pe.objects" metadata is not what pe.save writes: a
+    FormatError naming the file and what is wrong, never a crash."""
+    path = str(tmp_path / "hostile.pd")
+    _st_file(path, {"__metadata__": {"pe.objects": objects},
+                    "t": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}, b"\0\0\0\0")
+    with pytest.raises(pe.FormatError, match=match) as e:
+        pe.load(path)
+    assert path in str(e.value)
+
+
+def test_resume_training_with_a_scheduler(tmp_path):
+    """Paddle's checkpoint: the optimizer's state_dict carries the
+    scheduler's under "LR_Scheduler"; saved and loaded with the model's, the
+    resumed run takes the same rates and steps, bit for bit."""
+    rs = _rs(51)
+    data = [(rs.randn(8, 8).astype(np.float32), rs.randint(0, 3, size=8).astype(np.int64)) for _ in range(6)]
+
+    def train(model, opt, sched, batches, rates):
+        for x, y in batches:
+            nn.CrossEntropyLoss()(model(pe.to_tensor(x)), pe.to_tensor(y)).backward()
+            rates.append(opt.get_lr())
+            opt.step()
+            opt.clear_grad()
+            sched.step()
+
+    def make(model):
+        sched = pe.optimizer.lr.MultiStepDecay(0.1, milestones=[2, 4], gamma=0.5)
+        return sched, pe.optimizer.Momentum(learning_rate=sched, momentum=0.9, parameters=model.parameters())
+    a = _mlp()
+    sa, oa = make(a)
+    ra = []
+    train(a, oa, sa, data[:3], ra)
+    osd = oa.state_dict()
+    assert osd["LR_Scheduler"] == {"last_epoch": 3, "last_lr": 0.05}
+    pe.save(a.state_dict(), str(tmp_path / "m.pdparams"))
+    pe.save(osd, str(tmp_path / "m.pdopt"))
+    b = _mlp()
+    for pa, pb in zip(a.parameters(), b.parameters()):
+        pb.name = pa.name
+    sb, ob = make(b)
+    b.set_state_dict(pe.load(str(tmp_path / "m.pdparams")))
+    ob.set_state_dict(pe.load(str(tmp_path / "m.pdopt")))
+    assert sb.last_epoch == 3 and ob.get_lr() == 0.05
+    rb = []
+    train(a, oa, sa, data[3:], ra)
+    train(b, ob, sb, data[3:], rb)
+    assert ra == [0.1, 0.1, 0.05, 0.05, 0.025, 0.025] and rb == ra[3:]
+    for pa, pb in zip(a.parameters(), b.parameters()):
+        np.testing.assert_array_equal(pb.numpy(), pa.numpy())
 
 
 def test_adamw_apply_decay_param_fun():
@@ -656,6 +775,9 @@ def test_resume_training_from_saved_states(tmp_path):
         np.testing.assert_array_equal(pb.numpy(), pa.numpy())
     with pytest.raises(pe.InvalidArgumentError, match="no_such is no accumulator of this Adam's parameters"):
         ob.set_state_dict({"no_such": np.zeros(1, np.float32)})
+    with pytest.raises(pe.InvalidArgumentError, match=r"Adam.set_state_dict: the state holds an LR_Scheduler but "
+                                                      r"this optimizer's learning rate is a number"):
+        ob.set_state_dict({"LR_Scheduler": {"last_epoch": 1, "last_lr": 0.1}})
     with pytest.raises(pe.InvalidArgumentError, match=r"_moment1_0 is float32 \[2\], the accumulator is float32"):
         ob.set_state_dict({w0 + "_moment1_0": np.zeros(2, np.float32)})
 

@@ -199,6 +199,51 @@ static void test_write_errors(void **state) {
     pe_scope_free(s);
 }
 
+/* The header's "__metadata__": written beside PE's "producer" (escaped as
+ * JSON), read back by key; absent keys give NULL; bad keys refused. */
+static void test_metadata(void **state) {
+    (void)state;
+    pe_scope *s = pe_scope_new(NULL);
+    pe_tensor *t = pe_scope_var(s, "a");
+    assert_int_equal(pe_tensor_resize(t, PE_DTYPE_FP32, 1, (int64_t[]){3}, pe_place_cpu(0)), PE_OK);
+    char p[512];
+    tmp_path(p, sizeof p, "meta.safetensors");
+    const char *meta[] = {"pe.objects", "{\"epoch\": 3, \"q\": \"a\\\"b\"}\n\x01", "format", "pt"};
+    if (pe_safetensors_write_meta(p, s, (const char *[]){"a"}, 1, meta, 2) != PE_OK) fail_msg("%s", pe_last_error());
+    pe_scope *r = pe_scope_new(NULL);
+    char *v = NULL;
+    if (pe_safetensors_read_meta(p, r, "pe.objects", &v) != PE_OK) fail_msg("%s", pe_last_error());
+    assert_non_null(v);
+    assert_string_equal(v, meta[1]);
+    free(v);
+    need_var(r, "a", PE_DTYPE_FP32, 1, (int64_t[]){3});
+    assert_int_equal(pe_safetensors_read_meta(p, r, "format", &v), PE_OK);
+    assert_string_equal(v, "pt");
+    free(v);
+    assert_int_equal(pe_safetensors_read_meta(p, r, "absent", &v), PE_OK);
+    assert_null(v);
+    assert_int_equal(pe_safetensors_read_meta(p, r, "producer", &v), PE_OK);
+    assert_string_equal(v, "pe");
+    free(v);
+    pe_scope_free(r);
+    /* refused, nothing written */
+    unlink(p);
+    assert_int_equal(pe_safetensors_write_meta(p, s, (const char *[]){"a"}, 1, (const char *[]){"producer", "x"}, 1),
+                     PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "metadata key 'producer' is PE's own"));
+    assert_int_equal(pe_safetensors_write_meta(p, s, (const char *[]){"a"}, 1,
+                                               (const char *[]){"k", "1", "j", "2", "k", "3"}, 3), PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "metadata key 'k' is given twice"));
+    assert_int_equal(pe_safetensors_write_meta(p, s, (const char *[]){"a"}, 1, (const char *[]){"k", "bad\xff"}, 1),
+                     PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "metadata value of 'k' is not valid UTF-8"));
+    assert_int_equal(pe_safetensors_write_meta(p, s, (const char *[]){"a"}, 1, (const char *[]){"k", NULL}, 1),
+                     PE_ERR_INVALID);
+    assert_non_null(strstr(pe_last_error(), "metadata value of 'k' is NULL"));
+    assert_int_equal(access(p, F_OK), -1);
+    pe_scope_free(s);
+}
+
 /* ---- hostile input -------------------------------------------------------- */
 
 /* Header length + header text + dlen data bytes (value 1, valid BOOL).
@@ -721,6 +766,7 @@ int main(void) {
         cmocka_unit_test(test_read_fixture),
         cmocka_unit_test(test_roundtrip_bitwise),
         cmocka_unit_test(test_write_errors),
+        cmocka_unit_test(test_metadata),
         cmocka_unit_test(test_hostile_headers),
         cmocka_unit_test(test_every_truncation_and_bit_flips),
         cmocka_unit_test(test_checkpoint_roundtrip_and_mismatches),

@@ -357,31 +357,49 @@ PyObject *py_checkpoint_load(PyObject *m, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* safetensors_read(path, scope, key=None): the tensors into scope; the
+ * header's "__metadata__" value of key (str), or None. */
 PyObject *py_safetensors_read(PyObject *m, PyObject *args) {
     (void)m;
-    const char *path;
+    const char *path, *key = NULL;
     PyObject *scope_o;
-    if (!PyArg_ParseTuple(args, "sO!", &path, &ScopeType, &scope_o)) return NULL;
+    if (!PyArg_ParseTuple(args, "sO!|z", &path, &ScopeType, &scope_o, &key)) return NULL;
     pe_status st;
+    char *value = NULL;
     Py_BEGIN_ALLOW_THREADS
-    st = pe_safetensors_read(path, ((ScopeObject *)scope_o)->s);
+    st = pe_safetensors_read_meta(path, ((ScopeObject *)scope_o)->s, key, key ? &value : NULL);
     Py_END_ALLOW_THREADS
     if (st != PE_OK) return raise_status(st);
-    Py_RETURN_NONE;
+    if (!value) Py_RETURN_NONE;
+    PyObject *r = PyUnicode_FromString(value);
+    free(value);
+    return r;
 }
 
 PyObject *py_safetensors_write(PyObject *m, PyObject *args) {
     (void)m;
     const char *path;
-    PyObject *scope_o, *names_o;
-    if (!PyArg_ParseTuple(args, "sO!O", &path, &ScopeType, &scope_o, &names_o)) return NULL;
-    strlist names;
+    PyObject *scope_o, *names_o, *meta_o = NULL;
+    if (!PyArg_ParseTuple(args, "sO!O|O", &path, &ScopeType, &scope_o, &names_o, &meta_o)) return NULL;
+    strlist names, meta = {0};
     if (strlist_from(names_o, "names", &names)) return NULL;
+    if (meta_o && meta_o != Py_None && strlist_from(meta_o, "meta", &meta)) {
+        strlist_free(&names);
+        return NULL;
+    }
+    if (meta.n % 2) {
+        strlist_free(&names);
+        strlist_free(&meta);
+        PyErr_SetString(PyExc_ValueError, "safetensors_write: meta must list key, value pairs");
+        return NULL;
+    }
     pe_status st;
     Py_BEGIN_ALLOW_THREADS
-    st = pe_safetensors_write(path, ((ScopeObject *)scope_o)->s, (const char *const *)names.s, names.n);
+    st = pe_safetensors_write_meta(path, ((ScopeObject *)scope_o)->s, (const char *const *)names.s, names.n,
+                                   (const char *const *)meta.s, meta.n / 2);
     Py_END_ALLOW_THREADS
     strlist_free(&names);
+    strlist_free(&meta);
     if (st != PE_OK) return raise_status(st);
     Py_RETURN_NONE;
 }

@@ -179,18 +179,33 @@ class Optimizer:
     clear_gradients = clear_grad
 
     def state_dict(self):
-        """Eager mode: the accumulators ({name: tensor}) for pe.save."""
+        """Eager mode: the accumulators ({name: tensor}) for pe.save, and
+        with a scheduler its state under "LR_Scheduler" (as Paddle's)."""
         if self._eager_params is None:
             raise _core.UnsupportedError("Optimizer.state_dict is eager-only; a static program's optimizer state "
                                          "is in its persistables (pe.static.save)")
-        return _eager_opt.state_dict(self)
+        out = _eager_opt.state_dict(self)
+        if self._lr_sched is not None:
+            out["LR_Scheduler"] = self._lr_sched.state_dict()
+        return out
 
     def set_state_dict(self, state_dict):
-        """Eager mode: accumulator values by name (pe.load's dict)."""
+        """Eager mode: accumulator values by name (pe.load's dict); an
+        "LR_Scheduler" entry goes to the scheduler (an optimizer without one
+        refuses it: the rate it would restore has nowhere to go)."""
         if self._eager_params is None:
             raise _core.UnsupportedError("Optimizer.set_state_dict is eager-only; a static program's optimizer "
                                          "state is in its persistables (pe.static.load)")
-        _eager_opt.set_state_dict(self, state_dict)
+        if not isinstance(state_dict, dict):
+            raise TypeError("set_state_dict: state must be a dict, got %s" % type(state_dict).__name__)
+        sched = state_dict.get("LR_Scheduler")
+        if sched is not None and self._lr_sched is None:
+            raise _core.InvalidArgumentError("%s.set_state_dict: the state holds an LR_Scheduler but this optimizer's "
+                                             "learning rate is a number; give it the scheduler it was saved with"
+                                             % type(self).__name__)
+        _eager_opt.set_state_dict(self, {k: v for k, v in state_dict.items() if k != "LR_Scheduler"})
+        if sched is not None:
+            self._lr_sched.set_state_dict(sched)
 
     def _lr_tensor(self):
         return _eager_opt.lr_tensor(self)

@@ -87,24 +87,27 @@ class LRScheduler:
             raise ValueError("%s: last_epoch must be an int >= -1, got %r" % (name, last_epoch))
         self.last_epoch = last_epoch
         self.verbose = bool(verbose)
-        self.keys = ["last_epoch", "last_lr"]
+        self.state_keys()
         self.step()
 
     def __call__(self):
         """The current learning rate."""
         return self.last_lr
 
-    def step(self, epoch=None):
-        """Advances last_epoch by one (or sets it to epoch) and recomputes last_lr."""
+    def _advance(self, epoch):
+        """last_epoch one further, or epoch (checked); True when it was given."""
         if epoch is None:
             self.last_epoch += 1
-            self.last_lr = self.get_lr()
-        else:
-            if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-                raise ValueError("%s.step: epoch must be an int >= 0, got %r" % (type(self).__name__, epoch))
-            self.last_epoch = epoch
-            closed = getattr(self, "_closed_form", None)
-            self.last_lr = closed() if closed else self.get_lr()
+            return False
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ValueError("%s.step: epoch must be an int >= 0, got %r" % (type(self).__name__, epoch))
+        self.last_epoch = epoch
+        return True
+
+    def step(self, epoch=None):
+        """Advances last_epoch by one (or sets it to epoch) and recomputes last_lr."""
+        closed = getattr(self, "_closed_form", None)
+        self.last_lr = closed() if self._advance(epoch) and closed else self.get_lr()
         if self.verbose:
             print("Epoch %d: %s set learning rate to %s." % (self.last_epoch, type(self).__name__, self.last_lr))
 
@@ -396,7 +399,6 @@ class ReduceOnPlateau(LRScheduler):
         self.best, self.num_bad_epochs, self.cooldown_counter = None, 0, 0
         self.base_lr = self.last_lr = _number("ReduceOnPlateau", "learning_rate", learning_rate)
         self.last_epoch, self.verbose = 0, bool(verbose)
-        self.keys = []
         self.state_keys()
 
     def state_keys(self):
@@ -414,12 +416,7 @@ class ReduceOnPlateau(LRScheduler):
     def step(self, metrics, epoch=None):
         """One epoch's metric (a number or a one-element array / Tensor)."""
         current = _scalar("ReduceOnPlateau.step", metrics)
-        if epoch is None:
-            self.last_epoch += 1
-        elif isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-            raise ValueError("ReduceOnPlateau.step: epoch must be an int >= 0, got %r" % (epoch,))
-        else:
-            self.last_epoch = epoch
+        self._advance(epoch)
         if self.cooldown_counter > 0:
             self.cooldown_counter -= 1
             return
