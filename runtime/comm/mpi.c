@@ -121,6 +121,7 @@
 #include <mpi.h>
 #include <sched.h>
 #include <linux/futex.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <stdint.h>
@@ -136,6 +137,7 @@
 #define DEFAULT_WINDOW 4
 #define DEFAULT_TIMEOUT_S 600.0
 #define SPIN_S 0.002 /* progress_main */
+#define TIMER_SLACK_NS 1000UL /* the progress thread's: its short naps last what they ask (the default is 50 us) */
 #define SHM_SPIN_S 30e-6 /* progress_main: polling the window before sleeping on the bell */
 #define SHM_NAP_NS 1000000 /* progress_main: the longest sleep on the bell (timeouts still checked) */
 /* A shared segment: SHM_HEAD bytes of counters (shm_flag: the three step
@@ -830,6 +832,12 @@ static void *progress_main(void *arg) {
     mpi_comm *m = arg;
     int idle = 0;
     const bool shm = m->win != MPI_WIN_NULL;
+    /* This thread's naps (below) are 10-100 us: with the default 50 us of
+     * timer slack a 10 us nap lasted ~60, and 2 ranks across two hosts
+     * that share 2 cores with one busy process took 33-36 ms an MLP step
+     * instead of 11-12 (docs/benchmarks.md). Best effort: an error leaves
+     * the default. */
+    (void)prctl(PR_SET_TIMERSLACK, TIMER_SLACK_NS, 0, 0, 0);
     for (;;) {
         /* read before anything is looked at: a ring after this ends the sleep below at once */
         const uint32_t bell = shm ? atomic_load(&shm_bell_of(m, m->base.rank)->bell) : 0;
@@ -876,12 +884,12 @@ static void *progress_main(void *arg) {
         }
         /* Nothing moved. Within SPIN_S of the last progress of a collective
          * in flight, poll again at once, only yielding the core: the peers'
-         * next step is usually microseconds away, and a sleep (10 us asked,
-         * ~60 us given with the kernel's timer slack) stalls every rank's
-         * next copy (2 ranks, 4 MB: PE / MPI_Allreduce 1.2-1.3 -> 1.04).
-         * Past that a peer is late (still computing, or never issuing the
-         * call): yield a while, then sleep a little longer each time (<= 100
-         * us) not to eat a core that it may need. */
+         * next step is usually microseconds away, and a sleep stalls every
+         * rank's next copy (2 ranks, 4 MB, with the default timer slack's
+         * ~60 us naps: PE / MPI_Allreduce 1.2-1.3 -> 1.04). Past that a
+         * peer is late (still computing, or never issuing the call): yield
+         * a while, then nap (10, later 100 us, as asked: TIMER_SLACK_NS)
+         * not to eat a core that it may need. */
         bool moving = m->n_act > 0 || shm_waiting(m);
         if (shm && m->n_act == 0 && moving) {
             /* Waiting on the other ranks of this machine alone. Poll for
