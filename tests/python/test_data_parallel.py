@@ -28,6 +28,8 @@ a timeout), the reference computed here in one process:
   identical and allclose to one process on the whole batch; ranks that
   disagree about which parameters have a gradient get the error on both
   within 5 s.
+  The same with each rank's data from pe.io: DataLoader (one worker
+  process) over DistributedBatchSampler (the rank from the environment).
 - pe.distributed.launch --nproc_per_node 2 of seed 001's LinearNet + Adam
   example (dist_scripts/dp_launch_train.py): 10 steps, both ranks'
   parameters identical and allclose to one process on the whole batch.
@@ -65,8 +67,13 @@ def _reference_net(init):
 
 
 @needs_mpirun
-def test_linearnet_adam_matches_one_process_on_the_whole_batch(tmp_path):
-    r0, r1 = _spawn("train", tmp_path)
+@pytest.mark.parametrize("mode", ["train", "loader"])
+def test_linearnet_adam_matches_one_process_on_the_whole_batch(tmp_path, mode):
+    """mode loader: each rank's half of every batch comes from pe.io's
+    DataLoader (a worker process) and DistributedBatchSampler."""
+    r0, r1 = _spawn(mode, tmp_path)
+    if mode == "loader":
+        assert int(r0["batches"]) == int(r1["batches"]) == dp_script.STEPS
     names = [k[len("init_"):] for k in r0 if k.startswith("init_")]
     assert len(names) == 4
     # the ranks started apart; DataParallel gave both rank 0's parameters

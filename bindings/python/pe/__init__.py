@@ -53,6 +53,7 @@ from . import regularizer  # noqa: F401
 from . import distributed  # noqa: F401
 from .distributed import DataParallel  # noqa: F401
 from . import reader  # noqa: F401
+from . import io  # noqa: F401
 from . import dataset  # noqa: F401
 from .reader import batch  # noqa: F401
 from .eager.io import save, load  # noqa: F401

@@ -1,6 +1,7 @@
 """Ranks of tests/python/test_data_parallel.py: pe.DataParallel under pe.distributed.spawn.
 
     python data_parallel.py train OUT      # seed 001's LinearNet + Adam, 10 steps
+    python data_parallel.py loader OUT     # the same, each rank's data from pe.io (DistributedBatchSampler)
     python data_parallel.py nosync OUT     # 3 steps under no_sync, then one synced backward
     python data_parallel.py unused OUT     # find_unused_parameters True and False
     python data_parallel.py overlap OUT    # DeepNet in 1-parameter buckets: the order of events
@@ -130,17 +131,27 @@ def run(mode, out):
     rank, world = dist.get_rank(), dist.get_world_size()
     paddle.seed(100 + rank)
     res = {}
-    if mode in ("train", "nosync"):
+    if mode in ("train", "nosync", "loader"):
         layer = LinearNet()
         res.update({"own_" + k: v for k, v in state(layer).items()})
         dp = paddle.DataParallel(layer)
         res.update({"init_" + k: v for k, v in state(dp).items()})
         loss_fn = nn.MSELoss()
-        if mode == "train":
+        if mode in ("train", "loader"):
             adam = paddle.optimizer.Adam(learning_rate=0.01, parameters=dp.parameters())
-            for step in range(STEPS):
-                x, y = batch(step, world)
-                loss = loss_fn(dp(mine(x, rank)), mine(y, rank))
+            if mode == "train":
+                data = ((mine(x, rank), mine(y, rank)) for x, y in (batch(step, world) for step in range(STEPS)))
+            else:
+                # the same global batches, one after another, as a dataset: the rank's shard of each
+                # comes from DistributedBatchSampler (rank and world from the environment), loaded
+                # by a worker process
+                xs, ys = zip(*(batch(step, world) for step in range(STEPS)))
+                ds = paddle.io.TensorDataset([np.concatenate(xs), np.concatenate(ys)])
+                sampler = paddle.io.DistributedBatchSampler(ds, batch_size=BATCH)
+                data = paddle.io.DataLoader(ds, batch_sampler=sampler, num_workers=1)
+                res["batches"] = np.array(len(data))
+            for xb, yb in data:
+                loss = loss_fn(dp(xb), yb)
                 loss.backward()
                 adam.step()
                 adam.clear_grad()

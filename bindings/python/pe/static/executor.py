@@ -178,7 +178,11 @@ class Executor:
             raise TypeError("Executor.run: program must be a pe.static.Program or CompiledProgram, got %s"
                             % type(program).__name__)
         if isinstance(feed, (list, tuple)):
-            raise TypeError("Executor.run: a list feed needs a data-parallel CompiledProgram or ParallelExecutor")
+            # one dict per place; one place here (what a DataLoader with return_list=False yields)
+            if len(feed) != 1:
+                raise TypeError("Executor.run: a list feed of %d dicts (one per place) needs a data-parallel "
+                                "CompiledProgram or ParallelExecutor; a plain program takes one" % len(feed))
+            feed = feed[0]
         scope = global_scope() if scope is None else scope
         _set_lr(program, [scope])
         outs = self._core_executor(program).run(program._core_program(), scope, _feed_dict(program, feed),

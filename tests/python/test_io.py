@@ -1,0 +1,283 @@
+"""tests/python/test_io.py — pe.io: datasets, samplers, DistributedBatchSampler's
+shards, DataLoader in dynamic and static mode, with and without worker
+processes (order, errors, dead workers, timeouts)."""
+import os
+import time
+
+import numpy as np
+import pytest
+
+import pe
+from pe import io
+
+
+@pytest.fixture
+def dynamic():
+    was = pe.framework._static_mode
+    pe.disable_static()
+    yield
+    if was:
+        pe.enable_static()
+
+
+def _ds(n=10):
+    return io.TensorDataset([np.arange(2 * n, dtype=np.float32).reshape(n, 2), np.arange(n, dtype=np.int64)])
+
+
+# ---- datasets ----------------------------------------------------------------------------------
+
+def test_datasets():
+    ds = _ds()
+    assert len(ds) == 10
+    x, y = ds[3]
+    assert x.tolist() == [6.0, 7.0] and y == 3
+    with pytest.raises(ValueError, match=r"different first dimensions \[3, 4\]"):
+        io.TensorDataset([np.zeros(3), np.zeros(4)])
+    comp = io.ComposeDataset([ds, io.TensorDataset([np.arange(10) * 10])])
+    assert [f.tolist() if hasattr(f, "tolist") else f for f in comp[2]] == [[4.0, 5.0], 2, 20]
+    with pytest.raises(ValueError, match="different lengths"):
+        io.ComposeDataset([ds, _ds(3)])
+    sub = io.Subset(ds, [7, 1])
+    assert len(sub) == 2 and sub[0][1] == 7 and sub[1][1] == 1
+    parts = io.random_split(ds, [6, 4], generator=0)
+    got = sorted(int(p[i][1]) for p in parts for i in range(len(p)))
+    assert [len(p) for p in parts] == [6, 4] and got == list(range(10))
+    assert [p.indices for p in io.random_split(ds, [6, 4], generator=0)] == [p.indices for p in parts]
+    assert [len(p) for p in io.random_split(ds, [0.5, 0.25, 0.25])] == [6, 2, 2]
+    with pytest.raises(ValueError, match="sum to 9 but the dataset has 10"):
+        io.random_split(ds, [5, 4])
+
+    class Count(io.IterableDataset):
+        def __init__(self, a, b):
+            self.a, self.b = a, b
+
+        def __iter__(self):
+            return iter(range(self.a, self.b))
+    assert list(io.ChainDataset([Count(0, 2), Count(5, 7)])) == [0, 1, 5, 6]
+    with pytest.raises(TypeError, match="has no __len__"):
+        len(Count(0, 1))
+
+
+# ---- samplers ----------------------------------------------------------------------------------
+
+def test_samplers():
+    ds = _ds()
+    assert list(io.SequenceSampler(ds)) == list(range(10))
+    np.random.seed(5)
+    a = list(io.RandomSampler(ds))
+    np.random.seed(5)
+    assert list(io.RandomSampler(ds)) == a and sorted(a) == list(range(10))
+    assert list(io.RandomSampler(ds, generator=3)) == list(io.RandomSampler(ds, generator=3))
+    r = list(io.RandomSampler(ds, replacement=True, num_samples=30, generator=1))
+    assert len(r) == 30 and all(0 <= i < 10 for i in r)
+    with pytest.raises(ValueError, match="num_samples is for replacement=True"):
+        io.RandomSampler(ds, num_samples=3)
+    assert sorted(io.SubsetRandomSampler([4, 8, 9])) == [4, 8, 9]
+    w = list(io.WeightedRandomSampler([0, 0, 1, 0], 20, generator=2))
+    assert w == [2] * 20
+    with pytest.raises(ValueError, match="only 1 weights are > 0"):
+        io.WeightedRandomSampler([0, 1], 2, replacement=False)
+    bs = io.BatchSampler(ds, batch_size=4)
+    assert list(bs) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]] and len(bs) == 3
+    bs = io.BatchSampler(sampler=io.SequenceSampler(ds), batch_size=4, drop_last=True)
+    assert list(bs) == [[0, 1, 2, 3], [4, 5, 6, 7]] and len(bs) == 2
+    with pytest.raises(ValueError, match="either dataset or sampler"):
+        io.BatchSampler()
+    with pytest.raises(ValueError, match="batch_size must be a positive int"):
+        io.BatchSampler(ds, batch_size=0)
+
+
+@pytest.mark.parametrize("n,bs,R", [(10, 2, 2), (10, 3, 2), (11, 2, 3), (7, 4, 3), (16, 4, 4), (3, 2, 4)])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_distributed_batch_sampler_shards(n, bs, R, shuffle):
+    """Every rank gets the same number of samples (ceil(n / R)); together they
+    cover the dataset, each index once apart from the padding (which repeats
+    the head of the epoch's order); the shuffle is the same on every rank and
+    follows set_epoch."""
+    ds = _ds(n)
+    per = -(-n // R)
+    shards = []
+    for r in range(R):
+        s = io.DistributedBatchSampler(ds, bs, num_replicas=R, rank=r, shuffle=shuffle)
+        s.set_epoch(3)
+        batches = list(s)
+        assert len(batches) == len(s) == -(-per // bs)
+        assert all(len(b) == bs for b in batches[:-1]) and 0 < len(batches[-1]) <= bs
+        shards.append([i for b in batches for i in b])
+    assert all(len(sh) == per for sh in shards)
+    flat = [i for sh in shards for i in sh]
+    assert sorted(set(flat)) == list(range(n))
+    assert len(flat) - len(set(flat)) == per * R - n
+    # rank r's first batch is the epoch order's r-th block of bs (whole batches dealt round-robin)
+    order = list(range(n)) + (list(range(n)) * (per * R // n + 1))[:per * R - n]
+    if shuffle:
+        np.random.RandomState(3).shuffle(order)
+    if per * R >= bs * R:
+        for r in range(R):
+            assert shards[r][:bs] == order[r * bs:(r + 1) * bs]
+    # repeatable; another epoch another order
+    s = io.DistributedBatchSampler(ds, bs, num_replicas=R, rank=0, shuffle=shuffle)
+    s.set_epoch(3)
+    assert [i for b in s for i in b] == shards[0]
+    if shuffle and n > 4:
+        s.set_epoch(4)
+        assert [i for b in s for i in b] != shards[0] or R * bs >= n
+
+
+def test_distributed_batch_sampler_env(monkeypatch):
+    monkeypatch.setenv("PADDLE_TRAINERS_NUM", "3")
+    monkeypatch.setenv("PADDLE_TRAINER_ID", "2")
+    s = io.DistributedBatchSampler(_ds(9), 2)
+    assert (s.nranks, s.local_rank) == (3, 2)
+    assert [i for b in s for i in b] == [4, 5, 8]
+    s = io.DistributedBatchSampler(_ds(9), 2, drop_last=True)
+    assert list(s) == [[4, 5]] and len(s) == 1
+    with pytest.raises(ValueError, match=r"rank must be an int in \[0, 2\), got 2"):
+        io.DistributedBatchSampler(_ds(9), 2, num_replicas=2, rank=2)
+
+
+# ---- collation ---------------------------------------------------------------------------------
+
+def test_default_collate_fn():
+    out = io.default_collate_fn([(np.ones(2, np.float32), 1, 0.5, "a"), (np.zeros(2, np.float32), 2, 1.5, "b")])
+    assert out[0].shape == (2, 2) and out[1].dtype == np.int64 and out[2].dtype == np.float32 and out[3] == ["a", "b"]
+    d = io.default_collate_fn([{"x": np.ones(3), "y": 1}, {"x": np.zeros(3), "y": 0}])
+    assert d["x"].shape == (2, 3) and d["y"].tolist() == [1, 0]
+    with pytest.raises(ValueError, match=r"differ in shape or kind \(\(2,\), \(3,\)\)"):
+        io.default_collate_fn([np.ones(2), np.ones(3)])
+    with pytest.raises(TypeError, match="cannot batch samples of type object"):
+        io.default_collate_fn([object()])
+
+
+# ---- the loader --------------------------------------------------------------------------------
+
+def _batches(loader):
+    """Each batch as a list of numpy fields (a one-field batch is the tensor itself)."""
+    return [[np.asarray(t.numpy() if hasattr(t, "numpy") else t) for t in (b if isinstance(b, list) else [b])]
+            for b in loader]
+
+
+def _same(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert len(x) == len(y)
+        for u, v in zip(x, y):
+            np.testing.assert_array_equal(u, v)
+
+
+def test_loader_dynamic(dynamic):
+    ds = _ds(10)
+    loader = io.DataLoader(ds, batch_size=4, drop_last=True)
+    assert len(loader) == 2
+    got = list(loader())
+    assert all(isinstance(t, pe.eager.Tensor) for b in got for t in b)
+    _same(_batches(got), [[np.arange(8, dtype=np.float32).reshape(4, 2), np.arange(4)],
+                          [np.arange(8, 16, dtype=np.float32).reshape(4, 2), np.arange(4, 8)]])
+    np.random.seed(0)
+    a = _batches(io.DataLoader(ds, batch_size=3, shuffle=True))
+    np.random.seed(0)
+    b = _batches(io.DataLoader(ds, batch_size=3, shuffle=True, num_workers=2))
+    _same(a, b)
+    assert sorted(np.concatenate([x[1] for x in a]).tolist()) == list(range(10))
+    # batch_size=None: the dataset's items as they are
+    whole = list(io.DataLoader(io.TensorDataset([np.ones((4, 3))]), batch_size=None))
+    assert len(whole) == 4 and whole[0][0].shape == [3]
+    with pytest.raises(ValueError, match="batch_sampler excludes batch_size"):
+        io.DataLoader(ds, batch_sampler=io.BatchSampler(ds), batch_size=2)
+
+
+class _Slow(io.Dataset):
+    def __init__(self, n, fail_at=-1, die_at=-1, sleep=0.0):
+        self.n, self.fail_at, self.die_at, self.sleep = n, fail_at, die_at, sleep
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if i == self.fail_at:
+            raise KeyError("sample %d is missing" % i)
+        if i == self.die_at:
+            os._exit(7)
+        time.sleep(self.sleep)
+        info = io.get_worker_info()
+        return np.array([i, -1 if info is None else info.id], np.int64)
+
+
+def test_loader_workers_order_and_info(dynamic):
+    ds = _Slow(23)
+    ref = _batches(io.DataLoader(ds, batch_size=5))
+    assert all(b[0][:, 1].tolist() == [-1] * len(b[0]) for b in ref)  # no worker in the main process
+    got = _batches(io.DataLoader(ds, batch_size=5, num_workers=3, prefetch_factor=1))
+    assert [b[0][:, 0].tolist() for b in got] == [b[0][:, 0].tolist() for b in ref]
+    assert [int(b[0][0, 1]) for b in got] == [0, 1, 2, 0, 1]  # whole batches dealt in turn
+    assert io.get_worker_info() is None
+
+
+def test_loader_worker_errors(dynamic):
+    with pytest.raises(RuntimeError, match=r"(?s)DataLoader worker \d raised KeyError:.*sample 7 is missing"):
+        list(io.DataLoader(_Slow(12, fail_at=7), batch_size=2, num_workers=2))
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"DataLoader worker \d \(pid \d+\) exited unexpectedly with code 7"):
+        list(io.DataLoader(_Slow(12, die_at=5), batch_size=2, num_workers=2))
+    assert time.monotonic() - t0 < 10
+    with pytest.raises(RuntimeError, match=r"no batch from the workers in 0.5 s \(timeout\)"):
+        list(io.DataLoader(_Slow(4, sleep=2.0), batch_size=2, num_workers=1, timeout=0.5))
+    # the next loader works (nothing left behind)
+    assert len(list(io.DataLoader(_Slow(4), batch_size=2, num_workers=2))) == 2
+
+
+class _Stream(io.IterableDataset):
+    """0..n-1, each worker its own stride (get_worker_info)."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __iter__(self):
+        info = io.get_worker_info()
+        w, nw = (0, 1) if info is None else (info.id, info.num_workers)
+        return iter(np.array([i], np.int64) for i in range(w, self.n, nw))
+
+
+def test_loader_iterable(dynamic):
+    one = _batches(io.DataLoader(_Stream(11), batch_size=4))
+    assert [b[0].reshape(-1).tolist() for b in one] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10]]
+    two = _batches(io.DataLoader(_Stream(11), batch_size=2, num_workers=2, drop_last=True))
+    vals = sorted(v for b in two for v in b[0].reshape(-1).tolist())
+    assert vals == [0, 1, 2, 3, 4, 5, 6, 7, 8, 10]  # worker 0: 0 2 4 6 8 (10 dropped: last short batch)
+    with pytest.raises(TypeError, match="has no len"):
+        len(io.DataLoader(_Stream(3), batch_size=2))
+
+
+def test_loader_static_feeds_an_executor():
+    """Static mode: feed_list names the fields; each batch is [{name: array}],
+    and training from the loader equals feeding the same rows by hand."""
+    pe.enable_static()
+    rs = np.random.RandomState(0)
+    xs, ys = rs.randn(12, 4).astype(np.float32), rs.randint(0, 3, (12, 1)).astype(np.int64)
+
+    main, startup = pe.static.Program(), pe.static.Program()
+    with pe.static.program_guard(main, startup):
+        x = pe.static.data("x", [None, 4], "float32")
+        y = pe.static.data("y", [None, 1], "int64")
+        loss = pe.nn.functional.cross_entropy(pe.static.nn.fc(x, 3), y)
+        pe.optimizer.SGD(learning_rate=0.1).minimize(loss)
+    startup.random_seed = 1
+
+    def train(feeds):
+        scope = pe.static.Scope()
+        exe = pe.static.Executor(pe.CPUPlace())
+        exe.run(startup, scope=scope)
+        return [float(np.asarray(exe.run(main, feed=f, fetch_list=[loss], scope=scope)[0]).reshape(-1)[0])
+                for f in feeds(x, y)]
+
+    def by_loader(x, y):
+        for data in io.DataLoader(io.TensorDataset([xs, ys]), feed_list=[x, y], return_list=False, batch_size=4):
+            assert isinstance(data, list) and set(data[0]) == {"x", "y"}
+            yield data  # Executor.run takes the one-place list as it is
+
+    def by_hand(x, y):
+        for i in range(0, 12, 4):
+            yield {"x": xs[i:i + 4], "y": ys[i:i + 4]}
+    assert train(by_loader) == train(by_hand)
+    with pytest.raises(ValueError, match="return_list=False needs feed_list"):
+        io.DataLoader(io.TensorDataset([xs]), return_list=False)
