@@ -145,19 +145,7 @@ typedef struct {
         const T lr = (T)lr_of(ctx, k), mu = (T)a->mu;                                                \
         const T *p = DATA("Param", k), *g = DATA("Grad", k), *v = DATA("Velocity", k);               \
         T *po = ODATA("ParamOut", k), *vo = ODATA("VelocityOut", k);                                 \
-        if (a->nesterov) {                                                                           \
-            _Pragma("omp simd")                                                                      \
-            for (int64_t i = b; i < e; i++) {                                                        \
-                const T gi = g[i]; const T pi = p[i]; const T vi = v[i] * mu + gi;                   \
-                vo[i] = vi; po[i] = pi - (gi + vi * mu) * lr;                                        \
-            }                                                                                        \
-        } else {                                                                                     \
-            _Pragma("omp simd")                                                                      \
-            for (int64_t i = b; i < e; i++) {                                                        \
-                const T gi = g[i]; const T pi = p[i]; const T vi = v[i] * mu + gi;                   \
-                vo[i] = vi; po[i] = pi - lr * vi;                                                    \
-            }                                                                                        \
-        }                                                                                            \
+        PE_MOMENTUM_RANGE(T, b, e, a->nesterov);                                                     \
     }
 MOM_PIECE(mom_piece_f32, float)
 MOM_PIECE(mom_piece_f64, double)

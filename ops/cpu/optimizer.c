@@ -91,11 +91,9 @@ pe_status pe_cpu_sgd(const pe_op_ctx *ctx) {
                      bool nesterov, int64_t n, int nt) {                                        \
         const T lr = (T)lr_d, mu = (T)mu_d;                                                     \
         if (nesterov) {                                                                         \
-            FOR_ELEMS(n, nt, const T gi = g[i]; const T pi = p[i]; const T vi = v[i] * mu + gi; \
-                      vo[i] = vi; po[i] = pi - (gi + vi * mu) * lr;);                           \
+            FOR_ELEMS(n, nt, PE_MOMENTUM_NESTEROV_ELEM(T, i));                                   \
         } else {                                                                                \
-            FOR_ELEMS(n, nt, const T gi = g[i]; const T pi = p[i]; const T vi = v[i] * mu + gi; \
-                      vo[i] = vi; po[i] = pi - lr * vi;);                                       \
+            FOR_ELEMS(n, nt, PE_MOMENTUM_ELEM(T, i));                                            \
         }                                                                                       \
     }
 MOMENTUM_LOOP(momentum_f32, float)

@@ -36,6 +36,24 @@ void pe_cpu_lamb_param(pe_tensor *po, pe_tensor *m1o, pe_tensor *m2o, const pe_t
  * names are the kernels' locals: arrays p g m ... and outputs po mo ...,
  * scalars already rounded to T. */
 
+/* momentum: v = mu v + g;  p -= lr v, or lr (g + mu v) (nesterov) */
+#define PE_MOMENTUM_ELEM(T, i)                                                   \
+    { const T gi_ = g[i]; const T pi_ = p[i]; const T vi_ = v[i] * mu + gi_;    \
+      vo[i] = vi_; po[i] = pi_ - lr * vi_; }
+#define PE_MOMENTUM_NESTEROV_ELEM(T, i)                                          \
+    { const T gi_ = g[i]; const T pi_ = p[i]; const T vi_ = v[i] * mu + gi_;    \
+      vo[i] = vi_; po[i] = pi_ - (gi_ + vi_ * mu) * lr; }
+
+/* momentum over elements [b, e) (merged_momentum's pieces) */
+#define PE_MOMENTUM_RANGE(T, b, e, nesterov)                                                    \
+    do {                                                                                        \
+        if (nesterov) {                                                                         \
+            _Pragma("omp simd") for (int64_t i = (b); i < (e); i++) PE_MOMENTUM_NESTEROV_ELEM(T, i) \
+        } else {                                                                                \
+            _Pragma("omp simd") for (int64_t i = (b); i < (e); i++) PE_MOMENTUM_ELEM(T, i)      \
+        }                                                                                       \
+    } while (0)
+
 /* adagrad: m += g^2;  p -= lr * g / (sqrt(m) + eps) */
 #define PE_ADAGRAD_ELEM(T, SQRT, i)                                              \
     { const T gi_ = g[i]; const T pi_ = p[i]; const T mi_ = m[i] + gi_ * gi_;    \
