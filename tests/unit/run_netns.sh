@@ -11,7 +11,11 @@
 # its "ssh" (plm_rsh_agent) is a script written here that starts the
 # remote orted inside the second namespace (`ip netns exec`). Each side
 # has its own UTS namespace and hostname (pe-h0, pe-h1), so Open MPI sees
-# two nodes. Transports are forced: pml ob1, btl self,tcp, and TCP (MPI
+# two nodes. Not bound to cores (--bind-to none): each "host" is the whole
+# machine, so mpirun's default binding put every rank of every job on core
+# 0; two jobs at once then starved a rank of CPU until PE_MPI_TIMEOUT (a
+# runnable rank got no CPU for seconds while its peer spun in a blocking
+# MPI call on the same core). Transports are forced: pml ob1, btl self,tcp, and TCP (MPI
 # and Open MPI's own out-of-band channel) only on 10.213.0.0/24. The
 # namespaces hold nothing but lo and the veth pair, so no packet can leave
 # them. The veth counters prove the data crossed: each end's rx_bytes must
@@ -143,13 +147,14 @@ echo "run_netns: $name, rank 0 on $addr0 ($ns0), rank 1 on $addr1 ($ns1), TCP ov
 # In the background and waited for, so a signal (^C) reaches the trap at once.
 if [ "$prog" = launch ]; then
     export OMPI_MCA_plm_rsh_agent="$tmp/agent" OMPI_MCA_plm_rsh_no_tree_spawn=1 OMPI_MCA_pml=ob1 \
-        OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include="$net" OMPI_MCA_oob_tcp_if_include="$net"
+        OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include="$net" OMPI_MCA_oob_tcp_if_include="$net" \
+        OMPI_MCA_hwloc_base_binding_policy=none
     timeout -k 5 "$limit" ip netns exec "$ns0" unshare --uts sh -c 'hostname pe-h0 && exec "$@"' sh \
         /usr/bin/python3 -m pe.distributed.launch --ips "$addr0,$addr1" --nproc_per_node 1 \
         --log_dir "${PE_NETNS_LOG_DIR:-$tmp/log}" "$@" &
 else
     timeout -k 5 "$limit" ip netns exec "$ns0" unshare --uts sh -c 'hostname pe-h0 && exec "$@"' sh \
-        mpirun --oversubscribe -np 2 --host "$addr0:1,$addr1:1" \
+        mpirun --oversubscribe -np 2 --host "$addr0:1,$addr1:1" --bind-to none \
         --mca plm_rsh_agent "$tmp/agent" --mca plm_rsh_no_tree_spawn 1 \
         --mca pml ob1 --mca btl self,tcp --mca btl_tcp_if_include "$net" --mca oob_tcp_if_include "$net" \
         "$prog" &
