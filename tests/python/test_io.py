@@ -109,7 +109,8 @@ def test_distributed_batch_sampler_shards(n, bs, R, shuffle):
     assert sorted(set(flat)) == list(range(n))
     assert len(flat) - len(set(flat)) == per * R - n
     # rank r's first batch is the epoch order's r-th block of bs (whole batches dealt round-robin)
-    order = list(range(n)) + (list(range(n)) * (per * R // n + 1))[:per * R - n]
+    unshuffled = list(range(n)) + (list(range(n)) * (per * R // n + 1))[:per * R - n]
+    order = unshuffled[:]
     if shuffle:
         np.random.RandomState(3).shuffle(order)
     if per * R >= bs * R:
@@ -120,8 +121,20 @@ def test_distributed_batch_sampler_shards(n, bs, R, shuffle):
     s.set_epoch(3)
     assert [i for b in s for i in b] == shards[0]
     if shuffle and n > 4:
-        s.set_epoch(4)
-        assert [i for b in s for i in b] != shards[0] or R * bs >= n
+        # epoch 4: the whole epoch's order (all ranks' shards) is RandomState(4)'s, not epoch 3's
+        o4 = unshuffled[:]
+        np.random.RandomState(4).shuffle(o4)
+        assert o4 != order
+        e4 = []
+        for r in range(R):
+            t = io.DistributedBatchSampler(ds, bs, num_replicas=R, rank=r, shuffle=True)
+            t.set_epoch(4)
+            e4.append([i for b in t for i in b])
+        assert sorted(i for sh in e4 for i in sh) == sorted(flat)
+        if per * R >= bs * R:
+            for r in range(R):
+                assert e4[r][:bs] == o4[r * bs:(r + 1) * bs]
+        assert e4 != shards
 
 
 def test_distributed_batch_sampler_env(monkeypatch):
