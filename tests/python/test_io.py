@@ -1,6 +1,7 @@
 """tests/python/test_io.py — pe.io: datasets, samplers, DistributedBatchSampler's
 shards, DataLoader in dynamic and static mode, with and without worker
-processes (order, errors, dead workers, timeouts)."""
+processes (order, errors, dead workers, timeouts), batches through shared
+memory, persistent workers."""
 import os
 import time
 
@@ -206,11 +207,14 @@ class _Slow(io.Dataset):
     def __len__(self):
         return self.n
 
-    def __getitem__(self, i):
+    def _trouble(self, i):
         if i == self.fail_at:
             raise KeyError("sample %d is missing" % i)
         if i == self.die_at:
             os._exit(7)
+
+    def __getitem__(self, i):
+        self._trouble(i)
         time.sleep(self.sleep)
         info = io.get_worker_info()
         return np.array([i, -1 if info is None else info.id], np.int64)
@@ -259,6 +263,132 @@ def test_loader_iterable(dynamic):
     assert vals == [0, 1, 2, 3, 4, 5, 6, 7, 8, 10]  # worker 0: 0 2 4 6 8 (10 dropped: last short batch)
     with pytest.raises(TypeError, match="has no len"):
         len(io.DataLoader(_Stream(3), batch_size=2))
+
+
+# ---- shared memory and persistent workers ------------------------------------------------------
+
+class _Images(_Slow):
+    """Samples with a large float image (over the shared-memory threshold once batched), a small
+    int array, a bool mask and a dict field; the image also says which process made it."""
+
+    def __getitem__(self, i):
+        self._trouble(i)
+        img = np.full((3, 64, 64), i, np.float32)
+        img[0, 0, 0] = os.getpid()
+        return img, np.array([i, i * i], np.int64), {"mask": np.arange(16384) % (i + 2) == 0}
+
+
+def _leftover():
+    return sorted(f for f in os.listdir("/dev/shm") if f.startswith("pe-io-%d-" % os.getpid()))
+
+
+def _mapped(a):
+    """a is a view of a shared-memory mapping (not a pickled copy)."""
+    import mmap
+    while a is not None and not isinstance(a, mmap.mmap):
+        a = a.obj if isinstance(a, memoryview) else getattr(a, "base", None)
+    return a is not None
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no /dev/shm here")
+def test_loader_shared_memory(monkeypatch):
+    ds = _Images(24)
+    ref = list(io.DataLoader(ds, batch_size=4))  # static mode: numpy batches
+    for shm in (True, False):
+        got = list(io.DataLoader(ds, batch_size=4, num_workers=2, use_shared_memory=shm))
+        assert len(got) == len(ref) == 6
+        for (gi, gn, gm), (ri, rn, rm) in zip(got, ref):
+            np.testing.assert_array_equal(gi[:, 1:], ri[:, 1:])
+            np.testing.assert_array_equal(gn, rn)
+            np.testing.assert_array_equal(gm["mask"], rm["mask"])
+            assert gi.dtype == np.float32 and gm["mask"].dtype == np.bool_
+            assert {int(v) for v in gi[:, 0, 0, 0]} != {os.getpid()}  # made in the workers
+            # the images (192 KiB a batch) and the masks (64 KiB) went through /dev/shm, the small array pickled
+            assert (_mapped(gi), _mapped(gm["mask"]), _mapped(gn)) == (shm, shm, False)
+            assert gi.flags.writeable
+        assert _leftover() == []
+    # a collate_fn of one's own that makes a new array of the stacked one: the new array is sent (copied
+    # into a file), the stacked one's file removed by the worker
+    def doubled(samples):
+        x, y, m = io.default_collate_fn(samples)
+        return x * 2, y
+    keep = io.DataLoader(ds, batch_size=4, num_workers=2, collate_fn=doubled, persistent_workers=True)
+    for _ in range(2):
+        got = list(keep)
+        assert all(_mapped(x) for x, _ in got)
+        np.testing.assert_array_equal(got[2][0][:, 1:], 2 * ref[2][0][:, 1:])
+        # the workers still run (nothing closed the pool): each removed its unsent files after its task
+        for _ in range(100):
+            if _leftover() == []:
+                break
+            time.sleep(0.02)
+        assert _leftover() == []
+    del keep
+    # an abandoned pass leaves no files behind
+    for _ in io.DataLoader(ds, batch_size=4, num_workers=2):
+        break
+    assert _leftover() == []
+    # a worker killed mid-pass: an error, and its files go with the pool
+    with pytest.raises(RuntimeError, match=r"DataLoader worker \d \(pid \d+\) exited unexpectedly with code 7"):
+        list(io.DataLoader(_Images(40, die_at=30), batch_size=2, num_workers=2, prefetch_factor=4))
+    assert _leftover() == []
+    # /dev/shm full (posix_fallocate fails, as in a container's 64 MB): the arrays travel pickled
+    def full(fd, off, n):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    got = list(io.DataLoader(ds, batch_size=4, num_workers=2))
+    assert not any(_mapped(b[0]) for b in got)
+    np.testing.assert_array_equal(got[-1][1], ref[-1][1])
+    assert _leftover() == []
+
+
+def _pids(batches):
+    return {int(v) for b in batches for v in b[0][:, 0, 0, 0]}
+
+
+def test_loader_persistent_workers():
+    ds = _Images(12)
+    keep = io.DataLoader(ds, batch_size=3, num_workers=2, persistent_workers=True)
+    fresh = io.DataLoader(ds, batch_size=3, num_workers=2)
+    p1, p2 = list(keep), list(keep)
+    assert len(_pids(p1)) == 2 and _pids(p1) == _pids(p2)    # the same two workers, pass after pass
+    assert not _pids(list(fresh)) & _pids(list(fresh))       # without: new workers each pass
+    for a, b in zip(p1, p2):
+        np.testing.assert_array_equal(a[1], b[1])
+    # a pass abandoned after one batch; the next pass is whole and in order (the late batches dropped)
+    for _ in keep:
+        break
+    p3 = list(keep)
+    assert [b[1][:, 0].tolist() for b in p3] == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9, 10, 11]]
+    assert _pids(p3) == _pids(p1)
+    # two passes at once: the second gets workers of its own; both whole
+    outer = []
+    for b in keep:
+        outer.append(b[1][:, 0].tolist())
+        if len(outer) == 1:
+            inner = list(keep)
+    assert outer == [b[1][:, 0].tolist() for b in p3] == [b[1][:, 0].tolist() for b in inner]
+    assert not _pids(inner) & _pids(p1)
+    # an iterable dataset: each pass restarts the workers' iterators
+    stream = io.DataLoader(_Stream(7), batch_size=2, num_workers=2, persistent_workers=True)
+    for _ in range(3):
+        assert sorted(v for b in stream for v in b.reshape(-1).tolist()) == list(range(7))
+    # a failing pass stops the workers; the next starts new ones
+    bad = io.DataLoader(_Images(12, fail_at=7), batch_size=3, num_workers=2, persistent_workers=True)
+    with pytest.raises(RuntimeError, match="sample 7 is missing"):
+        list(bad)
+    pool = bad._pool
+    assert pool.closed and not any(p.is_alive() for p in pool.procs)
+    with pytest.raises(RuntimeError, match="sample 7 is missing"):
+        list(bad)
+    assert bad._pool is not pool
+    # the loader freed: its workers end
+    procs = keep._pool.procs
+    del keep, p1, p2, p3
+    import gc
+    gc.collect()
+    assert not any(p.is_alive() for p in procs)
+    assert _leftover() == []
 
 
 def test_loader_static_feeds_an_executor():

@@ -31,20 +31,25 @@ end: the ranks' shares are disjoint (apart from the padding) and together
 cover the dataset. With num_workers > 0 the batches are loaded by that many
 worker processes (multiprocessing, fork where available), each given whole
 batches in turn, at most prefetch_factor per worker in flight, and yielded
-in the sampler's order; results travel pickled (use_shared_memory is
-accepted and has no effect). A worker's exception is raised in the main
-process with its traceback; a worker that dies (killed, os._exit) is an
-error naming it within a second; `timeout` > 0 bounds the wait for a batch.
-Workers are stopped when the iteration ends, is abandoned or fails.
+in the sampler's order; a batch's large arrays travel through shared
+memory (use_shared_memory, below), the rest pickled. A worker's exception
+is raised in the main process with its traceback; a worker that dies
+(killed, os._exit) is an error naming it within a second; `timeout` > 0
+bounds the wait for a batch. Workers are stopped when the pass ends, is
+abandoned or fails; with persistent_workers they serve pass after pass
+(each task tagged with its pass, so an abandoned pass's late batches are
+dropped) until the loader is freed or a pass fails.
 """
 import bisect
 import itertools
 import math
+import mmap
 import multiprocessing as _mp
 import os
 import queue as _queue
 import random as _random
 import traceback as _traceback
+import weakref
 
 import numpy as np
 
@@ -410,7 +415,7 @@ def default_collate_fn(batch):
             shapes = sorted({str(a.shape) if a is not None else type(s).__name__ for a, s in zip(arrs, batch)})
             raise ValueError("default_collate_fn: the samples' arrays differ in shape or kind (%s); give a "
                              "collate_fn to batch them" % ", ".join(shapes[:4]))
-        return np.stack(arrs)
+        return _stack(arrs)
     if isinstance(s0, (bool, np.bool_)):
         return np.array(batch, dtype=np.bool_)
     if isinstance(s0, (int, np.integer)):
@@ -483,82 +488,221 @@ def _fetch(dataset, indices, auto_collate, collate_fn):
     return collate_fn(samples) if auto_collate else collate_fn(samples[0])
 
 
+# ---- batches through shared memory ----------------------------------------------------------
+# A worker puts each large array of a batch in a file of /dev/shm (a tmpfs:
+# memory, not disk) and sends its name, shape and dtype; the main process
+# maps the file, unlinks it at once and hands the mapping out as the array
+# (no copy on that side: the pages live as long as the array).
+# default_collate_fn, in such a worker, stacks the samples straight into the
+# file (the batch is copied once, as PyTorch's workers do); other large
+# arrays (a collate_fn's own) are copied into one. The space is reserved
+# with posix_fallocate first, so a full /dev/shm (a container's 64 MB) is
+# an error the worker sees, and that array travels pickled instead, never
+# a SIGBUS later. A task's files that are not sent (a collate_fn that made
+# something else of the stacked array, a failure) are removed when the task
+# ends; files sent but never mapped (a pass abandoned, a worker killed) when
+# the pool closes: their names start with the pool's prefix
+# (pe-io-<main pid>-<pool>-).
+
+_SHM_DIR = "/dev/shm"
+_SHM_MIN = 64 * 1024           # smaller arrays travel pickled: a file costs more than their copy
+_pool_ids = itertools.count()
+_worker_shm = None             # a worker's _WorkerShm, when batches go through shared memory
+
+
+class _Shared:
+    """An array left in _SHM_DIR/name by a worker."""
+
+    def __init__(self, name, shape, dtype):
+        self.name, self.shape, self.dtype = name, shape, dtype
+
+
+class _WorkerShm:
+    """A worker's files in /dev/shm: made by alloc, sent by share, the rest removed by end_task."""
+
+    def __init__(self, prefix):
+        self.prefix, self.seq = prefix, itertools.count()
+        self.made = {}   # id(array) -> (name, array): this task's files, mapped as arrays
+
+    def _create(self, nbytes):
+        """(name, fd) of a new file with nbytes reserved; None when there is no room."""
+        name = "%s%d" % (self.prefix, next(self.seq))
+        path = os.path.join(_SHM_DIR, name)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.posix_fallocate(fd, 0, nbytes)
+        except OSError:
+            os.close(fd)
+            os.unlink(path)
+            return None
+        return name, fd
+
+    def alloc(self, shape, dtype):
+        """An array of shape and dtype mapped from a new file; None when there is no room."""
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        made = self._create(nbytes)
+        if made is None:
+            return None
+        name, fd = made
+        try:
+            mm = mmap.mmap(fd, nbytes)
+        finally:
+            os.close(fd)
+        a = np.ndarray(shape, dtype, buffer=mm)
+        self.made[id(a)] = (name, a)
+        return a
+
+    def _copy(self, a):
+        """a's bytes into a new file; its name, or None when there is no room."""
+        a = np.ascontiguousarray(a)
+        made = self._create(a.nbytes)
+        if made is None:
+            return None
+        name, fd = made
+        try:
+            view, done = memoryview(a.reshape(-1)).cast("B"), 0
+            while done < a.nbytes:
+                done += os.write(fd, view[done:])
+        finally:
+            os.close(fd)
+        return name
+
+    def share(self, data):
+        """data with its large numpy arrays replaced by _Shared (the files the main process maps)."""
+        if isinstance(data, np.ndarray):
+            ent = self.made.get(id(data))
+            if ent is not None and ent[1] is data:
+                del self.made[id(data)]  # sent: the main process unlinks it
+                return _Shared(ent[0], data.shape, data.dtype.str)
+            if data.nbytes < _SHM_MIN or data.dtype.hasobject:
+                return data
+            name = self._copy(data)
+            return data if name is None else _Shared(name, data.shape, data.dtype.str)
+        if isinstance(data, dict):
+            return {k: self.share(v) for k, v in data.items()}
+        if isinstance(data, (list, tuple)) and not hasattr(data, "_fields"):
+            return type(data)(self.share(v) for v in data)
+        return data
+
+    def end_task(self):
+        for name, _ in self.made.values():
+            try:
+                os.unlink(os.path.join(_SHM_DIR, name))
+            except OSError:
+                pass
+        self.made.clear()
+
+
+def _stack(arrs):
+    """np.stack(arrs) — in a worker that sends batches through shared memory, into a file."""
+    if _worker_shm is not None:
+        dtype = np.result_type(*{a.dtype for a in arrs})
+        if not dtype.hasobject and len(arrs) * arrs[0].size * dtype.itemsize >= _SHM_MIN:
+            out = _worker_shm.alloc((len(arrs),) + arrs[0].shape, dtype)
+            if out is not None:
+                return np.stack(arrs, out=out)
+    return np.stack(arrs)
+
+
+def _unshare(data):
+    """_share undone in the main process: each _Shared mapped as an array, its file unlinked."""
+    if isinstance(data, _Shared):
+        path = os.path.join(_SHM_DIR, data.name)
+        fd = os.open(path, os.O_RDWR)
+        try:
+            os.unlink(path)
+            dtype = np.dtype(data.dtype)
+            n = int(np.prod(data.shape, dtype=np.int64))
+            if os.fstat(fd).st_size != n * dtype.itemsize:
+                raise RuntimeError("DataLoader: shared-memory batch %s holds %d bytes, %d expected"
+                                   % (path, os.fstat(fd).st_size, n * dtype.itemsize))
+            mm = mmap.mmap(fd, n * dtype.itemsize)
+        finally:
+            os.close(fd)
+        return np.frombuffer(mm, dtype=dtype, count=n).reshape(data.shape)
+    if isinstance(data, dict):
+        return {k: _unshare(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)) and not hasattr(data, "_fields"):
+        return type(data)(_unshare(v) for v in data)
+    return data
+
+
 def _worker_main(wid, nw, dataset, seed, init_fn, tasks, results, auto_collate, collate_fn, iterable, batch_size,
-                 drop_last):
-    global _worker_info
+                 drop_last, shm_prefix):
+    global _worker_info, _worker_shm
     _worker_info = WorkerInfo(wid, nw, dataset, seed)
+    _worker_shm = _WorkerShm("%s%d-" % (shm_prefix, wid)) if shm_prefix else None
     _random.seed(seed)
     np.random.seed(seed % (2 ** 32))
     try:
         if init_fn is not None:
             init_fn(wid)
-        it = iter(dataset) if iterable else None
+        it, it_pass = (iter(dataset) if iterable else None), 0
     except Exception as e:  # noqa: BLE001 (reported to the main process)
-        results.put((None, _Failure(wid, e)))
+        results.put((None, None, _Failure(wid, e)))
         return
     while True:
         task = tasks.get()
         if task is None:
             return
-        n, indices = task
+        pass_, n, indices = task
         try:
             if iterable:
+                if pass_ != it_pass:  # persistent workers: a new pass over the dataset
+                    it, it_pass = iter(dataset), pass_
                 got = list(itertools.islice(it, batch_size if auto_collate else 1))
                 if not got or (auto_collate and drop_last and len(got) < batch_size):
-                    results.put((n, _End()))
+                    results.put((pass_, n, _End()))
                     continue
                 data = collate_fn(got) if auto_collate else collate_fn(got[0])
             else:
                 data = _fetch(dataset, indices, auto_collate, collate_fn)
-            results.put((n, data))
+            if _worker_shm is not None:
+                data = _worker_shm.share(data)
+            results.put((pass_, n, data))
         except Exception as e:  # noqa: BLE001
-            results.put((n, _Failure(wid, e)))
+            results.put((pass_, n, _Failure(wid, e)))
+        finally:
+            data = None
+            if _worker_shm is not None:
+                _worker_shm.end_task()
 
 
 class _WorkerPool:
-    """num_workers processes loading the batches of one pass, in order."""
+    """The loader's num_workers processes; run(batches) loads one pass's
+    batches, in order. Without persistent_workers a pool serves one pass;
+    with them, pass after pass (each task and result carries its pass, and
+    results of an abandoned pass are dropped when they arrive). The pool
+    keeps no reference to the loader (so a loader's finalizer can close
+    it)."""
 
-    def __init__(self, loader, batches):
-        self.loader, self.batches = loader, batches
+    def __init__(self, loader):
         ctx = _mp.get_context("fork" if "fork" in _mp.get_all_start_methods() else "spawn")
         nw = loader.num_workers
+        self.iterable, self.timeout = loader._iterable, loader.timeout
+        self.cap = loader.prefetch_factor * nw
         self.results = ctx.Queue()
         self.tasks = [ctx.Queue() for _ in range(nw)]
+        self.shm_prefix = ("pe-io-%d-%d-" % (os.getpid(), next(_pool_ids))
+                           if loader.use_shared_memory and os.path.isdir(_SHM_DIR) else "")
         base = int(np.random.randint(0, 2 ** 31 - 1))
         self.procs = []
-        for w in range(nw):
-            p = ctx.Process(target=_worker_main, daemon=True,
-                            args=(w, nw, loader.dataset, base + w, loader.worker_init_fn, self.tasks[w], self.results,
-                                  loader._auto_collate, loader.collate_fn, loader._iterable, loader.batch_size,
-                                  loader.drop_last))
-            p.start()
-            self.procs.append(p)
-        self.sent = self.next = 0
-        self.ahead = {}
-        self.live = set(range(nw))   # iterable: workers that may still have samples
-        self.owner = {}              # iterable: task -> the worker it went to
-        self.closed = False
-
-    def _send(self):
-        cap = self.loader.prefetch_factor * len(self.procs)
-        while self.sent - self.next < cap:
-            if self.loader._iterable:
-                if not self.live:
-                    return
-                live = sorted(self.live)
-                w = live[self.sent % len(live)]
-                self.owner[self.sent] = w
-                self.tasks[w].put((self.sent, None))
-            else:
-                idx = next(self.batches, None)
-                if idx is None:
-                    return
-                self.tasks[self.sent % len(self.procs)].put((self.sent, idx))
-            self.sent += 1
+        self.closed = self.busy = False
+        self.passes = 0
+        try:
+            for w in range(nw):
+                p = ctx.Process(target=_worker_main, daemon=True,
+                                args=(w, nw, loader.dataset, base + w, loader.worker_init_fn, self.tasks[w],
+                                      self.results, loader._auto_collate, loader.collate_fn, loader._iterable,
+                                      loader.batch_size, loader.drop_last, self.shm_prefix))
+                p.start()
+                self.procs.append(p)
+        except BaseException:
+            self.close()
+            raise
 
     def _get(self):
         waited = 0.0
-        timeout = self.loader.timeout
         while True:
             try:
                 return self.results.get(timeout=0.2)
@@ -569,29 +713,67 @@ class _WorkerPool:
                         raise RuntimeError("DataLoader worker %d (pid %d) exited unexpectedly with code %s%s"
                                            % (w, p.pid, p.exitcode,
                                               " (signal %d)" % -p.exitcode if p.exitcode and p.exitcode < 0 else ""))
-                if timeout and waited >= timeout:
-                    raise RuntimeError("DataLoader: no batch from the workers in %s s (timeout)" % timeout)
+                if self.timeout and waited >= self.timeout:
+                    raise RuntimeError("DataLoader: no batch from the workers in %s s (timeout)" % self.timeout)
 
-    def __iter__(self):
+    def run(self, batches, keep=False):
+        """The batches of one pass, a generator (batches: an iterator of index lists, None for
+        an iterable dataset); keep: the pool stays open after the pass, ended or abandoned
+        (persistent_workers), unless it fails. The pool is busy until the generator ends."""
+        self.busy = True
+        self.passes += 1
+        return self._pass(self.passes, batches, keep)
+
+    def _pass(self, pass_, batches, keep):
+        sent = nxt = 0
+        ahead, owner = {}, {}                # results early; iterable: task -> the worker it went to
+        live = set(range(len(self.procs)))   # iterable: workers that may still have samples
+        failed = True
         try:
-            self._send()
-            while self.next < self.sent:
-                while self.next not in self.ahead:
-                    n, data = self._get()
+            while True:
+                while sent - nxt < self.cap:  # up to cap tasks in flight
+                    if self.iterable:
+                        if not live:
+                            break
+                        w = sorted(live)[sent % len(live)]
+                        owner[sent] = w
+                        self.tasks[w].put((pass_, sent, None))
+                    else:
+                        idx = next(batches, None)
+                        if idx is None:
+                            break
+                        self.tasks[sent % len(self.procs)].put((pass_, sent, idx))
+                    sent += 1
+                if nxt == sent:
+                    break
+                while nxt not in ahead:
+                    p, n, data = self._get()
+                    if p is not None and p != pass_:  # an abandoned pass's result: its files go now
+                        if not isinstance(data, _Failure):
+                            _unshare(data)
+                        continue
                     if isinstance(data, _Failure):
                         raise RuntimeError("DataLoader worker %d raised %s:\n%s" % (data.worker, data.kind, data.text))
-                    self.ahead[n] = data
-                data = self.ahead.pop(self.next)
-                self.next += 1
+                    ahead[n] = data
+                data = ahead.pop(nxt)
+                nxt += 1
                 if isinstance(data, _End):
                     # the worker this task went to is done; its later tasks answer _End too
-                    self.live.discard(self.owner.pop(self.next - 1))
+                    live.discard(owner.pop(nxt - 1))
                 else:
-                    self.owner.pop(self.next - 1, None)
-                    yield data
-                self._send()
+                    owner.pop(nxt - 1, None)
+                    yield _unshare(data) if self.shm_prefix else data
+            failed = False
+        except GeneratorExit:  # the loop over the batches stopped early
+            failed = False
+            raise
         finally:
-            self.close()
+            for data in ahead.values():
+                if not isinstance(data, (_Failure, _End)):
+                    _unshare(data)
+            self.busy = False
+            if failed or not keep:
+                self.close()
 
     def close(self):
         if self.closed:
@@ -610,6 +792,13 @@ class _WorkerPool:
         for q in self.tasks + [self.results]:
             q.cancel_join_thread()
             q.close()
+        if self.shm_prefix:  # the files no one mapped (a pass abandoned, a worker killed mid-batch)
+            for name in os.listdir(_SHM_DIR):
+                if name.startswith(self.shm_prefix):
+                    try:
+                        os.unlink(os.path.join(_SHM_DIR, name))
+                    except OSError:
+                        pass
 
 
 # ---- the loader -------------------------------------------------------------------------------
@@ -622,9 +811,12 @@ class DataLoader:
     default_collate_fn; num_workers > 0 loads in that many processes;
     feed_list (static mode, return_list=False) names the fields: each batch
     is then [{name: array}], a feed for Executor / ParallelExecutor.run.
-    places is accepted (the executor places the data); use_buffer_reader,
-    use_shared_memory and persistent_workers are accepted (workers are
-    started for each pass over the data)."""
+    places is accepted (the executor places the data), use_buffer_reader
+    too (workers always load ahead). With workers: use_shared_memory (the
+    default) moves a batch's arrays of 64 KiB or more through /dev/shm
+    instead of pickling them; persistent_workers keeps the workers between
+    passes (started by the first, stopped when the loader is freed or a
+    pass fails) instead of starting them for each pass."""
 
     def __init__(self, dataset, feed_list=None, places=None, return_list=True, batch_sampler=None, batch_size=1,
                  shuffle=False, drop_last=False, collate_fn=None, num_workers=0, use_buffer_reader=True,
@@ -671,7 +863,8 @@ class DataLoader:
         self.feed_list = list(feed_list) if feed_list is not None else None
         self.places = places
         self.use_buffer_reader, self.use_shared_memory = use_buffer_reader, use_shared_memory
-        self.persistent_workers = persistent_workers
+        self.persistent_workers = bool(persistent_workers)  # (Paddle's: no effect without workers)
+        self._pool = None
         if not self.return_list and self.feed_list is None:
             raise ValueError("DataLoader: return_list=False needs feed_list (the names of the fed variables)")
 
@@ -686,7 +879,16 @@ class DataLoader:
     def _raw(self):
         """The collated batches, in order (numpy arrays and containers)."""
         if self.num_workers > 0:
-            return iter(_WorkerPool(self, iter(self.batch_sampler) if self.batch_sampler is not None else None))
+            batches = iter(self.batch_sampler) if self.batch_sampler is not None else None
+            if not self.persistent_workers:
+                return _WorkerPool(self).run(batches)
+            pool = self._pool
+            if pool is None or pool.closed:
+                pool = self._pool = _WorkerPool(self)
+                weakref.finalize(self, pool.close)
+            elif pool.busy:  # a second pass while one is under way: workers of its own
+                return _WorkerPool(self).run(batches)
+            return pool.run(batches, keep=True)
         if self._iterable:
             return self._iterate_single()
         return (_fetch(self.dataset, idx, self._auto_collate, self.collate_fn) for idx in self.batch_sampler)
