@@ -239,6 +239,12 @@ def test_loader_worker_errors(dynamic):
     assert time.monotonic() - t0 < 10
     with pytest.raises(RuntimeError, match=r"no batch from the workers in 0.5 s \(timeout\)"):
         list(io.DataLoader(_Slow(4, sleep=2.0), batch_size=2, num_workers=1, timeout=0.5))
+    # a batch that does not pickle (a lambda in it): an error naming the batch, not a wait forever
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"(?s)DataLoader worker \d raised .*batch \d could not be sent.*"
+                                           r"Can't pickle local object"):
+        list(io.DataLoader(_Slow(6), batch_size=2, num_workers=2, collate_fn=lambda b: (b, lambda: 0)))
+    assert time.monotonic() - t0 < 10
     # the next loader works (nothing left behind)
     assert len(list(io.DataLoader(_Slow(4), batch_size=2, num_workers=2))) == 2
 

@@ -33,7 +33,8 @@ worker processes (multiprocessing, fork where available), each given whole
 batches in turn, at most prefetch_factor per worker in flight, and yielded
 in the sampler's order; a batch's large arrays travel through shared
 memory (use_shared_memory, below), the rest pickled. A worker's exception
-is raised in the main process with its traceback; a worker that dies
+is raised in the main process with its traceback (so is a batch that does
+not pickle, naming it); a worker that dies
 (killed, os._exit) is an error naming it within a second; `timeout` > 0
 bounds the wait for a batch. Workers are stopped when the pass ends, is
 abandoned or fails; with persistent_workers they serve pass after pass
@@ -45,6 +46,7 @@ import itertools
 import math
 import mmap
 import multiprocessing as _mp
+import multiprocessing.queues as _mpq
 import os
 import queue as _queue
 import random as _random
@@ -473,10 +475,29 @@ def get_worker_info():
 class _Failure:
     """A worker's exception, as text (the exception itself may not pickle)."""
 
-    def __init__(self, worker, exc):
+    def __init__(self, worker, exc, note=""):
         self.worker = worker
         self.kind = type(exc).__name__
-        self.text = "".join(_traceback.format_exception(type(exc), exc, exc.__traceback__))
+        self.text = note + "".join(_traceback.format_exception(type(exc), exc, exc.__traceback__))
+
+
+class _Results(_mpq.Queue):
+    """The workers' results. A result that does not pickle (a lambda or an open
+    file in a sample) is sent as a failure naming its batch: the queue's
+    feeder thread would otherwise print the error and drop the result, and the
+    training process would wait for it forever."""
+
+    def __init__(self, ctx):
+        super().__init__(ctx=ctx)
+
+    def _on_queue_feeder_error(self, e, obj):
+        if isinstance(obj, tuple) and len(obj) == 3 and not isinstance(obj[2], _Failure):
+            wid = _worker_info.id if _worker_info is not None else -1
+            self.put((obj[0], obj[1], _Failure(wid, e, "batch %s could not be sent to the training process: "
+                                                      "a batch must pickle (arrays, numbers, str and containers "
+                                                      "of them)\n" % obj[1])))
+        else:
+            super()._on_queue_feeder_error(e, obj)
 
 
 class _End:
@@ -681,7 +702,7 @@ class _WorkerPool:
         nw = loader.num_workers
         self.iterable, self.timeout = loader._iterable, loader.timeout
         self.cap = loader.prefetch_factor * nw
-        self.results = ctx.Queue()
+        self.results = _Results(ctx)
         self.tasks = [ctx.Queue() for _ in range(nw)]
         self.shm_prefix = ("pe-io-%d-%d-" % (os.getpid(), next(_pool_ids))
                            if loader.use_shared_memory and os.path.isdir(_SHM_DIR) else "")
