@@ -397,6 +397,51 @@ def test_loader_persistent_workers():
     assert _leftover() == []
 
 
+_KILLED_TRAINER = """
+import os, sys
+sys.path.insert(0, %r)
+from pe import io
+import test_io
+loader = io.DataLoader(test_io._Images(64), batch_size=4, num_workers=2, persistent_workers=True, prefetch_factor=4)
+next(iter(loader))
+print(os.getpid(), " ".join(str(p.pid) for p in loader._pool.procs), flush=True)
+os.kill(os.getpid(), 9)
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no /dev/shm here")
+def test_loader_workers_outlive_no_killed_trainer(tmp_path):
+    """A training process killed with SIGKILL (as the launcher ends the ranks when one fails): its
+    workers notice within a second or two, remove their shared-memory files and exit."""
+    import signal
+    import subprocess
+    import sys
+    out, err = tmp_path / "pids", tmp_path / "stderr"
+    with open(out, "w") as fo, open(err, "w") as fe:  # files, not pipes: workers that lived on would hold a pipe
+        rc = subprocess.run([sys.executable, "-c", _KILLED_TRAINER % os.path.dirname(os.path.abspath(__file__))],
+                            stdout=fo, stderr=fe, timeout=60).returncode
+    assert rc == -signal.SIGKILL, err.read_text()
+    trainer, *pids = [int(v) for v in out.read_text().split()]
+    assert len(pids) == 2
+    prefix = "pe-io-%d-" % trainer
+
+    def alive(pid):
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                return f.read().split(")")[-1].split()[0] != "Z"
+        except OSError:
+            return False
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (any(alive(p) for p in pids) or
+                                            any(f.startswith(prefix) for f in os.listdir("/dev/shm"))):
+        time.sleep(0.1)
+    lived = [p for p in pids if alive(p)]
+    for p in lived:
+        os.kill(p, 9)
+    assert not lived, "DataLoader workers outlived their killed training process"
+    assert not [f for f in os.listdir("/dev/shm") if f.startswith(prefix)]
+
+
 def test_loader_static_feeds_an_executor():
     """Static mode: feed_list names the fields; each batch is [{name: array}],
     and training from the loader equals feeding the same rows by hand."""

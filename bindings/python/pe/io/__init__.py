@@ -523,12 +523,23 @@ def _fetch(dataset, indices, auto_collate, collate_fn):
 # something else of the stacked array, a failure) are removed when the task
 # ends; files sent but never mapped (a pass abandoned, a worker killed) when
 # the pool closes: their names start with the pool's prefix
-# (pe-io-<main pid>-<pool>-).
+# (pe-io-<main pid>-<pool>-). A worker whose training process died (an
+# idle worker looks every _PARENT_POLL_S) removes its files and exits.
 
 _SHM_DIR = "/dev/shm"
 _SHM_MIN = 64 * 1024           # smaller arrays travel pickled: a file costs more than their copy
 _pool_ids = itertools.count()
 _worker_shm = None             # a worker's _WorkerShm, when batches go through shared memory
+_PARENT_POLL_S = 1.0           # an idle worker checks this often that the training process lives
+
+
+def _remove_files(prefix):
+    for name in os.listdir(_SHM_DIR):
+        if name.startswith(prefix):
+            try:
+                os.unlink(os.path.join(_SHM_DIR, name))
+            except OSError:
+                pass
 
 
 class _Shared:
@@ -605,6 +616,11 @@ class _WorkerShm:
             return type(data)(self.share(v) for v in data)
         return data
 
+    def remove_all(self):
+        """Every file of this worker, sent or not (the training process died)."""
+        self.end_task()
+        _remove_files(self.prefix)
+
     def end_task(self):
         for name, _ in self.made.values():
             try:
@@ -662,8 +678,20 @@ def _worker_main(wid, nw, dataset, seed, init_fn, tasks, results, auto_collate, 
     except Exception as e:  # noqa: BLE001 (reported to the main process)
         results.put((None, None, _Failure(wid, e)))
         return
+    parent = os.getppid()
     while True:
-        task = tasks.get()
+        try:
+            task = tasks.get(timeout=_PARENT_POLL_S)
+        except _queue.Empty:
+            task = False
+        if os.getppid() != parent:
+            # the training process is gone (killed): nobody reads the results or maps this worker's files
+            results.cancel_join_thread()
+            if _worker_shm is not None:
+                _worker_shm.remove_all()
+            return
+        if task is False:
+            continue
         if task is None:
             return
         pass_, n, indices = task
@@ -814,12 +842,7 @@ class _WorkerPool:
             q.cancel_join_thread()
             q.close()
         if self.shm_prefix:  # the files no one mapped (a pass abandoned, a worker killed mid-batch)
-            for name in os.listdir(_SHM_DIR):
-                if name.startswith(self.shm_prefix):
-                    try:
-                        os.unlink(os.path.join(_SHM_DIR, name))
-                    except OSError:
-                        pass
+            _remove_files(self.shm_prefix)
 
 
 # ---- the loader -------------------------------------------------------------------------------
