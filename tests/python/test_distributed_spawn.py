@@ -12,6 +12,8 @@
   re-imports it) and spawn inside a rank mpirun started: clear errors.
 - Arguments spawn can refuse at once (no process started): a lambda,
   nprocs=0, an unknown option.
+- A spawner killed with SIGKILL while its ranks run: mpirun and the ranks
+  end within seconds (nothing trains on headless).
 Each job runs under a hard time limit (dist_run.run).
 """
 import os
@@ -23,7 +25,7 @@ import pytest
 import pe.distributed as dist
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "dist_scripts"))
-from dist_run import PY, mpirun, needs_mpirun, run, script  # noqa: E402
+from dist_run import PY, job_env, mpirun, needs_mpirun, run, running, script  # noqa: E402
 
 
 @needs_mpirun
@@ -100,3 +102,25 @@ def test_spawn_inside_an_mpi_rank_is_an_error():
             "    print('refused:', e)\n")
     r = mpirun(1, [PY, "-c", code])
     assert r.rc == 0 and "refused: spawn: this process is already a rank started by mpirun" in r.out, r
+
+
+@needs_mpirun
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc")
+def test_spawner_killed_takes_its_ranks_along(tmp_path):
+    import signal
+    import subprocess
+    import time
+    out = tmp_path / "pids"
+    with open(out, "w") as fo, open(tmp_path / "stderr", "w") as fe:  # files: ranks that lived on would hold a pipe
+        rc = subprocess.run([PY, script("spawn_killed.py"), str(tmp_path)], stdout=fo, stderr=fe,
+                            stdin=subprocess.DEVNULL, env=job_env(), timeout=90).returncode
+    assert rc == -signal.SIGKILL, (tmp_path / "stderr").read_text()
+    pids = [int(v) for v in out.read_text().split()]
+    assert len(pids) == 3 and min(pids) > 0, out.read_text()  # mpirun, rank 0, rank 1
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(running(p) for p in pids):
+        time.sleep(0.1)
+    lived = [p for p in pids if running(p)]
+    for p in lived:
+        os.kill(p, signal.SIGKILL)
+    assert not lived, "mpirun / ranks outlived their killed spawner: %s" % lived

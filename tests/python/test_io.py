@@ -249,6 +249,25 @@ def test_loader_worker_errors(dynamic):
     assert len(list(io.DataLoader(_Slow(4), batch_size=2, num_workers=2))) == 2
 
 
+def test_loader_worker_dies_mid_message(monkeypatch):
+    """A worker that dies while writing a batch (half of it sent): an error naming it, not a read
+    that waits forever for the rest."""
+    real = io._write_all
+
+    def half_then_die(fd, view):
+        if len(view) > 1000:
+            real(fd, view[:len(view) // 2])
+            os._exit(5)
+        real(fd, view)
+    monkeypatch.setattr(io, "_write_all", half_then_die)  # the forked workers inherit it
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"DataLoader worker \d \(pid \d+\) exited unexpectedly with code 5"):
+        list(io.DataLoader(_Images(8), batch_size=4, num_workers=2, use_shared_memory=False))
+    assert time.monotonic() - t0 < 10
+    monkeypatch.undo()
+    assert len(list(io.DataLoader(_Slow(4), batch_size=2, num_workers=2))) == 2
+
+
 class _Stream(io.IterableDataset):
     """0..n-1, each worker its own stride (get_worker_info)."""
 
@@ -416,6 +435,8 @@ def test_loader_workers_outlive_no_killed_trainer(tmp_path):
     import signal
     import subprocess
     import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "dist_scripts"))
+    from dist_run import running
     out, err = tmp_path / "pids", tmp_path / "stderr"
     with open(out, "w") as fo, open(err, "w") as fe:  # files, not pipes: workers that lived on would hold a pipe
         rc = subprocess.run([sys.executable, "-c", _KILLED_TRAINER % os.path.dirname(os.path.abspath(__file__))],
@@ -424,18 +445,11 @@ def test_loader_workers_outlive_no_killed_trainer(tmp_path):
     trainer, *pids = [int(v) for v in out.read_text().split()]
     assert len(pids) == 2
     prefix = "pe-io-%d-" % trainer
-
-    def alive(pid):
-        try:
-            with open("/proc/%d/stat" % pid) as f:
-                return f.read().split(")")[-1].split()[0] != "Z"
-        except OSError:
-            return False
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and (any(alive(p) for p in pids) or
+    while time.monotonic() < deadline and (any(running(p) for p in pids) or
                                             any(f.startswith(prefix) for f in os.listdir("/dev/shm"))):
         time.sleep(0.1)
-    lived = [p for p in pids if alive(p)]
+    lived = [p for p in pids if running(p)]
     for p in lived:
         os.kill(p, 9)
     assert not lived, "DataLoader workers outlived their killed training process"

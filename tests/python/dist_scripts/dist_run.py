@@ -22,6 +22,15 @@ PADDLE_VARS = ["PADDLE_TRAINER_ID", "PADDLE_TRAINERS_NUM", "PADDLE_CURRENT_ENDPO
                "PADDLE_RANK_IN_NODE", "FLAGS_selected_gpus"]
 
 
+def running(pid):
+    """pid exists and is not a zombie (an ended process not yet reaped)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def script(name):
     return os.path.join(HERE, name)
 

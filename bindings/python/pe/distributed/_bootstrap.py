@@ -69,6 +69,7 @@ def _close_output():
 
 
 def main():
+    _mpirun.die_with_parent()
     rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
     size = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
     local = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", str(rank)))

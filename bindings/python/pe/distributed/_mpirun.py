@@ -15,6 +15,7 @@ import re
 import shutil
 import signal
 import socket
+import threading
 import time
 
 # True while a spawned rank re-imports the caller's main module
@@ -58,6 +59,13 @@ def command(mpirun, nprocs_per_host, hosts, env):
     and fills env (a dict, changed in place) with what mpirun needs."""
     n = nprocs_per_host * len(hosts)
     cmd = [mpirun, "--oversubscribe", "--bind-to", "none", "-np", str(n)]
+    # mpirun, and with it the ranks, ends when the process that started it dies, SIGKILL included
+    # (spawn's and launch's mpirun runs in a session of its own, so nothing else would stop it):
+    # setpriv (util-linux) sets the parent-death signal and execs mpirun. Linux sends it when the
+    # starting *thread* ends, so only from the main thread, which lives as long as the process.
+    setpriv = shutil.which("setpriv")
+    if setpriv and threading.current_thread() is threading.main_thread():
+        cmd = [setpriv, "--pdeathsig", "TERM", "--"] + cmd
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
@@ -73,6 +81,21 @@ def command(mpirun, nprocs_per_host, hosts, env):
             if k.startswith(_FORWARD_PREFIXES):
                 cmd += ["-x", k]
     return cmd
+
+
+def die_with_parent():
+    """In a rank: SIGKILL this process when its parent (mpirun, or a remote host's daemon) dies,
+    however it dies — the ranks of a launcher or spawner killed with SIGKILL must not train on
+    headless (Linux's PR_SET_PDEATHSIG; elsewhere nothing). A parent already gone: exit now."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) != 0:  # 1 = PR_SET_PDEATHSIG
+            return
+    except (OSError, AttributeError, TypeError):
+        return
+    if os.getppid() == 1:
+        os._exit(1)
 
 
 def write_status(status_dir, kind, rank, text=""):

@@ -36,6 +36,7 @@ def _setup_main(path, name):
 def main():
     from . import _mpirun
     tmpdir = sys.argv[1]
+    _mpirun.die_with_parent()
     rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
     size = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
     local = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", str(rank)))

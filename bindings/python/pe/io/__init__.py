@@ -29,13 +29,14 @@ the seed (set_epoch, or one more each pass), and gives rank r the batches
 r, r + world, r + 2 world, ... of it, the remainder split evenly at the
 end: the ranks' shares are disjoint (apart from the padding) and together
 cover the dataset. With num_workers > 0 the batches are loaded by that many
-worker processes (multiprocessing, fork where available), each given whole
+worker processes (multiprocessing, fork), each given whole
 batches in turn, at most prefetch_factor per worker in flight, and yielded
 in the sampler's order; a batch's large arrays travel through shared
 memory (use_shared_memory, below), the rest pickled. A worker's exception
 is raised in the main process with its traceback (so is a batch that does
 not pickle, naming it); a worker that dies
-(killed, os._exit) is an error naming it within a second; `timeout` > 0
+(killed, os._exit, even halfway through sending a batch) is an error
+naming it at once (results: below); `timeout` > 0
 bounds the wait for a batch. Workers are stopped when the pass ends, is
 abandoned or fails; with persistent_workers they serve pass after pass
 (each task tagged with its pass, so an abandoned pass's late batches are
@@ -46,10 +47,13 @@ import itertools
 import math
 import mmap
 import multiprocessing as _mp
-import multiprocessing.queues as _mpq
+import multiprocessing.connection as _mpc
 import os
+import pickle
 import queue as _queue
 import random as _random
+import struct
+import time
 import traceback as _traceback
 import weakref
 
@@ -481,23 +485,67 @@ class _Failure:
         self.text = note + "".join(_traceback.format_exception(type(exc), exc, exc.__traceback__))
 
 
-class _Results(_mpq.Queue):
-    """The workers' results. A result that does not pickle (a lambda or an open
-    file in a sample) is sent as a failure naming its batch: the queue's
-    feeder thread would otherwise print the error and drop the result, and the
-    training process would wait for it forever."""
+# ---- results: one pipe per worker ----------------------------------------------------------------
+# A worker writes each result itself (no feeder thread), framed as an 8-byte
+# length and a pickle, on a pipe of its own; the training process reads the
+# pipes without blocking and waits on them and on the workers' process
+# sentinels together. So a worker that dies mid-message (killed, or
+# os._exit in a dataset) leaves a partial message that is never parsed and
+# is seen dead at once, never a read that waits forever; a result that does
+# not pickle is a failure sent in its place.
 
-    def __init__(self, ctx):
-        super().__init__(ctx=ctx)
+_HDR = struct.Struct("<Q")
 
-    def _on_queue_feeder_error(self, e, obj):
-        if isinstance(obj, tuple) and len(obj) == 3 and not isinstance(obj[2], _Failure):
-            wid = _worker_info.id if _worker_info is not None else -1
-            self.put((obj[0], obj[1], _Failure(wid, e, "batch %s could not be sent to the training process: "
-                                                      "a batch must pickle (arrays, numbers, str and containers "
-                                                      "of them)\n" % obj[1])))
-        else:
-            super()._on_queue_feeder_error(e, obj)
+
+def _send(fd, obj, wid):
+    try:
+        payload = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as e:  # noqa: BLE001 (a lambda, an open file, ... in the batch)
+        payload = pickle.dumps((obj[0], obj[1], _Failure(wid, e, "batch %s could not be sent to the training "
+                                                                 "process: a batch must pickle (arrays, numbers, "
+                                                                 "str and containers of them)\n" % obj[1])))
+    view = memoryview(_HDR.pack(len(payload)) + payload) if len(payload) < 65536 else None
+    if view is None:
+        _write_all(fd, memoryview(_HDR.pack(len(payload))))
+        view = memoryview(payload)
+    _write_all(fd, view)
+
+
+def _write_all(fd, view):
+    while len(view):
+        view = view[os.write(fd, view):]
+
+
+class _Reader:
+    """The training process's end of one worker's pipe: messages as they complete."""
+
+    def __init__(self, fd):
+        self.fd, self.buf, self.eof = fd, bytearray(), False
+        os.set_blocking(fd, False)
+
+    def fill(self):
+        """Reads what is there (never waits)."""
+        while True:
+            try:
+                chunk = os.read(self.fd, 1 << 22)
+            except BlockingIOError:
+                return
+            if not chunk:
+                self.eof = True
+                return
+            self.buf += chunk
+
+    def pop(self):
+        """The next complete message, unpickled, or None."""
+        if len(self.buf) < _HDR.size:
+            return None
+        n = _HDR.unpack_from(self.buf)[0]
+        if len(self.buf) < _HDR.size + n:
+            return None
+        with memoryview(self.buf) as m:
+            obj = pickle.loads(m[_HDR.size:_HDR.size + n])
+        del self.buf[:_HDR.size + n]
+        return obj
 
 
 class _End:
@@ -664,9 +712,11 @@ def _unshare(data):
     return data
 
 
-def _worker_main(wid, nw, dataset, seed, init_fn, tasks, results, auto_collate, collate_fn, iterable, batch_size,
-                 drop_last, shm_prefix):
+def _worker_main(wid, nw, dataset, seed, init_fn, tasks, out_fd, close_fds, auto_collate, collate_fn, iterable,
+                 batch_size, drop_last, shm_prefix):
     global _worker_info, _worker_shm
+    for fd in close_fds:  # the other workers' pipes and the readers: EOF and EPIPE mean what they say
+        os.close(fd)
     _worker_info = WorkerInfo(wid, nw, dataset, seed)
     _worker_shm = _WorkerShm("%s%d-" % (shm_prefix, wid)) if shm_prefix else None
     _random.seed(seed)
@@ -676,7 +726,7 @@ def _worker_main(wid, nw, dataset, seed, init_fn, tasks, results, auto_collate, 
             init_fn(wid)
         it, it_pass = (iter(dataset) if iterable else None), 0
     except Exception as e:  # noqa: BLE001 (reported to the main process)
-        results.put((None, None, _Failure(wid, e)))
+        _send(out_fd, (None, None, _Failure(wid, e)), wid)
         return
     parent = os.getppid()
     while True:
@@ -686,7 +736,6 @@ def _worker_main(wid, nw, dataset, seed, init_fn, tasks, results, auto_collate, 
             task = False
         if os.getppid() != parent:
             # the training process is gone (killed): nobody reads the results or maps this worker's files
-            results.cancel_join_thread()
             if _worker_shm is not None:
                 _worker_shm.remove_all()
             return
@@ -701,16 +750,16 @@ def _worker_main(wid, nw, dataset, seed, init_fn, tasks, results, auto_collate, 
                     it, it_pass = iter(dataset), pass_
                 got = list(itertools.islice(it, batch_size if auto_collate else 1))
                 if not got or (auto_collate and drop_last and len(got) < batch_size):
-                    results.put((pass_, n, _End()))
+                    _send(out_fd, (pass_, n, _End()), wid)
                     continue
                 data = collate_fn(got) if auto_collate else collate_fn(got[0])
             else:
                 data = _fetch(dataset, indices, auto_collate, collate_fn)
             if _worker_shm is not None:
                 data = _worker_shm.share(data)
-            results.put((pass_, n, data))
+            _send(out_fd, (pass_, n, data), wid)
         except Exception as e:  # noqa: BLE001
-            results.put((pass_, n, _Failure(wid, e)))
+            _send(out_fd, (pass_, n, _Failure(wid, e)), wid)
         finally:
             data = None
             if _worker_shm is not None:
@@ -726,44 +775,58 @@ class _WorkerPool:
     it)."""
 
     def __init__(self, loader):
-        ctx = _mp.get_context("fork" if "fork" in _mp.get_all_start_methods() else "spawn")
+        ctx = _mp.get_context("fork")  # the workers inherit their pipes
         nw = loader.num_workers
         self.iterable, self.timeout = loader._iterable, loader.timeout
         self.cap = loader.prefetch_factor * nw
-        self.results = _Results(ctx)
         self.tasks = [ctx.Queue() for _ in range(nw)]
         self.shm_prefix = ("pe-io-%d-%d-" % (os.getpid(), next(_pool_ids))
                            if loader.use_shared_memory and os.path.isdir(_SHM_DIR) else "")
         base = int(np.random.randint(0, 2 ** 31 - 1))
-        self.procs = []
+        self.procs, self.readers = [], []
         self.closed = self.busy = False
         self.passes = 0
+        pipes = [os.pipe() for _ in range(nw)]  # (read, write) of each worker's results
+        self.readers = [_Reader(r) for r, _ in pipes]
         try:
             for w in range(nw):
+                others = [fd for v, (r, wr) in enumerate(pipes) for fd in ((r,) if v == w else (r, wr))]
                 p = ctx.Process(target=_worker_main, daemon=True,
                                 args=(w, nw, loader.dataset, base + w, loader.worker_init_fn, self.tasks[w],
-                                      self.results, loader._auto_collate, loader.collate_fn, loader._iterable,
-                                      loader.batch_size, loader.drop_last, self.shm_prefix))
+                                      pipes[w][1], others, loader._auto_collate, loader.collate_fn,
+                                      loader._iterable, loader.batch_size, loader.drop_last, self.shm_prefix))
                 p.start()
                 self.procs.append(p)
         except BaseException:
             self.close()
             raise
+        finally:
+            for _, wr in pipes:  # the workers hold them now: a dead worker's pipe reads EOF
+                os.close(wr)
 
     def _get(self):
-        waited = 0.0
+        """The next result of any worker: (pass, task, data)."""
+        t0 = time.monotonic()
         while True:
-            try:
-                return self.results.get(timeout=0.2)
-            except _queue.Empty:
-                waited += 0.2
-                for w, p in enumerate(self.procs):
-                    if not p.is_alive() and p.exitcode != 0:
-                        raise RuntimeError("DataLoader worker %d (pid %d) exited unexpectedly with code %s%s"
-                                           % (w, p.pid, p.exitcode,
-                                              " (signal %d)" % -p.exitcode if p.exitcode and p.exitcode < 0 else ""))
-                if self.timeout and waited >= self.timeout:
-                    raise RuntimeError("DataLoader: no batch from the workers in %s s (timeout)" % self.timeout)
+            for r in self.readers:
+                msg = r.pop()
+                if msg is not None:
+                    return msg
+            for w, p in enumerate(self.procs):
+                if p.exitcode is not None and p.exitcode != 0:
+                    raise RuntimeError("DataLoader worker %d (pid %d) exited unexpectedly with code %s%s"
+                                       % (w, p.pid, p.exitcode,
+                                          " (signal %d)" % -p.exitcode if p.exitcode < 0 else ""))
+            waitables = [r.fd for r in self.readers if not r.eof] + [p.sentinel for p in self.procs
+                                                                      if p.exitcode is None]
+            ready = set(_mpc.wait(waitables, timeout=0.2)) if waitables else set()
+            for r in self.readers:
+                if r.fd in ready:
+                    r.fill()
+            if not waitables:
+                raise RuntimeError("DataLoader: every worker has ended with batches still to come")
+            if self.timeout and not ready and time.monotonic() - t0 >= self.timeout:
+                raise RuntimeError("DataLoader: no batch from the workers in %s s (timeout)" % self.timeout)
 
     def run(self, batches, keep=False):
         """The batches of one pass, a generator (batches: an iterator of index lists, None for
@@ -838,9 +901,12 @@ class _WorkerPool:
             if p.is_alive():
                 p.terminate()
                 p.join(timeout=2)
-        for q in self.tasks + [self.results]:
+        for q in self.tasks:
             q.cancel_join_thread()
             q.close()
+        for r in self.readers:
+            os.close(r.fd)
+        self.readers = []
         if self.shm_prefix:  # the files no one mapped (a pass abandoned, a worker killed mid-batch)
             _remove_files(self.shm_prefix)
 
