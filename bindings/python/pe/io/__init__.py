@@ -39,8 +39,9 @@ not pickle, naming it); a worker that dies
 naming it at once (results: below); `timeout` > 0
 bounds the wait for a batch. Workers are stopped when the pass ends, is
 abandoned or fails; with persistent_workers they serve pass after pass
-(each task tagged with its pass, so an abandoned pass's late batches are
-dropped) until the loader is freed or a pass fails.
+(each task tagged with its pass: the workers skip the tasks of a pass no
+longer under way, a shared counter says which, and an abandoned pass's late
+batches are dropped) until the loader is freed or a pass fails.
 """
 import bisect
 import itertools
@@ -712,8 +713,8 @@ def _unshare(data):
     return data
 
 
-def _worker_main(wid, nw, dataset, seed, init_fn, tasks, out_fd, close_fds, auto_collate, collate_fn, iterable,
-                 batch_size, drop_last, shm_prefix):
+def _worker_main(wid, nw, dataset, seed, init_fn, tasks, current, out_fd, close_fds, auto_collate, collate_fn,
+                 iterable, batch_size, drop_last, shm_prefix):
     global _worker_info, _worker_shm
     for fd in close_fds:  # the other workers' pipes and the readers: EOF and EPIPE mean what they say
         os.close(fd)
@@ -744,6 +745,8 @@ def _worker_main(wid, nw, dataset, seed, init_fn, tasks, out_fd, close_fds, auto
         if task is None:
             return
         pass_, n, indices = task
+        if pass_ != current.value:  # a task of a pass abandoned or of a pool closing: skipped
+            continue
         try:
             if iterable:
                 if pass_ != it_pass:  # persistent workers: a new pass over the dataset
@@ -780,6 +783,7 @@ class _WorkerPool:
         self.iterable, self.timeout = loader._iterable, loader.timeout
         self.cap = loader.prefetch_factor * nw
         self.tasks = [ctx.Queue() for _ in range(nw)]
+        self.current = ctx.RawValue("q", 0)  # the pass under way (-1: closing); other tasks are skipped
         self.shm_prefix = ("pe-io-%d-%d-" % (os.getpid(), next(_pool_ids))
                            if loader.use_shared_memory and os.path.isdir(_SHM_DIR) else "")
         base = int(np.random.randint(0, 2 ** 31 - 1))
@@ -793,7 +797,7 @@ class _WorkerPool:
                 others = [fd for v, (r, wr) in enumerate(pipes) for fd in ((r,) if v == w else (r, wr))]
                 p = ctx.Process(target=_worker_main, daemon=True,
                                 args=(w, nw, loader.dataset, base + w, loader.worker_init_fn, self.tasks[w],
-                                      pipes[w][1], others, loader._auto_collate, loader.collate_fn,
+                                      self.current, pipes[w][1], others, loader._auto_collate, loader.collate_fn,
                                       loader._iterable, loader.batch_size, loader.drop_last, self.shm_prefix))
                 p.start()
                 self.procs.append(p)
@@ -834,6 +838,7 @@ class _WorkerPool:
         (persistent_workers), unless it fails. The pool is busy until the generator ends."""
         self.busy = True
         self.passes += 1
+        self.current.value = self.passes
         return self._pass(self.passes, batches, keep)
 
     def _pass(self, pass_, batches, keep):
@@ -883,6 +888,7 @@ class _WorkerPool:
             for data in ahead.values():
                 if not isinstance(data, (_Failure, _End)):
                     _unshare(data)
+            self.current.value = 0  # what is still queued for this pass is skipped
             self.busy = False
             if failed or not keep:
                 self.close()
@@ -891,6 +897,7 @@ class _WorkerPool:
         if self.closed:
             return
         self.closed = True
+        self.current.value = -1  # the workers skip what is queued and stop at the None
         for q in self.tasks:
             try:
                 q.put(None)
