@@ -367,6 +367,38 @@ def test_loader_shared_memory(monkeypatch):
     assert _leftover() == []
 
 
+class _Logged(io.Dataset):
+    """Each sample fetched appends its index to a file (every process), after a short nap."""
+
+    def __init__(self, n, path):
+        self.n, self.path = n, str(path)
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        time.sleep(0.1)
+        with open(self.path, "a") as f:
+            f.write("%d\n" % i)
+        return np.array([i], np.int64)
+
+
+def test_loader_abandoned_pass_skips_queued_tasks(tmp_path):
+    """Breaking out of a pass: the tasks already queued to the workers and not begun are skipped (not
+    loaded and thrown away), with workers started for the pass and with persistent ones."""
+    for persistent in (False, True):
+        log = tmp_path / ("fetched%d" % persistent)
+        loader = io.DataLoader(_Logged(64, log), batch_size=1, num_workers=2, prefetch_factor=8,
+                               persistent_workers=persistent)
+        for _ in loader:
+            break
+        if persistent:
+            time.sleep(0.5)  # the workers live on: give them time to (not) load the queued tasks
+        fetched = log.read_text().split()
+        assert len(fetched) <= 6, "%d samples loaded for a pass abandoned after one (16 were queued)" % len(fetched)
+        del loader
+
+
 def _pids(batches):
     return {int(v) for b in batches for v in b[0][:, 0, 0, 0]}
 
