@@ -43,7 +43,6 @@ abandoned or fails; with persistent_workers they serve pass after pass
 longer under way, a shared counter says which, and an abandoned pass's late
 batches are dropped) until the loader is freed or a pass fails.
 """
-import bisect
 import itertools
 import math
 import mmap
@@ -51,7 +50,6 @@ import multiprocessing as _mp
 import multiprocessing.connection as _mpc
 import os
 import pickle
-import queue as _queue
 import random as _random
 import struct
 import time
@@ -486,25 +484,35 @@ class _Failure:
         self.text = note + "".join(_traceback.format_exception(type(exc), exc, exc.__traceback__))
 
 
-# ---- results: one pipe per worker ----------------------------------------------------------------
-# A worker writes each result itself (no feeder thread), framed as an 8-byte
+# ---- results and tasks: two pipes per worker ------------------------------------------------------
+# The tasks go to a worker, and a worker writes each result itself (no feeder thread), framed as an 8-byte
 # length and a pickle, on a pipe of its own; the training process reads the
 # pipes without blocking and waits on them and on the workers' process
 # sentinels together. So a worker that dies mid-message (killed, or
 # os._exit in a dataset) leaves a partial message that is never parsed and
 # is seen dead at once, never a read that waits forever; a result that does
-# not pickle is a failure sent in its place.
+# not pickle is a failure sent in its place. A worker reads its tasks the
+# same way, so a training process killed halfway through writing one leaves
+# the worker waiting at most _PARENT_POLL_S before it sees its parent gone.
 
 _HDR = struct.Struct("<Q")
+_pipe_fds = set()  # every pool's pipe ends open in this process: a new worker closes all but its two
+_EMPTY = object()  # _Reader.pop: no complete message yet
 
 
 def _send(fd, obj, wid):
+    """A worker's result (pass, task, data) to the training process."""
     try:
         payload = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as e:  # noqa: BLE001 (a lambda, an open file, ... in the batch)
         payload = pickle.dumps((obj[0], obj[1], _Failure(wid, e, "batch %s could not be sent to the training "
                                                                  "process: a batch must pickle (arrays, numbers, "
                                                                  "str and containers of them)\n" % obj[1])))
+    _frame(fd, payload)
+
+
+def _frame(fd, payload):
+    """payload after its length, whole (blocking)."""
     view = memoryview(_HDR.pack(len(payload)) + payload) if len(payload) < 65536 else None
     if view is None:
         _write_all(fd, memoryview(_HDR.pack(len(payload))))
@@ -537,12 +545,12 @@ class _Reader:
             self.buf += chunk
 
     def pop(self):
-        """The next complete message, unpickled, or None."""
+        """The next complete message, unpickled, or _EMPTY."""
         if len(self.buf) < _HDR.size:
-            return None
+            return _EMPTY
         n = _HDR.unpack_from(self.buf)[0]
         if len(self.buf) < _HDR.size + n:
-            return None
+            return _EMPTY
         with memoryview(self.buf) as m:
             obj = pickle.loads(m[_HDR.size:_HDR.size + n])
         del self.buf[:_HDR.size + n]
@@ -713,11 +721,14 @@ def _unshare(data):
     return data
 
 
-def _worker_main(wid, nw, dataset, seed, init_fn, tasks, current, out_fd, close_fds, auto_collate, collate_fn,
+def _worker_main(wid, nw, dataset, seed, init_fn, task_fd, current, out_fd, auto_collate, collate_fn,
                  iterable, batch_size, drop_last, shm_prefix):
     global _worker_info, _worker_shm
-    for fd in close_fds:  # the other workers' pipes and the readers: EOF and EPIPE mean what they say
+    # the other ends, other workers' and other pools' pipes: closed here, so that EOF and EPIPE
+    # mean that the one process at the other end is gone
+    for fd in _pipe_fds - {task_fd, out_fd}:
         os.close(fd)
+    _pipe_fds.clear()
     _worker_info = WorkerInfo(wid, nw, dataset, seed)
     _worker_shm = _WorkerShm("%s%d-" % (shm_prefix, wid)) if shm_prefix else None
     _random.seed(seed)
@@ -729,21 +740,21 @@ def _worker_main(wid, nw, dataset, seed, init_fn, tasks, current, out_fd, close_
     except Exception as e:  # noqa: BLE001 (reported to the main process)
         _send(out_fd, (None, None, _Failure(wid, e)), wid)
         return
-    parent = os.getppid()
+    parent, inbox = os.getppid(), _Reader(task_fd)
     while True:
-        try:
-            task = tasks.get(timeout=_PARENT_POLL_S)
-        except _queue.Empty:
-            task = False
-        if os.getppid() != parent:
-            # the training process is gone (killed): nobody reads the results or maps this worker's files
+        task = inbox.pop()
+        if task is _EMPTY and not inbox.eof and _mpc.wait([task_fd], timeout=_PARENT_POLL_S):
+            inbox.fill()
+            task = inbox.pop()
+        if os.getppid() != parent or (task is _EMPTY and inbox.eof):
+            # the pool closed its end of the task pipe, or the training process is gone (killed, its
+            # end closed by its exit before this worker is reparented): nobody reads the results or
+            # maps this worker's files any more
             if _worker_shm is not None:
                 _worker_shm.remove_all()
             return
-        if task is False:
+        if task is _EMPTY:
             continue
-        if task is None:
-            return
         pass_, n, indices = task
         if pass_ != current.value:  # a task of a pass abandoned or of a pool closing: skipped
             continue
@@ -782,7 +793,6 @@ class _WorkerPool:
         nw = loader.num_workers
         self.iterable, self.timeout = loader._iterable, loader.timeout
         self.cap = loader.prefetch_factor * nw
-        self.tasks = [ctx.Queue() for _ in range(nw)]
         self.current = ctx.RawValue("q", 0)  # the pass under way (-1: closing); other tasks are skipped
         self.shm_prefix = ("pe-io-%d-%d-" % (os.getpid(), next(_pool_ids))
                            if loader.use_shared_memory and os.path.isdir(_SHM_DIR) else "")
@@ -791,13 +801,15 @@ class _WorkerPool:
         self.closed = self.busy = False
         self.passes = 0
         pipes = [os.pipe() for _ in range(nw)]  # (read, write) of each worker's results
+        inboxes = [os.pipe() for _ in range(nw)]  # (read, write) of each worker's tasks
         self.readers = [_Reader(r) for r, _ in pipes]
+        self.task_fds = [wr for _, wr in inboxes]
+        _pipe_fds.update(fd for pair in pipes + inboxes for fd in pair)
         try:
             for w in range(nw):
-                others = [fd for v, (r, wr) in enumerate(pipes) for fd in ((r,) if v == w else (r, wr))]
                 p = ctx.Process(target=_worker_main, daemon=True,
-                                args=(w, nw, loader.dataset, base + w, loader.worker_init_fn, self.tasks[w],
-                                      self.current, pipes[w][1], others, loader._auto_collate, loader.collate_fn,
+                                args=(w, nw, loader.dataset, base + w, loader.worker_init_fn, inboxes[w][0],
+                                      self.current, pipes[w][1], loader._auto_collate, loader.collate_fn,
                                       loader._iterable, loader.batch_size, loader.drop_last, self.shm_prefix))
                 p.start()
                 self.procs.append(p)
@@ -805,8 +817,23 @@ class _WorkerPool:
             self.close()
             raise
         finally:
-            for _, wr in pipes:  # the workers hold them now: a dead worker's pipe reads EOF
-                os.close(wr)
+            for fd in [wr for _, wr in pipes] + [r for r, _ in inboxes]:  # the workers' ends
+                os.close(fd)
+                _pipe_fds.discard(fd)
+
+    def _check_workers(self):
+        for w, p in enumerate(self.procs):
+            if p.exitcode is not None and p.exitcode != 0:
+                raise RuntimeError("DataLoader worker %d (pid %d) exited unexpectedly with code %s%s"
+                                   % (w, p.pid, p.exitcode, " (signal %d)" % -p.exitcode if p.exitcode < 0 else ""))
+
+    def _task(self, w, task):
+        try:
+            _frame(self.task_fds[w], pickle.dumps(task, protocol=pickle.HIGHEST_PROTOCOL))
+        except BrokenPipeError:  # the worker is gone
+            self.procs[w].join(timeout=1)
+            self._check_workers()
+            raise RuntimeError("DataLoader worker %d (pid %d) stopped taking tasks" % (w, self.procs[w].pid))
 
     def _get(self):
         """The next result of any worker: (pass, task, data)."""
@@ -814,13 +841,9 @@ class _WorkerPool:
         while True:
             for r in self.readers:
                 msg = r.pop()
-                if msg is not None:
+                if msg is not _EMPTY:
                     return msg
-            for w, p in enumerate(self.procs):
-                if p.exitcode is not None and p.exitcode != 0:
-                    raise RuntimeError("DataLoader worker %d (pid %d) exited unexpectedly with code %s%s"
-                                       % (w, p.pid, p.exitcode,
-                                          " (signal %d)" % -p.exitcode if p.exitcode < 0 else ""))
+            self._check_workers()
             waitables = [r.fd for r in self.readers if not r.eof] + [p.sentinel for p in self.procs
                                                                       if p.exitcode is None]
             ready = set(_mpc.wait(waitables, timeout=0.2)) if waitables else set()
@@ -854,12 +877,12 @@ class _WorkerPool:
                             break
                         w = sorted(live)[sent % len(live)]
                         owner[sent] = w
-                        self.tasks[w].put((pass_, sent, None))
+                        self._task(w, (pass_, sent, None))
                     else:
                         idx = next(batches, None)
                         if idx is None:
                             break
-                        self.tasks[sent % len(self.procs)].put((pass_, sent, idx))
+                        self._task(sent % len(self.procs), (pass_, sent, idx))
                     sent += 1
                 if nxt == sent:
                     break
@@ -897,22 +920,19 @@ class _WorkerPool:
         if self.closed:
             return
         self.closed = True
-        self.current.value = -1  # the workers skip what is queued and stop at the None
-        for q in self.tasks:
-            try:
-                q.put(None)
-            except (OSError, ValueError):
-                pass
+        self.current.value = -1  # the workers skip what is queued and stop at the end of their task pipe
+        for fd in self.task_fds:
+            os.close(fd)
+            _pipe_fds.discard(fd)
+        self.task_fds = []
         for p in self.procs:
             p.join(timeout=2)
             if p.is_alive():
                 p.terminate()
                 p.join(timeout=2)
-        for q in self.tasks:
-            q.cancel_join_thread()
-            q.close()
         for r in self.readers:
             os.close(r.fd)
+            _pipe_fds.discard(r.fd)
         self.readers = []
         if self.shm_prefix:  # the files no one mapped (a pass abandoned, a worker killed mid-batch)
             _remove_files(self.shm_prefix)
