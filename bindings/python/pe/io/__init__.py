@@ -485,15 +485,16 @@ class _Failure:
 
 
 # ---- results and tasks: two pipes per worker ------------------------------------------------------
-# The tasks go to a worker, and a worker writes each result itself (no feeder thread), framed as an 8-byte
-# length and a pickle, on a pipe of its own; the training process reads the
-# pipes without blocking and waits on them and on the workers' process
-# sentinels together. So a worker that dies mid-message (killed, or
-# os._exit in a dataset) leaves a partial message that is never parsed and
-# is seen dead at once, never a read that waits forever; a result that does
-# not pickle is a failure sent in its place. A worker reads its tasks the
-# same way, so a training process killed halfway through writing one leaves
-# the worker waiting at most _PARENT_POLL_S before it sees its parent gone.
+# Each worker has a pipe of tasks from the training process and a pipe of
+# results back; every message is an 8-byte length and a pickle, written
+# whole by the sender itself (no feeder thread) and read without blocking:
+# the training process waits on the result pipes and the workers' process
+# sentinels together, a worker on its task pipe with a timeout. So a worker
+# that dies mid-message (killed, or os._exit in a dataset) leaves a partial
+# message that is never parsed and is seen dead at once, never a read that
+# waits forever; a result that does not pickle is a failure sent in its
+# place; a training process that dies (or a pool that closes) ends the task
+# pipes, which its workers see as the end of their work.
 
 _HDR = struct.Struct("<Q")
 _pipe_fds = set()  # every pool's pipe ends open in this process: a new worker closes all but its two
@@ -526,7 +527,7 @@ def _write_all(fd, view):
 
 
 class _Reader:
-    """The training process's end of one worker's pipe: messages as they complete."""
+    """The reading end of a task or result pipe: messages as they complete."""
 
     def __init__(self, fd):
         self.fd, self.buf, self.eof = fd, bytearray(), False
