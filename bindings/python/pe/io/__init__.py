@@ -650,29 +650,26 @@ class _WorkerShm:
             return None
         name, fd = made
         try:
-            view, done = memoryview(a.reshape(-1)).cast("B"), 0
-            while done < a.nbytes:
-                done += os.write(fd, view[done:])
+            _write_all(fd, memoryview(a.reshape(-1)).cast("B"))
         finally:
             os.close(fd)
         return name
 
     def share(self, data):
         """data with its large numpy arrays replaced by _Shared (the files the main process maps)."""
-        if isinstance(data, np.ndarray):
-            ent = self.made.get(id(data))
-            if ent is not None and ent[1] is data:
-                del self.made[id(data)]  # sent: the main process unlinks it
-                return _Shared(ent[0], data.shape, data.dtype.str)
-            if data.nbytes < _SHM_MIN or data.dtype.hasobject:
-                return data
-            name = self._copy(data)
-            return data if name is None else _Shared(name, data.shape, data.dtype.str)
-        if isinstance(data, dict):
-            return {k: self.share(v) for k, v in data.items()}
-        if isinstance(data, (list, tuple)) and not hasattr(data, "_fields"):
-            return type(data)(self.share(v) for v in data)
-        return data
+        return _map_leaves(data, self._share_leaf)
+
+    def _share_leaf(self, a):
+        if not isinstance(a, np.ndarray):
+            return a
+        ent = self.made.get(id(a))
+        if ent is not None and ent[1] is a:
+            del self.made[id(a)]  # sent: the main process unlinks it
+            return _Shared(ent[0], a.shape, a.dtype.str)
+        if a.nbytes < _SHM_MIN or a.dtype.hasobject:
+            return a
+        name = self._copy(a)
+        return a if name is None else _Shared(name, a.shape, a.dtype.str)
 
     def remove_all(self):
         """Every file of this worker, sent or not (the training process died)."""
@@ -699,27 +696,38 @@ def _stack(arrs):
     return np.stack(arrs)
 
 
-def _unshare(data):
-    """_share undone in the main process: each _Shared mapped as an array, its file unlinked."""
-    if isinstance(data, _Shared):
-        path = os.path.join(_SHM_DIR, data.name)
-        fd = os.open(path, os.O_RDWR)
-        try:
-            os.unlink(path)
-            dtype = np.dtype(data.dtype)
-            n = int(np.prod(data.shape, dtype=np.int64))
-            if os.fstat(fd).st_size != n * dtype.itemsize:
-                raise RuntimeError("DataLoader: shared-memory batch %s holds %d bytes, %d expected"
-                                   % (path, os.fstat(fd).st_size, n * dtype.itemsize))
-            mm = mmap.mmap(fd, n * dtype.itemsize)
-        finally:
-            os.close(fd)
-        return np.frombuffer(mm, dtype=dtype, count=n).reshape(data.shape)
+def _map_leaves(data, fn):
+    """data with fn applied to each leaf: dicts key by key, lists and tuples (not namedtuples)
+    item by item, keeping their types."""
     if isinstance(data, dict):
-        return {k: _unshare(v) for k, v in data.items()}
+        return {k: _map_leaves(v, fn) for k, v in data.items()}
     if isinstance(data, (list, tuple)) and not hasattr(data, "_fields"):
-        return type(data)(_unshare(v) for v in data)
-    return data
+        return type(data)(_map_leaves(v, fn) for v in data)
+    return fn(data)
+
+
+def _unshare(data):
+    """share undone in the main process: each _Shared mapped as an array, its file unlinked."""
+    return _map_leaves(data, _map_shared)
+
+
+def _map_shared(leaf):
+    if not isinstance(leaf, _Shared):
+        return leaf
+    path = os.path.join(_SHM_DIR, leaf.name)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.unlink(path)
+        dtype = np.dtype(leaf.dtype)
+        n = int(np.prod(leaf.shape, dtype=np.int64))
+        size = os.fstat(fd).st_size
+        if size != n * dtype.itemsize:
+            raise RuntimeError("DataLoader: shared-memory batch %s holds %d bytes, %d expected"
+                               % (path, size, n * dtype.itemsize))
+        mm = mmap.mmap(fd, size)
+    finally:
+        os.close(fd)
+    return np.frombuffer(mm, dtype=dtype, count=n).reshape(leaf.shape)
 
 
 def _worker_main(wid, nw, dataset, seed, init_fn, task_fd, current, out_fd, auto_collate, collate_fn,
