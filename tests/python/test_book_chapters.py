@@ -1612,11 +1612,14 @@ def test_understand_sentiment_conv(tmp_path):
     acc = costs(out, r"Step 9, Test Loss [0-9.eE+-]+, Acc ([0-9.eE+-]+)")
     train = costs(out, r"Metrics \[array\(\[?([0-9.eE+-]+)")
     assert len(loss) == 3 and len(train) == 3, out   # 10 batches of 128 reviews an epoch: one test at step 9
-    # two classes: ln 2 = 0.69 untrained; the test loss (2 digits) falls from the first test to the last
-    # (0.53 .. 0.54 after 10 steps, 0.46 .. 0.47 after 30 in trial runs: a review has a few sentiment words)
-    assert loss[0] < 0.65 and loss[-1] < loss[0] and loss[-1] < 0.52, loss
-    assert acc[-1] >= 0.7, acc
-    assert max(train) < 0.65, train   # the training batch's loss at each test
+    # Two classes: ln 2 = 0.69 untrained. The reader is shuffled (no --enable_ce), so each run sees other
+    # batches. Over 70 runs: the test loss (2 digits) 0.50-0.58 after 10 steps, 0.46-0.55 after 20 and 30,
+    # the best later test always below the first; accuracy 0.68-0.79 at a test, its best 0.75-0.79; the
+    # training batch's loss at each test 0.41-0.65 (one batch of 128), the mean of the three 0.46-0.56. The
+    # bounds leave room for that spread; a model that does not learn (0.69, 0.5) fails them.
+    assert max(loss) < 0.64 and min(loss) < 0.53 and min(loss[1:]) <= loss[0], loss
+    assert max(acc) >= 0.72, acc
+    assert max(train) < 0.69 and np.mean(train) < 0.6, train   # the training batch's loss at each test
     probs = {m.group(3): (float(m.group(1)), float(m.group(2))) for m in re.finditer(
         r"Predict probability of  ([0-9.eE+-]+)  to be positive and  ([0-9.eE+-]+)  to be negative for review '"
         r" (.*?) '", out)}
