@@ -221,10 +221,41 @@ def test_errors_name_the_layer_and_the_argument():
                                                       r"took 1 Tensor argument\(s\)"):
         TooMany.apply(_t(RS.randn(2, 3))).sum().backward()
     with pytest.raises(pe.InvalidArgumentError, match=r"PyLayer WrongShape: backward's gradient 0 is float32 \[6\]; "
-                                                      r"Tensor argument 0 .* is float32 \[2, 3\]"):
+                                                      r"Tensor argument 0 \('x'\) of forward is float32 \[2, 3\]"):
         WrongShape.apply(_t(RS.randn(2, 3))).sum().backward()
     with pytest.raises(pe.InvalidArgumentError, match=r"gradient 0 is float64 \[2, 3\]"):
         WrongDtype.apply(_t(RS.randn(2, 3))).sum().backward()
+
+
+class BadZ(PyLayer):
+    @staticmethod
+    def forward(ctx, x, y, alpha, z=None):
+        return x * y * alpha + z
+
+    @staticmethod
+    def backward(ctx, d):
+        return d, d, pe.reshape(d, [6])
+
+
+class BadStar(PyLayer):
+    @staticmethod
+    def forward(ctx, *xs):
+        return xs[0] + xs[1]
+
+    @staticmethod
+    def backward(ctx, d):
+        return d, pe.cast(d, "float64")
+
+
+def test_errors_name_the_parameter_a_tensor_came_through():
+    # a keyword argument after a non-Tensor one, and the second of *xs
+    x, y, z = (_t(RS.randn(2, 3)) for _ in range(3))
+    with pytest.raises(pe.InvalidArgumentError, match=r"gradient 2 is float32 \[6\]; Tensor argument 2 \('z'\) of "
+                                                      r"forward is float32 \[2, 3\]"):
+        BadZ.apply(x, y, 0.5, z=z).sum().backward()
+    with pytest.raises(pe.InvalidArgumentError, match=r"gradient 1 is float64 \[2, 3\]; Tensor argument 1 "
+                                                      r"\('xs\[1\]'\) of forward"):
+        BadStar.apply(x, y).sum().backward()
 
 
 def test_to_static_refuses_a_pylayer():

@@ -32,6 +32,8 @@ program cannot carry a Python backward), backward returning the wrong
 number of gradients or a gradient of the wrong shape or dtype, and
 double backward (create_graph).
 """
+import inspect
+
 from . import _core
 from .eager import autograd as _ag
 
@@ -91,20 +93,21 @@ class PyLayer:
             outs = cls.forward(ctx, *args, **kwargs)
         single = not isinstance(outs, (tuple, list))
         seq = [outs] if single else list(outs)
-        ins = [a for a in list(args) + list(kwargs.values()) if isinstance(a, _ag.Tensor)]
+        where = [(i, a) for i, a in enumerate(args)] + list(kwargs.items())  # (position or keyword, value)
+        ins = [a for _, a in where if isinstance(a, _ag.Tensor)]
         diff = [isinstance(o, _ag.Tensor) and id(o) not in ctx._non_diff for o in seq]
         # an output with a history of its own (an argument, a tensor made outside forward) gets a Tensor of
         # its own: the node goes on the new one, the old one keeps its place in the graph
         seq = [_ag.Tensor(o._t, stop_gradient=True, name=o.name) if isinstance(o, _ag.Tensor) and (
             o._node is not None or not o.stop_gradient or any(o is a for a in ins)) else o for o in seq]
         if _ag._grad_enabled() and any(not a.stop_gradient for a in ins):
-            _record(cls, ctx, ins, seq, diff)
+            _record(cls, ctx, ins, [w for w, a in where if isinstance(a, _ag.Tensor)], seq, diff)
         if single:
             return seq[0]
         return tuple(seq) if isinstance(outs, tuple) else seq
 
 
-def _record(cls, ctx, ins, outs, diff):
+def _record(cls, ctx, ins, where, outs, diff):
     node = _ag._Node()
     node.seq = next(_ag._seq)
     node.op_type = "PyLayer(%s)" % cls.__name__
@@ -122,15 +125,36 @@ def _record(cls, ctx, ins, outs, diff):
             o.stop_gradient = False
             o._node = node
             o._slot = "o%d" % j
-    node.fn = _Backward(cls, ctx, ins, slots, node.out_meta)
+    node.fn = _Backward(cls, ctx, ins, where, slots, node.out_meta)
+
+
+def _quoted(param):
+    return "" if param is None else " ('%s')" % param
+
+
+def _param_name(forward, where):
+    """The name of forward's parameter that took the argument at where (a position after ctx, or a
+    keyword); None where the signature cannot say."""
+    if isinstance(where, str):
+        return where
+    try:
+        params = list(inspect.signature(forward).parameters.values())[1:]  # after ctx
+    except (TypeError, ValueError):
+        return None
+    for i, p in enumerate(params):
+        if p.kind == p.VAR_POSITIONAL:
+            return "%s[%d]" % (p.name, where - i)
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and i == where:
+            return p.name
+    return None
 
 
 class _Backward:
     """The node's backward: cls.backward on the outputs' gradients."""
 
-    def __init__(self, cls, ctx, ins, slots, meta):
+    def __init__(self, cls, ctx, ins, where, slots, meta):
         self.cls, self.ctx, self.slots, self.meta = cls, ctx, slots, meta
-        self.in_meta = [(t.shape, t.dtype, t.name) for t in ins]
+        self.in_meta = [(t.shape, t.dtype, w) for t, w in zip(ins, where)]
 
     def __call__(self, env, retain_graph):
         name = self.cls.__name__
@@ -151,7 +175,7 @@ class _Backward:
                 "PyLayer %s: backward returned %d gradient(s); forward took %d Tensor argument(s), and backward "
                 "must return one gradient (or None) for each, in order" % (name, len(got), len(self.in_meta)))
         out = {}
-        for j, (g, (shape, dtype, tname)) in enumerate(zip(got, self.in_meta)):
+        for j, (g, (shape, dtype, where)) in enumerate(zip(got, self.in_meta)):
             if g is None:
                 continue
             if not isinstance(g, _ag.Tensor):
@@ -159,8 +183,8 @@ class _Backward:
                     name, j, type(g).__name__))
             if g.shape != shape or g.dtype != dtype:
                 raise _core.InvalidArgumentError(
-                    "PyLayer %s: backward's gradient %d is %s %s; Tensor argument %d ('%s') of forward is %s %s" % (
-                        name, j, g.dtype, g.shape, j, tname, dtype, shape))
+                    "PyLayer %s: backward's gradient %d is %s %s; Tensor argument %d%s of forward is %s %s" % (
+                        name, j, g.dtype, g.shape, j, _quoted(_param_name(self.cls.forward, where)), dtype, shape))
             out["i%d@GRAD" % j] = g._t
         if not retain_graph:
             self.ctx = None
