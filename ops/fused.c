@@ -180,12 +180,12 @@ pe_status pe_infer_fused_elemwise_activation_grad(pe_op_ctx *ctx) {
     const pe_tensor *x = pe_ctx_in(ctx, "X"), *y = pe_ctx_in(ctx, "Y"), *o, *g;
     PE_CHECK(need_float(ctx, "Out", 0, (int)x->dtype, &o));
     PE_CHECK(need_float(ctx, "Out@GRAD", 0, (int)x->dtype, &g));
-    char a[128], b[128];
+    char a[128], b[128], c[128];
     if (!same_dims(o->ndim, o->dims, pl.out_ndim, pl.out_dims) || !same_dims(g->ndim, g->dims, o->ndim, o->dims))
         return pe_ctx_error(ctx, PE_ERR_INVALID, "Out '%s' is %s and Out@GRAD '%s' is %s; X + Y is %s",
                             pe_ctx_in_name(ctx, "Out", 0), pe_dims_str(o->ndim, o->dims, a, sizeof a),
                             pe_ctx_in_name(ctx, "Out@GRAD", 0), pe_dims_str(g->ndim, g->dims, b, sizeof b),
-                            pe_dims_str(pl.out_ndim, pl.out_dims, a, sizeof a));
+                            pe_dims_str(pl.out_ndim, pl.out_dims, c, sizeof c));
     pe_tensor *dx = pe_ctx_out(ctx, "X@GRAD"), *dy = pe_ctx_out(ctx, "Y@GRAD");
     pe_tensor *dm = pe_ctx_out(ctx, "IntermediateOut@GRAD");
     /* the pre-activation gradient needs a buffer of Out's size: one of these */

@@ -144,22 +144,24 @@ pe_status pe_infer_gather_nd_grad(pe_op_ctx *ctx) {
 
 /* ---- scatter ----------------------------------------------------------------------- */
 
-/* Updates must be [N, X.dims[1:]] (X of rank >= 1; N from Ids). */
-static pe_status scatter_check(pe_op_ctx *ctx, const pe_tensor *x, const pe_tensor *ids, const pe_tensor *upd) {
+/* Updates must be [N, X.dims[1:]] (X of rank >= 1; N from Ids). xslot: the input standing for X (scatter's X,
+ * scatter_grad's Out@GRAD), named in the errors. */
+static pe_status scatter_check(pe_op_ctx *ctx, const char *xslot, const pe_tensor *x, const pe_tensor *ids,
+                               const pe_tensor *upd) {
     int64_t n = 0;
     PE_CHECK(index_list(ctx, "Ids", ids, &n));
     char a[160], b[160];
     if (x->ndim < 1)
-        return pe_ctx_error(ctx, PE_ERR_INVALID, "X '%s' is a scalar (expected rank >= 1: scatter replaces its rows)",
-                            pe_ctx_in_name(ctx, "X", 0));
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "%s '%s' is a scalar (expected rank >= 1: scatter replaces its rows)",
+                            xslot, pe_ctx_in_name(ctx, xslot, 0));
     int64_t ud[PE_MAX_DIMS];
     ud[0] = n;
     for (int i = 1; i < x->ndim; i++) ud[i] = x->dims[i];
     if (upd->dtype != x->dtype || !dims_eq(upd->ndim, upd->dims, x->ndim, ud))
-        return pe_ctx_error(ctx, PE_ERR_INVALID, "Updates '%s' is %s %s, expected %s %s (one row of X '%s' per id)",
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "Updates '%s' is %s %s, expected %s %s (one row of %s '%s' per id)",
                             pe_ctx_in_name(ctx, "Updates", 0), pe_dtype_name(upd->dtype),
                             pe_dims_str(upd->ndim, upd->dims, a, sizeof a), pe_dtype_name(x->dtype),
-                            pe_dims_str(x->ndim, ud, b, sizeof b), pe_ctx_in_name(ctx, "X", 0));
+                            pe_dims_str(x->ndim, ud, b, sizeof b), xslot, pe_ctx_in_name(ctx, xslot, 0));
     return PE_OK;
 }
 
@@ -169,7 +171,7 @@ pe_status pe_infer_scatter(pe_op_ctx *ctx) {
     PE_CHECK(pe_infer_need_in(ctx, "X", &x));
     PE_CHECK(pe_infer_need_in(ctx, "Ids", &ids));
     PE_CHECK(pe_infer_need_in(ctx, "Updates", &upd));
-    PE_CHECK(scatter_check(ctx, x, ids, upd));
+    PE_CHECK(scatter_check(ctx, "X", x, ids, upd));
     return pe_infer_set_out(ctx, "Out", x->dtype, x->ndim, x->dims);
 }
 
@@ -180,7 +182,7 @@ pe_status pe_infer_scatter_grad(pe_op_ctx *ctx) {
     PE_CHECK(pe_infer_need_in(ctx, "Updates", &upd));
     PE_CHECK(pe_infer_need_in(ctx, "Out@GRAD", &g));
     PE_CHECK(need_float(ctx, "Out@GRAD", g));
-    PE_CHECK(scatter_check(ctx, g, ids, upd));
+    PE_CHECK(scatter_check(ctx, "Out@GRAD", g, ids, upd));
     PE_CHECK(pe_infer_set_out(ctx, "X@GRAD", g->dtype, g->ndim, g->dims));
     return pe_infer_set_out(ctx, "Updates@GRAD", upd->dtype, upd->ndim, upd->dims);
 }

@@ -40,7 +40,7 @@ static bool dims_eq(int na, const int64_t *a, int nb, const int64_t *b) {
  * soft: X's dtype and dims; hard: int64/int32 with X's dims and 1 at axis,
  * or X's dims without axis. */
 static pe_status check_label(pe_op_ctx *ctx, const char *xslot, const pe_tensor *x, int axis, const pe_tensor *lab) {
-    char a[160], b[160];
+    char a[160], b[160], c[160];
     const bool soft = pe_ctx_bool(ctx, "soft_label");
     if (soft) {
         if (lab->dtype == x->dtype && dims_eq(lab->ndim, lab->dims, x->ndim, x->dims)) return PE_OK;
@@ -62,7 +62,7 @@ static pe_status check_label(pe_op_ctx *ctx, const char *xslot, const pe_tensor 
                         "dim %d set to 1 (or dropped); set soft_label for probability labels",
                         pe_ctx_in_name(ctx, "Label", 0), pe_dtype_name(lab->dtype),
                         pe_dims_str(lab->ndim, lab->dims, a, sizeof a), pe_dims_str(x->ndim, one, b, sizeof b), xslot,
-                        pe_ctx_in_name(ctx, xslot, 0), pe_dims_str(x->ndim, x->dims, a, sizeof a), axis);
+                        pe_ctx_in_name(ctx, xslot, 0), pe_dims_str(x->ndim, x->dims, c, sizeof c), axis);
 }
 
 static pe_status need_float(pe_op_ctx *ctx, const char *slot, const pe_tensor *t) {

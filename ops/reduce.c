@@ -313,5 +313,14 @@ pe_status pe_infer_reduce_grad(pe_op_ctx *ctx) {
     int64_t od[PE_MAX_DIMS];
     int on = reduce_out_dims(x, red, pe_ctx_bool(ctx, "keep_dim"), od);
     PE_CHECK(check_grad(ctx, "Out@GRAD", g, x->dtype, pe_dims_prod(od, 0, on), "Out"));
+    /* max, min and prod read the forward's Out too */
+    const pe_tensor *o = pe_op_info_input_index(ctx->info, "Out") >= 0 ? pe_ctx_in(ctx, "Out") : NULL;
+    if (o && (o->dtype != x->dtype || pe_tensor_numel(o) != pe_dims_prod(od, 0, on))) {
+        char a[160];
+        return pe_ctx_error(ctx, PE_ERR_INVALID, "Out '%s' is %s %s, expected %s with %lld elements (the forward's "
+                            "result: X reduced)", pe_ctx_in_name(ctx, "Out", 0), pe_dtype_name(o->dtype),
+                            pe_dims_str(o->ndim, o->dims, a, sizeof a), pe_dtype_name(x->dtype),
+                            (long long)pe_dims_prod(od, 0, on));
+    }
     return pe_infer_set_out(ctx, "X@GRAD", x->dtype, x->ndim, x->dims);
 }

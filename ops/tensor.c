@@ -72,7 +72,9 @@ pe_status pe_infer_reshape2(pe_op_ctx *ctx) {
                                 i, (long long)s);
         }
         d[i] = s;
-        known *= s;
+        if (__builtin_mul_overflow(known, s, &known))
+            return pe_ctx_error(ctx, PE_ERR_INVALID, "shape's dims up to shape[%d] = %lld multiply past 2^63 "
+                                "elements (X '%s' %s)", i, (long long)s, xname, xs);
     }
     int64_t numel = pe_tensor_numel(x);
     if (infer_at >= 0) {

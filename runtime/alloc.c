@@ -211,12 +211,20 @@ pe_status pe_memcpy_places(void *dst, pe_place dst_place, const void *src, pe_pl
 pe_status pe_read_file(const char *path, void **data, size_t *size) {
     *data = NULL;
     *size = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return pe_error(PE_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    /* O_NONBLOCK: opening a FIFO without a writer would wait forever; it is
+     * refused below like any other file that is not regular */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return pe_error(PE_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
         return pe_error(PE_ERR_IO, "'%s' is not a regular file", path);
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        int e = errno;
+        close(fd);
+        return pe_error(PE_ERR_IO, "cannot open '%s': %s", path, strerror(e));
     }
     size_t n = (size_t)st.st_size;
     char *buf = malloc(n + 1);

@@ -205,7 +205,10 @@ static pe_status npy_shape(npy_lexer *lx, int *ndim, int64_t *dims) {
         bool comma = npy_accept(lx, ',');
         if (npy_accept(lx, ')')) {
             /* (3) is a parenthesised int, not a tuple: numpy needs "(3,)". */
-            if (n == 1 && !comma) return npy_syntax(lx, "',' in a one-element shape tuple");
+            if (n == 1 && !comma)
+                return pe_error(PE_ERR_FORMAT, "%s: bad .npy header: shape (%lld) at header offset %ld is a number "
+                                "in parentheses, not a tuple (a one-element shape is written (%lld,))", lx->what,
+                                (long long)d, (long)(lx->s - 1 - lx->begin), (long long)d);
             break;
         }
         if (!comma) return npy_syntax(lx, "',' or ')' in the shape tuple");

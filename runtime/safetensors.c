@@ -241,6 +241,12 @@ static pe_status st_parse(const unsigned char *b, size_t size, const char *what,
     if (!st_utf8_valid(b + 8, (size_t)n, &bad))
         return pe_error(PE_ERR_FORMAT, "%s: safetensors header is not valid UTF-8 (at header byte %zu)",
                         what, bad);
+    /* A raw NUL is no JSON (a string must escape its control characters), and
+     * cJSON would end the string holding it there, reading "w\0x" as "w". */
+    const uint8_t *raw_nul = memchr(b + 8, 0, (size_t)n);
+    if (raw_nul)
+        return pe_error(PE_ERR_FORMAT, "%s: safetensors header has a NUL byte at header byte %zu: a name or value "
+                        "holding a NUL cannot be read without cutting it short", what, (size_t)(raw_nul - (b + 8)));
     /* cJSON gets a NUL-terminated copy: no read can pass the header. */
     char *text = malloc((size_t)n + 1);
     if (!text) return pe_error(PE_ERR_NOMEM, "%s: out of memory for a %llu-byte header", what,

@@ -143,6 +143,15 @@ const char *pe_scope_var_name(const pe_scope *s, int idx) {
     return NULL;
 }
 
+int pe_scope_var_names(const pe_scope *s, const char **names, int cap) {
+    int k = 0;
+    for (int i = 0; i < s->cap && k < cap; i++) {
+        const char *n = s->slots[i].name;
+        if (n && n != TOMB) names[k++] = n;
+    }
+    return k;
+}
+
 size_t pe_scope_bytes(const pe_scope *s) {
     size_t total = 0;
     for (int i = 0; i < s->cap; i++) {

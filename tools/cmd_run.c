@@ -420,6 +420,21 @@ static int append_backward(const run_args *a, pe_program *prog) {
     const char *targets[] = {a->backward};
     pe_status st = pe_gradients(prog, targets, 1, inputs, n, grads);
     if (st != PE_OK) rc = pe_tool_fail_status(st, "--backward %s", a->backward);
+    /* a fetched NAME@GRAD that the pass could not make: say why */
+    for (int i = 0; rc == PE_EXIT_OK && i < a->n_fetch; i++) {
+        const char *f = a->fetch[i];
+        size_t len = strlen(f);
+        if (len <= 5 || strcmp(f + len - 5, "@GRAD") != 0 || pe_block_find_var(b, f)) continue;
+        char base[512];
+        snprintf(base, sizeof base, "%.*s", (int)(len - 5), f);
+        const pe_var *v = pe_block_find_var(b, base);
+        if (v && v->stop_gradient)
+            rc = pe_tool_fail("fetch '%s': --backward %s gives '%s' no gradient: it is stop_gradient (data vars "
+                              "are, by default; declare it with stop_gradient=False)", f, a->backward, base);
+        else if (v && !v->is_parameter && !is_fed(a, base))
+            rc = pe_tool_fail("fetch '%s': --backward %s makes gradients of the parameters and the fed float vars "
+                              "only; '%s' is neither", f, a->backward, base);
+    }
     for (int i = 0; i < n; i++) free(grads[i]);
     free(grads);
     free(inputs);

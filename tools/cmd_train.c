@@ -37,6 +37,7 @@
 #include "tool.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,6 +205,9 @@ static int parse_args(int argc, char **argv, train_args *a) {
         return pe_tool_usage_error(USAGE_CMD, "%s applies to --optimizer adam only",
                                    a->beta1_given ? "--beta1" : a->beta2_given ? "--beta2" : "--epsilon");
     if (a->lr_given && !(a->lr > 0)) return pe_tool_usage_error(USAGE_CMD, "--lr %g must be > 0", a->lr);
+    if (a->first_step > LONG_MAX - a->steps)
+        return pe_tool_usage_error(USAGE_CMD, "--first-step %ld + --steps %ld overflows the step count", a->first_step,
+                                   a->steps);
     if (a->n_places < 1) a->n_places = 1;
     return PE_EXIT_OK;
 }

@@ -24,6 +24,7 @@
  */
 #include "tool.h"
 
+#include <ctype.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -371,7 +372,10 @@ int pe_tool_flag(int argc, char **argv, int *i, const char *name, const char **v
         return 1;
     }
     if (a[n] != '\0') return 0;
-    if (*i + 1 >= argc || pe_tool_is_flag(argv[*i + 1])) return -1;
+    const char *next = *i + 1 < argc ? argv[*i + 1] : NULL;
+    /* a negative number is a value (for the flag's own check to refuse), not the next flag */
+    bool negative = next && next[0] == '-' && (isdigit((unsigned char)next[1]) || next[1] == '.');
+    if (!next || (pe_tool_is_flag(next) && !negative)) return -1;
     *val = argv[++*i];
     return 1;
 }

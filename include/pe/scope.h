@@ -38,8 +38,13 @@ bool pe_scope_erase_var(pe_scope *s, const char *name);
 pe_scope *pe_scope_parent(const pe_scope *s);
 
 int pe_scope_size(const pe_scope *s);
-/* i-th variable name of s (table order, stable while s is unchanged), borrowed. */
+/* i-th variable name of s (table order, stable while s is unchanged), borrowed.
+ * O(table size) per call: to list them all, use pe_scope_var_names. */
 const char *pe_scope_var_name(const pe_scope *s, int i);
+/* Writes the names of s's variables (table order, borrowed: valid while s is
+ * unchanged) into names[0 .. cap) in one pass; returns how many it wrote,
+ * min(pe_scope_size(s), cap). */
+int pe_scope_var_names(const pe_scope *s, const char **names, int cap);
 /* Bytes of storage this scope's own variables hold (views of memory owned
  * elsewhere — a memory-plan arena, a caller's fed array — are not counted). */
 size_t pe_scope_bytes(const pe_scope *s);

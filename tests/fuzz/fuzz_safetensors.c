@@ -22,8 +22,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (st == PE_OK) {
         /* Every tensor fits in the input. */
         size_t total = 0;
-        for (int i = 0; i < pe_scope_size(s); i++)
-            total += pe_tensor_nbytes(pe_scope_find_local_var(s, pe_scope_var_name(s, i)));
+        int n = pe_scope_size(s);
+        const char **names = malloc(sizeof *names * (size_t)(n > 0 ? n : 1));
+        if (!names) abort();
+        if (pe_scope_var_names(s, names, n) != n) abort();
+        for (int i = 0; i < n; i++) total += pe_tensor_nbytes(pe_scope_find_local_var(s, names[i]));
+        free(names);
         if (total > size) abort();
     }
     pe_scope_free(s);

@@ -317,19 +317,16 @@ static PyObject *scope_parent(ScopeObject *self, PyObject *unused) {
 static PyObject *scope_local_var_names(ScopeObject *self, PyObject *unused) {
     (void)unused;
     int n = pe_scope_size(self->s);
-    PyObject *l = PyList_New(0);
-    if (!l) return NULL;
-    for (int i = 0; i < n; i++) {
-        const char *name = pe_scope_var_name(self->s, i);
-        if (!name) continue;
-        PyObject *s = PyUnicode_FromString(name);
-        if (!s || PyList_Append(l, s) != 0) {
-            Py_XDECREF(s);
-            Py_DECREF(l);
-            return NULL;
-        }
-        Py_DECREF(s);
+    const char **names = PyMem_Malloc(sizeof *names * (size_t)(n > 0 ? n : 1));
+    if (!names) return PyErr_NoMemory();
+    n = pe_scope_var_names(self->s, names, n);
+    PyObject *l = PyList_New(n);
+    for (int i = 0; l && i < n; i++) {
+        PyObject *s = PyUnicode_FromString(names[i]);
+        if (!s) Py_CLEAR(l);
+        else PyList_SET_ITEM(l, i, s);
     }
+    PyMem_Free(names);
     return l;
 }
 
