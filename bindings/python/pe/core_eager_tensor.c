@@ -564,12 +564,21 @@ static const char *const k_bin_names[BIN_COUNT] = {"add", "sub", "mul", "truediv
 static const char *const k_bin_rnames[BIN_COUNT] = {"radd", "rsub", "rmul", "rtruediv", "rmatmul"};
 static EagerOpObject *g_bin_ops[BIN_COUNT];
 
+/* Not a float tensor: a true division by or of it takes the Python rules (integers cast to float32 first). */
+static int not_float(PyObject *o) {
+    pe_tensor *t = ((EagerTensorObject *)o)->t ? et_raw(o) : NULL;
+    if (!t) PyErr_Clear(); /* no value: op_apply's error */
+    return t && !is_float(t->dtype);
+}
+
 static PyObject *binary(int which, PyObject *a, PyObject *b) {
-    if (g_bin_ops[which] && PyObject_TypeCheck(a, &EagerTensorType) && PyObject_TypeCheck(b, &EagerTensorType)) {
+    if (g_bin_ops[which] && PyObject_TypeCheck(a, &EagerTensorType) && PyObject_TypeCheck(b, &EagerTensorType) &&
+        !(which == BIN_DIV && (not_float(a) || not_float(b)))) {
         PyObject *args[2] = {a, b};
         return op_apply(g_bin_ops[which], args, 2);
     }
-    /* a number or another type on either side: the Python rules (scale ops, constants) */
+    /* a number or another type on either side, or an integer division: the Python rules (scale ops, constants,
+     * float32 casts) */
     int forward = PyObject_TypeCheck(a, &EagerTensorType);
     PyObject *f = hook(forward ? k_bin_names[which] : k_bin_rnames[which]);
     if (!f) return NULL;

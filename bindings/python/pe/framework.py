@@ -73,6 +73,29 @@ def convert_dtype(dtype):
     raise TypeError("dtype %s has no PE equivalent" % name)
 
 
+# Paddle's math_op_patch: the integer dtypes an operator may promote, and their ranges.
+_INT_RANGE = {"int32": (-2 ** 31, 2 ** 31 - 1), "int64": (-2 ** 63, 2 ** 63 - 1), "uint8": (0, 255)}
+_FLOAT_SCALAR_OPS = ("elementwise_add", "elementwise_sub", "elementwise_mul")
+
+
+def float_first(op_type, dtype, other=None):
+    """Paddle's math_op_patch rule for an operand of dtype in `op_type` with
+    other (a Python number, or None for a tensor): True when the operand is
+    cast to float32 first (an integer operand of a true division, or an
+    integer tensor with a float number in + - *). Otherwise a number other
+    must fit the integer dtype (ValueError naming the op, value and dtype)."""
+    if dtype not in _INT_RANGE:
+        return False
+    if op_type == "elementwise_div" or (isinstance(other, (float, np.floating)) and op_type in _FLOAT_SCALAR_OPS):
+        return True
+    if other is not None:
+        lo, hi = _INT_RANGE[dtype]
+        if not (lo <= other <= hi and float(other).is_integer()):
+            raise ValueError("%s: the number %r does not fit the tensor's dtype %s (an integer in [%d, %d]); cast "
+                             "the tensor first (astype)" % (op_type, other, dtype, lo, hi))
+    return False
+
+
 # ---- registry ----------------------------------------------------------------
 
 _registry = None

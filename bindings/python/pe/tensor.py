@@ -13,7 +13,7 @@ import numpy as np
 
 from . import _core
 from .framework import (DTYPE_ENUM, Variable, _set_eager_seed, convert_dtype, default_main_program,
-                        default_startup_program, has_op, require_op)
+                        default_startup_program, float_first, has_op, require_op)
 from .layer_helper import LayerHelper, check_variable
 
 __all__ = [
@@ -102,8 +102,14 @@ def divide(x, y, name=None):
 
 
 def _binary_op(x, other, op_type, reverse):
-    """Variable operators: a scalar operand becomes a scale op (or a [1] constant)."""
-    if isinstance(other, (int, float, np.integer, np.floating)) and not isinstance(other, bool):
+    """Variable operators: a scalar operand becomes a scale op (or a [1] constant);
+    integer operands become float32 first where Paddle's rules say (float_first)."""
+    number = isinstance(other, (int, float, np.integer, np.floating)) and not isinstance(other, bool)
+    if float_first(op_type, x.dtype, other if number else None):
+        x = cast(x, "float32")
+    if isinstance(other, Variable) and float_first(op_type, other.dtype):
+        other = cast(other, "float32")
+    if number:
         c = float(other)
         if op_type == "elementwise_add":
             return scale(x, 1.0, c)
@@ -866,7 +872,9 @@ def _install_variable_operators(cls):
     cls.__rtruediv__ = binary("elementwise_div", True)
     cls.__pow__ = lambda self, o: pow(self, o)
     cls.__mod__ = binary("elementwise_mod")
+    cls.__rmod__ = binary("elementwise_mod", True)
     cls.__floordiv__ = binary("elementwise_floordiv")
+    cls.__rfloordiv__ = binary("elementwise_floordiv", True)
     cls.__lt__ = lambda self, o: less_than(self, o)
     cls.__le__ = lambda self, o: less_equal(self, o)
     cls.__gt__ = lambda self, o: greater_than(self, o)

@@ -11,7 +11,7 @@ import numpy as np
 from .. import _core
 from .. import framework as _fw
 from . import autograd as _ag
-from .autograd import Tensor, _as_tensor, _dtype_name, _fill, run_op
+from .autograd import _FLOAT_DTYPES as _FLOATS, Tensor, _as_tensor, _dtype_name, _fill, run_op
 
 _NUMBER = (int, float, np.integer, np.floating)
 
@@ -117,8 +117,14 @@ def _elementwise(op_type, x, y):
 
 def _binary(x, y, op_type, reverse=False):
     """The static Variable operators' rules: a number operand becomes a scale
-    op (add, sub, mul, div by it), else a [1] constant of x's dtype."""
-    if isinstance(y, _NUMBER) and not isinstance(y, bool):
+    op (add, sub, mul, div by it), else a [1] constant of x's dtype; integer
+    operands become float32 first where Paddle's rules say (float_first)."""
+    number = isinstance(y, _NUMBER) and not isinstance(y, bool)
+    if _fw.float_first(op_type, _check(x, op_type).dtype, y if number else None):
+        x = cast(x, "float32")
+    if isinstance(y, Tensor) and _fw.float_first(op_type, y.dtype):
+        y = cast(y, "float32")
+    if number:
         c = float(y)
         if op_type == "elementwise_add":
             return scale(x, 1.0, c)
@@ -153,7 +159,7 @@ def multiply(x, y, name=None):
 
 
 def divide(x, y, name=None):
-    if type(x) is Tensor and type(y) is Tensor:
+    if type(x) is Tensor and type(y) is Tensor and x.dtype in _FLOATS and y.dtype in _FLOATS:
         return _BIN_OPS["truediv"](x, y)
     return _binary(_check(x, "divide"), y, "elementwise_div")
 
@@ -390,6 +396,9 @@ def _install():
     T.__neg__ = lambda a: neg(a)
     T.__pow__ = lambda a, b: pow(a, b)
     T.__rpow__ = lambda a, b: _elementwise("elementwise_pow", _as_tensor(b, a, "pow"), a)
+    for name, op in (("floordiv", "elementwise_floordiv"), ("mod", "elementwise_mod")):   # integer in, integer out
+        setattr(T, "__%s__" % name, lambda a, b, op=op: _binary(a, b, op))
+        setattr(T, "__r%s__" % name, lambda a, b, op=op: _binary(a, b, op, True))
     T.__eq__ = lambda a, b: equal(a, b)
     T.__ne__ = lambda a, b: not_equal(a, b)
     T.__lt__ = lambda a, b: less_than(a, b)
