@@ -477,3 +477,23 @@ def test_no_grad_is_per_thread():
         assert (a * a)._node is None
     th.join(10)
     assert out["t"]._node is not None and not out["t"].stop_gradient
+
+
+def test_unknown_dtype_names_it_and_the_dtypes_pe_has():
+    """Every API that takes a dtype reads it through framework.convert_dtype:
+    an unknown name is a TypeError naming it and the supported ones (the
+    eager functions used to raise KeyError 'complex64')."""
+    pe.disable_static()
+    t = pe.to_tensor(np.ones(2, np.float32))
+    for fn in (lambda: pe.cast(t, "complex64"), lambda: t.astype("complex64"), lambda: pe.full([1], 0, "complex64"),
+               lambda: pe.to_tensor([1], dtype="complex64"), lambda: pe.randn([2], "complex64")):
+        with pytest.raises(TypeError, match=r"unknown dtype 'complex64' \(PE has float32, .*, bfloat16\)"):
+            fn()
+    assert pe.cast(t, "bool_").dtype == "bool" and pe.cast(t, "paddle.int64").dtype == "int64"
+    assert pe.cast(t, "Float64").dtype == "float64" and pe.cast(t, np.int32).dtype == "int32"
+    with pytest.raises(TypeError, match="dtype complex64 has no PE equivalent"):
+        pe.cast(t, np.complex64)
+    pe.enable_static()
+    with pe.static.program_guard(pe.static.Program(), pe.static.Program()):
+        with pytest.raises(TypeError, match=r"unknown dtype 'complex64' \(PE has float32"):
+            pe.cast(pe.static.data("v", [2], "float32"), "complex64")

@@ -39,7 +39,7 @@ _CANON = {
     "float64": "float64", "fp64": "float64", "double": "float64",
     "int32": "int32", "int": "int32",
     "int64": "int64", "long": "int64",
-    "uint8": "uint8", "bool": "bool",
+    "uint8": "uint8", "bool": "bool", "bool_": "bool",
     "float16": "float16", "fp16": "float16", "half": "float16",
     "bfloat16": "bfloat16", "bf16": "bfloat16",
 }
@@ -63,14 +63,14 @@ def convert_dtype(dtype):
             key = key[len("paddle."):]
         if key in _CANON:
             return _CANON[key]
-        raise TypeError("unknown dtype %r (use float32, float64, int32, int64, uint8, bool or float16)" % dtype)
+        raise TypeError("unknown dtype %r (PE has %s)" % (dtype, ", ".join(DTYPE_ENUM)))
     try:
         name = np.dtype(dtype).name
     except TypeError:
-        raise TypeError("unknown dtype %r" % (dtype,)) from None
+        raise TypeError("unknown dtype %r (PE has %s)" % (dtype, ", ".join(DTYPE_ENUM))) from None
     if name in _CANON:
         return _CANON[name]
-    raise TypeError("dtype %s has no PE equivalent" % name)
+    raise TypeError("dtype %s has no PE equivalent (PE has %s)" % (name, ", ".join(DTYPE_ENUM)))
 
 
 # Paddle's math_op_patch: the integer dtypes an operator may promote, and their ranges.

@@ -46,8 +46,6 @@ import numpy as np
 from .. import _core
 from .. import framework as _fw
 
-_DTYPE_ALIASES = {"float": "float32", "fp32": "float32", "double": "float64", "fp64": "float64",
-                  "int": "int32", "long": "int64", "bool_": "bool"}
 _FLOAT_DTYPES = ("float32", "float64", "float16", "bfloat16")
 
 class _State(threading.local):
@@ -116,11 +114,7 @@ def _place():
 
 
 def _dtype_name(dtype):
-    if dtype is None:
-        return None
-    if isinstance(dtype, str):
-        return _DTYPE_ALIASES.get(dtype, dtype)
-    return _fw.convert_dtype(dtype)
+    return None if dtype is None else _fw.convert_dtype(dtype)
 
 
 class Tensor(_core.EagerTensor):
