@@ -805,3 +805,28 @@ def test_static_l1_loss_and_functional_dispatch():
     got, = exe.run(main, feed={"x": x, "y": y}, fetch_list=[loss], scope=scope)
     np.testing.assert_allclose(np.asarray(got).reshape(-1), [np.abs(x - y).mean()], rtol=1e-6)
     np.testing.assert_allclose(float(e), np.abs(x - y).sum(), rtol=1e-5)
+
+
+@pytest.mark.parametrize("opt", ["SGD", "Momentum", "Adam", "AdamW"])
+def test_optimizer_refuses_non_finite_learning_rate_and_bad_grads(opt):
+    """A NaN or infinite learning rate is refused when the optimizer is made
+    (and by set_lr), as minimize refuses it, not left to turn the weights
+    into NaN; a .grad that is not a tensor is a TypeError naming the parameter."""
+    lin = nn.Linear(2, 2)
+    cls = getattr(pe.optimizer, opt)
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        with pytest.raises(pe.InvalidArgumentError, match=r"%s: learning_rate = (nan|-?inf); it must be finite" % opt):
+            cls(learning_rate=bad, parameters=lin.parameters())
+    o = cls(learning_rate=0.1, parameters=lin.parameters())
+    with pytest.raises(pe.InvalidArgumentError, match="learning_rate = nan; it must be finite"):
+        o.set_lr(float("nan"))
+    assert o.get_lr() == 0.1
+    w0 = lin.weight.numpy()
+    lin.weight.grad = np.ones((2, 2), np.float32)
+    with pytest.raises(TypeError, match=r"%s.step: parameter %s's .grad must be a pe.eager.Tensor .*got ndarray"
+                       % (opt, lin.weight.name)):
+        o.step()
+    np.testing.assert_array_equal(lin.weight.numpy(), w0)
+    pe.enable_static()
+    with pytest.raises(pe.InvalidArgumentError, match="learning_rate = nan; it must be finite"):
+        cls(learning_rate=float("nan"))

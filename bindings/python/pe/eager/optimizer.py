@@ -132,7 +132,12 @@ def step(opt):
     if not pg:
         return
     with no_grad():
-        grads = [g._t for _, g in pg]
+        try:
+            grads = [g._t for _, g in pg]
+        except AttributeError:
+            p, g = next((p, g) for p, g in pg if not isinstance(g, Tensor))
+            raise TypeError("%s.step: parameter %s's .grad must be a pe.eager.Tensor (as backward() leaves it), "
+                            "got %s" % (type(opt).__name__, p.name, type(g).__name__)) from None
         if opt._grad_clip is not None:
             grads = _run_raw("clip_by_global_norm", [("X", grads, [p.name + "@GRAD" for p, _ in pg])],
                              [("Out", len(grads))], {"max_global_norm": float(opt._grad_clip.clip_norm)})["Out"]

@@ -10,6 +10,8 @@ All of it is pe_optimizer_minimize (passes/optimizer.c) on fresh C copies
 of the main and startup programs (accumulators and the learning rate are
 initialized by the startup program), merged back into the Python programs.
 """
+import math
+
 from .. import _core
 from ..eager import optimizer as _eager_opt
 from ..utils import unique_name as _unique_name
@@ -37,7 +39,7 @@ class Optimizer:
             self._lr = float(learning_rate())
         elif isinstance(learning_rate, (int, float)) and not isinstance(learning_rate, bool):
             self._lr_var = None
-            self._lr = float(learning_rate)
+            self._lr = self._finite_lr(learning_rate)
         else:
             raise TypeError("learning_rate must be a float, a pe.optimizer.lr.LRScheduler or a persistable [1] "
                             "Variable, got %s" % type(learning_rate).__name__)
@@ -69,6 +71,13 @@ class Optimizer:
                                              type(grad_clip).__name__))
         self._grad_clip = grad_clip
         self._name = name
+
+    def _finite_lr(self, v):
+        """v as a float; a NaN or infinite learning rate is refused here, as minimize refuses it."""
+        f = float(v)
+        if not math.isfinite(f):
+            raise _core.InvalidArgumentError("%s: learning_rate = %r; it must be finite" % (type(self).__name__, f))
+        return f
 
     def get_lr(self):
         """The learning rate the next update uses (a scheduler's current value)."""
@@ -215,7 +224,7 @@ class Optimizer:
         if self._lr_sched is not None:
             raise RuntimeError("%s.set_lr: the learning rate is a %s; set it through the scheduler"
                                % (type(self).__name__, type(self._lr_sched).__name__))
-        self._lr = float(value)
+        self._lr = self._finite_lr(value)
 
 
 class SGD(Optimizer):
