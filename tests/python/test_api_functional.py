@@ -614,3 +614,33 @@ def test_conv_transpose_interpolate_norm_gradients():
     close(r["loss"], loss.detach(), "loss")
     close(r["gx"], gx, "gx")
     close(r["gw"], gw, "gw")
+
+
+def test_conv_pool_size_arguments_must_be_positive():
+    """A stride, dilation, kernel size or groups <= 0 is an InvalidArgumentError
+    (a ValueError) naming the layer and the argument, not a ZeroDivisionError
+    from the output-shape arithmetic."""
+    import pe.fluid as fluid
+    main, startup = pe.static.Program(), pe.static.Program()
+    with pe.static.program_guard(main, startup), unique_name.guard():
+        x = pe.static.data("x", [None, 4, 8, 8], "float32")
+        w = pe.static.data("w", [4, 4, 3, 3], "float32")
+        for fn, match in [
+                (lambda: pe.static.nn.conv2d(x, 4, 3, stride=0), "conv2d stride must be positive, got 0"),
+                (lambda: pe.static.nn.conv2d(x, 4, 3, dilation=[1, 0]), r"conv2d dilation must be positive, got \[1, 0\]"),
+                (lambda: pe.static.nn.conv2d(x, 4, 0), "conv2d filter_size must be positive"),
+                (lambda: pe.static.nn.conv2d(x, 4, 3, groups=0), "conv2d groups must be a positive int, got 0"),
+                (lambda: pe.static.nn.conv2d_transpose(x, 4, filter_size=3, stride=0),
+                 "conv2d_transpose stride must be positive"),
+                (lambda: pe.static.nn.conv2d_transpose(x, 4, output_size=16, dilation=0),
+                 "conv2d_transpose dilation must be positive"),
+                (lambda: F.conv2d(x, w, stride=(2, -1)), r"conv2d stride must be positive, got \[2, -1\]"),
+                (lambda: F.conv2d(x, w, groups=-2), "conv2d groups must be a positive int, got -2"),
+                (lambda: F.conv2d_transpose(x, w, stride=0), "conv2d_transpose stride must be positive"),
+                (lambda: F.conv2d_transpose(x, w, groups=0), "conv2d_transpose groups must be a positive int"),
+                (lambda: F.max_pool2d(x, 2, stride=0), "max_pool2d stride must be positive"),
+                (lambda: F.avg_pool2d(x, 0), "avg_pool2d kernel_size must be positive"),
+                (lambda: fluid.layers.pool2d(x, 2, pool_stride=0), "pool2d stride must be positive")]:
+            with pytest.raises(pe.InvalidArgumentError, match=match):
+                fn()
+    assert issubclass(pe.InvalidArgumentError, ValueError)

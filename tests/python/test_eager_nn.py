@@ -830,3 +830,17 @@ def test_optimizer_refuses_non_finite_learning_rate_and_bad_grads(opt):
     pe.enable_static()
     with pytest.raises(pe.InvalidArgumentError, match="learning_rate = nan; it must be finite"):
         cls(learning_rate=float("nan"))
+
+
+def test_conv_pool_size_arguments_must_be_positive():
+    x = pe.to_tensor(np.ones((1, 4, 8, 8), np.float32))
+    with pytest.raises(pe.InvalidArgumentError, match="Conv2D stride must be positive, got 0"):
+        nn.Conv2D(4, 4, 3, stride=0)
+    with pytest.raises(pe.InvalidArgumentError, match=r"Conv2D dilation must be positive, got \[1, 0\]"):
+        nn.Conv2D(4, 4, 3, dilation=(1, 0))
+    with pytest.raises(pe.InvalidArgumentError, match="Conv2D groups must be a positive int, got 0"):
+        nn.Conv2D(4, 4, 3, groups=0)
+    with pytest.raises(pe.InvalidArgumentError, match="max_pool2d stride must be positive"):
+        nn.MaxPool2D(2, stride=0)(x)
+    with pytest.raises(pe.InvalidArgumentError, match="conv2d groups must be a positive int"):
+        pe.nn.functional.conv2d(x, pe.to_tensor(np.ones((4, 4, 3, 3), np.float32)), groups=0)

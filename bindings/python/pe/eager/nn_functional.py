@@ -8,7 +8,7 @@ import numpy as np
 
 from .. import _core
 from ..utils.conv_args import pair as _pair, padding as _padding, channels_last as _channels_last, \
-    bn_layout as _bn_layout
+    bn_layout as _bn_layout, positive_int as _positive_int
 from .autograd import Tensor, run_op
 from .functional import _check, _out, _next_seed, mean, sum, reshape, subtract
 
@@ -48,8 +48,9 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, data
     if nhwc and bias is not None:
         ins["Bias"] = _check(bias, "conv2d", "bias")
     out = run_op("conv2d", ins, {"Output": 1},
-                 {"strides": _pair(stride, "conv2d stride"), "paddings": pads,
-                  "dilations": _pair(dilation, "conv2d dilation"), "groups": int(groups),
+                 {"strides": _pair(stride, "conv2d stride", True), "paddings": pads,
+                  "dilations": _pair(dilation, "conv2d dilation", True),
+                  "groups": _positive_int(groups, "conv2d groups"),
                   "padding_algorithm": algo, "data_format": data_format})["Output"][0]
     if bias is None or nhwc:
         return out
@@ -58,8 +59,8 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, data
 
 def _pool(x, pooling_type, kernel_size, stride, padding, ceil_mode, exclusive, data_format, api):
     _image(x, data_format, api)
-    ks = _pair(kernel_size, api + " kernel_size")
-    st = ks if stride is None else _pair(stride, api + " stride")
+    ks = _pair(kernel_size, api + " kernel_size", True)
+    st = ks if stride is None else _pair(stride, api + " stride", True)
     pads, algo = _padding(padding, api)
     return _out("pool2d", {"X": x}, {"pooling_type": pooling_type, "ksize": ks, "strides": st, "paddings": pads,
                                      "ceil_mode": bool(ceil_mode), "exclusive": bool(exclusive),

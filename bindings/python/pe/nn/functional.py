@@ -10,7 +10,7 @@ import numpy as np
 
 from .. import _core
 from ..utils.conv_args import pair as _pair, padding as _padding, channels_last as _channels_last, \
-    bn_layout as _bn_layout
+    bn_layout as _bn_layout, positive_int as _positive_int
 from .. import tensor as _t
 from ..framework import Variable, has_op, require_op
 from ..layer_helper import LayerHelper, check_variable
@@ -236,7 +236,8 @@ def _add_channel_bias(helper, out, bias, axis=1):
 
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, data_format="NCHW", name=None):
     nhwc = _check_conv(x, weight, data_format, "conv2d", "[M, C/groups, kh, kw]")
-    strides, dil = _pair(stride, "conv2d stride"), _pair(dilation, "conv2d dilation")
+    groups = _positive_int(groups, "conv2d groups")
+    strides, dil = _pair(stride, "conv2d stride", True), _pair(dilation, "conv2d dilation", True)
     pads, algo = _padding(padding, "conv2d")
     m, _, kh, kw = weight.shape
     n, c, h, w = (x.shape[0], x.shape[3], x.shape[1], x.shape[2]) if nhwc else x.shape
@@ -290,9 +291,10 @@ def conv2d_transpose(x, weight, bias=None, stride=1, padding=0, output_padding=0
     """Paddle 2.x's F.conv2d_transpose: weight [C_in, C_out/groups, kh, kw]; output_size (a pair) picks
     the output size among the ones the strides allow, instead of output_padding."""
     _check_conv(x, weight, data_format, "conv2d_transpose", "[C, M/groups, kh, kw]", nhwc_ok=False)
+    groups = _positive_int(groups, "conv2d_transpose groups")
     if output_size is not None and output_padding:
         raise _core.InvalidArgumentError("conv2d_transpose: give output_padding or output_size, not both")
-    strides, dil = _pair(stride, "conv2d_transpose stride"), _pair(dilation, "conv2d_transpose dilation")
+    strides, dil = _pair(stride, "conv2d_transpose stride", True), _pair(dilation, "conv2d_transpose dilation", True)
     pads, algo = _padding(padding, "conv2d_transpose")
     helper = LayerHelper("conv2d_transpose", name)
     out = _conv_transpose_op(helper, x, weight, strides, pads, dil, groups, algo,
@@ -306,8 +308,8 @@ def _pool(x, pooling_type, kernel_size, stride, padding, ceil_mode, exclusive, d
     if len(x.shape) != 4:
         raise _core.InvalidArgumentError("%s: x must be %s, got %s" % (api, "[N, H, W, C]" if nhwc else "[N, C, H, W]",
                                                                      list(x.shape)))
-    ks = _pair(kernel_size, api + " kernel_size")
-    st = ks if stride is None else _pair(stride, api + " stride")
+    ks = _pair(kernel_size, api + " kernel_size", True)
+    st = ks if stride is None else _pair(stride, api + " stride", True)
     pads, algo = _padding(padding, api)
     n, c, h, w = (x.shape[0], x.shape[3], x.shape[1], x.shape[2]) if nhwc else x.shape
     oh, ow = _conv_out(h, ks[0], st[0], pads[0], 1, algo, ceil_mode), _conv_out(w, ks[1], st[1], pads[1], 1, algo,

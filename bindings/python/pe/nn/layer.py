@@ -301,11 +301,12 @@ class Conv2D(Layer):
         super().__init__("conv2d")
         if padding_mode != "zeros":
             raise _core.UnsupportedError("Conv2D: padding_mode '%s' is not supported (zeros only)" % padding_mode)
-        if in_channels % groups:
+        if in_channels % _enf._positive_int(groups, "Conv2D groups"):
             raise _core.InvalidArgumentError("Conv2D: in_channels %d is not a multiple of groups %d"
                                              % (in_channels, groups))
-        ks = _enf._pair(kernel_size, "Conv2D kernel_size")
-        self._stride, self._padding, self._dilation, self._groups = stride, padding, dilation, int(groups)
+        ks = _enf._pair(kernel_size, "Conv2D kernel_size", True)
+        self._stride, self._padding = _enf._pair(stride, "Conv2D stride", True), padding
+        self._dilation, self._groups = _enf._pair(dilation, "Conv2D dilation", True), int(groups)
         self._data_format = data_format
         fan_in = in_channels // groups * ks[0] * ks[1]
         self.weight = self.create_parameter([out_channels, in_channels // groups] + ks, weight_attr,

@@ -61,7 +61,7 @@ def _conv_groups(input, groups, data_format, api, nhwc_ok=True):
     if len(input.shape) != 4:
         raise _core.InvalidArgumentError("%s: input must be %s, got %s" % (
             api, "[N, H, W, C]" if nhwc else "[N, C, H, W]", list(input.shape)))
-    groups = 1 if groups is None else int(groups)
+    groups = 1 if groups is None else F._positive_int(groups, api + " groups")
     c = input.shape[3 if nhwc else 1]
     if c < 0 or c % groups:
         raise _core.InvalidArgumentError("%s: input channels %d must be known and divisible by groups %d" % (
@@ -72,13 +72,13 @@ def _conv_groups(input, groups, data_format, api, nhwc_ok=True):
 def conv2d(input, num_filters, filter_size, stride=1, padding=0, dilation=1, groups=None, param_attr=None,
            bias_attr=None, use_cudnn=True, act=None, name=None, data_format="NCHW"):
     c, groups = _conv_groups(input, groups, data_format, "conv2d")
-    k = F._pair(filter_size, "conv2d filter_size")
+    k = F._pair(filter_size, "conv2d filter_size", True)
     helper = LayerHelper("conv2d", name)
     std = (2.0 / (k[0] * k[1] * c)) ** 0.5
     w = helper.create_parameter(param_attr, [int(num_filters), c // groups] + k, input.dtype,
                                 default_initializer=Normal(0.0, std))
     pads, algo = F._padding(padding, "conv2d")
-    strides, dil = F._pair(stride, "conv2d stride"), F._pair(dilation, "conv2d dilation")
+    strides, dil = F._pair(stride, "conv2d stride", True), F._pair(dilation, "conv2d dilation", True)
     nhwc = data_format == "NHWC"
     n, h, wd = (input.shape[0], input.shape[1], input.shape[2]) if nhwc else (input.shape[0], input.shape[2],
                                                                               input.shape[3])
@@ -107,7 +107,8 @@ def conv2d_transpose(input, num_filters, output_size=None, filter_size=None, pad
         raise _core.InvalidArgumentError("conv2d_transpose: num_filters %d must be divisible by groups %d"
                                          % (num_filters, groups))
     pads, algo = F._padding(padding, "conv2d_transpose")
-    strides, dil = F._pair(stride, "conv2d_transpose stride"), F._pair(dilation, "conv2d_transpose dilation")
+    strides = F._pair(stride, "conv2d_transpose stride", True)
+    dil = F._pair(dilation, "conv2d_transpose dilation", True)
     osz = None if output_size is None else F._pair(output_size, "conv2d_transpose output_size")
     if filter_size is None:
         if osz is None or min(input.shape[2:]) < 0:
@@ -115,7 +116,7 @@ def conv2d_transpose(input, num_filters, output_size=None, filter_size=None, pad
                                              "input size")
         k = [(osz[i] - (input.shape[2 + i] - 1) * strides[i] + 2 * pads[i] - 1) // dil[i] + 1 for i in range(2)]
     else:
-        k = F._pair(filter_size, "conv2d_transpose filter_size")
+        k = F._pair(filter_size, "conv2d_transpose filter_size", True)
     helper = LayerHelper("conv2d_transpose", name)
     w = helper.create_parameter(param_attr, [c, int(num_filters) // groups] + k, input.dtype,
                                 default_initializer=XavierUniform())

@@ -6,14 +6,25 @@ import numpy as np
 from .. import _core
 
 
-def pair(v, what):
-    """[h, w] from an int or a pair; `what` names the argument in errors."""
+def pair(v, what, positive=False):
+    """[h, w] from an int or a pair; `what` names the argument in errors.
+    positive: each must be > 0 (a kernel size, stride or dilation)."""
     if isinstance(v, (int, np.integer)):
-        return [int(v), int(v)]
+        v = [int(v), int(v)]
     v = [int(a) for a in v]
     if len(v) != 2:
         raise _core.InvalidArgumentError("%s must be an int or a pair, got %s" % (what, v))
+    if positive and min(v) <= 0:
+        raise _core.InvalidArgumentError("%s must be positive, got %s" % (what, v if v[0] != v[1] else v[0]))
     return v
+
+
+def positive_int(v, what):
+    """int(v), which must be > 0 (a conv's groups); `what` names it in errors."""
+    n = int(v)
+    if n <= 0:
+        raise _core.InvalidArgumentError("%s must be a positive int, got %d" % (what, n))
+    return n
 
 
 def padding(padding, what):
