@@ -844,3 +844,28 @@ def test_conv_pool_size_arguments_must_be_positive():
         nn.MaxPool2D(2, stride=0)(x)
     with pytest.raises(pe.InvalidArgumentError, match="conv2d groups must be a positive int"):
         pe.nn.functional.conv2d(x, pe.to_tensor(np.ones((4, 4, 3, 3), np.float32)), groups=0)
+
+
+def test_embedding_padding_idx_range():
+    """padding_idx must be in [-num_embeddings, num_embeddings) (Paddle's rule);
+    a negative one counts from the end, in the layer and the functional form."""
+    for bad in (5, 9, -6):
+        with pytest.raises(pe.InvalidArgumentError, match=r"Embedding: padding_idx must be in \[-5, 5\) for 5 "
+                                                          r"embeddings, got %d" % bad):
+            nn.Embedding(5, 3, padding_idx=bad)
+    assert nn.Embedding(5, 3, padding_idx=-2)._padding_idx == 3 and nn.Embedding(5, 3)._padding_idx is None
+    w = pe.to_tensor(np.ones((5, 3), np.float32))
+    out = pe.nn.functional.embedding(pe.to_tensor(np.array([4, 0])), w, padding_idx=-1)
+    np.testing.assert_array_equal(out.numpy(), [[0, 0, 0], [1, 1, 1]])
+    with pytest.raises(pe.InvalidArgumentError, match=r"embedding: padding_idx must be in \[-5, 5\)"):
+        pe.nn.functional.embedding(pe.to_tensor(np.array([1])), w, padding_idx=5)
+    pe.enable_static()
+    import pe.fluid as fluid
+    with pe.static.program_guard(pe.static.Program(), pe.static.Program()):
+        ids = pe.static.data("ids", [2, 1], "int64")
+        with pytest.raises(pe.InvalidArgumentError, match=r"embedding: padding_idx must be in \[-10, 10\).*got 10"):
+            pe.static.nn.embedding(ids, [10, 3], padding_idx=10)
+        with pytest.raises(pe.InvalidArgumentError, match=r"fluid.layers.embedding: padding_idx .*got -11"):
+            fluid.layers.embedding(ids, [10, 3], padding_idx=-11)
+        pe.static.nn.embedding(ids, [10, 3], padding_idx=-1)
+        assert ids.block.ops[-1].attr("padding_idx") == 9

@@ -8,7 +8,7 @@ import numpy as np
 
 from .. import _core
 from ..utils.conv_args import pair as _pair, padding as _padding, channels_last as _channels_last, \
-    bn_layout as _bn_layout, positive_int as _positive_int
+    bn_layout as _bn_layout, padding_idx as _padding_idx, positive_int as _positive_int
 from .autograd import Tensor, run_op
 from .functional import _check, _out, _next_seed, mean, sum, reshape, subtract
 
@@ -121,9 +121,7 @@ def embedding(x, weight, padding_idx=None, sparse=False, name=None):
     _check(weight, "embedding", "weight")
     if sparse:
         raise _core.UnsupportedError("embedding: sparse gradients are not supported (dense tensors only)")
-    pad = -1 if padding_idx is None else int(padding_idx)
-    if pad < -1:
-        pad += weight.shape[0]
+    pad = _padding_idx(padding_idx, weight.shape[0], "embedding")
     return _out("lookup_table_v2", {"W": weight, "Ids": x}, {"padding_idx": pad})
 
 

@@ -98,7 +98,7 @@ def _embedding(op_type, fn, input, size, is_sparse, is_distributed, padding_idx,
         raise _core.InvalidArgumentError("%s: input %s is %s; it takes ids [..., 1] (fluid.embedding takes any "
                                          "shape)" % (fn, input.name, list(input.shape)))
     size = [int(size[0]), int(size[1])]
-    pad = -1 if padding_idx is None else int(padding_idx) if padding_idx >= 0 else size[0] + int(padding_idx)
+    pad = F._padding_idx(padding_idx, size[0], fn)
     helper = LayerHelper("embedding")
     w = helper.create_parameter(param_attr, size, convert_dtype(dtype), default_initializer=XavierUniform())
     ids_dims = list(input.shape[:-1]) if op_type == "lookup_table" else list(input.shape)

@@ -10,7 +10,7 @@ import numpy as np
 
 from .. import _core
 from ..utils.conv_args import pair as _pair, padding as _padding, channels_last as _channels_last, \
-    bn_layout as _bn_layout, positive_int as _positive_int
+    bn_layout as _bn_layout, padding_idx as _padding_idx, positive_int as _positive_int
 from .. import tensor as _t
 from ..framework import Variable, has_op, require_op
 from ..layer_helper import LayerHelper, check_variable
@@ -489,9 +489,7 @@ def embedding(x, weight, padding_idx=None, sparse=False, name=None):
     check_variable(weight, "weight", "embedding")
     if sparse:
         raise _core.UnsupportedError("embedding: sparse gradients are not supported (dense tensors only)")
-    pad = -1 if padding_idx is None else int(padding_idx)
-    if pad < -1:
-        pad += weight.shape[0]
+    pad = _padding_idx(padding_idx, weight.shape[0], "embedding")
     helper = LayerHelper("embedding", name)
     if has_op("lookup_table_v2"):
         op_type, shape = "lookup_table_v2", list(x.shape) + [weight.shape[1]]

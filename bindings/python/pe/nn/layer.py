@@ -386,8 +386,8 @@ class Embedding(Layer):
         super().__init__("embedding")
         if sparse:
             raise _core.UnsupportedError("Embedding: sparse gradients are not supported (dense tensors only)")
-        self._padding_idx = None if padding_idx is None else (
-            int(padding_idx) if padding_idx >= 0 else int(padding_idx) + int(num_embeddings))
+        pad = _enf._padding_idx(padding_idx, int(num_embeddings), "Embedding")
+        self._padding_idx = None if pad < 0 else pad
         self.weight = self.create_parameter([num_embeddings, embedding_dim], weight_attr)
 
     def forward(self, x):

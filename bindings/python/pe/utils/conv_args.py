@@ -1,6 +1,7 @@
 """pe.utils.conv_args — the kernel-size / stride / padding / layout arguments of the
-conv, pool and batch-norm APIs, read once for the static builders (pe.nn.functional)
-and their eager forms (pe.eager.nn_functional)."""
+conv, pool and batch-norm APIs and embedding's padding_idx, read once for the static
+builders (pe.nn.functional, pe.static.nn, pe.fluid) and their eager forms
+(pe.eager.nn_functional, pe.nn's layers)."""
 import numpy as np
 
 from .. import _core
@@ -41,6 +42,18 @@ def padding(padding, what):
             raise _core.UnsupportedError("%s: asymmetric padding %s is not supported" % (what, p))
         return [p[0], p[2]], "EXPLICIT"
     return pair(padding, what + " padding"), "EXPLICIT"
+
+
+def padding_idx(v, num, api):
+    """An embedding's padding_idx attr: -1 for None, else v in [-num, num)
+    (num: the table's rows), a negative v counted from the end (Paddle's rule)."""
+    if v is None:
+        return -1
+    p = int(v)
+    if num >= 0 and not -num <= p < num:
+        raise _core.InvalidArgumentError("%s: padding_idx must be in [-%d, %d) for %d embeddings, got %d"
+                                         % (api, num, num, num, p))
+    return p + num if p < 0 else p
 
 
 def channels_last(data_format, api, nhwc_ok=True):
