@@ -497,3 +497,26 @@ def test_unknown_dtype_names_it_and_the_dtypes_pe_has():
     with pe.static.program_guard(pe.static.Program(), pe.static.Program()):
         with pytest.raises(TypeError, match=r"unknown dtype 'complex64' \(PE has float32"):
             pe.cast(pe.static.data("v", [2], "float32"), "complex64")
+
+
+def test_static_only_functional_and_run_op_inputs():
+    """pe.nn.functional's functions without an eager form raise UnsupportedError
+    naming themselves in eager mode (interpolate used to say 'x must be a
+    Variable'); run_op names the slot of an input that is not a tensor."""
+    pe.disable_static()
+    x = pe.to_tensor(np.ones((1, 1, 2, 2), np.float32))
+    for fn, name in [(lambda: pe.nn.functional.interpolate(x, scale_factor=2), "interpolate"),
+                     (lambda: pe.nn.functional.upsample(x, size=[4, 4]), "upsample"),
+                     (lambda: pe.nn.functional.leaky_relu(x), "leaky_relu"),
+                     (lambda: pe.nn.functional.conv2d_transpose(x, x), "conv2d_transpose")]:
+        with pytest.raises(pe.UnsupportedError, match=r"pe.nn.functional.%s has no eager form yet .*conv2d" % name):
+            fn()
+    with pytest.raises(TypeError, match=r"run_op\(relu\): input X must be a pe.eager.Tensor, .*got ndarray"):
+        pe.eager.run_op("relu", {"X": np.ones(3, np.float32)}, {"Out": 1})
+    with pytest.raises(TypeError, match=r"run_op\(concat\): input X\[1\] must be a pe.eager.Tensor, .*got list"):
+        pe.eager.run_op("concat", {"X": [x, [1.0]]}, {"Out": 1}, {"axis": 0})
+    pe.enable_static()
+    main, startup = pe.static.Program(), pe.static.Program()
+    with pe.static.program_guard(main, startup):  # static mode: the builders as before
+        v = pe.static.data("v", [1, 1, 2, 2], "float32")
+        assert list(pe.nn.functional.interpolate(v, scale_factor=2).shape) == [1, 1, 4, 4]

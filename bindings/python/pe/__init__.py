@@ -21,6 +21,7 @@ FormatError, ResourceExhaustedError, UnsupportedError, DeviceError,
 CancelledError, InternalError.
 """
 import builtins as _builtins
+import sys as _sys
 
 from ._cpu import prefer_blas_kernels as _prefer_blas_kernels
 
@@ -95,26 +96,31 @@ for _n in ("relu", "sigmoid", "tanh", "softmax", "softmax_with_cross_entropy", "
 _EAGER_NAMES = sorted(_n for _n in globals() if getattr(globals()[_n], "_eager", None) is not None)
 
 
-def _static_only(static_fn):
+_EAGER_F_NAMES = sorted(_n for _n, _f in vars(nn.functional).items() if getattr(_f, "_eager", None) is not None)
+
+
+def _static_only(static_fn, prefix="pe."):
     """static_fn, refused in eager mode or on eager tensors (it has no eager form yet)."""
     def fn(*args, **kw):
         if not framework._static_mode or _eager_args(args, kw):
             raise UnsupportedError(
-                "pe.%s has no eager form yet (eager mode runs pe.%s and pe.nn.functional's relu, sigmoid, tanh, "
-                "softmax, softmax_with_cross_entropy, cross_entropy, gelu, linear, conv2d, max_pool2d, avg_pool2d, "
-                "batch_norm, layer_norm, embedding, dropout, mse_loss, l1_loss); call pe.enable_static() to build a program "
-                "with it" % (static_fn.__name__, ", pe.".join(_EAGER_NAMES)))
+                "%s%s has no eager form yet (eager mode runs pe.%s and pe.nn.functional's %s); call "
+                "pe.enable_static() to build a program with it" % (
+                    prefix, static_fn.__name__, ", pe.".join(_EAGER_NAMES), ", ".join(_EAGER_F_NAMES)))
         return static_fn(*args, **kw)
     fn.__name__, fn.__doc__, fn.__module__ = static_fn.__name__, static_fn.__doc__, static_fn.__module__
     return fn
 
 
-# The other pe.* tensor functions: static only, with a clear error in eager mode.
-for _n in tensor.__all__:
-    _f = globals().get(_n)
-    if _n != "seed" and getattr(_f, "__module__", None) == "pe.tensor" and not hasattr(_f, "_eager"):
-        globals()[_n] = _static_only(_f)
-del _n, _f
+# The other pe.* and pe.nn.functional functions: static only, with a clear error in eager mode.
+for _m, _prefix, _names in ((_sys.modules[__name__], "pe.", tensor.__all__),
+                            (nn.functional, "pe.nn.functional.", nn.functional.__all__)):
+    for _n in _names:
+        _f = getattr(_m, _n, None)
+        if _n != "seed" and getattr(_f, "__module__", None) in ("pe.tensor", "pe.nn.functional") and \
+                not hasattr(_f, "_eager"):
+            setattr(_m, _n, _static_only(_f, _prefix))
+del _m, _prefix, _names, _n, _f
 
 # Paddle's dtype names as attributes (paddle.float32 == "float32").
 float32, float64, int32, int64, uint8, float16 = "float32", "float64", "int32", "int64", "uint8", "float16"

@@ -340,10 +340,14 @@ def _run_op(op_type, inputs, outputs, attrs=None, seed=0):
         ts = list(v) if isinstance(v, (list, tuple)) else [v]
         ins.append((slot, ts))
         raws, names = [], []
-        for t in ts:
+        for i, t in enumerate(ts):
             if t is None:
                 raws.append(None)
                 names.append(None)
+            elif not isinstance(t, Tensor):
+                what = "%s[%d]" % (slot, i) if isinstance(v, (list, tuple)) else slot
+                raise TypeError("run_op(%s): input %s must be a pe.eager.Tensor, a list of them or None, got %s "
+                                "(pe.to_tensor makes one)" % (op_type, what, type(t).__name__))
             else:
                 raws.append(t._t)
                 names.append(t.name)
