@@ -154,6 +154,11 @@ static pe_status check_vars(const checker *ck, int bi) {
         const pe_var *v = &b->vars[i];
         if (!v->name || !*v->name)
             return pe_error(PE_ERR_INVALID, "%s: block %d var %d has an empty name", ck->what, bi, i);
+        /* a control character in a name would reach terminals and logs raw (an escape sequence, a line break) */
+        for (const unsigned char *c = (const unsigned char *)v->name; *c; c++)
+            if (*c < 0x20 || *c == 0x7f)
+                return pe_error(PE_ERR_INVALID, "%s: block %d var %d: its name has control character 0x%02x at byte %d",
+                                ck->what, bi, i, *c, (int)(c - (const unsigned char *)v->name));
         bool found;
         int *first = map_put(m, v->name, i, &found);
         if (found)

@@ -138,6 +138,7 @@ def test_run_backward_says_why_a_data_var_has_no_gradient(tmp_path):
         with pe.static.program_guard(main, startup):
             x = pe.static.data("x", [-1, 4], "float32")   # a data var: stop_gradient
             loss = pe.mean(pe.static.nn.fc(x, 2))
+        w = main.all_parameters()[0].name   # fc_<k>.w_0: k counts the fc layers built in this process
         (tmp_path / "p.json").write_text(main.to_json())
         (tmp_path / "s.json").write_text(startup.to_json())
     finally:
@@ -146,5 +147,15 @@ def test_run_backward_says_why_a_data_var_has_no_gradient(tmp_path):
     feed = ["--startup", tmp_path / "s.json", "--feed", "x=%s" % (tmp_path / "x.npy"), "--backward", loss.name]
     r = cli("run", tmp_path / "p.json", *feed, "--fetch", "x@GRAD", "--out", tmp_path)
     assert r.returncode != 0 and "gives 'x' no gradient: it is stop_gradient" in r.stderr, r.stderr
-    r = cli("run", tmp_path / "p.json", *feed, "--fetch", "fc_0.w_0@GRAD", "--out", tmp_path)
+    r = cli("run", tmp_path / "p.json", *feed, "--fetch", w + "@GRAD", "--out", tmp_path)
     assert r.returncode == 0, r.stderr   # a parameter's gradient is made
+
+
+def test_a_control_character_in_a_var_name_is_refused(tmp_path):
+    prog = {"version": 1, "blocks": [{"idx": 0, "parent_idx": -1, "vars": [
+        {"name": "x\u001b[2J", "dtype": "FP32", "dims": [2]}], "ops": []}]}
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(prog))
+    r = cli("inspect", path)
+    assert r.returncode != 0 and "its name has control character 0x1b at byte 1" in r.stderr, r.stderr
+    assert "\x1b" not in r.stdout + r.stderr
