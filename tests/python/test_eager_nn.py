@@ -832,6 +832,31 @@ def test_optimizer_refuses_non_finite_learning_rate_and_bad_grads(opt):
         cls(learning_rate=float("nan"))
 
 
+@pytest.mark.parametrize("opt, kw, msg", [
+    ("Momentum", {"momentum": float("nan")}, "Momentum: momentum = nan; it must be finite"),
+    ("Adam", {"beta1": 1.5}, r"Adam: beta1 = 1.5; it must be in \[0, 1\)"),
+    ("AdamW", {"beta2": -0.1}, r"AdamW: beta2 = -0.1; it must be in \[0, 1\)"),
+    ("Adam", {"epsilon": -1e-8}, "Adam: epsilon = -1e-08; it must be finite and >= 0"),
+    ("Adamax", {"epsilon": float("inf")}, "Adamax: epsilon = inf; it must be finite and >= 0"),
+    ("RMSProp", {"rho": float("nan"), "learning_rate": 0.1}, "RMSProp: rho = nan; it must be finite"),
+    ("Adagrad", {"epsilon": float("nan"), "learning_rate": 0.1}, "Adagrad: epsilon = nan; it must be finite"),
+    ("Lamb", {"beta1": 1.0}, r"Lamb: beta1 = 1.0; it must be in \[0, 1\)"),
+])
+def test_optimizer_refuses_bad_hyperparameters_when_made(opt, kw, msg):
+    """What the update ops would refuse at the first step (their attribute
+    check) is refused when the optimizer is made, in both modes (eager: the
+    optimizers that have an eager step)."""
+    if opt in ("Momentum", "Adam", "AdamW"):
+        with pytest.raises(pe.InvalidArgumentError, match=msg):
+            getattr(pe.optimizer, opt)(parameters=nn.Linear(2, 2).parameters(), **kw)
+    pe.enable_static()
+    try:
+        with pytest.raises(pe.InvalidArgumentError, match=msg):
+            getattr(pe.optimizer, opt)(**kw)
+    finally:
+        pe.disable_static()
+
+
 def test_conv_pool_size_arguments_must_be_positive():
     x = pe.to_tensor(np.ones((1, 4, 8, 8), np.float32))
     with pytest.raises(pe.InvalidArgumentError, match="Conv2D stride must be positive, got 0"):

@@ -245,7 +245,7 @@ class Momentum(Optimizer):
         super().__init__(learning_rate, parameters, weight_decay, grad_clip, name)
         if rescale_grad != 1.0:
             raise _core.UnsupportedError("Momentum: rescale_grad is not supported")
-        self._momentum = float(momentum)
+        self._momentum = _float("Momentum: momentum", momentum)
         self._use_nesterov = bool(use_nesterov)
 
     def _extra(self, program):
@@ -264,18 +264,29 @@ class Adam(Optimizer):
             raise _core.UnsupportedError("%s: lazy_mode=True (Paddle updates only the rows of a sparse table that "
                                          "the batch looked up) is not supported: PE trains sparse tables with a "
                                          "dense gradient, lazy_mode=False's update" % type(self).__name__)
-        if isinstance(beta1, Variable) or isinstance(beta2, Variable):
-            raise _core.UnsupportedError("Adam: beta1/beta2 must be floats")
-        self._beta1, self._beta2, self._epsilon = float(beta1), float(beta2), float(epsilon)
+        n = type(self).__name__
+        self._beta1, self._beta2 = _float(n + ": beta1", beta1, "beta"), _float(n + ": beta2", beta2, "beta")
+        self._epsilon = _float(n + ": epsilon", epsilon, "eps")
 
     def _extra(self, program):
         return {"beta1": self._beta1, "beta2": self._beta2, "epsilon": self._epsilon}
 
 
-def _float(name, v):
+_RULES = {"finite": (math.isfinite, "it must be finite"),
+          "eps": (lambda f: math.isfinite(f) and f >= 0, "it must be finite and >= 0"),
+          "beta": (lambda f: 0 <= f < 1, "it must be in [0, 1)")}
+
+
+def _float(name, v, rule="finite"):
+    """A hyperparameter as a float, checked when the optimizer is made (the
+    update ops check the same at their first step): rule finite, eps (finite,
+    >= 0) or beta (in [0, 1)); None: any float."""
     if isinstance(v, Variable):
         raise _core.UnsupportedError("%s must be a float, not a Variable" % name)
-    return float(v)
+    f = float(v)
+    if rule is not None and not _RULES[rule][0](f):
+        raise _core.InvalidArgumentError("%s = %r; %s" % (name, f, _RULES[rule][1]))
+    return f
 
 
 class Adagrad(Optimizer):
@@ -285,7 +296,7 @@ class Adagrad(Optimizer):
     def __init__(self, learning_rate, epsilon=1e-06, parameters=None, weight_decay=None, grad_clip=None, name=None,
                  initial_accumulator_value=0.0):
         super().__init__(learning_rate, parameters, weight_decay, grad_clip, name)
-        self._epsilon = _float("Adagrad: epsilon", epsilon)
+        self._epsilon = _float("Adagrad: epsilon", epsilon, "eps")
         self._initial = _float("Adagrad: initial_accumulator_value", initial_accumulator_value)
 
     def _extra(self, program):
@@ -300,7 +311,7 @@ class RMSProp(Optimizer):
     def __init__(self, learning_rate, rho=0.95, epsilon=1e-06, momentum=0.0, centered=False, parameters=None,
                  weight_decay=None, grad_clip=None, name=None):
         super().__init__(learning_rate, parameters, weight_decay, grad_clip, name)
-        self._rho, self._epsilon = _float("RMSProp: rho", rho), _float("RMSProp: epsilon", epsilon)
+        self._rho, self._epsilon = _float("RMSProp: rho", rho), _float("RMSProp: epsilon", epsilon, "eps")
         self._momentum, self._centered = _float("RMSProp: momentum", momentum), bool(centered)
 
     def _extra(self, program):
@@ -315,8 +326,8 @@ class Adamax(Optimizer):
     def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-08, parameters=None,
                  weight_decay=None, grad_clip=None, name=None):
         super().__init__(learning_rate, parameters, weight_decay, grad_clip, name)
-        self._beta1, self._beta2 = _float("Adamax: beta1", beta1), _float("Adamax: beta2", beta2)
-        self._epsilon = _float("Adamax: epsilon", epsilon)
+        self._beta1, self._beta2 = _float("Adamax: beta1", beta1, "beta"), _float("Adamax: beta2", beta2, "beta")
+        self._epsilon = _float("Adamax: epsilon", epsilon, "eps")
 
     def _extra(self, program):
         return {"beta1": self._beta1, "beta2": self._beta2, "epsilon": self._epsilon}
@@ -360,8 +371,9 @@ class Lamb(Optimizer):
                  parameters=None, grad_clip=None, exclude_from_weight_decay_fn=None, multi_precision=False,
                  name=None):
         super().__init__(learning_rate, parameters, None, grad_clip, name)
-        self._beta1, self._beta2 = _float("Lamb: beta1", beta1), _float("Lamb: beta2", beta2)
-        self._epsilon, self._coeff = _float("Lamb: epsilon", epsilon), _float("Lamb: lamb_weight_decay", lamb_weight_decay)
+        self._beta1, self._beta2 = _float("Lamb: beta1", beta1, "beta"), _float("Lamb: beta2", beta2, "beta")
+        self._epsilon = _float("Lamb: epsilon", epsilon, "eps")
+        self._coeff = _float("Lamb: lamb_weight_decay", lamb_weight_decay)
         self._exclude = exclude_from_weight_decay_fn
 
     def _extra(self, program):
