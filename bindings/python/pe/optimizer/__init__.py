@@ -74,10 +74,7 @@ class Optimizer:
 
     def _finite_lr(self, v):
         """v as a float; a NaN or infinite learning rate is refused here, as minimize refuses it."""
-        f = float(v)
-        if not math.isfinite(f):
-            raise _core.InvalidArgumentError("%s: learning_rate = %r; it must be finite" % (type(self).__name__, f))
-        return f
+        return _float("%s: learning_rate" % type(self).__name__, v)
 
     def get_lr(self):
         """The learning rate the next update uses (a scheduler's current value)."""
