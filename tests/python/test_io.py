@@ -303,6 +303,19 @@ class _Images(_Slow):
         return img, np.array([i, i * i], np.int64), {"mask": np.arange(16384) % (i + 2) == 0}
 
 
+class _Stuck(_Images):
+    """_Images whose samples from stuck_from on each take two minutes."""
+
+    def __init__(self, n, stuck_from):
+        super().__init__(n)
+        self.stuck_from = stuck_from
+
+    def __getitem__(self, i):
+        if i >= self.stuck_from:
+            time.sleep(120)
+        return super().__getitem__(i)
+
+
 def _leftover():
     return sorted(f for f in os.listdir("/dev/shm") if f.startswith("pe-io-%d-" % os.getpid()))
 
@@ -449,30 +462,35 @@ def test_loader_persistent_workers():
 
 
 _KILLED_TRAINER = """
-import os, sys
+import os, sys, time
 sys.path.insert(0, %r)
 from pe import io
 import test_io
-loader = io.DataLoader(test_io._Images(64), batch_size=4, num_workers=2, persistent_workers=True, prefetch_factor=4)
-next(iter(loader))
+ds = test_io._Stuck(64, stuck_from=8) if %r else test_io._Images(64)
+loader = io.DataLoader(ds, batch_size=4, num_workers=2, persistent_workers=True, prefetch_factor=4)
+it = iter(loader)
+next(it), next(it)
+time.sleep(1)  # stuck: both workers are inside a two-minute __getitem__ by now
 print(os.getpid(), " ".join(str(p.pid) for p in loader._pool.procs), flush=True)
 os.kill(os.getpid(), 9)
 """
 
 
 @pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no /dev/shm here")
-def test_loader_workers_outlive_no_killed_trainer(tmp_path):
+@pytest.mark.parametrize("stuck", [False, True], ids=["idle", "stuck"])
+def test_loader_workers_outlive_no_killed_trainer(tmp_path, stuck):
     """A training process killed with SIGKILL (as the launcher ends the ranks when one fails): its
-    workers notice within a second or two, remove their shared-memory files and exit."""
+    workers notice within a second or two, remove their shared-memory files and exit — idle ones,
+    and (Linux's parent-death signal) ones in the middle of a two-minute __getitem__."""
     import signal
     import subprocess
     import sys
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "dist_scripts"))
     from dist_run import running
     out, err = tmp_path / "pids", tmp_path / "stderr"
+    script = _KILLED_TRAINER % (os.path.dirname(os.path.abspath(__file__)), stuck)
     with open(out, "w") as fo, open(err, "w") as fe:  # files, not pipes: workers that lived on would hold a pipe
-        rc = subprocess.run([sys.executable, "-c", _KILLED_TRAINER % os.path.dirname(os.path.abspath(__file__))],
-                            stdout=fo, stderr=fe, timeout=60).returncode
+        rc = subprocess.run([sys.executable, "-c", script], stdout=fo, stderr=fe, timeout=60).returncode
     assert rc == -signal.SIGKILL, err.read_text()
     trainer, *pids = [int(v) for v in out.read_text().split()]
     assert len(pids) == 2
@@ -486,6 +504,22 @@ def test_loader_workers_outlive_no_killed_trainer(tmp_path):
         os.kill(p, 9)
     assert not lived, "DataLoader workers outlived their killed training process"
     assert not [f for f in os.listdir("/dev/shm") if f.startswith(prefix)]
+
+
+def test_loader_workers_outlive_the_thread_that_made_them():
+    """The parent-death signal also comes when the thread that made the workers ends (Linux): the
+    workers carry on while the training process lives."""
+    import threading
+    loader = io.DataLoader(_Slow(12), batch_size=3, num_workers=2, persistent_workers=True)
+    got = []
+    t = threading.Thread(target=lambda: got.append(_batches(loader)))
+    t.start()
+    t.join(60)
+    procs = loader._pool.procs
+    time.sleep(0.5)  # the signal of the thread's end has reached the workers
+    assert all(p.is_alive() for p in procs)
+    _same(_batches(loader), got[0])
+    assert loader._pool.procs == procs
 
 
 def test_loader_static_feeds_an_executor():

@@ -18,6 +18,8 @@ import socket
 import threading
 import time
 
+from ..utils._process import set_parent_death_signal
+
 # True while a spawned rank re-imports the caller's main module
 # (_spawn_child): spawn() refuses to start ranks then.
 importing_main = False
@@ -87,12 +89,7 @@ def die_with_parent():
     """In a rank: SIGKILL this process when its parent (mpirun, or a remote host's daemon) dies,
     however it dies — the ranks of a launcher or spawner killed with SIGKILL must not train on
     headless (Linux's PR_SET_PDEATHSIG; elsewhere nothing). A parent already gone: exit now."""
-    try:
-        import ctypes
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) != 0:  # 1 = PR_SET_PDEATHSIG
-            return
-    except (OSError, AttributeError, TypeError):
+    if not set_parent_death_signal(signal.SIGKILL):
         return
     if os.getppid() == 1:
         os._exit(1)

@@ -41,7 +41,10 @@ bounds the wait for a batch. Workers are stopped when the pass ends, is
 abandoned or fails; with persistent_workers they serve pass after pass
 (each task tagged with its pass: the workers skip the tasks of a pass no
 longer under way, a shared counter says which, and an abandoned pass's late
-batches are dropped) until the loader is freed or a pass fails.
+batches are dropped) until the loader is freed or a pass fails. A worker
+whose training process dies (SIGKILL included) removes its shared-memory
+files and exits: at once on Linux, where the kernel signals it (even in
+the middle of a long __getitem__), elsewhere when its task ends.
 """
 import itertools
 import math
@@ -51,12 +54,15 @@ import multiprocessing.connection as _mpc
 import os
 import pickle
 import random as _random
+import signal
 import struct
 import time
 import traceback as _traceback
 import weakref
 
 import numpy as np
+
+from ..utils._process import set_parent_death_signal
 
 __all__ = ["Dataset", "IterableDataset", "TensorDataset", "ComposeDataset", "ChainDataset", "Subset",
            "random_split", "Sampler", "SequenceSampler", "RandomSampler", "SubsetRandomSampler",
@@ -581,14 +587,20 @@ def _fetch(dataset, indices, auto_collate, collate_fn):
 # something else of the stacked array, a failure) are removed when the task
 # ends; files sent but never mapped (a pass abandoned, a worker killed) when
 # the pool closes: their names start with the pool's prefix
-# (pe-io-<main pid>-<pool>-). A worker whose training process died (an
-# idle worker looks every _PARENT_POLL_S) removes its files and exits.
+# (pe-io-<main pid>-<pool>-). A worker whose training process died removes
+# its files and exits: told by the kernel's parent-death signal (Linux:
+# _PARENT_SIGNAL, its handler runs between two bytecodes of whatever the
+# worker is doing, and ends a sleep), and failing that, an idle worker
+# looks every _PARENT_POLL_S.
 
 _SHM_DIR = "/dev/shm"
 _SHM_MIN = 64 * 1024           # smaller arrays travel pickled: a file costs more than their copy
 _pool_ids = itertools.count()
 _worker_shm = None             # a worker's _WorkerShm, when batches go through shared memory
 _PARENT_POLL_S = 1.0           # an idle worker checks this often that the training process lives
+# The parent-death signal: a real-time one, which neither Python nor multiprocessing (terminate sends
+# SIGTERM) nor a typical dataset uses.
+_PARENT_SIGNAL = getattr(signal, "SIGRTMIN", 34) + 3
 
 
 def _remove_files(prefix):
@@ -730,8 +742,28 @@ def _map_shared(leaf):
     return np.frombuffer(mm, dtype=dtype, count=n).reshape(leaf.shape)
 
 
+def _worker_exit_if_orphaned(parent):
+    """The training process (pid parent) is gone: this worker's files removed, the worker ended."""
+    if os.getppid() != parent:
+        if _worker_shm is not None:
+            _worker_shm.remove_all()
+        os._exit(0)
+
+
+def _watch_parent(parent):
+    """Has the kernel signal this worker when the training process dies (pe.utils._process). The
+    signal also comes when the thread that made the pool ends while the process lives on: the
+    handler then finds the same parent and the worker carries on."""
+    try:
+        signal.signal(_PARENT_SIGNAL, lambda signum, frame: _worker_exit_if_orphaned(parent))
+    except (ValueError, OSError):  # no such signal here
+        return
+    set_parent_death_signal(_PARENT_SIGNAL)
+    _worker_exit_if_orphaned(parent)  # died before the signal was asked for
+
+
 def _worker_main(wid, nw, dataset, seed, init_fn, task_fd, current, out_fd, auto_collate, collate_fn,
-                 iterable, batch_size, drop_last, shm_prefix):
+                 iterable, batch_size, drop_last, shm_prefix, parent):
     global _worker_info, _worker_shm
     # the other ends, other workers' and other pools' pipes: closed here, so that EOF and EPIPE
     # mean that the one process at the other end is gone
@@ -740,6 +772,7 @@ def _worker_main(wid, nw, dataset, seed, init_fn, task_fd, current, out_fd, auto
     _pipe_fds.clear()
     _worker_info = WorkerInfo(wid, nw, dataset, seed)
     _worker_shm = _WorkerShm("%s%d-" % (shm_prefix, wid)) if shm_prefix else None
+    _watch_parent(parent)
     _random.seed(seed)
     np.random.seed(seed % (2 ** 32))
     try:
@@ -749,7 +782,7 @@ def _worker_main(wid, nw, dataset, seed, init_fn, task_fd, current, out_fd, auto
     except Exception as e:  # noqa: BLE001 (reported to the main process)
         _send(out_fd, (None, None, _Failure(wid, e)), wid)
         return
-    parent, inbox = os.getppid(), _Reader(task_fd)
+    inbox = _Reader(task_fd)
     while True:
         task = inbox.pop()
         if task is _EMPTY and not inbox.eof and _mpc.wait([task_fd], timeout=_PARENT_POLL_S):
@@ -819,7 +852,8 @@ class _WorkerPool:
                 p = ctx.Process(target=_worker_main, daemon=True,
                                 args=(w, nw, loader.dataset, base + w, loader.worker_init_fn, inboxes[w][0],
                                       self.current, pipes[w][1], loader._auto_collate, loader.collate_fn,
-                                      loader._iterable, loader.batch_size, loader.drop_last, self.shm_prefix))
+                                      loader._iterable, loader.batch_size, loader.drop_last, self.shm_prefix,
+                                      os.getpid()))
                 p.start()
                 self.procs.append(p)
         except BaseException:
