@@ -36,13 +36,30 @@
 
 /* C[m, n] = op(A) op(B), beta 0, row-major: the same pe_cpu_gemm calls as
  * ops/cpu/math.c's mul / mul_grad (so results match them). */
-static void gemm(pe_place pl, pe_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a,
-                 const void *b, void *c, int nt) {
-    int prev = omp_get_max_threads();
+static void gemm(const pe_op_ctx *ctx, pe_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a,
+                 const void *b, void *c) {
+    int prev = omp_get_max_threads(), nt = ctx->num_threads;
     if (nt < 1) nt = 1;
     if (prev != nt) omp_set_num_threads(nt);
-    pe_cpu_gemm(pl, dt, ta, tb, m, n, k, 1.0, a, b, 0.0, c);
+    pe_cpu_gemm_ws(ctx->place, ctx->workspace, ctx->workspace_bytes, dt, ta, tb, m, n, k, 1.0, a, b, 0.0, c);
     if (prev != nt) omp_set_num_threads(prev);
+}
+
+/* fc's GEMM dims: Input [M..., K...] as [m, k], W [k, n]. */
+static void fc_dims(const pe_op_ctx *ctx, int64_t *m, int64_t *n, int64_t *k) {
+    const pe_tensor *x = pe_ctx_in(ctx, "Input"), *w = pe_ctx_in(ctx, "W");
+    const int ncd = (int)pe_ctx_int(ctx, "in_num_col_dims");
+    *m = pe_dims_prod(x->dims, 0, ncd);
+    *k = pe_dims_prod(x->dims, ncd, x->ndim);
+    *n = w->dims[1];
+}
+
+/* The scratch of fc's forward product (pe_cpu_gemm_ws), for the memory plan. */
+pe_status pe_cpu_fc_workspace(const pe_op_ctx *ctx, size_t *bytes) {
+    int64_t m, n, k;
+    fc_dims(ctx, &m, &n, &k);
+    *bytes = pe_cpu_gemm_scratch_bytes(pe_ctx_in(ctx, "Input")->dtype, false, false, m, n, k, 1.0, 0.0);
+    return PE_OK;
 }
 
 static pe_status check_blas(const pe_op_ctx *ctx, int64_t m, int64_t n, int64_t k) {
@@ -85,14 +102,13 @@ FC_EPILOGUE(fc_epilogue_f64, double, pe_fused_sigmoid_f64, tanh)
 pe_status pe_cpu_fc(const pe_op_ctx *ctx) {
     const pe_tensor *x = pe_ctx_in(ctx, "Input"), *w = pe_ctx_in(ctx, "W"), *b = pe_ctx_in(ctx, "Bias");
     pe_tensor *out = pe_ctx_out(ctx, "Out");
-    int ncd = (int)pe_ctx_int(ctx, "in_num_col_dims");
     int act = pe_fused_act_parse(pe_ctx_string(ctx, "activation_type"));
-    int64_t m = pe_dims_prod(x->dims, 0, ncd), k = pe_dims_prod(x->dims, ncd, x->ndim), n = w->dims[1];
+    int64_t m, n, k;
+    fc_dims(ctx, &m, &n, &k);
     if (act < 0 || pe_tensor_numel(out) != m * n || out->dtype != x->dtype)
         return pe_ctx_error(ctx, PE_ERR_INTERNAL, "kernel called with tensors shape inference did not produce");
     PE_CHECK(check_blas(ctx, m, n, k));
-    gemm(ctx->place, x->dtype, false, false, m, n, k, pe_tensor_data(x), pe_tensor_data(w), pe_tensor_data(out),
-         ctx->num_threads);
+    gemm(ctx, x->dtype, false, false, m, n, k, pe_tensor_data(x), pe_tensor_data(w), pe_tensor_data(out));
     if (m * n == 0) return PE_OK;
     if (x->dtype == PE_DTYPE_FP32)
         fc_epilogue_f32(pe_tensor_data(out), b ? pe_tensor_data(b) : NULL, m, n, act, ctx->num_threads);
@@ -196,9 +212,9 @@ pe_status pe_cpu_fc_grad(const pe_op_ctx *ctx) {
     const pe_tensor *g = pe_ctx_in(ctx, "Out@GRAD");
     pe_tensor *dx = pe_ctx_out(ctx, "Input@GRAD"), *dw = pe_ctx_out(ctx, "W@GRAD");
     pe_tensor *db = pe_ctx_out(ctx, "Bias@GRAD"), *pre = pe_ctx_out(ctx, "PreAct@GRAD");
-    int ncd = (int)pe_ctx_int(ctx, "in_num_col_dims");
     int act = pe_fused_act_parse(pe_ctx_string(ctx, "activation_type"));
-    int64_t m = pe_dims_prod(x->dims, 0, ncd), k = pe_dims_prod(x->dims, ncd, x->ndim), n = w->dims[1];
+    int64_t m, n, k;
+    fc_dims(ctx, &m, &n, &k);
     if (act < 0 || (act != PE_FACT_NONE && (!o || ((dx || dw) && !pre))))
         return pe_ctx_error(ctx, PE_ERR_INTERNAL, "kernel called with tensors shape inference did not produce");
     PE_CHECK(check_blas(ctx, m, n, k));
@@ -216,7 +232,7 @@ pe_status pe_cpu_fc_grad(const pe_op_ctx *ctx) {
     if (pre && act == PE_FACT_NONE && pe_tensor_data(pre) != pe_tensor_data(g) && pe_tensor_nbytes(g)) /* identity */
         memcpy(pe_tensor_data(pre), pe_tensor_data(g), pe_tensor_nbytes(g));
     const void *dt = act != PE_FACT_NONE ? pd : pe_tensor_data(g);
-    if (dx) gemm(ctx->place, x->dtype, false, true, m, k, n, dt, pe_tensor_data(w), pe_tensor_data(dx), nt);
-    if (dw) gemm(ctx->place, x->dtype, true, false, k, n, m, pe_tensor_data(x), dt, pe_tensor_data(dw), nt);
+    if (dx) gemm(ctx, x->dtype, false, true, m, k, n, dt, pe_tensor_data(w), pe_tensor_data(dx));
+    if (dw) gemm(ctx, x->dtype, true, false, k, n, m, pe_tensor_data(x), dt, pe_tensor_data(dw));
     return PE_OK;
 }

@@ -21,7 +21,9 @@
  * that wait. A block oneDNN cannot run (or that fails to build) runs on
  * OpenBLAS, single-threaded: that block's bits then are OpenBLAS's; a
  * forward product whose K-split scratch cannot be allocated runs in column
- * blocks only (other bits, at memory exhaustion only).
+ * blocks only (other bits, at memory exhaustion only). That scratch is the
+ * caller's (pe_cpu_gemm_ws: fc's and mul's planned workspace, which the
+ * memory plan puts over dead activations) or else the place's pool.
  *
  * Bits for any thread count. OpenBLAS's own threads (its OpenMP build uses
  * the calling thread's omp_get_max_threads()) split M and N, never K, but
@@ -184,10 +186,12 @@ static void mm_run(pe_place place, bool ta, bool tb, int64_t mb, int64_t nb, int
  * threads (docs/benchmarks.md, "Small per-place batches"). C = P0 + P1 in
  * that order on any thread count: the bits stay the shape's. Returns false
  * (nothing written) when the scratch cannot be had. */
-static bool mm_ksplit(pe_place place, int64_t m, int64_t n, int64_t k, const float *a, const float *b, float *c,
-                      int64_t blocks, int nt) {
-    void *scratch, *handle;
-    if (pe_dnnl_scratch_acquire(place, sizeof(float) * (size_t)(m * n), &scratch, &handle) != PE_OK) return false;
+static bool mm_ksplit(pe_place place, void *ws, size_t ws_bytes, int64_t m, int64_t n, int64_t k, const float *a,
+                      const float *b, float *c, int64_t blocks, int nt) {
+    void *scratch = ws, *handle = NULL;
+    if (!ws || ws_bytes < sizeof(float) * (size_t)(m * n)) { /* no planned scratch: the place's pool */
+        if (pe_dnnl_scratch_acquire(place, sizeof(float) * (size_t)(m * n), &scratch, &handle) != PE_OK) return false;
+    }
     float *p = scratch;
     const int64_t k0 = (k + 1) / 2;
     int used;
@@ -209,18 +213,29 @@ static bool mm_ksplit(pe_place place, int64_t m, int64_t n, int64_t k, const flo
     return true;
 }
 
-/* The large float32 product on oneDNN in blocks fixed by the shape. */
-static void mm_blocks(pe_place place, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
-                      const float *b, float *c, int nt) {
-    const bool by_rows = m > n;
-    const int64_t dim = by_rows ? m : n;
+/* The number of oneDNN blocks of a large float32 product: a power of two,
+ * set by the shape alone (see the top). */
+static int64_t mm_block_count(int64_t m, int64_t n, int64_t k) {
+    const int64_t dim = m > n ? m : n;
     int64_t blocks = 1;
     while (blocks * 2 <= GEMM_DNNL_MAX_BLOCKS && m * n * k / (blocks * 2) >= GEMM_DNNL_MIN &&
            dim / (blocks * 2) >= GEMM_BLOCK_ALIGN)
         blocks *= 2;
-    if (!ta && !tb && !by_rows && blocks >= 2 && k >= GEMM_KSPLIT_MIN_K &&
-        mm_ksplit(place, m, n, k, a, b, c, blocks, nt))
-        return;
+    return blocks;
+}
+
+/* Whether the product goes through mm_ksplit (given its block count). */
+static bool mm_ksplits(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t blocks) {
+    return !ta && !tb && m <= n && blocks >= 2 && k >= GEMM_KSPLIT_MIN_K;
+}
+
+/* The large float32 product on oneDNN in blocks fixed by the shape. */
+static void mm_blocks(pe_place place, void *ws, size_t ws_bytes, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                      const float *a, const float *b, float *c, int nt) {
+    const bool by_rows = m > n;
+    const int64_t dim = by_rows ? m : n;
+    const int64_t blocks = mm_block_count(m, n, k);
+    if (mm_ksplits(ta, tb, m, n, k, blocks) && mm_ksplit(place, ws, ws_bytes, m, n, k, a, b, c, blocks, nt)) return;
     int used;
     const int64_t per = block_size(dim, blocks, &used);
     const int team = nt < used ? nt : used;
@@ -291,8 +306,24 @@ static void check_blas_core(void) {
                avx512 ? "SkylakeX" : "Haswell");
 }
 
+/* The product takes the oneDNN path (mm_blocks). */
+static bool on_dnnl(pe_dtype dt, int64_t m, int64_t n, int64_t k, double alpha, double beta) {
+    return dt == PE_DTYPE_FP32 && alpha == 1.0 && beta == 0.0 && m * n * k >= GEMM_DNNL_MIN;
+}
+
+size_t pe_cpu_gemm_scratch_bytes(pe_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
+                                 double beta) {
+    if (m <= 0 || n <= 0 || k <= 0 || !on_dnnl(dt, m, n, k, alpha, beta)) return 0;
+    return mm_ksplits(ta, tb, m, n, k, mm_block_count(m, n, k)) ? sizeof(float) * (size_t)(m * n) : 0;
+}
+
 void pe_cpu_gemm(pe_place place, pe_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
                  const void *a, const void *b, double beta, void *c) {
+    pe_cpu_gemm_ws(place, NULL, 0, dt, ta, tb, m, n, k, alpha, a, b, beta, c);
+}
+
+void pe_cpu_gemm_ws(pe_place place, void *ws, size_t ws_bytes, pe_dtype dt, bool ta, bool tb, int64_t m, int64_t n,
+                    int64_t k, double alpha, const void *a, const void *b, double beta, void *c) {
     pthread_once(&g_blas_check, check_blas_core);
     if (m == 0 || n == 0) return;
     if (k == 0) { /* empty sum */
@@ -304,8 +335,8 @@ void pe_cpu_gemm(pe_place place, pe_dtype dt, bool ta, bool tb, int64_t m, int64
         return;
     }
     const int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
-    if (alpha == 1.0 && beta == 0.0 && m * n * k >= GEMM_DNNL_MIN) {
-        mm_blocks(place, ta, tb, m, n, k, a, b, c, nt);
+    if (on_dnnl(dt, m, n, k, alpha, beta)) {
+        mm_blocks(place, ws, ws_bytes, ta, tb, m, n, k, a, b, c, nt);
         return;
     }
     const bool by_rows = m > n;

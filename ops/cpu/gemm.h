@@ -17,10 +17,22 @@
 #include "pe/dtype.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 void pe_cpu_gemm(pe_place place, pe_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
                  const void *a, const void *b, double beta, void *c);
+
+/* The same product with the caller's scratch: ws (ws_bytes, borrowed; NULL
+ * or too small: the place's pool lends it) holds the scratch a float32
+ * forward product cut along K needs — pe_cpu_gemm_scratch_bytes of the same
+ * arguments, 0 for every other product. A kernel passes its planned
+ * workspace (ctx->workspace), so the memory plan places these bytes over
+ * dead activations instead of the pool keeping them for the whole run. */
+void pe_cpu_gemm_ws(pe_place place, void *ws, size_t ws_bytes, pe_dtype dt, bool ta, bool tb, int64_t m, int64_t n,
+                    int64_t k, double alpha, const void *a, const void *b, double beta, void *c);
+size_t pe_cpu_gemm_scratch_bytes(pe_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
+                                 double beta);
 
 /* pe_blas_coretype_hint's rule (pe/ops.h), on given CPU facts: tested. */
 const char *pe_cpu_blas_coretype_for(bool intel, int family, int model, bool avx512, bool avx2);

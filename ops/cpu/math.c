@@ -70,6 +70,23 @@ static void gemm(pe_place pl, pe_dtype dt, bool ta, bool tb, int64_t m, int64_t 
     pe_cpu_gemm(pl, dt, ta, tb, m, n, k, alpha, a, b, beta, c);
 }
 
+/* mul's GEMM dims: X [M..., K...] as [m, k], Y [K..., N...] as [k, n]. */
+static void mul_dims(const pe_op_ctx *ctx, int64_t *m, int64_t *n, int64_t *k) {
+    const pe_tensor *x = pe_ctx_in(ctx, "X"), *y = pe_ctx_in(ctx, "Y");
+    const int xn = (int)pe_ctx_int(ctx, "x_num_col_dims"), yn = (int)pe_ctx_int(ctx, "y_num_col_dims");
+    *m = pe_dims_prod(x->dims, 0, xn);
+    *k = pe_dims_prod(x->dims, xn, x->ndim);
+    *n = pe_dims_prod(y->dims, yn, y->ndim);
+}
+
+/* The scratch of mul's product (pe_cpu_gemm_ws), for the memory plan. */
+pe_status pe_cpu_mul_workspace(const pe_op_ctx *ctx, size_t *bytes) {
+    int64_t m, n, k;
+    mul_dims(ctx, &m, &n, &k);
+    *bytes = pe_cpu_gemm_scratch_bytes(pe_ctx_in(ctx, "X")->dtype, false, false, m, n, k, 1.0, 0.0);
+    return PE_OK;
+}
+
 /* OpenBLAS's blasint is 32-bit in Debian's build: refuse larger matrices
  * instead of overflowing. */
 static pe_status check_blas_size(const pe_op_ctx *ctx, int64_t m, int64_t n, int64_t k) {
@@ -84,13 +101,12 @@ static pe_status check_blas_size(const pe_op_ctx *ctx, int64_t m, int64_t n, int
 pe_status pe_cpu_mul(const pe_op_ctx *ctx) {
     const pe_tensor *x = pe_ctx_in(ctx, "X"), *y = pe_ctx_in(ctx, "Y");
     pe_tensor *out = pe_ctx_out(ctx, "Out");
-    int xn = (int)pe_ctx_int(ctx, "x_num_col_dims"), yn = (int)pe_ctx_int(ctx, "y_num_col_dims");
-    int64_t m = pe_dims_prod(x->dims, 0, xn), k = pe_dims_prod(x->dims, xn, x->ndim);
-    int64_t n = pe_dims_prod(y->dims, yn, y->ndim);
+    int64_t m, n, k;
+    mul_dims(ctx, &m, &n, &k);
     PE_CHECK(check_blas_size(ctx, m, n, k));
     blas_threads bt = blas_threads_begin(ctx->num_threads);
-    gemm(ctx->place, x->dtype, false, false, m, n, k, 1.0, pe_tensor_data(x), pe_tensor_data(y), 0.0,
-         pe_tensor_data(out));
+    pe_cpu_gemm_ws(ctx->place, ctx->workspace, ctx->workspace_bytes, x->dtype, false, false, m, n, k, 1.0,
+                   pe_tensor_data(x), pe_tensor_data(y), 0.0, pe_tensor_data(out));
     blas_threads_end(bt);
     return PE_OK;
 }

@@ -727,6 +727,41 @@ static void test_cnn_workspaces_in_plan(void **state) {
     g_dt = PE_DTYPE_FP64;
 }
 
+/* The scratch of a float32 forward product cut along K (ops/cpu/gemm.c:
+ * [128, 784] x [784, 512]) is fc's / mul's planned workspace: with the plan
+ * the place's pool stays empty, and the parameters are the same bits as the
+ * pool's run. Both the unfused graph (mul) and the fused one (fc). */
+static void test_gemm_scratch_in_plan(void **state) {
+    (void)state;
+    g_dt = PE_DTYPE_FP32;
+    tm_model m = tm_model_new(g_dt, 0.01, true);
+    tm_mlp(&m, 512, "relu", 64, "relu");
+    tm_minimize(&m, PE_OPT_MOMENTUM, 0.05, NULL, 0);
+    for (int fused = 0; fused < 2; fused++) {
+        g_fusion = fused;
+        pe_tensor *ref[16], *got[16];
+        int nb;
+        size_t bytes;
+        pe_dnnl_cache_clear();
+        train(&m, 1, false, false, 128, 3, ref); /* no plan: the pool lends the scratch */
+        pe_dnnl_workspace_stats(pe_place_cpu(0), &nb, &bytes);
+        if (!(nb > 0 && bytes >= 128 * 512 * sizeof(float))) /* so the check below can fail */
+            fail_msg("fused=%d: no K-split scratch in the pool (%d blocks, %zu bytes)", fused, nb, bytes);
+        pe_dnnl_cache_clear();
+        train(&m, 1, true, true, 128, 3, got);
+        pe_dnnl_workspace_stats(pe_place_cpu(0), &nb, &bytes);
+        if (nb) fail_msg("fused=%d: %d oneDNN workspace blocks (%zu bytes) outside the memory plan", fused, nb, bytes);
+        for (int i = 0; i < m.n_params; i++) {
+            assert_close(got[i], ref[i], 0, 0, m.params[i]);
+            pe_tensor_free(got[i]);
+            pe_tensor_free(ref[i]);
+        }
+    }
+    g_fusion = false;
+    tm_model_free(&m);
+    g_dt = PE_DTYPE_FP64;
+}
+
 /* ---- re-planning, fetch changes, allocations, measured peak ---------------- */
 
 /* batch 8, 8, 5, 8, 5: two plans (the third and fifth runs find the cached
@@ -949,6 +984,7 @@ int main(void) {
         cmocka_unit_test(test_mlp_training_equivalence),
         cmocka_unit_test(test_cnn_training_equivalence),
         cmocka_unit_test(test_cnn_workspaces_in_plan),
+        cmocka_unit_test(test_gemm_scratch_in_plan),
         cmocka_unit_test(test_topo_order),
         cmocka_unit_test(test_mlp_sequential_same_bits),
         cmocka_unit_test(test_cnn_sequential_same_bits),
