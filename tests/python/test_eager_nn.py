@@ -811,7 +811,7 @@ def test_static_l1_loss_and_functional_dispatch():
 def test_optimizer_refuses_non_finite_learning_rate_and_bad_grads(opt):
     """A NaN or infinite learning rate is refused when the optimizer is made
     (and by set_lr), as minimize refuses it, not left to turn the weights
-    into NaN; a .grad that is not a tensor is a TypeError naming the parameter."""
+    into NaN; a .grad that is not a tensor of the parameter's shape and dtype is refused when set."""
     lin = nn.Linear(2, 2)
     cls = getattr(pe.optimizer, opt)
     for bad in (float("nan"), float("inf"), -float("inf")):
@@ -822,11 +822,19 @@ def test_optimizer_refuses_non_finite_learning_rate_and_bad_grads(opt):
         o.set_lr(float("nan"))
     assert o.get_lr() == 0.1
     w0 = lin.weight.numpy()
-    lin.weight.grad = np.ones((2, 2), np.float32)
-    with pytest.raises(TypeError, match=r"%s.step: parameter %s's .grad must be a pe.eager.Tensor .*got ndarray"
-                       % (opt, lin.weight.name)):
-        o.step()
+    with pytest.raises(TypeError, match=r"Tensor.grad must be a Tensor or None, not numpy.ndarray"):
+        lin.weight.grad = np.ones((2, 2), np.float32)
+    for bad, what in ((pe.to_tensor(np.ones((2, 3), np.float32)), r"\[2, 3\] float32 on cpu:0"),
+                      (pe.to_tensor(np.ones((2, 2), np.float64)), r"\[2, 2\] float64 on cpu:0")):
+        with pytest.raises(ValueError, match=r"Tensor.grad of '%s': the gradient assigned is %s, the tensor "
+                           r"\[2, 2\] float32 on cpu:0" % (lin.weight.name, what)):
+            lin.weight.grad = bad
+    assert lin.weight.grad is None
+    o.step()  # no gradient: nothing to do
     np.testing.assert_array_equal(lin.weight.numpy(), w0)
+    lin.weight.grad = pe.to_tensor(np.ones((2, 2), np.float32))
+    o.step()
+    assert not np.array_equal(lin.weight.numpy(), w0)
     pe.enable_static()
     with pytest.raises(pe.InvalidArgumentError, match="learning_rate = nan; it must be finite"):
         cls(learning_rate=float("nan"))

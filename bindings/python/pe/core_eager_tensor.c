@@ -32,6 +32,7 @@
  */
 #include "_core.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -157,7 +158,44 @@ static int opt_set(PyObject **field, PyObject *v) {
 }
 
 static PyObject *et_get_grad(EagerTensorObject *s, void *c) { (void)c; return opt_get(s->grad); }
-static int et_set_grad(EagerTensorObject *s, PyObject *v, void *c) { (void)c; return opt_set(&s->grad, v); }
+/* "[2, 3] float32 on cpu:0" into buf. */
+static const char *tensor_desc(const pe_tensor *t, char *buf, size_t n) {
+    size_t at = (size_t)snprintf(buf, n, "[");
+    for (int d = 0; d < t->ndim && at < n; d++)
+        at += (size_t)snprintf(buf + at, n - at, "%s%lld", d ? ", " : "", (long long)t->dims[d]);
+    char pl[32];
+    if (at < n) snprintf(buf + at, n - at, "] %s on %s", pe_dtype_name(t->dtype), pe_place_str(t->place, pl, sizeof pl));
+    return buf;
+}
+
+/* .grad: None, or a Tensor of this tensor's shape, dtype and place — what
+ * the optimizers and DataParallel read. Anything else is refused here, as
+ * PyTorch does, naming both, rather than at the next step. */
+static int et_set_grad(EagerTensorObject *s, PyObject *v, void *c) {
+    (void)c;
+    if (v && v != Py_None) {
+        if (!PyObject_TypeCheck(v, &EagerTensorType)) {
+            PyErr_Format(PyExc_TypeError, "Tensor.grad must be a Tensor or None, not %s", Py_TYPE(v)->tp_name);
+            return -1;
+        }
+        const pe_tensor *t = s->t ? tensor_get((TensorObject *)s->t) : NULL;
+        const EagerTensorObject *gv = (const EagerTensorObject *)v;
+        const pe_tensor *g = gv->t ? tensor_get((TensorObject *)gv->t) : NULL;
+        if (t && g && (t->dtype != g->dtype || !pe_place_eq(t->place, g->place) || t->ndim != g->ndim ||
+                       memcmp(t->dims, g->dims, sizeof(int64_t) * (size_t)t->ndim))) {
+            char a[160], b[160];
+            tensor_desc(g, b, sizeof b);
+            tensor_desc(t, a, sizeof a);
+            if (s->name)
+                PyErr_Format(PyExc_ValueError, "Tensor.grad of '%S': the gradient assigned is %s, the tensor %s",
+                             s->name, b, a);
+            else
+                PyErr_Format(PyExc_ValueError, "Tensor.grad: the gradient assigned is %s, the tensor %s", b, a);
+            return -1;
+        }
+    }
+    return opt_set(&s->grad, v);
+}
 static PyObject *et_get_node(EagerTensorObject *s, void *c) { (void)c; return opt_get(s->node); }
 static int et_set_node(EagerTensorObject *s, PyObject *v, void *c) { (void)c; return opt_set(&s->node, v); }
 static PyObject *et_get_slot(EagerTensorObject *s, void *c) { (void)c; return opt_get(s->slot); }
