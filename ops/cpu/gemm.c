@@ -174,6 +174,9 @@ static void mm_run(pe_place place, bool ta, bool tb, int64_t mb, int64_t nb, int
         blas_call_1(PE_DTYPE_FP32, ta, tb, mb, nb, kb, 1.0, a, lda, b, ldb, 0.0, c, ldc);
 }
 
+/* The bytes of mm_ksplit's scratch P: [m, n] float32. */
+static size_t ksplit_bytes(int64_t m, int64_t n) { return sizeof(float) * (size_t)(m * n); }
+
 /* A B with neither transposed and C cut by columns (m <= n: the forward
  * product of a layer, B its weight) is cut along K too: the first half of
  * the rows of B into C, the second into a scratch P, then C += P. With two
@@ -189,9 +192,9 @@ static void mm_run(pe_place place, bool ta, bool tb, int64_t mb, int64_t nb, int
 static bool mm_ksplit(pe_place place, void *ws, size_t ws_bytes, int64_t m, int64_t n, int64_t k, const float *a,
                       const float *b, float *c, int64_t blocks, int nt) {
     void *scratch = ws, *handle = NULL;
-    if (!ws || ws_bytes < sizeof(float) * (size_t)(m * n)) { /* no planned scratch: the place's pool */
-        if (pe_dnnl_scratch_acquire(place, sizeof(float) * (size_t)(m * n), &scratch, &handle) != PE_OK) return false;
-    }
+    if ((!ws || ws_bytes < ksplit_bytes(m, n)) && /* no planned scratch: the place's pool */
+        pe_dnnl_scratch_acquire(place, ksplit_bytes(m, n), &scratch, &handle) != PE_OK)
+        return false;
     float *p = scratch;
     const int64_t k0 = (k + 1) / 2;
     int used;
@@ -314,7 +317,7 @@ static bool on_dnnl(pe_dtype dt, int64_t m, int64_t n, int64_t k, double alpha, 
 size_t pe_cpu_gemm_scratch_bytes(pe_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
                                  double beta) {
     if (m <= 0 || n <= 0 || k <= 0 || !on_dnnl(dt, m, n, k, alpha, beta)) return 0;
-    return mm_ksplits(ta, tb, m, n, k, mm_block_count(m, n, k)) ? sizeof(float) * (size_t)(m * n) : 0;
+    return mm_ksplits(ta, tb, m, n, k, mm_block_count(m, n, k)) ? ksplit_bytes(m, n) : 0;
 }
 
 void pe_cpu_gemm(pe_place place, pe_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,

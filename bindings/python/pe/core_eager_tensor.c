@@ -160,11 +160,9 @@ static int opt_set(PyObject **field, PyObject *v) {
 static PyObject *et_get_grad(EagerTensorObject *s, void *c) { (void)c; return opt_get(s->grad); }
 /* "[2, 3] float32 on cpu:0" into buf. */
 static const char *tensor_desc(const pe_tensor *t, char *buf, size_t n) {
-    size_t at = (size_t)snprintf(buf, n, "[");
-    for (int d = 0; d < t->ndim && at < n; d++)
-        at += (size_t)snprintf(buf + at, n - at, "%s%lld", d ? ", " : "", (long long)t->dims[d]);
-    char pl[32];
-    if (at < n) snprintf(buf + at, n - at, "] %s on %s", pe_dtype_name(t->dtype), pe_place_str(t->place, pl, sizeof pl));
+    char dims[128], pl[32];
+    snprintf(buf, n, "%s %s on %s", pe_dims_str(t->ndim, t->dims, dims, sizeof dims), pe_dtype_name(t->dtype),
+             pe_place_str(t->place, pl, sizeof pl));
     return buf;
 }
 

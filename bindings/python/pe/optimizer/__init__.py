@@ -277,11 +277,11 @@ _RULES = {"finite": (math.isfinite, "it must be finite"),
 def _float(name, v, rule="finite"):
     """A hyperparameter as a float, checked when the optimizer is made (the
     update ops check the same at their first step): rule finite, eps (finite,
-    >= 0) or beta (in [0, 1)); None: any float."""
+    >= 0) or beta (in [0, 1))."""
     if isinstance(v, Variable):
         raise _core.UnsupportedError("%s must be a float, not a Variable" % name)
     f = float(v)
-    if rule is not None and not _RULES[rule][0](f):
+    if not _RULES[rule][0](f):
         raise _core.InvalidArgumentError("%s = %r; %s" % (name, f, _RULES[rule][1]))
     return f
 
